@@ -1,0 +1,72 @@
+"""Diagnostics are data: a stable code, a severity, a primary span, labels, a help line.
+
+Every output format (human, concise, json, sarif, github) is a renderer over these values
+(see `planlang.lang.render`). Codes and their explanations live in `planlang.lang.codes`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from enum import Enum
+
+from .source import Span
+
+
+class Severity(str, Enum):
+    ERROR = "error"
+    WARNING = "warning"
+    NOTE = "note"
+
+    @property
+    def rank(self) -> int:
+        return {"error": 0, "warning": 1, "note": 2}[self.value]
+
+
+@dataclass(frozen=True)
+class Label:
+    """A secondary span with a short message (`help` arrows in the human rendering)."""
+
+    span: Span
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.span}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    code: str
+    severity: Severity
+    message: str
+    span: Span
+    labels: tuple[Label, ...] = ()
+    help: str | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    def __str__(self) -> str:
+        return f"{self.span}: {self.severity.value}[{self.code}]: {self.message}"
+
+    def with_severity(self, severity: Severity) -> "Diagnostic":
+        return replace(self, severity=severity)
+
+    @property
+    def sort_key(self):
+        s = self.span
+        return (s.file, s.line, s.col, self.code)
+
+
+def has_errors(diags) -> bool:
+    return any(d.severity is Severity.ERROR for d in diags)
+
+
+def did_you_mean(word: str, candidates) -> str | None:
+    """The closest candidate by edit distance, if it is close enough to be a likely typo."""
+    import difflib
+
+    cands = sorted(set(candidates))
+    if not cands:
+        return None
+    best = difflib.get_close_matches(word, cands, n=1, cutoff=0.6)
+    if best:
+        return best[0]
+    lowered = {c.lower(): c for c in cands}
+    return lowered.get(word.lower())

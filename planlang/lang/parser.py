@@ -1,0 +1,558 @@
+"""Parse plan text into the typed AST (`planlang.lang.ast`), with located syntax diagnostics.
+
+Lark (LALR, contextual lexer) does the parsing; this module owns the boundary: it builds AST nodes with
+spans, keeps comments for the formatter, and turns Lark's exceptions into PL1xx diagnostics that say in
+words what was expected. After an error it blanks the offending line and parses again, so one run
+reports several independent syntax errors.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path as FsPath
+
+from lark import Lark, Token, Transformer, Tree, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
+
+from . import ast as A
+from .diagnostics import Diagnostic, Severity
+from .source import SourceFile, Span
+from .syntax_errors import describe_unexpected_token
+
+GRAMMAR_PATH = FsPath(__file__).resolve().parents[2] / "grammar" / "planlang.lark"
+MAX_SYNTAX_ERRORS = 20
+
+
+class PlanPostLex:
+    """Newline handling: ignore newlines inside ( ) and [ ], fold runs of newlines into one."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream):
+        # No lookahead here: the contextual lexer lexes each token in the parser state left by the
+        # tokens already yielded, so a newline must be passed on before the next token is read.
+        depth = 0
+        last_nl = True  # newlines before the first statement are dropped too
+        for tok in stream:
+            if tok.type == "_NL":
+                if depth == 0 and not last_nl:
+                    last_nl = True
+                    yield tok
+                continue
+            last_nl = False
+            if tok.type in ("LPAR", "LSQB"):
+                depth += 1
+            elif tok.type in ("RPAR", "RSQB") and depth > 0:
+                depth -= 1
+            yield tok
+
+
+class _CommentSink:
+    def __init__(self):
+        self.tokens: list[Token] = []
+
+    def __call__(self, tok: Token) -> Token:
+        self.tokens.append(tok)
+        return tok
+
+
+_SINK = _CommentSink()
+
+
+@lru_cache(maxsize=1)
+def _lark() -> Lark:
+    return Lark(
+        GRAMMAR_PATH.read_text(),
+        parser="lalr",
+        lexer="contextual",
+        postlex=PlanPostLex(),
+        propagate_positions=True,
+        maybe_placeholders=True,
+        lexer_callbacks={"COMMENT": _SINK},
+        cache=True,
+    )
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    module: A.Module
+    diagnostics: tuple[Diagnostic, ...]
+    source: SourceFile
+
+    @property
+    def ok(self) -> bool:
+        return not self.diagnostics
+
+
+def parse(text: str, path: str = "<plan>") -> ParseResult:
+    """Parse one file. Never raises for bad input: syntax errors come back as diagnostics."""
+    source = SourceFile(path, text)
+    parser = _lark()
+    diags: list[Diagnostic] = []
+    work = text
+    blanked: dict[int, int] = {}  # line -> how much of it has been blanked (1: all but braces, 2: all)
+    for _ in range(MAX_SYNTAX_ERRORS + 1):
+        _SINK.tokens = []
+        try:
+            tree = parser.parse(work)
+        except UnexpectedInput as err:
+            diag = _diagnostic_for(err, source, work)
+            if all(d.span.line != diag.span.line for d in diags) and len(diags) < MAX_SYNTAX_ERRORS:
+                diags.append(diag)
+            line = diag.span.line
+            if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
+                break
+            level = blanked.get(line, 0) + 1
+            if level > 2:
+                break
+            blanked[line] = level
+            work = _blank_line(work, line, keep_braces=(level == 1))
+            continue
+        comments = tuple(
+            A.Comment(str(t), span=_tok_span(source, t)) for t in _SINK.tokens if _in_original(t, text)
+        )
+        if diags:
+            return ParseResult(A.Module((), comments, path, span=source.span(0, len(text))), tuple(diags), source)
+        try:
+            module = _ToAst(source).transform(tree)
+        except VisitError as err:  # a bug in the transformer, not the user's input
+            raise err.orig_exc from err
+        module = A.Module(module.statements, comments, path, span=source.span(0, len(text)))
+        return ParseResult(module, (), source)
+    return ParseResult(A.Module((), (), path, span=source.span(0, len(text))), tuple(diags), source)
+
+
+def parse_file(path: str | FsPath) -> ParseResult:
+    p = FsPath(path)
+    return parse(p.read_text(encoding="utf-8"), str(path))
+
+
+def _in_original(tok: Token, text: str) -> bool:
+    return text[tok.start_pos:tok.end_pos] == str(tok)
+
+
+def _blank_line(text: str, line: int, keep_braces: bool) -> str:
+    lines = text.split("\n")
+    if 1 <= line <= len(lines):
+        old = lines[line - 1]
+        lines[line - 1] = "".join(c if (keep_braces and c in "{}") else " " for c in old)
+    return "\n".join(lines)
+
+
+def _tok_span(source: SourceFile, tok: Token) -> Span:
+    start = tok.start_pos or 0
+    end = tok.end_pos if tok.end_pos is not None else start + len(str(tok))
+    return source.span(start, end)
+
+
+def _diagnostic_for(err: UnexpectedInput, source: SourceFile, work: str) -> Diagnostic:
+    if isinstance(err, UnexpectedCharacters):
+        pos = err.pos_in_stream
+        ch = work[pos] if pos < len(work) else ""
+        if ch == '"':
+            end = work.find("\n", pos)
+            end = len(work) if end < 0 else end
+            return Diagnostic(
+                "PL103", Severity.ERROR, "unterminated string", source.span(pos, end),
+                help='close the string with `"` on the same line',
+            )
+        return Diagnostic(
+            "PL102", Severity.ERROR, f"unexpected character `{ch}`", source.span(pos, pos + 1),
+            help=_char_help(ch),
+        )
+    if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
+        return _eof_diagnostic(source, work)
+    assert isinstance(err, UnexpectedToken)
+    tok = err.token
+    start = tok.start_pos if tok.start_pos is not None else 0
+    end = tok.end_pos if tok.end_pos is not None else start + max(1, len(str(tok)))
+    if tok.type == "_NL":
+        end = start + 1
+    message, help_ = describe_unexpected_token(tok, err.expected or err.accepts or set(), work)
+    return Diagnostic("PL101", Severity.ERROR, message, source.span(start, end), help=help_)
+
+
+def _char_help(ch: str) -> str:
+    if ch == "'":
+        return 'strings use double quotes: "examples.mlp:build"'
+    if ch in "-+":
+        return "numbers in plans are never negative; arithmetic is not part of the language"
+    if ch == "=":
+        return "`==` is not an operator here; use `=` to give a value"
+    return "remove it, or put it inside a comment (`# ...`) or a string"
+
+
+def _eof_diagnostic(source: SourceFile, work: str) -> Diagnostic:
+    """An unexpected end of file is almost always an unclosed bracket: point at the opener."""
+    stack: list[tuple[str, int]] = []
+    pairs = {"}": "{", ")": "(", "]": "["}
+    in_str = in_comment = False
+    for i, ch in enumerate(work):
+        if in_comment:
+            in_comment = ch != "\n"
+            continue
+        if in_str:
+            if ch == '"' and work[i - 1] != "\\":
+                in_str = False
+            continue
+        if ch == "#":
+            in_comment = True
+        elif ch == '"':
+            in_str = True
+        elif ch in "{([":
+            stack.append((ch, i))
+        elif ch in "})]" and stack and stack[-1][0] == pairs[ch]:
+            stack.pop()
+    end = len(source.text)
+    if stack:
+        ch, pos = stack[-1]
+        closer = {"{": "}", "(": ")", "[": "]"}[ch]
+        return Diagnostic(
+            "PL104", Severity.ERROR, f"unexpected end of file: `{ch}` is never closed",
+            source.span(pos, pos + 1), help=f"add the matching `{closer}`",
+        )
+    return Diagnostic(
+        "PL104", Severity.ERROR, "unexpected end of file: the last statement is incomplete",
+        source.span(max(0, end - 1), end), help="finish the statement or remove it",
+    )
+
+
+# ------------------------------------------------------------------------------------------- tree → AST
+def _unescape(raw: str) -> str:
+    body = raw[1:-1]
+    out, i = [], 0
+    while i < len(body):
+        c = body[i]
+        if c == "\\" and i + 1 < len(body):
+            nxt = body[i + 1]
+            out.append({"n": "\n", "t": "\t"}.get(nxt, nxt))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def _int(text: str) -> int:
+    return int(text.replace("_", ""))
+
+
+class _ToAst(Transformer):
+    """Lark tree → AST. Every node gets the span of the text it came from."""
+
+    def __init__(self, source: SourceFile):
+        super().__init__(visit_tokens=False)
+        self.src = source
+
+    # helpers -----------------------------------------------------------------------
+    def _span(self, meta) -> Span:
+        if getattr(meta, "empty", True):
+            return Span(self.src.path, 0, 0, 0, 0)
+        return self.src.span(meta.start_pos, meta.end_pos)
+
+    def _tspan(self, tok: Token) -> Span:
+        return _tok_span(self.src, tok)
+
+    def _name(self, tok) -> A.Name:
+        if isinstance(tok, A.Name):
+            return tok
+        return A.Name(str(tok), span=self._tspan(tok))
+
+    def _intnode(self, tok) -> A.Int:
+        if isinstance(tok, A.Int):
+            return tok
+        return A.Int(_int(str(tok)), text=str(tok), span=self._tspan(tok))
+
+    def _coerce_every(self, x):
+        if isinstance(x, Token):
+            return self._intnode(x)
+        return x
+
+    @staticmethod
+    def _present(items):
+        return tuple(i for i in items if i is not None)
+
+    # names and values ---------------------------------------------------------------
+    @v_args(meta=True)
+    def name(self, meta, items):
+        return A.Name(str(items[0]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def dotted(self, meta, items):
+        return A.Dotted(tuple(items), span=self._span(meta))
+
+    @v_args(meta=True)
+    def hole(self, meta, items):
+        return A.Hole(span=self._span(meta))
+
+    @v_args(meta=True)
+    def int(self, meta, items):
+        return self._intnode(items[0])
+
+    @v_args(meta=True)
+    def float(self, meta, items):
+        tok = items[0]
+        return A.Float(float(str(tok).replace("_", "")), text=str(tok), span=self._tspan(tok))
+
+    @v_args(meta=True)
+    def string(self, meta, items):
+        tok = items[0]
+        return A.Str(_unescape(str(tok)), text=str(tok), span=self._tspan(tok))
+
+    @v_args(meta=True)
+    def unit(self, meta, items):
+        text = str(items[0]) + ("" if items[1] is None else "/" + str(items[1]))
+        return A.Unit(text, span=self._span(meta))
+
+    @v_args(meta=True)
+    def quantity(self, meta, items):
+        return A.Quantity(items[0], items[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def ref(self, meta, items):
+        return A.Ref(items[0], span=self._span(meta))
+
+    @v_args(meta=True)
+    def list(self, meta, items):
+        return A.ListValue(self._present(items), span=self._span(meta))
+
+    # paths ----------------------------------------------------------------------------
+    @v_args(meta=True)
+    def index(self, meta, items):
+        return A.Index(_int(str(items[0])), span=self._span(meta))
+
+    @v_args(meta=True)
+    def slice(self, meta, items):
+        a, b = items
+        return A.Slice(None if a is None else _int(str(a)), None if b is None else _int(str(b)), span=self._span(meta))
+
+    @v_args(meta=True)
+    def star(self, meta, items):
+        return A.Star(span=self._span(meta))
+
+    @v_args(meta=True)
+    def segment(self, meta, items):
+        head, *sels = items
+        text = head.text if isinstance(head, A.Name) else str(head)
+        return A.Segment(text, tuple(sels), span=self._span(meta))
+
+    @v_args(meta=True)
+    def path(self, meta, items):
+        return A.Path(tuple(items), span=self._span(meta))
+
+    @v_args(meta=True)
+    def rooted_path(self, meta, items):
+        sels = tuple(i for i in items if not isinstance(i, A.Segment))
+        segs = tuple(i for i in items if isinstance(i, A.Segment))
+        first_end = sels[-1].span
+        root = A.Segment("", sels, span=sels[0].span.cover(first_end))
+        return A.Path((root,) + segs, span=self._span(meta))
+
+    @v_args(meta=True)
+    def act_kind(self, meta, items):
+        return str(items[0])
+
+    @v_args(meta=True)
+    def activation(self, meta, items):
+        return A.Activation(items[0], items[1], span=self._span(meta))
+
+    # specs -----------------------------------------------------------------------------
+    @v_args(meta=True)
+    def axis_entry(self, meta, items):
+        return A.AxisEntry(items[0], span=self._span(meta))
+
+    @v_args(meta=True)
+    def axis_tuple(self, meta, items):
+        return A.AxisTuple(tuple(items), span=self._span(meta))
+
+    @v_args(meta=True)
+    def replicated(self, meta, items):
+        return A.Replicated(span=self._span(meta))
+
+    @v_args(meta=True)
+    def partial(self, meta, items):
+        return tuple(items)
+
+    @v_args(meta=True)
+    def spec(self, meta, items):
+        *entries, partial = items
+        return A.Spec(self._present(entries), partial or (), span=self._span(meta))
+
+    # statements -------------------------------------------------------------------------
+    @v_args(meta=True)
+    def use_alias(self, meta, items):
+        return items[0]
+
+    @v_args(meta=True)
+    def use_stmt(self, meta, items):
+        target, alias = items
+        if isinstance(target, Token):
+            target = A.Str(_unescape(str(target)), text=str(target), span=self._tspan(target))
+        return A.Use(target, alias, span=self._span(meta))
+
+    @v_args(meta=True)
+    def kwarg(self, meta, items):
+        return A.KwArg(items[0], items[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def call_args(self, meta, items):
+        return self._present(items)
+
+    @v_args(meta=True)
+    def model_decl(self, meta, items):
+        name, factory, args = items
+        fac = A.Str(_unescape(str(factory)), text=str(factory), span=self._tspan(factory))
+        return A.ModelDecl(name, fac, args, span=self._span(meta))
+
+    @v_args(meta=True)
+    def dim_decl(self, meta, items):
+        return A.DimDecl(items[0], self._intnode(items[1]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def input_decl(self, meta, items):
+        name, dtype, *dims = items
+        return A.InputDecl(name, dtype, self._present(dims), span=self._span(meta))
+
+    @v_args(meta=True)
+    def field_over(self, meta, items):
+        return items[0]
+
+    @v_args(meta=True)
+    def field(self, meta, items):
+        return A.Field(items[0], items[1], items[2], span=self._span(meta))
+
+    @v_args(meta=True)
+    def device_decl(self, meta, items):
+        return A.DeviceDecl(items[0], self._present(items[1:]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def link_decl(self, meta, items):
+        return A.LinkDecl(items[0], self._present(items[1:]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def mesh_count(self, meta, items):
+        return self._intnode(items[0])
+
+    @v_args(meta=True)
+    def axis_link(self, meta, items):
+        return items[0]
+
+    @v_args(meta=True)
+    def axis_decl(self, meta, items):
+        return A.AxisDecl(items[0], items[1], items[2], span=self._span(meta))
+
+    @v_args(meta=True)
+    def mesh_decl(self, meta, items):
+        name, count, device, *axes = items
+        return A.MeshDecl(name, count, device, self._present(axes), span=self._span(meta))
+
+    @v_args(meta=True)
+    def mesh_alias(self, meta, items):
+        return A.MeshAlias(items[0], items[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def per_device(self, meta, items):
+        return True
+
+    @v_args(meta=True)
+    def budget_decl(self, meta, items):
+        return A.BudgetDecl(items[0], bool(items[1]), span=self._span(meta))
+
+    @v_args(meta=True)
+    def optimizer_decl(self, meta, items):
+        name, args, *fields = items
+        has_block = bool(fields) and not (len(fields) == 1 and fields[0] is None)
+        fields_t = self._present(fields) if has_block else None
+        # `optimizer adamw {}`: an empty block is still a block
+        if not has_block and "{" in self.src.text[meta.start_pos:meta.end_pos]:
+            fields_t = ()
+        return A.OptimizerDecl(name, args, fields_t, span=self._span(meta))
+
+    @v_args(meta=True)
+    def data_decl(self, meta, items):
+        return A.DataDecl(items[0], items[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def shard_stmt(self, meta, items):
+        return A.ShardStmt(items[0], items[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def schedule_chunks(self, meta, items):
+        return items[0]
+
+    @v_args(meta=True)
+    def schedule(self, meta, items):
+        if isinstance(items[0], A.Hole):
+            return items[0]
+        tok, chunks = items
+        return A.Schedule(A.Name(str(tok), span=self._tspan(tok)), chunks, span=self._span(meta))
+
+    @v_args(meta=True)
+    def degree(self, meta, items):
+        return A.Degree(items[0], items[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def stage_with(self, meta, items):
+        return tuple(items)
+
+    @v_args(meta=True)
+    def stage_decl(self, meta, items):
+        *paths, degrees = items
+        return A.StageDecl(tuple(paths), degrees or (), span=self._span(meta))
+
+    @v_args(meta=True)
+    def stages(self, meta, items):
+        return self._present(items)
+
+    @v_args(meta=True)
+    def stages_hole(self, meta, items):
+        return items[0]
+
+    @v_args(meta=True)
+    def pipeline_decl(self, meta, items):
+        axis, schedule, micro, stages = items
+        return A.PipelineDecl(axis, schedule, micro, stages, span=self._span(meta))
+
+    @v_args(meta=True)
+    def checkpoint_every(self, meta, items):
+        return self._coerce_every(items[0])
+
+    @v_args(meta=True)
+    def checkpoint_stmt(self, meta, items):
+        *paths, every = items
+        return A.CheckpointStmt(tuple(paths), every, span=self._span(meta))
+
+    @v_args(meta=True)
+    def checkpoint_hole(self, meta, items):
+        return A.CheckpointStmt(items[0], None, span=self._span(meta))
+
+    @v_args(meta=True)
+    def param(self, meta, items):
+        return A.Param(items[0], items[1], span=self._span(meta))
+
+    @v_args(meta=True)
+    def block(self, meta, items):
+        return self._present(items)
+
+    @v_args(meta=True)
+    def template_decl(self, meta, items):
+        name, *rest = items
+        body = rest[-1]
+        params = self._present(rest[:-1])
+        return A.TemplateDecl(name, params, body, span=self._span(meta))
+
+    @v_args(meta=True)
+    def template_args(self, meta, items):
+        return self._present(items)
+
+    @v_args(meta=True)
+    def apply_stmt(self, meta, items):
+        return A.ApplyStmt(items[0], items[1], items[2], span=self._span(meta))
+
+    @v_args(meta=True)
+    def for_stmt(self, meta, items):
+        return A.ForStmt(items[0], items[1], items[2], span=self._span(meta))
+
+    @v_args(meta=True)
+    def start(self, meta, items):
+        return A.Module(self._present(items), span=self._span(meta))

@@ -1,0 +1,72 @@
+"""Source files and spans: where every AST node and diagnostic points."""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from functools import cached_property
+
+
+@dataclass(frozen=True, order=True)
+class Span:
+    """A half-open region of one file. Lines and columns are 1-based; `end_col` is exclusive."""
+
+    file: str
+    line: int
+    col: int
+    end_line: int
+    end_col: int
+    start: int = field(default=0, compare=False)  # character offsets, for editors and slicing
+    end: int = field(default=0, compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def cover(self, other: "Span") -> "Span":
+        """The smallest span holding both (same file)."""
+        a, b = (self, other) if (self.line, self.col) <= (other.line, other.col) else (other, self)
+        end = self if (self.end_line, self.end_col) >= (other.end_line, other.end_col) else other
+        return Span(a.file, a.line, a.col, end.end_line, end.end_col, a.start, end.end)
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """The text of one plan file with a line index."""
+
+    path: str
+    text: str
+
+    @cached_property
+    def _line_starts(self) -> list[int]:
+        starts = [0]
+        for i, ch in enumerate(self.text):
+            if ch == "\n":
+                starts.append(i + 1)
+        return starts
+
+    def line_text(self, line: int) -> str:
+        starts = self._line_starts
+        if line < 1 or line > len(starts):
+            return ""
+        begin = starts[line - 1]
+        end = starts[line] - 1 if line < len(starts) else len(self.text)
+        return self.text[begin:end].rstrip("\r")
+
+    @property
+    def line_count(self) -> int:
+        return len(self._line_starts)
+
+    def position(self, offset: int) -> tuple[int, int]:
+        """1-based (line, column) of a character offset."""
+        offset = max(0, min(offset, len(self.text)))
+        idx = bisect.bisect_right(self._line_starts, offset) - 1
+        return idx + 1, offset - self._line_starts[idx] + 1
+
+    def offset(self, line: int, col: int) -> int:
+        starts = self._line_starts
+        line = max(1, min(line, len(starts)))
+        return starts[line - 1] + col - 1
+
+    def span(self, start: int, end: int) -> Span:
+        line, col = self.position(start)
+        end_line, end_col = self.position(end)
+        return Span(self.path, line, col, end_line, end_col, start, end)
