@@ -1,0 +1,202 @@
+"""The `planlang` command line: thin commands, each calling one library function.
+
+Exit codes: 0 clean, 1 findings (errors; for `lint` also warnings; for `fmt --check` unformatted
+files), 2 usage errors and internal errors. `check`, `lint`, `fmt` and `explain` never import torch.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from planlang import __version__
+
+app = typer.Typer(
+    name="planlang",
+    help="A declarative language and toolchain for distributed-training plans.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+class OutputFormat(str, Enum):
+    human = "human"
+    concise = "concise"
+    json = "json"
+    sarif = "sarif"
+    github = "github"
+
+
+class UsageError(Exception):
+    pass
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"planlang {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
+    pass
+
+
+def plan_files(paths: List[Path]) -> list[str]:
+    """Expand arguments: files as given, folders to every *.plan below them (sorted)."""
+    out: list[str] = []
+    for p in paths:
+        if p.is_dir():
+            out += sorted(str(f) for f in p.rglob("*.plan"))
+        elif p.is_file():
+            out.append(str(p))
+        else:
+            raise UsageError(f"no such file or folder: {p}")
+    if not out:
+        raise UsageError("no .plan files given")
+    return out
+
+
+def _use_color(flag: Optional[bool]) -> bool:
+    if flag is not None:
+        return flag
+    if os.environ.get("NO_COLOR"):
+        return False
+    return sys.stdout.isatty()
+
+
+def _fail_usage(msg: str) -> None:
+    typer.echo(f"planlang: error: {msg}", err=True)
+    raise typer.Exit(2)
+
+
+def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fail_on_warnings: bool) -> int:
+    from planlang.lang.codes import CODES
+    from planlang.lang.render import render, summary_line
+    from planlang.plan.checker import check_file
+
+    try:
+        files = plan_files(paths)
+    except UsageError as err:
+        _fail_usage(str(err))
+    diags, sources = [], {}
+    for f in files:
+        try:
+            res = check_file(f)
+        except (OSError, UnicodeDecodeError) as err:
+            _fail_usage(f"cannot read {f}: {err}")
+        diags.extend(res.diagnostics)
+        sources.update(res.sources)
+    extra = {"rule_titles": {c: e.title for c, e in CODES.items()}} if fmt is OutputFormat.sarif else {}
+    out = render(diags, sources, fmt.value, color=_use_color(color) if fmt is OutputFormat.human else False, **extra)
+    if out:
+        sys.stdout.write(out)
+    if fmt is OutputFormat.human:
+        label = f"{len(files)} file{'s' if len(files) != 1 else ''}"
+        typer.echo(f"{label}: {summary_line(diags)}", err=True)
+    bad = {"error"} | ({"warning"} if fail_on_warnings else set())
+    return 1 if any(d.severity.value in bad for d in diags) else 0
+
+
+@app.command()
+def check(
+    paths: List[Path] = typer.Argument(..., help="Plan files or folders (every *.plan below)."),
+    format: OutputFormat = typer.Option(OutputFormat.human, "--format", "-f", help="Output format."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour (default: on a terminal)."),
+) -> None:
+    """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors."""
+    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=False))
+
+
+@app.command()
+def lint(
+    paths: List[Path] = typer.Argument(..., help="Plan files or folders."),
+    format: OutputFormat = typer.Option(OutputFormat.concise, "--format", "-f", help="Output format."),
+) -> None:
+    """Check plans for CI: concise output by default; exit 1 on errors or warnings."""
+    raise typer.Exit(_run_checks(paths, format, False, fail_on_warnings=True))
+
+
+@app.command()
+def fmt(
+    paths: List[Path] = typer.Argument(..., help="Plan files or folders."),
+    check_only: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if a file would change."),
+    diff: bool = typer.Option(False, "--diff", help="Write nothing; print a unified diff of the changes."),
+) -> None:
+    """Format plans in place (canonical layout, comments kept)."""
+    from planlang.lang.fmt import FormatError, format_text, unified_diff
+    from planlang.lang.render import render
+
+    try:
+        files = plan_files(paths)
+    except UsageError as err:
+        _fail_usage(str(err))
+    changed, broken = [], 0
+    for f in files:
+        text = Path(f).read_text(encoding="utf-8")
+        try:
+            new = format_text(text, f)
+        except FormatError as err:
+            from planlang.lang.source import SourceFile
+
+            sys.stderr.write(render(list(err.diagnostics), {f: SourceFile(f, text)}, "human"))
+            broken += 1
+            continue
+        if new == text:
+            continue
+        changed.append(f)
+        if diff:
+            sys.stdout.write(unified_diff(text, new, f))
+        elif check_only:
+            typer.echo(f"would reformat {f}")
+        else:
+            Path(f).write_text(new, encoding="utf-8")
+            typer.echo(f"reformatted {f}")
+    verb = "would be reformatted" if (check_only or diff) else "reformatted"
+    typer.echo(f"{len(changed)} file{'s' if len(changed) != 1 else ''} {verb}, "
+               f"{len(files) - len(changed) - broken} unchanged" + (f", {broken} with syntax errors" if broken else ""),
+               err=True)
+    if broken:
+        raise typer.Exit(1)
+    raise typer.Exit(1 if changed and (check_only or diff) else 0)
+
+
+@app.command()
+def explain(code: str = typer.Argument(..., help="A diagnostic code such as PL301.")) -> None:
+    """Explain a diagnostic code."""
+    from planlang.lang.codes import CODES, explain as explain_code
+
+    text = explain_code(code)
+    if text is None:
+        from planlang.lang.diagnostics import did_you_mean
+
+        guess = did_you_mean(code.upper(), CODES)
+        _fail_usage(f"unknown code {code}" + (f"; did you mean {guess}?" if guess else "; codes are PL101 ... PL505"))
+    typer.echo(text, nl=False)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as err:  # an internal error: a bug in planlang, never the user's input
+        import traceback
+
+        traceback.print_exc()
+        typer.echo(f"planlang: internal error: {err!r} — please report this with the plan that caused it", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""The registry of diagnostic codes: stable ids, default severity, a title and an explanation.
+
+Ranges: PL1xx syntax · PL2xx names, values and units · PL3xx mesh and sharding specs ·
+PL4xx pipeline and checkpointing · PL5xx memory and optimizer. Within each range, x20–x49 are reserved
+for the model-aware rules (module paths, tensor shapes, stage coverage, estimated memory), which are
+registered by `planlang.model` through `register_code`.
+
+`docs/diagnostics.md` is generated from this table (`python scripts/gen_diagnostics_doc.py`) and a test
+keeps the two in sync; `planlang explain CODE` prints an entry.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .diagnostics import Severity
+
+E, W, N = Severity.ERROR, Severity.WARNING, Severity.NOTE
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    name: str
+    severity: Severity
+    title: str
+    explanation: str
+
+    def __str__(self) -> str:
+        return f"{self.code} {self.name}"
+
+
+_ENTRIES: list[tuple[str, str, Severity, str, str]] = [
+    # ------------------------------------------------------------------ PL1xx syntax
+    ("PL101", "unexpected-token", E, "unexpected token",
+     "The parser met a word or symbol that cannot stand there. The message lists what would have been\n"
+     "accepted. Common causes: two block items on one line (separate them with a newline or `;`), `=`\n"
+     "where a spec needs `:` (`shard w : [_, tp]`), or a missing keyword (`mesh c of dev { ... }`)."),
+    ("PL102", "unexpected-character", E, "unexpected character",
+     "A character that is not part of the language (for example `@`, `$`, `'` or `-`). Strings use\n"
+     "double quotes; numbers are never negative. Put free text in a `#` comment."),
+    ("PL103", "unterminated-string", E, "unterminated string",
+     "A string opened with `\"` is not closed on the same line. Strings cannot span lines."),
+    ("PL104", "unexpected-eof", E, "unexpected end of file",
+     "The file ends inside a statement, usually because a `{`, `(` or `[` is never closed. The\n"
+     "diagnostic points at the opening bracket."),
+    # ------------------------------------------------------------------ PL2xx names and values
+    ("PL201", "unknown-axis", E, "unknown mesh axis",
+     "A spec, data spec, pipeline, optimizer or stage names an axis the mesh does not declare.\n"
+     "Example: `mesh m of dev { dp = 2 }` then `shard w : [tp]`. Declare the axis or fix the name;\n"
+     "the diagnostic suggests the closest declared axis."),
+    ("PL202", "unknown-name", E, "unknown device, link or mesh",
+     "A reference such as `hardware.a100_80g` or `hardware.nvlink3` names nothing visible: check the\n"
+     "spelling and that the module is brought in with `use`."),
+    ("PL203", "unknown-module", E, "module not found",
+     "`use a.b` looks for `a/b.plan` in the standard library (stdlib/) and then next to the plan;\n"
+     "`use \"file.plan\"` is relative to the plan's folder. Neither place has the file."),
+    ("PL204", "use-cycle", E, "cyclic use",
+     "Two or more files `use` each other. Modules are declarations only; move the shared declarations\n"
+     "into a third module that both use."),
+    ("PL205", "unknown-template", E, "unknown template",
+     "`apply T(...)` names a template that is not declared in the file or in a used module."),
+    ("PL206", "template-arity", E, "wrong number of template arguments",
+     "A template was applied with more or fewer arguments than it declares parameters."),
+    ("PL207", "template-argument-kind", E, "template argument of the wrong kind",
+     "Each template parameter has a kind: `axis` takes an axis name (or `?`), `int` takes a whole\n"
+     "number (or `?`). Example: `template mlp(tp: axis)` applied as `apply mlp(2) to h[0].mlp`."),
+    ("PL208", "unknown-parameter-kind", E, "unknown template parameter kind",
+     "Template parameters are declared `name: axis` or `name: int`."),
+    ("PL209", "duplicate-declaration", E, "declared twice",
+     "A name is declared twice in the same scope: an axis in a mesh, a device, link, mesh or template\n"
+     "in a file, an input, a dim of an input, a field of a block, a `use` alias, or a template\n"
+     "parameter. Remove or rename one of them."),
+    ("PL210", "duplicate-statement", E, "statement may appear once",
+     "A plan has at most one `model`, `mesh`, `budget`, `optimizer` and `pipeline`. The second one\n"
+     "is reported; the first one is used."),
+    ("PL211", "unknown-input", E, "unknown input",
+     "`data NAME : [...]` names an input that no `input` statement declares."),
+    ("PL212", "unknown-field", E, "unknown field",
+     "A device block takes `memory` and `flops.<dtype>`; a link block takes `bandwidth` and `latency`;\n"
+     "an optimizer block takes `zero`. Other fields are typos or unsupported."),
+    ("PL213", "missing-field", E, "required field missing",
+     "A device needs `memory`; a link needs `bandwidth` (its `latency` defaults to 0 with a note)."),
+    ("PL214", "unknown-dtype", E, "unknown dtype",
+     "Dtypes are written f64, f32, f16, bf16, fp8, i64, i32, i16, i8, u8 and bool (the long\n"
+     "forms float32, bfloat16, int64, ... are accepted too)."),
+    ("PL215", "unknown-schedule", E, "unknown pipeline schedule",
+     "Pipeline schedules are `gpipe`, `1f1b` and `interleaved chunks N` (or `?`)."),
+    ("PL216", "unknown-optimizer", E, "unknown optimizer",
+     "Known optimizers: sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor, lion. The optimizer\n"
+     "decides how many state bytes each parameter carries."),
+    ("PL217", "not-a-declaration", E, "statement has no effect in a used module",
+     "A module brought in with `use` may only declare devices, links, meshes and templates (and use\n"
+     "other modules). Statements that configure a plan (model, shard, pipeline, ...) belong in the\n"
+     "plan itself."),
+    ("PL218", "unused-use", W, "unused use",
+     "A module is brought in with `use` but nothing from it is referenced. Remove the line."),
+    ("PL219", "template-recursion", E, "template applies itself",
+     "Template expansion does not terminate: a template applies itself, directly or through others."),
+    ("PL220", "loop-variable", E, "loop variable used with selectors",
+     "Inside `for b in h[*] { ... }`, `b` stands for one selected module; write `b.attn`, not `b[0]`."),
+    ("PL221", "invalid-value", E, "value of the wrong kind",
+     "A field or argument got a value of the wrong kind, for example a string for `memory` or a\n"
+     "quantity where a plain number is expected."),
+    ("PL250", "unknown-unit", E, "unknown unit",
+     "Units: memory B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; bandwidth GB/s, GiB/s, Gb/s, Gbps;\n"
+     "time ns, us, ms, s; throughput GFLOPS, TFLOPS, PFLOPS. Units are case-sensitive (GiB, not gib)."),
+    ("PL251", "wrong-unit-kind", E, "unit of the wrong kind",
+     "The unit measures something else than the field: `budget 40 GB/s` is a bandwidth, not memory;\n"
+     "`latency = 5 GB` is memory, not time."),
+    ("PL252", "missing-unit", E, "missing unit",
+     "Memory, bandwidth, time and throughput need a unit: `budget 40 GiB`, `bandwidth = 300 GB/s`."),
+    ("PL253", "decimal-memory-unit", N, "decimal memory unit",
+     "GB means 10^9 bytes and GiB 2^30 bytes (7% more). Accelerator memory is sold in GiB: an\n"
+     "\"80 GB\" A100 has 80 GiB. This note reminds you which one you wrote; suppress it if you meant it."),
+    # ------------------------------------------------------------------ PL3xx mesh and specs
+    ("PL301", "mesh-size-mismatch", E, "mesh axes do not multiply to the device count",
+     "With `mesh m of N x device { ... }`, the axis sizes must multiply to N. The message shows the\n"
+     "product. Change a size, or write `?` and let `planlang solve` choose."),
+    ("PL302", "axis-size-invalid", E, "axis size must be at least 1", "A mesh axis of size 0 holds no devices."),
+    ("PL303", "axis-repeated", E, "axis used twice in one spec",
+     "A spec may name each mesh axis once: `[tp, tp]` would split two dims over the same devices.\n"
+     "Use a tuple to split one dim over several axes: `[(dp, tp), _]`."),
+    ("PL304", "mesh-holes-need-count", E, "mesh with holes needs a device count",
+     "`pp = ?` can only be solved when the number of devices is known: write\n"
+     "`mesh m of 8 x device { ... }`."),
+    ("PL305", "batch-not-divisible", E, "input dim not divisible by its axes and microbatches",
+     "A data-parallel input dim is split over its axes, and the batch dim further into microbatches\n"
+     "when there is a pipeline. The dim must divide evenly: the message shows the arithmetic, e.g.\n"
+     "`batch 30 is not divisible by dp(4) * microbatches(2) = 8`."),
+    ("PL306", "spec-rank", E, "spec has the wrong number of entries",
+     "A data spec needs one entry per dim of the input (`_` for a dim that is not split)."),
+    ("PL307", "partial-not-allowed", E, "partial placement on a parameter or input",
+     "`partial(axis)` says a value is an unreduced sum over an axis; only activations (`output of`,\n"
+     "`input of`) can be partial. Parameters and inputs are sharded or replicated."),
+    ("PL308", "pipeline-axis-in-spec", E, "pipeline axis used in a spec",
+     "The pipeline axis separates stages; a tensor cannot also be split over it. Use another axis."),
+    ("PL309", "axis-without-link", W, "axis has no link",
+     "Without `over LINK` the cost model cannot price collectives on this axis. Name a link from\n"
+     "stdlib/hardware.plan or one measured by `planlang probe`."),
+    ("PL310", "conflicting-shard", E, "same target sharded twice",
+     "Two shard statements name the same target with different specs. Keep one."),
+    ("PL311", "no-mesh", E, "no mesh declared",
+     "The plan shards, splits data or pipelines over axes but declares no mesh."),
+    ("PL312", "mesh-count-indivisible", E, "device count not divisible by the fixed axis sizes",
+     "With holes in the mesh, the fixed sizes must divide the device count so the holes can be filled."),
+    # ------------------------------------------------------------------ PL4xx pipeline and checkpoint
+    ("PL401", "stage-count", E, "number of stages does not match the pipeline axis",
+     "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved schedule)."),
+    ("PL402", "interleaved-microbatches", E, "interleaved schedule needs microbatches divisible by stages",
+     "The interleaved 1F1B schedule runs microbatches in rounds of one per stage: microbatches must\n"
+     "be a multiple of the pipeline size."),
+    ("PL403", "few-microbatches", W, "fewer microbatches than stages",
+     "With m < p microbatches some stages always idle (bubble ratio (p - 1) / (m + p - 1) at best).\n"
+     "Use at least as many microbatches as stages."),
+    ("PL404", "chunks", E, "chunks only apply to the interleaved schedule",
+     "`chunks N` (N >= 2) is the number of model chunks per device of `interleaved`; `gpipe` and\n"
+     "`1f1b` hold one chunk per device."),
+    ("PL405", "checkpoint-crosses-stage", E, "checkpoint group crosses a stage boundary",
+     "A checkpoint group is recomputed inside one stage; it cannot span two stages."),
+    ("PL406", "stages-overlap", E, "a module is in two stages", "Each module belongs to exactly one stage."),
+    ("PL407", "stages-out-of-order", E, "stages out of execution order",
+     "Stages run in order: a later stage must hold later modules."),
+    ("PL408", "empty-selection", E, "empty or reversed index range",
+     "`h[a:b]` needs a < b; `h[6:6]` selects nothing."),
+    ("PL409", "every-invalid", E, "`every` must be at least 1", "`checkpoint h[*] every N` groups N modules."),
+    ("PL410", "stage-degrees", E, "per-stage degrees are inconsistent",
+     "`stage ... with tp = 4` sets the sub-mesh of one stage: it may name only non-pipeline axes, and\n"
+     "the stages' device counts must add up to the mesh's device count."),
+    ("PL411", "microbatches-invalid", E, "microbatches must be at least 1", ""),
+    ("PL413", "checkpoint-overlap", E, "a module is in two checkpoint groups",
+     "Checkpoint groups must be disjoint."),
+    # ------------------------------------------------------------------ PL5xx memory and optimizer
+    ("PL501", "budget-exceeds-device", E, "budget exceeds the device's memory",
+     "The per-device budget is larger than the memory of the mesh's device."),
+    ("PL502", "zero-stage", E, "ZeRO stage must be 0, 1, 2 or 3",
+     "1 shards optimizer state, 2 also gradients, 3 also parameters."),
+    ("PL503", "zero-axis-missing", E, "ZeRO needs an axis",
+     "Write `zero = 1 over dp`: the axis whose ranks share the optimizer state."),
+    ("PL504", "zero-axis-not-data", W, "ZeRO over an axis that does not split the data",
+     "ZeRO shards state across data-parallel replicas; over an axis that does not split any input\n"
+     "the replicas hold different gradients."),
+    ("PL505", "no-budget", N, "no memory budget",
+     "Without `budget N GiB per device` the memory checks use the device's full memory."),
+]
+
+CODES: dict[str, Code] = {c: Code(c, n, s, t, x) for c, n, s, t, x in _ENTRIES}
+
+
+def register_code(code: str, name: str, severity: Severity, title: str, explanation: str) -> Code:
+    """Add a code (used by model-aware rules). Re-registering the same code is an error."""
+    if code in CODES:
+        raise ValueError(f"diagnostic code {code} is already registered")
+    CODES[code] = Code(code, name, severity, title, explanation)
+    return CODES[code]
+
+
+def lookup(code: str) -> Code | None:
+    return CODES.get(code.upper())
+
+
+def explain(code: str) -> str | None:
+    c = lookup(code)
+    if c is None:
+        return None
+    text = f"{c.code} ({c.name}, {c.severity.value}): {c.title}\n"
+    if c.explanation:
+        text += "\n" + c.explanation + "\n"
+    return text

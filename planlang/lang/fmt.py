@@ -1,0 +1,507 @@
+"""The canonical formatter: one layout for every plan, comments included (``planlang fmt``).
+
+The output is a pure function of the syntax tree, the comments and which statements were separated by
+blank lines, so formatting is idempotent and never changes meaning: ``parse(format_text(x)).module ==
+parse(x).module`` (spans and literal text take no part in AST equality).
+
+Layout
+------
+* One statement or block item per line; ``;`` never appears in the output.
+* Blocks (``device``/``link`` fields, ``mesh`` axes, ``optimizer`` fields, ``pipeline`` stages,
+  ``template`` and ``for`` bodies) are always expanded, one item per line, indented 4 spaces::
+
+      link ib {
+          bandwidth = 25 GB/s
+          latency = 5 us
+      }
+
+  A block with no items (and no comments inside) prints as ``{}``; a stages hole prints as
+  ``pipeline over pp schedule 1f1b microbatches 8 { ? }`` on one line.
+* Tokens: a single space around ``=`` and around ``:`` (``shard h[0] : [_, tp]``,
+  ``input tokens : int64 [batch = 8]``, ``template t(m : module)``), except in slices (``h[0:6]``);
+  ``, `` between list items and no trailing comma; ``x`` spaced in ``mesh c of 8 x gpu``; specs as
+  ``[(dp, tp), _] partial(tp)``; paths with no spaces (``h[*].mlp``, ``[0].weight``, ``**.bias``,
+  ``output of h[0].attn``); units without spaces (``300 GB/s``). Numbers and strings keep their literal
+  text (``1_024``, ``3e-4``, ``"a\\"b"``).
+* Long lines: a ``model`` argument list or an ``input`` dim list whose one-line form would exceed
+  100 columns is wrapped, one argument per line, indented 4 spaces, with a trailing comma::
+
+      model gpt = "examples.gpt:build"(
+          n_layer = 48,
+          ...,
+      )
+
+  Nothing else is ever wrapped. The decision depends only on the tree, so it is idempotent.
+* Blank lines: runs of blank lines collapse to one; whether the user had a blank line between two
+  statements, block items or full-line comments is preserved, at every block level. There is never a
+  blank line at the start of the file, right after ``{`` or right before ``}``. The file ends with exactly
+  one newline (an empty plan formats to the empty string). No line has trailing whitespace.
+* Alignment (gofmt style): within a run of consecutive ``shard`` statements at the same block level
+  (a blank line or any other statement ends the run; full-line comments do not), the target is padded
+  so that the `` : `` separators line up. Trailing comments on consecutive lines of the same block are
+  aligned to one column, two spaces after the longest line of the run; a line without a trailing
+  comment, a blank line or a nested block ends the run.
+
+Comments
+--------
+Every comment survives, in source order, with its text as written (trailing whitespace stripped):
+
+* a comment on the line where a statement or block item ends (after it) stays on that line as a
+  trailing comment (two spaces, or more when aligned);
+* a comment after a block's ``{`` on the block's first line stays on the ``... {`` line;
+* a full-line comment is printed, on its own line, before the next statement or block item at its level
+  (its leading comments), or before the closing ``}`` (or at the end of the file) when nothing follows;
+* a comment in the middle of a construct (inside wrapped arguments, a list, a template's parameters,
+  brackets of a path, ...) becomes a leading comment of that statement or block item.
+
+The formatter works from the tree alone: comment placement and blank lines are recovered from spans
+(line numbers), so :func:`format_module` needs no source text.
+"""
+from __future__ import annotations
+
+import difflib
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from . import ast as A
+from .diagnostics import Diagnostic
+from .parser import parse
+
+__all__ = ["FormatError", "format_module", "format_text", "format_check", "unified_diff", "MAX_WIDTH"]
+
+INDENT = "    "
+MAX_WIDTH = 100
+COMMENT_GAP = 2
+
+
+class FormatError(Exception):
+    """Raised by :func:`format_text` when the text does not parse; carries the syntax diagnostics."""
+
+    def __init__(self, diagnostics: Iterable[Diagnostic]):
+        self.diagnostics: tuple[Diagnostic, ...] = tuple(diagnostics)
+        first = str(self.diagnostics[0]) if self.diagnostics else "syntax error"
+        more = len(self.diagnostics) - 1
+        super().__init__(first + (f" (and {more} more)" if more > 0 else ""))
+
+
+# --------------------------------------------------------------------------------------------- public API
+def format_module(module: A.Module) -> str:
+    """Canonical text for a parsed module, comments included."""
+    return _Formatter(module).run()
+
+
+def format_text(text: str, path: str = "<plan>") -> str:
+    """Parse `text` and format it. Raises :class:`FormatError` if it has syntax errors."""
+    result = parse(text, path)
+    if result.diagnostics:
+        raise FormatError(result.diagnostics)
+    return format_module(result.module)
+
+
+def format_check(text: str, path: str = "<plan>") -> tuple[bool, str]:
+    """(is `text` already canonical?, the canonical text). Raises :class:`FormatError` like `format_text`."""
+    formatted = format_text(text, path)
+    return formatted == text, formatted
+
+
+def unified_diff(old: str, new: str, path: str = "<plan>") -> str:
+    """A unified diff from `old` to `new` (empty when equal), every line newline-terminated."""
+    out: list[str] = []
+    for line in difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"{path} (original)",
+        tofile=f"{path} (formatted)",
+    ):
+        if line.endswith("\n"):
+            out.append(line)
+        else:  # the last line of a file without a final newline
+            out.append(line + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+# --------------------------------------------------------------------------------------------- printing
+def value_text(v: A.Value) -> str:
+    if isinstance(v, A.Quantity):
+        return f"{value_text(v.number)} {v.unit.text}"
+    if isinstance(v, (A.Int, A.Float, A.Str)):
+        return str(v)
+    if isinstance(v, A.Ref):
+        return dotted_text(v.name)
+    if isinstance(v, A.Hole):
+        return "?"
+    if isinstance(v, A.ListValue):
+        return "[" + ", ".join(value_text(i) for i in v.items) + "]"
+    raise TypeError(f"not a value: {v!r}")
+
+
+def dotted_text(d: A.Dotted) -> str:
+    return ".".join(p.text for p in d.parts)
+
+
+def _selector_text(s: A.Selector) -> str:
+    if isinstance(s, A.Index):
+        return f"[{s.index}]"
+    if isinstance(s, A.Star):
+        return "[*]"
+    a = "" if s.start is None else str(s.start)
+    b = "" if s.stop is None else str(s.stop)
+    return f"[{a}:{b}]"
+
+
+def path_text(p: A.Path) -> str:
+    return ".".join(seg.name + "".join(_selector_text(s) for s in seg.selectors) for seg in p.segments)
+
+
+def target_text(t) -> str:
+    if isinstance(t, A.Activation):
+        return f"{t.kind} of {path_text(t.path)}"
+    return path_text(t)
+
+
+def _entry_text(e: A.SpecEntry) -> str:
+    if isinstance(e, A.Replicated):
+        return "_"
+    if isinstance(e, A.AxisEntry):
+        return e.axis.text
+    if isinstance(e, A.AxisTuple):
+        return "(" + ", ".join(a.text for a in e.axes) + ")"
+    return "?"
+
+
+def spec_text(s) -> str:
+    if isinstance(s, A.Hole):
+        return "?"
+    out = "[" + ", ".join(_entry_text(e) for e in s.entries) + "]"
+    if s.partial:
+        out += " partial(" + ", ".join(p.text for p in s.partial) + ")"
+    return out
+
+
+def _hole_or(x) -> str:
+    if x is None:
+        return ""
+    if isinstance(x, A.Hole):
+        return "?"
+    if isinstance(x, A.Name):
+        return x.text
+    if isinstance(x, A.Dotted):
+        return dotted_text(x)
+    return str(x)  # Int
+
+
+def _kwargs(args: Sequence[A.KwArg]) -> list[str]:
+    return [f"{a.name.text} = {value_text(a.value)}" for a in args]
+
+
+def _field_text(f: A.Field) -> str:
+    s = f"{dotted_text(f.key)} = {value_text(f.value)}"
+    if f.over is not None:
+        s += f" over {_hole_or(f.over)}"
+    return s
+
+
+def _axis_text(a: A.AxisDecl) -> str:
+    s = f"{a.name.text} = {_hole_or(a.size)}"
+    if a.link is not None:
+        s += f" over {dotted_text(a.link)}"
+    return s
+
+
+def _schedule_text(s) -> str:
+    if isinstance(s, A.Hole):
+        return "?"
+    out = s.name.text
+    if s.chunks is not None:
+        out += f" chunks {_hole_or(s.chunks)}"
+    return out
+
+
+def _stage_text(s: A.StageDecl) -> str:
+    out = "stage " + ", ".join(path_text(p) for p in s.paths)
+    if s.degrees:
+        out += " with " + ", ".join(f"{d.axis.text} = {_hole_or(d.size)}" for d in s.degrees)
+    return out
+
+
+def _header_text(node) -> str:
+    """The part of a block statement before its `{`."""
+    if isinstance(node, A.DeviceDecl):
+        return f"device {node.name.text}"
+    if isinstance(node, A.LinkDecl):
+        return f"link {node.name.text}"
+    if isinstance(node, A.MeshDecl):
+        count = "" if node.count is None else f"{node.count} x "
+        return f"mesh {node.name.text} of {count}{dotted_text(node.device)}"
+    if isinstance(node, A.OptimizerDecl):
+        s = f"optimizer {node.name.text}"
+        if node.args is not None:
+            s += "(" + ", ".join(_kwargs(node.args)) + ")"
+        return s
+    if isinstance(node, A.PipelineDecl):
+        return (
+            f"pipeline over {_hole_or(node.axis)} schedule {_schedule_text(node.schedule)}"
+            f" microbatches {_hole_or(node.microbatches)}"
+        )
+    if isinstance(node, A.TemplateDecl):
+        params = ", ".join(f"{p.name.text} : {p.kind.text}" for p in node.params)
+        return f"template {node.name.text}({params})"
+    if isinstance(node, A.ForStmt):
+        return f"for {node.var.text} in {path_text(node.selection)}"
+    raise TypeError(f"not a block statement: {node!r}")
+
+
+def _wrappable(node) -> tuple[str, list[str], str] | None:
+    """(opener, items, closer) for statements that may wrap one item per line."""
+    if isinstance(node, A.ModelDecl) and node.args:
+        return f"model {node.name.text} = {node.factory}(", _kwargs(node.args), ")"
+    if isinstance(node, A.InputDecl) and node.dims:
+        dims = [f"{d.name.text} = {d.size}" for d in node.dims]
+        return f"input {node.name.text} : {node.dtype.text} [", dims, "]"
+    return None
+
+
+def line_text(node, shard_width: int = 0) -> str:
+    """The one-line form of a statement or block item (block statements: their empty-block form)."""
+    if isinstance(node, A.Use):
+        tgt = str(node.target) if isinstance(node.target, A.Str) else dotted_text(node.target)
+        return f"use {tgt}" + ("" if node.alias is None else f" as {node.alias.text}")
+    if isinstance(node, A.ModelDecl):
+        s = f"model {node.name.text} = {node.factory}"
+        if node.args is not None:
+            s += "(" + ", ".join(_kwargs(node.args)) + ")"
+        return s
+    if isinstance(node, A.InputDecl):
+        dims = ", ".join(f"{d.name.text} = {d.size}" for d in node.dims)
+        return f"input {node.name.text} : {node.dtype.text} [{dims}]"
+    if isinstance(node, A.MeshAlias):
+        return f"mesh {node.name.text} = {dotted_text(node.target)}"
+    if isinstance(node, A.BudgetDecl):
+        return f"budget {value_text(node.amount)}" + (" per device" if node.per_device else "")
+    if isinstance(node, A.OptimizerDecl) and node.fields is None:
+        return _header_text(node)
+    if isinstance(node, A.DataDecl):
+        return f"data {node.input.text} : {spec_text(node.spec)}"
+    if isinstance(node, A.ShardStmt):
+        head = f"shard {target_text(node.target)}"
+        return f"{head.ljust(shard_width)} : {spec_text(node.spec)}"
+    if isinstance(node, A.PipelineDecl) and isinstance(node.stages, A.Hole):
+        return _header_text(node) + " { ? }"
+    if isinstance(node, A.CheckpointStmt):
+        if isinstance(node.paths, A.Hole):
+            s = "checkpoint ?"
+        else:
+            s = "checkpoint " + ", ".join(path_text(p) for p in node.paths)
+        if node.every is not None:
+            s += f" every {_hole_or(node.every)}"
+        return s
+    if isinstance(node, A.ApplyStmt):
+        s = f"apply {dotted_text(node.template)}"
+        if node.args is not None:
+            s += "(" + ", ".join(value_text(v) for v in node.args) + ")"
+        return s + f" to {path_text(node.target)}"
+    if isinstance(node, A.Field):
+        return _field_text(node)
+    if isinstance(node, A.AxisDecl):
+        return _axis_text(node)
+    if isinstance(node, A.StageDecl):
+        return _stage_text(node)
+    if _block_of(node) is not None:
+        return _header_text(node) + " {}"
+    raise TypeError(f"cannot format {type(node).__name__}")
+
+
+def _block_of(node):
+    """(items, span of the last header node) for a statement with a `{ }` block of items, else None."""
+    if isinstance(node, (A.DeviceDecl, A.LinkDecl)):
+        return node.fields, node.name.span
+    if isinstance(node, A.MeshDecl):
+        return node.axes, node.device.span
+    if isinstance(node, A.OptimizerDecl) and node.fields is not None:
+        return node.fields, (node.args[-1].span if node.args else node.name.span)
+    if isinstance(node, A.PipelineDecl) and not isinstance(node.stages, A.Hole):
+        return node.stages, node.microbatches.span
+    if isinstance(node, A.TemplateDecl):
+        return node.body, (node.params[-1].span if node.params else node.name.span)
+    if isinstance(node, A.ForStmt):
+        return node.body, node.selection.span
+    return None
+
+
+# --------------------------------------------------------------------------------------------- comments
+class _Placement:
+    """Where each comment goes, found from spans: leading / interior / trailing / header / dangling."""
+
+    def __init__(self, module: A.Module):
+        self.leading: dict[int, list[A.Comment]] = defaultdict(list)
+        self.interior: dict[int, list[A.Comment]] = defaultdict(list)
+        self.trailing: dict[int, A.Comment] = {}
+        self.header: dict[int, A.Comment] = {}
+        self.dangling: dict[int, list[A.Comment]] = defaultdict(list)
+        for c in sorted(module.comments, key=lambda c: (c.span.start, c.span.line, c.span.col)):
+            self._place(c, module)
+
+    def _place(self, c: A.Comment, module: A.Module) -> None:
+        pos, line = c.span.start, c.span.line
+        cont, items, head_line = module, module.statements, None
+        descended = True
+        while descended:  # find the innermost block holding the comment
+            descended = False
+            for it in items:
+                blk = _block_of(it)
+                if blk is not None and blk[1].end <= pos < it.span.end:
+                    cont, items, head_line = it, blk[0], blk[1].end_line
+                    descended = True
+                    break
+        for it in items:
+            if it.span.start <= pos < it.span.end:
+                self.interior[id(it)].append(c)
+                return
+        before = [it for it in items if it.span.end <= pos and it.span.end_line == line]
+        if before and id(before[-1]) not in self.trailing:
+            self.trailing[id(before[-1])] = c
+            return
+        if head_line is not None and line == head_line and id(cont) not in self.header and not before:
+            self.header[id(cont)] = c
+            return
+        for it in items:
+            if it.span.start > pos:
+                self.leading[id(it)].append(c)
+                return
+        self.dangling[id(cont)].append(c)
+
+
+# --------------------------------------------------------------------------------------------- layout
+@dataclass
+class _Line:
+    level: int
+    code: str  # "" for a blank line
+    group: int  # lines of one block share a group (trailing-comment alignment)
+    comment: str | None = None
+
+
+_BLANK = ("blank", None)
+
+
+class _Formatter:
+    def __init__(self, module: A.Module):
+        self.module = module
+        self.where = _Placement(module)
+        self.lines: list[_Line] = []
+        self._groups = 0
+
+    def run(self) -> str:
+        self._items(self.module, self.module.statements, 0)
+        return self._render()
+
+    # ------------------------------------------------------------------ output
+    def _new_group(self) -> int:
+        self._groups += 1
+        return self._groups
+
+    def _emit(self, level: int, code: str, group: int, comment: A.Comment | None = None) -> None:
+        self.lines.append(_Line(level, code, group, None if comment is None else _ctext(comment)))
+
+    def _render(self) -> str:
+        lines = self.lines
+        texts = [(INDENT * ln.level + ln.code) if ln.code else "" for ln in lines]
+        out: list[str] = []
+        i = 0
+        while i < len(lines):
+            if lines[i].comment is None:
+                out.append(texts[i].rstrip())
+                i += 1
+                continue
+            j = i
+            while j < len(lines) and lines[j].comment is not None and lines[j].group == lines[i].group:
+                j += 1
+            col = max(len(texts[k]) for k in range(i, j)) + COMMENT_GAP
+            for k in range(i, j):
+                out.append(texts[k].ljust(col) + lines[k].comment)
+            i = j
+        return "".join(line + "\n" for line in out)
+
+    # ------------------------------------------------------------------ blocks
+    def _items(self, cont, items: Sequence, level: int) -> None:
+        """Emit the items of one block (or the module) with their comments and blank lines."""
+        where = self.where
+        group = self._new_group()
+        entries: list[tuple[str, object]] = []
+        prev = 0
+        first = True
+
+        def gap(line: int) -> None:
+            nonlocal prev, first
+            if not first and line - prev > 1:
+                entries.append(_BLANK)
+
+        for it in items:
+            for c in where.leading.get(id(it), ()):
+                gap(c.span.line)
+                entries.append(("comment", c))
+                prev, first = c.span.line, False
+            gap(it.span.line)
+            for c in where.interior.get(id(it), ()):
+                entries.append(("comment", c))
+            entries.append(("item", it))
+            prev, first = it.span.end_line, False
+        for c in where.dangling.get(id(cont), ()):
+            gap(c.span.line)
+            entries.append(("comment", c))
+            prev, first = c.span.line, False
+
+        # gofmt-style alignment of `shard ... : spec` runs
+        widths: dict[int, int] = {}
+        run: list[A.ShardStmt] = []
+
+        def flush() -> None:
+            w = max((len("shard " + target_text(s.target)) for s in run), default=0)
+            for s in run:
+                widths[id(s)] = w
+            run.clear()
+
+        for kind, x in entries:
+            if kind == "blank" or (kind == "item" and not isinstance(x, A.ShardStmt)):
+                flush()
+            elif kind == "item":
+                run.append(x)
+        flush()
+
+        for kind, x in entries:
+            if kind == "blank":
+                self.lines.append(_Line(0, "", group))
+            elif kind == "comment":
+                self._emit(level, _ctext(x), group)
+            else:
+                self._item(x, level, group, widths.get(id(x), 0))
+
+    def _item(self, node, level: int, group: int, shard_width: int) -> None:
+        where = self.where
+        trailing = where.trailing.get(id(node))
+        blk = _block_of(node)
+        if blk is not None:
+            items = blk[0]
+            header = where.header.get(id(node))
+            if not items and header is None and not where.dangling.get(id(node)):
+                self._emit(level, _header_text(node) + " {}", group, trailing)
+                return
+            self._emit(level, _header_text(node) + " {", group, header)
+            self._items(node, items, level + 1)
+            self._emit(level, "}", group, trailing)
+            return
+        one = line_text(node, shard_width)
+        wrap = _wrappable(node)
+        if wrap is not None and len(INDENT * level + one) > MAX_WIDTH:
+            opener, parts, closer = wrap
+            self._emit(level, opener, group)
+            inner = self._new_group()
+            for p in parts:
+                self._emit(level + 1, p + ",", inner)
+            self._emit(level, closer, group, trailing)
+            return
+        self._emit(level, one, group, trailing)
+
+
+def _ctext(c: A.Comment) -> str:
+    return c.text.rstrip()

@@ -1,0 +1,24 @@
+"""One line per diagnostic: ``file:line:col: severity[CODE] message``."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ._common import severity_name, sorted_diagnostics
+
+_COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "note": "\x1b[1;36m"}
+_RESET = "\x1b[0m"
+
+
+def format_one(diag: Any, color: bool = False) -> str:
+    s = diag.span
+    sev = severity_name(diag)
+    tag = f"{sev}[{diag.code}]"
+    if color:
+        tag = f"{_COLORS.get(sev, '')}{tag}{_RESET}"
+    return f"{s.file}:{s.line}:{s.col}: {tag} {diag.message}"
+
+
+def render(diagnostics: list[Any], sources: Mapping[str, Any], color: bool = False) -> str:
+    lines = [format_one(d, color) for d in sorted_diagnostics(diagnostics)]
+    return "".join(line + "\n" for line in lines)

@@ -1,0 +1,151 @@
+"""SARIF 2.1.0, for code-scanning dashboards (GitHub code scanning, IDE SARIF viewers).
+
+One run; one rule per distinct code; results point at `%SRCROOT%`-relative URIs. Columns are
+counted in Unicode code points (``columnKind``), as planlang spans are; ``endColumn`` is exclusive,
+as in SARIF.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from ._common import severity_name, sorted_diagnostics, to_posix
+
+SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
+SARIF_VERSION = "2.1.0"
+INFORMATION_URI = "https://planlang.dev"
+HELP_URI = "https://planlang.dev/docs/diagnostics#{code}"
+SRCROOT = "%SRCROOT%"
+
+_LEVELS = {"error": "error", "warning": "warning", "note": "note"}
+_RANK = {"error": 0, "warning": 1, "note": 2}
+
+
+def _version() -> str:
+    try:
+        from planlang import __version__
+    except ImportError:  # pragma: no cover
+        return "0.0.0"
+    return __version__
+
+
+def artifact_location(path: str) -> dict[str, str]:
+    """A relative URI under %SRCROOT% when the path is relative (or inside the working directory)."""
+    p = path
+    if os.path.isabs(p):
+        try:
+            rel = os.path.relpath(p)
+        except ValueError:  # another drive on Windows
+            rel = None
+        if rel is None or rel.startswith(".."):
+            posix = to_posix(p)
+            if not posix.startswith("/"):
+                posix = "/" + posix
+            return {"uri": "file://" + quote(posix, safe="/:")}
+        p = rel
+    posix = to_posix(p)
+    while posix.startswith("./"):
+        posix = posix[2:]
+    return {"uri": quote(posix, safe="/"), "uriBaseId": SRCROOT}
+
+
+def _region(span: Any) -> dict[str, int]:
+    return {
+        "startLine": span.line,
+        "startColumn": span.col,
+        "endLine": span.end_line,
+        "endColumn": span.end_col,
+    }
+
+
+def _physical(span: Any) -> dict[str, Any]:
+    return {"artifactLocation": artifact_location(span.file), "region": _region(span)}
+
+
+def fingerprint(diag: Any) -> str:
+    """Stable across runs and line moves: a hash of code, file and message."""
+    key = "\x00".join((diag.code, to_posix(diag.span.file), diag.message))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()[:32]
+
+
+def _message_text(diag: Any) -> str:
+    text = diag.message
+    if diag.help:
+        text += "\nhelp: " + diag.help
+    for note in diag.notes:
+        text += "\nnote: " + note
+    return text
+
+
+def to_sarif(diagnostics: list[Any], rule_titles: Mapping[str, str] | None = None) -> dict[str, Any]:
+    diags = sorted_diagnostics(diagnostics)
+    titles = rule_titles or {}
+
+    levels: dict[str, str] = {}
+    for d in diags:
+        level = _LEVELS.get(severity_name(d), "warning")
+        if d.code not in levels or _RANK[level] < _RANK[levels[d.code]]:
+            levels[d.code] = level
+    codes = sorted(levels)
+    rule_index = {code: i for i, code in enumerate(codes)}
+    rules = [
+        {
+            "id": code,
+            "shortDescription": {"text": titles.get(code) or code},
+            "helpUri": HELP_URI.format(code=code.lower()),
+            "defaultConfiguration": {"level": levels[code]},
+        }
+        for code in codes
+    ]
+
+    results = []
+    for d in diags:
+        result: dict[str, Any] = {
+            "ruleId": d.code,
+            "ruleIndex": rule_index[d.code],
+            "level": _LEVELS.get(severity_name(d), "warning"),
+            "message": {"text": _message_text(d)},
+            "locations": [{"physicalLocation": _physical(d.span)}],
+        }
+        if d.labels:
+            related = []
+            for i, lb in enumerate(d.labels):
+                loc: dict[str, Any] = {"id": i, "physicalLocation": _physical(lb.span)}
+                if lb.message:
+                    loc["message"] = {"text": lb.message}
+                related.append(loc)
+            result["relatedLocations"] = related
+        result["partialFingerprints"] = {"planlang/v1": fingerprint(d)}
+        results.append(result)
+
+    return {
+        "$schema": SCHEMA_URI,
+        "version": SARIF_VERSION,
+        "runs": [
+            {
+                "tool": {
+                    "driver": {
+                        "name": "planlang",
+                        "informationUri": INFORMATION_URI,
+                        "version": _version(),
+                        "rules": rules,
+                    }
+                },
+                "columnKind": "unicodeCodePoints",
+                "results": results,
+            }
+        ],
+    }
+
+
+def render(
+    diagnostics: list[Any],
+    sources: Mapping[str, Any],
+    color: bool = False,
+    rule_titles: Mapping[str, str] | None = None,
+) -> str:
+    return json.dumps(to_sarif(diagnostics, rule_titles), indent=2, ensure_ascii=False) + "\n"

@@ -1,0 +1,382 @@
+"""The model-free checks of a resolved plan, each a pure function `CheckContext -> diagnostics`.
+
+The order of `RULES` (bottom of this file) is the order diagnostics are produced in; each rule states
+the codes it may emit. Model-aware rules are added by `planlang.model` through `checker.register_rule`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
+from planlang.lang.source import Span
+
+from . import types as T
+from .resolve import diag
+from .selection import Selection, index_range
+from .units import format_bytes
+
+Diags = Iterator[Diagnostic]
+
+
+def _where(span: Span, origin: tuple[Span, ...]) -> tuple[Span, list[Label]]:
+    """Point at the user's line: the outermost apply/for site, with a label at the template line."""
+    if origin:
+        return origin[0], [Label(span, "from this line of the template")]
+    return span, []
+
+
+def _spec_sites(plan: T.Plan):
+    """(spec, statement span, origin, what) for every spec in the plan."""
+    for d in plan.data:
+        if isinstance(d.spec, T.Spec):
+            yield d.spec, d.span, (), f"data spec of `{d.input}`", "data"
+    for r in plan.shards:
+        if isinstance(r.spec, T.Spec):
+            yield r.spec, r.span, r.origin, f"spec of `{r.target}`", r.kind
+
+
+def _entry_span(spec: T.Spec, i: int) -> Span:
+    return spec.dim_spans[i] if i < len(spec.dim_spans) else spec.span
+
+
+# ------------------------------------------------------------------------------ mesh
+def mesh_shape(ctx) -> Diags:
+    """PL302 sizes >= 1, PL301 product vs declared count, PL304/PL312 holes need a divisible count."""
+    mesh = ctx.plan.mesh
+    if mesh is None:
+        return
+    fixed = [a for a in mesh.axes if isinstance(a.size, int)]
+    for a in fixed:
+        if a.size < 1:
+            yield diag("PL302", f"axis `{a.name}` has size {a.size}", a.span, help="use a size of at least 1")
+    if any(a.size < 1 for a in fixed):
+        return
+    prod = math.prod(a.size for a in fixed)
+    arithmetic = " * ".join(f"{a.name}({a.size})" for a in fixed)
+    if mesh.has_holes:
+        if mesh.device_count is None:
+            yield diag("PL304", f"mesh `{mesh.name}` has axes of unknown size but no device count", mesh.span,
+                       help=f"write `mesh {mesh.name} of N x <device> {{ ... }}` with the number of devices")
+        elif mesh.device_count % prod:
+            yield diag("PL312", f"{mesh.device_count} devices are not divisible by {arithmetic} = {prod}",
+                       mesh.span, help="change a fixed axis size so it divides the device count")
+    elif mesh.device_count is not None and prod != mesh.device_count:
+        yield diag(
+            "PL301", f"mesh axes give {arithmetic} = {prod} devices, but {mesh.device_count} are declared",
+            mesh.span, labels=[Label(a.span, f"size {a.size}") for a in fixed],
+            help=f"make the axis sizes multiply to {mesh.device_count}, or write `?` for the solver",
+        )
+
+
+def axis_links(ctx) -> Diags:
+    """PL309: an axis over no link cannot be priced."""
+    mesh = ctx.plan.mesh
+    if mesh is None:
+        return
+    for a in mesh.axes:
+        if a.link is None and not (isinstance(a.size, int) and a.size == 1):
+            yield diag("PL309", f"axis `{a.name}` has no link", a.span,
+                       help=f"write `{a.name} = {a.size} over hardware.nvlink3` (or another link)")
+
+
+def axis_names(ctx) -> Diags:
+    """PL311 no mesh at all; PL201 every axis named anywhere must be a mesh axis."""
+    plan, mesh = ctx.plan, ctx.plan.mesh
+    refs: list[tuple[str, Span, tuple[Span, ...]]] = []
+    for spec, span, origin, _, _ in _spec_sites(plan):
+        for i, d in enumerate(spec.dims):
+            if isinstance(d, tuple):
+                refs += [(ax, _entry_span(spec, i), origin) for ax in d]
+        for j, ax in enumerate(spec.partial):
+            refs.append((ax, spec.partial_spans[j] if j < len(spec.partial_spans) else spec.span, origin))
+    p = plan.pipeline
+    if p is not None:
+        if isinstance(p.axis, str):
+            refs.append((p.axis, p.span, ()))
+        if isinstance(p.stages, tuple):
+            for st in p.stages:
+                refs += [(ax, st.span, ()) for ax, _ in st.degrees]
+    if plan.optimizer is not None and isinstance(plan.optimizer.zero_axis, str):
+        refs.append((plan.optimizer.zero_axis, plan.optimizer.span, ()))
+    if mesh is None:
+        if refs:
+            ax, span, origin = refs[0]
+            where, labels = _where(span, origin)
+            yield diag("PL311", f"axis `{ax}` is used but the plan declares no mesh", where, labels=labels,
+                       help="declare one: `mesh cluster of 8 x hardware.a100_80g { dp = 2  tp = 4 }`")
+        return
+    for ax, span, origin in refs:
+        if mesh.axis(ax) is None:
+            where, labels = _where(span, origin)
+            guess = did_you_mean(ax, mesh.names)
+            yield diag("PL201", f"unknown axis `{ax}`", where, labels=labels,
+                       help=(f"did you mean `{guess}`?" if guess else "") +
+                       f"{' ' if guess else ''}mesh `{mesh.name}` has axes {', '.join(mesh.names) or '(none)'}")
+
+
+# ------------------------------------------------------------------------------ specs
+def spec_axes(ctx) -> Diags:
+    """PL303 an axis twice in one spec; PL307 partial outside activations; PL308 the pipeline axis."""
+    plan = ctx.plan
+    pp = plan.pipeline.axis if plan.pipeline and isinstance(plan.pipeline.axis, str) else None
+    for spec, span, origin, what, kind in _spec_sites(plan):
+        where, labels = _where(span, origin)
+        used = spec.used_axes()
+        for ax in sorted({a for a in used if used.count(a) > 1}):
+            yield diag("PL303", f"axis `{ax}` appears twice in the {what}: {spec}", where if origin else spec.span,
+                       labels=labels, help="name each axis once; split one dim over two axes with a tuple `(dp, tp)`")
+        if spec.partial and kind not in ("output", "input"):
+            yield diag("PL307", f"the {what} is partial over {', '.join(spec.partial)}, but only activations can be",
+                       where if origin else spec.span, labels=labels,
+                       help="remove `partial(...)`; write it on `output of MODULE` instead")
+        if pp is not None and pp in used and pp not in spec.partial:
+            yield diag("PL308", f"the {what} splits a dim over the pipeline axis `{pp}`",
+                       where if origin else spec.span, labels=labels,
+                       help="the pipeline axis separates stages; use another axis")
+
+
+def conflicting_shards(ctx) -> Diags:
+    """PL310: the same target with two different specs."""
+    seen: dict[tuple[str, str], T.ShardRule] = {}
+    for r in ctx.plan.shards:
+        key = (r.kind, str(r.target))
+        if key in seen and seen[key].spec != r.spec:
+            first = seen[key]
+            yield diag("PL310", f"`{r.target}` is sharded twice: {first.spec} and {r.spec}", r.site,
+                       labels=[Label(first.site, f"first sharded as {first.spec} here")],
+                       help="keep one shard statement for each target")
+        seen.setdefault(key, r)
+
+
+def data_specs(ctx) -> Diags:
+    """PL306 rank of a data spec; PL305 divisibility of each split dim (batch also by microbatches)."""
+    plan, mesh = ctx.plan, ctx.plan.mesh
+    micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else None
+    for d in plan.data:
+        inp = plan.input(d.input)
+        if inp is None or not isinstance(d.spec, T.Spec):
+            continue
+        if d.spec.rank != len(inp.dims):
+            yield diag("PL306", f"input `{inp.name}` has {len(inp.dims)} dims ({', '.join(k for k, _ in inp.dims)}) "
+                       f"but its data spec has {d.spec.rank} entries", d.spec.span,
+                       labels=[Label(inp.span, "declared here")],
+                       help="write one entry per dim, `_` for dims that are not split")
+            continue
+        if mesh is None:
+            continue
+        batch_dim = next((i for i, (k, _) in enumerate(inp.dims) if k == "batch"), 0)
+        for i, (dim, size) in enumerate(inp.dims):
+            factors = [(ax, mesh.axis_size(ax)) for ax in d.spec.axes_of(i)]
+            if any(f is None for _, f in factors):
+                continue
+            if i == batch_dim and micro:
+                factors.append(("microbatches", micro))
+            total = math.prod(f for _, f in factors)
+            if factors and size % total:
+                arithmetic = " * ".join(f"{a}({f})" for a, f in factors)
+                yield diag("PL305", f"{dim} {size} is not divisible by {arithmetic} = {total}",
+                           _entry_span(d.spec, i), labels=[Label(inp.span, f"{dim} = {size} declared here")],
+                           help=f"make {dim} a multiple of {total}, or split it over fewer devices")
+
+
+# ------------------------------------------------------------------------------ pipeline
+def pipeline_schedule(ctx) -> Diags:
+    """PL401 stages vs axis size; PL402 interleaved divisibility; PL403 bubbles; PL404 chunks; PL411."""
+    plan = ctx.plan
+    p = plan.pipeline
+    if p is None:
+        return
+    size = plan.mesh.axis_size(p.axis) if plan.mesh and isinstance(p.axis, str) else None
+    sched = p.schedule if isinstance(p.schedule, T.Schedule) else None
+    chunks = sched.chunks if sched and isinstance(sched.chunks, int) else None
+    if sched is not None:
+        if sched.kind == "interleaved":
+            if sched.chunks == 1 or (chunks is not None and chunks < 2):
+                yield diag("PL404", "the interleaved schedule needs `chunks N` with N >= 2", sched.span,
+                           help="write `schedule interleaved chunks 2`, or use `1f1b`")
+        elif sched.kind in ("gpipe", "1f1b") and sched.chunks != 1:
+            yield diag("PL404", f"`chunks` does not apply to `{sched.kind}`", sched.span,
+                       help="remove `chunks`, or use `schedule interleaved chunks N`")
+    m = p.microbatches if isinstance(p.microbatches, int) else None
+    if m is not None and m < 1:
+        yield diag("PL411", f"microbatches is {m}", p.span, help="use at least 1 microbatch")
+        m = None
+    if isinstance(p.stages, tuple) and size is not None:
+        per_device = chunks if sched and sched.kind == "interleaved" and chunks else 1
+        want = size * per_device
+        if len(p.stages) != want:
+            arithmetic = f"{p.axis}({size})" + (f" * chunks({per_device})" if per_device > 1 else "")
+            yield diag("PL401", f"the pipeline has {len(p.stages)} stages but {arithmetic} = {want} are needed", p.span,
+                       labels=[Label(st.span, f"stage {st.index}") for st in p.stages[:1]],
+                       help=f"write {want} `stage` lines, or change the size of `{p.axis}`")
+    if size is not None and m is not None and sched is not None:
+        if sched.kind == "interleaved" and m % size:
+            yield diag("PL402", f"interleaved needs microbatches divisible by {p.axis}({size}), "
+                       f"but {m} % {size} = {m % size}", p.span,
+                       help=f"use {((m // size) + 1) * size} microbatches")
+        elif m < size:
+            yield diag("PL403", f"{m} microbatches for {size} stages: every step idles "
+                       f"{size - 1}/{m + size - 1} of the time", p.span,
+                       help=f"use at least {size} microbatches")
+
+
+def stage_ranges(ctx) -> Diags:
+    """PL406 overlap and PL407 order of stages written as index ranges of one container."""
+    p = ctx.plan.pipeline
+    if p is None or not isinstance(p.stages, tuple):
+        return
+    last: dict[str, tuple[int, int | None, T.Stage]] = {}
+    for st in p.stages:
+        for sel in st.modules:
+            rng = index_range(sel)
+            if rng is None:
+                continue
+            prefix, a, b = rng
+            if prefix in last:
+                pa, pb, pst = last[prefix]
+                if pst.index != st.index and (pb is None or a < pb):
+                    if a < pa:
+                        yield diag("PL407", f"stage {st.index} holds `{sel}`, which runs before stage {pst.index}'s "
+                                   f"`{prefix}[{pa}:{'' if pb is None else pb}]`", sel.span,
+                                   labels=[Label(pst.span, f"stage {pst.index}")],
+                                   help="list stages in execution order")
+                    else:
+                        yield diag("PL406", f"`{sel}` overlaps `{prefix}[{pa}:{'' if pb is None else pb}]` "
+                                   f"of stage {pst.index}", sel.span, labels=[Label(pst.span, f"stage {pst.index}")],
+                                   help="give each module to exactly one stage")
+            last[prefix] = (a, b, st)
+
+
+def empty_selections(ctx) -> Diags:
+    """PL408: `h[a:b]` with a >= b selects nothing."""
+    plan = ctx.plan
+    sels: list[tuple[Selection, Span, tuple]] = []
+    for r in plan.shards:
+        sels.append((r.target, r.span, r.origin))
+    for g in plan.checkpoints:
+        sels += [(m, g.span, g.origin) for m in g.modules]
+    if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
+        for st in plan.pipeline.stages:
+            sels += [(m, st.span, ()) for m in st.modules]
+    for sel, span, origin in sels:
+        for seg in sel.segments:
+            for s in seg.sels:
+                if s.kind == "slice" and s.a is not None and s.b is not None and s.a >= s.b:
+                    where, labels = _where(sel.span if sel.span.line else span, origin)
+                    yield diag("PL408", f"`{seg}` selects nothing: {s.a} >= {s.b}", where, labels=labels,
+                               help=f"write `[{s.a}:{s.a + 1}]` or a larger range")
+
+
+def stage_degrees(ctx) -> Diags:
+    """PL410: per-stage sub-mesh degrees name non-pipeline axes and add up to the device count."""
+    plan = ctx.plan
+    p, mesh = plan.pipeline, plan.mesh
+    if p is None or mesh is None or not isinstance(p.stages, tuple) or not any(st.degrees for st in p.stages):
+        return
+    for st in p.stages:
+        for ax, _ in st.degrees:
+            if ax == p.axis:
+                yield diag("PL410", f"stage {st.index} sets the degree of the pipeline axis `{ax}`", st.span,
+                           help="per-stage degrees apply to the other axes")
+    total = mesh.size
+    if total is None or any(isinstance(v, T.Hole) for st in p.stages for _, v in st.degrees):
+        return
+    others = [a for a in mesh.axes if a.name != p.axis]
+    counts = []
+    for st in p.stages:
+        given = dict(st.degrees)
+        sizes = [given.get(a.name, a.size) for a in others]
+        if any(isinstance(s, T.Hole) for s in sizes):
+            return
+        counts.append(math.prod(sizes))
+    if sum(counts) != total:
+        arithmetic = " + ".join(str(c) for c in counts)
+        yield diag("PL410", f"the stages use {arithmetic} = {sum(counts)} devices, but the mesh has {total}", p.span,
+                   help="adjust the `with` degrees so the stages' devices add up to the mesh")
+
+
+def checkpoint_groups(ctx) -> Diags:
+    """PL409 every >= 1; PL405 groups inside one stage; PL413 disjoint groups (index ranges)."""
+    plan = ctx.plan
+    stage_of: dict[str, list[tuple[int, int | None, int]]] = {}
+    if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
+        for st in plan.pipeline.stages:
+            for sel in st.modules:
+                rng = index_range(sel)
+                if rng:
+                    stage_of.setdefault(rng[0], []).append((rng[1], rng[2], st.index))
+    seen: dict[str, list[tuple[int, int | None, T.CheckpointGroup]]] = {}
+    for g in plan.checkpoints:
+        if isinstance(g.every, int) and g.every < 1:
+            yield diag("PL409", f"`every {g.every}` groups nothing", g.site, help="use `every 1` or more")
+        for sel in g.modules:
+            rng = index_range(sel)
+            if rng is None:
+                continue
+            prefix, a, b = rng
+            if g.every is None:
+                hits = {s for (sa, sb, s) in stage_of.get(prefix, []) if (b is None or sa < b) and (sb is None or a < sb)}
+                if len(hits) > 1:
+                    where, labels = _where(g.span, g.origin)
+                    yield diag("PL405", f"checkpoint group `{sel}` spans stages {', '.join(map(str, sorted(hits)))}",
+                               where, labels=labels,
+                               help="split the group at the stage boundary, or use `every N`")
+            for (pa, pb, pg) in seen.get(prefix, []):
+                if (pb is None or a < pb) and (b is None or pa < b):
+                    where, labels = _where(g.span, g.origin)
+                    yield diag("PL413", f"`{sel}` is already in the checkpoint group at line {pg.site.line}", where,
+                               labels=labels + [Label(pg.site, "first group")], help="make the groups disjoint")
+                    break
+            seen.setdefault(prefix, []).append((a, b, g))
+
+
+# ------------------------------------------------------------------------------ memory and optimizer
+def budget_fits_device(ctx) -> Diags:
+    """PL501 budget above device memory; PL505 no budget."""
+    plan = ctx.plan
+    dev = plan.mesh.device if plan.mesh else None
+    if plan.budget and dev and plan.budget.bytes > dev.memory:
+        yield diag("PL501", f"budget {format_bytes(plan.budget.bytes)} exceeds the {format_bytes(dev.memory)} "
+                   f"of `{dev.name}`", plan.budget.span, labels=[Label(dev.span, "device declared here")],
+                   help=f"use at most {format_bytes(dev.memory)}")
+    if plan.budget is None and plan.mesh is not None and plan.model is not None:
+        yield diag("PL505", "the plan has no memory budget; memory checks use the device's memory",
+                   plan.model.span, help="add `budget 40 GiB per device`")
+
+
+def zero_sharding(ctx) -> Diags:
+    """PL502 stage 0-3; PL503 an axis for stages >= 1; PL504 the axis should split the data."""
+    opt = ctx.plan.optimizer
+    if opt is None:
+        return
+    if isinstance(opt.zero_stage, int) and opt.zero_stage not in (0, 1, 2, 3):
+        yield diag("PL502", f"ZeRO stage {opt.zero_stage} does not exist", opt.span,
+                   help="1: optimizer state, 2: + gradients, 3: + parameters")
+        return
+    if opt.zero_stage and opt.zero_axis is None:
+        yield diag("PL503", f"ZeRO stage {opt.zero_stage} has no axis", opt.span,
+                   help=f"write `zero = {opt.zero_stage} over dp`")
+    if isinstance(opt.zero_axis, str) and ctx.plan.data and ctx.plan.mesh and ctx.plan.mesh.axis(opt.zero_axis):
+        data_axes = {ax for d in ctx.plan.data if isinstance(d.spec, T.Spec) for ax in d.spec.used_axes()}
+        if opt.zero_axis not in data_axes:
+            yield diag("PL504", f"ZeRO over `{opt.zero_axis}`, which splits no input", opt.span,
+                       help=f"shard optimizer state over a data axis: {', '.join(sorted(data_axes)) or 'none'}")
+
+
+RULES = [
+    # (function, codes it may emit) — run in this order
+    (mesh_shape, ("PL301", "PL302", "PL304", "PL312")),
+    (axis_links, ("PL309",)),
+    (axis_names, ("PL201", "PL311")),
+    (spec_axes, ("PL303", "PL307", "PL308")),
+    (conflicting_shards, ("PL310",)),
+    (data_specs, ("PL305", "PL306")),
+    (pipeline_schedule, ("PL401", "PL402", "PL403", "PL404", "PL411")),
+    (stage_ranges, ("PL406", "PL407")),
+    (empty_selections, ("PL408",)),
+    (stage_degrees, ("PL410",)),
+    (checkpoint_groups, ("PL405", "PL409", "PL413")),
+    (budget_fits_device, ("PL501", "PL505")),
+    (zero_sharding, ("PL502", "PL503", "PL504")),
+]

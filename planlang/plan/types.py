@@ -1,0 +1,433 @@
+"""The resolved plan: small frozen value types, all torch-free.
+
+Vocabulary: an *axis* is a mesh axis, a *dim* is a tensor dimension. A `Spec` has one entry per dim
+(the axes that split it, major to minor) plus the axes over which the value is a partial sum; its
+`placements(mesh)` view gives DTensor's per-axis vocabulary (Shard(dim) / Replicate / Partial).
+Spans never take part in equality.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Union
+
+from planlang.lang.ast import NO_SPAN
+from planlang.lang.source import Span
+
+from .selection import Selection
+from .units import format_bytes
+
+
+def _span():
+    return field(default=NO_SPAN, compare=False, repr=False, kw_only=True)
+
+
+@dataclass(frozen=True)
+class Hole:
+    """A value left for the solver (`?` in the plan)."""
+
+    what: str  # e.g. "mesh axis size", "spec", "schedule"
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return "?"
+
+
+def is_hole(x) -> bool:
+    return isinstance(x, Hole)
+
+
+# ------------------------------------------------------------------------------ hardware
+@dataclass(frozen=True)
+class Device:
+    name: str
+    memory: int  # bytes
+    flops: tuple[tuple[str, float], ...] = ()  # dtype -> FLOP/s
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return f"{self.name}({format_bytes(self.memory)})"
+
+    def flops_for(self, dtype: str) -> float | None:
+        return dict(self.flops).get(dtype)
+
+
+@dataclass(frozen=True)
+class Link:
+    name: str
+    bandwidth: float  # bytes per second, one direction
+    latency: float  # seconds
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return f"{self.name}({self.bandwidth / 1e9:g} GB/s, {self.latency * 1e6:g} us)"
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    size: Union[int, Hole]
+    link: Link | None = None
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.size}"
+
+
+@dataclass(frozen=True)
+class Mesh:
+    name: str
+    device: Device | None
+    axes: tuple[Axis, ...]
+    device_count: int | None = None  # declared with `of N x device`; else the product of the sizes
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return f"{self.name}[" + ", ".join(str(a) for a in self.axes) + "]"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(a.name for a in self.axes)
+
+    @property
+    def shape(self) -> tuple[Union[int, Hole], ...]:
+        return tuple(a.size for a in self.axes)
+
+    @property
+    def has_holes(self) -> bool:
+        return any(is_hole(a.size) for a in self.axes)
+
+    @property
+    def size(self) -> int | None:
+        """Number of devices: the declared count, else the product of the axis sizes (None with holes)."""
+        if self.device_count is not None:
+            return self.device_count
+        if self.has_holes:
+            return None
+        return math.prod(a.size for a in self.axes)  # type: ignore[misc]
+
+    def axis(self, name: str) -> Axis | None:
+        for a in self.axes:
+            if a.name == name:
+                return a
+        return None
+
+    def axis_size(self, name: str) -> int | None:
+        a = self.axis(name)
+        return a.size if a is not None and isinstance(a.size, int) else None
+
+
+# ------------------------------------------------------------------------------ placements and specs
+@dataclass(frozen=True)
+class Shard:
+    dim: int
+
+    def __str__(self) -> str:
+        return f"S({self.dim})"
+
+
+@dataclass(frozen=True)
+class Replicate:
+    def __str__(self) -> str:
+        return "R"
+
+
+@dataclass(frozen=True)
+class Partial:
+    def __str__(self) -> str:
+        return "P"
+
+
+Placement = Union[Shard, Replicate, Partial]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One entry per tensor dim: the axes that split it (major to minor; () = replicated) or a Hole."""
+
+    dims: tuple[Union[tuple[str, ...], Hole], ...]
+    partial: tuple[str, ...] = ()
+    span: Span = _span()
+    dim_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+    partial_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+
+    def __str__(self) -> str:
+        def entry(d):
+            if is_hole(d):
+                return "?"
+            if not d:
+                return "_"
+            return d[0] if len(d) == 1 else "(" + ", ".join(d) + ")"
+
+        s = "[" + ", ".join(entry(d) for d in self.dims) + "]"
+        return s + (f" partial({', '.join(self.partial)})" if self.partial else "")
+
+    @property
+    def rank(self) -> int:
+        return len(self.dims)
+
+    @property
+    def has_holes(self) -> bool:
+        return any(is_hole(d) for d in self.dims)
+
+    def axes_of(self, dim: int) -> tuple[str, ...]:
+        d = self.dims[dim]
+        return () if is_hole(d) else d  # type: ignore[return-value]
+
+    def used_axes(self) -> list[str]:
+        """Every axis named, in order, repeats included (the checker reports repeats)."""
+        out: list[str] = []
+        for d in self.dims:
+            if not is_hole(d):
+                out.extend(d)  # type: ignore[arg-type]
+        return out + list(self.partial)
+
+    def shard_factor(self, dim: int, mesh: Mesh) -> int | None:
+        """Product of the sizes of the axes splitting `dim` (None when a size is a hole)."""
+        f = 1
+        for ax in self.axes_of(dim):
+            size = mesh.axis_size(ax)
+            if size is None:
+                return None
+            f *= size
+        return f
+
+    def placements(self, mesh: Mesh) -> tuple[Placement, ...]:
+        """DTensor's per-axis view. An axis splitting a dim after another (a tuple) is still Shard(dim);
+        the order of the tuple is the order of the mesh axes for DTensor's default layout."""
+        out: list[Placement] = []
+        for ax in mesh.names:
+            p: Placement = Replicate()
+            for i, d in enumerate(self.dims):
+                if not is_hole(d) and ax in d:  # type: ignore[operator]
+                    p = Shard(i)
+            if ax in self.partial:
+                p = Partial()
+            out.append(p)
+        return tuple(out)
+
+    def local_shape(self, shape: tuple[int, ...], mesh: Mesh) -> tuple[int, ...] | None:
+        """Per-device shape for an evenly divisible global `shape` (None if not computable)."""
+        if len(shape) != self.rank:
+            return None
+        out = []
+        for i, n in enumerate(shape):
+            f = self.shard_factor(i, mesh)
+            if f is None or n % f:
+                return None
+            out.append(n // f)
+        return tuple(out)
+
+
+# ------------------------------------------------------------------------------ model and inputs
+@dataclass(frozen=True)
+class ModelRef:
+    name: str
+    factory: str  # "package.module:callable"
+    kwargs: tuple[tuple[str, object], ...] = ()
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.kwargs)
+        return f"{self.factory}({args})"
+
+    @property
+    def module(self) -> str:
+        return self.factory.split(":", 1)[0]
+
+    @property
+    def attr(self) -> str:
+        return self.factory.split(":", 1)[1] if ":" in self.factory else ""
+
+
+@dataclass(frozen=True)
+class Input:
+    name: str
+    dtype: str
+    dims: tuple[tuple[str, int], ...]
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype}[" + ", ".join(f"{k}={v}" for k, v in self.dims) + "]"
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(v for _, v in self.dims)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    input: str
+    spec: Union[Spec, Hole]
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return f"data {self.input} : {self.spec}"
+
+
+@dataclass(frozen=True)
+class ShardRule:
+    """`shard TARGET : SPEC` after template and loop expansion.
+
+    `kind` is "param" (a parameter or module path), "output" or "input" (activations). `origin` is the
+    chain of apply/for sites that produced it, outermost first; `site` is where to point a user.
+    """
+
+    target: Selection
+    spec: Union[Spec, Hole]
+    kind: str = "param"
+    span: Span = _span()
+    origin: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+
+    def __str__(self) -> str:
+        tgt = str(self.target) if self.kind == "param" else f"{self.kind} of {self.target}"
+        return f"shard {tgt} : {self.spec}"
+
+    @property
+    def site(self) -> Span:
+        return self.origin[0] if self.origin else self.span
+
+
+# ------------------------------------------------------------------------------ schedule
+SCHEDULES = ("gpipe", "1f1b", "interleaved")
+
+
+@dataclass(frozen=True)
+class Schedule:
+    kind: str  # one of SCHEDULES
+    chunks: Union[int, Hole] = 1
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return self.kind + (f" chunks {self.chunks}" if self.kind == "interleaved" else "")
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    modules: tuple[Selection, ...]
+    degrees: tuple[tuple[str, Union[int, Hole]], ...] = ()
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        s = f"stage {self.index}: " + ", ".join(str(m) for m in self.modules)
+        if self.degrees:
+            s += " with " + ", ".join(f"{k}={v}" for k, v in self.degrees)
+        return s
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    axis: Union[str, Hole]
+    schedule: Union[Schedule, Hole]
+    microbatches: Union[int, Hole]
+    stages: Union[tuple[Stage, ...], Hole]
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        n = "?" if is_hole(self.stages) else len(self.stages)  # type: ignore[arg-type]
+        return f"pipeline over {self.axis}: {self.schedule}, {self.microbatches} microbatches, {n} stages"
+
+
+@dataclass(frozen=True)
+class CheckpointGroup:
+    """Consecutive modules recomputed together in backward. With `every`, the selection is cut into
+    consecutive groups of that many modules once the model is known."""
+
+    modules: tuple[Selection, ...]
+    every: Union[int, Hole, None] = None
+    span: Span = _span()
+    origin: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+
+    def __str__(self) -> str:
+        s = "checkpoint " + ", ".join(str(m) for m in self.modules)
+        return s + (f" every {self.every}" if self.every is not None else "")
+
+    @property
+    def site(self) -> Span:
+        return self.origin[0] if self.origin else self.span
+
+
+@dataclass(frozen=True)
+class Budget:
+    bytes: int
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return f"{format_bytes(self.bytes)} per device"
+
+
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "adafactor", "lion")
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    name: str
+    kwargs: tuple[tuple[str, object], ...] = ()
+    zero_stage: Union[int, Hole] = 0
+    zero_axis: Union[str, Hole, None] = None
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        z = f", zero {self.zero_stage} over {self.zero_axis}" if self.zero_stage else ""
+        return f"{self.name}{z}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A whole resolved plan: what `check`, `solve`, `estimate` and the runtime consume."""
+
+    path: str
+    model: ModelRef | None = None
+    inputs: tuple[Input, ...] = ()
+    mesh: Mesh | None = None
+    budget: Budget | None = None
+    optimizer: Optimizer | None = None
+    data: tuple[DataSpec, ...] = ()
+    shards: tuple[ShardRule, ...] = ()
+    pipeline: Pipeline | None = None
+    checkpoints: tuple[CheckpointGroup, ...] = ()
+    checkpoint_hole: Hole | None = None  # `checkpoint ?`: the solver chooses every group
+    devices: tuple[Device, ...] = ()  # every device/link visible to the plan (own and imported)
+    links: tuple[Link, ...] = ()
+
+    def __str__(self) -> str:
+        return f"plan {self.path}: mesh {self.mesh}, {len(self.shards)} shard rules"
+
+    def input(self, name: str) -> Input | None:
+        for i in self.inputs:
+            if i.name == name:
+                return i
+        return None
+
+    def holes(self) -> list[Hole]:
+        """Every hole in the plan, in a stable order."""
+        out: list[Hole] = []
+        if self.mesh:
+            out += [a.size for a in self.mesh.axes if is_hole(a.size)]  # type: ignore[misc]
+        if self.optimizer:
+            out += [x for x in (self.optimizer.zero_stage, self.optimizer.zero_axis) if is_hole(x)]  # type: ignore[misc]
+        for d in self.data:
+            out += _spec_holes(d.spec)
+        for r in self.shards:
+            out += _spec_holes(r.spec)
+        if self.pipeline:
+            p = self.pipeline
+            out += [x for x in (p.axis, p.schedule, p.microbatches, p.stages) if is_hole(x)]  # type: ignore[misc]
+            if isinstance(p.schedule, Schedule) and is_hole(p.schedule.chunks):
+                out.append(p.schedule.chunks)  # type: ignore[arg-type]
+            if not is_hole(p.stages):
+                for st in p.stages:  # type: ignore[union-attr]
+                    out += [v for _, v in st.degrees if is_hole(v)]  # type: ignore[misc]
+        for g in self.checkpoints:
+            if is_hole(g.every):
+                out.append(g.every)  # type: ignore[arg-type]
+        if self.checkpoint_hole:
+            out.append(self.checkpoint_hole)
+        return out
+
+
+def _spec_holes(spec) -> list[Hole]:
+    if is_hole(spec):
+        return [spec]
+    return [d for d in spec.dims if is_hole(d)]
