@@ -620,7 +620,7 @@ class Resolver:
         elif isinstance(st, A.ForStmt):
             sel = self._selection(st.selection, ctx)
             inner = _Ctx(ctx.ns, ctx.prefix, ctx.loopvars + ((st.var.text, sel),), ctx.params,
-                         ctx.origin + (st.span,) if not ctx.origin else ctx.origin, ctx.depth)
+                         ctx.origin + (st.span,), ctx.depth)
             for b in st.body:
                 self._body(b, inner, shards, checkpoints)
         elif isinstance(st, A.ApplyStmt):
@@ -652,8 +652,7 @@ class Resolver:
                 return
             params.append((p.name.text, value))
         target = self._selection(st.target, ctx)
-        inner = _Ctx(tns, target, (), tuple(params), ctx.origin + (st.span,) if not ctx.origin else ctx.origin,
-                     ctx.depth + 1)
+        inner = _Ctx(tns, target, (), tuple(params), ctx.origin + (st.span,), ctx.depth + 1)
         for b in tdecl.body:
             self._body(b, inner, shards, checkpoints)
 

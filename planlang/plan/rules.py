@@ -22,7 +22,7 @@ Diags = Iterator[Diagnostic]
 def _where(span: Span, origin: tuple[Span, ...]) -> tuple[Span, list[Label]]:
     """Point at the user's line: the outermost apply/for site, with a label at the template line."""
     if origin:
-        return origin[0], [Label(span, "from this line of the template")]
+        return T.user_site(span, origin), [Label(span, "from this line of the template")]
     return span, []
 
 

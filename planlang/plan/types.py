@@ -22,6 +22,14 @@ def _span():
     return field(default=NO_SPAN, compare=False, repr=False, kw_only=True)
 
 
+def user_site(span: Span, origin: tuple[Span, ...]) -> Span:
+    """Where to point a user at a statement produced by `apply`/`for`: the innermost expansion site in
+    the file where the expansion started (the plan being checked), else the statement itself."""
+    if not origin:
+        return span
+    return [s for s in origin if s.file == origin[0].file][-1]
+
+
 @dataclass(frozen=True)
 class Hole:
     """A value left for the solver (`?` in the plan)."""
@@ -285,7 +293,7 @@ class ShardRule:
 
     @property
     def site(self) -> Span:
-        return self.origin[0] if self.origin else self.span
+        return user_site(self.span, self.origin)
 
 
 # ------------------------------------------------------------------------------ schedule
@@ -345,7 +353,7 @@ class CheckpointGroup:
 
     @property
     def site(self) -> Span:
-        return self.origin[0] if self.origin else self.span
+        return user_site(self.span, self.origin)
 
 
 @dataclass(frozen=True)
