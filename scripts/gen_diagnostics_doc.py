@@ -32,7 +32,7 @@ def render() -> str:
         "Suppress one line with `# plan: ignore[CODE]` (at the end of the line, or on the line before) and a",
         "whole file with `# plan: ignore-file[CODE]`.",
         "",
-        "Codes x20–x49 of each range are reserved for the model-aware checks (module paths, shapes, stage",
+        "Codes x60–x89 of each range are reserved for the model-aware checks (module paths, shapes, stage",
         "coverage, estimated memory).",
         "",
         "| code | name | severity | meaning |",

@@ -1,7 +1,7 @@
 """The registry of diagnostic codes: stable ids, default severity, a title and an explanation.
 
 Ranges: PL1xx syntax · PL2xx names, values and units · PL3xx mesh and sharding specs ·
-PL4xx pipeline and checkpointing · PL5xx memory and optimizer. Within each range, x20–x49 are reserved
+PL4xx pipeline and checkpointing · PL5xx memory and optimizer. Within each range, x60–x89 are reserved
 for the model-aware rules (module paths, tensor shapes, stage coverage, estimated memory), which are
 registered by `planlang.model` through `register_code`.
 

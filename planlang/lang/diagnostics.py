@@ -65,7 +65,7 @@ def did_you_mean(word: str, candidates) -> str | None:
     cands = sorted(set(candidates))
     if not cands:
         return None
-    best = difflib.get_close_matches(word, cands, n=1, cutoff=0.6)
+    best = difflib.get_close_matches(word, cands, n=1, cutoff=0.5 if len(word) <= 3 else 0.6)
     if best:
         return best[0]
     lowered = {c.lower(): c for c in cands}

@@ -132,11 +132,43 @@ def _in_original(tok: Token, text: str) -> bool:
 
 
 def _blank_line(text: str, line: int, keep_braces: bool) -> str:
+    """Blank a line for error recovery. A line that opens a block is blanked through the block's `}`,
+    so one broken statement yields one error rather than one per line of its body."""
     lines = text.split("\n")
+    if keep_braces and 1 <= line <= len(lines):
+        opened = _code(lines[line - 1]).count("{") - _code(lines[line - 1]).count("}")
+        if opened > 0:
+            depth, last = opened, line
+            for j in range(line, len(lines)):
+                code = _code(lines[j])
+                depth += code.count("{") - code.count("}")
+                last = j + 1
+                if depth <= 0:
+                    break
+            if depth <= 0:
+                for k in range(line - 1, last):
+                    lines[k] = " " * len(lines[k])
+                return "\n".join(lines)
     if 1 <= line <= len(lines):
         old = lines[line - 1]
         lines[line - 1] = "".join(c if (keep_braces and c in "{}") else " " for c in old)
     return "\n".join(lines)
+
+
+def _code(line: str) -> str:
+    """A line without its comment and string contents (for counting braces)."""
+    out, in_str = [], False
+    for i, ch in enumerate(line):
+        if in_str:
+            in_str = not (ch == '"' and line[i - 1] != "\\")
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch == "#":
+            break
+        else:
+            out.append(ch)
+    return "".join(out)
 
 
 def _tok_span(source: SourceFile, tok: Token) -> Span:
@@ -168,8 +200,20 @@ def _diagnostic_for(err: UnexpectedInput, source: SourceFile, work: str) -> Diag
     end = tok.end_pos if tok.end_pos is not None else start + max(1, len(str(tok)))
     if tok.type == "_NL":
         end = start + 1
-    message, help_ = describe_unexpected_token(tok, err.expected or err.accepts or set(), work)
+    expected = _accepted(err)
+    names = {t.name: t.pattern.value for t in _lark().terminals}
+    message, help_ = describe_unexpected_token(tok, expected, work, names)
     return Diagnostic("PL101", Severity.ERROR, message, source.span(start, end), help=help_)
+
+
+def _accepted(err: UnexpectedToken) -> set[str]:
+    """The terminals the parser really accepts here (LALR's `expected` set over-approximates after a
+    reduction; the interactive parser tries each candidate)."""
+    try:
+        acc = set(err.interactive_parser.accepts()) if err.interactive_parser is not None else set()
+    except Exception:  # accepts() replays the parser; fall back to Lark's own set
+        acc = set()
+    return acc or set(err.expected or ())
 
 
 def _char_help(ch: str) -> str:

@@ -27,7 +27,9 @@ _WORDS = {
 }
 
 
-def _describe_expected(name: str) -> str:
+def _describe_expected(name: str, patterns: dict[str, str] | None = None) -> str:
+    if name.startswith("__ANON") and patterns and name in patterns:
+        return f"`{patterns[name]}`"
     if name in _WORDS:
         return _WORDS[name]
     if name in _PUNCT:
@@ -50,12 +52,13 @@ def _join(words: list[str]) -> str:
     return ", ".join(words[:-1]) + " or " + words[-1]
 
 
-def describe_unexpected_token(tok: Token, expected: set[str], text: str) -> tuple[str, str]:
+def describe_unexpected_token(tok: Token, expected: set[str], text: str,
+                              patterns: dict[str, str] | None = None) -> tuple[str, str]:
     """(message, help) for an unexpected token given the terminals the parser would have accepted."""
     exp = set(expected)
     kw = {e for e in exp if e.lower() in STATEMENT_KEYWORDS}
     got = describe_token(tok)
-    at_statement_start = len(kw) >= 8
+    at_statement_start = len(kw) >= 8 and "NAME" not in exp
     if at_statement_start:
         message = f"unexpected {got}: expected a statement"
         word = str(tok) if tok.type == "NAME" else ""
@@ -65,8 +68,12 @@ def describe_unexpected_token(tok: Token, expected: set[str], text: str) -> tupl
         return message, "a statement starts with a keyword: " + ", ".join(STATEMENT_KEYWORDS)
     if "NAME" in exp:
         # soft keywords are names too; list the name once
-        exp = {e for e in exp if not (e.isalpha() and e.isupper() and e not in _WORDS and e not in _PUNCT)} | {"NAME"}
-    words = sorted({_describe_expected(e) for e in exp})
+        def is_keyword(e: str) -> bool:
+            pattern = (patterns or {}).get(e, e.lower())
+            return e not in _WORDS and e not in _PUNCT and pattern.replace("_", "a").isalnum()
+
+        exp = {e for e in exp if not is_keyword(e)} | {"NAME"}
+    words = sorted({_describe_expected(e, patterns) for e in exp})
     message = f"unexpected {got}: expected {_join(words)}"
     help_ = _help_for(tok, exp)
     return message, help_
@@ -77,6 +84,8 @@ def _help_for(tok: Token, exp: set[str]) -> str:
         return "specs follow a `:` — for example `shard h[0].mlp.c_fc.weight : [_, tp]`"
     if tok.type == "COLON" and "EQUAL" in exp:
         return "values follow `=` — for example `pp = 2` or `memory = 80 GiB`"
+    if "SCHEDULE" in exp:
+        return "write one of `gpipe`, `1f1b`, `interleaved chunks N`, or `?` for the solver to choose"
     if tok.type == "_NL":
         return "the statement is incomplete: finish it on this line (long lists may wrap inside ( ) or [ ])"
     if "_NL" in exp or "SEMICOLON" in exp:

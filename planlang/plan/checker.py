@@ -131,12 +131,19 @@ def suppressions(module: A.Module, source_text: str | None = None) -> tuple[dict
             whole |= codes
             continue
         line = c.span.line
-        if line in comment_lines:  # own line: applies to the next non-comment line
+        if line in comment_lines:  # own line: applies to the next line with code
+            blank = _blank_lines(source_text)
             line += 1
-            while line in comment_lines:
+            while line in comment_lines or line in blank:
                 line += 1
         per_line.setdefault(line, set()).update(codes)
     return per_line, whole
+
+
+def _blank_lines(text: str | None) -> set[int]:
+    if text is None:
+        return set()
+    return {i + 1 for i, s in enumerate(text.split("\n")) if not s.strip()}
 
 
 def _first_col(text: str | None, line: int) -> int:
@@ -158,6 +165,9 @@ def apply_suppressions(diags: list[Diagnostic], modules: dict[str, A.Module],
     kept, dropped = [], 0
     for d in diags:
         per_line, whole = tables.get(d.span.file, ({}, set()))
+        if d.code.startswith("PL1"):  # a file that does not parse is never "clean"
+            kept.append(d)
+            continue
         if d.code in whole or d.code in per_line.get(d.span.line, set()):
             dropped += 1
             continue

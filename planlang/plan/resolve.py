@@ -383,7 +383,8 @@ class Resolver:
             seen[ax.name.text] = ax.name.span
             size = T.Hole("mesh axis size", span=ax.size.span) if isinstance(ax.size, A.Hole) else ax.size.value
             link = self._lookup(ns, ax.link, "links", "link") if ax.link is not None else None
-            axes.append(T.Axis(ax.name.text, size, link, span=ax.span))
+            axes.append(T.Axis(ax.name.text, size, link, span=ax.span,
+                               link_ref=str(ax.link) if ax.link is not None else None))
         count = st.count.value if st.count is not None else None
         return T.Mesh(st.name.text, device, tuple(axes), count, span=st.span)
 
@@ -399,8 +400,22 @@ class Resolver:
         checkpoints: list[T.CheckpointGroup] = []
         checkpoint_hole = None
         ctx = _Ctx(ns)
+        # A file with several meshes and no model is a library of presets (stdlib/meshes.plan):
+        # every mesh is checked and none is the plan's mesh.
+        meshes = [s for s in module.statements if isinstance(s, (A.MeshDecl, A.MeshAlias))]
+        library = len(meshes) > 1 and not any(isinstance(s, A.ModelDecl) for s in module.statements)
+        if library:
+            seen_mesh: dict[str, Span] = {}
+            for st in meshes:
+                if st.name.text in seen_mesh:
+                    self.diags.append(diag("PL209", f"mesh `{st.name.text}` is declared twice", st.name.span,
+                                           labels=[Label(seen_mesh[st.name.text], "first declared here")]))
+                seen_mesh.setdefault(st.name.text, st.name.span)
+                self._mesh(st, ns)
 
         for st in module.statements:
+            if library and isinstance(st, (A.MeshDecl, A.MeshAlias)):
+                continue
             kind = A.MeshDecl if isinstance(st, (A.MeshDecl, A.MeshAlias)) else type(st)
             if kind in once + (A.MeshDecl,):
                 if kind in first:
@@ -550,7 +565,7 @@ class Resolver:
         if isinstance(bound, (str, T.Hole)):
             return bound
         self.diags.append(diag("PL207", f"`{name.text}` is an int parameter, used here as an axis", name.span))
-        return name.text
+        return T.Hole("spec entry", span=name.span)  # reported once; not also an unknown axis
 
     def _spec(self, spec, ctx: _Ctx, what: str) -> T.Spec | T.Hole:
         if isinstance(spec, A.Hole):

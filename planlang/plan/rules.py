@@ -75,7 +75,7 @@ def axis_links(ctx) -> Diags:
     if mesh is None:
         return
     for a in mesh.axes:
-        if a.link is None and not (isinstance(a.size, int) and a.size == 1):
+        if a.link is None and a.link_ref is None and not (isinstance(a.size, int) and a.size == 1):
             yield diag("PL309", f"axis `{a.name}` has no link", a.span,
                        help=f"write `{a.name} = {a.size} over hardware.nvlink3` (or another link)")
 
@@ -159,7 +159,7 @@ def data_specs(ctx) -> Diags:
             continue
         if d.spec.rank != len(inp.dims):
             yield diag("PL306", f"input `{inp.name}` has {len(inp.dims)} dims ({', '.join(k for k, _ in inp.dims)}) "
-                       f"but its data spec has {d.spec.rank} entries", d.spec.span,
+                       f"but its data spec has {d.spec.rank} entr{'y' if d.spec.rank == 1 else 'ies'}", d.spec.span,
                        labels=[Label(inp.span, "declared here")],
                        help="write one entry per dim, `_` for dims that are not split")
             continue
@@ -216,7 +216,7 @@ def pipeline_schedule(ctx) -> Diags:
                        f"but {m} % {size} = {m % size}", p.span,
                        help=f"use {((m // size) + 1) * size} microbatches")
         elif m < size:
-            yield diag("PL403", f"{m} microbatches for {size} stages: every step idles "
+            yield diag("PL403", f"{m} microbatch{'' if m == 1 else 'es'} for {size} stages: every step idles "
                        f"{size - 1}/{m + size - 1} of the time", p.span,
                        help=f"use at least {size} microbatches")
 
@@ -325,8 +325,13 @@ def checkpoint_groups(ctx) -> Diags:
             for (pa, pb, pg) in seen.get(prefix, []):
                 if (pb is None or a < pb) and (b is None or pa < b):
                     where, labels = _where(g.span, g.origin)
-                    yield diag("PL413", f"`{sel}` is already in the checkpoint group at line {pg.site.line}", where,
-                               labels=labels + [Label(pg.site, "first group")], help="make the groups disjoint")
+                    if pg is g:
+                        yield diag("PL413", f"`{sel}` overlaps another selection of the same checkpoint group",
+                                   where, labels=labels, help="make the selections disjoint")
+                    else:
+                        yield diag("PL413", f"`{sel}` is already in the checkpoint group at line {pg.site.line}",
+                                   where, labels=labels + [Label(pg.site, "first group")],
+                                   help="make the groups disjoint")
                     break
             seen.setdefault(prefix, []).append((a, b, g))
 

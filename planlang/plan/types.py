@@ -77,6 +77,7 @@ class Axis:
     size: Union[int, Hole]
     link: Link | None = None
     span: Span = _span()
+    link_ref: str | None = field(default=None, compare=False, repr=False, kw_only=True)  # as written
 
     def __str__(self) -> str:
         return f"{self.name}={self.size}"
