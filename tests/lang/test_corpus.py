@@ -232,7 +232,7 @@ def test_unresolved_link_is_not_also_a_missing_link(at_repo_root):
 
 def test_syntax_errors_cannot_be_suppressed():
     codes, res = _codes("# plan: ignore-file[PL101]\nmodle net = \"a:b\"\n")
-    assert codes == ["PL101"] and res.suppressed == 0
+    assert codes == [("PL101", 2)] and res.suppressed == 0
 
 
 # ------------------------------------------------------------------------------------------ human snapshots
