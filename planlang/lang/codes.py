@@ -79,9 +79,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "A device block takes `memory` and `flops.<dtype>`; a link block takes `bandwidth` and `latency`;\n"
      "an optimizer block takes `zero`. Other fields are typos or unsupported."),
     ("PL213", "missing-field", E, "required field missing",
-     "A device needs `memory`; a link needs `bandwidth` (its `latency` defaults to 0 with a note)."),
+     "A device needs `memory`; a link needs `bandwidth` (its `latency` defaults to 0)."),
     ("PL214", "unknown-dtype", E, "unknown dtype",
-     "Dtypes are written f64, f32, f16, bf16, fp8, i64, i32, i16, i8, u8 and bool (the long\n"
+     "Dtypes are written f64, f32, tf32, f16, bf16, fp8, i64, i32, i16, i8, u8 and bool (the long\n"
      "forms float32, bfloat16, int64, ... are accepted too)."),
     ("PL215", "unknown-schedule", E, "unknown pipeline schedule",
      "Pipeline schedules are `gpipe`, `1f1b` and `interleaved chunks N` (or `?`)."),
@@ -102,7 +102,7 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "A field or argument got a value of the wrong kind, for example a string for `memory` or a\n"
      "quantity where a plain number is expected."),
     ("PL250", "unknown-unit", E, "unknown unit",
-     "Units: memory B, KB, MB, GB, TB, KiB, MiB, GiB, TiB; bandwidth GB/s, GiB/s, Gb/s, Gbps;\n"
+     "Units: memory B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB; bandwidth B/s, GB/s, GiB/s, Gb/s, Gbps;\n"
      "time ns, us, ms, s; throughput GFLOPS, TFLOPS, PFLOPS. Units are case-sensitive (GiB, not gib)."),
     ("PL251", "wrong-unit-kind", E, "unit of the wrong kind",
      "The unit measures something else than the field: `budget 40 GB/s` is a bandwidth, not memory;\n"
@@ -138,7 +138,8 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "Without `over LINK` the cost model cannot price collectives on this axis. Name a link from\n"
      "stdlib/hardware.plan or one measured by `planlang probe`."),
     ("PL310", "conflicting-shard", E, "same target sharded twice",
-     "Two shard statements name the same target with different specs. Keep one."),
+     "Two shard statements name the same target with different specs, or two data statements give the\n"
+     "same input different specs. Keep one."),
     ("PL311", "no-mesh", E, "no mesh declared",
      "The plan shards, splits data or pipelines over axes but declares no mesh."),
     ("PL312", "mesh-count-indivisible", E, "device count not divisible by the fixed axis sizes",

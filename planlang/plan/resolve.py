@@ -72,6 +72,7 @@ class _Ctx:
     params: tuple[tuple[str, object], ...] = ()  # name -> str axis | int | T.Hole
     origin: tuple[Span, ...] = ()
     depth: int = 0
+    scope: Selection | None = None  # the innermost `for` selection or pattern `apply` target
 
 
 class Resolver:
@@ -587,6 +588,9 @@ class Resolver:
             v = self._axis_name(p, ctx)
             if isinstance(v, str):
                 partial.append(v)
+            elif dict(ctx.params).get(p.text) is not None and isinstance(dict(ctx.params)[p.text], T.Hole):
+                self.diags.append(diag("PL221", f"`partial({p.text})` needs an axis, but `{p.text}` is a hole here",
+                                       p.span, help="pass an axis name to the template; partial sums are not solved"))
         return T.Spec(tuple(dims), tuple(partial), span=spec.span, dim_spans=tuple(e.span for e in spec.entries),
                       partial_spans=tuple(p.span for p in spec.partial))
 
@@ -631,11 +635,11 @@ class Resolver:
             else:
                 every_v = every.value if every is not None else None
             mods = tuple(self._selection(p, ctx) for p in st.paths)
-            checkpoints.append(T.CheckpointGroup(mods, every_v, span=st.span, origin=ctx.origin))
+            checkpoints.append(T.CheckpointGroup(mods, every_v, per=ctx.scope, span=st.span, origin=ctx.origin))
         elif isinstance(st, A.ForStmt):
             sel = self._selection(st.selection, ctx)
             inner = _Ctx(ctx.ns, ctx.prefix, ctx.loopvars + ((st.var.text, sel),), ctx.params,
-                         ctx.origin + (st.span,), ctx.depth)
+                         ctx.origin + (st.span,), ctx.depth, scope=sel)
             for b in st.body:
                 self._body(b, inner, shards, checkpoints)
         elif isinstance(st, A.ApplyStmt):
@@ -667,7 +671,8 @@ class Resolver:
                 return
             params.append((p.name.text, value))
         target = self._selection(st.target, ctx)
-        inner = _Ctx(tns, target, (), tuple(params), ctx.origin + (st.span,), ctx.depth + 1)
+        scope = target if target.is_pattern else ctx.scope
+        inner = _Ctx(tns, target, (), tuple(params), ctx.origin + (st.span,), ctx.depth + 1, scope=scope)
         for b in tdecl.body:
             self._body(b, inner, shards, checkpoints)
 

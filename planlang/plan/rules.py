@@ -21,9 +21,12 @@ Diags = Iterator[Diagnostic]
 
 def _where(span: Span, origin: tuple[Span, ...]) -> tuple[Span, list[Label]]:
     """Point at the user's line: the outermost apply/for site, with a label at the template line."""
-    if origin:
-        return T.user_site(span, origin), [Label(span, "from this line of the template")]
-    return span, []
+    if not origin:
+        return span, []
+    site = T.user_site(span, origin)
+    if site == span:  # the statement is in the user's file (a `for` body, a local template)
+        return span, [Label(origin[-1], "expanded from here")]
+    return site, [Label(span, "from this line of the template")]
 
 
 def _spec_sites(plan: T.Plan):
@@ -104,7 +107,7 @@ def axis_names(ctx) -> Diags:
             ax, span, origin = refs[0]
             where, labels = _where(span, origin)
             yield diag("PL311", f"axis `{ax}` is used but the plan declares no mesh", where, labels=labels,
-                       help="declare one: `mesh cluster of 8 x hardware.a100_80g { dp = 2  tp = 4 }`")
+                       help="declare one: `mesh cluster of 8 x hardware.a100_80g { dp = 2; tp = 4 }`")
         return
     for ax, span, origin in refs:
         if mesh.axis(ax) is None:
@@ -137,7 +140,7 @@ def spec_axes(ctx) -> Diags:
 
 
 def conflicting_shards(ctx) -> Diags:
-    """PL310: the same target with two different specs."""
+    """PL310: the same target (or input) with two different specs."""
     seen: dict[tuple[str, str], T.ShardRule] = {}
     for r in ctx.plan.shards:
         key = (r.kind, str(r.target))
@@ -147,6 +150,13 @@ def conflicting_shards(ctx) -> Diags:
                        labels=[Label(first.site, f"first sharded as {first.spec} here")],
                        help="keep one shard statement for each target")
         seen.setdefault(key, r)
+    first_data: dict[str, T.DataSpec] = {}
+    for d in ctx.plan.data:
+        if d.input in first_data and first_data[d.input].spec != d.spec:
+            f = first_data[d.input]
+            yield diag("PL310", f"input `{d.input}` has two data specs: {f.spec} and {d.spec}", d.span,
+                       labels=[Label(f.span, "first given here")], help="keep one `data` statement per input")
+        first_data.setdefault(d.input, d)
 
 
 def data_specs(ctx) -> Diags:
@@ -359,7 +369,7 @@ def zero_sharding(ctx) -> Diags:
         yield diag("PL502", f"ZeRO stage {opt.zero_stage} does not exist", opt.span,
                    help="1: optimizer state, 2: + gradients, 3: + parameters")
         return
-    if opt.zero_stage and opt.zero_axis is None:
+    if isinstance(opt.zero_stage, int) and opt.zero_stage and opt.zero_axis is None:
         yield diag("PL503", f"ZeRO stage {opt.zero_stage} has no axis", opt.span,
                    help=f"write `zero = {opt.zero_stage} over dp`")
     if isinstance(opt.zero_axis, str) and ctx.plan.data and ctx.plan.mesh and ctx.plan.mesh.axis(opt.zero_axis):

@@ -25,7 +25,7 @@ def _span():
 def user_site(span: Span, origin: tuple[Span, ...]) -> Span:
     """Where to point a user at a statement produced by `apply`/`for`: the innermost expansion site in
     the file where the expansion started (the plan being checked), else the statement itself."""
-    if not origin:
+    if not origin or span.file == origin[0].file:
         return span
     return [s for s in origin if s.file == origin[0].file][-1]
 
@@ -341,16 +341,20 @@ class Pipeline:
 @dataclass(frozen=True)
 class CheckpointGroup:
     """Consecutive modules recomputed together in backward. With `every`, the selection is cut into
-    consecutive groups of that many modules once the model is known."""
+    consecutive groups of that many modules once the model is known (the last group holds the rest).
+    With `per` (a `for` loop or an `apply` over a pattern), the statement stands once for each module
+    `per` matches: one group (or one run of `every` groups) inside each of them."""
 
     modules: tuple[Selection, ...]
     every: Union[int, Hole, None] = None
+    per: Selection | None = None
     span: Span = _span()
     origin: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
 
     def __str__(self) -> str:
         s = "checkpoint " + ", ".join(str(m) for m in self.modules)
-        return s + (f" every {self.every}" if self.every is not None else "")
+        s += f" every {self.every}" if self.every is not None else ""
+        return s + (f" (per {self.per})" if self.per is not None else "")
 
     @property
     def site(self) -> Span:

@@ -35,7 +35,24 @@ for block in h[0:2] {
     assert shards == ["shard h[0:2].mlp.c_fc.weight : [_, tp]", "shard h[0:2].mlp.c_proj.weight : [tp, _]"]
     r = res.plan.shards[0]
     assert r.span.line == 10  # the template line
-    assert r.site.line == 14  # the apply site (inside the for), where users are pointed
+    assert r.site.line == 10  # same file: point at the statement itself (labelled with the apply site)
+    assert r.origin[-1].line == 14  # the innermost expansion site: the apply inside the for
+
+
+def test_rules_from_another_file_point_at_the_apply_site(tmp_path):
+    (tmp_path / "t.plan").write_text("template mlp(a: axis) {\n    shard fc.weight : [a, a]\n}\n")
+    root = tmp_path / "root.plan"
+    root.write_text(HW + 'use "t.plan"\nmesh m of 2 x d { tp = 2 over l }\nfor b in h[*] {\n    apply t.mlp(tp) to b\n}\n')
+    res = check_text(root.read_text(), str(root))
+    (d,) = res.diagnostics
+    assert d.code == "PL303" and d.span.file == str(root) and d.span.line == 7
+    assert d.labels[0].span.file == str(tmp_path / "t.plan") and d.labels[0].span.line == 2
+
+
+def test_for_loop_checkpoint_is_one_group_per_module():
+    res = resolve_text(HW + "for b in h[*] {\n    checkpoint b.attn, b.mlp\n}\n", "t.plan")
+    (g,) = res.plan.checkpoints
+    assert str(g.per) == "h[*]" and [str(m) for m in g.modules] == ["h[*].attn", "h[*].mlp"]
 
 
 def test_nested_template_params_and_int_param():
