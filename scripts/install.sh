@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
 # Create .venv (if absent) and install planlang with its dev extra, CPU torch pinned by constraints.txt.
+# Quiet on success; prints pip's log on failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
-.venv/bin/python -m pip install --quiet --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! .venv/bin/python -m pip install --disable-pip-version-check -c constraints.txt -e '.[dev]' >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "install.sh: pip install failed (log above)" >&2
+    exit 1
+fi

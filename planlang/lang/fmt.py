@@ -18,7 +18,7 @@ Layout
   A block with no items (and no comments inside) prints as ``{}``; a stages hole prints as
   ``pipeline over pp schedule 1f1b microbatches 8 { ? }`` on one line.
 * Tokens: a single space around ``=`` and around ``:`` (``shard h[0] : [_, tp]``,
-  ``input tokens : int64 [batch = 8]``, ``template t(m : module)``), except in slices (``h[0:6]``);
+  ``input tokens : int64[batch = 8]``), except in template parameters (``t(m: axis)``) and slices (``h[0:6]``);
   ``, `` between list items and no trailing comma; ``x`` spaced in ``mesh c of 8 x gpu``; specs as
   ``[(dp, tp), _] partial(tp)``; paths with no spaces (``h[*].mlp``, ``[0].weight``, ``**.bias``,
   ``output of h[0].attn``); units without spaces (``300 GB/s``). Numbers and strings keep their literal
@@ -122,10 +122,20 @@ def unified_diff(old: str, new: str, path: str = "<plan>") -> str:
 
 
 # --------------------------------------------------------------------------------------------- printing
+def string_text(s: A.Str) -> str:
+    """The literal as written; a tree built without text gets a double-quoted, escaped literal."""
+    if s.text:
+        return s.text
+    body = s.value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t")
+    return '"' + body + '"'
+
+
 def value_text(v: A.Value) -> str:
     if isinstance(v, A.Quantity):
         return f"{value_text(v.number)} {v.unit.text}"
-    if isinstance(v, (A.Int, A.Float, A.Str)):
+    if isinstance(v, A.Str):
+        return string_text(v)
+    if isinstance(v, (A.Int, A.Float)):
         return str(v)
     if isinstance(v, A.Ref):
         return dotted_text(v.name)
@@ -245,7 +255,7 @@ def _header_text(node) -> str:
             f" microbatches {_hole_or(node.microbatches)}"
         )
     if isinstance(node, A.TemplateDecl):
-        params = ", ".join(f"{p.name.text} : {p.kind.text}" for p in node.params)
+        params = ", ".join(f"{p.name.text}: {p.kind.text}" for p in node.params)
         return f"template {node.name.text}({params})"
     if isinstance(node, A.ForStmt):
         return f"for {node.var.text} in {path_text(node.selection)}"
@@ -255,26 +265,26 @@ def _header_text(node) -> str:
 def _wrappable(node) -> tuple[str, list[str], str] | None:
     """(opener, items, closer) for statements that may wrap one item per line."""
     if isinstance(node, A.ModelDecl) and node.args:
-        return f"model {node.name.text} = {node.factory}(", _kwargs(node.args), ")"
+        return f"model {node.name.text} = {string_text(node.factory)}(", _kwargs(node.args), ")"
     if isinstance(node, A.InputDecl) and node.dims:
         dims = [f"{d.name.text} = {d.size}" for d in node.dims]
-        return f"input {node.name.text} : {node.dtype.text} [", dims, "]"
+        return f"input {node.name.text} : {node.dtype.text}[", dims, "]"
     return None
 
 
 def line_text(node, shard_width: int = 0) -> str:
     """The one-line form of a statement or block item (block statements: their empty-block form)."""
     if isinstance(node, A.Use):
-        tgt = str(node.target) if isinstance(node.target, A.Str) else dotted_text(node.target)
+        tgt = string_text(node.target) if isinstance(node.target, A.Str) else dotted_text(node.target)
         return f"use {tgt}" + ("" if node.alias is None else f" as {node.alias.text}")
     if isinstance(node, A.ModelDecl):
-        s = f"model {node.name.text} = {node.factory}"
+        s = f"model {node.name.text} = {string_text(node.factory)}"
         if node.args is not None:
             s += "(" + ", ".join(_kwargs(node.args)) + ")"
         return s
     if isinstance(node, A.InputDecl):
         dims = ", ".join(f"{d.name.text} = {d.size}" for d in node.dims)
-        return f"input {node.name.text} : {node.dtype.text} [{dims}]"
+        return f"input {node.name.text} : {node.dtype.text}[{dims}]"
     if isinstance(node, A.MeshAlias):
         return f"mesh {node.name.text} = {dotted_text(node.target)}"
     if isinstance(node, A.BudgetDecl):
@@ -331,7 +341,10 @@ def _block_of(node):
 
 # --------------------------------------------------------------------------------------------- comments
 class _Placement:
-    """Where each comment goes, found from spans: leading / interior / trailing / header / dangling."""
+    """Where each comment goes, found from spans: leading / interior / trailing / header / dangling.
+
+    Keyed by node identity: the parser makes a fresh object for every node, so this is exact for parsed
+    modules (hand-built trees carry no comments, so sharing nodes there is harmless)."""
 
     def __init__(self, module: A.Module):
         self.leading: dict[int, list[A.Comment]] = defaultdict(list)
@@ -451,30 +464,30 @@ class _Formatter:
             entries.append(("comment", c))
             prev, first = c.span.line, False
 
-        # gofmt-style alignment of `shard ... : spec` runs
-        widths: dict[int, int] = {}
-        run: list[A.ShardStmt] = []
+        # gofmt-style alignment of `shard ... : spec` runs (widths by entry index)
+        widths = [0] * len(entries)
+        run: list[int] = []
 
         def flush() -> None:
-            w = max((len("shard " + target_text(s.target)) for s in run), default=0)
-            for s in run:
-                widths[id(s)] = w
+            w = max((len("shard " + target_text(entries[k][1].target)) for k in run), default=0)
+            for k in run:
+                widths[k] = w
             run.clear()
 
-        for kind, x in entries:
+        for k, (kind, x) in enumerate(entries):
             if kind == "blank" or (kind == "item" and not isinstance(x, A.ShardStmt)):
                 flush()
             elif kind == "item":
-                run.append(x)
+                run.append(k)
         flush()
 
-        for kind, x in entries:
+        for k, (kind, x) in enumerate(entries):
             if kind == "blank":
                 self.lines.append(_Line(0, "", group))
             elif kind == "comment":
                 self._emit(level, _ctext(x), group)
             else:
-                self._item(x, level, group, widths.get(id(x), 0))
+                self._item(x, level, group, widths[k])
 
     def _item(self, node, level: int, group: int, shard_width: int) -> None:
         where = self.where

@@ -503,14 +503,13 @@ class _ToAst(Transformer):
         return A.BudgetDecl(items[0], bool(items[1]), span=self._span(meta))
 
     @v_args(meta=True)
+    def optimizer_block(self, meta, items):
+        return self._present(items)
+
+    @v_args(meta=True)
     def optimizer_decl(self, meta, items):
-        name, args, *fields = items
-        has_block = bool(fields) and not (len(fields) == 1 and fields[0] is None)
-        fields_t = self._present(fields) if has_block else None
-        # `optimizer adamw {}`: an empty block is still a block
-        if not has_block and "{" in self.src.text[meta.start_pos:meta.end_pos]:
-            fields_t = ()
-        return A.OptimizerDecl(name, args, fields_t, span=self._span(meta))
+        name, args, block = items
+        return A.OptimizerDecl(name, args, block, span=self._span(meta))
 
     @v_args(meta=True)
     def data_decl(self, meta, items):

@@ -6,7 +6,9 @@
 blocks written inline or over several lines, line breaks inside ( ) and [ ], runs of blank lines and
 comments in every position a comment can go (full-line, trailing, after `{`, inside brackets).
 `parse(text).module == module` is expected to hold (AST equality ignores spans and literal text).
-`plan_texts()` draws the text only.
+`plan_texts()` draws the text only. `render_module(module, seed)` spells a given module (the layout
+choices come from a `random.Random(seed)`, one Hypothesis draw, which keeps generation fast; the tree
+shrinks normally).
 
 Importing this module has no side effects (no settings profiles are registered).
 
@@ -15,6 +17,9 @@ source text contains `{` anywhere (in a string or a comment) is parsed as having
 generated strings and comments never contain `{`.
 """
 from __future__ import annotations
+
+import random
+from functools import lru_cache
 
 from hypothesis import strategies as st
 
@@ -40,61 +45,89 @@ DTYPES = ("int64", "int32", "float16", "bf16")
 _KW = set(SOFT_KEYWORDS)
 
 # ------------------------------------------------------------------------------------------ leaves
-_idents = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,6}|_[A-Za-z0-9][A-Za-z0-9_]{0,3}", fullmatch=True).filter(
-    lambda s: s not in _KW
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_IDENT_TAIL = _LETTERS + "0123456789_"
+# `x` + random tail; a keyword gets a `_` appended; `_` alone is never a name (it is the `_` of specs)
+_idents = st.builds(
+    lambda head, tail: head + tail if head + tail not in _KW else head + tail + "_",
+    st.sampled_from(list(_LETTERS) + ["_a", "_0", "__"]),
+    st.text(_IDENT_TAIL, max_size=6),
 )
 _name_text = st.one_of(st.sampled_from(PLAIN_NAMES), _idents, st.sampled_from(SOFT_KEYWORDS))
 
 
+@lru_cache(maxsize=None)
 def names() -> st.SearchStrategy[A.Name]:
     return _name_text.map(A.Name)
 
 
+@lru_cache(maxsize=None)
 def dotteds(max_parts: int = 3) -> st.SearchStrategy[A.Dotted]:
     return st.lists(names(), min_size=1, max_size=max_parts).map(lambda ps: A.Dotted(tuple(ps)))
 
 
+def _digits(n: int, underscores: bool) -> str:
+    text = str(n)
+    if underscores and len(text) > 1:  # `1_024`, `1_0_2_4`
+        text = text[0] + "".join(("_" if i % 2 else "") + c for i, c in enumerate(text[1:], 1))
+    return text
+
+
 _int_text = st.one_of(
-    st.from_regex(r"[0-9](_?[0-9]){0,4}", fullmatch=True),
-    st.sampled_from(["0", "1", "2", "8", "1_024", "4096", "007"]),
+    st.builds(_digits, st.integers(0, 99_999), st.booleans()),
+    st.sampled_from(["0", "1", "2", "8", "1_024", "4096", "007", "0_0"]),
 )
 
 
+@lru_cache(maxsize=None)
 def ints() -> st.SearchStrategy[A.Int]:
     return _int_text.map(lambda t: A.Int(int(t.replace("_", "")), text=t))
 
 
 _float_text = st.one_of(
-    st.from_regex(r"[0-9](_?[0-9]){0,2}\.[0-9](_?[0-9]){0,2}([eE][+-]?[0-9]{1,2})?", fullmatch=True),
-    st.from_regex(r"[0-9]{1,3}[eE][+-]?[0-9]{1,2}", fullmatch=True),
-    st.sampled_from(["3e-4", "0.5", "1.0e+3", "2E5", "0.999"]),
+    st.builds(
+        lambda a, b, e: f"{a}.{b}{e}", _int_text, _int_text,
+        st.sampled_from(["", "", "e5", "E-3", "e+12", "e07"]),
+    ),
+    st.builds(lambda a, e: f"{a}{e}", _int_text, st.sampled_from(["e5", "E-3", "e+12", "e0"])),
+    st.sampled_from(["3e-4", "0.5", "1.0e+3", "2E5", "0.999", "1_0.0_1"]),
 )
 
 
+@lru_cache(maxsize=None)
 def floats() -> st.SearchStrategy[A.Float]:
     return _float_text.map(lambda t: A.Float(float(t.replace("_", "")), text=t))
 
 
 _STR_CHARS = "abcxyz019 :./-_+=()[]}#*?,;'"
 _ESCAPES = {'\\"': '"', "\\\\": "\\", "\\n": "\n", "\\t": "\t", "\\q": "q"}
+_STR_PIECES = st.lists(st.one_of(st.sampled_from(list(_STR_CHARS)), st.sampled_from(list(_ESCAPES))), max_size=12)
 
 
 @st.composite
-def strings(draw) -> A.Str:
-    pieces = draw(st.lists(st.one_of(st.sampled_from(list(_STR_CHARS)), st.sampled_from(list(_ESCAPES))), max_size=12))
+def _strings(draw) -> A.Str:
+    pieces = draw(_STR_PIECES)
     text = '"' + "".join(pieces) + '"'
     value = "".join(_ESCAPES.get(p, p) for p in pieces)
     return A.Str(value, text=text)
 
 
+@lru_cache(maxsize=None)
+def strings() -> st.SearchStrategy[A.Str]:
+    return _strings()
+
+
+@lru_cache(maxsize=None)
 def numbers():
     return st.one_of(ints(), floats())
 
 
+@lru_cache(maxsize=None)
 def quantities():
     return st.builds(lambda n, u: A.Quantity(n, A.Unit(u)), numbers(), st.sampled_from(UNITS))
 
 
+@lru_cache(maxsize=None)
 def values(depth: int = 2) -> st.SearchStrategy:
     leaf = st.one_of(
         quantities(), ints(), floats(), strings(), dotteds().map(A.Ref), st.just(A.Hole()),
@@ -109,6 +142,7 @@ def values(depth: int = 2) -> st.SearchStrategy:
 _small = st.integers(min_value=0, max_value=64)
 
 
+@lru_cache(maxsize=None)
 def selectors():
     return st.one_of(
         _small.map(A.Index),
@@ -117,30 +151,55 @@ def selectors():
     )
 
 
+_SEGMENT_HEAD = st.one_of(_name_text, _name_text, st.sampled_from(GLOBS))
+_SELECTOR_LISTS = (st.lists(selectors(), max_size=2), st.lists(selectors(), min_size=1, max_size=2))
+
+
+@lru_cache(maxsize=None)
+def _index(n: int) -> st.SearchStrategy[int]:
+    return st.integers(0, n - 1)
+
+
 @st.composite
-def segments(draw) -> A.Segment:
-    head = draw(st.one_of(_name_text, _name_text, st.sampled_from(GLOBS)))
-    sels = draw(st.lists(selectors(), max_size=2))
+def _segments(draw) -> A.Segment:
+    head = draw(_SEGMENT_HEAD)
+    sels = draw(_SELECTOR_LISTS[0])
     return A.Segment(head, tuple(sels))
 
 
+@lru_cache(maxsize=None)
+def segments() -> st.SearchStrategy[A.Segment]:
+    return _segments()
+
+
+_SEGMENT_LISTS = (st.lists(segments(), max_size=2), st.lists(segments(), min_size=1, max_size=4))
+
+
 @st.composite
-def paths(draw) -> A.Path:
-    if draw(st.integers(0, 5)) == 0:  # rooted: `[0].weight`
-        root = A.Segment("", tuple(draw(st.lists(selectors(), min_size=1, max_size=2))))
-        rest = draw(st.lists(segments(), max_size=2))
+def _paths(draw) -> A.Path:
+    if draw(_index(6)) == 0:  # rooted: `[0].weight`
+        root = A.Segment("", tuple(draw(_SELECTOR_LISTS[1])))
+        rest = draw(_SEGMENT_LISTS[0])
         return A.Path((root, *rest))
-    return A.Path(tuple(draw(st.lists(segments(), min_size=1, max_size=4))))
+    return A.Path(tuple(draw(_SEGMENT_LISTS[1])))
 
 
+@lru_cache(maxsize=None)
+def paths() -> st.SearchStrategy[A.Path]:
+    return _paths()
+
+
+@lru_cache(maxsize=None)
 def holes():
     return st.just(A.Hole())
 
 
+@lru_cache(maxsize=None)
 def int_or_hole():
     return st.one_of(ints(), holes())
 
 
+@lru_cache(maxsize=None)
 def spec_entries():
     return st.one_of(
         st.just(A.Replicated()),
@@ -150,6 +209,7 @@ def spec_entries():
     )
 
 
+@lru_cache(maxsize=None)
 def specs():
     spec = st.builds(
         lambda es, ps: A.Spec(tuple(es), tuple(ps)),
@@ -160,65 +220,80 @@ def specs():
 
 
 # ------------------------------------------------------------------------------------------ statements
+@lru_cache(maxsize=None)
 def kwargs(max_size=8):
     return st.lists(st.builds(A.KwArg, names(), values()), max_size=max_size).map(tuple)
 
 
+@lru_cache(maxsize=None)
 def fields():
     return st.builds(A.Field, dotteds(), values(), st.none() | names() | holes())
 
 
+@lru_cache(maxsize=None)
 def field_blocks():
     return st.lists(fields(), max_size=4).map(tuple)
 
 
+@lru_cache(maxsize=None)
 def uses():
     return st.builds(A.Use, st.one_of(dotteds(), strings()), st.none() | names())
 
 
+@lru_cache(maxsize=None)
 def models():
     return st.builds(A.ModelDecl, names(), strings(), st.none() | kwargs())
 
 
+@lru_cache(maxsize=None)
 def inputs():
     dims = st.lists(st.builds(A.DimDecl, names(), ints()), max_size=6).map(tuple)
     return st.builds(A.InputDecl, names(), st.one_of(st.sampled_from(DTYPES), _name_text).map(A.Name), dims)
 
 
+@lru_cache(maxsize=None)
 def devices():
     return st.builds(A.DeviceDecl, names(), field_blocks())
 
 
+@lru_cache(maxsize=None)
 def links():
     return st.builds(A.LinkDecl, names(), field_blocks())
 
 
+@lru_cache(maxsize=None)
 def meshes():
     axes = st.lists(st.builds(A.AxisDecl, names(), int_or_hole(), st.none() | dotteds()), max_size=4).map(tuple)
     return st.builds(A.MeshDecl, names(), st.none() | ints(), dotteds(), axes)
 
 
+@lru_cache(maxsize=None)
 def mesh_aliases():
     return st.builds(A.MeshAlias, names(), dotteds())
 
 
+@lru_cache(maxsize=None)
 def budgets():
     return st.builds(A.BudgetDecl, values(1), st.booleans())
 
 
+@lru_cache(maxsize=None)
 def optimizers():
     return st.builds(A.OptimizerDecl, names(), st.none() | kwargs(4), st.none() | field_blocks())
 
 
+@lru_cache(maxsize=None)
 def datas():
     return st.builds(A.DataDecl, names(), specs())
 
 
+@lru_cache(maxsize=None)
 def shards():
     target = st.one_of(paths(), paths(), st.builds(A.Activation, st.sampled_from(["output", "input"]), paths()))
     return st.builds(A.ShardStmt, target, specs())
 
 
+@lru_cache(maxsize=None)
 def pipelines():
     schedule = st.one_of(
         st.builds(A.Schedule, st.sampled_from(SCHEDULES).map(A.Name), st.none() | int_or_hole()),
@@ -230,6 +305,7 @@ def pipelines():
     return st.builds(A.PipelineDecl, st.one_of(names(), holes()), schedule, int_or_hole(), stages)
 
 
+@lru_cache(maxsize=None)
 def checkpoints():
     every = st.none() | ints() | holes() | names()
     return st.one_of(
@@ -238,10 +314,12 @@ def checkpoints():
     )
 
 
+@lru_cache(maxsize=None)
 def applies():
     return st.builds(A.ApplyStmt, dotteds(), st.none() | st.lists(values(1), max_size=4).map(tuple), paths())
 
 
+@lru_cache(maxsize=None)
 def body_statements(depth: int):
     simple = st.one_of(shards(), checkpoints(), applies())
     if depth <= 0:
@@ -249,17 +327,20 @@ def body_statements(depth: int):
     return st.one_of(simple, simple, fors(depth - 1))
 
 
+@lru_cache(maxsize=None)
 def fors(depth: int = 1):
     return st.builds(
         A.ForStmt, names(), paths(), st.lists(body_statements(depth), max_size=3).map(tuple)
     )
 
 
+@lru_cache(maxsize=None)
 def templates():
     params = st.lists(st.builds(A.Param, names(), names()), max_size=3).map(tuple)
     return st.builds(A.TemplateDecl, names(), params, st.lists(body_statements(1), max_size=4).map(tuple))
 
 
+@lru_cache(maxsize=None)
 def statements():
     return st.one_of(
         uses(), models(), inputs(), devices(), links(), meshes(), mesh_aliases(), budgets(), optimizers(),
@@ -267,8 +348,14 @@ def statements():
     )
 
 
+@lru_cache(maxsize=None)
 def plan_asts(max_statements: int = 8) -> st.SearchStrategy[A.Module]:
-    return st.lists(statements(), max_size=max_statements).map(lambda ss: A.Module(tuple(ss)))
+    # runs of consecutive `shard` statements are common in real plans (and exercise alignment)
+    single = statements().map(lambda s: [s])
+    chunk = st.one_of(single, single, single, st.lists(shards(), min_size=2, max_size=3))
+    return st.lists(chunk, max_size=max_statements).map(
+        lambda chunks: A.Module(tuple(s for c in chunks for s in c)[:max_statements])
+    )
 
 
 # ------------------------------------------------------------------------------------------ rendering
@@ -444,18 +531,26 @@ def _stmt_toks(s) -> list:
 
 
 _WORDISH = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_\"*?")
-_COMMENT_TEXT = st.from_regex(r"#[ a-zA-Z0-9_.,:;()\[\]*?=#/\"'-]{0,20}[ \t]{0,2}", fullmatch=True)
+_SEEDS = st.integers(0, 2**32 - 1)
+
+
+_COMMENT_CHARS = " abcxyzAQ0189_.,:;()[]*?=#/\"'-"
 
 
 class _Renderer:
-    def __init__(self, draw):
-        self.draw = draw
+    """Layout choices come from a `random.Random` seeded by one Hypothesis draw: far fewer draws per
+    example (the tree itself still shrinks normally; the layout of a shrunk example is re-rolled)."""
+
+    def __init__(self, rng: random.Random):
+        self.rng = rng
 
     def choice(self, options):
-        return self.draw(st.sampled_from(options))
+        return options[self.rng.randrange(len(options))]
 
     def comment(self) -> str:
-        return self.draw(_COMMENT_TEXT)
+        rng = self.rng
+        body = "".join(rng.choice(_COMMENT_CHARS) for _ in range(rng.randrange(21)))
+        return "#" + body + rng.choice(["", "", "", " ", "\t", "  "])
 
     def indent(self) -> str:
         return self.choice(["", "", "  ", "    ", "\t", "   "])
@@ -478,7 +573,7 @@ class _Renderer:
         prev = None
         for tok in toks:
             if isinstance(tok, _Block):
-                out += self.choice([" ", "", "  "]) if prev is not None else ""
+                out += self.choice([" ", " ", "", "  ", " \\\n"]) if prev is not None else ""
                 out += self.block(tok, level)
                 prev = "}"
                 continue
@@ -540,9 +635,9 @@ class _Renderer:
         return opener + body + closer
 
 
-def render_module(draw, module: A.Module) -> str:
-    """One random spelling of `module` (`draw` is a Hypothesis draw function)."""
-    r = _Renderer(draw)
+def render_module(module: A.Module, seed: int = 0) -> str:
+    """One random spelling of `module`; the same seed gives the same text."""
+    r = _Renderer(random.Random(seed))
     head = r.choice(["", "", "\n", "\n\n", "COMMENT", "  \n"])
     if head == "COMMENT":
         head = r.comment() + "\n" + r.choice(["", "\n"])
@@ -566,9 +661,10 @@ def render_module(draw, module: A.Module) -> str:
 def plan_cases(draw, max_statements: int = 8) -> tuple[A.Module, str]:
     """(module, text): a random module and one random spelling of it."""
     module = draw(plan_asts(max_statements))
-    return module, render_module(draw, module)
+    return module, render_module(module, draw(_SEEDS))
 
 
+@lru_cache(maxsize=None)
 def plan_texts(max_statements: int = 8) -> st.SearchStrategy[str]:
     """Random valid plan texts covering every statement kind, with random layout and comments."""
     return plan_cases(max_statements).map(lambda case: case[1])
