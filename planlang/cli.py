@@ -170,6 +170,36 @@ def fmt(
 
 
 @app.command()
+def probe(
+    mesh: str = typer.Option(..., "--mesh", help="Axes to measure, e.g. dp=2,tp=2 (product = --nproc)."),
+    nproc: int = typer.Option(..., "--nproc", help="Processes to launch on this machine (torchrun)."),
+    device: str = typer.Option("hardware.cpu", "--device", help="Device of the written mesh."),
+    max_bytes: int = typer.Option(16 << 20, "--max-bytes", help="Largest all-reduce message."),
+    output: str = typer.Option("-", "--output", "-o", help="Where to write the planlang module (- = stdout)."),
+) -> None:
+    """Measure latency and bandwidth per mesh axis with torchrun and write links in planlang syntax."""
+    import math
+    import socket
+    import subprocess
+
+    from planlang.cost.probe import parse_mesh
+
+    try:
+        axes = parse_mesh(mesh)
+    except ValueError as err:
+        _fail_usage(str(err))
+    if math.prod(s for _, s in axes) != nproc:
+        _fail_usage(f"--mesh {mesh} has {math.prod(s for _, s in axes)} devices but --nproc is {nproc}")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
+           f"--master-port={port}", "-m", "planlang.cost.probe", "--mesh", mesh, "--device", device,
+           "--max-bytes", str(max_bytes), "-o", output]
+    raise typer.Exit(subprocess.call(cmd))
+
+
+@app.command()
 def explain(code: str = typer.Argument(..., help="A diagnostic code such as PL301.")) -> None:
     """Explain a diagnostic code."""
     from planlang.lang.codes import CODES, explain as explain_code
