@@ -1,0 +1,360 @@
+"""`@rule` registrations for every op kind the solver knows (torch-free).
+
+Input conventions (what `planlang.model` must produce and `planlang.runtime.local_ops` executes):
+
+    linear                 x[..., K], w[N, K] (, b[N])                     -> [..., N]
+    matmul                 a[..., M, K] | a[K], b[..., K, N] | b[K]        -> torch.matmul shape
+    bmm                    a[B, M, K], b[B, K, N]                          -> [B, M, N]
+    addmm                  bias[N] | [M, N] | [1, N], m1[M, K], m2[K, N]   attrs beta, alpha
+    conv2d                 x[N, C, H, W], w[O, C/g, kh, kw] (, b[O])       attrs stride, padding, dilation, groups
+    embedding              idx[...] (integer), w[V, H]                     -> [..., H]
+    layer_norm             x[..., *norm], weight[*norm]?, bias[*norm]?     attrs normalized_ndim (default 1), eps
+    rms_norm               x[..., *norm], weight[*norm]?                   attrs normalized_ndim, eps
+    softmax, log_softmax   x                                               attr dim
+    gelu relu silu tanh exp neg   x                                        (neg is linear)
+    add sub mul div        a, b broadcasting to the output
+    sum mean amax          x                                               attrs dim (int | tuple | None), keepdim
+    view reshape flatten unflatten   x -> output shape
+    transpose              x                                               attrs dim0, dim1
+    permute                x                                               attr dims
+    cat                    x1, x2, ...                                     attr dim
+    split                  x                                               attrs dim, split_size (int | list), index
+    slice getitem          x                                               attrs dim, start, end (step 1)
+    scaled_dot_product_attention   q[B, H, S, D], k[B, H, T, D], v[B, H, T, D]   attrs is_causal, scale
+    cross_entropy          logits[N, V], target[N] (integer)               attr reduction ("mean" | "sum" | "none")
+    dropout                x                                               attrs p, seed, training
+"""
+from __future__ import annotations
+
+import itertools
+import math
+
+from planlang.plan.types import Mesh, Spec
+
+from ..comm import Collective, price
+from .base import OpSpec, Strategy, rule
+from .einsum import (
+    Equation, EquationError, broadcast_equation, einsum_strategies, letters_for, local_numel, mesh_axes,
+)
+
+numel = math.prod
+
+
+def _dims(attr, rank: int) -> list[int]:
+    if attr is None:
+        return list(range(rank))
+    if isinstance(attr, int):
+        attr = [attr]
+    return sorted(d % rank for d in attr)
+
+
+# ------------------------------------------------------------------------------ matmuls
+@rule("linear")
+def linear_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    x, w = op.inputs[0], op.inputs[1]
+    batch = letters_for(len(x) - 1, skip="kn")
+    ins = [batch + "k", "nk"] + (["n"] if len(op.inputs) > 2 else [])
+    eq = Equation(tuple(ins), batch + "n", passthrough="one", linear=(0, 1),
+                  affine=(2,) if len(op.inputs) > 2 else ())
+    return einsum_strategies(op, mesh, eq, 2.0 * numel(x) * w[0] + (numel(op.output) if len(ins) > 2 else 0))
+
+
+def _matmul_letters(a, b, out) -> tuple[list[str], str, set[str]]:
+    if len(a) == 1 and len(b) == 1:
+        return ["k", "k"], "", set()
+    if len(a) == 1:
+        bb = b[:-2]
+        ins, ob, un = broadcast_equation((bb,), out[:-1])
+        return ["k", ins[0] + "kn"], ob + "n", un
+    if len(b) == 1:
+        ins, ob, un = broadcast_equation((a[:-2],), out[:-1])
+        return [ins[0] + "mk", "k"], ob + "m", un
+    ins, ob, un = broadcast_equation((a[:-2], b[:-2]), out[:-2])
+    return [ins[0] + "mk", ins[1] + "kn"], ob + "mn", un
+
+
+@rule("matmul", "bmm")
+def matmul_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    a, b = op.inputs
+    ins, o, un = _matmul_letters(a, b, op.output)
+    eq = Equation(tuple(ins), o, frozenset(un), passthrough="one", linear=(0, 1))
+    k = a[-1]
+    return einsum_strategies(op, mesh, eq, 2.0 * numel(op.output) * k)
+
+
+@rule("addmm")
+def addmm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    bias, m1, m2 = op.inputs
+    (bl,), o, un = broadcast_equation((bias,), op.output)  # o == "ab"
+    eq = Equation((bl, "ak", "kb"), "ab", frozenset(un), passthrough="one", linear=(1, 2), affine=(0,))
+    return einsum_strategies(op, mesh, eq, 2.0 * m1[0] * m1[1] * m2[1] + numel(op.output))
+
+
+@rule("conv2d")
+def conv2d_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    x, w = op.inputs[0], op.inputs[1]
+    groups = op.attr("groups", 1)
+    ins = ["nchw", "ocyx" if groups == 1 else "oCyx"] + (["o"] if len(op.inputs) > 2 else [])
+    un = {"h", "w", "y", "x", "p", "q"} | ({"c", "C", "o"} if groups != 1 else set())
+    eq = Equation(tuple(ins), "nopq", frozenset(un), passthrough="one", linear=(0, 1),
+                  affine=(2,) if len(ins) > 2 else ())
+    flops = 2.0 * numel(op.output) * w[1] * w[2] * w[3]
+    return einsum_strategies(op, mesh, eq, flops)
+
+
+# ------------------------------------------------------------------------------ embedding
+@rule("embedding")
+def embedding_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """idx split on its dims, weight split on the hidden dim (column-parallel), or on the vocab dim: each
+    device looks up the rows it holds, zeros the rest (masked lookup), and the output is partial."""
+    idx = op.inputs[0]
+    il = letters_for(len(idx), skip="vh")
+    eq = Equation((il, "vh"), il + "h", passthrough="one", linear=(1,))
+    return einsum_strategies(op, mesh, eq, float(numel(op.output)))
+
+
+# ------------------------------------------------------------------------------ norms, softmax
+def _norm(op: OpSpec, mesh: Mesh, cost: float) -> list[Strategy]:
+    x = op.inputs[0]
+    k = op.attr("normalized_ndim", len(op.inputs[1]) if len(op.inputs) > 1 else 1)
+    xl = letters_for(len(x))
+    norm = xl[len(x) - k:]
+    eq = Equation((xl,) + (norm,) * (len(op.inputs) - 1), xl, frozenset(norm))
+    return einsum_strategies(op, mesh, eq, cost * numel(x))
+
+
+@rule("layer_norm")
+def layer_norm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    return _norm(op, mesh, 8.0)
+
+
+@rule("rms_norm")
+def rms_norm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    return _norm(op, mesh, 5.0)
+
+
+@rule("softmax", "log_softmax")
+def softmax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    x = op.inputs[0]
+    xl = letters_for(len(x))
+    d = op.attr("dim", -1) % len(x)
+    eq = Equation((xl,), xl, frozenset(xl[d]))
+    return einsum_strategies(op, mesh, eq, 5.0 * numel(x))
+
+
+# ------------------------------------------------------------------------------ elementwise
+UNARY = {"gelu": 8.0, "relu": 1.0, "silu": 4.0, "tanh": 4.0, "exp": 1.0, "neg": 1.0}
+LINEAR_UNARY = {"neg"}
+
+
+@rule(*UNARY)
+def unary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    xl = letters_for(len(op.inputs[0]))
+    lin = op.kind in LINEAR_UNARY
+    eq = Equation((xl,), xl, passthrough="one" if lin else "none", linear=(0,) if lin else ())
+    return einsum_strategies(op, mesh, eq, UNARY[op.kind] * numel(op.output))
+
+
+@rule("dropout")
+def dropout_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """Elementwise and linear in x for a fixed mask; the runtime draws the global mask from `seed` and
+    slices it, so every layout yields the single-process result."""
+    xl = letters_for(len(op.inputs[0]))
+    eq = Equation((xl,), xl, passthrough="one", linear=(0,))
+    return einsum_strategies(op, mesh, eq, 2.0 * numel(op.output))
+
+
+BINARY_PASSTHROUGH = {"add": ("all", (0, 1)), "sub": ("all", (0, 1)), "mul": ("one", (0, 1)), "div": ("one", (0,))}
+
+
+@rule(*BINARY_PASSTHROUGH)
+def binary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    ins, o, un = broadcast_equation(op.inputs, op.output)
+    mode, lin = BINARY_PASSTHROUGH[op.kind]
+    eq = Equation(tuple(ins), o, frozenset(un), passthrough=mode, linear=lin)
+    return einsum_strategies(op, mesh, eq, float(numel(op.output)))
+
+
+# ------------------------------------------------------------------------------ reductions
+def _reduce_equation(op: OpSpec) -> tuple[str, str, list[int]]:
+    x = op.inputs[0]
+    xl = letters_for(len(x))
+    red = _dims(op.attr("dim"), len(x)) if len(x) else []
+    keep = op.attr("keepdim", False)
+    fresh = iter("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    ol = "".join((next(fresh) if keep else "") if i in red else c for i, c in enumerate(xl))
+    return xl, ol, red
+
+
+@rule("sum", "mean")
+def sum_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """A split reduced dim leaves a partial sum (mean: each device divides by the global count)."""
+    xl, ol, _ = _reduce_equation(op)
+    eq = Equation((xl,), ol, frozenset(c for c in ol if c.isupper()), passthrough="one", linear=(0,))
+    return einsum_strategies(op, mesh, eq, float(numel(op.inputs[0])))
+
+
+@rule("amax")
+def amax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    xl, ol, red = _reduce_equation(op)
+    eq = Equation((xl,), ol, frozenset({xl[i] for i in red} | {c for c in ol if c.isupper()}))
+    return einsum_strategies(op, mesh, eq, float(numel(op.inputs[0])))
+
+
+# ------------------------------------------------------------------------------ views
+@rule("transpose", "permute")
+def permute_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    x = op.inputs[0]
+    xl = letters_for(len(x))
+    if op.kind == "transpose":
+        d0, d1 = op.attr("dim0", 0) % len(x), op.attr("dim1", 1) % len(x)
+        perm = list(range(len(x)))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+    else:
+        perm = [d % len(x) for d in op.attr("dims")]
+    eq = Equation((xl,), "".join(xl[p] for p in perm), passthrough="one", linear=(0,))
+    return einsum_strategies(op, mesh, eq, 0.0)
+
+
+def reshape_groups(a: tuple[int, ...], b: tuple[int, ...]) -> list[tuple[list[int], list[int]]]:
+    """Pair runs of input and output dims with equal products (size-1 dims join a neighbouring group)."""
+    if numel(a) != numel(b):
+        raise EquationError(f"cannot reshape {list(a)} to {list(b)}")
+    res: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        gi, gj, pa, pb = [i], [j], a[i], b[j]
+        i, j = i + 1, j + 1
+        while pa != pb:
+            if pa < pb:
+                gi.append(i)
+                pa *= a[i]
+                i += 1
+            else:
+                gj.append(j)
+                pb *= b[j]
+                j += 1
+        res.append((gi, gj))
+    rest_i, rest_j = list(range(i, len(a))), list(range(j, len(b)))
+    if rest_i or rest_j:
+        if res:
+            res[-1][0].extend(rest_i)
+            res[-1][1].extend(rest_j)
+        else:
+            res.append((rest_i, rest_j))
+    return res
+
+
+def _major(dims: list[int], shape) -> int | None:
+    for d in dims:
+        if shape[d] > 1:
+            return d
+    return None
+
+
+@rule("view", "reshape", "flatten", "unflatten")
+def reshape_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """A split survives a reshape when it is on the major (first non-1) dim of a group of input dims
+    whose product equals that of a group of output dims, it lands on the group's major output dim, and
+    both major dims divide by the axes' product. Linear: partial passes through."""
+    x, y = op.inputs[0], op.output
+    groups = []
+    for gi, gj in reshape_groups(x, y):
+        mi, mj = _major(gi, x), _major(gj, y)
+        if mi is not None and mj is not None:
+            groups.append((mi, mj))
+    axes = mesh_axes(mesh)
+    out = []
+    for assign in itertools.product([None, "P"] + list(range(len(groups))), repeat=len(axes)):
+        din: list[list[str]] = [[] for _ in x]
+        dout: list[list[str]] = [[] for _ in y]
+        for (a, _), ch in zip(axes, assign):
+            if isinstance(ch, int):
+                din[groups[ch][0]].append(a)
+                dout[groups[ch][1]].append(a)
+        size = dict(axes)
+        if any(x[d] % numel(size[a] for a in din[d]) for d in range(len(x))) or \
+                any(y[d] % numel(size[a] for a in dout[d]) for d in range(len(y))):
+            continue
+        part = tuple(a for (a, _), ch in zip(axes, assign) if ch == "P")
+        ospec = Spec(tuple(map(tuple, dout)), part)
+        name = " ".join(f"{a}:{'partial' if ch == 'P' else f'dim{groups[ch][0]}'}"
+                        for (a, _), ch in zip(axes, assign) if ch is not None) or "replicate"
+        out.append(Strategy(name, (Spec(tuple(map(tuple, din)), part),), ospec, flops=0.0,
+                            memory=local_numel(y, ospec, mesh) * op.itemsize))
+    return out
+
+
+# ------------------------------------------------------------------------------ cat, split, slice
+@rule("cat")
+def cat_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    rank = len(op.output)
+    d = op.attr("dim", 0) % rank
+    base = letters_for(rank)
+    ins = tuple(base[:d] + "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] + base[d + 1:] for i in range(len(op.inputs)))
+    out = base[:d] + "Z" + base[d + 1:]
+    eq = Equation(ins, out, frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), passthrough="all",
+                  linear=tuple(range(len(op.inputs))))
+    return einsum_strategies(op, mesh, eq, 0.0)
+
+
+@rule("split", "slice", "getitem")
+def slice_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    rank = len(op.output)
+    d = op.attr("dim", 0) % rank
+    base = letters_for(rank)
+    eq = Equation((base[:d] + "A" + base[d + 1:],), base[:d] + "B" + base[d + 1:], frozenset("AB"),
+                  passthrough="one", linear=(0,))
+    return einsum_strategies(op, mesh, eq, 0.0)
+
+
+def slice_bounds(op: OpSpec) -> tuple[int, int, int]:
+    """(dim, start, length) of the piece a split/slice/getitem op keeps."""
+    x = op.inputs[0]
+    d = op.attr("dim", 0) % len(x)
+    if op.kind == "split":
+        ss, idx = op.attr("split_size"), op.attr("index", 0)
+        sizes = list(ss) if isinstance(ss, (list, tuple)) else [ss] * -(-x[d] // ss)
+        if not isinstance(ss, (list, tuple)):
+            sizes[-1] = x[d] - ss * (len(sizes) - 1)
+        return d, sum(sizes[:idx]), sizes[idx]
+    start = op.attr("start", 0) or 0
+    end = op.attr("end", x[d])
+    start, end = start % x[d] if start < 0 else start, min(end + x[d] if end < 0 else end, x[d])
+    return d, start, end - start
+
+
+# ------------------------------------------------------------------------------ attention
+@rule("scaled_dot_product_attention")
+def sdpa_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """Split batch and/or heads; or the query sequence (k, v replicated on it; causal masks offset by the
+    chunk start). The head dim and the key sequence are never split."""
+    q, k = op.inputs[0], op.inputs[1]
+    eq = Equation(("bhsd", "bhtd", "bhte"), "bhse", frozenset("dte"))
+    b, h, s, d = q
+    return einsum_strategies(op, mesh, eq, 4.0 * b * h * s * k[2] * d)
+
+
+# ------------------------------------------------------------------------------ cross-entropy
+@rule("cross_entropy")
+def cross_entropy_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """Split N: each device sums its rows' losses (divided by the global N for mean) -> partial loss.
+    Split V (vocab-parallel): all-reduce(max) and all-reduce(sum) of per-row statistics over the vocab
+    axes (the sum carries the exp-sum and the target logit) give the exact loss, not partial."""
+    logits = op.inputs[0]
+    red = op.attr("reduction", "mean")
+    eq = Equation(("nv", "n"), "n" if red == "none" else "")
+    strategies = einsum_strategies(op, mesh, eq, 5.0 * numel(logits))
+    out = []
+    for s in strategies:
+        vaxes = s.inputs[0].dims[1]
+        if not vaxes:
+            out.append(s)
+            continue
+        rows = logits[0] // (s.inputs[0].shard_factor(0, mesh) or 1)
+        fwd = (price(Collective.ALL_REDUCE, mesh, vaxes, rows * op.itemsize),
+               price(Collective.ALL_REDUCE, mesh, vaxes, 2 * rows * op.itemsize))
+        ospec = Spec(s.output.dims, tuple(a for a in s.output.partial if a not in vaxes))
+        out.append(Strategy(s.name + " (vocab-parallel)", s.inputs, ospec, fwd, s.backward, s.flops,
+                            local_numel(op.output, ospec, mesh) * op.itemsize, s.extra))
+    return out

@@ -1,0 +1,1 @@
+"""Runtime: executing resolved plans on torch.distributed (local op lowering, collectives)."""
