@@ -78,10 +78,14 @@ def _fail_usage(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fail_on_warnings: bool) -> int:
+def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fail_on_warnings: bool,
+                model: bool = False) -> int:
     from planlang.lang.codes import CODES
     from planlang.lang.render import render, summary_line
     from planlang.plan.checker import check_file
+
+    if model:  # imports torch: only on request
+        from planlang.model.checks import check_with_model as check_file  # noqa: F811
 
     try:
         files = plan_files(paths)
@@ -111,18 +115,20 @@ def check(
     paths: List[Path] = typer.Argument(..., help="Plan files or folders (every *.plan below)."),
     format: OutputFormat = typer.Option(OutputFormat.human, "--format", "-f", help="Output format."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour (default: on a terminal)."),
+    model: bool = typer.Option(False, "--model", help="Also load the model on meta and check paths and shapes."),
 ) -> None:
     """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors."""
-    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=False))
+    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=False, model=model))
 
 
 @app.command()
 def lint(
     paths: List[Path] = typer.Argument(..., help="Plan files or folders."),
     format: OutputFormat = typer.Option(OutputFormat.concise, "--format", "-f", help="Output format."),
+    model: bool = typer.Option(False, "--model", help="Also load the model on meta and check paths and shapes."),
 ) -> None:
     """Check plans for CI: concise output by default; exit 1 on errors or warnings."""
-    raise typer.Exit(_run_checks(paths, format, False, fail_on_warnings=True))
+    raise typer.Exit(_run_checks(paths, format, False, fail_on_warnings=True, model=model))
 
 
 @app.command()

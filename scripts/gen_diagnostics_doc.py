@@ -10,6 +10,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import planlang.model.checks  # noqa: E402,F401  (registers the model-aware codes)
 from planlang.lang.codes import CODES  # noqa: E402
 
 RANGES = [

@@ -6,13 +6,19 @@ coordinates c, dim d split by axes (a1, ..., ak) holds the chunk with index
 ((c[a1] * n[a2] + c[a2]) * n[a3] + ...) of size shape[d] / (n[a1] * ... * n[ak]).
 
 One-step transforms (each on one mesh axis `a` of size n):
-    all_gather(a, d)       a is the minor-most axis of dim d -> removed      fwd all-gather,  bwd reduce-scatter
+    all_gather(a, d)       a is the minor-most axis of dim d -> removed      fwd all-gather,  bwd free (slice)
     shard(a, d)            a unused -> appended to dim d (a local slice)     fwd free,        bwd all-gather
     all_to_all(a, d, e)    a minor-most on d -> minor-most on e              fwd all-to-all,  bwd all-to-all
     all_reduce(a)          partial(a) -> replicated over a                   fwd all-reduce,  bwd free
     reduce_scatter(a, d)   partial(a) -> a appended to dim d                 fwd reduce-scatter, bwd all-gather
     to_partial(a)          unused a -> partial(a) (rank 0 of the group keeps the value, others zero)
                                                                              fwd free,        bwd free
+
+Gradient convention (shared with planlang.runtime.redistribute): the gradient of a replicated or
+partial value is whole on every device of the axis (an op whose local gradients are partial sums, such
+as a column-parallel linear's input gradient, reduces them itself — op rules price that all-reduce). So
+the backward of an all-gather keeps the local chunk of the replicated gradient and costs nothing, while
+the backward of a shard must all-gather the gradient pieces.
 
 `conversion_path` runs Dijkstra over layout states with edge weight = forward + backward time, so the
 path is optimal for a training step; map-memory-aware-auto-parallel §4.3 searches greedily with a
@@ -177,7 +183,7 @@ def step_comms(shape: tuple[int, ...], before: Spec, step: Step, mesh: Mesh,
     ax = (step.axis,)
     k = step.kind
     if k == "all_gather":
-        return price(Collective.ALL_GATHER, mesh, ax, b_after), price(Collective.REDUCE_SCATTER, mesh, ax, b_after)
+        return price(Collective.ALL_GATHER, mesh, ax, b_after), None
     if k == "shard":
         return None, price(Collective.ALL_GATHER, mesh, ax, b_before)
     if k == "all_to_all":
@@ -206,6 +212,11 @@ class Path:
     specs: tuple[Spec, ...]  # src, after step 1, ..., dst
     forward: tuple[CommCost, ...]
     backward: tuple[CommCost, ...]
+
+    @property
+    def backward_in_issue_order(self) -> tuple[CommCost, ...]:
+        """`backward` lists collectives in forward step order; backward runs the steps reversed."""
+        return tuple(reversed(self.backward))
 
     @property
     def cost(self) -> float:

@@ -1,0 +1,280 @@
+"""Model-aware checks: the plan against the real module tree and tensor shapes (traced on meta).
+
+Registered into the checker's rule list with `needs_model=True`; they read `ctx.facts["model"]`, a
+`ModuleFacts` (planlang.model.trace). `model_facts_for(plan)` builds it, or returns a load diagnostic.
+Codes live in the model-aware slots (x60–x89) of each range and are registered here.
+"""
+from __future__ import annotations
+
+import math
+from typing import Iterator
+
+from planlang.lang.codes import CODES, register_code
+from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
+from planlang.plan import types as T
+from planlang.plan.checker import Rule, register_rule
+from planlang.plan.resolve import diag
+from planlang.plan.rules import _where
+from planlang.plan.selection import Selection
+
+from .trace import ModuleFacts
+
+E, W = Severity.ERROR, Severity.WARNING
+_CODES = [
+    ("PL260", "model-import", E, "model cannot be imported",
+     "The `model` statement's factory (\"package.module:callable\") cannot be imported. planlang looks on\n"
+     "sys.path, then in the plan's folder and the folders above it, then the current directory."),
+    ("PL261", "model-build", E, "model factory failed",
+     "Calling the factory with the plan's arguments (on the meta device) raised an error, or returned\n"
+     "something that is not an nn.Module."),
+    ("PL360", "unknown-module-path", E, "path names nothing in the model",
+     "A shard, stage or checkpoint path matches no module or parameter of the model. The diagnostic\n"
+     "suggests the closest real name; `planlang inspect` lists them all."),
+    ("PL361", "spec-rank-mismatch", E, "spec has the wrong number of entries for the tensor",
+     "A spec needs one entry per dim of the tensor it shards (parameter, or the activation a module\n"
+     "returns or receives)."),
+    ("PL362", "dim-not-divisible", E, "sharded dim not divisible by its axes",
+     "Every dim split over mesh axes must be divisible by the product of their sizes; the message shows\n"
+     "the tensor, the dim and the arithmetic (`3072 is not divisible by tp(5) = 5`)."),
+    ("PL363", "shard-target-is-module", E, "shard target is a module, not a parameter",
+     "`shard PATH : SPEC` shards parameters; PATH matched modules only. Name the parameters\n"
+     "(`fc1.weight`), or shard the module's activation with `output of PATH`."),
+    ("PL460", "stage-coverage", E, "module in no stage",
+     "With explicit stages, every module that holds parameters or runs computation must belong to\n"
+     "exactly one stage."),
+    ("PL461", "module-in-two-stages", E, "module in two stages", "A module is selected by two stages."),
+    ("PL462", "stage-order", E, "stages out of execution order",
+     "Stage i+1 must run after stage i: a module of a later stage runs before a module of an earlier one."),
+    ("PL463", "shared-parameter-split", E, "shared parameter split across stages",
+     "Two modules share one parameter (e.g. tied input and output embeddings) but sit in different\n"
+     "stages. Put them in one stage, or untie the parameter in the model."),
+    ("PL464", "checkpoint-not-contiguous", E, "checkpoint group not contiguous",
+     "A checkpoint group (without `every`) must be consecutive modules in execution order."),
+    ("PL465", "checkpoint-crosses-stage", E, "checkpoint group crosses a stage boundary",
+     "A checkpoint group must lie inside one pipeline stage."),
+]
+for _c in _CODES:
+    if _c[0] not in CODES:
+        register_code(*_c)
+
+
+def to_plan_name(name: str) -> str:
+    """`h.0.attn` -> `h[0].attn` (how plans write container children)."""
+    out = []
+    for part in name.split("."):
+        if part.isdigit():
+            out.append(f"[{part}]")
+        else:
+            out.append(("." if out else "") + part)
+    return "".join(out)
+
+
+def _suggest(sel: Selection, names: list[str]) -> str:
+    plan_names = [to_plan_name(n) for n in names]
+    guess = did_you_mean(str(sel), plan_names)
+    if guess:
+        return f"did you mean `{guess}`?"
+    # the longest prefix that exists, and what is under it
+    parts = str(sel).split(".")
+    for k in range(len(parts) - 1, 0, -1):
+        prefix = ".".join(parts[:k])
+        under = [p for p in plan_names if p.startswith(prefix + ".") and p.count(".") == prefix.count(".") + 1]
+        if under:
+            return f"`{prefix}` has: " + ", ".join(x.rsplit(".", 1)[1] for x in under[:10])
+    return "run `planlang inspect` to list the model's modules"
+
+
+def _facts(ctx) -> ModuleFacts:
+    return ctx.facts["model"]
+
+
+def _dims_arith(spec: T.Spec, dim: int, mesh: T.Mesh) -> tuple[int, str] | None:
+    axes = spec.axes_of(dim)
+    sizes = [(a, mesh.axis_size(a)) for a in axes]
+    if not axes or any(s is None for _, s in sizes):
+        return None
+    return math.prod(s for _, s in sizes), " * ".join(f"{a}({s})" for a, s in sizes)  # type: ignore[misc]
+
+
+def shard_targets(ctx) -> Iterator[Diagnostic]:
+    """PL360 unknown paths, PL363 module-only targets, PL361 rank, PL362 divisibility."""
+    facts, plan = _facts(ctx), ctx.plan
+    mesh = plan.mesh
+    modules = facts.all_modules
+    params = list(facts.params)
+    for rule in plan.shards:
+        where, labels = _where(rule.span, rule.origin)
+        if rule.kind == "param":
+            hits = rule.target.select(params)
+            if not hits:
+                if rule.target.select(modules):
+                    yield diag("PL363", f"`{rule.target}` is a module; shard its parameters", where, labels=labels,
+                               help=f"for example `shard {rule.target}.weight : ...`")
+                else:
+                    yield diag("PL360", f"`{rule.target}` matches no parameter of the model", where, labels=labels,
+                               help=_suggest(rule.target, params))
+                continue
+            shapes = [(to_plan_name(h), facts.params[h][0]) for h in hits]
+        else:
+            hits = rule.target.select(modules)
+            if not hits:
+                yield diag("PL360", f"`{rule.target}` matches no module of the model", where, labels=labels,
+                           help=_suggest(rule.target, modules))
+                continue
+            shapes = []
+            for h in hits:
+                call = facts.calls.get(h)
+                if call is None:
+                    continue  # never runs in forward: nothing to shard
+                shape = call.output if rule.kind == "output" else (call.inputs[0] if call.inputs else None)
+                if shape is not None:
+                    shapes.append((f"{rule.kind} of {to_plan_name(h)}", shape))
+        if not isinstance(rule.spec, T.Spec):
+            continue
+        for name, shape in shapes[:1] + [s for s in shapes[1:] if s[1] != shapes[0][1]]:
+            if rule.spec.rank != len(shape):
+                yield diag("PL361", f"`{name}` has {len(shape)} dims {list(shape)}, but the spec {rule.spec} has "
+                           f"{rule.spec.rank}", where, labels=labels,
+                           help="write one entry per dim (`_` for dims that are not split)")
+                break
+            if mesh is None:
+                continue
+            for d, n in enumerate(shape):
+                ar = _dims_arith(rule.spec, d, mesh)
+                if ar and n % ar[0]:
+                    yield diag("PL362", f"`{name}` {list(shape)}: dim {d} is {n}, not divisible by {ar[1]} = {ar[0]}",
+                               where, labels=labels,
+                               help=f"split dim {d} over axes whose sizes divide {n}, or leave it `_`")
+
+
+def _covering(order: list[str], sels: tuple[Selection, ...], names: list[str]) -> set[str]:
+    """Modules selected by `sels` and all their descendants."""
+    picked = set()
+    for s in sels:
+        picked |= set(s.select(names))
+    return {m for m in names if m in picked or any(m.startswith(p + ".") for p in picked)}
+
+
+def pipeline_stages(ctx) -> Iterator[Diagnostic]:
+    """PL360 unknown stage paths, PL460 coverage, PL461 overlap, PL462 order, PL463 shared params."""
+    facts, p = _facts(ctx), ctx.plan.pipeline
+    if p is None or not isinstance(p.stages, tuple):
+        return
+    names = facts.all_modules
+    stage_of: dict[str, int] = {}
+    for st in p.stages:
+        for sel in st.modules:
+            if not sel.select(names):
+                yield diag("PL360", f"stage {st.index}: `{sel}` matches no module of the model", sel.span or st.span,
+                           help=_suggest(sel, names))
+        for m in _covering(facts.order, st.modules, names):
+            if m in stage_of and stage_of[m] != st.index:
+                yield diag("PL461", f"`{to_plan_name(m)}` is in stages {stage_of[m]} and {st.index}", st.span,
+                           help="give each module to one stage")
+                break
+            stage_of[m] = st.index
+    # every module that runs and has no running child (the leaves of the call tree), and every module
+    # that owns parameters directly, must be in a stage
+    owners = {n.rsplit(".", 1)[0] if "." in n else "" for n in facts.params}
+    leaves = [m for m in facts.order if not any(o.startswith(m + ".") for o in facts.order)]
+    needed = leaves + [m for m in facts.order if m in owners and m not in leaves]
+    missing = [m for m in facts.order if m in needed and m not in stage_of]
+    if missing:
+        shown = ", ".join(to_plan_name(m) for m in missing[:6]) + (" ..." if len(missing) > 6 else "")
+        yield diag("PL460", f"{len(missing)} module{'s' if len(missing) != 1 else ''} in no stage: {shown}", p.span,
+                   help="add them to the stage they run in")
+    last = -1
+    for m in facts.order:
+        s = stage_of.get(m)
+        if s is None:
+            continue
+        if s < last:
+            yield diag("PL462", f"`{to_plan_name(m)}` (stage {s}) runs after modules of stage {last}", p.span,
+                       help="stages must follow execution order")
+            break
+        last = s
+    for group in facts.shared:
+        stages = {stage_of.get(n.rsplit(".", 1)[0]) for n in group} - {None}
+        if len(stages) > 1:
+            yield diag("PL463", f"{' and '.join(to_plan_name(n) for n in group)} are one parameter but sit in stages "
+                       f"{', '.join(map(str, sorted(stages)))}", p.span,
+                       help="put the modules that share it in one stage, or untie the parameter in the model")
+
+
+def checkpoint_paths(ctx) -> Iterator[Diagnostic]:
+    """PL360 unknown paths, PL464 contiguity, PL465 one stage per group."""
+    facts, plan = _facts(ctx), ctx.plan
+    names = facts.all_modules
+    stage_of: dict[str, int] = {}
+    if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
+        for st in plan.pipeline.stages:
+            for m in _covering(facts.order, st.modules, names):
+                stage_of[m] = st.index
+    for g in plan.checkpoints:
+        where, labels = _where(g.span, g.origin)
+        picked: list[str] = []
+        for sel in g.modules:
+            hits = sel.select(names)
+            if not hits:
+                yield diag("PL360", f"`{sel}` matches no module of the model", where, labels=labels,
+                           help=_suggest(sel, names))
+            picked += hits
+        if not picked or g.every is not None or g.per is not None:
+            continue
+        stages = {stage_of[m] for m in picked if m in stage_of}
+        if len(stages) > 1:
+            yield diag("PL465", f"checkpoint group spans stages {', '.join(map(str, sorted(stages)))}", where,
+                       labels=labels, help="split the group at the stage boundary")
+        parents = {m.rsplit(".", 1)[0] if "." in m else "" for m in picked}
+        if len(parents) == 1:
+            parent = parents.pop()
+            siblings = [m for m in facts.order if (m.rsplit(".", 1)[0] if "." in m else "") == parent]
+            idx = sorted(siblings.index(m) for m in picked if m in siblings)
+            if idx and idx[-1] - idx[0] + 1 != len(idx):
+                gap = siblings[idx[0] + next(i for i, k in enumerate(range(idx[0], idx[-1] + 1)) if k not in idx)]
+                yield diag("PL464", f"checkpoint group skips `{to_plan_name(gap)}`", where, labels=labels,
+                           help="a group is consecutive modules; split it into two groups")
+
+
+MODEL_RULES = [
+    Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs_model=True),
+    Rule("pipeline_stages", ("PL360", "PL460", "PL461", "PL462", "PL463"), pipeline_stages, needs_model=True),
+    Rule("checkpoint_paths", ("PL360", "PL464", "PL465"), checkpoint_paths, needs_model=True),
+]
+for _r in MODEL_RULES:
+    register_rule(_r)
+
+
+def model_facts_for(plan: T.Plan) -> tuple[ModuleFacts | None, list[Diagnostic]]:
+    """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails."""
+    from .load import ModelLoadError, build_model, meta_inputs
+    from .trace import probe_modules
+
+    if plan.model is None:
+        return None, []
+    try:
+        module = build_model(plan.model, plan.path)
+        facts = probe_modules(module, meta_inputs(plan.inputs))
+    except ModelLoadError as err:
+        return None, [diag(err.code, err.message, plan.model.span, help=err.help)]
+    except Exception as err:  # the model's forward failed on the declared inputs
+        return None, [diag("PL261", f"running the model on the declared inputs raised {type(err).__name__}: {err}",
+                           plan.model.span, help="check the `input` declarations: names, dtypes and shapes",
+                           labels=[Label(i.span, "declared here") for i in plan.inputs[:1]])]
+    return facts, []
+
+
+def check_with_model(path: str):
+    """`planlang check --model`: the model-free checks plus the model-aware ones."""
+    from planlang.plan.checker import CheckResult, check_resolution
+    from planlang.plan.resolve import Resolver
+
+    res = Resolver().resolve_file(path)
+    if res.plan is None or res.plan.model is None:
+        return check_resolution(res, path)
+    facts, diags = model_facts_for(res.plan)
+    result = check_resolution(res, path, {"model": facts} if facts else None)
+    if diags:
+        result = CheckResult(result.path, tuple(diags) + result.diagnostics, result.sources, result.plan,
+                             result.modules, result.suppressed)
+    return result

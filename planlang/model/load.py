@@ -1,0 +1,112 @@
+"""Load the model a plan names, on the meta device, and make meta inputs from its `input` declarations.
+
+`model gpt2 = "examples.gpt2.model:build"(layers = 12)` imports `examples.gpt2.model` and calls
+`build(layers=12)` under `torch.device("meta")`, so no parameter memory is allocated. The module is
+looked up on sys.path, then from the plan's folder and each folder above it (a plan inside a project
+finds the project's packages), then the current directory.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from planlang.plan.types import Input, ModelRef
+
+TORCH_DTYPES = {
+    "f64": torch.float64, "f32": torch.float32, "tf32": torch.float32, "f16": torch.float16,
+    "bf16": torch.bfloat16, "fp8": torch.float8_e4m3fn, "i64": torch.int64, "i32": torch.int32,
+    "i16": torch.int16, "i8": torch.int8, "u8": torch.uint8, "bool": torch.bool,
+}
+
+
+class ModelLoadError(Exception):
+    """The model could not be imported or built. `code` is PL260 (import) or PL261 (factory call)."""
+
+    def __init__(self, code: str, message: str, help: str, detail: str = ""):
+        super().__init__(message)
+        self.code, self.message, self.help, self.detail = code, message, help, detail
+
+
+def _search_roots(plan_path: str | None) -> list[str]:
+    roots = []
+    if plan_path:
+        p = Path(plan_path).resolve().parent
+        roots += [str(d) for d in [p, *p.parents]]
+    roots.append(str(Path.cwd()))
+    return roots
+
+
+@contextmanager
+def _extra_path(roots: list[str]):
+    added = [r for r in roots if r not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for r in added:
+            if r in sys.path:
+                sys.path.remove(r)
+
+
+def import_factory(ref: ModelRef, plan_path: str | None = None):
+    """The callable `ref.factory` names."""
+    if not ref.attr:
+        raise ModelLoadError("PL260", f'model factory "{ref.factory}" has no callable',
+                             'write "package.module:callable", e.g. "examples.mlp.model:build"')
+    try:
+        mod = importlib.import_module(ref.module)
+    except ModuleNotFoundError:
+        with _extra_path(_search_roots(plan_path)):
+            try:
+                mod = importlib.import_module(ref.module)
+            except ModuleNotFoundError as err:
+                raise ModelLoadError(
+                    "PL260", f"cannot import `{ref.module}`: {err}",
+                    "make the package importable (install it, or run from the project root)",
+                ) from err
+            except Exception as err:  # the user's module failed while importing
+                raise ModelLoadError("PL260", f"importing `{ref.module}` raised {type(err).__name__}: {err}",
+                                     "fix the error in the model's module", traceback.format_exc()) from err
+    except Exception as err:
+        raise ModelLoadError("PL260", f"importing `{ref.module}` raised {type(err).__name__}: {err}",
+                             "fix the error in the model's module", traceback.format_exc()) from err
+    fn = getattr(mod, ref.attr, None)
+    if fn is None or not callable(fn):
+        names = [n for n in dir(mod) if not n.startswith("_") and callable(getattr(mod, n))]
+        from planlang.lang.diagnostics import did_you_mean
+
+        guess = did_you_mean(ref.attr, names)
+        raise ModelLoadError("PL260", f"`{ref.module}` has no callable `{ref.attr}`",
+                             f"did you mean `{guess}`?" if guess else f"callables there: {', '.join(names[:8])}")
+    return fn
+
+
+def build_model(ref: ModelRef, plan_path: str | None = None, device: str | torch.device = "meta") -> torch.nn.Module:
+    """Import and call the factory under `device` (meta by default: shapes only, no memory)."""
+    fn = import_factory(ref, plan_path)
+    try:
+        with torch.device(device):
+            model = fn(**dict(ref.kwargs))
+    except Exception as err:
+        raise ModelLoadError(
+            "PL261", f"`{ref.factory}({', '.join(f'{k}={v!r}' for k, v in ref.kwargs)})` raised "
+            f"{type(err).__name__}: {err}", "check the model arguments in the plan", traceback.format_exc(),
+        ) from err
+    if not isinstance(model, torch.nn.Module):
+        raise ModelLoadError("PL261", f"`{ref.factory}` returned {type(model).__name__}, not an nn.Module",
+                             "the factory must return the model (an nn.Module)")
+    return model
+
+
+def meta_inputs(inputs: tuple[Input, ...], device: str | torch.device = "meta") -> dict[str, torch.Tensor]:
+    """One tensor per `input` declaration, with its dtype and shape (zeros for integer inputs)."""
+    out = {}
+    for inp in inputs:
+        dtype = TORCH_DTYPES.get(inp.dtype, torch.float32)
+        out[inp.name] = torch.zeros(inp.shape, dtype=dtype, device=device)
+    return out

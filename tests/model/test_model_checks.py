@@ -1,0 +1,138 @@
+"""Model-aware checks: located at the plan line, with the real shapes and arithmetic."""
+import textwrap
+
+import pytest
+import torch
+
+from planlang.model.checks import check_with_model, to_plan_name
+from planlang.model.load import ModelLoadError, build_model, meta_inputs
+from planlang.model.trace import probe_modules, trace_graph
+from planlang.plan.types import Input, ModelRef
+
+HEAD = """\
+device d {{ memory = 80 GiB; flops.f32 = 10 TFLOPS }}
+link l {{ bandwidth = 100 GB/s; latency = 2 us }}
+model net = "tests.model.tinynet:build"(hidden = 32, layers = 4{tie})
+input idx : i64[batch = 8, seq = 16]
+budget 40 GiB per device
+mesh m of 4 x d {{
+    pp = 2 over l
+    tp = 2 over l
+}}
+"""
+
+
+def check(body: str, tmp_path, tie=False):
+    p = tmp_path / "p.plan"
+    p.write_text(HEAD.format(tie=", tie = true" if tie else "") + textwrap.dedent(body))
+    return [(d.code, d.span.line, d.message) for d in check_with_model(str(p)).diagnostics]
+
+
+def test_build_on_meta_allocates_nothing():
+    m = build_model(ModelRef("net", "tests.model.tinynet:build", (("hidden", 4096),)))
+    assert all(p.is_meta for p in m.parameters())
+
+
+def test_load_errors_have_codes():
+    with pytest.raises(ModelLoadError) as e:
+        build_model(ModelRef("n", "tests.model.nosuch:build"))
+    assert e.value.code == "PL260"
+    with pytest.raises(ModelLoadError) as e:
+        build_model(ModelRef("n", "tests.model.tinynet:buld"))
+    assert e.value.code == "PL260" and "build" in e.value.help
+    with pytest.raises(ModelLoadError) as e:
+        build_model(ModelRef("n", "tests.model.tinynet:broken"))
+    assert e.value.code == "PL261" and "boom" in e.value.message
+
+
+def test_probe_and_trace_record_order_shapes_and_paths():
+    m = build_model(ModelRef("n", "tests.model.tinynet:build"))
+    inputs = meta_inputs((Input("idx", "i64", (("batch", 2), ("seq", 5))),))
+    facts = probe_modules(m, inputs)
+    assert facts.order[:5] == ["emb", "h", "h.0", "h.0.ln", "h.0.fc"] or facts.order[:4] == ["emb", "h.0", "h.0.ln", "h.0.fc"]
+    assert facts.calls["h.0.fc"].output == (2, 5, 128)
+    assert facts.params["h.3.proj.weight"][0] == (32, 128)
+    g = trace_graph(m, inputs)
+    assert g.method == "symbolic_trace"
+    fc = [n for n in g.nodes if n.op == "call_module" and n.target == "h.1.fc"]
+    assert fc and fc[0].shape == (2, 5, 128) and fc[0].module == "h.1.fc"
+    add = [n for n in g.nodes if n.op == "call_function" and n.module == "h.2"]
+    assert add, "function nodes keep the path of the module they run in"
+
+
+def test_tied_parameters_are_one_group():
+    m = build_model(ModelRef("n", "tests.model.tinynet:build", (("tie", True),)))
+    facts = probe_modules(m, meta_inputs((Input("idx", "i64", (("batch", 2), ("seq", 5))),)))
+    assert facts.shared == [("emb.weight", "head.weight")]
+
+
+def test_plan_names():
+    assert to_plan_name("h.0.attn.c_attn") == "h[0].attn.c_attn"
+    assert to_plan_name("0.weight") == "[0].weight"
+
+
+def test_clean_plan(tmp_path):
+    body = """
+    shard h[*].fc.weight : [tp, _]
+    shard h[*].proj.weight : [_, tp]
+    shard output of h[*].fc : [_, _, tp]
+    pipeline over pp schedule 1f1b microbatches 2 {
+        stage emb, h[0:2]
+        stage h[2:4], head
+    }
+    checkpoint h[0:2]
+    checkpoint h[2:4]
+    """
+    assert check(body, tmp_path) == []
+
+
+def test_unknown_path_rank_divisibility_module_target(tmp_path):
+    body = """
+    shard h[*].fc.wieght : [tp, _]
+    shard h[0].fc : [tp, _]
+    shard h[1].fc.weight : [tp]
+    shard emb.weight : [tp, tp2]
+    shard head.weight : [(pp, tp), _]
+    """
+    got = check(body, tmp_path)
+    codes = [(c, line) for c, line, _ in got]
+    assert ("PL360", 11) in codes and ("PL363", 12) in codes and ("PL361", 13) in codes
+    assert ("PL201", 14) in codes  # unknown axis stays a model-free finding
+    msg = {c: m for c, _, m in got}
+    assert "[128, 32]" in msg["PL361"]
+
+
+def test_divisibility_message_shows_arithmetic(tmp_path):
+    p = tmp_path / "p.plan"
+    p.write_text(HEAD.format(tie="").replace("tp = 2 over l", "tp = 2 over l").replace("4 x d", "4 x d")
+                 + "shard emb.weight : [tp, _]\n".replace("emb.weight", "emb.weight"))
+    # vocab 96 / tp 2 divides; make it fail with a 3-way axis instead
+    text = p.read_text().replace("mesh m of 4 x d {\n    pp = 2 over l\n    tp = 2 over l\n}",
+                                 "mesh m of 3 x d {\n    tp = 3 over l\n}").replace("[tp, _]", "[_, tp]")
+    p.write_text(text)
+    (d,) = [d for d in check_with_model(str(p)).diagnostics if d.code == "PL362"]
+    assert d.message == "`emb.weight` [96, 32]: dim 1 is 32, not divisible by tp(3) = 3"
+    assert d.span.line == text.splitlines().index("shard emb.weight : [_, tp]") + 1
+
+
+def test_stage_coverage_order_and_tied_split(tmp_path):
+    body = """
+    pipeline over pp schedule 1f1b microbatches 2 {
+        stage h[2:4], head
+        stage emb, h[0:1]
+    }
+    """
+    got = {c for c, _, _ in check(body, tmp_path, tie=True)}
+    assert {"PL460", "PL462", "PL463"} <= got
+
+
+def test_checkpoint_contiguity(tmp_path):
+    got = check("checkpoint h[0], h[2]\n", tmp_path)
+    assert [(c, m) for c, _, m in got] == [("PL464", "checkpoint group skips `h[1]`")]
+
+
+def test_model_that_cannot_load_is_located(tmp_path):
+    p = tmp_path / "p.plan"
+    p.write_text(HEAD.format(tie="").replace("tinynet:build", "tinynet:broken"))
+    (d,) = check_with_model(str(p)).diagnostics
+    assert d.code == "PL261" and d.span.line == 3
