@@ -176,6 +176,56 @@ def fmt(
 
 
 @app.command()
+def inspect(
+    model: str = typer.Argument(..., help='A plan file, or a factory "package.module:callable".'),
+    arg: List[str] = typer.Option([], "--arg", "-a", help="Factory keyword argument NAME=VALUE (repeatable)."),
+    input: List[str] = typer.Option([], "--input", "-i", help="An input, e.g. idx:i64[batch=4,seq=128]."),
+    depth: Optional[int] = typer.Option(None, "--depth", help="Show modules down to this nesting depth."),
+    format: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """Show a model's modules in execution order: parameters, shapes, flops, saved activations."""
+    import ast as pyast
+
+    from planlang.plan.types import ModelRef
+
+    plan_path = None
+    if model.endswith(".plan"):
+        from planlang.plan.checker import check_file
+
+        res = check_file(model)
+        if res.plan is None or res.plan.model is None:
+            _fail_usage(f"{model} declares no model (or does not parse: run `planlang check {model}`)")
+        ref, inputs, plan_path = res.plan.model, res.plan.inputs, model
+    else:
+        from planlang.model.inspect import parse_input
+
+        kwargs = []
+        for a in arg:
+            k, _, v = a.partition("=")
+            try:
+                kwargs.append((k, pyast.literal_eval(v)))
+            except (ValueError, SyntaxError):
+                kwargs.append((k, v))
+        try:
+            inputs = tuple(parse_input(i) for i in input)
+        except ValueError as err:
+            _fail_usage(str(err))
+        ref = ModelRef("model", model, tuple(kwargs))
+        if not inputs:
+            _fail_usage("give the model's inputs with --input, e.g. --input 'idx:i64[batch=4,seq=128]'")
+    from planlang.model.inspect import inspect_model, render_json, render_text
+    from planlang.model.load import ModelLoadError
+
+    try:
+        info = inspect_model(ref, inputs, plan_path, depth)
+    except ModelLoadError as err:
+        _fail_usage(f"{err.message}\n  help: {err.help}")
+    except Exception as err:  # the forward failed on these inputs: the user's inputs, not our bug
+        _fail_usage(f"running the model on {', '.join(map(str, inputs))} raised {type(err).__name__}: {err}")
+    sys.stdout.write(render_json(info) if format == "json" else render_text(info))
+
+
+@app.command()
 def probe(
     mesh: str = typer.Option(..., "--mesh", help="Axes to measure, e.g. dp=2,tp=2 (product = --nproc)."),
     nproc: int = typer.Option(..., "--nproc", help="Processes to launch on this machine (torchrun)."),

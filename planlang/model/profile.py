@@ -1,0 +1,194 @@
+"""Symbolic profile of a model: per-module flops and memory classes, on the meta device.
+
+One forward and one backward run on meta tensors (no compute, no memory), observed three ways
+(map-memory-aware-auto-parallel §4.1, Fig. 3):
+
+* flops of every aten op, from torch.utils.flop_counter's formulas, attributed to the innermost module
+  running it — in forward through forward hooks, in backward through module backward hooks;
+* the tensors autograd saves for backward (`saved_tensors_hooks`), attributed to the module whose forward
+  saved them and deduplicated by storage (a tensor saved by two ops is held once) — the module's
+  `fwd_in` in map's terms, parameters excluded;
+* the bytes of each module's output (`fwd_out`) and of the gradients its backward produces for its
+  inputs (`bwd_out`).
+
+Transient memory (`fwd_tmp`, `bwd_tmp`) is the largest live tensor set inside one op call beyond its
+inputs and outputs; here it is approximated by the op's output bytes that are not saved (freed right
+after), which bounds the temporaries of composite ops from below.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+from .trace import bind_inputs
+
+
+@dataclass
+class ModuleProfile:
+    path: str
+    type: str
+    params: int = 0  # parameter elements owned directly or below (shared counted once, at first owner)
+    param_bytes: int = 0
+    fwd_flops: int = 0  # flops of ops run directly in this module (not in children)
+    bwd_flops: int = 0
+    saved_bytes: int = 0  # fwd_in: activations saved for backward by ops run directly in this module
+    out_bytes: int = 0  # fwd_out
+    grad_in_bytes: int = 0  # bwd_out: gradients w.r.t. the module's tensor inputs
+    calls: int = 0
+
+
+@dataclass
+class Profile:
+    modules: dict[str, ModuleProfile]  # execution order ("" is the root)
+    total_fwd_flops: int = 0
+    total_bwd_flops: int = 0
+    total_saved_bytes: int = 0
+    param_bytes: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def subtree(self, path: str) -> ModuleProfile:
+        """Aggregate of a module and everything below it."""
+        agg = ModuleProfile(path, self.modules[path].type if path in self.modules else "?")
+        prefix = path + "." if path else ""
+        for name, m in self.modules.items():
+            if name == path or name.startswith(prefix):
+                agg.fwd_flops += m.fwd_flops
+                agg.bwd_flops += m.bwd_flops
+                agg.saved_bytes += m.saved_bytes
+        if path in self.modules:
+            me = self.modules[path]
+            agg.params, agg.param_bytes, agg.out_bytes, agg.calls = me.params, me.param_bytes, me.out_bytes, me.calls
+            agg.grad_in_bytes = me.grad_in_bytes
+        return agg
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+class _FlopMode(TorchDispatchMode):
+    def __init__(self, sink):
+        super().__init__()
+        self.sink = sink
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        fn = flop_registry.get(func._overloadpacket)
+        if fn is not None:
+            self.sink(int(fn(*args, **kwargs, out_val=out)))
+        return out
+
+
+def profile_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None) -> Profile:
+    """Profile one training step's forward and backward of `module` (its tensors should be on meta).
+
+    `loss(output) -> scalar` defaults to the sum of the first output."""
+    names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
+    profiles: dict[str, ModuleProfile] = {}
+    stack: list[str] = []
+    param_storages = {p.untyped_storage()._cdata for p in module.parameters()}
+    seen_saved: set[int] = set()
+    handles = []
+
+    def current() -> ModuleProfile:
+        return profiles[stack[-1]] if stack else profiles[""]
+
+    def pre(mod, args):
+        name = names.get(id(mod), "")
+        if name not in profiles:
+            profiles[name] = ModuleProfile(name, type(mod).__name__)
+        profiles[name].calls += 1
+        stack.append(name)
+
+    def post(mod, args, out):
+        name = stack.pop() if stack else ""
+        p = profiles[name]
+        if p.calls == 1:
+            p.out_bytes = sum(_nbytes(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+
+    def bwd_pre(mod, grad_out):
+        stack.append(names.get(id(mod), ""))
+
+    def bwd_post(mod, grad_in, grad_out):
+        name = stack.pop() if stack else ""
+        p = profiles.get(name)
+        if p is not None and p.grad_in_bytes == 0:
+            p.grad_in_bytes = sum(_nbytes(g) for g in grad_in if isinstance(g, torch.Tensor))
+
+    def pack(t: torch.Tensor):
+        key = t.untyped_storage()._cdata
+        if key not in param_storages and key not in seen_saved:
+            seen_saved.add(key)
+            current().saved_bytes += t.untyped_storage().nbytes()
+        return t
+
+    phase = {"bwd": False}
+
+    def count(flops: int) -> None:
+        p = current()
+        if phase["bwd"]:
+            p.bwd_flops += flops
+        else:
+            p.fwd_flops += flops
+
+    profiles[""] = ModuleProfile("", type(module).__name__)
+    for m in {id(m): m for m in module.modules()}.values():
+        if m is module:
+            continue
+        handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
+        handles += [m.register_full_backward_pre_hook(bwd_pre), m.register_full_backward_hook(bwd_post)]
+    notes: list[str] = []
+    try:
+        args, kwargs = bind_inputs(module, inputs)
+        with _FlopMode(count), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = module(*args, **kwargs)
+        first = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
+        profiles[""].out_bytes = _nbytes(first) if first is not None else 0
+        scalar = loss(out) if loss is not None else (first.float().sum() if first is not None else None)
+        if scalar is not None and scalar.requires_grad:
+            phase["bwd"] = True
+            import warnings
+
+            with _FlopMode(count), warnings.catch_warnings():
+                # the first module sees no input that requires grad; its hook still reports, as intended
+                warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                scalar.backward()
+        else:
+            notes.append("no backward: the output does not require grad")
+    finally:
+        for h in handles:
+            h.remove()
+    # parameters: attribute each (shared ones once) to the module that owns it directly
+    seen_params: set[int] = set()
+    for name, mod in module.named_modules():
+        prof = profiles.get(name)
+        for p in mod.parameters(recurse=False):
+            if id(p) in seen_params:
+                continue
+            seen_params.add(id(p))
+            if prof is None:
+                prof = profiles.setdefault(name, ModuleProfile(name, type(mod).__name__))
+            prof.params += p.numel()
+            prof.param_bytes += _nbytes(p)
+    # roll parameter counts up the tree
+    for name in sorted(profiles, key=lambda n: -n.count(".") if n else 1):
+        if not name:
+            continue
+        parent = name.rsplit(".", 1)[0] if "." in name else ""
+        while parent not in profiles and parent:
+            parent = parent.rsplit(".", 1)[0] if "." in parent else ""
+        profiles[parent].params += profiles[name].params
+        profiles[parent].param_bytes += profiles[name].param_bytes
+    return Profile(
+        modules=profiles,
+        total_fwd_flops=sum(p.fwd_flops for p in profiles.values()),
+        total_bwd_flops=sum(p.bwd_flops for p in profiles.values()),
+        total_saved_bytes=sum(p.saved_bytes for p in profiles.values()),
+        param_bytes=profiles[""].param_bytes,
+        notes=notes,
+    )
