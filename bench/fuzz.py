@@ -93,22 +93,26 @@ def mutate(text: str, rng: random.Random) -> str:
     return text
 
 
-def generated(n: int, seed: int, stats: Stats, keep: list[str]) -> None:
+def generated(n: int, seed: int, stats: Stats, keep: list[str], chunk: int = 250) -> None:
+    """`n` plans from the hypothesis strategy, in runs of `chunk` (hypothesis keeps a tree of every
+    choice it made during one run; separate runs keep memory flat)."""
     from hypothesis import HealthCheck, given, settings
     from hypothesis import seed as hseed
 
     sys.path.insert(0, str(ROOT / "tests" / "lang"))
     from strategies import plan_texts  # noqa: E402
 
-    @hseed(seed)
-    @settings(max_examples=n, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-    @given(plan_texts())
-    def body(text):
-        if len(keep) < 500:
-            keep.append(text)
-        run_one(text, stats)
+    for k, start in enumerate(range(0, n, chunk)):
+        @hseed(seed * 100_003 + k)
+        @settings(max_examples=min(chunk, n - start), deadline=None, database=None,
+                  suppress_health_check=list(HealthCheck))
+        @given(plan_texts())
+        def body(text):
+            if len(keep) < 500:
+                keep.append(text)
+            run_one(text, stats)
 
-    body()
+        body()
 
 
 def main() -> int:

@@ -122,8 +122,9 @@ class Mesh:
         return None
 
     def axis_size(self, name: str) -> int | None:
+        """The size of an axis; None when unknown (a hole) or invalid (< 1, reported as PL302)."""
         a = self.axis(name)
-        return a.size if a is not None and isinstance(a.size, int) else None
+        return a.size if a is not None and isinstance(a.size, int) and a.size >= 1 else None
 
 
 # ------------------------------------------------------------------------------ placements and specs
