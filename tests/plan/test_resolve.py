@@ -128,3 +128,19 @@ def test_quantities_resolve_to_base_units():
     assert res.plan.budget.bytes == 40 * 2**30
     assert res.plan.links[0].bandwidth == 300e9 and res.plan.links[0].latency == 2e-6
     assert res.plan.devices[0].flops_for("bf16") == 312e12
+
+
+def test_axis_of_size_zero_is_reported_not_divided_by():
+    # found by bench/fuzz.py: a size-0 pipeline axis used to raise ZeroDivisionError in the schedule rule
+    text = HW + """
+mesh m of 8 x d {
+    pp = 0 over l
+    tp = 4 over l
+}
+pipeline over pp schedule interleaved chunks 2 microbatches 4 {
+    stage h[0:6]
+    stage h[6:12]
+}
+"""
+    res = check_text(text, "t.plan")
+    assert [d.code for d in res.diagnostics] == ["PL302"]
