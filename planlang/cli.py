@@ -102,7 +102,7 @@ def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fai
     extra = {"rule_titles": {c: e.title for c, e in CODES.items()}} if fmt is OutputFormat.sarif else {}
     out = render(diags, sources, fmt.value, color=_use_color(color) if fmt is OutputFormat.human else False, **extra)
     if out:
-        sys.stdout.write(out)
+        sys.stdout.write(out if out.endswith("\n") else out + "\n")
     if fmt is OutputFormat.human:
         label = f"{len(files)} file{'s' if len(files) != 1 else ''}"
         typer.echo(f"{label}: {summary_line(diags)}", err=True)
@@ -223,6 +223,40 @@ def inspect(
     except Exception as err:  # the forward failed on these inputs: the user's inputs, not our bug
         _fail_usage(f"running the model on {', '.join(map(str, inputs))} raised {type(err).__name__}: {err}")
     sys.stdout.write(render_json(info) if format == "json" else render_text(info))
+
+
+@app.command()
+def estimate(
+    plan: Path = typer.Argument(..., help="A plan file with a model."),
+    format: str = typer.Option("table", "--format", "-f", help="table or json."),
+) -> None:
+    """Estimate per-device peak memory (by class) and step time of a plan, from its model on meta."""
+    import json
+
+    from planlang.lang.render import render
+    from planlang.plan.checker import check_file
+
+    if not plan.is_file():
+        _fail_usage(f"no such file: {plan}")
+    res = check_file(str(plan))
+    if res.errors or res.plan is None:
+        sys.stderr.write(render(list(res.diagnostics), res.sources, "human"))
+        _fail_usage(f"{plan} has errors; fix them first")
+    if res.plan.model is None:
+        _fail_usage(f"{plan} declares no model")
+    if res.plan.holes():
+        _fail_usage(f"{plan} has {len(res.plan.holes())} holes (`?`); solve it first")
+    from planlang.model.estimate import estimate_plan, render_table
+    from planlang.model.load import ModelLoadError
+
+    try:
+        rows = estimate_plan(res.plan)
+    except ModelLoadError as err:
+        _fail_usage(f"{err.message}\n  help: {err.help}")
+    if format == "json":
+        sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
+    else:
+        sys.stdout.write(render_table(res.plan, rows))
 
 
 @app.command()

@@ -52,6 +52,10 @@ _CODES = [
      "A checkpoint group (without `every`) must be consecutive modules in execution order."),
     ("PL465", "checkpoint-crosses-stage", E, "checkpoint group crosses a stage boundary",
      "A checkpoint group must lie inside one pipeline stage."),
+    ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
+     "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"
+     "the plan's budget. The message gives the breakdown; shard more (tp, ZeRO), checkpoint, or use more\n"
+     "microbatches or pipeline stages."),
 ]
 for _c in _CODES:
     if _c[0] not in CODES:
@@ -236,10 +240,30 @@ def checkpoint_paths(ctx) -> Iterator[Diagnostic]:
                            help="a group is consecutive modules; split it into two groups")
 
 
+def memory_budget(ctx) -> Iterator[Diagnostic]:
+    """PL560: every device's estimated peak within the budget (or the device memory)."""
+    from planlang.plan.units import format_bytes
+
+    plan = ctx.plan
+    estimates = ctx.facts.get("estimate") or []
+    limit = plan.budget.bytes if plan.budget else (plan.mesh.device.memory if plan.mesh and plan.mesh.device else None)
+    if limit is None:
+        return
+    span = plan.budget.span if plan.budget else plan.mesh.span  # type: ignore[union-attr]
+    for e in estimates:
+        if e.peak > limit:
+            parts = (f"parameters {format_bytes(e.parameters)} + optimizer {format_bytes(e.optimizer)} + "
+                     f"buffers {format_bytes(e.buffers)} + max(activations {format_bytes(e.activations)} + "
+                     f"transient, gradients {format_bytes(e.gradients)} + optimizer step)")
+            yield diag("PL560", f"{e.device}: estimated peak {format_bytes(e.peak)} exceeds {format_bytes(limit)}",
+                       span, notes=[parts], help="shard more (tp, ZeRO), checkpoint, or add pipeline stages")
+
+
 MODEL_RULES = [
     Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs_model=True),
     Rule("pipeline_stages", ("PL360", "PL460", "PL461", "PL462", "PL463"), pipeline_stages, needs_model=True),
     Rule("checkpoint_paths", ("PL360", "PL464", "PL465"), checkpoint_paths, needs_model=True),
+    Rule("memory_budget", ("PL560",), memory_budget, needs_model=True),
 ]
 for _r in MODEL_RULES:
     register_rule(_r)
@@ -273,7 +297,16 @@ def check_with_model(path: str):
     if res.plan is None or res.plan.model is None:
         return check_resolution(res, path)
     facts, diags = model_facts_for(res.plan)
-    result = check_resolution(res, path, {"model": facts} if facts else None)
+    extra = {}
+    if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not any(
+            d.severity is Severity.ERROR for d in res.diagnostics):
+        from .estimate import estimate_plan
+
+        try:
+            extra["estimate"] = estimate_plan(res.plan)
+        except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
+            pass
+    result = check_resolution(res, path, {"model": facts, **extra} if facts else None)
     if diags:
         result = CheckResult(result.path, tuple(diags) + result.diagnostics, result.sources, result.plan,
                              result.modules, result.suppressed)

@@ -24,6 +24,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
+from .simulate import fused_attention
 from .trace import bind_inputs
 
 
@@ -70,6 +71,23 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+_aten = torch.ops.aten
+# the CPU flash-attention ops (what `fused_attention` routes meta calls to) count like the CUDA flash ops
+_FLOP_ALIASES = {
+    _aten._scaled_dot_product_flash_attention_for_cpu: _aten._scaled_dot_product_flash_attention,
+    _aten._scaled_dot_product_flash_attention_for_cpu_backward: None,
+}
+
+
+def _cpu_flash_backward_flops(args) -> int:
+    # a fused attention backward recomputes QK^T and runs 4 more matmuls (dV, dP, dQ, dK): 5 bmms in all,
+    # torch.utils.flop_counter's count for the fused backward ops
+    from torch.utils.flop_counter import sdpa_backward_flop_count
+
+    grad_out, q, k, v = args[:4]
+    return int(sdpa_backward_flop_count(tuple(grad_out.shape), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
+
+
 class _FlopMode(TorchDispatchMode):
     def __init__(self, sink):
         super().__init__()
@@ -78,9 +96,19 @@ class _FlopMode(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        fn = flop_registry.get(func._overloadpacket)
+        packet = func._overloadpacket
+        if packet is _aten._scaled_dot_product_flash_attention_for_cpu_backward:
+            self.sink(_cpu_flash_backward_flops(args))
+            return out
+        fn = flop_registry.get(_FLOP_ALIASES.get(packet) or packet)
         if fn is not None:
-            self.sink(int(fn(*args, **kwargs, out_val=out)))
+            q, k, v = args[:3] if packet is _aten._scaled_dot_product_flash_attention_for_cpu else (None,) * 3
+            if q is not None:
+                from torch.utils.flop_counter import sdpa_flop_count
+
+                self.sink(int(sdpa_flop_count(tuple(q.shape), tuple(k.shape), tuple(v.shape))))
+            else:
+                self.sink(int(fn(*args, **kwargs, out_val=out)))
         return out
 
 
@@ -145,7 +173,7 @@ def profile_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
     notes: list[str] = []
     try:
         args, kwargs = bind_inputs(module, inputs)
-        with _FlopMode(count), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        with _FlopMode(count), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fused_attention():
             out = module(*args, **kwargs)
         first = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
         profiles[""].out_bytes = _nbytes(first) if first is not None else 0
@@ -154,7 +182,7 @@ def profile_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
             phase["bwd"] = True
             import warnings
 
-            with _FlopMode(count), warnings.catch_warnings():
+            with _FlopMode(count), warnings.catch_warnings(), fused_attention():
                 # the first module sees no input that requires grad; its hook still reports, as intended
                 warnings.filterwarnings("ignore", message="Full backward hook is firing")
                 scalar.backward()

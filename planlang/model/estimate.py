@@ -1,0 +1,289 @@
+"""Per-device memory and step-time estimates of a plan.
+
+For each device class (one per pipeline stage, or one for the whole mesh):
+
+    parameters   local bytes of every parameter under its shard spec (ZeRO-3 divides by the ZeRO axis)
+    gradients    the same shapes (ZeRO-2/3 divide by the ZeRO axis)
+    optimizer    states per parameter element by optimizer (Adam/AdamW: two fp32 moments, plus a step
+                 counter per tensor); ZeRO >= 1 divides by the ZeRO axis
+    buffers      DDP's gradient buckets when a data axis has more than one rank
+    activations  what one microbatch saves for backward on this device, times the microbatches in flight
+                 (1F1B: min(p - i, m) on stage i; GPipe: m; no pipeline: 1)
+    transient    the live set beyond saved activations at backward's peak (parameter gradients produced so
+                 far, the output's gradient, op temporaries, recomputation of a checkpoint group), and the
+                 optimizer's temporaries
+
+peak = parameters + optimizer + buffers + max(backward phase, optimizer phase), where the backward phase
+is activations + transient and the optimizer phase is all gradients + the optimizer's temporaries. Activations and transients come from a simulated step on the meta device
+(`simulate.py`) of the local model: the batch each device sees, parameters replaced by their local shards
+(so Megatron-style column/row splits shrink the activations they produce), checkpoint groups wrapped in
+torch.utils.checkpoint. Step time: flops / device throughput plus the alpha-beta cost of the collectives.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from planlang.plan import types as T
+from planlang.plan.units import format_bytes
+
+from .load import build_model, meta_inputs
+from .profile import profile_model
+from .simulate import simulate_step
+from .trace import probe_modules
+
+STATE_ELEMENTS = {  # optimizer state elements per parameter element (fp32)
+    "adam": 2, "adamw": 2, "lion": 1, "momentum": 1, "rmsprop": 1, "adagrad": 1, "sgd": 0, "adafactor": 0,
+}
+STEP_COUNTER = {"adam", "adamw", "adagrad", "rmsprop"}  # a float32 scalar tensor per parameter tensor
+
+
+@dataclass(frozen=True)
+class DeviceEstimate:
+    device: str  # "all devices" or "stage 0", ...
+    parameters: int
+    gradients: int
+    optimizer: int
+    buffers: int
+    activations: int
+    transient: int
+    peak: int
+    step_time: float
+    notes: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.device}: peak {format_bytes(self.peak)}"
+
+    def as_dict(self) -> dict:
+        return {k: getattr(self, k) for k in ("device", "parameters", "gradients", "optimizer", "buffers",
+                                              "activations", "transient", "peak", "step_time")} | {
+            "notes": list(self.notes)}
+
+
+@dataclass
+class _Param:
+    name: str
+    shape: tuple[int, ...]
+    itemsize: int
+    local: tuple[int, ...]
+    stage: int | None
+
+
+def _spec_for(name: str, plan: T.Plan) -> T.Spec | None:
+    found = None
+    for r in plan.shards:
+        if r.kind == "param" and isinstance(r.spec, T.Spec) and r.target.matches(name):
+            found = r.spec
+    return found
+
+
+def _local_shape(shape: tuple[int, ...], spec: T.Spec | None, mesh: T.Mesh | None) -> tuple[int, ...]:
+    if spec is None or mesh is None or spec.rank != len(shape):
+        return shape
+    out = []
+    for d, n in enumerate(shape):
+        f = spec.shard_factor(d, mesh) or 1
+        out.append(n // f if n % f == 0 else math.ceil(n / f))
+    return tuple(out)
+
+
+def _axis_product(mesh: T.Mesh | None, axes) -> int:
+    if mesh is None:
+        return 1
+    return math.prod(mesh.axis_size(a) or 1 for a in axes)
+
+
+def _data_factor(plan: T.Plan) -> tuple[int, set[str]]:
+    axes: set[str] = set()
+    for d in plan.data:
+        if isinstance(d.spec, T.Spec) and d.spec.dims and isinstance(d.spec.dims[0], tuple):
+            axes |= set(d.spec.dims[0])
+    return _axis_product(plan.mesh, axes), axes
+
+
+def _local_inputs(plan: T.Plan, divide: int) -> dict[str, torch.Tensor]:
+    inputs = []
+    for inp in plan.inputs:
+        dims = list(inp.dims)
+        if dims:
+            i = next((k for k, (n, _) in enumerate(dims) if n == "batch"), 0)
+            dims[i] = (dims[i][0], max(1, dims[i][1] // divide))
+        inputs.append(T.Input(inp.name, inp.dtype, tuple(dims)))
+    return meta_inputs(tuple(inputs))
+
+
+def _stage_of_modules(plan: T.Plan, names: list[str]) -> dict[str, int]:
+    from .checks import _covering
+
+    out: dict[str, int] = {}
+    p = plan.pipeline
+    if p is None or not isinstance(p.stages, tuple):
+        return out
+    for st in p.stages:
+        for m in _covering([], st.modules, names):
+            out[m] = st.index
+    return out
+
+
+def _in_flight(plan: T.Plan, stage: int) -> int:
+    p = plan.pipeline
+    if p is None or not isinstance(p.microbatches, int):
+        return 1
+    m = p.microbatches
+    pp = len(p.stages) if isinstance(p.stages, tuple) else 1
+    kind = p.schedule.kind if isinstance(p.schedule, T.Schedule) else "1f1b"
+    if kind == "gpipe":
+        return m
+    if kind == "interleaved":  # Narayanan et al. 2021: the first stage holds p microbatches per chunk round
+        return min(m, pp + (pp - 1 - stage) // max(1, p.schedule.chunks if isinstance(p.schedule.chunks, int) else 1))
+    return min(pp - stage, m)
+
+
+def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> None:
+    """Replace parameters by meta tensors of their local shape (in place; the module is a meta copy)."""
+    for name, p in params.items():
+        if p.local == p.shape:
+            continue
+        owner_name, _, attr = name.rpartition(".")
+        owner = module.get_submodule(owner_name) if owner_name else module
+        old = getattr(owner, attr)
+        setattr(owner, attr, torch.nn.Parameter(torch.empty(p.local, dtype=old.dtype, device="meta"),
+                                                requires_grad=old.requires_grad))
+
+
+def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, order: list[str]) -> int:
+    """Wrap each module of a checkpoint group in non-reentrant torch.utils.checkpoint (per module: a
+    group of consecutive modules recomputes them one after another, which is what this bounds)."""
+    import torch.utils.checkpoint as cp
+
+    wrapped = 0
+    names = [n for n, _ in module.named_modules() if n]
+    for g in plan.checkpoints:
+        picked = []
+        for sel in g.modules:
+            picked += sel.select(names)
+        for name in picked:
+            mod = module.get_submodule(name)
+            fwd = mod.forward
+
+            def run(*a, _fwd=fwd, **k):
+                return cp.checkpoint(_fwd, *a, use_reentrant=False, **k)
+
+            mod.forward = run  # type: ignore[method-assign]
+            wrapped += 1
+    return wrapped
+
+
+def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]:
+    """Estimate every device class of `plan` (its model is built on meta)."""
+    if plan.model is None:
+        raise ValueError("the plan declares no model")
+    mesh = plan.mesh
+    module = build_model(plan.model, plan.path)
+    facts = probe_modules(module, meta_inputs(plan.inputs))
+    dp, data_axes = _data_factor(plan)
+    micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else 1
+    stage_of = _stage_of_modules(plan, facts.all_modules)
+    params: dict[str, _Param] = {}
+    for name, (shape, dtype) in facts.params.items():
+        if facts.canonical(name) != name:
+            continue
+        itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        owner = name.rpartition(".")[0]
+        params[name] = _Param(name, shape, itemsize, _local_shape(shape, _spec_for(name, plan), mesh),
+                              stage_of.get(owner))
+    opt = plan.optimizer
+    zero = opt.zero_stage if opt and isinstance(opt.zero_stage, int) else 0
+    zero_n = _axis_product(mesh, [opt.zero_axis]) if opt and isinstance(opt.zero_axis, str) else 1
+    states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
+
+    # one simulated step of the local model for one microbatch (the whole model; stages split below)
+    _with_local_params(module, params)
+    _wrap_checkpoints(module, plan, facts.order)
+    notes = []
+    local_in = _local_inputs(plan, dp * micro)
+    try:
+        sim = simulate_step(module, local_in)
+        prof = profile_model(module, local_in)
+    except Exception as err:  # a model whose code does not follow its local parameter shapes
+        notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
+        module = build_model(plan.model, plan.path)
+        _wrap_checkpoints(module, plan, facts.order)
+        sim = simulate_step(module, local_in)
+        prof = profile_model(module, local_in)
+
+    stages = sorted(set(stage_of.values())) if stage_of else [None]
+    out = []
+    for s in stages:
+        mine = [p for p in params.values() if s is None or p.stage == s]
+        p_bytes = sum(math.prod(p.local) * p.itemsize for p in mine)
+        n_tensors = len(mine)
+        params_b = p_bytes // zero_n if zero >= 3 else p_bytes
+        grads_b = p_bytes // zero_n if zero >= 2 else p_bytes
+        elems = sum(math.prod(p.local) for p in mine)
+        opt_b = (states * elems * 4 + (4 * n_tensors if opt and opt.name in STEP_COUNTER else 0))
+        opt_b = opt_b // zero_n if zero >= 1 else opt_b
+        opt_tmp = _optimizer_temporaries(plan, mine, states, zero_n if zero >= 1 else 1)
+        buffers = p_bytes if dp > 1 and zero < 2 else 0  # DDP gradient buckets
+        if s is None:
+            frac = 1.0
+        else:  # this stage's share of the simulated step, by saved activations of its modules
+            total = sum(m.saved_bytes for m in prof.modules.values()) or 1
+            frac = sum(m.saved_bytes for n, m in prof.modules.items() if stage_of.get(n) == s) / total
+        inflight = _in_flight(plan, s or 0)
+        acts = int(sim.saved * frac) * inflight
+        # beyond the saved activations at backward's peak: the gradients produced so far and temporaries
+        transient = max(0, int((sim.backward_peak - sim.saved) * frac))
+        backward_phase = acts + transient
+        last = s is None or s == stages[-1]  # the output and loss live on the last stage
+        opt_phase = grads_b + opt_tmp + (sim.output if last else 0)
+        peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
+        flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
+        step = _step_time(plan, flops, p_bytes, efficiency)
+        out.append(DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
+                                  acts, transient + opt_tmp, peak, step, tuple(notes)))
+    return out
+
+
+def _optimizer_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards: int) -> int:
+    """Bytes the optimizer step allocates on top of its states. torch's Adam-family optimizers run the
+    per-tensor implementation on CPU (two temporaries of one parameter's size at a time: sqrt of the
+    second moment, then its scaled copy) and the multi-tensor (foreach) one on accelerators (one
+    temporary per parameter, all alive together)."""
+    if not states or not mine:
+        return 0
+    dev = plan.mesh.device.name if plan.mesh and plan.mesh.device else ""
+    if "cpu" in dev:
+        return 2 * max(math.prod(p.local) * 4 for p in mine) // shards
+    return sum(math.prod(p.local) * 4 for p in mine) // shards
+
+
+def _step_time(plan: T.Plan, flops: float, grad_bytes: int, efficiency: float) -> float:
+    from planlang.cost.comm import Collective, compute_time, price
+
+    mesh = plan.mesh
+    if mesh is None or mesh.device is None or not mesh.device.flops:
+        return float("nan")
+    t = compute_time(flops, mesh, "f32", efficiency)
+    _, data_axes = _data_factor(plan)
+    axes = [a for a in data_axes if (mesh.axis_size(a) or 1) > 1]
+    if axes:
+        t += price(Collective.ALL_REDUCE, mesh, axes, grad_bytes).seconds
+    return t
+
+
+def render_table(plan: T.Plan, rows: list[DeviceEstimate]) -> str:
+    budget = plan.budget.bytes if plan.budget else None
+    head = (f"{'device':12} {'params':>11} {'grads':>11} {'optimizer':>11} {'buffers':>11} {'activations':>12} "
+            f"{'transient':>11} {'peak':>11} {'budget':>8} {'step':>10}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        fit = "-" if budget is None else ("ok" if r.peak <= budget else "OVER")
+        lines.append(f"{r.device:12} {format_bytes(r.parameters):>11} {format_bytes(r.gradients):>11} "
+                     f"{format_bytes(r.optimizer):>11} {format_bytes(r.buffers):>11} {format_bytes(r.activations):>12} "
+                     f"{format_bytes(r.transient):>11} {format_bytes(r.peak):>11} {fit:>8} {r.step_time * 1e3:>8.2f}ms")
+    for r in rows:
+        lines += [f"note: {n}" for n in r.notes]
+    return "\n".join(lines) + "\n"
