@@ -115,7 +115,20 @@ class _FlopMode(TorchDispatchMode):
 def profile_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None) -> Profile:
     """Profile one training step's forward and backward of `module` (its tensors should be on meta).
 
-    `loss(output) -> scalar` defaults to the sum of the first output."""
+    `loss(output) -> scalar` defaults to the sum of the first output. Models that modify a module's
+    output in place (ReLU(inplace=True) after a BatchNorm) cannot take module backward hooks; for them
+    backward flops are attributed to the root module (totals unchanged), with a note."""
+    try:
+        return _profile(module, inputs, loss, backward_hooks=True)
+    except RuntimeError as err:
+        if "BackwardHookFunction" not in str(err):
+            raise
+        prof = _profile(module, inputs, loss, backward_hooks=False)
+        prof.notes.append("backward flops attributed to the whole model (in-place ops on module outputs)")
+        return prof
+
+
+def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, backward_hooks: bool) -> Profile:
     names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
     profiles: dict[str, ModuleProfile] = {}
     stack: list[str] = []
@@ -169,7 +182,8 @@ def profile_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
         if m is module:
             continue
         handles += [m.register_forward_pre_hook(pre), m.register_forward_hook(post)]
-        handles += [m.register_full_backward_pre_hook(bwd_pre), m.register_full_backward_hook(bwd_post)]
+        if backward_hooks:
+            handles += [m.register_full_backward_pre_hook(bwd_pre), m.register_full_backward_hook(bwd_post)]
     notes: list[str] = []
     try:
         args, kwargs = bind_inputs(module, inputs)
