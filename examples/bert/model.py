@@ -59,7 +59,7 @@ class BertSelfAttention(nn.Module):
         self.value = nn.Linear(hidden, hidden)
 
     def _heads(self, t: torch.Tensor, b, s) -> torch.Tensor:
-        return t.view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        return t.view(b, s, -1, self.head_dim).transpose(1, 2)  # -1: a tensor-parallel shard has fewer heads
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s = x.size(0), x.size(1)
@@ -67,7 +67,7 @@ class BertSelfAttention(nn.Module):
         k = self._heads(self.key(x), b, s)
         v = self._heads(self.value(x), b, s)
         y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
-        return y.transpose(1, 2).reshape(b, s, self.hidden)
+        return y.transpose(1, 2).reshape(b, s, -1)
 
 
 class BertSelfOutput(nn.Module):

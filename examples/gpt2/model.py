@@ -62,14 +62,16 @@ class Attention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s = x.size(0), x.size(1)
-        qkv = self.c_attn(x).split(self.hidden, dim=2)
-        q = qkv[0].view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        k = qkv[1].view(b, s, self.heads, self.head_dim).transpose(1, 2)
-        v = qkv[2].view(b, s, self.heads, self.head_dim).transpose(1, 2)
+        # shapes follow the weights (-1 heads, chunk in three): a tensor-parallel shard of c_attn, which
+        # holds a slice of the heads, runs the same code
+        qkv = self.c_attn(x).chunk(3, dim=2)
+        q = qkv[0].view(b, s, -1, self.head_dim).transpose(1, 2)
+        k = qkv[1].view(b, s, -1, self.head_dim).transpose(1, 2)
+        v = qkv[2].view(b, s, -1, self.head_dim).transpose(1, 2)
         y = F.scaled_dot_product_attention(
             q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
         )
-        y = y.transpose(1, 2).reshape(b, s, self.hidden)
+        y = y.transpose(1, 2).reshape(b, s, -1)
         return self.resid_dropout(self.c_proj(y))
 
 

@@ -45,16 +45,16 @@ class T5Attention(nn.Module):
 
     def forward(self, x: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         b, s, t = x.size(0), x.size(1), kv.size(1)
-        q = self.q(x).view(b, s, self.heads, self.d_kv).transpose(1, 2)
-        k = self.k(kv).view(b, t, self.heads, self.d_kv).transpose(1, 2)
-        v = self.v(kv).view(b, t, self.heads, self.d_kv).transpose(1, 2)
+        q = self.q(x).view(b, s, -1, self.d_kv).transpose(1, 2)
+        k = self.k(kv).view(b, t, -1, self.d_kv).transpose(1, 2)
+        v = self.v(kv).view(b, t, -1, self.d_kv).transpose(1, 2)
         y = F.scaled_dot_product_attention(
             q, k, v,
             dropout_p=self.dropout if self.training else 0.0,
             is_causal=self.causal,
             scale=1.0,
         )
-        return self.o(y.transpose(1, 2).reshape(b, s, self.inner))
+        return self.o(y.transpose(1, 2).reshape(b, s, -1))  # -1: a tensor-parallel shard has fewer heads
 
 
 class T5LayerSelfAttention(nn.Module):

@@ -153,27 +153,60 @@ def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> No
                                                 requires_grad=old.requires_grad))
 
 
-def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, order: list[str]) -> int:
-    """Wrap each module of a checkpoint group in non-reentrant torch.utils.checkpoint (per module: a
-    group of consecutive modules recomputes them one after another, which is what this bounds)."""
+def _checkpoint_groups(plan: T.Plan, facts) -> list[list[str]]:
+    """The plan's checkpoint groups as lists of module names in execution order (`every N` cut into
+    consecutive runs of N; a `for`/pattern scope gives one group per scope match)."""
+    names = facts.all_modules
+    order = {n: i for i, n in enumerate(facts.order)}
+    groups: list[list[str]] = []
+    for g in plan.checkpoints:
+        picked: list[str] = []
+        for sel in g.modules:
+            picked += [n for n in sel.select(names) if n in order]
+        picked = sorted(set(picked), key=order.__getitem__)
+        # keep the outermost selected modules only
+        picked = [n for n in picked if not any(n.startswith(o + ".") for o in picked)]
+        scopes = [[n for n in picked if n == s or n.startswith(s + ".")] for s in (g.per.select(names) if g.per else [])]
+        for run in ([r for r in scopes if r] if g.per is not None else [picked]):
+            if isinstance(g.every, int) and g.every >= 1:
+                groups += [run[i:i + g.every] for i in range(0, len(run), g.every)]
+            elif run:
+                groups.append(run)
+    return groups
+
+
+def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]:
+    """Apply the plan's checkpoint groups with non-reentrant torch.utils.checkpoint, as the runtime will.
+
+    A group of several modules that the model calls one after another on a single tensor (blocks of a
+    ModuleList) is recomputed as one function: its first module runs the whole chain under checkpoint
+    and the others pass their input through. Groups of other shapes are checkpointed module by module
+    (a note says so)."""
     import torch.utils.checkpoint as cp
 
-    wrapped = 0
-    names = [n for n, _ in module.named_modules() if n]
-    for g in plan.checkpoints:
-        picked = []
-        for sel in g.modules:
-            picked += sel.select(names)
-        for name in picked:
-            mod = module.get_submodule(name)
-            fwd = mod.forward
+    notes = []
+    for group in _checkpoint_groups(plan, facts):
+        mods = [module.get_submodule(n) for n in group]
+        chain_ok = len(group) > 1 and all(
+            len(facts.calls[n].inputs) == 1 and len(facts.calls[n].outputs) == 1 for n in group
+        ) and all(facts.calls[a].output == facts.calls[b].inputs[0] for a, b in zip(group, group[1:]))
+        if chain_ok:
+            forwards = [m.forward for m in mods]
 
-            def run(*a, _fwd=fwd, **k):
-                return cp.checkpoint(_fwd, *a, use_reentrant=False, **k)
+            def chain(x, _fwds=tuple(forwards)):
+                for f in _fwds:
+                    x = f(x)
+                return x
 
-            mod.forward = run  # type: ignore[method-assign]
-            wrapped += 1
-    return wrapped
+            mods[0].forward = lambda x, _chain=chain: cp.checkpoint(_chain, x, use_reentrant=False)
+            for m in mods[1:]:
+                m.forward = lambda x: x
+        else:
+            if len(group) > 1:
+                notes.append(f"checkpoint group {group[0]}..{group[-1]} wrapped module by module")
+            for m in mods:
+                m.forward = (lambda f: lambda *a, **k: cp.checkpoint(f, *a, use_reentrant=False, **k))(m.forward)
+    return notes
 
 
 def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]:
@@ -201,18 +234,18 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
 
     # one simulated step of the local model for one microbatch (the whole model; stages split below)
     _with_local_params(module, params)
-    _wrap_checkpoints(module, plan, facts.order)
-    notes = []
+    notes = _wrap_checkpoints(module, plan, facts)
     local_in = _local_inputs(plan, dp * micro)
+    loss = None  # the plan names no loss: the sum of the output (see docs/architecture.md)
     try:
-        sim = simulate_step(module, local_in)
-        prof = profile_model(module, local_in)
+        sim = simulate_step(module, local_in, loss)
+        prof = profile_model(module, local_in, loss)
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan.model, plan.path)
-        _wrap_checkpoints(module, plan, facts.order)
-        sim = simulate_step(module, local_in)
-        prof = profile_model(module, local_in)
+        notes += _wrap_checkpoints(module, plan, facts)
+        sim = simulate_step(module, local_in, loss)
+        prof = profile_model(module, local_in, loss)
 
     stages = sorted(set(stage_of.values())) if stage_of else [None]
     out = []

@@ -115,7 +115,7 @@ class _FlopMode(TorchDispatchMode):
 def profile_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None) -> Profile:
     """Profile one training step's forward and backward of `module` (its tensors should be on meta).
 
-    `loss(output) -> scalar` defaults to the sum of the first output. Models that modify a module's
+    `loss(output, inputs) -> scalar` defaults to the sum of the first output. Models that modify a module's
     output in place (ReLU(inplace=True) after a BatchNorm) cannot take module backward hooks; for them
     backward flops are attributed to the root module (totals unchanged), with a note."""
     try:
@@ -191,7 +191,7 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
             out = module(*args, **kwargs)
         first = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
         profiles[""].out_bytes = _nbytes(first) if first is not None else 0
-        scalar = loss(out) if loss is not None else (first.float().sum() if first is not None else None)
+        scalar = loss(out, inputs) if loss is not None else (first.float().sum() if first is not None else None)
         if scalar is not None and scalar.requires_grad:
             phase["bwd"] = True
             import warnings

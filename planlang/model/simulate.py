@@ -84,7 +84,7 @@ class StepMemory:
 
 
 def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None) -> StepMemory:
-    """Forward, loss (sum of the first output unless `loss(out)` is given) and backward on meta."""
+    """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta."""
     ignore = {p.untyped_storage()._cdata for p in module.parameters()}
     ignore |= {b.untyped_storage()._cdata for b in module.buffers()}
     ignore |= {t.untyped_storage()._cdata for t in inputs.values()}
@@ -96,7 +96,7 @@ def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
         with mode:
             out = module(*args, **kwargs)
             first = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
-            scalar = loss(out) if loss is not None else first.float().sum()
+            scalar = loss(out, inputs) if loss is not None else first.float().sum()
         saved, fwd_peak = mode.live, mode.peak
         output = sum(t.untyped_storage().nbytes() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
         output += scalar.untyped_storage().nbytes()
