@@ -29,7 +29,7 @@ import torch
 from planlang.plan import types as T
 from planlang.plan.units import format_bytes
 
-from .load import build_model, meta_inputs
+from .load import build_model, meta_inputs, model_loss
 from .profile import profile_model
 from .simulate import simulate_step
 from .trace import probe_modules
@@ -236,7 +236,7 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
     _with_local_params(module, params)
     notes = _wrap_checkpoints(module, plan, facts)
     local_in = _local_inputs(plan, dp * micro)
-    loss = None  # the plan names no loss: the sum of the output (see docs/architecture.md)
+    loss = model_loss(plan.model)
     try:
         sim = simulate_step(module, local_in, loss)
         prof = profile_model(module, local_in, loss)
@@ -270,8 +270,7 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
         # beyond the saved activations at backward's peak: the gradients produced so far and temporaries
         transient = max(0, int((sim.backward_peak - sim.saved) * frac))
         backward_phase = acts + transient
-        last = s is None or s == stages[-1]  # the output and loss live on the last stage
-        opt_phase = grads_b + opt_tmp + (sim.output if last else 0)
+        opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
         flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
         step = _step_time(plan, flops, p_bytes, efficiency)

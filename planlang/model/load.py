@@ -103,6 +103,42 @@ def build_model(ref: ModelRef, plan_path: str | None = None, device: str | torch
     return model
 
 
+def model_loss(ref: ModelRef):
+    """The loss a training step of this model computes, for estimates: the factory module's own
+    `loss(output, *targets)` when it defines one (the convention of the bundled examples), else None
+    (the caller then sums the output). The plan declares inputs, not targets, so targets are made to fit:
+    the model's integer inputs (a language model scores its own tokens), then class indices over the
+    output's leading dims, then zeros of the output's shape (regression), then one float per sample —
+    the first that the loss function accepts."""
+    try:
+        fn = getattr(importlib.import_module(ref.module), "loss", None)
+    except Exception:  # noqa: BLE001 - no importable loss: the default applies
+        return None
+    if not callable(fn):
+        return None
+
+    def loss(out, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        from torch.utils._pytree import tree_flatten
+
+        y = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+        ints = [t for t in inputs.values() if not t.is_floating_point()]
+        candidates = [ints] if len(ints) == 1 else []
+        candidates += [[torch.zeros(y.shape[:-1], dtype=torch.int64, device=y.device)] if y.dim() >= 2 else [],
+                       [torch.zeros_like(y)], [torch.zeros(y.shape[:1], dtype=y.dtype, device=y.device)]]
+        for targets in candidates:
+            if not targets:
+                continue
+            try:
+                value = fn(out, *targets)
+            except Exception:  # noqa: BLE001 - targets of another shape: try the next
+                continue
+            if isinstance(value, torch.Tensor) and value.dim() == 0:
+                return value
+        return y.float().sum()
+
+    return loss
+
+
 def meta_inputs(inputs: tuple[Input, ...], device: str | torch.device = "meta") -> dict[str, torch.Tensor]:
     """One tensor per `input` declaration, with its dtype and shape (zeros for integer inputs)."""
     out = {}

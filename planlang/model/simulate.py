@@ -80,7 +80,7 @@ class StepMemory:
     forward_peak: int  # peak during forward
     backward_peak: int  # peak during backward, gradients included
     grads: int  # live after backward: the parameter gradients (.grad)
-    output: int = 0  # bytes of the model's output and loss (a training loop keeps them until the next step)
+    output: int = 0  # bytes of the loss (freed after backward in the canonical loop)
 
 
 def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None) -> StepMemory:
@@ -97,13 +97,15 @@ def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
             out = module(*args, **kwargs)
             first = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
             scalar = loss(out, inputs) if loss is not None else first.float().sum()
+            # the canonical loop: `loss = loss_fn(model(x), y); loss.backward()` — the output itself is
+            # dropped before backward (autograd keeps what it saved); the loss after it
+            del out, first
         saved, fwd_peak = mode.live, mode.peak
-        output = sum(t.untyped_storage().nbytes() for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
-        output += scalar.untyped_storage().nbytes()
+        output = scalar.untyped_storage().nbytes()
         mode.reset_peak()
         with mode:
             scalar.backward()
-    del out, first, scalar
+    del scalar
     bwd_peak = mode.peak
     grads = sum(p.grad.untyped_storage().nbytes() for p in module.parameters() if p.grad is not None)
     return StepMemory(saved, fwd_peak, bwd_peak, grads, output)
