@@ -109,7 +109,7 @@ def model_loss(ref: ModelRef):
     (the caller then sums the output). The plan declares inputs, not targets, so targets are made to fit:
     the model's integer inputs (a language model scores its own tokens), then class indices over the
     output's leading dims, then zeros of the output's shape (regression), then one float per sample —
-    the first that the loss function accepts."""
+    the first that the loss function accepts without a warning."""
     try:
         fn = getattr(importlib.import_module(ref.module), "loss", None)
     except Exception:  # noqa: BLE001 - no importable loss: the default applies
@@ -125,11 +125,15 @@ def model_loss(ref: ModelRef):
         candidates = [ints] if len(ints) == 1 else []
         candidates += [[torch.zeros(y.shape[:-1], dtype=torch.int64, device=y.device)] if y.dim() >= 2 else [],
                        [torch.zeros_like(y)], [torch.zeros(y.shape[:1], dtype=y.dtype, device=y.device)]]
+        import warnings
+
         for targets in candidates:
             if not targets:
                 continue
             try:
-                value = fn(out, *targets)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")  # e.g. mse_loss's "target size differs": a wrong guess
+                    value = fn(out, *targets)
             except Exception:  # noqa: BLE001 - targets of another shape: try the next
                 continue
             if isinstance(value, torch.Tensor) and value.dim() == 0:
