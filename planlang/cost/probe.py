@@ -2,8 +2,8 @@
 
 Each rank of a torchrun job takes part in all-reduces over the process groups of one mesh axis at a
 time (every group of that axis at once, as training would use them), with messages from a few bytes to
-`max_bytes`. The latency alpha is the median time of the smallest message; the bandwidth is the bus
-bandwidth of the largest messages, busbw = size / time * 2(n-1)/n — exactly the beta of the all-reduce
+`max_bytes`. The latency alpha is the median time of the fastest small message; the bandwidth is the
+bus bandwidth from the two largest messages, busbw = 2(n-1)/n * dSize / dTime — exactly the beta of the all-reduce
 formula in `planlang.cost.comm`, so the model reproduces the measured times. Rank 0 writes a planlang
 module with one `link` per axis and a `mesh` using them, which a plan can `use`.
 
@@ -92,11 +92,12 @@ def measure(mesh_axes: list[tuple[str, int]], max_bytes: int = 16 << 20, repeats
             dist.all_reduce(med, op=dist.ReduceOp.MAX)
             points.append((t.numel() * 4, float(med.item())))
         small = [t for s, t in points if s <= 1024] or [points[0][1]]
-        latency = statistics.median(small)
-        big = points[-2:] if len(points) >= 2 else points
-        # bus bandwidth from the large messages, latency removed (alpha-beta: t = alpha + 2(n-1)/n S/beta)
-        bws = [2 * (n - 1) / n * s / max(t - latency, 1e-12) for s, t in big]
-        results.append(AxisMeasurement(name, n, latency, statistics.median(bws), tuple(points)))
+        latency = min(small)  # the least disturbed: ranks may share cores and be descheduled
+        # bus bandwidth from the slope between the two largest messages (alpha-beta: t = alpha + 2(n-1)/n
+        # S/beta); the slope does not depend on the latency estimate, which scheduling noise dominates
+        (s1, t1), (s2, t2) = points[-2], points[-1]
+        per_byte = (t2 - t1) / (s2 - s1) if t2 > t1 else t2 / s2
+        results.append(AxisMeasurement(name, n, latency, 2 * (n - 1) / n / per_byte, tuple(points)))
     return results
 
 
@@ -117,8 +118,8 @@ def render_module(results: list[AxisMeasurement], *, device: str, backend: str, 
     when = datetime.date.today().isoformat()
     lines = [
         f"# Measured by `planlang probe` on {platform.node() or 'this machine'} ({when}), backend {backend},",
-        f"# {world} ranks. bandwidth = all-reduce bus bandwidth of the largest messages; latency = median time",
-        "# of all-reduces of at most 1 KiB. `use` this file and name these links in your mesh.",
+        f"# {world} ranks. bandwidth = all-reduce bus bandwidth (slope of the two largest sizes); latency = time",
+        "# of the fastest all-reduce of at most 1 KiB (median of repeats). `use` this file in a plan.",
     ]
     dev_module = device.split(".")[0] if "." in device else None
     if dev_module:
