@@ -185,6 +185,7 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
     import torch.utils.checkpoint as cp
 
     notes = []
+    per_module = []
     for group in _checkpoint_groups(plan, facts):
         mods = [module.get_submodule(n) for n in group]
         chain_ok = len(group) > 1 and all(
@@ -203,9 +204,12 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
                 m.forward = lambda x: x
         else:
             if len(group) > 1:
-                notes.append(f"checkpoint group {group[0]}..{group[-1]} wrapped module by module")
+                per_module.append(group)
             for m in mods:
                 m.forward = (lambda f: lambda *a, **k: cp.checkpoint(f, *a, use_reentrant=False, **k))(m.forward)
+    if per_module:
+        notes.append(f"{len(per_module)} checkpoint group(s) ({per_module[0][0]}..{per_module[0][-1]}, ...) "
+                     "estimated module by module: their modules take more than one tensor")
     return notes
 
 

@@ -118,12 +118,14 @@ def profile_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
     `loss(output, inputs) -> scalar` defaults to the sum of the first output. Models that modify a module's
     output in place (ReLU(inplace=True) after a BatchNorm) cannot take module backward hooks; for them
     backward flops are attributed to the root module (totals unchanged), with a note."""
+    from .trace import meta_or_fake
+
     try:
-        return _profile(module, inputs, loss, backward_hooks=True)
+        return meta_or_fake(lambda: _profile(module, inputs, loss, backward_hooks=True))
     except RuntimeError as err:
         if "BackwardHookFunction" not in str(err):
             raise
-        prof = _profile(module, inputs, loss, backward_hooks=False)
+        prof = meta_or_fake(lambda: _profile(module, inputs, loss, backward_hooks=False))
         prof.notes.append("backward flops attributed to the whole model (in-place ops on module outputs)")
         return prof
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from .trace import bind_inputs
+from .trace import bind_inputs, meta_or_fake
 
 
 @contextlib.contextmanager
@@ -84,7 +84,12 @@ class StepMemory:
 
 
 def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None) -> StepMemory:
-    """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta."""
+    """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta
+    (or fake tensors, for models that read values; see trace.meta_or_fake)."""
+    return meta_or_fake(lambda: _simulate(module, inputs, loss))
+
+
+def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss) -> StepMemory:
     ignore = {p.untyped_storage()._cdata for p in module.parameters()}
     ignore |= {b.untyped_storage()._cdata for b in module.buffers()}
     ignore |= {t.untyped_storage()._cdata for t in inputs.values()}

@@ -19,6 +19,21 @@ def _shape(x) -> tuple[int, ...] | None:
     return tuple(x.shape) if isinstance(x, torch.Tensor) else None
 
 
+def meta_or_fake(fn):
+    """Run `fn()` on meta tensors; if the model reads a value (`.item()` on data, which meta tensors do
+    not have — Hugging Face transformers' mask creation does), run it again under FakeTensorMode, where
+    libraries see a tracing context and take their shape-only paths."""
+    try:
+        return fn()
+    except RuntimeError as err:
+        if "meta tensors" not in str(err):
+            raise
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        return fn()
+
+
 def bind_inputs(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[tuple, dict]:
     """(args, kwargs) for `module.forward`: by parameter name when the plan's input names match the
     forward's parameters, else positionally in declaration order."""
@@ -81,10 +96,15 @@ def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> M
     for m in {id(m): m for m in module.modules()}.values():
         handles.append(m.register_forward_pre_hook(pre))
         handles.append(m.register_forward_hook(post))
-    try:
+    def run():
+        calls.clear()
+        order.clear()
         args, kwargs = bind_inputs(module, inputs)
         with torch.no_grad():
             module(*args, **kwargs)
+
+    try:
+        meta_or_fake(run)
     finally:
         for h in handles:
             h.remove()
