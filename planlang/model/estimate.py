@@ -8,7 +8,9 @@ For each device class (one per pipeline stage, or one for the whole mesh):
                  counter per tensor); ZeRO >= 1 divides by the ZeRO axis
     buffers      DDP's gradient buckets when a data axis has more than one rank
     activations  what one microbatch saves for backward on this device, times the microbatches in flight
-                 (1F1B: min(p - i, m) on stage i; GPipe: m; no pipeline: 1)
+                 (1F1B: min(p - i, m) on stage i in the steady state, one more at the peak; GPipe: m;
+                 no pipeline: 1), plus torch.distributed.pipelining's receive buffers and the last stage's
+                 kept outputs
     transient    the live set beyond saved activations at backward's peak (parameter gradients produced so
                  far, the output's gradient, op temporaries, recomputation of a checkpoint group), and the
                  optimizer's temporaries
@@ -138,7 +140,10 @@ def _in_flight(plan: T.Plan, stage: int) -> int:
         return m
     if kind == "interleaved":  # Narayanan et al. 2021: the first stage holds p microbatches per chunk round
         return min(m, pp + (pp - 1 - stage) // max(1, p.schedule.chunks if isinstance(p.schedule.chunks, int) else 1))
-    return min(pp - stage, m)
+    # 1F1B keeps p - i microbatches in the steady state (Narayanan et al. 2021); at its peak one more is
+    # live: each steady-state step runs the next forward before the backward that frees a microbatch
+    # (as measured on torch.distributed.pipelining's Schedule1F1B, bench/memory_accuracy.py)
+    return min(pp - stage + 1, m)
 
 
 def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> None:
@@ -241,14 +246,15 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
     notes = _wrap_checkpoints(module, plan, facts)
     local_in = _local_inputs(plan, dp * micro)
     loss = model_loss(plan.model)
+    stage_map = stage_of or None
     try:
-        sim = simulate_step(module, local_in, loss)
+        sim = simulate_step(module, local_in, loss, stage_map)
         prof = profile_model(module, local_in, loss)
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan.model, plan.path)
         notes += _wrap_checkpoints(module, plan, facts)
-        sim = simulate_step(module, local_in, loss)
+        sim = simulate_step(module, local_in, loss, stage_map)
         prof = profile_model(module, local_in, loss)
 
     stages = sorted(set(stage_of.values())) if stage_of else [None]
@@ -264,15 +270,29 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
         opt_b = opt_b // zero_n if zero >= 1 else opt_b
         opt_tmp = _optimizer_temporaries(plan, mine, states, zero_n if zero >= 1 else 1)
         buffers = p_bytes if dp > 1 and zero < 2 else 0  # DDP gradient buckets
+        inflight = _in_flight(plan, s or 0)
         if s is None:
             frac = 1.0
-        else:  # this stage's share of the simulated step, by saved activations of its modules
+            acts = sim.saved
+            # beyond the saved activations at backward's peak: the gradients produced so far, temporaries
+            transient = max(0, sim.backward_peak - sim.saved)
+        else:
+            # the stage's own tensors in the simulated step (created by its modules); the stage keeps its
+            # saved activations for every microbatch in flight, plus (after the first stage) the
+            # activation it received for each of them
             total = sum(m.saved_bytes for m in prof.modules.values()) or 1
             frac = sum(m.saved_bytes for n, m in prof.modules.items() if stage_of.get(n) == s) / total
-        inflight = _in_flight(plan, s or 0)
-        acts = int(sim.saved * frac) * inflight
-        # beyond the saved activations at backward's peak: the gradients produced so far and temporaries
-        transient = max(0, int((sim.backward_peak - sim.saved) * frac))
+            saved_s = sim.stage_saved.get(s, 0)
+            # torch.distributed.pipelining keeps a receive buffer per microbatch: activations from the
+            # previous stage and gradients from the next one
+            recv = _boundary_bytes(facts, stage_of, s, dp * micro, "in") + _boundary_bytes(
+                facts, stage_of, s, dp * micro, "out", last=stages[-1])
+            if s == stages[-1]:  # the last stage keeps every microbatch's output to merge them
+                out_call = facts.calls.get(next((m for m in reversed(facts.order) if stage_of.get(m) == s), ""))
+                if out_call is not None and out_call.output is not None:
+                    recv += math.prod(out_call.output) * 4 // max(1, dp * micro)
+            acts = saved_s * inflight + recv * micro
+            transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s)
         backward_phase = acts + transient
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
@@ -281,6 +301,20 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
         out.append(DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
                                   acts, transient + opt_tmp, peak, step, tuple(notes)))
     return out
+
+
+def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, side: str, last: int = -1) -> int:
+    """Bytes per microbatch crossing a stage boundary: the input of the stage's first module (side "in",
+    not for stage 0) or the output of its last one (side "out", whose gradient comes back; not for the
+    last stage). Activations in f32; shapes of the whole batch divided into microbatches."""
+    mods = [m for m in facts.order if stage_of.get(m) == stage]
+    if not mods or (side == "in" and stage == 0) or (side == "out" and stage == last):
+        return 0
+    call = facts.calls.get(mods[0] if side == "in" else mods[-1])
+    shape = (call.inputs[0] if call and call.inputs else None) if side == "in" else (call.output if call else None)
+    if shape is None:
+        return 0
+    return math.prod(shape) * 4 // max(1, divide)
 
 
 def _optimizer_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards: int) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -43,12 +43,19 @@ def fused_attention():
 
 
 class LiveBytes(TorchDispatchMode):
+    """Live bytes of the tensors created under it, in total and per owner (a pipeline stage: whatever
+    `self.owner` holds when a tensor is created)."""
+
     def __init__(self, ignore: set[int]):
         super().__init__()
         self.ignore = set(ignore)
         self.sizes: dict[int, int] = {}
+        self.owners: dict[int, object] = {}
         self.live = 0
         self.peak = 0
+        self.owner: object = None
+        self.owner_live: dict[object, int] = {}
+        self.owner_peak: dict[object, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -60,16 +67,25 @@ class LiveBytes(TorchDispatchMode):
                     continue
                 n = st.nbytes()
                 self.sizes[key] = n
+                self.owners[key] = self.owner
                 self.live += n
                 self.peak = max(self.peak, self.live)
+                o = self.owner
+                self.owner_live[o] = self.owner_live.get(o, 0) + n
+                self.owner_peak[o] = max(self.owner_peak.get(o, 0), self.owner_live[o])
                 weakref.finalize(st, self._free, key)
         return out
 
     def _free(self, key: int) -> None:
-        self.live -= self.sizes.pop(key, 0)
+        n = self.sizes.pop(key, 0)
+        self.live -= n
+        o = self.owners.pop(key, None)
+        if n:
+            self.owner_live[o] = self.owner_live.get(o, 0) - n
 
     def reset_peak(self) -> None:
         self.peak = self.live
+        self.owner_peak = dict(self.owner_live)
 
 
 @dataclass(frozen=True)
@@ -81,15 +97,44 @@ class StepMemory:
     backward_peak: int  # peak during backward, gradients included
     grads: int  # live after backward: the parameter gradients (.grad)
     output: int = 0  # bytes of the loss (freed after backward in the canonical loop)
+    # per pipeline stage (when `stage_of` is given): saved at the end of forward, peak during backward,
+    # of the tensors the stage's modules created
+    stage_saved: dict = field(default_factory=dict)
+    stage_backward_peak: dict = field(default_factory=dict)
 
 
-def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None) -> StepMemory:
+def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None,
+                  stage_of: dict[str, int] | None = None) -> StepMemory:
     """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta
-    (or fake tensors, for models that read values; see trace.meta_or_fake)."""
-    return meta_or_fake(lambda: _simulate(module, inputs, loss))
+    (or fake tensors, for models that read values; see trace.meta_or_fake). With `stage_of` (module
+    name -> pipeline stage), bytes are also attributed to the stage whose module created them."""
+    return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of))
 
 
-def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss) -> StepMemory:
+def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int]) -> list:
+    """Forward and backward module hooks that keep `mode.owner` at the stage of the running module."""
+    names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
+    stack: list[object] = []
+    handles = []
+
+    def enter(mod, *_):
+        s = stage_of.get(names.get(id(mod), ""))
+        stack.append(mode.owner)
+        if s is not None:
+            mode.owner = s
+
+    def leave(mod, *_):
+        mode.owner = stack.pop() if stack else None
+
+    for m in {id(m): m for m in module.modules()}.values():
+        if m is module:
+            continue
+        handles += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
+        handles += [m.register_full_backward_pre_hook(enter), m.register_full_backward_hook(leave)]
+    return handles
+
+
+def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, stage_of=None) -> StepMemory:
     ignore = {p.untyped_storage()._cdata for p in module.parameters()}
     ignore |= {b.untyped_storage()._cdata for b in module.buffers()}
     ignore |= {t.untyped_storage()._cdata for t in inputs.values()}
@@ -97,15 +142,28 @@ def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss) ->
         p.grad = None
     mode = LiveBytes(ignore)
     args, kwargs = bind_inputs(module, inputs)
-    with fused_attention():  # forward and backward: checkpoint recomputation must take the same path
+    handles = _stage_hooks(module, mode, stage_of) if stage_of else []
+    last_stage = max(stage_of.values()) if stage_of else None
+    try:
+        with fused_attention():
+            return _run(module, args, kwargs, inputs, loss, mode, last_stage)
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> StepMemory:
+    if True:  # forward and backward: checkpoint recomputation must take the same path
         with mode:
             out = module(*args, **kwargs)
             first = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+            mode.owner = last_stage  # the loss is computed on the last stage
             scalar = loss(out, inputs) if loss is not None else first.float().sum()
             # the canonical loop: `loss = loss_fn(model(x), y); loss.backward()` — the output itself is
             # dropped before backward (autograd keeps what it saved); the loss after it
             del out, first
         saved, fwd_peak = mode.live, mode.peak
+        stage_saved = dict(mode.owner_live)
         output = scalar.untyped_storage().nbytes()
         mode.reset_peak()
         with mode:
@@ -113,4 +171,4 @@ def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss) ->
     del scalar
     bwd_peak = mode.peak
     grads = sum(p.grad.untyped_storage().nbytes() for p in module.parameters() if p.grad is not None)
-    return StepMemory(saved, fwd_peak, bwd_peak, grads, output)
+    return StepMemory(saved, fwd_peak, bwd_peak, grads, output, stage_saved, dict(mode.owner_peak))
