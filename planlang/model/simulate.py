@@ -111,7 +111,7 @@ def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
     return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of))
 
 
-def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int]) -> list:
+def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int], backward: bool = True) -> list:
     """Forward and backward module hooks that keep `mode.owner` at the stage of the running module."""
     names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
     stack: list[object] = []
@@ -130,11 +130,23 @@ def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str,
         if m is module:
             continue
         handles += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
-        handles += [m.register_full_backward_pre_hook(enter), m.register_full_backward_hook(leave)]
+        if backward:
+            handles += [m.register_full_backward_pre_hook(enter), m.register_full_backward_hook(leave)]
     return handles
 
 
 def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, stage_of=None) -> StepMemory:
+    try:
+        return _simulate_once(module, inputs, loss, stage_of, backward_hooks=True)
+    except RuntimeError as err:
+        # models that modify a module's output in place cannot take backward hooks: attribute backward
+        # tensors to the stage that was running last instead
+        if not stage_of or "BackwardHookFunction" not in str(err):
+            raise
+        return _simulate_once(module, inputs, loss, stage_of, backward_hooks=False)
+
+
+def _simulate_once(module, inputs, loss, stage_of, backward_hooks: bool) -> StepMemory:
     ignore = {p.untyped_storage()._cdata for p in module.parameters()}
     ignore |= {b.untyped_storage()._cdata for b in module.buffers()}
     ignore |= {t.untyped_storage()._cdata for t in inputs.values()}
@@ -142,7 +154,7 @@ def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, st
         p.grad = None
     mode = LiveBytes(ignore)
     args, kwargs = bind_inputs(module, inputs)
-    handles = _stage_hooks(module, mode, stage_of) if stage_of else []
+    handles = _stage_hooks(module, mode, stage_of, backward_hooks) if stage_of else []
     last_stage = max(stage_of.values()) if stage_of else None
     try:
         with fused_attention():
@@ -166,7 +178,11 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> S
         stage_saved = dict(mode.owner_live)
         output = scalar.untyped_storage().nbytes()
         mode.reset_peak()
-        with mode:
+        import warnings
+
+        with mode, warnings.catch_warnings():
+            # with stage hooks, the first module sees no input that requires grad; that is expected
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
             scalar.backward()
     del scalar
     bwd_peak = mode.peak
