@@ -96,8 +96,6 @@ def measure(ref, kwargs, inp, extra):
     dev = [d for d in snap if d.type == "cuda"][0]
     tracked = snap[dev]["Total"]
     x_bytes = x.numel() * x.element_size()
-    del model, opt, x
-    torch.cuda.empty_cache()
     return peak_alloc - x_bytes, tracked - x_bytes, base
 
 
@@ -110,6 +108,7 @@ def main():
         assert not res.errors, [str(d) for d in res.diagnostics]
         (est,) = estimate_plan(res.plan)
         alloc, tracked, _ = measure(ref, kw, inp, extra)
+        torch.cuda.empty_cache()
         print(f"{name:22} {alloc / 2**20:13.1f}Mi {tracked / 2**20:11.1f}Mi {est.peak / 2**20:8.1f}Mi "
               f"{100 * (est.peak - alloc) / alloc:+8.2f}% {100 * (est.peak - tracked) / tracked:+9.2f}%")
 

@@ -22,7 +22,7 @@ Strategies (what the torch side does; the plan side says the same):
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 STRATEGIES = ("single", "ddp", "tp", "dp_tp", "pp_1f1b", "pp_gpipe", "ckpt", "zero1")
 OPTIMIZERS = ("adamw", "sgd", "momentum")

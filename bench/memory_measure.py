@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import socket
 import sys
 import tempfile

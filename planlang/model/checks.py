@@ -14,7 +14,7 @@ from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
 from planlang.plan import types as T
 from planlang.plan.checker import Rule, register_rule
 from planlang.plan.resolve import diag
-from planlang.plan.rules import _where
+from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection
 
 from .trace import ModuleFacts
@@ -107,7 +107,7 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
     modules = facts.all_modules
     params = list(facts.params)
     for rule in plan.shards:
-        where, labels = _where(rule.span, rule.origin)
+        where, labels = site_and_labels(rule.span, rule.origin)
         if rule.kind == "param":
             hits = rule.target.select(params)
             if not hits:
@@ -151,7 +151,7 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
                                help=f"split dim {d} over axes whose sizes divide {n}, or leave it `_`")
 
 
-def _covering(order: list[str], sels: tuple[Selection, ...], names: list[str]) -> set[str]:
+def covered_modules(order: list[str], sels: tuple[Selection, ...], names: list[str]) -> set[str]:
     """Modules selected by `sels` and all their descendants."""
     picked = set()
     for s in sels:
@@ -171,7 +171,7 @@ def pipeline_stages(ctx) -> Iterator[Diagnostic]:
             if not sel.select(names):
                 yield diag("PL360", f"stage {st.index}: `{sel}` matches no module of the model", sel.span or st.span,
                            help=_suggest(sel, names))
-        for m in _covering(facts.order, st.modules, names):
+        for m in covered_modules(facts.order, st.modules, names):
             if m in stage_of and stage_of[m] != st.index:
                 yield diag("PL461", f"`{to_plan_name(m)}` is in stages {stage_of[m]} and {st.index}", st.span,
                            help="give each module to one stage")
@@ -212,10 +212,10 @@ def checkpoint_paths(ctx) -> Iterator[Diagnostic]:
     stage_of: dict[str, int] = {}
     if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
         for st in plan.pipeline.stages:
-            for m in _covering(facts.order, st.modules, names):
+            for m in covered_modules(facts.order, st.modules, names):
                 stage_of[m] = st.index
     for g in plan.checkpoints:
-        where, labels = _where(g.span, g.origin)
+        where, labels = site_and_labels(g.span, g.origin)
         picked: list[str] = []
         for sel in g.modules:
             hits = sel.select(names)

@@ -24,7 +24,7 @@ torch.utils.checkpoint. Step time: flops / device throughput plus the alpha-beta
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -117,14 +117,14 @@ def _local_inputs(plan: T.Plan, divide: int) -> dict[str, torch.Tensor]:
 
 
 def _stage_of_modules(plan: T.Plan, names: list[str]) -> dict[str, int]:
-    from .checks import _covering
+    from .checks import covered_modules
 
     out: dict[str, int] = {}
     p = plan.pipeline
     if p is None or not isinstance(p.stages, tuple):
         return out
     for st in p.stages:
-        for m in _covering([], st.modules, names):
+        for m in covered_modules([], st.modules, names):
             out[m] = st.index
     return out
 

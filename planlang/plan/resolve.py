@@ -6,7 +6,6 @@ still be resolved is, so the checker sees as much of the plan as possible.
 """
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
@@ -361,7 +360,7 @@ class Resolver:
             self.diags.append(diag(
                 "PL205" if table == "templates" else "PL202", f"unknown {what} `{name}`", name.span,
                 help=f"did you mean `{guess}`?" if guess else (
-                    f"declare it, or `use` the module that does (e.g. `use hardware`)"),
+                    "declare it, or `use` the module that does (e.g. `use hardware`)"),
             ))
         return found
 
@@ -714,7 +713,3 @@ def resolve_file(path: str, **kw) -> Resolution:
 
 def resolve_text(text: str, path: str = "<plan>", **kw) -> Resolution:
     return Resolver(**kw).resolve_text(text, path)
-
-
-def product(xs) -> int:
-    return math.prod(xs)

@@ -19,7 +19,7 @@ from .units import format_bytes
 Diags = Iterator[Diagnostic]
 
 
-def _where(span: Span, origin: tuple[Span, ...]) -> tuple[Span, list[Label]]:
+def site_and_labels(span: Span, origin: tuple[Span, ...]) -> tuple[Span, list[Label]]:
     """Point at the user's line: the outermost apply/for site, with a label at the template line."""
     if not origin:
         return span, []
@@ -105,13 +105,13 @@ def axis_names(ctx) -> Diags:
     if mesh is None:
         if refs:
             ax, span, origin = refs[0]
-            where, labels = _where(span, origin)
+            where, labels = site_and_labels(span, origin)
             yield diag("PL311", f"axis `{ax}` is used but the plan declares no mesh", where, labels=labels,
                        help="declare one: `mesh cluster of 8 x hardware.a100_80g { dp = 2; tp = 4 }`")
         return
     for ax, span, origin in refs:
         if mesh.axis(ax) is None:
-            where, labels = _where(span, origin)
+            where, labels = site_and_labels(span, origin)
             guess = did_you_mean(ax, mesh.names)
             yield diag("PL201", f"unknown axis `{ax}`", where, labels=labels,
                        help=(f"did you mean `{guess}`?" if guess else "") +
@@ -124,7 +124,7 @@ def spec_axes(ctx) -> Diags:
     plan = ctx.plan
     pp = plan.pipeline.axis if plan.pipeline and isinstance(plan.pipeline.axis, str) else None
     for spec, span, origin, what, kind in _spec_sites(plan):
-        where, labels = _where(span, origin)
+        where, labels = site_and_labels(span, origin)
         used = spec.used_axes()
         for ax in sorted({a for a in used if used.count(a) > 1}):
             yield diag("PL303", f"axis `{ax}` appears twice in the {what}: {spec}", where if origin else spec.span,
@@ -273,7 +273,7 @@ def empty_selections(ctx) -> Diags:
         for seg in sel.segments:
             for s in seg.sels:
                 if s.kind == "slice" and s.a is not None and s.b is not None and s.a >= s.b:
-                    where, labels = _where(sel.span if sel.span.line else span, origin)
+                    where, labels = site_and_labels(sel.span if sel.span.line else span, origin)
                     yield diag("PL408", f"`{seg}` selects nothing: {s.a} >= {s.b}", where, labels=labels,
                                help=f"write `[{s.a}:{s.a + 1}]` or a larger range")
 
@@ -328,13 +328,13 @@ def checkpoint_groups(ctx) -> Diags:
             if g.every is None:
                 hits = {s for (sa, sb, s) in stage_of.get(prefix, []) if (b is None or sa < b) and (sb is None or a < sb)}
                 if len(hits) > 1:
-                    where, labels = _where(g.span, g.origin)
+                    where, labels = site_and_labels(g.span, g.origin)
                     yield diag("PL405", f"checkpoint group `{sel}` spans stages {', '.join(map(str, sorted(hits)))}",
                                where, labels=labels,
                                help="split the group at the stage boundary, or use `every N`")
             for (pa, pb, pg) in seen.get(prefix, []):
                 if (pb is None or a < pb) and (b is None or pa < b):
-                    where, labels = _where(g.span, g.origin)
+                    where, labels = site_and_labels(g.span, g.origin)
                     if pg is g:
                         yield diag("PL413", f"`{sel}` overlaps another selection of the same checkpoint group",
                                    where, labels=labels, help="make the selections disjoint")

@@ -24,7 +24,7 @@ import torch.nn.functional as F
 
 from planlang.cost.layout import local_shape, local_slices
 from planlang.cost.ops.base import OpSpec, Strategy
-from planlang.cost.ops.rules import _dims, slice_bounds
+from planlang.cost.ops.rules import dims_attr, slice_bounds
 from planlang.plan.types import Mesh, Spec
 
 UNARY = {"gelu": F.gelu, "relu": torch.relu, "silu": F.silu, "tanh": torch.tanh, "exp": torch.exp, "neg": torch.neg}
@@ -109,7 +109,7 @@ def run_local(op: OpSpec, strategy: Strategy, local_inputs: list[torch.Tensor], 
     if k in BINARY:
         return BINARY[k](xs[0], xs[1])
     if k in ("sum", "mean", "amax"):
-        dims = _dims(op.attr("dim"), x.dim())
+        dims = dims_attr(op.attr("dim"), x.dim())
         keep = op.attr("keepdim", False)
         if k == "amax":
             return torch.amax(x, dim=dims, keepdim=keep)

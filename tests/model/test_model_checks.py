@@ -2,7 +2,6 @@
 import textwrap
 
 import pytest
-import torch
 
 from planlang.model.checks import check_with_model, to_plan_name
 from planlang.model.load import ModelLoadError, build_model, meta_inputs

@@ -1,5 +1,4 @@
 """A tiny model package for the model-layer tests (importable as tests.model.tinynet)."""
-import torch
 import torch.nn as nn
 
 

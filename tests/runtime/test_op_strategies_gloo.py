@@ -8,7 +8,6 @@ JSON file that the tests below read.
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import time
@@ -25,7 +24,7 @@ import torch.nn.functional as F
 from planlang.cost.layout import local_slices
 from planlang.cost.ops import OpSpec, strategies
 from planlang.cost.ops import rules  # noqa: F401  (registers the rules)
-from planlang.plan.types import Axis, Link, Mesh, Partial, Replicate, Shard
+from planlang.plan.types import Axis, Link, Mesh, Partial, Shard
 from planlang.runtime.local_ops import all_reduce, dropout_mask, partial_pieces, run_local
 
 MESH = Mesh("m", None, (Axis("dp", 2, Link("ib", 25e9, 5e-6)), Axis("tp", 2, Link("nv", 300e9, 2e-6))))

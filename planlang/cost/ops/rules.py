@@ -40,7 +40,7 @@ from .einsum import (
 numel = math.prod
 
 
-def _dims(attr, rank: int) -> list[int]:
+def dims_attr(attr, rank: int) -> list[int]:
     if attr is None:
         return list(range(rank))
     if isinstance(attr, int):
@@ -92,7 +92,7 @@ def addmm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 @rule("conv2d")
 def conv2d_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
-    x, w = op.inputs[0], op.inputs[1]
+    w = op.inputs[1]
     groups = op.attr("groups", 1)
     ins = ["nchw", "ocyx" if groups == 1 else "oCyx"] + (["o"] if len(op.inputs) > 2 else [])
     un = {"h", "w", "y", "x", "p", "q"} | ({"c", "C", "o"} if groups != 1 else set())
@@ -179,7 +179,7 @@ def binary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 def _reduce_equation(op: OpSpec) -> tuple[str, str, list[int]]:
     x = op.inputs[0]
     xl = letters_for(len(x))
-    red = _dims(op.attr("dim"), len(x)) if len(x) else []
+    red = dims_attr(op.attr("dim"), len(x)) if len(x) else []
     keep = op.attr("keepdim", False)
     fresh = iter("ABCDEFGHIJKLMNOPQRSTUVWXYZ")
     ol = "".join((next(fresh) if keep else "") if i in red else c for i, c in enumerate(xl))
