@@ -12,3 +12,5 @@ if ! .venv/bin/python -m pip install --disable-pip-version-check -c constraints.
     echo "install.sh: pip install failed (log above)" >&2
     exit 1
 fi
+# editor tooling for the TextMate grammar tests (npm; skipped when node is absent)
+if [ -x scripts/install_editors.sh ]; then ./scripts/install_editors.sh; fi
