@@ -158,7 +158,7 @@ def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> No
                                                 requires_grad=old.requires_grad))
 
 
-def _checkpoint_groups(plan: T.Plan, facts) -> list[list[str]]:
+def checkpoint_groups(plan: T.Plan, facts) -> list[list[str]]:
     """The plan's checkpoint groups as lists of module names in execution order (`every N` cut into
     consecutive runs of N; a `for`/pattern scope gives one group per scope match)."""
     names = facts.all_modules
@@ -191,7 +191,7 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
 
     notes = []
     per_module = []
-    for group in _checkpoint_groups(plan, facts):
+    for group in checkpoint_groups(plan, facts):
         mods = [module.get_submodule(n) for n in group]
         chain_ok = len(group) > 1 and all(
             len(facts.calls[n].inputs) == 1 and len(facts.calls[n].outputs) == 1 for n in group

@@ -121,13 +121,9 @@ def model_loss(ref: ModelRef):
         from torch.utils._pytree import tree_flatten
 
         y = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
-        ints = [t for t in inputs.values() if not t.is_floating_point()]
-        candidates = [ints] if len(ints) == 1 else []
-        candidates += [[torch.zeros(y.shape[:-1], dtype=torch.int64, device=y.device)] if y.dim() >= 2 else [],
-                       [torch.zeros_like(y)], [torch.zeros(y.shape[:1], dtype=y.dtype, device=y.device)]]
         import warnings
 
-        for targets in candidates:
+        for targets in target_candidates(out, inputs):
             if not targets:
                 continue
             try:
@@ -141,6 +137,18 @@ def model_loss(ref: ModelRef):
         return y.float().sum()
 
     return loss
+
+
+def target_candidates(out, inputs: dict[str, torch.Tensor]) -> list[list[torch.Tensor]]:
+    """Targets to try, in order, for a loss over `out` (see `model_loss`)."""
+    from torch.utils._pytree import tree_flatten
+
+    y = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+    ints = [t for t in inputs.values() if not t.is_floating_point()]
+    candidates = [ints] if len(ints) == 1 else []
+    candidates += [[torch.zeros(y.shape[:-1], dtype=torch.int64, device=y.device)] if y.dim() >= 2 else [],
+                   [torch.zeros_like(y)], [torch.zeros(y.shape[:1], dtype=y.dtype, device=y.device)]]
+    return [c for c in candidates if c]
 
 
 def meta_inputs(inputs: tuple[Input, ...], device: str | torch.device = "meta") -> dict[str, torch.Tensor]:

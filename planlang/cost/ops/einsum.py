@@ -188,7 +188,10 @@ def einsum_strategies(op: OpSpec, mesh: Mesh, eq: Equation, global_flops: float,
             backward=grad_allreduces(op, mesh, in_specs, grad_partial),
             flops=global_flops / split,
             memory=local_numel(op.output, out_spec, mesh) * op.itemsize,
-            extra=(("equation", str(eq)), ("assign", tuple(amap.items()))),
+            extra=(("equation", str(eq)), ("assign", tuple(amap.items())),
+                   # input i's local gradient is a partial sum over these axes (the runtime reduces it)
+                   ("grad_partial", tuple((i, tuple(a for a in mesh.names if a in g and a not in in_specs[i].partial))
+                                          for i, g in sorted(grad_partial.items()) if is_float_input(op, i)))),
         ))
     return out
 

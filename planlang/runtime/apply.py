@@ -1,0 +1,326 @@
+"""`planlang.apply(model, plan)`: the parallel model for a training script under torchrun.
+
+    model = build(...)                        # the single-process model, same seed on every rank
+    pm = planlang.apply(model, "my.plan")     # parameters become this rank's pieces
+    opt = torch.optim.AdamW(pm.parameters())  # or planlang.runtime.zero.build_optimizer
+    loss = pm(x, target)                      # global or per-rank batch; returns the global loss
+    loss.backward(); pm.sync_grads(); opt.step()
+
+The passes, in order (each a function of this module or the modules it names):
+
+1. `load_plan`           resolve and check the plan (errors stop here, rendered);
+2. `op_graph`            trace model + loss with torch.fx into the op graph (planlang.model.opgraph);
+3. `lower`               layouts, strategies, conversions, gradient reductions (planlang.runtime.lowering);
+4. `mark_checkpoints`    the plan's checkpoint groups as instruction ranges;
+5. `shard_parameters`    each parameter replaced by its local piece (initial values = the single-process
+                         model's, whatever the seed);
+6. `generate`            per-rank Python (planlang.runtime.codegen), compiled and run by `ParallelModel`.
+
+Pipelines (`pipeline` in the plan) are driven by planlang.runtime.pipeline on top of this.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from planlang.cost.layout import local_shape, local_slices
+from planlang.model.opgraph import OpGraph, op_graph
+from planlang.plan import types as T
+from planlang.plan.types import Spec
+from planlang.runtime.codegen import generate
+from planlang.runtime.executor import Runtime
+from planlang.runtime.lowering import Convert, LoweringError, Program, Run, lower
+from planlang.runtime.placement import ParamLayout
+from planlang.runtime.redistribute import MeshGroups
+
+
+class PlanError(ValueError):
+    """The plan cannot run: it has errors, holes, or does not fit this world (message says how to fix)."""
+
+
+def load_plan(plan: T.Plan | str | Path) -> T.Plan:
+    if isinstance(plan, T.Plan):
+        return plan
+    from planlang.lang.render import render
+    from planlang.plan.checker import check_file
+
+    res = check_file(str(plan))
+    if res.errors or res.plan is None:
+        raise PlanError(f"{plan} has errors:\n" + render(list(res.diagnostics), res.sources, "concise"))
+    if res.plan.holes():
+        raise PlanError(f"{plan} has {len(res.plan.holes())} holes (`?`); run `planlang solve {plan}` first")
+    return res.plan
+
+
+def default_loss(plan: T.Plan) -> Callable | None:
+    """The factory module's `loss(output, *targets)` (the bundled examples' convention), if any."""
+    import importlib
+
+    if plan.model is None:
+        return None
+    try:
+        fn = getattr(importlib.import_module(plan.model.module), "loss", None)
+    except Exception:  # noqa: BLE001
+        return None
+    return fn if callable(fn) else None
+
+
+def guess_targets(model: nn.Module, loss_fn: Callable, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """Meta targets of the shapes `loss_fn` accepts (the order of planlang.model.load.model_loss), found
+    by running the model under FakeTensorMode (nothing is allocated)."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from planlang.model.load import target_candidates
+
+    devices = {p.device for p in model.parameters()} or {torch.device("cpu")}
+    dev = next(iter(devices))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
+        out = model(*fin.values())
+        for targets in target_candidates(out, fin):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    v = loss_fn(out, *targets)
+            except Exception:  # noqa: BLE001 - a wrong guess: try the next
+                continue
+            if isinstance(v, torch.Tensor) and v.dim() == 0:
+                return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in targets)
+    raise PlanError("could not find targets the loss accepts; pass `targets=` example tensors to apply()")
+
+
+# ------------------------------------------------------------------------------ passes
+class _Facts:
+    """The module names and execution order of the op graph (for checkpoint group expansion)."""
+
+    def __init__(self, graph: OpGraph) -> None:
+        order: list[str] = []
+        for n in graph.nodes:
+            parts = n.module.split(".") if n.module else []
+            for k in range(1, len(parts) + 1):
+                m = ".".join(parts[:k])
+                if m not in order:
+                    order.append(m)
+        self.order = order
+        self.all_modules = order
+
+
+def mark_checkpoints(prog: Program, plan: T.Plan) -> list[tuple[int, int]]:
+    """Each checkpoint group as the range of instructions from its first op to its last."""
+    from planlang.model.estimate import checkpoint_groups
+
+    ranges = []
+    for group in checkpoint_groups(plan, _Facts(prog.graph)):
+        idx = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Run)
+               and any(ins.node.module == m or ins.node.module.startswith(m + ".") for m in group)]
+        if idx:
+            ranges.append((min(idx), max(idx) + 1))
+    ranges.sort()
+    for (a, b), (c, d) in zip(ranges, ranges[1:]):
+        if c < b:
+            raise PlanError(f"checkpoint groups overlap in execution (instructions {a}-{b} and {c}-{d}); "
+                            "make the groups disjoint")
+    return ranges
+
+
+def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], device) -> dict[str, ParamLayout]:
+    """Replace every parameter by its local piece under the program's layout (shared ones once)."""
+    layouts = {}
+    done: dict[int, nn.Parameter] = {}
+    for fqn, p in list(model.named_parameters(remove_duplicate=False)):
+        owner_name, _, attr = fqn.rpartition(".")
+        owner = model.get_submodule(owner_name) if owner_name else model
+        if id(p) in done:
+            setattr(owner, attr, done[id(p)])
+            continue
+        spec = prog.param_specs.get(fqn)
+        if spec is None:  # unused in forward: keep it whole
+            spec = Spec(tuple(() for _ in p.shape))
+        local = p.detach()[local_slices(tuple(p.shape), spec, prog.mesh, coords)]
+        new = nn.Parameter(local.to(device).clone().contiguous(), requires_grad=p.requires_grad)
+        setattr(owner, attr, new)
+        done[id(p)] = new
+        layouts[fqn] = ParamLayout(fqn, tuple(p.shape), spec, _dtype(p))
+    return layouts
+
+
+def _dtype(t: torch.Tensor) -> str:
+    from planlang.model.opgraph import dtype_name
+
+    return dtype_name(t.dtype)
+
+
+class _GlobalLoss(torch.autograd.Function):
+    """Forward: the sum of the local loss pieces over the partial axes (every rank sees the global loss);
+    backward: the gradient passes to the local piece unchanged (partial pieces each get the whole
+    gradient, planlang.cost.layout's convention)."""
+
+    @staticmethod
+    def forward(ctx, x, axes, groups):
+        y = x.detach().clone()
+        for a in axes:
+            dist.all_reduce(y, group=groups.group(a))
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None, None
+
+
+class ParallelModel(nn.Module):
+    """The model under a plan on this rank. `forward(*inputs, *targets)` returns the global loss."""
+
+    def __init__(self, model: nn.Module, prog: Program, groups: MeshGroups, layouts: dict[str, ParamLayout],
+                 code: str, device: torch.device, recorder=None) -> None:
+        super().__init__()
+        self.module = model
+        self.program = prog
+        self.groups = groups
+        self.layouts = layouts
+        self.code = code
+        self.device = device
+        self.rt = Runtime(prog, groups, device, recorder)
+        self.rt.modules = model
+        scope: dict = {}
+        exec(compile(code, f"<planlang rank {dist.get_rank()}>", "exec"), scope)  # noqa: S102 - our codegen
+        self._step = scope["step"]
+        self._inputs = [v for v in prog.graph.values.values() if v.kind == "input"]
+
+    @property
+    def mesh(self) -> T.Mesh:
+        return self.program.mesh
+
+    def local_input(self, value_name: str, t: torch.Tensor) -> torch.Tensor:
+        """This rank's piece of an input given whole (the global batch) or already as the local piece."""
+        v = self.program.graph.values[value_name]
+        spec = self.program.input_specs[value_name]
+        if tuple(t.shape) == v.shape:
+            return t[local_slices(v.shape, spec, self.mesh, self.groups.coords)].to(self.device)
+        if tuple(t.shape) == local_shape(v.shape, spec, self.mesh):
+            return t.to(self.device)
+        raise PlanError(f"input `{v.ref}` has shape {list(t.shape)}; the plan declares {list(v.shape)} "
+                        f"(local piece {list(local_shape(v.shape, spec, self.mesh))} under {spec})")
+
+    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+        if len(args) != len(self._inputs):
+            names = ", ".join(v.ref for v in self._inputs)
+            raise PlanError(f"expected {len(self._inputs)} tensors ({names}), got {len(args)}")
+        local = [self.local_input(v.name, a) for v, a in zip(self._inputs, args)]
+        params = {n: p for n, p in self.module.named_parameters(remove_duplicate=False)}
+        loss = self._step(self.rt, params, *local)
+        self.rt.step_index += 1
+        axes = self.program.layouts[self.program.loss].partial
+        return _GlobalLoss.apply(loss, tuple(axes), self.groups) if axes else loss
+
+    def sync_grads(self) -> None:
+        """Sum each parameter's gradient over the axes the lowering deferred (data parallelism): one
+        flat all-reduce per axis and group of parameters."""
+        buckets: dict[tuple[str, ...], list[torch.Tensor]] = {}
+        for fqn, p in self.module.named_parameters():
+            axes = self.program.grad_sync.get(fqn, ())
+            if axes and p.grad is not None:
+                buckets.setdefault(axes, []).append(p.grad)
+        for axes, grads in buckets.items():
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            for a in axes:
+                dist.all_reduce(flat, group=self.groups.group(a))
+                rec = self.rt.recorder
+                if rec is not None:
+                    from planlang.cost.comm import Collective
+
+                    rec.record(Collective.ALL_REDUCE, (a,), flat.numel() * flat.element_size())
+            off = 0
+            for g in grads:
+                n = g.numel()
+                g.copy_(flat[off:off + n].view_as(g))
+                off += n
+
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """Every parameter gathered whole (for tests and export)."""
+        from planlang.runtime.redistribute import redistribute
+
+        out = {}
+        for fqn, p in self.module.named_parameters():
+            lay = self.layouts[fqn]
+            rep = Spec(tuple(() for _ in lay.shape))
+            out[fqn] = redistribute(p.detach(), lay.shape, lay.spec, rep, self.mesh, self.groups)
+        return out
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        from planlang.runtime.redistribute import redistribute
+
+        out = {}
+        for fqn, p in self.module.named_parameters():
+            if p.grad is None:
+                continue
+            lay = self.layouts[fqn]
+            rep = Spec(tuple(() for _ in lay.shape))
+            out[fqn] = redistribute(p.grad.detach(), lay.shape, lay.spec, rep, self.mesh, self.groups)
+        return out
+
+
+def plan_inputs(plan: T.Plan) -> dict[str, torch.Tensor]:
+    from planlang.model.load import meta_inputs
+
+    return meta_inputs(plan.inputs)
+
+
+def lower_plan(model: nn.Module, plan: T.Plan, loss_fn: Callable | None = None,
+               targets: tuple[torch.Tensor, ...] | None = None) -> Program:
+    """Passes 2–4 (no process group needed): the program every rank runs."""
+    loss_fn = loss_fn or default_loss(plan)
+    inputs = plan_inputs(plan)
+    if loss_fn is None:
+        loss_fn = _sum_loss
+        targets = ()
+    if targets is None:
+        targets = guess_targets(model, loss_fn, inputs)
+    try:
+        graph = op_graph(model, inputs, loss_fn, tuple(targets))
+        prog = lower(graph, plan)
+    except LoweringError as e:
+        raise PlanError(str(e)) from e
+    prog.checkpoint_groups = mark_checkpoints(prog, plan)
+    return prog
+
+
+def _sum_loss(out):
+    return out.sum()
+
+
+def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,
+          targets: tuple[torch.Tensor, ...] | None = None, device: torch.device | str | None = None,
+          recorder=None) -> ParallelModel:
+    """Parallelise `model` (built the same way on every rank) under `plan` on this rank."""
+    plan = load_plan(plan)
+    if plan.pipeline is not None:
+        raise PlanError("plans with a pipeline run through planlang.runtime.pipeline (planlang run does this)")
+    if not dist.is_initialized():
+        raise PlanError("torch.distributed is not initialised: launch with `planlang run` or torchrun and call "
+                        "torch.distributed.init_process_group first")
+    world = math.prod(plan.mesh.shape)  # type: ignore[arg-type]
+    if world != dist.get_world_size():
+        raise PlanError(f"the plan's mesh has {world} devices but {dist.get_world_size()} processes were "
+                        f"launched; run with --nproc-per-node {world}")
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
+    device = torch.device(device)
+    groups = MeshGroups(plan.mesh, device.type)
+    prog = lower_plan(model, plan, loss_fn, targets)
+    layouts = shard_parameters(model, prog, groups.coords, device)
+    code = generate(prog, dist.get_rank(), groups.coords, title=plan.path)
+    return ParallelModel(model, prog, groups, layouts, code, device, recorder)
+
+
+@dataclass(frozen=True)
+class StepBytes:
+    forward: int
+    backward: int

@@ -1,0 +1,106 @@
+"""What generated per-rank code calls: `rt.run` (an op's strategy on local pieces), `rt.convert` (a
+layout conversion), `rt.const`, `rt.checkpoint`, plus the gradient reductions the lowering asked for.
+
+Collectives are autograd-aware: conversions go through planlang.runtime.redistribute (custom autograd
+functions per step), op-internal ones through planlang.runtime.local_ops, and an input whose local
+gradient is a partial sum (`Run.grad_reduce`) passes through `GradSum`, identity forward and an
+all-reduce of the gradient in backward.
+"""
+from __future__ import annotations
+
+import dataclasses
+import zlib
+
+import torch
+import torch.distributed as dist
+import torch.utils.checkpoint as torch_checkpoint
+
+from planlang.cost.comm import Collective
+from planlang.model.opgraph import OpaqueCall, TensorArg
+from planlang.runtime.local_ops import run_local
+from planlang.runtime.lowering import Convert, Program, Run
+from planlang.runtime.redistribute import MeshGroups, run_path
+
+
+class GradSum(torch.autograd.Function):
+    """Identity forward; backward sums the gradient over `axes` (one all-reduce per axis)."""
+
+    @staticmethod
+    def forward(ctx, x, axes, groups, recorder):
+        ctx.axes, ctx.groups, ctx.recorder = axes, groups, recorder
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous().clone()
+        for a in ctx.axes:
+            dist.all_reduce(g, group=ctx.groups.group(a))
+            if ctx.recorder is not None:
+                ctx.recorder.record(Collective.ALL_REDUCE, (a,), g.numel() * g.element_size())
+        return g, None, None, None
+
+
+class Runtime:
+    """The `rt` of generated code for one rank."""
+
+    def __init__(self, prog: Program, groups: MeshGroups, device: torch.device, recorder=None) -> None:
+        self.prog = prog
+        self.groups = groups
+        self.device = device
+        self.recorder = recorder
+        self.runs: dict[str, Run] = {}
+        self.converts: dict[str, Convert] = {}
+        for ins in prog.instructions:
+            if isinstance(ins, Convert):
+                self.converts[ins.out] = ins
+            else:
+                self.runs[ins.node.name] = ins
+        self._consts = {k: v.to(device) for k, v in prog.graph.consts.items()}
+        self.step_index = 0
+        self.modules = None  # the model (for opaque module calls), set by apply
+
+    # -- generated code's calls
+    def const(self, name: str) -> torch.Tensor:
+        return self._consts[name]
+
+    def convert(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        c = self.converts[name]
+        return run_path(x, c.shape, c.path, self.prog.mesh, self.groups, self.recorder)
+
+    def checkpoint(self, fn, *args):
+        return torch_checkpoint.checkpoint(fn, *args, use_reentrant=False)
+
+    def run(self, name: str, *args: torch.Tensor) -> torch.Tensor:
+        ins = self.runs[name]
+        xs = list(args)
+        for i, axes in ins.grad_reduce:
+            if isinstance(xs[i], torch.Tensor) and xs[i].requires_grad:
+                xs[i] = GradSum.apply(xs[i], axes, self.groups, self.recorder)
+        if ins.strategy is None:
+            return self._opaque(ins.node.call, xs)
+        op = ins.node.op
+        if op.kind == "dropout" and op.attr("training", True) and op.attr("p", 0.0) > 0:
+            # a fresh global mask every step, the same on every rank (sliced to the local piece)
+            seed = zlib.crc32(f"{name}:{self.step_index}".encode())
+            op = dataclasses.replace(op, attrs=tuple(sorted(dict(op.attrs, seed=seed).items())))
+        return run_local(op, ins.strategy, xs, self.groups.coords, self.prog.mesh, self.groups.group)
+
+    def _opaque(self, call: OpaqueCall, xs: list[torch.Tensor]) -> torch.Tensor:
+        from torch.fx.node import map_aggregate
+
+        def sub(a):
+            return xs[a.index] if isinstance(a, TensorArg) else a
+
+        kwargs = dict(call.kwargs)
+        pnames = kwargs.pop("__params__", ())
+        args = map_aggregate(call.args, sub)
+        kwargs = map_aggregate(kwargs, sub)
+        kwargs = {k: (self.device if k == "device" and v is None else v) for k, v in kwargs.items()}
+        if call.op == "call_function":
+            return call.target(*args, **kwargs)
+        if call.op == "call_method":
+            return getattr(args[0], call.target)(*args[1:], **kwargs)
+        module = self.modules.get_submodule(call.target)
+        n_params = len(pnames)
+        params = dict(zip(pnames, xs[len(xs) - n_params:])) if n_params else {}
+        return torch.func.functional_call(module, params, tuple(args), kwargs)

@@ -1,0 +1,364 @@
+"""Lowering a plan onto a model's op graph: a layout for every value, a strategy for every op, and the
+conversions between them — the per-rank program before code generation (map §6.2).
+
+Parameters take the layouts the plan's `shard` rules give (replicated otherwise); inputs take their
+`data` specs (targets follow the input whose batch they share). Ops are visited in topological order;
+each takes the strategy of planlang.cost.ops that minimises
+
+    compute (flops / device throughput) + the strategy's own communication
+    + the conversion of every input from its current layout to what the strategy needs
+    + the conversion of the output to the layout an `output of MODULE` rule pins (if any)
+
+with conversions priced by planlang.cost.layout (forward + backward). The plan's pins and parameter
+specs are constraints; everything between them is this greedy choice, which reproduces Megatron's
+placement of the all-reduce for the stdlib patterns. Every choice is data (`Program`), so the solver,
+`planlang lower` and the bytes-moved check all read the same thing.
+
+Gradient convention (planlang.cost.layout): the gradient of a local piece is the piece of the global
+gradient, partial axes read as replicated. A strategy that splits work over an axis an input is not
+split on leaves that input's local gradient partial over the axis (`grad_partial`); activations are
+reduced at the use, parameters once per step over the axes every use shares (`Program.grad_sync`),
+which is where data-parallel gradient averaging lives.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, normalize
+from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
+from planlang.model.opgraph import OpGraph, OpNode
+from planlang.plan import types as T
+from planlang.plan.types import Mesh, Spec
+
+
+class LoweringError(ValueError):
+    """The plan cannot be lowered onto this model (the message names the cause and the fix)."""
+
+
+@dataclass(frozen=True)
+class Convert:
+    """Change `value` (global shape `shape`) from layout `src` to `dst`; the result is `out`."""
+
+    value: str
+    out: str
+    shape: tuple[int, ...]
+    src: Spec
+    dst: Spec
+    path: Path
+    itemsize: int = 4
+
+    def __str__(self) -> str:
+        steps = ", ".join(str(s) for s in self.path.steps) or "no-op"
+        return f"{self.out} = convert({self.value}: {self.src} -> {self.dst})  # {steps}"
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run op `node` with `strategy` on the local pieces `args` (values after conversion)."""
+
+    node: OpNode
+    strategy: Strategy | None  # None for opaque ops (replicated inputs, replicated output)
+    args: tuple[str, ...]
+    grad_reduce: tuple[tuple[int, tuple[str, ...]], ...] = ()  # (input, axes) reduced at this use
+
+    @property
+    def output(self) -> Spec:
+        if self.strategy is None:
+            return Spec(tuple(() for _ in self.node.op.output))
+        return self.strategy.output
+
+
+@dataclass
+class Program:
+    """The lowered step: layouts, instructions in order, per-parameter gradient reductions."""
+
+    graph: OpGraph
+    mesh: Mesh
+    param_specs: dict[str, Spec]  # param FQN -> layout
+    input_specs: dict[str, Spec]  # input Value name -> layout
+    instructions: list[Convert | Run]
+    layouts: dict[str, Spec]  # every value (incl. converted ones) -> layout
+    grad_sync: dict[str, tuple[str, ...]]  # param FQN -> axes its gradient is summed over after backward
+    loss: str = ""
+    checkpoint_groups: list[tuple[int, int]] = field(default_factory=list)  # instruction index ranges
+
+    def collectives(self) -> tuple[list, list]:
+        """The (forward, backward) CommCosts the step issues, as priced by the cost model."""
+        fwd, bwd = [], []
+        for ins in self.instructions:
+            if isinstance(ins, Convert):
+                fwd.extend(ins.path.forward)
+                bwd.extend(ins.path.backward)
+            elif ins.strategy is not None:
+                fwd.extend(ins.strategy.forward)
+        return fwd, bwd
+
+
+# ------------------------------------------------------------------------------ plan facts
+def data_axes(plan: T.Plan) -> tuple[str, ...]:
+    """The mesh axes the batch is split over (from `data` statements), in mesh order."""
+    used = set()
+    for d in plan.data:
+        if isinstance(d.spec, T.Spec):
+            used.update(d.spec.used_axes())
+    return tuple(a for a in plan.mesh.names if a in used) if plan.mesh else ()
+
+
+def with_data_axes(spec: Spec, axes: tuple[str, ...]) -> Spec:
+    """An activation spec with the plan's data axes on its batch dim (dim 0) unless it names them."""
+    if not spec.dims or any(a in spec.used_axes() for a in axes):
+        return spec
+    first = tuple(axes) + tuple(spec.axes_of(0))
+    return Spec((first,) + tuple(spec.dims[1:]), spec.partial)
+
+
+def _concrete(spec, what: str) -> Spec:
+    if not isinstance(spec, Spec) or spec.has_holes:
+        raise LoweringError(f"{what} has a hole `?`; run `planlang solve` first (or write the spec)")
+    return Spec(tuple(tuple(d) for d in spec.dims), tuple(spec.partial))
+
+
+def param_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
+    """The plan's layout of every parameter (later rules win, as in the checker); replicated default."""
+    params = {v.ref: v for v in graph.params()}
+    names = list(params)
+    out = {n: Spec(tuple(() for _ in params[n].shape)) for n in names}
+    for rule in plan.shards:
+        if rule.kind != "param":
+            continue
+        for hit in rule.target.select(names):
+            spec = _concrete(rule.spec, f"`{rule}`")
+            if spec.rank != len(params[hit].shape):
+                raise LoweringError(f"`{rule}`: {hit} has {len(params[hit].shape)} dims; fix the spec "
+                                    "(`planlang check --model` reports this as PL361)")
+            out[hit] = spec
+    return out
+
+
+def input_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
+    specs: dict[str, Spec] = {}
+    inputs = [v for v in graph.values.values() if v.kind == "input"]
+    declared = {d.input: _concrete(d.spec, f"`{d}`") for d in plan.data}
+    for v in inputs:
+        if v.ref in declared:
+            specs[v.name] = declared[v.ref]
+    batch = {plan_in.shape[0]: specs[plan_in.name] for plan_in in plan.inputs
+             if plan_in.name in specs and plan_in.shape}
+    for v in inputs:
+        if v.name in specs:
+            continue
+        lead = batch.get(v.shape[0]) if v.shape else None
+        if lead is not None and lead.axes_of(0):
+            specs[v.name] = Spec((lead.axes_of(0),) + tuple(() for _ in v.shape[1:]))  # a target: same batch split
+        else:
+            specs[v.name] = Spec(tuple(() for _ in v.shape))
+    return specs
+
+
+def module_outputs(graph: OpGraph) -> dict[str, str]:
+    """Module path -> the Value its call returns (the last op inside it)."""
+    out: dict[str, str] = {}
+    for n in graph.nodes:
+        parts = n.module.split(".") if n.module else []
+        for k in range(1, len(parts) + 1):
+            out[".".join(parts[:k])] = n.name
+    return out
+
+
+def output_pins(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
+    """Value name -> layout an `output of MODULE` rule requires (data axes added on the batch dim)."""
+    outs = module_outputs(graph)
+    names = list(outs)
+    axes = data_axes(plan)
+    pins: dict[str, Spec] = {}
+    for rule in plan.shards:
+        if rule.kind != "output":
+            continue
+        for hit in rule.target.select(names):
+            pins[outs[hit]] = with_data_axes(_concrete(rule.spec, f"`{rule}`"), axes)
+    return pins
+
+
+# ------------------------------------------------------------------------------ lowering
+class _Pricer:
+    def __init__(self, mesh: Mesh) -> None:
+        self.mesh = mesh
+        dev = mesh.device
+        self.peak = (dev.flops_for("f32") if dev is not None else None) or 1e12
+        self._cache: dict = {}
+
+    def path(self, shape, src: Spec, dst: Spec, itemsize: int) -> Path | None:
+        key = (shape, src, dst, itemsize)
+        if key not in self._cache:
+            try:
+                self._cache[key] = conversion_path(shape, src, dst, self.mesh, itemsize)
+            except NoPath:
+                self._cache[key] = None
+        return self._cache[key]
+
+    def cost(self, shape, src: Spec, dst: Spec, itemsize: int) -> float:
+        if normalize(src, self.mesh) == normalize(dst, self.mesh):
+            return 0.0
+        p = self.path(shape, src, dst, itemsize)
+        return math.inf if p is None else p.cost
+
+
+def lower(graph: OpGraph, plan: T.Plan) -> Program:
+    mesh = plan.mesh
+    if mesh is None or mesh.has_holes:
+        raise LoweringError("the plan's mesh has holes or is missing; solve it first")
+    pricer = _Pricer(mesh)
+    pspecs = param_specs(plan, graph)
+    ispecs = input_specs(plan, graph)
+    pins = output_pins(plan, graph)
+    daxes = set(data_axes(plan))
+    layouts: dict[str, Spec] = {}
+    for v in graph.values.values():
+        if v.kind == "param":
+            layouts[v.name] = pspecs[v.ref]
+        elif v.kind == "input":
+            layouts[v.name] = ispecs[v.name]
+        elif v.kind == "const":
+            layouts[v.name] = Spec(tuple(() for _ in v.shape))
+    for name, spec in layouts.items():
+        shape = graph.values[name].shape
+        if not is_valid(shape, spec, mesh):
+            raise LoweringError(f"`{graph.values[name].ref or name}` {list(shape)} cannot be laid out as {spec} "
+                                f"on mesh {mesh} (a dim does not divide); fix the spec")
+    instructions: list[Convert | Run] = []
+    counter = [0]
+    converted: dict[tuple[str, Spec], str] = {}  # reuse a conversion within the step
+    current: dict[str, str] = {}  # value -> the local value consumers read (after a pin's conversion)
+    base_of: dict[str, str] = {}  # converted value -> graph value
+
+    def convert(value: str, dst: Spec) -> str:
+        value = current.get(value, value)
+        src = layouts[value]
+        if normalize(src, mesh) == normalize(dst, mesh):
+            return value
+        key = (value, normalize(dst, mesh))
+        if key in converted:
+            return converted[key]
+        v = graph.values[base_of.get(value, value)]
+        item = DTYPE_BYTES.get(v.dtype, 4)
+        path = pricer.path(v.shape, src, dst, item)
+        if path is None:
+            raise LoweringError(f"no conversion of `{value}` {list(v.shape)} from {src} to {dst} on {mesh}")
+        counter[0] += 1
+        out = f"{value}__{counter[0]}"
+        instructions.append(Convert(value, out, v.shape, src, dst, path, item))
+        layouts[out] = dst
+        converted[key] = out
+        base_of[out] = v.name
+        return out
+
+    for node in graph.nodes:
+        in_vals = [graph.values[i] for i in node.inputs]
+        if node.op.kind == "opaque":
+            args = tuple(convert(i, Spec(tuple(() for _ in graph.values[i].shape))) for i in node.inputs)
+            run = Run(node, None, args)
+        else:
+            try:
+                cands = strategies(node.op, mesh)
+            except UnknownOp as e:
+                raise LoweringError(str(e)) from e
+            pin = pins.get(node.name)
+            # parameters are used in the layout the plan stores them in (a bias may still be added on one
+            # coordinate of a partial axis): the plan's specs are the parallelisation, not a suggestion
+            fixed = [k for k, v in enumerate(in_vals) if v.kind == "param"]
+            faithful = [s for s in cands if all(_uses_as_stored(layouts[in_vals[k].name], s.inputs[k], mesh)
+                                                for k in fixed)]
+            # and the batch stays split over the data axes: no activation is converted over a data axis
+            # (the language's rule: data axes are implicit on the batch dim of every activation)
+            keeps_data = [s for s in faithful if not any(
+                k not in fixed and _touches(pricer, v, layouts[current.get(v.name, v.name)], s.inputs[k], daxes)
+                for k, v in enumerate(in_vals))]
+            best, best_cost = None, math.inf
+            for s in keeps_data or faithful or cands:
+                c = s.flops / pricer.peak + s.comm_seconds
+                for v, want in zip(in_vals, s.inputs):
+                    c += pricer.cost(v.shape, layouts[current.get(v.name, v.name)], want, DTYPE_BYTES.get(v.dtype, 4))
+                    if c >= best_cost:
+                        break
+                if pin is not None and c < best_cost:
+                    c += pricer.cost(node.op.output, s.output, pin, node.op.itemsize)
+                if c < best_cost:
+                    best, best_cost = s, c
+            if best is None:
+                raise LoweringError(f"no strategy of `{node.op.kind}` at {node.module or 'top level'} fits the "
+                                    f"layouts {', '.join(str(layouts[i]) for i in node.inputs)}")
+            args = tuple(convert(i, want) for i, want in zip(node.inputs, best.inputs))
+            grad = dict(best.extra).get("grad_partial", ())
+            run = Run(node, best, args, tuple((i, axes) for i, axes in grad if axes))
+        instructions.append(run)
+        layouts[node.name] = run.output
+        if node.name in pins:
+            current[node.name] = convert(node.name, pins[node.name])
+
+    origin = _origins(instructions)
+    grad_sync = _param_grad_sync(graph, instructions, origin, mesh)
+    instructions = [_drop_deferred(ins, graph, origin, grad_sync) for ins in instructions]
+    loss = current.get(graph.outputs[0], graph.outputs[0]) if graph.outputs else ""
+    return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss)
+
+
+def _touches(pricer: _Pricer, v, src: Spec, dst: Spec, axes: set[str]) -> bool:
+    """Whether converting value `v` from src to dst takes a step over one of `axes`."""
+    if not axes or normalize(src, pricer.mesh) == normalize(dst, pricer.mesh):
+        return False
+    p = pricer.path(v.shape, src, dst, DTYPE_BYTES.get(v.dtype, 4))
+    return p is None or any(st.axis in axes for st in p.steps)
+
+
+def _uses_as_stored(stored: Spec, wanted: Spec, mesh: Mesh) -> bool:
+    a, b = normalize(stored, mesh), normalize(wanted, mesh)
+    return a.dims == b.dims and set(a.partial) <= set(b.partial)
+
+
+def _origins(instructions) -> dict[str, tuple[str, set[str]]]:
+    """Converted value -> (the value it was converted from originally, the axes the conversions touch)."""
+    origin: dict[str, tuple[str, set[str]]] = {}
+    for ins in instructions:
+        if isinstance(ins, Convert):
+            base, axes = origin.get(ins.value, (ins.value, set()))
+            origin[ins.out] = (base, axes | {st.axis for st in ins.path.steps})
+    return origin
+
+
+def _param_grad_sync(graph: OpGraph, instructions, origin, mesh: Mesh) -> dict[str, tuple[str, ...]]:
+    """Axes each parameter's gradient is summed over once per step, after backward: those every use
+    leaves partial and no conversion of the parameter crosses (a sum over an axis commutes with the
+    linear backward of collectives over other axes, so deferring it is exact)."""
+    uses: dict[str, list[set[str]]] = {v.name: [] for v in graph.params()}
+    touched: dict[str, set[str]] = {v.name: set() for v in graph.params()}
+    for ins in instructions:
+        if not isinstance(ins, Run):
+            continue
+        red = dict(ins.grad_reduce)
+        for i, a in enumerate(ins.args):
+            base, axes = origin.get(a, (a, set()))
+            if base in uses:
+                uses[base].append(set(red.get(i, ())))
+                touched[base] |= axes
+    out = {}
+    for v, per_use in uses.items():
+        if not per_use:
+            continue
+        common = set.intersection(*per_use) - touched[v]
+        out[graph.values[v].ref] = tuple(a for a in mesh.names if a in common)
+    return out
+
+
+def _drop_deferred(ins, graph: OpGraph, origin, grad_sync: dict[str, tuple[str, ...]]):
+    """Remove the per-step parameter reductions from the at-use reductions of a Run."""
+    if not isinstance(ins, Run) or not ins.grad_reduce:
+        return ins
+    new = []
+    for i, axes in ins.grad_reduce:
+        v = graph.values.get(origin.get(ins.args[i], (ins.args[i], set()))[0])
+        if v is not None and v.kind == "param":
+            axes = tuple(a for a in axes if a not in grad_sync.get(v.ref, ()))
+        if axes:
+            new.append((i, axes))
+    return Run(ins.node, ins.strategy, ins.args, tuple(new))
