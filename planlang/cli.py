@@ -259,6 +259,77 @@ def estimate(
         sys.stdout.write(render_table(res.plan, rows))
 
 
+def _runnable_plan(plan: Path):
+    """The checked plan, or a usage error naming what to fix (errors, holes, no model)."""
+    from planlang.lang.render import render
+    from planlang.plan.checker import check_file
+
+    if not plan.is_file():
+        _fail_usage(f"no such file: {plan}")
+    res = check_file(str(plan))
+    if res.errors or res.plan is None:
+        sys.stderr.write(render(list(res.diagnostics), res.sources, "human"))
+        _fail_usage(f"{plan} has errors; fix them first")
+    if res.plan.model is None:
+        _fail_usage(f"{plan} declares no model")
+    if res.plan.holes():
+        _fail_usage(f"{plan} has {len(res.plan.holes())} holes (`?`); run `planlang solve {plan}` first")
+    return res.plan
+
+
+@app.command()
+def lower(
+    plan: Path = typer.Argument(..., help="A complete plan file with a model."),
+    rank: int = typer.Option(0, "--rank", "-r", help="The rank whose program to print."),
+) -> None:
+    """Print the per-rank Python the runtime generates and runs for this plan."""
+    from planlang.model.load import ModelLoadError
+    from planlang.runtime.apply import PlanError
+    from planlang.runtime.launch import lower_source
+
+    p = _runnable_plan(plan)
+    try:
+        sys.stdout.write(lower_source(p, rank))
+    except ModelLoadError as err:
+        _fail_usage(f"{err.message}\n  help: {err.help}")
+    except (PlanError, ValueError) as err:
+        _fail_usage(str(err))
+
+
+@app.command()
+def verify(
+    plan: Path = typer.Argument(..., help="A complete plan file with a model."),
+    steps: int = typer.Option(3, "--steps", help="Training steps to compare."),
+    tol: float = typer.Option(1e-5, "--tol", help="Largest relative error accepted (loss, gradients, parameters)."),
+) -> None:
+    """Train a few steps under the plan (torchrun, one process per device) and in one process from the
+    same seed; print loss, gradient and parameter errors per step. Exit 1 when an error exceeds --tol."""
+    from planlang.runtime.launch import torchrun, world_size
+
+    p = _runnable_plan(plan)
+    code = torchrun(world_size(p), ["planlang.runtime.verify", str(plan), str(steps), str(tol)], module=True)
+    raise typer.Exit(code)
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    plan: Path = typer.Argument(..., help="A complete plan file."),
+) -> None:
+    """Launch `SCRIPT ARGS` (after `--`) with torchrun on the plan's world size; the script reads the plan
+    from $PLANLANG_PLAN (e.g. `planlang.apply(model, os.environ["PLANLANG_PLAN"])`)."""
+    from planlang.runtime.launch import torchrun, world_size
+
+    p = _runnable_plan(plan)
+    args = list(ctx.args)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        _fail_usage("give the training script after `--`: planlang run PLAN -- train.py [ARGS]")
+    code = torchrun(world_size(p), args, env={"PLANLANG_PLAN": str(plan)})
+    raise typer.Exit(code)
+
+
 @app.command()
 def probe(
     mesh: str = typer.Option(..., "--mesh", help="Axes to measure, e.g. dp=2,tp=2 (product = --nproc)."),

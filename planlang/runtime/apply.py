@@ -62,10 +62,13 @@ def default_loss(plan: T.Plan) -> Callable | None:
     """The factory module's `loss(output, *targets)` (the bundled examples' convention), if any."""
     import importlib
 
+    from planlang.model.load import _extra_path, _search_roots
+
     if plan.model is None:
         return None
     try:
-        fn = getattr(importlib.import_module(plan.model.module), "loss", None)
+        with _extra_path(_search_roots(plan.path)):
+            fn = getattr(importlib.import_module(plan.model.module), "loss", None)
     except Exception:  # noqa: BLE001
         return None
     return fn if callable(fn) else None

@@ -104,6 +104,8 @@ def run_local(op: OpSpec, strategy: Strategy, local_inputs: list[torch.Tensor], 
         return torch.softmax(x, op.attr("dim", -1))
     if k == "log_softmax":
         return torch.log_softmax(x, op.attr("dim", -1))
+    if k == "gelu":
+        return F.gelu(x, approximate=op.attr("approximate", "none"))
     if k in UNARY:
         return UNARY[k](x)
     if k in BINARY:

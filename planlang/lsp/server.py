@@ -1,0 +1,343 @@
+"""The planlang language server (pygls): diagnostics, hover, definition, formatting, completion and
+semantic tokens for .plan files. Start it with `planlang lsp` or `python -m planlang.lsp` (stdio).
+
+Threads: every handler runs on the event-loop thread, so model-free analysis (milliseconds) answers at
+once after each change. Model-aware checks (opt-in: initializationOptions {"modelChecks": true} or the
+setting `planlang.modelChecks`) build the model on the meta device, which takes seconds: they run on
+one worker thread after a pause in typing (`planlang.modelCheckDelay`, default 0.5 s), their result is
+published only if the document has not changed meanwhile, and parsing is serialised by PARSE_LOCK.
+The protocol owns stdout: `main` moves everything else that writes to fd 1 (a model factory's
+print) to stderr. Logs go to stderr.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from lsprotocol import types as L
+from pygls.lsp.server import LanguageServer
+from pygls.uris import to_fs_path
+
+from planlang import __version__
+from planlang.lang.diagnostics import Diagnostic
+
+from .analysis import Analysis, analyze, reader
+from .completion import completion
+from .diagnostics import to_lsp, uri
+from .formatting import format_edits
+from .hover import hover
+from .model_checks import ModelChecker, ModelInsight, model_layer_available
+from .positions import UTF16, LineIndex
+from .symbols import definition, symbol_at
+from .tokens import LEGEND, semantic_tokens
+
+log = logging.getLogger("planlang.lsp")
+TRIGGER_CHARACTERS = [".", "[", "(", " ", ","]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The server's settings (section `planlang` of the workspace configuration)."""
+
+    model_checks: bool = False
+    model_check_delay: float = 0.5  # seconds of quiet before model-aware checks run
+
+    def __str__(self) -> str:
+        return f"modelChecks={self.model_checks}, modelCheckDelay={self.model_check_delay}"
+
+    def updated(self, values) -> "Settings":
+        """These settings with the keys of `values` applied ({"modelChecks": ...} or {"planlang": {...}})."""
+        if not isinstance(values, dict):
+            return self
+        if isinstance(values.get("planlang"), dict):
+            values = values["planlang"]
+        out = self
+        if isinstance(values.get("modelChecks"), bool):
+            out = replace(out, model_checks=values["modelChecks"])
+        delay = values.get("modelCheckDelay")
+        if isinstance(delay, (int, float)) and not isinstance(delay, bool) and 0 <= delay <= 60:
+            out = replace(out, model_check_delay=float(delay))
+        return out
+
+
+@dataclass
+class DocState:
+    """What the server knows about one open document."""
+
+    uri: str
+    path: str
+    version: int | None
+    analysis: Analysis
+    good: Analysis | None = None  # the latest version that parsed (names for completion while typing)
+    insight: ModelInsight | None = None  # the latest model-aware run
+    model_only: list[Diagnostic] = field(default_factory=list)  # its diagnostics the model-free run lacks
+    model_lines: int = 0  # line count of the text it ran on
+    timer: asyncio.TimerHandle | None = None
+    running: bool = False
+    rerun: bool = False
+
+
+class PlanServer(LanguageServer):
+    def __init__(self):
+        super().__init__("planlang", __version__, text_document_sync_kind=L.TextDocumentSyncKind.Incremental)
+        self.docs: dict[str, DocState] = {}
+        self.settings = Settings()
+        self.model_checker: ModelChecker | None = None
+        self.model_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planlang-model")
+        self._warned_no_model = False
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def encoding(self) -> str:
+        try:
+            enc = self.workspace.position_encoding
+        except RuntimeError:  # not initialized yet
+            return UTF16
+        return str(getattr(enc, "value", enc) or UTF16)
+
+    def open_text(self, path: str) -> str | None:
+        """The editor's text of an open document (used modules read it instead of the disk)."""
+        want = os.path.realpath(path)
+        for st in self.docs.values():
+            if os.path.realpath(st.path) == want:
+                return self.workspace.get_text_document(st.uri).source
+        return None
+
+    def model_checks_on(self) -> bool:
+        if not self.settings.model_checks:
+            return False
+        if not model_layer_available():
+            if not self._warned_no_model:
+                self._warned_no_model = True
+                self.window_log_message(L.LogMessageParams(
+                    L.MessageType.Warning, "planlang: model checks are on, but torch is not installed here"))
+            return False
+        return True
+
+    def apply_settings(self, settings: Settings) -> None:
+        """New settings; open documents are checked again when they change what is checked."""
+        before, self.settings = self.settings, settings
+        if settings != before:
+            log.info("settings: %s", settings)
+            for uri in list(self.docs):
+                self.refresh(uri)
+
+    # ------------------------------------------------------------------ analysis and diagnostics
+    def refresh(self, uri: str) -> DocState:
+        doc = self.workspace.get_text_document(uri)
+        path = doc.path or uri
+        analysis = analyze(doc.source, path, reader(self.open_text))
+        st = self.docs.get(uri)
+        if st is None:
+            st = self.docs[uri] = DocState(uri, path, doc.version, analysis)
+        st.version, st.analysis = doc.version, analysis
+        if analysis.parses:
+            st.good = analysis
+        self.publish(st)
+        if self.model_checks_on():
+            self.schedule_model_check(st)
+        return st
+
+    def publish(self, st: DocState) -> None:
+        """Model-free diagnostics of the current text, plus the model-aware ones of the latest model run
+        while they can still be placed (same line count, and the text parses)."""
+        diags = list(st.analysis.diagnostics)
+        lines = st.analysis.text.count("\n")
+        if st.model_only and st.analysis.parses and lines == st.model_lines and self.settings.model_checks:
+            have = {_key(d) for d in diags}
+            diags += [d for d in st.model_only if _key(d) not in have]
+        diags.sort(key=lambda d: (d.span.file != st.path, d.span.line, d.span.col, d.code))
+        self.text_document_publish_diagnostics(L.PublishDiagnosticsParams(
+            st.uri, to_lsp(st.analysis, diags, self.encoding), version=st.version))
+
+    def schedule_model_check(self, st: DocState) -> None:
+        if st.timer is not None:
+            st.timer.cancel()
+        loop = asyncio.get_running_loop()
+        st.timer = loop.call_later(self.settings.model_check_delay,
+                                   lambda: asyncio.ensure_future(self.model_check(st.uri)))
+
+    async def model_check(self, uri: str) -> None:
+        st = self.docs.get(uri)
+        if st is None:
+            return
+        st.timer = None
+        if not self.model_checks_on():
+            return
+        if st.running:  # one run per document at a time; the newest text runs next
+            st.rerun = True
+            return
+        version, analysis = st.version, st.analysis
+        if not analysis.parses:
+            return  # nothing model-aware to say about text that does not parse; keep the last insight
+        if self.model_checker is None:
+            self.model_checker = ModelChecker()
+        read = reader(_snapshot(self))
+        st.running = True
+        try:
+            insight = await asyncio.get_running_loop().run_in_executor(
+                self.model_pool, self.model_checker.run, analysis.text, analysis.path, read)
+        except Exception as err:  # noqa: BLE001 - a bug or a model that breaks torch: keep serving
+            log.exception("model checks failed for %s", uri)
+            self.window_log_message(L.LogMessageParams(L.MessageType.Error, f"planlang: model checks failed: {err!r}"))
+            insight = None
+        finally:
+            st.running = False
+        if self.docs.get(uri) is not st:
+            return  # closed meanwhile
+        if st.rerun:
+            st.rerun = False
+            self.schedule_model_check(st)
+        if insight is None or st.version != version:
+            return  # stale: the newer text is scheduled
+        fast = {_key(d) for d in analysis.diagnostics}
+        st.insight = insight
+        st.model_only = [d for d in insight.diagnostics if _key(d) not in fast]
+        st.model_lines = analysis.text.count("\n")
+        self.publish(st)
+
+    def close(self, uri: str) -> None:
+        st = self.docs.pop(uri, None)
+        if st is not None and st.timer is not None:
+            st.timer.cancel()
+        self.text_document_publish_diagnostics(L.PublishDiagnosticsParams(uri, []))
+
+    def state(self, uri: str) -> DocState:
+        st = self.docs.get(uri)
+        doc = self.workspace.get_text_document(uri)
+        if st is None or st.version != doc.version or st.analysis.text != doc.source:
+            st = self.refresh(uri)
+        return st
+
+    def offset(self, st: DocState, pos: L.Position) -> int:
+        return LineIndex(st.analysis.text, self.encoding).offset(pos)
+
+
+def _key(d: Diagnostic) -> tuple:
+    return d.code, d.span, d.message
+
+
+def _snapshot(server: PlanServer):
+    texts = {os.path.realpath(st.path): server.workspace.get_text_document(st.uri).source
+             for st in server.docs.values()}
+    return lambda p: texts.get(os.path.realpath(p))
+
+
+# ---------------------------------------------------------------------- features
+def build_server() -> PlanServer:
+    server = PlanServer()
+
+    @server.feature(L.INITIALIZE)
+    def initialize(ls: PlanServer, params: L.InitializeParams):
+        ls.settings = ls.settings.updated(params.initialization_options)
+        log.info("planlang lsp %s: %s", __version__, ls.settings)
+
+    @server.feature(L.INITIALIZED)
+    async def initialized(ls: PlanServer, params: L.InitializedParams):
+        ws = ls.client_capabilities.workspace
+        if ws is not None and ws.configuration:
+            await pull_configuration(ls)
+
+    @server.feature(L.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: PlanServer, params: L.DidChangeConfigurationParams):
+        if isinstance(params.settings, dict) and params.settings:
+            ls.apply_settings(ls.settings.updated(params.settings))
+        else:
+            await pull_configuration(ls)
+
+    @server.feature(L.TEXT_DOCUMENT_DID_OPEN)
+    def did_open(ls: PlanServer, params: L.DidOpenTextDocumentParams):
+        ls.refresh(params.text_document.uri)
+
+    @server.feature(L.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: PlanServer, params: L.DidChangeTextDocumentParams):
+        ls.refresh(params.text_document.uri)
+
+    @server.feature(L.TEXT_DOCUMENT_DID_SAVE)
+    def did_save(ls: PlanServer, params: L.DidSaveTextDocumentParams):
+        ls.refresh(params.text_document.uri)
+
+    @server.feature(L.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: PlanServer, params: L.DidCloseTextDocumentParams):
+        ls.close(params.text_document.uri)
+
+    @server.feature(L.TEXT_DOCUMENT_HOVER)
+    def on_hover(ls: PlanServer, params: L.HoverParams):
+        st = ls.state(params.text_document.uri)
+        return hover(st.analysis, ls.offset(st, params.position), st.insight, ls.encoding, ls.settings.model_checks)
+
+    @server.feature(L.TEXT_DOCUMENT_DEFINITION)
+    def on_definition(ls: PlanServer, params: L.DefinitionParams):
+        st = ls.state(params.text_document.uri)
+        sym = symbol_at(st.analysis, ls.offset(st, params.position))
+        place = definition(st.analysis, sym) if sym is not None else None
+        if place is None:
+            return None
+        same = place.path == st.path
+        text = st.analysis.text if same else _read(ls, place.path)
+        rng = LineIndex(text, ls.encoding).range(place.span)
+        return L.Location(st.uri if same else uri(str(Path(place.path).resolve())), rng)
+
+    @server.feature(L.TEXT_DOCUMENT_FORMATTING)
+    def on_formatting(ls: PlanServer, params: L.DocumentFormattingParams):
+        doc = ls.workspace.get_text_document(params.text_document.uri)
+        return format_edits(doc.source, doc.path or params.text_document.uri, ls.encoding)
+
+    @server.feature(L.TEXT_DOCUMENT_COMPLETION, L.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS))
+    def on_completion(ls: PlanServer, params: L.CompletionParams):
+        st = ls.state(params.text_document.uri)
+        return completion(st.analysis, ls.offset(st, params.position), st.good, st.insight, ls.encoding)
+
+    @server.feature(L.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
+    def on_semantic_tokens(ls: PlanServer, params: L.SemanticTokensParams):
+        st = ls.state(params.text_document.uri)
+        return semantic_tokens(st.analysis, ls.encoding)
+
+    @server.feature(L.SHUTDOWN)
+    def on_shutdown(ls: PlanServer, params=None):
+        for st in ls.docs.values():
+            if st.timer is not None:
+                st.timer.cancel()
+        ls.model_pool.shutdown(wait=False, cancel_futures=True)
+
+    return server
+
+
+async def pull_configuration(ls: PlanServer) -> None:
+    try:
+        values = await ls.workspace_configuration_async(
+            L.ConfigurationParams([L.ConfigurationItem(section="planlang")]))
+    except Exception as err:  # noqa: BLE001 - a client that cannot answer keeps the current settings
+        log.info("workspace/configuration failed: %r", err)
+        return
+    if values:
+        ls.apply_settings(ls.settings.updated(values[0]))
+
+
+def _read(ls: PlanServer, path: str) -> str:
+    text = ls.open_text(path)
+    if text is not None:
+        return text
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
+def main() -> None:
+    """Serve the language server protocol on stdin/stdout until the client exits."""
+    logging.basicConfig(stream=sys.stderr, level=os.environ.get("PLANLANG_LSP_LOG", "WARNING").upper(),
+                        format="planlang-lsp %(levelname)s %(name)s: %(message)s")
+    stdin = sys.stdin.buffer
+    # The protocol gets its own handle on the real stdout; fd 1 and sys.stdout go to stderr, so nothing
+    # else (a model factory's print, a library's warning) can corrupt the message stream.
+    protocol_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
+    sys.stdout.flush()
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    sys.stdout = sys.stderr
+    build_server().start_io(stdin, protocol_out)

@@ -1,0 +1,201 @@
+"""textDocument/semanticTokens/full: what each word of a plan is.
+
+The syntax tree says what names are (an axis, a module path, a template, ...); a small lexical scan
+supplies what the tree does not keep (keywords, comments, strings, numbers, holes). Keywords are soft
+(`output` may be a module), so a word is a keyword only where the tree has no name there. A text that
+does not parse gets the lexical tokens only.
+"""
+from __future__ import annotations
+
+import bisect
+import re
+from dataclasses import dataclass
+
+from lsprotocol import types as L
+
+from planlang.lang import ast as A
+
+from .analysis import Analysis
+from .keywords import KEYWORDS
+from .positions import UTF16, LineIndex, units_len
+from .symbols import walk
+
+TOKEN_TYPES = ["keyword", "namespace", "type", "function", "parameter", "variable", "property", "number",
+               "string", "comment", "operator", "enumMember"]
+TOKEN_MODIFIERS = ["declaration", "defaultLibrary"]
+LEGEND = L.SemanticTokensLegend(TOKEN_TYPES, TOKEN_MODIFIERS)
+DECLARATION = 1
+
+LEXICAL = re.compile(r"""
+    (?P<comment>\#[^\n]*)
+  | (?P<string>"(?:[^"\\\n]|\\.)*"?)
+  | (?P<number>[0-9](?:_?[0-9])*(?:\.[0-9](?:_?[0-9])*)?(?:[eE][+-]?[0-9]+)?(?![A-Za-z_]))
+  | (?P<word>[A-Za-z0-9_]+)
+  | (?P<hole>\?)
+""", re.X)
+
+
+@dataclass(frozen=True, order=True)
+class Token:
+    start: int  # character offsets
+    end: int
+    type: str
+    modifiers: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.start}-{self.end} {self.type}"
+
+
+def tree_tokens(module: A.Module) -> list[Token]:
+    """Tokens for the names the syntax tree classifies."""
+    out: list[Token] = []
+
+    def name(n, kind, mods=0):
+        if n is not None and isinstance(n, A.Name) and n.span.line >= 1:
+            out.append(Token(n.span.start, n.span.end, kind, mods))
+
+    def dotted(d, last_kind):
+        if not isinstance(d, A.Dotted):
+            return
+        for i, p in enumerate(d.parts):
+            name(p, last_kind if i == len(d.parts) - 1 else "namespace")
+
+    for node, chain in walk(module):
+        loopvars = {n.var.text for n in chain if isinstance(n, A.ForStmt)}
+        if isinstance(node, A.Use):
+            if isinstance(node.target, A.Dotted):
+                dotted(node.target, "namespace")
+            name(node.alias, "namespace", DECLARATION)
+        elif isinstance(node, A.ModelDecl):
+            name(node.name, "type", DECLARATION)
+        elif isinstance(node, A.InputDecl):
+            name(node.name, "parameter", DECLARATION)
+            name(node.dtype, "type")
+        elif isinstance(node, A.DataDecl):
+            name(node.input, "parameter")
+        elif isinstance(node, (A.DeviceDecl, A.LinkDecl)):
+            name(node.name, "type", DECLARATION)
+        elif isinstance(node, A.Field):
+            for p in node.key.parts:
+                name(p, "property")
+            name(node.over, "variable")
+        elif isinstance(node, A.MeshDecl):
+            name(node.name, "type", DECLARATION)
+            dotted(node.device, "type")
+        elif isinstance(node, A.MeshAlias):
+            name(node.name, "type", DECLARATION)
+            dotted(node.target, "type")
+        elif isinstance(node, A.AxisDecl):
+            name(node.name, "variable", DECLARATION)
+            dotted(node.link, "type")
+        elif isinstance(node, A.AxisEntry):
+            name(node.axis, "variable")
+        elif isinstance(node, A.AxisTuple):
+            for a in node.axes:
+                name(a, "variable")
+        elif isinstance(node, A.Spec):
+            for a in node.partial:
+                name(a, "variable")
+        elif isinstance(node, A.Degree):
+            name(node.axis, "variable")
+        elif isinstance(node, A.PipelineDecl):
+            name(node.axis if isinstance(node.axis, A.Name) else None, "variable")
+        elif isinstance(node, A.Schedule):
+            name(node.name, "enumMember")
+        elif isinstance(node, A.OptimizerDecl):
+            name(node.name, "enumMember")
+        elif isinstance(node, A.TemplateDecl):
+            name(node.name, "function", DECLARATION)
+        elif isinstance(node, A.Param):
+            name(node.name, "parameter", DECLARATION)
+            name(node.kind, "type")
+        elif isinstance(node, A.ApplyStmt):
+            dotted(node.template, "function")
+            for arg in node.args or ():
+                if isinstance(arg, A.Ref) and len(arg.name.parts) == 1:
+                    name(arg.name.parts[0], "variable")
+        elif isinstance(node, A.ForStmt):
+            name(node.var, "parameter", DECLARATION)
+        elif isinstance(node, A.CheckpointStmt) and isinstance(node.every, A.Name):
+            name(node.every, "parameter")
+        elif isinstance(node, A.Path):
+            for i, seg in enumerate(node.segments):
+                if seg.name and seg.span.line >= 1:
+                    kind = "parameter" if i == 0 and seg.name in loopvars and not seg.selectors else "property"
+                    out.append(Token(seg.span.start, seg.span.start + len(seg.name), kind))
+        elif isinstance(node, A.Unit) and node.span.line >= 1:
+            out.append(Token(node.span.start, node.span.end, "number"))
+        elif isinstance(node, A.Hole) and node.span.line >= 1:
+            out.append(Token(node.span.start, node.span.end, "operator"))
+    return out
+
+
+def lexical_tokens(text: str) -> list[Token]:
+    out = []
+    for m in LEXICAL.finditer(text):
+        kind = m.lastgroup
+        if kind == "word":
+            if m.group(0) in KEYWORDS:
+                out.append(Token(m.start(), m.end(), "keyword"))
+        elif kind == "hole":
+            out.append(Token(m.start(), m.end(), "operator"))
+        else:
+            out.append(Token(m.start(), m.end(), kind))
+    return out
+
+
+def tokens(analysis: Analysis) -> list[Token]:
+    """Every classified token, in order, none overlapping: the tree's, then lexical ones in the gaps."""
+    tree = sorted(set(tree_tokens(analysis.module))) if analysis.parses else []
+    covered = [(t.start, t.end) for t in tree]
+    out = list(tree)
+    starts = [c[0] for c in covered]
+    for t in lexical_tokens(analysis.text):
+        i = bisect.bisect_right(starts, t.start) - 1
+        if i >= 0 and covered[i][0] <= t.start < covered[i][1]:
+            continue
+        j = bisect.bisect_left(starts, t.start)
+        if j < len(covered) and covered[j][0] < t.end:
+            continue
+        out.append(t)
+    return sorted(out)
+
+
+def encode(text: str, toks: list[Token], encoding: str = UTF16) -> list[int]:
+    """The LSP integer encoding: per token (delta line, delta start, length, type, modifiers), with
+    columns and lengths in the position encoding's code units. Tokens never span lines."""
+    data: list[int] = []
+    prev_line = prev_col = 0
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+
+    for t in toks:
+        line = bisect.bisect_right(line_starts, t.start) - 1
+        line_end = line_starts[line + 1] - 1 if line + 1 < len(line_starts) else len(text)
+        end = min(t.end, line_end)
+        if end <= t.start:
+            continue
+        col = units_len(text[line_starts[line]:t.start], encoding)
+        length = units_len(text[t.start:end], encoding)
+        delta_col = col - prev_col if line == prev_line else col
+        data += [line - prev_line, delta_col, length, TOKEN_TYPES.index(t.type), t.modifiers]
+        prev_line, prev_col = line, col
+    return data
+
+
+def semantic_tokens(analysis: Analysis, encoding: str = UTF16) -> L.SemanticTokens:
+    return L.SemanticTokens(data=encode(analysis.text, tokens(analysis), encoding))
+
+
+def decode(text: str, data: list[int], encoding: str = UTF16) -> list[tuple[int, int, str, str, int]]:
+    """(line, column in code units, text, type, modifiers) for each encoded token: the inverse of
+    `encode`, for tests and debugging."""
+    index = LineIndex(text, encoding)
+    out, line, col = [], 0, 0
+    for i in range(0, len(data), 5):
+        dl, dc, length, typ, mods = data[i:i + 5]
+        line += dl
+        col = col + dc if dl == 0 else dc
+        start = index.offset(L.Position(line, col))
+        end = index.offset(L.Position(line, col + length))
+        out.append((line, col, text[start:end], TOKEN_TYPES[typ], mods))
+    return out

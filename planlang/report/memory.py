@@ -1,0 +1,57 @@
+"""What the memory chart draws: each device class's peak, stacked by the classes the estimator reports.
+
+The estimator (planlang.model.estimate) composes a device's peak as
+
+    parameters + optimizer state + buffers + max(backward phase, optimizer phase)
+    backward phase  = activations + backward transient (gradients produced so far, temporaries)
+    optimizer phase = gradients + the optimizer step's temporaries
+
+and reports the backward transient and the optimizer temporaries summed as `transient`. A bar shows the
+phase in which the peak happens, so its segments add up to the estimator's `peak` exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planlang.plan.units import format_bytes
+
+# segment names, bottom to top, and the colours the chart gives them
+CLASSES = ("parameters", "optimizer state", "buffers", "activations", "backward transient", "gradients",
+           "optimizer-step temporaries")
+
+
+@dataclass(frozen=True)
+class MemoryBar:
+    device: str  # the estimator's device class: "all devices", "stage 0", ...
+    segments: tuple[tuple[str, int], ...]  # (class, bytes), bottom to top
+    peak: int
+    phase: str  # "backward" or "optimizer step": where the peak happens
+
+    def __str__(self) -> str:
+        return f"{self.device}: {format_bytes(self.peak)} at the {self.phase} peak"
+
+    @property
+    def height(self) -> int:
+        return sum(b for _, b in self.segments)
+
+    def segment(self, name: str) -> int:
+        return dict(self.segments).get(name, 0)
+
+
+def memory_bar(row, optimizer_temporaries: int) -> MemoryBar:
+    """The bar of one `DeviceEstimate`, given the optimizer temporaries included in its `transient`."""
+    backward_transient = row.transient - optimizer_temporaries
+    backward = row.activations + backward_transient
+    optimizer = row.gradients + optimizer_temporaries
+    base = (("parameters", row.parameters), ("optimizer state", row.optimizer), ("buffers", row.buffers))
+    if backward >= optimizer:
+        top = (("activations", row.activations), ("backward transient", backward_transient))
+        phase = "backward"
+    else:
+        top = (("gradients", row.gradients), ("optimizer-step temporaries", optimizer_temporaries))
+        phase = "optimizer step"
+    bar = MemoryBar(row.device, base + top, row.peak, phase)
+    if bar.height != row.peak:  # the estimator's composition changed: fail loudly rather than draw wrong bars
+        raise ValueError(f"{row.device}: memory classes add up to {bar.height} bytes, the estimated peak is "
+                         f"{row.peak}; planlang.report.memory no longer matches planlang.model.estimate")
+    return bar

@@ -1,0 +1,169 @@
+"""The report's index.html: the plan's summary, both charts and the tables behind them.
+
+The page is self-contained (inline style, no scripts, nothing fetched) except for the chart images,
+which it references by file name next to it.
+"""
+from __future__ import annotations
+
+import html
+import math
+
+from planlang.plan import types as T
+from planlang.plan.units import format_bytes
+
+from .build import FORWARD_SHARE, ReportData
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1150px;
+       color: #222; padding: 0 1em; line-height: 1.45; }
+h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top: 1.8em; }
+table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.92em; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
+td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+th { background: #f3f3f3; } .over { color: #c0392b; font-weight: 600; } .ok { color: #2e7d32; }
+img { max-width: 100%; border: 1px solid #eee; } .muted { color: #666; font-size: 0.9em; }
+pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }
+code { background: #f3f3f3; padding: 0 0.2em; }
+"""
+
+
+def _e(x) -> str:
+    return html.escape(str(x))
+
+
+def _row(cells, head: bool = False, nums: tuple[int, ...] = ()) -> str:
+    tag = "th" if head else "td"
+    return "<tr>" + "".join(f"<{tag}{' class=num' if i in nums else ''}>{c}</{tag}>"
+                            for i, c in enumerate(cells)) + "</tr>"
+
+
+def _seconds(t: float) -> str:
+    if not isinstance(t, float) or not math.isfinite(t):
+        return "–"
+    return f"{t * 1e3:.2f} ms" if t < 10 else f"{t:.2f} s"
+
+
+def memory_limit(plan: T.Plan) -> tuple[int | None, str]:
+    """The line the memory chart draws: the plan's budget, else the device's memory (with its name)."""
+    if plan.budget is not None:
+        return plan.budget.bytes, "budget"
+    if plan.mesh is not None and plan.mesh.device is not None and plan.mesh.device.memory:
+        return plan.mesh.device.memory, "device memory"
+    return None, ""
+
+
+def _summary(data: ReportData) -> str:
+    plan = data.plan
+    mesh = plan.mesh
+    rows = [("plan", f"<code>{_e(plan.path)}</code>")]
+    if plan.model is not None:
+        rows.append(("model", f"<code>{_e(plan.model)}</code>"))
+    if plan.inputs:
+        rows.append(("inputs", "<br>".join(f"<code>{_e(i)}</code>" for i in plan.inputs)))
+    if mesh is not None:
+        axes = ", ".join(f"{_e(a.name)} = {_e(a.size)}" + (f" over {_e(a.link.name)}" if a.link else "")
+                         for a in mesh.axes)
+        rows.append(("mesh", f"<code>{_e(mesh.name)}</code>: {axes}"))
+        if mesh.device is not None:
+            rows.append(("device", _e(mesh.device)))
+        rows.append(("world size", _e(mesh.size)))
+    rows.append(("budget", _e(plan.budget) if plan.budget else "none (the device's memory is the limit)"))
+    if plan.optimizer is not None:
+        rows.append(("optimizer", _e(plan.optimizer)))
+    if plan.data:
+        rows.append(("data", "<br>".join(_e(d) for d in plan.data)))
+    if plan.pipeline is not None:
+        rows.append(("pipeline", _e(plan.pipeline)))
+    if plan.checkpoints:
+        rows.append(("checkpointing", "<br>".join(_e(c) for c in plan.checkpoints)))
+    if plan.shards:
+        rows.append(("shard rules", f"{len(plan.shards)} (after templates and loops)"))
+    return "<table>" + "".join(_row((f"<b>{k}</b>", v)) for k, v in rows) + "</table>"
+
+
+def _memory_table(data: ReportData) -> str:
+    limit, what = memory_limit(data.plan)
+    head = ("device", "parameters", "gradients", "optimizer state", "buffers", "activations", "transient",
+            "peak", "peak in", what or "limit", "step time (no bubble)")
+    nums = tuple(range(1, 8)) + (10,)
+    out = [_row(head, head=True, nums=nums)]
+    for r, bar in zip(data.estimates, data.bars):
+        fit = "–" if limit is None else ('<span class="ok">fits</span>' if r.peak <= limit else
+                                         f'<span class="over">over by {_e(format_bytes(r.peak - limit))}</span>')
+        out.append(_row((_e(r.device), *(_e(format_bytes(getattr(r, k))) for k in (
+            "parameters", "gradients", "optimizer", "buffers", "activations", "transient")),
+            f"<b>{_e(format_bytes(r.peak))}</b>", _e(bar.phase), fit, _seconds(r.step_time)), nums=nums))
+    return "<table>" + "".join(out) + "</table>"
+
+
+def _stage_table(data: ReportData) -> str:
+    p = data.plan.pipeline
+    if p is None or not isinstance(p.stages, tuple):
+        return ""
+    ranks = data.schedule.ranks if data.schedule else len(p.stages)
+    times = data.stage_times
+    unit = (lambda t: _seconds(t)) if times and times.measured else (lambda t: f"{t:.3g} units")
+    nums = (1, 4, 5)
+    out = [_row(("stage", "rank", "modules", "sub-mesh degrees", "forward / microbatch", "backward / microbatch"),
+                head=True, nums=nums)]
+    for st in p.stages:
+        f = unit(times.forward[st.index]) if times and st.index < len(times.forward) else "–"
+        b = unit(times.backward[st.index]) if times and st.index < len(times.backward) else "–"
+        degrees = ", ".join(f"{k} = {v}" for k, v in st.degrees) or "mesh sizes"
+        out.append(_row((_e(st.index), _e(st.index % ranks), "<code>" + _e(", ".join(map(str, st.modules))) + "</code>",
+                         _e(degrees), f, b), nums=nums))
+    return "<table>" + "".join(out) + "</table>"
+
+
+def _image(stem: str, formats) -> str:
+    shown = next((f for f in ("png", "svg") if f in formats), None)  # what an <img> can show
+    links = " · ".join(f'<a href="{stem}.{f}">{f.upper()}</a>' for f in formats)
+    img = f'<p><img src="{stem}.{shown}" alt="{_e(stem)} chart"></p>' if shown else ""
+    return f'{img}<p class="muted">{"as " if shown else "chart: "}{links}</p>'
+
+
+def render_page(data: ReportData, images: dict[str, str], formats) -> str:
+    """The HTML text; `images` maps "memory"/"schedule" to the file stem written (absent: not drawn)."""
+    plan = data.plan
+    title = f"planlang report: {data.name}"
+    parts = [f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{_e(title)}</title>",
+             f"<style>{STYLE}</style>\n</head>\n<body>", f"<h1>{_e(title)}</h1>",
+             f'<p class="muted">Estimated by <code>planlang estimate</code> from the model traced on the meta device; '
+             f"the schedule is an event simulation of the plan's pipeline.</p>",
+             "<h2>Plan</h2>", _summary(data), "<h2>Peak memory per device</h2>"]
+    if "memory" in images:
+        parts.append(_image(images["memory"], formats))
+    parts.append(_memory_table(data))
+    parts.append('<p class="muted">Each bar is one device class of the estimate (every device of a pipeline stage '
+                 "holds the same). Its segments are the classes present at the moment of the peak: parameters, "
+                 "optimizer state and DDP gradient buckets always; then either the backward pass's saved activations "
+                 "and transient tensors (gradients produced so far, temporaries, recomputation), or, when the "
+                 "optimizer step is the higher point, all gradients plus the optimizer's temporaries. The table's "
+                 "<i>transient</i> column is both transients together, as the estimator reports it; its <i>step "
+                 "time</i> is the stage's compute for all microbatches plus the data-parallel gradient all-reduce, "
+                 "without the pipeline's idle time (the simulated step below includes it).</p>")
+    parts.append("<h2>Pipeline schedule</h2>")
+    if data.schedule is not None and "schedule" in images:
+        sim = data.schedule
+        parts.append(_image(images["schedule"], formats))
+        measured = data.stage_times.measured if data.stage_times else False
+        step = _seconds(sim.makespan) if measured else f"{sim.makespan:.4g} units"
+        parts.append(f"<p>Simulated step: <b>{_e(step)}</b>; bubble (idle share of all ranks' time): "
+                     f"<b>{sim.bubble_ratio:.1%}</b>.</p>")
+        parts.append(f'<p class="muted">Each stage\'s per-microbatch time is its estimated compute time per step '
+                     f"divided by the microbatches, split {FORWARD_SHARE:.0%} forward / {1 - FORWARD_SHARE:.0%} backward"
+                     + ("" if measured else " (no device throughput is known, so all stages take equal time)")
+                     + "; sends between stages are taken as free.</p>")
+    else:
+        parts.append(f"<p>{_e(data.schedule_note or 'No schedule chart.')}</p>")
+    parts.append(_stage_table(data))
+    notes = sorted({n for r in data.estimates for n in r.notes})
+    if notes:
+        parts.append("<h2>Estimator notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    if data.diagnostics:
+        from planlang.lang.render import render
+
+        text = render(list(data.diagnostics), data.sources, "human")
+        parts.append(f"<h2>Check findings</h2><pre>{_e(text)}</pre>")
+    parts.append("</body>\n</html>\n")
+    return "\n".join(parts)

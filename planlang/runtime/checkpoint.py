@@ -1,0 +1,439 @@
+"""Distributed checkpoints with torch.distributed.checkpoint (DCP), resharded on load.
+
+Every rank exposes its pieces as DTensors on the plan's DeviceMesh, so DCP stores *global* tensors
+(each chunk written once) and a later run reads the chunks its own pieces need, under another plan or
+world size. The state dict has torch's `get_state_dict` shape:
+
+    {"model": {fqn: tensor},                                 parameters and persistent buffers
+     "optim": {"state": {fqn: {name: tensor}},               e.g. AdamW's exp_avg, exp_avg_sq, step
+               "param_groups": [{"lr": ..., ..., "params": [fqn, ...]}]}}
+
+How a rank's piece of a tensor is described:
+
+    plain parameter     the local piece under its Spec: `to_placements(spec)`
+    FSDP2 parameter     (ZeRO 2/3) FSDP2 slices the local piece along dim 0 over the ZeRO axis: that axis
+                        becomes the minor-most splitter of dim 0; it is `Shard(0)` when it comes after the
+                        dim's other axes in mesh order, else `_StridedShard(0, split_factor)` (the
+                        FSDP2 + TP convention)
+    optimizer state     shaped like its parameter: described like it; 0-d state (`step`): a plain tensor,
+                        equal on every rank
+    ZeRO-1 state        ZeroRedundancyOptimizer keeps each parameter's state whole on one rank of the ZeRO
+                        axis. On save the owner broadcasts each state tensor over the axis and every rank
+                        keeps its dim-0 slice (as FSDP2 would), so each rank writes 1/N of the state and all
+                        ranks present the same keys (DCP's contract); at most one state tensor is whole on
+                        a rank at a time. On load each rank reads its slice and the owner gathers them. A
+                        tensor whose slice cannot be described (strided and not divisible) is stored whole,
+                        replicated over the axis.
+
+Parameters are updated in place (the DTensors' local tensors are the parameters' own storage).
+`load_full_state` reads a checkpoint into whole tensors in one process (DCP's format utilities).
+"""
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch import nn
+
+from planlang.plan.types import Spec
+
+from .data_parallel import unwrap
+from .placement import ParamLayout, to_placements
+from .zero import is_zero1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint does not fit the model, optimizer or layouts it is loaded into (or cannot be saved)."""
+
+
+# ------------------------------------------------------------------------------ placements
+def _contiguous_stride(shape) -> tuple[int, ...]:
+    out, acc = [], 1
+    for n in reversed(tuple(shape)):
+        out.append(acc)
+        acc *= n
+    return tuple(reversed(out))
+
+
+def placements_with(spec: Spec, mesh, extra: Mapping[str, int]) -> tuple:
+    """`to_placements(spec)` with each axis of `extra` (axis -> dim) splitting that dim as its minor-most
+    splitter (how FSDP2 and our ZeRO-1 slicing cut a local piece)."""
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.placement_types import _StridedShard
+
+    if spec.partial:
+        raise CheckpointError(f"a parameter cannot be stored as a partial sum ({spec})")
+    out = list(to_placements(spec, mesh))
+    names = mesh.names
+    for axis, dim in extra.items():
+        if axis not in names:
+            raise CheckpointError(f"`{axis}` is not an axis of mesh {mesh}")
+        if axis in spec.used_axes():
+            raise CheckpointError(f"spec {spec} already splits over `{axis}`, which also shards its state")
+        i = names.index(axis)
+        # the dim's axes that come later in the mesh: DTensor would apply them after `axis`
+        split = math.prod(mesh.axis_size(b) for b in spec.axes_of(dim) if names.index(b) > i)
+        out[i] = Shard(dim) if split == 1 else _StridedShard(dim, split_factor=split)
+    return tuple(out)
+
+
+def _is_strided(spec: Spec, mesh, axis: str, dim: int) -> bool:
+    i = mesh.names.index(axis)
+    return any(mesh.names.index(b) > i and mesh.axis_size(b) > 1 for b in spec.axes_of(dim))
+
+
+def chunk_bounds(n: int, parts: int, index: int) -> tuple[int, int]:
+    """[start, stop) of chunk `index` of `n` rows cut into `parts` (torch.chunk / DTensor: ceil-sized
+    chunks, the last ones short or empty)."""
+    size = -(-n // parts)
+    start = min(index * size, n)
+    return start, min(start + size, n)
+
+
+def _dtensor(local: torch.Tensor, shape, placements, groups):
+    from torch.distributed.tensor import DTensor
+
+    shape = torch.Size(shape)
+    return DTensor.from_local(local, groups.device_mesh, placements, run_check=False, shape=shape,
+                              stride=_contiguous_stride(shape))
+
+
+# ------------------------------------------------------------------------------ parameters
+class _Param:
+    """One parameter as the checkpoint sees it: its local piece and how that piece is placed."""
+
+    def __init__(self, name: str, param: nn.Parameter, layout: ParamLayout, groups) -> None:
+        from torch.distributed.tensor import DTensor, Shard
+
+        self.name, self.param, self.layout, self.groups = name, param, layout, groups
+        self.fsdp = isinstance(param, DTensor)
+        self.extra: dict[str, int] = {}
+        if self.fsdp:  # FSDP2: a DTensor over (replicate, shard) data axes, sharded on dim 0
+            self.local = param.to_local()
+            for axis, pl in zip(param.device_mesh.mesh_dim_names or (), param.placements):
+                if isinstance(pl, Shard):
+                    self.extra[axis] = pl.dim
+            for axis, dim in self.extra.items():
+                n = layout.spec.local_shape(layout.shape, groups.mesh)[dim]
+                if _is_strided(layout.spec, groups.mesh, axis, dim) and n % groups.size(axis):
+                    raise CheckpointError(f"{name}: FSDP2 splits dim {dim} ({n} rows) unevenly over `{axis}` "
+                                          "after the tensor-parallel split; DCP cannot describe that piece")
+            want = param.shape
+        else:
+            self.local = param.detach()
+            want = layout.spec.local_shape(layout.shape, groups.mesh)
+        if want is None or tuple(want) != (tuple(param.shape)):
+            raise CheckpointError(f"parameter {name} has local shape {list(param.shape)}, layout {layout} "
+                                  f"gives {list(want) if want else '?'} on mesh {groups.mesh}")
+        self.placements = placements_with(layout.spec, groups.mesh, self.extra)
+
+    def dtensor(self, local: torch.Tensor | None = None):
+        """This piece (or `local`, a tensor placed like it) as a DTensor of the global shape."""
+        return _dtensor(self.local if local is None else local, self.layout.shape, self.placements, self.groups)
+
+
+def _params(module: nn.Module, layouts: Mapping[str, ParamLayout], groups) -> dict[str, _Param]:
+    named = dict(unwrap(module).named_parameters())
+    extra = sorted(set(layouts) - set(named))
+    if extra:
+        raise CheckpointError(f"layouts name parameters the module lacks: {', '.join(extra[:5])}")
+    out = {}
+    for name, p in named.items():
+        lay = layouts.get(name)
+        if lay is None:  # not in the plan's layouts: replicated (an FSDP2 DTensor's shape is the whole one)
+            lay = ParamLayout(name, tuple(p.shape), Spec(tuple(() for _ in p.shape)))
+        out[name] = _Param(name, p, lay, groups)
+    return out
+
+
+def _buffers(module: nn.Module) -> dict[str, torch.Tensor]:
+    m = unwrap(module)
+    params = {n for n, _ in m.named_parameters()}
+    return {k: v for k, v in m.state_dict().items() if k not in params and isinstance(v, torch.Tensor)}
+
+
+# ------------------------------------------------------------------------------ optimizer state
+def _param_groups(optimizer, names_of: dict[int, str]) -> list[dict]:
+    groups = []
+    for g in optimizer.param_groups:
+        d = {k: v for k, v in g.items() if k != "params"}
+        d["params"] = [names_of[id(p)] for p in g["params"]]
+        groups.append(d)
+    return groups
+
+
+def _set_param_groups(optimizer, saved: list[dict]) -> None:
+    if len(saved) != len(optimizer.param_groups):
+        raise CheckpointError(f"the checkpoint has {len(saved)} parameter groups, the optimizer "
+                              f"{len(optimizer.param_groups)}")
+    for g, s in zip(optimizer.param_groups, saved):
+        g.update({k: v for k, v in s.items() if k != "params"})
+
+
+def _state_piece(par: _Param, name: str, value, local: torch.Tensor | None = None):
+    """A plain optimizer's state tensor as what DCP stores (DTensor like its parameter, or 0-d tensor)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(value, DTensor):
+        value = value.to_local()
+    if value.dim() == 0:
+        return value
+    if tuple(value.shape) != tuple(par.local.shape):
+        raise CheckpointError(f"optimizer state {par.name}.{name} has shape {list(value.shape)}, not its "
+                              f"parameter's {list(par.local.shape)}; such state cannot be resharded")
+    return par.dtensor(value)
+
+
+class _Zero1:
+    """Where ZeroRedundancyOptimizer keeps each parameter's state, and how it is sliced for DCP."""
+
+    def __init__(self, zero, params: dict[str, _Param], groups) -> None:
+        self.zero, self.params, self.groups = zero, params, groups
+        self.group = zero.process_group
+        ranks = dist.get_process_group_ranks(self.group)
+        axes = [a for a in groups.mesh.names if dist.get_process_group_ranks(groups.group(a)) == ranks]
+        if not axes:
+            raise CheckpointError("the ZeroRedundancyOptimizer's process group is not an axis of the mesh")
+        self.axis = axes[0]
+        self.n, self.me = groups.size(self.axis), groups.coords[self.axis]
+        owned = {id(p) for g in zero.optim.param_groups for p in g["params"]}
+        mine = [name for name, q in params.items() if id(q.param) in owned]
+        gathered: list = [None] * self.n
+        dist.all_gather_object(gathered, mine, group=self.group)
+        self.owner = {name: r for r, names in enumerate(gathered) for name in names}
+
+    def sliced(self, par: _Param) -> bool:
+        """Whether a state tensor of `par` is stored as dim-0 slices over the axis (else whole)."""
+        spec, mesh = par.layout.spec, self.groups.mesh
+        if par.local.dim() == 0:
+            return False
+        return not (_is_strided(spec, mesh, self.axis, 0) and par.local.shape[0] % self.n)
+
+    def placements(self, par: _Param):
+        extra = {self.axis: 0} if self.sliced(par) else {}
+        return placements_with(par.layout.spec, self.groups.mesh, extra)
+
+    def my_rows(self, par: _Param) -> tuple[int, int]:
+        n = par.local.shape[0]
+        return chunk_bounds(n, self.n, self.me) if self.sliced(par) else (0, n)
+
+    def catalogue(self) -> dict[str, dict[str, tuple[tuple[int, ...], torch.dtype]]]:
+        """name -> state name -> (shape, dtype), from the owners."""
+        mine = {}
+        for name, par in self.params.items():
+            if self.owner.get(name) == self.me:
+                st = self.zero.optim.state.get(par.param, {})
+                mine[name] = {k: (tuple(v.shape), v.dtype) for k, v in st.items() if isinstance(v, torch.Tensor)}
+        gathered: list = [None] * self.n
+        dist.all_gather_object(gathered, mine, group=self.group)
+        out: dict = {}
+        for part in gathered:
+            out.update(part)
+        return out
+
+    def save_state(self) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for name, states in sorted(self.catalogue().items()):  # same order on every rank: collectives
+            par, owner = self.params[name], self.owner[name]
+            st = self.zero.optim.state.get(par.param, {})
+            out[name] = {}
+            for key, (shape, dtype) in sorted(states.items()):
+                buf = st[key].detach().clone() if owner == self.me else torch.empty(shape, dtype=dtype)
+                dist.broadcast(buf, group=self.group, group_src=owner)
+                if buf.dim() == 0:
+                    out[name][key] = buf
+                    continue
+                start, stop = self.my_rows(par)
+                piece = buf[start:stop].clone()
+                del buf
+                out[name][key] = _dtensor(piece, par.layout.shape, self.placements(par), self.groups)
+        return out
+
+    def targets(self, saved: dict[str, dict[str, tuple]]) -> dict[str, dict]:
+        out: dict[str, dict] = {}
+        for name, states in saved.items():
+            par = self.params[name]
+            out[name] = {}
+            for key, (shape, dtype) in states.items():
+                if len(shape) == 0:
+                    out[name][key] = torch.empty((), dtype=dtype)
+                    continue
+                start, stop = self.my_rows(par)
+                local = torch.empty((stop - start, *par.local.shape[1:]), dtype=dtype)
+                out[name][key] = _dtensor(local, par.layout.shape, self.placements(par), self.groups)
+        return out
+
+    def install(self, loaded: dict[str, dict]) -> None:
+        """Gather each state tensor's slices to its owner and put them in its optimizer."""
+        from torch.distributed.tensor import DTensor
+
+        for name in sorted(loaded):
+            par, owner = self.params[name], self.owner[name]
+            state = {}
+            for key in sorted(loaded[name]):
+                t = loaded[name][key]
+                if not isinstance(t, DTensor):
+                    state[key] = t
+                    continue
+                local = t.to_local()
+                if not self.sliced(par):
+                    state[key] = local
+                    continue
+                n = par.local.shape[0]
+                size = -(-n // self.n)
+                padded = torch.zeros((size, *local.shape[1:]), dtype=local.dtype)
+                padded[: local.shape[0]] = local
+                parts = [torch.empty_like(padded) for _ in range(self.n)] if owner == self.me else None
+                dist.gather(padded, parts, group=self.group, group_dst=owner)
+                if owner == self.me:
+                    state[key] = torch.cat(parts)[:n].contiguous()
+            if owner == self.me:
+                self.zero.optim.state[par.param] = state
+
+
+# ------------------------------------------------------------------------------ save / load
+def _names_of(params: dict[str, _Param]) -> dict[int, str]:
+    return {id(q.param): name for name, q in params.items()}
+
+
+def _state_dict(module, optimizer, layouts, groups) -> tuple[dict, dict[str, _Param], object]:
+    params = _params(module, layouts, groups)
+    sd: dict = {"model": {name: q.dtensor() for name, q in params.items()} | _buffers(module)}
+    zero1 = None
+    if optimizer is not None:
+        names_of = _names_of(params)
+        missing = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in names_of]
+        if missing:
+            raise CheckpointError(f"the optimizer steps {len(missing)} tensor(s) that are not parameters of the module")
+        if is_zero1(optimizer):
+            zero1 = _Zero1(optimizer, params, groups)
+            state = None
+        else:
+            state = {}
+            for name, q in params.items():
+                st = optimizer.state.get(q.param)
+                if st:
+                    state[name] = {k: _state_piece(q, k, v) for k, v in st.items() if isinstance(v, torch.Tensor)}
+        sd["optim"] = {"state": state, "param_groups": _param_groups(optimizer, names_of)}
+    return sd, params, zero1
+
+
+def save_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, ParamLayout], groups) -> None:
+    """Save the model (and the optimizer, if given) to the DCP directory `path`; every rank calls it.
+
+    `module` may be wrapped by DDP or sharded by FSDP2; `layouts` maps parameter names to their
+    ParamLayout (parameters without one are taken as replicated); `groups` is the plan's MeshGroups."""
+    sd, _, zero1 = _state_dict(module, optimizer, layouts, groups)
+    if zero1 is not None:
+        sd["optim"]["state"] = zero1.save_state()
+    dcp.save(sd, checkpoint_id=str(path))
+
+
+def _saved_keys(path) -> dict[tuple, object]:
+    """Path tuple (("model", fqn), ("optim", "state", fqn, name), ...) -> storage metadata."""
+    meta = dcp.FileSystemReader(str(path)).read_metadata()
+    mapping = meta.planner_data or {}
+    return {tuple(mapping.get(k, (k,))): v for k, v in meta.state_dict_metadata.items()}
+
+
+def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, ParamLayout], groups) -> None:
+    """Load a checkpoint saved by `save_checkpoint` (under any plan and world size) into `module` and
+    `optimizer` (if given), laid out by `layouts` on `groups`' mesh; every rank calls it."""
+    from torch.distributed.tensor import DTensor
+
+    saved = _saved_keys(path)
+    params = _params(module, layouts, groups)
+    sd: dict = {"model": {}}
+    for name, q in params.items():
+        _check_saved(saved, ("model", name), q.layout.shape)
+        sd["model"][name] = q.dtensor()  # loads into the parameter's own storage
+    bufs = _buffers(module)
+    for name, b in bufs.items():
+        _check_saved(saved, ("model", name), tuple(b.shape))
+        sd["model"][name] = b
+    zero1 = None
+    if optimizer is not None:
+        states: dict[str, dict[str, tuple]] = {}
+        for key, md in saved.items():
+            if len(key) == 4 and key[:2] == ("optim", "state"):
+                if key[2] not in params:
+                    raise CheckpointError(f"the checkpoint has optimizer state for {key[2]}, which the model lacks")
+                states.setdefault(key[2], {})[key[3]] = (tuple(md.size), md.properties.dtype)
+        saved_groups: dict[int, dict] = {}  # DCP stores each hyperparameter of each group as its own key
+        for key in saved:
+            if len(key) == 4 and key[:2] == ("optim", "param_groups"):
+                saved_groups.setdefault(int(key[2]), {})[key[3]] = None
+        if not saved_groups:
+            raise CheckpointError(f"{path} holds no optimizer state (it was saved without an optimizer)")
+        if is_zero1(optimizer):
+            zero1 = _Zero1(optimizer, params, groups)
+            targets = zero1.targets(states)
+        else:
+            targets = {}
+            for name, st in states.items():
+                q = params[name]
+                targets[name] = {}
+                for key, (shape, dtype) in st.items():
+                    if len(shape) == 0:
+                        targets[name][key] = torch.empty((), dtype=dtype)
+                    else:
+                        _check_saved(saved, ("optim", "state", name, key), q.layout.shape)
+                        targets[name][key] = q.dtensor(torch.empty(q.local.shape, dtype=dtype))
+        sd["optim"] = {"state": targets, "param_groups": [saved_groups[i] for i in sorted(saved_groups)]}
+    dcp.load(sd, checkpoint_id=str(path))
+    for name, q in params.items():  # DCP writes in place; copy in case it had to allocate
+        t = sd["model"][name]
+        local = t.to_local() if isinstance(t, DTensor) else t
+        if local.data_ptr() != q.local.data_ptr():
+            with torch.no_grad():
+                q.local.copy_(local)
+    unwrapped = unwrap(module)
+    for name, b in bufs.items():
+        if sd["model"][name] is not b:
+            unwrapped.get_buffer(name).copy_(sd["model"][name])
+    if optimizer is None:
+        return
+    _set_param_groups(optimizer, sd["optim"]["param_groups"])
+    loaded = sd["optim"]["state"]
+    if zero1 is not None:
+        zero1.install(loaded)
+        return
+    for name, st in loaded.items():
+        q = params[name]
+        state = {}
+        for key, t in st.items():
+            if isinstance(t, DTensor):
+                t = t.to_local()
+                if q.fsdp:  # the optimizer of FSDP2 parameters keeps DTensors like them
+                    t = DTensor.from_local(t, q.param.device_mesh, q.param.placements, run_check=False,
+                                           shape=q.param.shape, stride=q.param.stride())
+            state[key] = t
+        optimizer.state[q.param] = state
+
+
+def _check_saved(saved: dict, key: tuple, shape) -> None:
+    md = saved.get(key)
+    what = ".".join(key[1:]) if key[0] == "model" else ".".join(key[2:])
+    if md is None:
+        raise CheckpointError(f"the checkpoint has no {'optimizer state ' if key[0] == 'optim' else ''}{what}")
+    size = getattr(md, "size", None)
+    if size is not None and tuple(size) != tuple(shape):
+        raise CheckpointError(f"the checkpoint has {what} of shape {list(size)}, the model {list(shape)}")
+
+
+def load_full_state(path) -> dict:
+    """Read a whole checkpoint in this process into unsharded tensors (no process group used):
+    {"model": {fqn: tensor}, "optim": {"state": {fqn: {name: tensor}}, "param_groups": [...]}}."""
+    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+    buf = io.BytesIO()
+    dcp_to_torch_save(str(path), buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=True)
+
+
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "load_full_state", "placements_with", "chunk_bounds"]

@@ -1,0 +1,197 @@
+"""Data parallelism: gradient synchronisation over the mesh axes that split the batch.
+
+`wrap_data_parallel` picks torch's own mechanism from the plan's optimizer:
+
+    ZeRO 0 or 1   DistributedDataParallel over one process group spanning every data axis; gradients
+                  are all-reduced in buckets while backward still runs (DDP's overlap). ZeRO-1 then
+                  shards only the optimizer (zero.py).
+    ZeRO 2        FSDP2 `fully_shard` over the ZeRO axis with reshard_after_forward=False: parameters
+                  stay gathered from forward to backward, gradients are reduce-scattered (Rajbhandari
+                  et al. 2020, ZeRO §5.2, P_os+g).
+    ZeRO 3        the same with reshard_after_forward=True: parameters are gathered when a unit runs and
+                  freed after (ZeRO §5.3, P_os+g+p).
+
+Every rank computes the *mean* loss over its local batch; DDP and FSDP2 average gradients over the
+group, so with equal local batches the result is the gradient of the mean loss over the global batch,
+i.e. the single-process gradient.
+
+Parameters are this device's local pieces under their Specs (plain tensors). Data parallelism assumes a
+parameter is replicated over the data axes; a parameter split over a data axis needs its gradient
+reduced by the tensor-parallel runtime, and is refused here.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from torch import nn
+
+from planlang.plan import types as T
+
+from .placement import ParamLayout
+
+
+class DataParallelError(ValueError):
+    """The plan asks for a data-parallel setup this runtime cannot build."""
+
+
+def _batch_dim(inp: T.Input | None) -> int:
+    """The batch dim of an input: the dim named `batch`, else dim 0."""
+    if inp is not None:
+        for i, (name, _) in enumerate(inp.dims):
+            if name == "batch":
+                return i
+    return 0
+
+
+def data_axes(plan: T.Plan) -> tuple[str, ...]:
+    """The mesh axes the batch dim of the inputs is split over, in mesh order (empty: no data parallelism).
+
+    Every `data` statement must split its batch dim over the same axes; axes splitting other dims (e.g.
+    a sequence over `sp`) are not data-parallel axes for gradient synchronisation."""
+    if plan.mesh is None:
+        return ()
+    found: dict[frozenset, str] = {}
+    for d in plan.data:
+        if not isinstance(d.spec, T.Spec) or d.spec.has_holes:
+            raise DataParallelError(f"`{d}` has holes; run `planlang solve` first")
+        bd = _batch_dim(plan.input(d.input))
+        axes = d.spec.axes_of(bd) if bd < d.spec.rank else ()
+        found.setdefault(frozenset(axes), d.input)
+    if len(found) > 1:
+        desc = "; ".join(f"{name}: {', '.join(sorted(a)) or 'none'}" for a, name in found.items())
+        raise DataParallelError(f"the inputs split their batch dims over different axes ({desc}); "
+                                "split every input's batch dim over the same data axes")
+    axes = next(iter(found), frozenset())
+    return tuple(a for a in plan.mesh.names if a in axes)
+
+
+def _zero(plan: T.Plan) -> tuple[int, str | None]:
+    opt = plan.optimizer
+    if opt is None:
+        return 0, None
+    if not isinstance(opt.zero_stage, int) or T.is_hole(opt.zero_axis):
+        raise DataParallelError(f"optimizer `{opt}` has holes; run `planlang solve` first")
+    if opt.zero_stage not in (0, 1, 2, 3):
+        raise DataParallelError(f"ZeRO stage {opt.zero_stage} does not exist (use 0-3)")
+    if opt.zero_stage and opt.zero_axis is None:
+        raise DataParallelError(f"ZeRO stage {opt.zero_stage} needs an axis: write `zero = {opt.zero_stage} over dp`")
+    return opt.zero_stage, opt.zero_axis  # type: ignore[return-value]
+
+
+def zero_axis(plan: T.Plan) -> str | None:
+    """The axis the optimizer state is sharded over (None without ZeRO); it must be a data axis."""
+    stage, axis = _zero(plan)
+    if not stage:
+        return None
+    axes = data_axes(plan)
+    if axis not in axes:
+        raise DataParallelError(
+            f"ZeRO is over `{axis}`, which does not split the batch (data axes: {', '.join(axes) or 'none'}); "
+            "ZeRO shards state among data-parallel replicas, so use a data axis")
+    return axis
+
+
+def data_mesh(groups, axes: Iterable[str]):
+    """A 1-D DeviceMesh spanning `axes` (flattened when there are several)."""
+    names = tuple(a for a in groups.mesh.names if a in set(axes))
+    if not names:
+        raise DataParallelError("no data axes")
+    sub = groups.device_mesh[names]
+    return sub if len(names) == 1 else sub._flatten()  # one group whose rank order is row-major over `names`
+
+
+def data_group(groups, axes: Iterable[str]):
+    """The process group spanning every axis of `axes`."""
+    names = tuple(axes)
+    if len(names) == 1:
+        return groups.group(names[0])
+    return data_mesh(groups, names).get_group()
+
+
+def _check_replicated(layouts: Mapping[str, ParamLayout] | None, axes: tuple[str, ...]) -> None:
+    for lay in (layouts or {}).values():
+        bad = [a for a in lay.spec.used_axes() if a in axes]
+        if bad:
+            raise DataParallelError(
+                f"parameter {lay} is split over data axis `{bad[0]}`: data parallelism needs parameters "
+                f"replicated over {', '.join(axes)}; shard it over another axis, or use "
+                f"`zero = 3 over {bad[0]}` to shard parameters over the data axis")
+
+
+def _default_units(module: nn.Module) -> list[str]:
+    """The modules FSDP2 shards as their own units: every entry of an nn.ModuleList (transformer blocks)."""
+    out = []
+    for name, m in module.named_modules():
+        if isinstance(m, nn.ModuleList):
+            out += [f"{name}.{i}" if name else str(i) for i in range(len(m))]
+    return out
+
+
+def _local_size(groups, axes) -> int:
+    return math.prod(groups.size(a) for a in axes)
+
+
+def wrap_data_parallel(module: nn.Module, plan: T.Plan, groups, *,
+                       layouts: Mapping[str, ParamLayout] | None = None,
+                       units: Iterable[str] | None = None,
+                       bucket_cap_mb: float = 25.0,
+                       gradient_as_bucket_view: bool = False) -> nn.Module:
+    """Make `module`'s gradients data-parallel under `plan` (see the module docstring).
+
+    Returns the DDP wrapper (ZeRO 0/1), the module itself sharded in place by FSDP2 (ZeRO 2/3), or the
+    module unchanged when the data axes hold a single rank. `groups` is the plan mesh's MeshGroups;
+    `layouts` (name -> ParamLayout) lets it check that no parameter is split over a data axis; `units`
+    names the submodules FSDP2 shards separately (default: every nn.ModuleList entry), the root is
+    always a unit. `gradient_as_bucket_view=False` keeps DDP's bucket copy of the gradients, which the
+    estimator counts as `buffers`."""
+    axes = data_axes(plan)
+    stage, _ = _zero(plan)
+    z = zero_axis(plan)
+    _check_replicated(layouts, axes)
+    if not axes or _local_size(groups, axes) == 1:
+        return module
+    if stage < 2:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(module, process_group=data_group(groups, axes), bucket_cap_mb=bucket_cap_mb,
+                   gradient_as_bucket_view=gradient_as_bucket_view)
+    return _fully_shard(module, groups, axes, z, reshard=(stage == 3),
+                        units=_default_units(module) if units is None else list(units))
+
+
+def _fully_shard(module: nn.Module, groups, axes: tuple[str, ...], z: str, reshard: bool, units: list[str]):
+    from torch.distributed.fsdp import fully_shard
+
+    rest = tuple(a for a in axes if a != z)
+    names = groups.mesh.names
+    if not rest:
+        mesh = groups.device_mesh[z]
+    elif len(rest) == 1 and names.index(rest[0]) < names.index(z):
+        mesh = groups.device_mesh[(rest[0], z)]  # HSDP: replicate over rest[0], shard over z
+    else:
+        raise DataParallelError(
+            f"ZeRO-{2 if not reshard else 3} over `{z}` with data axes {', '.join(axes)}: FSDP2 needs the other "
+            f"data axes to form one replicate axis before `{z}` in mesh order; split the batch over `{z}` "
+            "only, or over one more axis listed before it in the mesh")
+    for name in units:
+        fully_shard(module.get_submodule(name), mesh=mesh, reshard_after_forward=reshard)
+    fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
+    return module
+
+
+def unwrap(module: nn.Module) -> nn.Module:
+    """The user's module inside a DDP wrapper (FSDP2 shards in place: nothing to unwrap)."""
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    return module.module if isinstance(module, DDP) else module
+
+
+def is_fsdp_sharded(module: nn.Module) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(p, DTensor) for p in unwrap(module).parameters())
+
+
+__all__ = ["DataParallelError", "data_axes", "zero_axis", "data_mesh", "data_group", "wrap_data_parallel",
+           "unwrap", "is_fsdp_sharded"]

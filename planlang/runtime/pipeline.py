@@ -1,0 +1,386 @@
+"""Pipeline parallelism: the plan's stages driven by torch.distributed.pipelining schedules.
+
+`build_pipeline(model, plan, groups)` cuts the model into the plan's stages (planlang.runtime.stages),
+keeps the stages this rank owns, wraps each in a `PipelineStage` over the pipeline axis' process group
+and builds the schedule the plan names:
+
+    gpipe                  ScheduleGPipe           one stage per rank (p stages)
+    1f1b                   Schedule1F1B            one stage per rank (p stages; microbatches >= p)
+    interleaved chunks v   ScheduleInterleaved1F1B v stages per rank (p·v stages); rank r holds stages
+                                                   r, r+p, …, r+(v−1)p (Narayanan et al. 2021, §2.2.2)
+
+`PipelineRunner.step(*inputs, target=...)` runs one training step's forward and backward over the plan's
+microbatches and returns the loss on ranks that hold the last stage (None elsewhere).
+
+Loss and gradient scaling. The loss is the plan's convention (the model factory module's
+`loss(output, *targets)`, or `loss_fn`). Each microbatch's loss is divided by the number of
+microbatches m before its backward (schedules run with `scale_grads=False`), so the returned loss, the
+sum of the scaled microbatch losses, is the mean over the batch and the accumulated gradients are those of
+that mean — exactly the single-process values when the loss is a mean over samples (or tokens) and the
+microbatches are equal in size (checked). With data axes (`data x : [dp, _]`), each replica runs its own
+pipeline on its shard of the batch; after backward the gradients of the stage parameters are averaged
+over the data axes (`average_gradients`, one flat all-reduce per axis) and so is the returned loss.
+The ZeRO / DDP helpers (planlang.runtime.data_parallel) may take the gradient reduction over: pass
+`reduce_grads=False` and reduce there.
+
+A per-stage rewrite (tensor parallelism of the modules inside a stage) goes in `transform_stage(index,
+module) -> module`, called on each of this rank's stage modules before its PipelineStage is built.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from planlang.plan.types import Plan, Schedule, is_hole
+
+from .stages import split_stages
+
+StageTransform = Callable[[int, nn.Module], nn.Module]
+
+
+class PipelineError(ValueError):
+    """The plan's pipeline cannot run as given: `message` names the cause, `help` the fix."""
+
+    def __init__(self, message: str, help: str) -> None:
+        self.message, self.help = message, help
+        super().__init__(f"{message} (help: {help})")
+
+
+@dataclass(frozen=True)
+class PipelineLayout:
+    """Which stages a pipeline rank holds."""
+
+    schedule: str  # gpipe | 1f1b | interleaved
+    num_stages: int
+    pp_size: int
+    microbatches: int
+
+    def __str__(self) -> str:
+        return f"{self.schedule}: {self.num_stages} stages on {self.pp_size} ranks, {self.microbatches} microbatches"
+
+    @property
+    def stages_per_rank(self) -> int:
+        return self.num_stages // self.pp_size
+
+    def stages_of(self, pp_rank: int) -> list[int]:
+        """Looped placement: rank r holds stages r, r + p, r + 2p, … (torch's "loop" style)."""
+        return list(range(pp_rank, self.num_stages, self.pp_size))
+
+
+def pipeline_layout(plan: Plan, pp_size: int) -> PipelineLayout:
+    """Check the plan's pipeline against the pipeline axis' size; raise PipelineError when it cannot run."""
+    p = plan.pipeline
+    if p is None:
+        raise PipelineError("the plan has no `pipeline` block", "add `pipeline over AXIS schedule ... { stage ... }`")
+    for value, what in ((p.axis, "axis"), (p.schedule, "schedule"), (p.microbatches, "microbatches"),
+                        (p.stages, "stages")):
+        if is_hole(value):
+            raise PipelineError(f"the pipeline's {what} is a hole `?`", "run `planlang solve` first")
+    sched: Schedule = p.schedule  # type: ignore[assignment]
+    n, m = len(p.stages), int(p.microbatches)  # type: ignore[arg-type]
+    if sched.kind == "interleaved":
+        if is_hole(sched.chunks):
+            raise PipelineError("the interleaved schedule's chunks are a hole `?`", "run `planlang solve` first")
+        v = int(sched.chunks)  # type: ignore[arg-type]
+        if n != pp_size * v:
+            raise PipelineError(
+                f"interleaved with chunks {v} on {p.axis}({pp_size}) needs {pp_size} * {v} = {pp_size * v} stages, "
+                f"the plan lists {n}", f"list {pp_size * v} stages, or set `chunks {n // pp_size or 1}`")
+        rounds = max(1, m // pp_size)
+        if m % rounds:
+            raise PipelineError(
+                f"interleaved 1F1B runs microbatches in rounds of {pp_size}: {m} microbatches is not a multiple of "
+                f"{rounds} rounds", f"use a multiple of {pp_size} microbatches")
+    elif sched.kind in ("gpipe", "1f1b"):
+        if n != pp_size:
+            raise PipelineError(f"{sched.kind} runs one stage per rank: {p.axis}({pp_size}) ranks but {n} stages",
+                                f"list {pp_size} stages, or use `schedule interleaved chunks {max(1, n // pp_size)}`")
+        if sched.kind == "1f1b" and m < n:
+            raise PipelineError(f"1f1b needs at least as many microbatches as stages ({m} < {n})",
+                                f"use `microbatches {n}` or more")
+    else:
+        raise PipelineError(f"unknown schedule `{sched.kind}`", "use gpipe, 1f1b or interleaved")
+    return PipelineLayout(sched.kind, n, pp_size, m)
+
+
+def plan_loss(plan: Plan) -> Callable[..., torch.Tensor] | None:
+    """The plan's loss convention: the model factory module's `loss(output, *targets)`, if it has one."""
+    if plan.model is None:
+        return None
+    from planlang.model.load import import_factory
+
+    import_factory(plan.model, plan.path)  # puts the module on sys.path's search roots the same way
+    fn = getattr(importlib.import_module(plan.model.module), "loss", None)
+    return fn if callable(fn) else None
+
+
+def data_axes(plan: Plan) -> tuple[str, ...]:
+    """Mesh axes that split the batch (`data x : [dp, _]`), in mesh order, without the pipeline axis."""
+    used = set()
+    for d in plan.data:
+        if not is_hole(d.spec):
+            used.update(d.spec.axes_of(0) if d.spec.rank else ())  # type: ignore[union-attr]
+    pp = plan.pipeline.axis if plan.pipeline else None
+    names = plan.mesh.names if plan.mesh else tuple(sorted(used))
+    return tuple(a for a in names if a in used and a != pp)
+
+
+def average_gradients(params: Sequence[nn.Parameter], group_list: Sequence[dist.ProcessGroup]) -> None:
+    """Average `.grad` over the given process groups: one flattened all-reduce per group and dtype
+    (summing over each axis in turn sums over their product).
+
+    A stop-gap for pp x dp until planlang.runtime.data_parallel takes it over; parameters without a
+    gradient are skipped (every replica holds the same stages, so they skip the same ones)."""
+    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+    for p in params:
+        if p.grad is not None:
+            by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
+    size = 1
+    for g in group_list:
+        size *= dist.get_world_size(g)
+    for grads in by_dtype.values():
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        for g in group_list:
+            dist.all_reduce(flat, group=g)
+        flat /= size
+        offset = 0
+        for g in grads:
+            g.copy_(flat[offset:offset + g.numel()].view_as(g))
+            offset += g.numel()
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """Shape, stride, dtype and requires_grad of one tensor crossing a stage boundary."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    requires_grad: bool
+
+    @staticmethod
+    def of(t: torch.Tensor) -> "_Meta":
+        return _Meta(tuple(t.shape), tuple(t.stride()), t.dtype, t.requires_grad)
+
+    def example(self, device) -> torch.Tensor:
+        """A tensor of this layout (zeros: a valid index for integer inputs such as token ids)."""
+        t = torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=device).zero_()
+        return t.requires_grad_(self.requires_grad and t.is_floating_point())
+
+
+class PipelineRunner:
+    """This rank's stages of the plan's pipeline and the schedule that drives them.
+
+    The PipelineStages are built at the first `step` (and again if the input shapes change), with
+    static shapes found by one forward of a zero-filled microbatch through the pipeline: torch's own
+    runtime shape inference fills the inputs of later stages with uninitialised memory, which an
+    integer input passed on to a later stage (token ids for an embedding) cannot take."""
+
+    def __init__(self, stage_modules: dict[int, nn.Module], layout: PipelineLayout, pp_group: dist.ProcessGroup,
+                 loss_fn: Callable[..., torch.Tensor], device: torch.device,
+                 dp_groups: Sequence[dist.ProcessGroup] = (), reduce_grads: bool = True) -> None:
+        self.layout, self.device, self.pp_group = layout, device, pp_group
+        self.stage_modules = dict(sorted(stage_modules.items()))
+        expected = layout.stages_of(dist.get_rank(pp_group))
+        if sorted(self.stage_modules) != expected:
+            raise PipelineError(f"pipeline rank {dist.get_rank(pp_group)} must hold stages {expected}, "
+                                f"got {sorted(self.stage_modules)}", "pass the stages `layout.stages_of(rank)` names")
+        self.dp_groups, self.reduce_grads = tuple(dp_groups), reduce_grads
+        self._scaled = _ScaledLoss(loss_fn, layout.microbatches)
+        self._signature: tuple | None = None
+        self.stages: list = []
+        self.schedule = None
+
+    def __repr__(self) -> str:
+        return f"PipelineRunner({self.layout}, stages {list(self.stage_modules)})"
+
+    @property
+    def has_first(self) -> bool:
+        return 0 in self.stage_modules
+
+    @property
+    def has_last(self) -> bool:
+        return self.layout.num_stages - 1 in self.stage_modules
+
+    def named_parameters(self):
+        """(fully qualified name in the model, parameter) for every parameter of this rank's stages."""
+        seen = set()
+        for mod in self.stage_modules.values():
+            for name, p in mod.named_parameters():
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    yield name, p
+
+    def parameters(self):
+        return [p for _, p in self.named_parameters()]
+
+    def zero_grad(self) -> None:
+        for p in self.parameters():
+            p.grad = None
+
+    def step(self, *inputs: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
+        """One forward + backward of this replica's batch. Call it on every rank of the pipeline with the
+        same arguments (the first stage reads `inputs`, the last `target`). Gradients accumulate into
+        `.grad` (zero them between steps) and, with data axes, are averaged over them afterwards.
+        Returns the batch's mean loss (averaged over data replicas) where the last stage lives."""
+        m = self.layout.microbatches
+        batch = _batch_size(inputs, target)
+        if batch % m:
+            raise PipelineError(f"batch {batch} does not split into {m} equal microbatches",
+                                f"use a batch (per data-parallel replica) that is a multiple of {m}")
+        signature = tuple((tuple(x.shape), x.dtype) for x in inputs)
+        if signature != self._signature:
+            self._build(tuple(x[: batch // m] for x in inputs))
+            self._signature = signature
+        tgt = None
+        if self.has_last:
+            tgt = target if target is not None else torch.zeros(batch, device=self.device)
+            self._scaled.takes_target = target is not None
+        losses: list[torch.Tensor] = []
+        self.schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses,  # type: ignore[union-attr]
+                           return_outputs=False)
+        if self.reduce_grads and self.dp_groups:
+            average_gradients(self.parameters(), self.dp_groups)
+        if not self.has_last:
+            return None
+        loss = torch.stack([x.detach() for x in losses]).sum()
+        for g in self.dp_groups:  # every rank of a data group holds the same stages: all last or none
+            dist.all_reduce(loss, group=g)
+            loss /= dist.get_world_size(g)
+        return loss
+
+    # ------------------------------------------------------------------ building
+    def _build(self, microbatch: tuple[torch.Tensor, ...]) -> None:
+        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
+                                                  ScheduleInterleaved1F1B)
+
+        metas = self._infer_metas(microbatch)
+        lay, dev = self.layout, self.device
+        self.stages = [
+            PipelineStage(mod, i, lay.num_stages, dev, group=self.pp_group,
+                          input_args=tuple(x.example("meta") for x in metas[i][0]),
+                          output_args=tuple(x.example("meta") for x in metas[i][1]))
+            for i, mod in self.stage_modules.items()]
+        # each microbatch's loss is scaled by 1/m (see the module docstring), so no scaling of grads
+        if lay.schedule == "interleaved":
+            self.schedule = ScheduleInterleaved1F1B(self.stages, lay.microbatches, loss_fn=self._scaled,
+                                                    scale_grads=False)
+        else:
+            cls = ScheduleGPipe if lay.schedule == "gpipe" else Schedule1F1B
+            self.schedule = cls(self.stages[0], lay.microbatches, loss_fn=self._scaled, scale_grads=False)
+
+    def _infer_metas(self, microbatch) -> dict[int, tuple[list[_Meta], list[_Meta]]]:
+        """Input and output layouts of this rank's stages: one forward of a zero-filled microbatch, stage
+        after stage along the pipeline (layouts sent to the next stage's rank). RNG states and buffers
+        (batch-norm statistics) are restored afterwards, so training is unaffected."""
+        lay, me = self.layout, dist.get_rank(self.pp_group)
+        out: dict[int, tuple[list[_Meta], list[_Meta]]] = {}
+        devices = [self.device] if self.device.type == "cuda" else []
+        for s in range(lay.num_stages):
+            if s % lay.pp_size != me:
+                continue
+            if s == 0:
+                ins = [_Meta.of(x) for x in microbatch]
+            elif (s - 1) % lay.pp_size == me:
+                ins = out[s - 1][1]
+            else:
+                box: list = [None]
+                dist.recv_object_list(box, group=self.pp_group, group_src=(s - 1) % lay.pp_size)
+                ins = box[0]
+            mod = self.stage_modules[s]
+            saved = {k: b.clone() for k, b in mod.named_buffers()}
+            with torch.random.fork_rng(devices=devices), torch.enable_grad():
+                args = [x.example(self.device) for x in ins] if s else [x.to(self.device) for x in microbatch]
+                result = mod(*args)
+            with torch.no_grad():
+                for k, b in mod.named_buffers():
+                    b.copy_(saved[k])
+            results = result if isinstance(result, tuple) else (result,)
+            if not all(isinstance(r, torch.Tensor) for r in results):
+                raise PipelineError(f"stage {s} returns {type(result).__name__}, not tensors",
+                                    "the model's output must be a tensor or a tuple of tensors for the pipeline")
+            outs = [_Meta.of(r) for r in results]
+            del result, results, args
+            out[s] = (ins, outs)
+            if s + 1 < lay.num_stages and (s + 1) % lay.pp_size != me:
+                dist.send_object_list([outs], group=self.pp_group, group_dst=(s + 1) % lay.pp_size)
+        return out
+
+
+class _ScaledLoss:
+    """loss(output, target) / m; without a target, loss(output) / m (the dummy target is ignored)."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor], microbatches: int) -> None:
+        self.fn, self.m, self.takes_target = fn, microbatches, True
+
+    def __call__(self, output, target):
+        value = self.fn(output, target) if self.takes_target else self.fn(output)
+        if not isinstance(value, torch.Tensor) or value.dim() != 0:
+            raise PipelineError(f"the loss returned {type(value).__name__} {getattr(value, 'shape', '')}, "
+                                "not a scalar tensor", "make `loss(output, *targets)` return the mean loss")
+        return value / self.m
+
+
+def _batch_size(inputs, target) -> int:
+    for t in (*inputs, target):
+        if isinstance(t, torch.Tensor) and t.dim() > 0:
+            return int(t.shape[0])
+    raise PipelineError("step() got no tensor to read the batch size from",
+                        "pass the model inputs (and the target) on every rank of the pipeline")
+
+
+def build_pipeline(model: nn.Module, plan: Plan, groups, *, device: torch.device | str | None = None,
+                   loss_fn: Callable[..., torch.Tensor] | None = None,
+                   transform_stage: StageTransform | None = None,
+                   grad_axes: Sequence[str] | None = None, reduce_grads: bool = True) -> PipelineRunner:
+    """This rank's pipeline: split `model` into the plan's stages, keep the ones the rank's pipeline
+    coordinate owns, apply `transform_stage(index, module)` to each, and build the schedule.
+
+    `groups` is a `planlang.runtime.redistribute.MeshGroups` over the plan's mesh (it must contain the
+    pipeline axis). `grad_axes` overrides the axes the gradients are averaged over (default: the
+    axes of the plan's `data` statements). The other stages' modules are dropped; their parameters are
+    freed once the caller drops `model`."""
+    layout = pipeline_layout(plan, _axis_size(groups, plan))
+    axis = str(plan.pipeline.axis)  # type: ignore[union-attr]
+    if loss_fn is None:
+        loss_fn = plan_loss(plan)
+        if loss_fn is None:
+            raise PipelineError(
+                f"no loss for training: `{plan.model.module if plan.model else 'the model module'}` defines no "
+                "`loss(output, *targets)`", "define `loss(output, target)` next to the model factory, or pass "
+                "loss_fn")
+    if device is None:
+        nccl = dist.get_backend() == "nccl"
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+    device = torch.device(device)
+    mine = layout.stages_of(groups.coords[axis])
+    all_stages = split_stages(model, plan)
+    modules = {}
+    for i in mine:
+        mod = all_stages[i]
+        if transform_stage is not None:
+            mod = transform_stage(i, mod)
+        modules[i] = mod
+    axes = tuple(grad_axes) if grad_axes is not None else data_axes(plan)
+    for a in axes:
+        if a == axis or a not in groups.coords:
+            raise PipelineError(f"data axis `{a}` is the pipeline axis or not in the mesh",
+                                "average gradients over the mesh's data-parallel axes only")
+    return PipelineRunner(modules, layout, groups.group(axis), loss_fn, device,
+                          [groups.group(a) for a in axes], reduce_grads)
+
+
+def _axis_size(groups, plan: Plan) -> int:
+    p = plan.pipeline
+    if p is None or is_hole(p.axis):
+        raise PipelineError("the plan has no pipeline axis", "write `pipeline over AXIS ...`")
+    if p.axis not in groups.coords:
+        raise PipelineError(f"pipeline axis `{p.axis}` is not an axis of the mesh ({', '.join(groups.coords)})",
+                            "name a mesh axis after `pipeline over`")
+    return groups.size(str(p.axis))
+

@@ -1,0 +1,343 @@
+"""Cutting a model into the plan's pipeline stages with torch.fx.
+
+`split_stages(model, plan)` returns one `fx.GraphModule` per `stage` of the plan's pipeline, in order.
+Stage i runs exactly the modules its selections name, in the model's execution order; its forward takes
+the values the previous stage returns (stage 0 takes the model's inputs) and returns what later stages
+need (the last stage returns the model's output). So stage modules compose:
+`stages[2](*stages[1](*stages[0](x)))` equals `model(x)`.
+
+How the cut is made:
+
+- The model is traced with a tracer whose leaves are the modules the stages select (the outermost
+  selected ones): a selected module runs its own eager forward inside its stage, so its internals need
+  not be traceable and a later rewrite of it (tensor parallelism) sees the original module object.
+  Modules above the selected ones (the root, a block whose children are split between stages) are
+  traced through; their own operations ("glue") are placed by data flow: with their latest producer,
+  or, when computed from the model's inputs only (`pos = arange(idx.size(1))`), recomputed in each
+  stage that uses them, so that no plain Python value (an int from `.size()`) has to cross a stage
+  boundary — torch's pipeline stages send tensors only.
+- A value a later stage needs is passed through every stage in between (skip connections, an input
+  the last stage reads). Non-first stages receive positionally what the previous stage returned.
+- Parameters keep their original fully qualified names: each stage is a `GraphModule` over the
+  original model, which copies the referenced submodules *by reference* under their original paths,
+  so `stage.named_parameters()` gives `h.3.attn.c_attn.weight`, and the parameter objects are the
+  model's own. `param_fqns(stage)` states this mapping (stage-local name -> model name, the identity).
+
+Errors are `StageSplitError`s with the checker's code for the same problem where one exists (PL360
+unknown path, PL460 coverage, PL461 overlap, PL462 order, PL463 shared parameter), a message naming the
+cause and a `help` naming the fix.
+"""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import torch
+import torch.fx as fx
+from torch import nn
+
+from planlang.plan.selection import Selection
+from planlang.plan.types import Plan, is_hole
+
+
+class StageSplitError(ValueError):
+    """The plan's stages cannot be cut out of the model. `code` is the checker's code for the same
+    problem when there is one (PL360, PL460, PL461, PL462, PL463), else None."""
+
+    def __init__(self, message: str, help: str, code: str | None = None) -> None:
+        self.code, self.message, self.help = code, message, help
+        super().__init__(f"{code + ': ' if code else ''}{message} (help: {help})")
+
+
+def plan_name(name: str) -> str:
+    """`h.0.attn` -> `h[0].attn`, how plans write container children."""
+    out = []
+    for part in name.split("."):
+        out.append(f"[{part}]" if part.isdigit() else ("." if out else "") + part)
+    return "".join(out)
+
+
+@dataclass(frozen=True)
+class StageValues:
+    """What crosses into and out of one stage: node names of the traced model, in order."""
+
+    index: int
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]  # for the last stage: the values the model returns
+
+    def __str__(self) -> str:
+        return f"stage {self.index}: ({', '.join(self.inputs)}) -> ({', '.join(self.outputs)})"
+
+
+# ------------------------------------------------------------------------------ public API
+def split_stages(model: nn.Module, plan: Plan) -> list[fx.GraphModule]:
+    """The plan's pipeline stages cut out of `model`, in order (see the module docstring)."""
+    p = plan.pipeline
+    if p is None:
+        raise StageSplitError("the plan has no `pipeline` block", "add `pipeline over AXIS ... { stage ... }`")
+    if is_hole(p.stages):
+        raise StageSplitError("the pipeline's stages are a hole `?`", "run `planlang solve` first, or list the stages")
+    return split_model(model, [st.modules for st in p.stages])  # type: ignore[union-attr]
+
+
+def split_model(model: nn.Module, stages: Sequence[Sequence[Selection | str]]) -> list[fx.GraphModule]:
+    """Cut `model` into one GraphModule per entry of `stages` (each a list of module selections)."""
+    return _split(model, stages)[0]
+
+
+def stage_values(model: nn.Module, stages: Sequence[Sequence[Selection | str]]) -> list[StageValues]:
+    """The values each stage receives and returns (for `planlang lower` and debugging)."""
+    return _split(model, stages)[1]
+
+
+def param_fqns(stage: nn.Module) -> dict[str, str]:
+    """Stage-local parameter name -> the model's fully qualified name. Stages keep the model's paths,
+    so this is the identity; callers that must map names (checkpoints, ZeRO) use it to stay correct
+    should that ever change."""
+    return {n: n for n, _ in stage.named_parameters()}
+
+
+# ------------------------------------------------------------------------------ tracing
+class _StageTracer(fx.Tracer):
+    """Selected modules are leaves; a module with a selected descendant is traced through."""
+
+    def __init__(self, leaves: set[str], ancestors: set[str]) -> None:
+        super().__init__()
+        self.leaves, self.ancestors = leaves, ancestors
+
+    def is_leaf_module(self, m: nn.Module, qualname: str) -> bool:
+        if qualname in self.leaves:
+            return True
+        if qualname in self.ancestors:
+            return False
+        return super().is_leaf_module(m, qualname)
+
+
+def _as_selection(s: Selection | str) -> Selection:
+    return s if isinstance(s, Selection) else Selection.parse(s)
+
+
+def _stage_of_modules(model: nn.Module, stages) -> tuple[dict[str, int], set[str]]:
+    """Every selected module and its descendants -> stage index; and the outermost selected modules."""
+    names = [n for n, _ in model.named_modules() if n]
+    stage_of: dict[str, int] = {}
+    selected: dict[str, int] = {}
+    for i, sels in enumerate(stages):
+        if not sels:
+            raise StageSplitError(f"stage {i} names no module", "give every stage at least one module")
+        for raw in sels:
+            sel = _as_selection(raw)
+            hits = sel.select(names)
+            if not hits:
+                raise StageSplitError(f"stage {i}: `{sel}` matches no module of the model",
+                                      "run `planlang inspect` to list the model's modules", "PL360")
+            for h in hits:
+                if selected.get(h, i) != i:
+                    raise StageSplitError(f"`{plan_name(h)}` is in stages {selected[h]} and {i}",
+                                          "give each module to one stage", "PL461")
+                selected[h] = i
+    for name in names:  # descendants inherit; a descendant selected elsewhere is an overlap
+        owners = {s for m, s in selected.items() if name == m or name.startswith(m + ".")}
+        if len(owners) > 1:
+            raise StageSplitError(f"`{plan_name(name)}` is in stages {', '.join(map(str, sorted(owners)))}",
+                                  "give each module (with everything inside it) to one stage", "PL461")
+        if owners:
+            stage_of[name] = owners.pop()
+    leaves = {m for m in selected if not any(m.startswith(o + ".") for o in selected if o != m)}
+    return stage_of, leaves
+
+
+def _trace(model: nn.Module, leaves: set[str]) -> fx.Graph:
+    ancestors = {".".join(m.split(".")[:k]) for m in leaves for k in range(1, m.count(".") + 1)}
+    try:
+        return _StageTracer(leaves, ancestors).trace(model)
+    except Exception as err:  # noqa: BLE001 - the user's forward is not symbolically traceable
+        raise StageSplitError(
+            f"torch.fx cannot trace the model between its stage modules: {type(err).__name__}: {err}",
+            "the code outside the modules the stages select must be traceable (no data-dependent control "
+            "flow); select the module that holds such code as a whole") from err
+
+
+# ------------------------------------------------------------------------------ placing nodes
+def _where(node: fx.Node) -> str:
+    """A user-facing description of the module a node belongs to."""
+    if node.op in ("call_module", "get_attr"):
+        return f"`{plan_name(str(node.target))}`"
+    stack = node.meta.get("nn_module_stack") or {}
+    if stack:
+        path = list(stack.values())[-1][0]
+        return f"an operation of `{plan_name(path)}` ({node.name})"
+    return f"the model's forward ({node.name})"
+
+
+def _owner(target: str) -> str:
+    return target.rsplit(".", 1)[0] if "." in target else ""
+
+
+def _place(graph: fx.Graph, model: nn.Module, stage_of: dict[str, int]):
+    """The stage of every node that runs once (modules, parameters, glue after a module), and the set
+    of nodes computed from the model's inputs only, which every stage that reads them recomputes.
+    Impure input-only nodes (random numbers) run once, in stage 0, and are passed on."""
+    stage: dict[fx.Node, int] = {}
+    from_inputs: set[fx.Node] = set()
+    last_fixed: tuple[int, fx.Node] | None = None
+    for node in graph.nodes:
+        if node.op in ("placeholder", "output"):
+            continue
+        fixed = None
+        if node.op == "call_module":
+            fixed = stage_of.get(str(node.target))
+            if fixed is None and any(True for _ in _attr(model, str(node.target)).parameters()):
+                raise StageSplitError(f"`{plan_name(str(node.target))}` runs and holds parameters but is in no stage",
+                                      "add it to the stage it runs in", "PL460")
+        elif node.op == "get_attr":
+            target = str(node.target)
+            fixed = stage_of.get(_owner(target))
+            if fixed is None and isinstance(_attr(model, target), nn.Parameter):
+                raise StageSplitError(
+                    f"parameter `{plan_name(target)}` is used by the model but its module "
+                    f"`{plan_name(_owner(target)) or '(the root)'}` is in no stage",
+                    "add that module to the stage that uses it" if _owner(target) else
+                    "move the parameter into a submodule that a stage can select", "PL460")
+            # a buffer or constant outside every stage is copied to each stage that reads it
+        if fixed is not None:
+            if last_fixed is not None and fixed < last_fixed[0]:
+                raise StageSplitError(
+                    f"{_where(node)} (stage {fixed}) runs after {_where(last_fixed[1])} (stage {last_fixed[0]})",
+                    "stages must follow the model's execution order", "PL462")
+            last_fixed = (fixed, node)
+            stage[node] = fixed
+            continue
+        producers = [a for a in node.all_input_nodes if a.op != "placeholder"]
+        if all(a in from_inputs for a in producers) and not node.is_impure():
+            from_inputs.add(node)  # a function of the inputs: recomputed where used
+            continue
+        stage[node] = max((stage[a] for a in producers if a in stage), default=0)
+    # data flow never goes backwards
+    for node, s in stage.items():
+        for a in node.all_input_nodes:
+            if a in stage and stage[a] > s:
+                raise StageSplitError(
+                    f"{_where(node)} (stage {s}) uses the result of {_where(a)} (stage {stage[a]})",
+                    "stages must follow the model's execution order; move the boundary so that a value "
+                    "only flows to the same or a later stage", "PL462")
+    return stage, from_inputs
+
+
+def _attr(model: nn.Module, target: str):
+    obj = model
+    for part in target.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _check_shared(model: nn.Module, stage: dict[fx.Node, int]) -> None:
+    """PL463: one parameter object used by modules of two stages."""
+    where: dict[int, tuple[int, str]] = {}
+    for node, s in stage.items():
+        if node.op == "call_module":
+            params = [(f"{node.target}.{n}", p) for n, p in _attr(model, str(node.target)).named_parameters()]
+        elif node.op == "get_attr" and isinstance(_attr(model, str(node.target)), torch.Tensor):
+            params = [(str(node.target), _attr(model, str(node.target)))]
+        else:
+            continue
+        for name, p in params:
+            seen = where.setdefault(id(p), (s, name))
+            if seen[0] != s:
+                raise StageSplitError(
+                    f"`{plan_name(seen[1])}` and `{plan_name(name)}` are one parameter but sit in stages "
+                    f"{seen[0]} and {s}",
+                    "put the modules that share it in one stage, or untie the parameter in the model", "PL463")
+
+
+# ------------------------------------------------------------------------------ building stages
+def _needed_recomputes(node: fx.Node, from_inputs: set[fx.Node], acc: set[fx.Node]) -> None:
+    """Add to `acc` the input-derived nodes `node` reads, directly or through other such nodes."""
+    todo = [a for a in node.all_input_nodes if a in from_inputs]
+    while todo:
+        a = todo.pop()
+        if a not in acc:
+            acc.add(a)
+            todo.extend(b for b in a.all_input_nodes if b in from_inputs)
+
+
+def _split(model: nn.Module, stages) -> tuple[list[fx.GraphModule], list[StageValues]]:
+    n = len(stages)
+    if n == 0:
+        raise StageSplitError("the pipeline has no stages", "list at least one `stage`")
+    stage_of, leaves = _stage_of_modules(model, stages)
+    graph = fx.GraphModule(model, _trace(model, leaves)).graph  # owned: purity checks need the module
+    graph.eliminate_dead_code()
+    stage, from_inputs = _place(graph, model, stage_of)
+    _check_shared(model, stage)
+    nodes = list(graph.nodes)
+    placeholders = [x for x in nodes if x.op == "placeholder"]
+    output = next(x for x in nodes if x.op == "output")
+    for i in range(n):
+        if not any(s == i for s in stage.values()):
+            raise StageSplitError(f"stage {i} computes nothing: its modules never run in forward",
+                                  "give the stage modules that run, or remove it")
+
+    # per stage: the nodes it runs (own + recomputed) and the outside values it reads
+    runs: list[list[fx.Node]] = []
+    reads: list[set[fx.Node]] = []
+    for i in range(n):
+        own = [x for x in nodes if stage.get(x) == i]
+        consumers = own + ([output] if i == n - 1 else [])
+        extra: set[fx.Node] = set()
+        for x in consumers:
+            _needed_recomputes(x, from_inputs, extra)
+        body = [x for x in nodes if x in extra or stage.get(x) == i]
+        inside = set(body)
+        outside = {a for x in body + ([output] if i == n - 1 else []) for a in x.all_input_nodes if a not in inside}
+        runs.append(body)
+        reads.append(outside)
+    # live values at each boundary: read at stage >= i, produced before i (or an input)
+    order = {x: k for k, x in enumerate(nodes)}
+    carried: list[list[fx.Node]] = [list(placeholders)]
+    for i in range(1, n):
+        live = {v for j in range(i, n) for v in reads[j] if v.op == "placeholder" or stage.get(v, n) < i}
+        carried.append(sorted(live, key=order.__getitem__))
+
+    modules, values = [], []
+    for i in range(n):
+        g = fx.Graph()
+        env: dict[fx.Node, fx.Node] = {}
+        for v in carried[i]:
+            # stage 0 takes the model's own arguments, defaults included
+            default = v.args[0] if i == 0 and v.op == "placeholder" and v.args else inspect.Signature.empty
+            env[v] = g.placeholder(v.name, default_value=default)
+            if v.op == "placeholder":
+                env[v].meta = dict(v.meta)
+        for x in runs[i]:
+            env[x] = g.node_copy(x, env.__getitem__)
+        if i == n - 1:
+            g.output(fx.map_arg(output.args[0], env.__getitem__))
+            outs = tuple(a.name for a in output.all_input_nodes)
+        else:
+            nxt = carried[i + 1]
+            g.output(tuple(env[v] for v in nxt))
+            outs = tuple(v.name for v in nxt)
+        g.lint()
+        gm = fx.GraphModule(model, g, class_name=f"PipelineStage{i}")
+        if i < n - 1:
+            gm.register_forward_hook(_tensor_outputs_hook(i, outs))
+        modules.append(gm)
+        values.append(StageValues(i, tuple(v.name for v in carried[i]), outs))
+    return modules, values
+
+
+def _tensor_outputs_hook(index: int, names: Iterable[str]):
+    names = tuple(names)
+
+    def hook(_module, _args, out):
+        for name, v in zip(names, out):
+            if not isinstance(v, torch.Tensor):
+                raise StageSplitError(
+                    f"stage {index} must pass `{name}` ({type(v).__name__}) to a later stage, but pipeline stages "
+                    "send tensors only",
+                    "move the stage boundary so that this value is computed in the stage that uses it")
+        return None
+
+    return hook

@@ -1,0 +1,162 @@
+"""`planlang verify PLAN`: a few training steps under the plan and in one process from the same seed,
+compared step by step (loss, every gradient, every parameter after the optimizer step).
+
+Run under torchrun with the plan's world size (`planlang verify` launches it); every rank also runs the
+single-process reference (the models verify is for fit in one process). Data are random but the same on
+every rank: integer inputs below the smallest embedding table, float inputs normal; targets of the shapes
+the loss accepts (a language model's target is its own input).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass(frozen=True)
+class StepRow:
+    step: int
+    loss_plan: float
+    loss_reference: float
+    loss_rel_err: float
+    grad_rel_err: float  # max over parameters of |g - g_ref| / |g_ref| (Frobenius norms)
+    worst_grad: str
+    param_rel_err: float  # after the optimizer step
+    worst_param: str = ""
+
+    def ok(self, tol: float) -> bool:
+        # parameters are reported, not judged: Adam turns gradient noise at the level of rounding into
+        # steps of size lr where the exact gradient is zero (e.g. the key bias of attention), so parameter
+        # errors after an update measure the optimizer's conditioning, not the plan's numerics
+        return self.loss_rel_err <= tol and self.grad_rel_err <= tol
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    d = (a.double() - b.double()).norm().item()
+    n = b.double().norm().item()
+    return d / n if n > 0 else d
+
+
+def make_batch(model: nn.Module, plan, loss_fn, seed: int) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
+    from planlang.runtime.apply import guess_targets, plan_inputs
+
+    g = torch.Generator().manual_seed(seed)
+    vocab = min([m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)] or [2])
+    metas = plan_inputs(plan)
+    inputs = []
+    for t in metas.values():
+        if t.dtype.is_floating_point:
+            inputs.append(torch.randn(t.shape, generator=g, dtype=t.dtype))
+        else:
+            inputs.append(torch.randint(0, vocab, t.shape, generator=g, dtype=t.dtype))
+    if loss_fn is None:
+        return inputs, ()
+    targets = []
+    for t in guess_targets(model, loss_fn, metas):
+        same = [x for x in inputs if x.shape == t.shape and x.dtype == t.dtype and not x.dtype.is_floating_point]
+        if same:
+            targets.append(same[0])
+        elif t.dtype.is_floating_point:
+            targets.append(torch.randn(t.shape, generator=g, dtype=t.dtype))
+        else:
+            targets.append(torch.randint(0, 2, t.shape, generator=g, dtype=t.dtype))
+    return inputs, tuple(targets)
+
+
+def build_optimizer_for(params, plan):
+    """The plan's optimizer (adamw / adam / sgd with its keyword arguments); AdamW(lr=1e-3) if none."""
+    opt = plan.optimizer
+    name = opt.name.lower() if opt else "adamw"
+    kwargs = dict(opt.kwargs) if opt else {"lr": 1e-3}
+    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()}
+    classes = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+    if name not in classes:
+        raise ValueError(f"optimizer {name!r} is not supported by verify; use one of {', '.join(classes)}")
+    kwargs.setdefault("lr", 1e-3)
+    return classes[name](params, **kwargs)
+
+
+def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | None = None) -> list[StepRow]:
+    """Run on every rank (process group initialised); returns the same rows on every rank."""
+    from planlang.model.load import build_model
+    from planlang.runtime.apply import apply, default_loss, load_plan
+
+    plan = load_plan(plan_path)
+    torch.manual_seed(seed)
+    model = model if model is not None else build_model(plan.model, plan.path, device="cpu")
+    loss_fn = default_loss(plan)
+    ref = copy.deepcopy(model)
+    batches = [make_batch(ref, plan, loss_fn, seed + 1 + s) for s in range(steps)]
+    pm = apply(model, plan, loss_fn=loss_fn,
+               targets=tuple(t.to("meta") for t in batches[0][1]) if batches[0][1] else None)
+    opt = build_optimizer_for(pm.parameters(), plan)
+    ref_opt = build_optimizer_for(ref.parameters(), plan)
+    ref_loss_fn = loss_fn or (lambda out: out.sum())
+    rows = []
+    for s, (inputs, targets) in enumerate(batches):
+        opt.zero_grad(set_to_none=True)
+        ref_opt.zero_grad(set_to_none=True)
+        loss = pm(*inputs, *targets)
+        loss.backward()
+        pm.sync_grads()
+        ref_loss = ref_loss_fn(ref(*inputs), *targets)
+        ref_loss.backward()
+        grads = pm.full_grads()
+        errs = {n: rel(grads[n], p.grad) for n, p in ref.named_parameters() if p.grad is not None and n in grads}
+        worst = max(errs, key=errs.get) if errs else ""
+        opt.step()
+        ref_opt.step()
+        params = pm.full_parameters()
+        perrs = {n: rel(params[n], p.detach()) for n, p in ref.named_parameters() if n in params}
+        pworst = max(perrs, key=perrs.get) if perrs else ""
+        lv, rv = float(loss), float(ref_loss)
+        rows.append(StepRow(s, lv, rv, abs(lv - rv) / max(abs(rv), 1e-30), errs.get(worst, 0.0), worst,
+                            perrs.get(pworst, 0.0), pworst))
+    return rows
+
+
+def render(rows: list[StepRow], tol: float) -> str:
+    lines = [f"{'step':>4}  {'loss (plan)':>14}  {'loss (1 proc)':>14}  {'loss rel err':>12}  "
+             f"{'grad rel err':>12}  {'param rel err':>13}  worst gradient / parameter"]
+    for r in rows:
+        lines.append(f"{r.step:>4}  {r.loss_plan:>14.8f}  {r.loss_reference:>14.8f}  {r.loss_rel_err:>12.2e}  "
+                     f"{r.grad_rel_err:>12.2e}  {r.param_rel_err:>13.2e}  {r.worst_grad} / {r.worst_param}")
+    ok = all(r.ok(tol) for r in rows)
+    lines.append(("PASS" if ok else "FAIL") + f": loss and gradient relative errors {'≤' if ok else 'must be ≤'} {tol:g}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point under torchrun: `python -m planlang.runtime.verify PLAN [STEPS] [TOL] [JSON_OUT]`."""
+    argv = sys.argv[1:] if argv is None else argv
+    plan_path = argv[0]
+    steps = int(argv[1]) if len(argv) > 1 else 3
+    tol = float(argv[2]) if len(argv) > 2 else 1e-5
+    out = argv[3] if len(argv) > 3 else ""
+    backend = "nccl" if torch.cuda.is_available() and os.environ.get("PLANLANG_BACKEND", "") != "gloo" else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
+    dist.init_process_group(backend)
+    try:
+        rows = verify(plan_path, steps)
+    finally:
+        pass
+    ok = all(r.ok(tol) for r in rows)
+    if dist.get_rank() == 0:
+        sys.stdout.write(render(rows, tol))
+        if out:
+            with open(out, "w") as f:
+                json.dump([asdict(r) for r in rows], f, indent=2)
+    dist.destroy_process_group()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

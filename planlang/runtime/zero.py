@@ -1,0 +1,118 @@
+"""The plan's optimizer, built with torch's optimizers and ZeRO (Rajbhandari et al. 2020).
+
+    ZeRO 0     a plain torch optimizer (gradients already averaged by DDP)
+    ZeRO 1     torch.distributed.optim.ZeroRedundancyOptimizer over the ZeRO axis' process group: each
+               rank keeps the state of a subset of whole parameters (ZeRO §5.1, P_os), steps them and
+               broadcasts the new values to the other ranks of the axis
+    ZeRO 2, 3  a plain optimizer over the FSDP2-sharded parameters (data_parallel.wrap_data_parallel
+               must run first): each rank's state covers its dim-0 slice of every parameter
+
+The estimator (planlang.model.estimate) divides the optimizer state by the ZeRO axis size for every
+stage. That is exact for FSDP2 (every tensor sliced), but ZeroRedundancyOptimizer partitions *whole
+parameters*, greedily by size, so a rank holding the largest tensor (e.g. an embedding) can carry more
+than 1/N of the state.
+"""
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable
+
+import torch
+from torch import nn
+
+from planlang.plan import types as T
+
+# plan optimizer name -> (torch.optim class name, defaults the plan name implies)
+TORCH_OPTIMIZERS: dict[str, tuple[str, dict]] = {
+    "sgd": ("SGD", {}),
+    "momentum": ("SGD", {"momentum": 0.9}),
+    "adam": ("Adam", {}),
+    "adamw": ("AdamW", {}),
+    "adagrad": ("Adagrad", {}),
+    "rmsprop": ("RMSprop", {}),
+    "adafactor": ("Adafactor", {}),
+}
+
+
+class OptimizerError(ValueError):
+    """The plan's optimizer cannot be built (unknown name or argument, missing FSDP2 wrapping)."""
+
+
+def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict]:
+    """The torch optimizer class for a plan optimizer name and the defaults the name implies."""
+    if name not in TORCH_OPTIMIZERS:
+        what = f"optimizer `{name}` has no torch implementation" if name in T.OPTIMIZERS else f"unknown optimizer `{name}`"
+        raise OptimizerError(f"{what}; known: {', '.join(TORCH_OPTIMIZERS)}")
+    cls_name, defaults = TORCH_OPTIMIZERS[name]
+    cls = getattr(torch.optim, cls_name, None)
+    if cls is None:
+        raise OptimizerError(f"optimizer `{name}` needs torch.optim.{cls_name}, which this torch lacks")
+    return cls, dict(defaults)
+
+
+def optimizer_kwargs(opt: T.Optimizer) -> dict:
+    """Keyword arguments for the torch class: the name's defaults, then the plan's arguments (lists
+    become tuples, e.g. betas), checked against the class signature."""
+    cls, kwargs = optimizer_class(opt.name)
+    accepted = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "params")]
+    for key, value in opt.kwargs:
+        if key not in accepted:
+            raise OptimizerError(f"optimizer `{opt.name}` has no argument `{key}`; it takes {', '.join(accepted)}")
+        kwargs[key] = tuple(value) if isinstance(value, list) else value
+    return kwargs
+
+
+def _params(params) -> list[nn.Parameter]:
+    if isinstance(params, nn.Module):
+        return [p for p in params.parameters() if p.requires_grad]
+    out = []
+    for item in params:
+        p = item[1] if isinstance(item, tuple) else item
+        if p.requires_grad:
+            out.append(p)
+    if not out:
+        raise OptimizerError("no trainable parameters to optimize")
+    return out
+
+
+def build_optimizer(params: nn.Module | Iterable, opt: T.Optimizer, groups=None) -> torch.optim.Optimizer:
+    """The plan's optimizer over `params` (a module, (name, param) pairs or parameters).
+
+    `groups` is the plan mesh's MeshGroups; it is needed for ZeRO stages >= 1 (the ZeRO axis' group).
+    For stages 2 and 3 pass the module after `wrap_data_parallel` (its parameters are FSDP2's shards)."""
+    if not isinstance(opt.zero_stage, int) or T.is_hole(opt.zero_axis):
+        raise OptimizerError(f"optimizer `{opt}` has holes; run `planlang solve` first")
+    cls, _ = optimizer_class(opt.name)
+    kwargs = optimizer_kwargs(opt)
+    ps = _params(params)
+    stage = opt.zero_stage
+    if stage not in (0, 1, 2, 3):
+        raise OptimizerError(f"ZeRO stage {stage} does not exist (use 0-3)")
+    if stage == 0:
+        return cls(ps, **kwargs)
+    if groups is None or opt.zero_axis is None:
+        raise OptimizerError(f"ZeRO stage {stage} needs the mesh groups and an axis (`zero = {stage} over dp`)")
+    axis = opt.zero_axis
+    if axis not in groups.mesh.names:
+        raise OptimizerError(f"ZeRO axis `{axis}` is not an axis of mesh {groups.mesh}")
+    if groups.size(axis) == 1:
+        return cls(ps, **kwargs)
+    if stage == 1:
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+
+        return ZeroRedundancyOptimizer(ps, optimizer_class=cls, process_group=groups.group(axis), **kwargs)
+    from torch.distributed.tensor import DTensor
+
+    if not all(isinstance(p, DTensor) for p in ps):
+        raise OptimizerError(f"ZeRO-{stage} steps FSDP2's sharded parameters: call wrap_data_parallel on the "
+                             "module before build_optimizer")
+    return cls(ps, **kwargs)
+
+
+def is_zero1(optimizer) -> bool:
+    from torch.distributed.optim import ZeroRedundancyOptimizer
+
+    return isinstance(optimizer, ZeroRedundancyOptimizer)
+
+
+__all__ = ["TORCH_OPTIMIZERS", "OptimizerError", "optimizer_class", "optimizer_kwargs", "build_optimizer", "is_zero1"]

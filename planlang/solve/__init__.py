@@ -1,0 +1,1 @@
+"""Solvers: plain-data kernels (ILP, pipeline DPs, rotor) and adapters from plans and models."""

@@ -1,0 +1,650 @@
+"""The intra-op sharding ILP: choose one strategy per node of a graph (plain data; no torch).
+
+An `Instance` holds nodes (each with its candidate strategies, `Option`s), edges with resharding cost
+matrices, the liveness of node outputs over time steps, groups of nodes that must choose alike, and
+user-fixed choices. The formulation is Alpa's node+edge ILP with time-indexed memory constraints:
+
+    x_v in {0,1}^|S_v|, sum x_v = 1                   one strategy per node
+    e_uv in [0,1]^(|S_u| x |S_v|), rows sum to x_u, columns to x_v
+                                                      (linearises x_u x_v^T; integral whenever x is)
+    time       = sum_v x_v . (C_v + B_v) + sum_uv <e_uv, R_uv>
+    memory_t   = base + sum_{v live at t} x_v . M_v + sum_{uv live at t} <e_uv, M_uv>     per step t
+
+Objectives (`solve(..., objective=)`):
+
+* ``"time"`` - min time s.t. memory_t <= budget at every step: map-memory-aware-auto-parallel §5.1
+  eq. 1 (compute C, the strategy's own collectives B, resharding R), with the memory constraint per
+  step of the liveness instead of the sum over all nodes.
+* ``"memory"`` - min sum_v x_v . D_v + alpha * (sum_v x_v . V_v + sum_uv <e_uv, V_uv>) s.t. the same
+  budget: min-memory-redundancy-ilp §3.5 eq. 5 (D = memory redundancy per device, eq. 4; V =
+  communication volume in bytes, of the strategies and of resharding). Its edge-selection constraints
+  eq. 7-8 (an auxiliary edge is chosen iff both its ends are, in/out degree preserved) are the same
+  marginal constraints on e_uv as above.
+* ``"peak"`` - min max_t memory_t: the smallest budget any assignment fits.
+* ``"balanced"`` - min time / T* + peak / P* s.t. the budget, where T* and P* are the optima of
+  "time" and "peak" (each term 1 at its own optimum).
+
+Before solving, nodes are merged (`SolveOptions.merge`): nodes in a group share one variable; a node
+whose choice is forced (one option, or fixed) becomes constants folded into its neighbours; an edge
+whose cost matrix is a sum of a row and a column term needs no edge variables; with "followers",
+nodes marked `follower` (elementwise ops) that have one producer take the producer's layout (map
+§5.1 merges such computationally trivial nodes; this one restricts the search, the others are exact).
+The LP relaxation is solved first and taken when integral, else the MIP (ilp_backend.py).
+"""
+from __future__ import annotations
+
+import math
+import time as _time
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from planlang.plan.units import format_bytes
+
+OBJECTIVES = ("time", "memory", "peak", "balanced")
+MERGES = ("exact", "followers", "none")
+BACKENDS = ("auto", "highs", "cbc")
+
+
+# ------------------------------------------------------------------------------ instance
+@dataclass(frozen=True)
+class Option:
+    """One candidate strategy of a node. Seconds are forward + backward; bytes are per device.
+
+    `memory` counts while the node is live (see `Step`); `volume` is the bytes a device sends for the
+    strategy's own collectives; `redundancy` is the bytes per device beyond a perfectly even split
+    (min-memory-redundancy-ilp eq. 4 divided by the device count)."""
+
+    name: str
+    compute: float = 0.0
+    comm: float = 0.0
+    memory: float = 0.0
+    volume: float = 0.0
+    redundancy: float = 0.0
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.seconds * 1e6:.1f} us, {format_bytes(int(self.memory))})"
+
+    @property
+    def seconds(self) -> float:
+        return self.compute + self.comm
+
+
+@dataclass(frozen=True)
+class Node:
+    """A choice to make. `follower`: may take its single producer's layout under merge="followers"."""
+
+    name: str
+    options: tuple[Option, ...]
+    follower: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.name} ({len(self.options)} options)"
+
+
+def _matrix(m, rows: int, cols: int, what: str) -> np.ndarray:
+    a = np.asarray(m, dtype=float)
+    if a.shape != (rows, cols):
+        raise ILPError(f"{what}: matrix shape {a.shape} is not ({rows}, {cols}) (source x target options)")
+    if not np.all(np.isfinite(a)):
+        raise ILPError(f"{what}: matrix has non-finite entries")
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class Edge:
+    """Data flowing from `src` into input `slot` of `dst`: resharding costs [src option][dst option].
+
+    `seconds` (forward + backward) enters the time objective, `volume` (bytes sent per device) the
+    memory objective, `memory` (bytes per device of the converted copy) the steps that list the edge."""
+
+    src: str
+    dst: str
+    slot: int = 0
+    seconds: np.ndarray | Sequence = ()
+    volume: np.ndarray | Sequence | None = None
+    memory: np.ndarray | Sequence | None = None
+
+    def __str__(self) -> str:
+        return f"{self.src} -> {self.dst}[{self.slot}]"
+
+
+@dataclass(frozen=True)
+class Step:
+    """One time step: the nodes whose `memory` and the edges (indices) whose `memory` are live."""
+
+    name: str
+    nodes: tuple[str, ...] = ()
+    edges: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.name}: {len(self.nodes)} nodes, {len(self.edges)} edges live"
+
+
+@dataclass(frozen=True)
+class Instance:
+    nodes: tuple[Node, ...]
+    edges: tuple[Edge, ...] = ()
+    steps: tuple[Step, ...] = ()
+    groups: tuple[tuple[str, ...], ...] = ()  # nodes choosing the same option index
+    fixed: tuple[tuple[str, int], ...] = ()  # (node, option index) the user fixed
+    allowed: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (node, the options it may take)
+    budget: float | None = None  # bytes per device
+    base_memory: float = 0.0  # bytes per device at every step, independent of the choices
+
+    def __str__(self) -> str:
+        b = f", budget {format_bytes(int(self.budget))}" if self.budget is not None else ""
+        return f"ILP instance: {len(self.nodes)} nodes, {len(self.edges)} edges, {len(self.steps)} steps{b}"
+
+    def node(self, name: str) -> Node:
+        return self._index()[name]
+
+    def _index(self) -> dict[str, Node]:
+        idx = self.__dict__.get("_idx")
+        if idx is None:
+            idx = {n.name: n for n in self.nodes}
+            object.__setattr__(self, "_idx", idx)
+        return idx
+
+    def with_budget(self, budget: float | None) -> "Instance":
+        return replace(self, budget=budget)
+
+    def validate(self) -> None:
+        """Raise ILPError naming the first inconsistency; normalises edge matrices to arrays."""
+        idx: dict[str, Node] = {}
+        for n in self.nodes:
+            if n.name in idx:
+                raise ILPError(f"node {n.name!r} is listed twice")
+            if not n.options:
+                raise ILPError(f"node {n.name!r} has no options")
+            for o in n.options:
+                vals = (o.compute, o.comm, o.memory, o.volume, o.redundancy)
+                if not all(math.isfinite(v) for v in vals):
+                    raise ILPError(f"node {n.name!r} option {o.name!r} has a non-finite cost")
+                if o.memory < 0:
+                    raise ILPError(f"node {n.name!r} option {o.name!r} has negative memory")
+            idx[n.name] = n
+        object.__setattr__(self, "_idx", idx)
+        for e in self.edges:
+            for end in (e.src, e.dst):
+                if end not in idx:
+                    raise ILPError(f"edge {e} names unknown node {end!r}")
+            r, c = len(idx[e.src].options), len(idx[e.dst].options)
+            object.__setattr__(e, "seconds", _matrix(e.seconds, r, c, f"edge {e} seconds"))
+            for attr in ("volume", "memory"):
+                m = getattr(e, attr)
+                object.__setattr__(e, attr, np.zeros((r, c)) if m is None else _matrix(m, r, c, f"edge {e} {attr}"))
+            if np.any(e.memory < 0):
+                raise ILPError(f"edge {e} has negative memory")
+        for s in self.steps:
+            for v in s.nodes:
+                if v not in idx:
+                    raise ILPError(f"step {s.name!r} names unknown node {v!r}")
+            for i in s.edges:
+                if not 0 <= i < len(self.edges):
+                    raise ILPError(f"step {s.name!r} names edge {i}, but there are {len(self.edges)}")
+        for g in self.groups:
+            for v in g:
+                if v not in idx:
+                    raise ILPError(f"group {list(g)} names unknown node {v!r}")
+            counts = {len(idx[v].options) for v in g}
+            if len(counts) > 1:
+                raise ILPError(f"group {list(g)}: nodes have different option counts {sorted(counts)}; "
+                               "only nodes with the same candidate list can share a choice")
+        for v, k in self.fixed:
+            if v not in idx:
+                raise ILPError(f"fixed choice names unknown node {v!r}")
+            if not 0 <= k < len(idx[v].options):
+                raise ILPError(f"fixed choice {k} of node {v!r} is out of range (0..{len(idx[v].options) - 1})")
+        for v, ks in self.allowed:
+            if v not in idx:
+                raise ILPError(f"allowed options name unknown node {v!r}")
+            if not ks or not all(0 <= k < len(idx[v].options) for k in ks):
+                raise ILPError(f"allowed options {list(ks)} of node {v!r} are empty or out of range")
+
+
+# ------------------------------------------------------------------------------ errors
+class ILPError(ValueError):
+    """The instance is malformed or its fixed choices contradict each other."""
+
+
+class InfeasibleBudget(Exception):
+    """No assignment fits the budget; `minimum` is the smallest budget that admits one."""
+
+    def __init__(self, budget: float, minimum: float, cause: str) -> None:
+        self.budget, self.minimum, self.cause = budget, minimum, cause
+        super().__init__(
+            f"no sharding fits the budget of {format_bytes(int(budget))} per device; the least memory any "
+            f"choice needs is {format_bytes(math.ceil(minimum))} ({cause}). Raise the budget to at least "
+            f"{format_bytes(math.ceil(minimum))}, add devices, or allow more sharding (fewer fixed specs).")
+
+
+class SolveTimeout(RuntimeError):
+    """The solver hit its time limit before finding any feasible assignment."""
+
+
+class SolverFailed(RuntimeError):
+    """Every backend failed (not installed, or an error inside the solver)."""
+
+
+# ------------------------------------------------------------------------------ evaluation
+@dataclass(frozen=True)
+class Metrics:
+    """What an assignment costs, straight from the instance (no solver involved)."""
+
+    compute: float
+    comm: float
+    reshard: float
+    memory: tuple[float, ...]  # bytes per device at each step
+    redundancy: float
+    volume: float
+    step_names: tuple[str, ...] = field(default=(), repr=False)
+
+    @property
+    def time(self) -> float:
+        return self.compute + self.comm + self.reshard
+
+    @property
+    def peak(self) -> float:
+        return max(self.memory, default=0.0)
+
+    @property
+    def peak_step(self) -> str:
+        if not self.memory:
+            return ""
+        return self.step_names[int(np.argmax(self.memory))]
+
+    def objective(self, kind: str, alpha: float) -> float:
+        if kind == "time":
+            return self.time
+        if kind == "memory":
+            return self.redundancy + alpha * self.volume
+        if kind == "peak":
+            return self.peak
+        raise ValueError(f"no single-metric value for objective {kind!r}")
+
+    def __str__(self) -> str:
+        return (f"{self.time * 1e3:.3f} ms (compute {self.compute * 1e3:.3f}, comm {self.comm * 1e3:.3f}, "
+                f"reshard {self.reshard * 1e3:.3f}), peak {format_bytes(int(self.peak))}")
+
+
+def evaluate(inst: Instance, choice: dict[str, int]) -> Metrics:
+    """Costs of a full assignment node -> option index (groups and fixed choices are not checked)."""
+    idx = inst._index()
+    opts = {v: idx[v].options[k] for v, k in choice.items()}
+    compute = sum(o.compute for o in opts.values())
+    comm = sum(o.comm for o in opts.values())
+    red = sum(o.redundancy for o in opts.values())
+    vol = sum(o.volume for o in opts.values())
+    reshard = 0.0
+    edge_mem = []
+    for e in inst.edges:
+        i, j = choice[e.src], choice[e.dst]
+        reshard += float(np.asarray(e.seconds)[i, j])
+        vol += float(np.asarray(e.volume)[i, j]) if e.volume is not None else 0.0
+        edge_mem.append(float(np.asarray(e.memory)[i, j]) if e.memory is not None else 0.0)
+    mem = tuple(inst.base_memory + sum(opts[v].memory for v in s.nodes) + sum(edge_mem[i] for i in s.edges)
+                for s in inst.steps)
+    return Metrics(compute, comm, reshard, mem, red, vol, tuple(s.name for s in inst.steps))
+
+
+def admissible(inst: Instance, choice: dict[str, int]) -> bool:
+    """Does `choice` respect the groups, fixed choices and allowed options (the budget aside)?"""
+    return all(choice[v] == k for v, k in inst.fixed) and all(choice[v] in ks for v, ks in inst.allowed) and \
+        all(len({choice[v] for v in g}) <= 1 for g in inst.groups)
+
+
+# ------------------------------------------------------------------------------ options and result
+@dataclass(frozen=True)
+class SolveOptions:
+    backend: str = "auto"  # "auto" (HiGHS, then CBC if HiGHS is missing or fails) | "highs" | "cbc"
+    time_limit: float | None = None  # seconds per solver call
+    gap_rel: float = 1e-6  # relative MIP gap at which the solver may stop
+    threads: int | None = None
+    merge: str = "followers"  # "exact" | "followers" | "none" (see module docstring)
+    alpha: float = 0.1  # weight of communication bytes against redundant bytes ("memory")
+    lp_first: bool = True  # solve the LP relaxation first and keep it when integral
+    msg: bool = False  # solver log on stdout
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend {self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.merge not in MERGES:
+            raise ValueError(f"merge {self.merge!r}: choose one of {', '.join(MERGES)}")
+
+
+@dataclass(frozen=True)
+class Result:
+    choice: dict[str, int]  # node -> option index
+    objective: str
+    value: float  # objective value of `choice`, from the solver
+    bound: float | None  # best bound the solver proved (== value when optimal; None if unknown)
+    status: str  # "optimal" | "feasible" (time limit or gap reached)
+    solver: str  # "HiGHS" | "PULP_CBC_CMD"
+    wall: float  # seconds, reduction + every solver call
+    lp_integral: bool  # the LP relaxation was integral (no branching needed)
+    metrics: Metrics
+    stats: tuple[tuple[str, int], ...] = ()  # sizes: classes, variables, rows, ...
+
+    def option(self, inst: Instance, node: str) -> Option:
+        return inst.node(node).options[self.choice[node]]
+
+    def __str__(self) -> str:
+        return (f"{self.status} {self.objective} = {self.value:.6g} by {self.solver} in {self.wall:.2f} s"
+                f"{' (LP integral)' if self.lp_integral else ''}: {self.metrics}")
+
+
+# ------------------------------------------------------------------------------ reduction
+class _Classes:
+    """Union-find over nodes: a node's option is `map[root option]`; roots carry allowed options."""
+
+    def __init__(self, sizes: dict[str, int]) -> None:
+        self.parent = {v: v for v in sizes}
+        self.map = {v: np.arange(n) for v, n in sizes.items()}
+        self.allowed = {v: np.ones(n, dtype=bool) for v, n in sizes.items()}
+
+    def find(self, v: str) -> tuple[str, np.ndarray]:
+        p = self.parent[v]
+        if p == v:
+            return v, self.map[v]
+        r, mp = self.find(p)
+        self.parent[v], self.map[v] = r, self.map[v][mp]
+        return r, self.map[v]
+
+    def tie(self, a: str, b: str, f: np.ndarray) -> bool:
+        """Make b's option f[a's option]. False (and nothing changed) when that needs a non-injective
+        inverse; when a and b already share a class, options that disagree are disallowed."""
+        ra, ma = self.find(a)
+        rb, mb = self.find(b)
+        target = f[ma]  # b's option for each option of a's root
+        if ra == rb:
+            self.allowed[ra] &= target == mb
+            return True
+        if len(set(mb.tolist())) != len(mb):
+            return False
+        inv = {int(o): q for q, o in enumerate(mb)}
+        g = np.array([inv.get(int(t), -1) for t in target])
+        ok = g >= 0
+        g[~ok] = 0
+        self.allowed[ra] &= ok & self.allowed[rb][g]
+        self.parent[rb], self.map[rb] = ra, g
+        return True
+
+
+@dataclass
+class Form:
+    """A linear form over class variables: const + sum lin[c] . x_c + sum <pair[c,d], e_cd>."""
+
+    const: float = 0.0
+    lin: dict[int, np.ndarray] = field(default_factory=dict)
+    pair: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+
+    def is_empty(self) -> bool:
+        return not self.lin and not self.pair and self.const == 0.0
+
+    def _add_lin(self, c: int, vec: np.ndarray) -> None:
+        if c in self.lin:
+            self.lin[c] = self.lin[c] + vec
+        else:
+            self.lin[c] = vec.astype(float)
+
+    def add_node(self, c: int, size: int, vec: np.ndarray) -> None:
+        if size == 1:
+            self.const += float(vec[0])
+        else:
+            self._add_lin(c, vec)
+
+    def add_edge(self, cu: int, nu: int, cv: int, nv: int, m: np.ndarray) -> None:
+        if cu == cv:
+            self.add_node(cu, nu, np.diagonal(m).copy())
+        elif nu == 1 and nv == 1:
+            self.const += float(m[0, 0])
+        elif nu == 1:
+            self._add_lin(cv, m[0].copy())
+        elif nv == 1:
+            self._add_lin(cu, m[:, 0].copy())
+        else:
+            if cu > cv:
+                cu, cv, m = cv, cu, m.T
+            key = (cu, cv)
+            self.pair[key] = self.pair[key] + m if key in self.pair else m.astype(float)
+
+    def fold_separable(self) -> None:
+        """An edge matrix a[i] + b[j] needs no edge variables: move it to the two node terms."""
+        for key in list(self.pair):
+            m = self.pair[key]
+            a, b = m[:, 0], m[0, :] - m[0, 0]
+            if np.max(np.abs(m - a[:, None] - b[None, :])) <= 1e-12 * max(1.0, float(np.max(np.abs(m)))):
+                del self.pair[key]
+                self._add_lin(key[0], a.copy())
+                self._add_lin(key[1], b.copy())
+
+    def drop_zeros(self) -> None:
+        self.lin = {c: v for c, v in self.lin.items() if np.any(v != 0)}
+        self.pair = {k: m for k, m in self.pair.items() if np.any(m != 0)}
+
+    def scale(self) -> float:
+        vals = [float(np.max(np.abs(v))) for v in self.lin.values()] + \
+               [float(np.max(np.abs(m))) for m in self.pair.values()]
+        return max(vals, default=0.0)
+
+
+@dataclass
+class Reduced:
+    """The instance after merging: what the backend turns into an LP/MIP."""
+
+    sizes: list[int]  # options per class (classes of size 1 are constants)
+    members: dict[str, tuple[int, np.ndarray]]  # node -> (class, node option per class option)
+    objectives: dict[str, Form]
+    chain: list[Form]  # memory accumulated over steps: chain[i] = chain[i-1] + these terms
+    rows: list[tuple[str, Form, int | None]]  # (step, direct terms, chain index or None)
+    equal: list[tuple[int, int]] = field(default_factory=list)  # merge="none": groups as constraints
+    fixes: list[tuple[int, int]] = field(default_factory=list)  # merge="none": fixed as constraints
+    forbid: list[tuple[int, int]] = field(default_factory=list)  # merge="none": options not allowed
+
+    def pairs(self) -> list[tuple[int, int]]:
+        keys: set[tuple[int, int]] = set()
+        for f in [*self.objectives.values(), *self.chain, *(r[1] for r in self.rows)]:
+            keys |= set(f.pair)
+        return sorted(keys)
+
+    def decode(self, picks: list[int]) -> dict[str, int]:
+        return {v: int(m[picks[c]]) for v, (c, m) in self.members.items()}
+
+
+def follower_maps(inst: Instance) -> dict[str, tuple[str, np.ndarray]]:
+    """Nodes marked `follower` with exactly one incoming edge, from a different node, and for every
+    producer option a free option (zero seconds, volume and memory on that edge): node -> (producer,
+    the follower's option for each producer option, the cheapest free one)."""
+    inst.validate()
+    ins: dict[str, list[Edge]] = {}
+    for e in inst.edges:
+        ins.setdefault(e.dst, []).append(e)
+    fixed = {v for v, _ in inst.fixed} | {v for v, _ in inst.allowed}
+    out = {}
+    for n in inst.nodes:
+        es = ins.get(n.name, [])
+        if not n.follower or len(es) != 1 or es[0].src == n.name or n.name in fixed:
+            continue
+        e = es[0]
+        free = (np.asarray(e.seconds) == 0) & (np.asarray(e.volume) == 0) & (np.asarray(e.memory) == 0)
+        if not free.any(axis=1).all():
+            continue
+        own = np.array([(o.seconds, o.memory, o.redundancy) for o in n.options])
+        f = []
+        for i in range(free.shape[0]):
+            cands = np.flatnonzero(free[i])
+            f.append(min(cands, key=lambda j: (own[j, 0], own[j, 1], own[j, 2], j)))
+        out[n.name] = (e.src, np.array(f, dtype=int))
+    return out
+
+
+def _liveness(inst: Instance) -> tuple[dict, dict]:
+    """Split live items into those live from some step to the last (accumulated in a chain) and the
+    rest (added to each row directly): ({start step: [items]}, {step: [items]})."""
+    T = len(inst.steps)
+    where: dict[tuple[str, object], list[int]] = {}
+    for t, s in enumerate(inst.steps):
+        for v in dict.fromkeys(s.nodes):
+            where.setdefault(("n", v), []).append(t)
+        for i in dict.fromkeys(s.edges):
+            where.setdefault(("e", i), []).append(t)
+    suffix: dict[int, list] = {}
+    direct: dict[int, list] = {}
+    for item, ts in where.items():
+        if ts[-1] == T - 1 and len(ts) == T - ts[0]:
+            suffix.setdefault(ts[0], []).append(item)
+        else:
+            for t in ts:
+                direct.setdefault(t, []).append(item)
+    return suffix, direct
+
+
+def reduce(inst: Instance, objectives: Iterable[str], merge: str = "followers", alpha: float = 0.1) -> Reduced:
+    """Merge nodes into classes and express objectives and memory rows over class variables."""
+    idx = inst._index()
+    sizes0 = {n.name: len(n.options) for n in inst.nodes}
+    uf = _Classes(sizes0)
+    equal_nodes: list[tuple[str, str]] = []
+    if merge == "none":
+        for g in inst.groups:
+            equal_nodes += [(g[0], v) for v in g[1:]]
+    else:
+        for g in inst.groups:
+            for v in g[1:]:
+                uf.tie(g[0], v, np.arange(sizes0[v]))
+        if merge == "followers":
+            for v, (u, f) in follower_maps(inst).items():
+                uf.tie(u, v, f)
+        for v, ks in [(v, (k,)) for v, k in inst.fixed] + list(inst.allowed):
+            r, m = uf.find(v)
+            uf.allowed[r] &= np.isin(m, ks)
+    roots = sorted({uf.find(v)[0] for v in sizes0}, key=list(sizes0).index)
+    for r in roots:
+        if not uf.allowed[r].any():
+            members = [v for v in sizes0 if uf.find(v)[0] == r]
+            raise ILPError(f"the fixed choices of {', '.join(members)} contradict their group: no option is left")
+    cls = {r: i for i, r in enumerate(roots)}
+    opts = [np.flatnonzero(uf.allowed[r]) for r in roots]
+    sizes = [len(o) for o in opts]
+    members = {}
+    for v in sizes0:
+        r, m = uf.find(v)
+        members[v] = (cls[r], m[opts[cls[r]]])
+    red = Reduced(sizes, members, {}, [], [])
+    if merge == "none":
+        red.equal = [(members[a][0], members[b][0]) for a, b in equal_nodes]
+        red.fixes = [(members[v][0], k) for v, k in inst.fixed]
+        red.forbid = [(members[v][0], k) for v, ks in inst.allowed for k in range(sizes[members[v][0]]) if k not in ks]
+
+    def node_term(form: Form, v: str, values: np.ndarray) -> None:
+        c, m = members[v]
+        form.add_node(c, sizes[c], values[m])
+
+    def edge_term(form: Form, e: Edge, mat: np.ndarray) -> None:
+        cu, mu = members[e.src]
+        cv, mv = members[e.dst]
+        form.add_edge(cu, sizes[cu], cv, sizes[cv], mat[np.ix_(mu, mv)])
+
+    def finish(form: Form) -> Form:
+        if merge != "none":
+            form.fold_separable()
+        form.drop_zeros()
+        return form
+
+    for kind in objectives:
+        form = Form()
+        for n in inst.nodes:
+            if kind == "time":
+                vals = np.array([o.seconds for o in n.options])
+            else:
+                vals = np.array([o.redundancy + alpha * o.volume for o in n.options])
+            node_term(form, n.name, vals)
+        for e in inst.edges:
+            edge_term(form, e, e.seconds if kind == "time" else alpha * e.volume)
+        red.objectives[kind] = finish(form)
+
+    mem = {n.name: np.array([o.memory for o in n.options]) for n in inst.nodes}
+
+    def mem_form(items, const: float = 0.0) -> Form:
+        form = Form(const)
+        for kind, it in items:
+            if kind == "n":
+                node_term(form, it, mem[it])
+            else:
+                edge_term(form, inst.edges[it], inst.edges[it].memory)
+        return finish(form)
+
+    suffix, direct = _liveness(inst)
+    chain_at = None
+    for t, s in enumerate(inst.steps):
+        if t in suffix or (t == 0 and inst.base_memory):
+            red.chain.append(mem_form(suffix.get(t, []), inst.base_memory if t == 0 else 0.0))
+            chain_at = len(red.chain) - 1
+        red.rows.append((s.name, mem_form(direct.get(t, [])), chain_at))
+    return red
+
+
+# ------------------------------------------------------------------------------ driver
+def solve(inst: Instance, objective: str = "time", options: SolveOptions = SolveOptions()) -> Result:
+    """The best assignment for `objective` (see module docstring) under `inst.budget`.
+
+    Raises InfeasibleBudget (with the smallest feasible budget) when nothing fits, SolveTimeout when
+    the time limit passes before any feasible assignment is found, ILPError for a malformed instance."""
+    from . import ilp_backend as B
+
+    if objective not in OBJECTIVES:
+        raise ValueError(f"objective {objective!r}: choose one of {', '.join(OBJECTIVES)}")
+    t0 = _time.perf_counter()
+    inst.validate()
+    needs = {"time": ["time"], "memory": ["memory"], "peak": [], "balanced": ["time"]}[objective]
+    red = reduce(inst, needs, options.merge, options.alpha)
+    budget = inst.budget
+
+    def least_peak() -> "B.Raw":
+        raw = B.run(red, B.Goal(peak=1.0), None, options)
+        if raw.infeasible:  # only equalities left (merge="none"): fixed choices against groups
+            raise ILPError("the fixed choices contradict the groups: no assignment satisfies both")
+        return raw
+
+    if objective == "peak":
+        raw = least_peak()
+    else:
+        goal = B.Goal(objective="time" if objective == "balanced" else objective)
+        raw = B.run(red, goal, budget, options)
+        if raw.infeasible:
+            peak = least_peak()
+            raise InfeasibleBudget(budget, peak.value, _peak_cause(inst, red.decode(peak.picks)))  # type: ignore[arg-type]
+        if objective == "balanced":
+            t_star = max(raw.value, 1e-30)
+            p_star = max(least_peak().value, 1.0)
+            raw = B.run(red, B.Goal(objective="time", weight=1.0 / t_star, peak=1.0 / p_star), budget, options)
+    choice = red.decode(raw.picks)
+    metrics = evaluate(inst, choice)
+    stats = (("nodes", len(inst.nodes)), ("classes", sum(1 for s in red.sizes if s > 1)),
+             ("edge_pairs", len(red.pairs())), ("rows", len(red.rows)), ("variables", raw.variables))
+    return Result(choice, objective, raw.value, raw.bound, raw.status, raw.solver, _time.perf_counter() - t0,
+                  raw.lp_integral, metrics, stats)
+
+
+def min_peak(inst: Instance, options: SolveOptions = SolveOptions()) -> Result:
+    """The assignment with the least peak memory per device (the smallest feasible budget)."""
+    return solve(inst, "peak", options)
+
+
+def _peak_cause(inst: Instance, choice: dict[str, int]) -> str:
+    """Where the least-memory assignment peaks and what is live there, largest first."""
+    m = evaluate(inst, choice)
+    if not inst.steps:
+        return "no steps"
+    t = int(np.argmax(m.memory))
+    step = inst.steps[t]
+    terms = [(inst.node(v).options[choice[v]].memory, v) for v in dict.fromkeys(step.nodes)]
+    for i in dict.fromkeys(step.edges):
+        e = inst.edges[i]
+        terms.append((float(e.memory[choice[e.src], choice[e.dst]]), str(e)))
+    terms = sorted((t for t in terms if t[0] > 0), reverse=True)
+    top = ", ".join(f"{name} {format_bytes(int(b))}" for b, name in terms[:3])
+    more = f" and {len(terms) - 3} more" if len(terms) > 3 else ""
+    return f"it peaks at step {step.name!r}: {top}{more}" if top else f"it peaks at step {step.name!r}"

@@ -1,0 +1,450 @@
+"""The intra-op sharding problem of a model: op graph + mesh -> ILP instance -> specs.
+
+`build_problem(graph, mesh, ...)` turns a `planlang.model.opgraph.OpGraph` into an `ilp.Instance`:
+
+* every op is a node whose options are `planlang.cost.ops.strategies(op, mesh)` (an op without a rule,
+  such as "opaque", gets one all-replicated option); compute = local forward flops x (1 + backward
+  ratio) at the device's throughput, comm = the strategy's own forward and backward collectives;
+* every parameter is a node whose options are its layouts (`enumerate_layouts`, no partial); its
+  memory is the local bytes of the parameter, its gradient and the optimizer states;
+* every model input is a node whose options are its layouts, or just the plan's `data` spec;
+* every use of a value is an edge priced by `conversion_path` (exact, forward + backward) from the
+  producer's layout to the layout the consumer's strategy takes, cached per (shape, layouts).
+
+Data-parallel gradient synchronisation is charged once, by the op that uses the parameter: when a
+strategy splits a letter the weight lacks (the batch) over an axis, the weight's local gradient is a
+partial sum over that axis and the strategy's `backward` prices its all-reduce on the local gradient
+bytes (planlang.cost.ops.einsum.grad_allreduces) - the ring all-reduce of size(W) per step that plain
+data parallelism pays (min-memory-redundancy-ilp §2.2.1). The parameter node itself has no
+communication, so nothing is counted twice. A parameter stored split over an axis its user needs it
+replicated on pays the all-gather on the edge (ZeRO-3 style), and the op still all-reduces the whole
+gradient (a reduce-scatter would do): that case is over-charged by at most the all-reduce/reduce-
+scatter difference. A parameter used by several ops (tied weights) pays one all-reduce per use.
+
+Memory (per device, at each step = each op in topological order):
+  parameters + gradients + optimizer states (live throughout)
+  + activations: a value is live from its producer to its last consumer; one a consumer saves for
+    backward (`SAVES`) stays live to the end of the forward pass, where the peak of a step without
+    recomputation is (backward then frees saved activations in reverse order; activation gradients
+    are not modelled)
+  + converted copies: an input converted to the consumer's layout lives during the consumer, and to
+    the end of forward when the consumer saves it.
+Views (reshape, transpose, split, ...) alias their base: their outputs cost nothing and keep the base
+alive. A tensor that is live and also saved in the same layout by a consumer is counted once; a saved
+tensor whose consumer converts it counts in both layouts (an over-estimate of the producer's copy).
+"""
+from __future__ import annotations
+
+import heapq
+import math
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from planlang.cost.comm import bytes_sent, compute_time
+from planlang.cost.layout import (
+    conversion_path, enumerate_layouts, is_valid, local_numel, neighbors, normalize, step_comms, step_cost,
+)
+from planlang.cost.ops import OpSpec, Strategy, UnknownOp, strategies
+from planlang.cost.ops.base import DTYPE_BYTES
+from planlang.plan.types import Mesh, Spec, is_hole
+
+from .ilp import Edge, Instance, Node, Option, Result, SolveOptions, Step, solve
+
+if TYPE_CHECKING:
+    from planlang.model.opgraph import OpGraph, Value
+
+# input slots an op keeps for its backward (besides its output, see SAVES_OUTPUT); parameters are
+# counted as parameters, so only their converted copies count here
+SAVES: dict[str, tuple[int, ...]] = {
+    "linear": (0, 1), "matmul": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "conv2d": (0, 1), "embedding": (0,),
+    "layer_norm": (0, 1), "rms_norm": (0, 1), "gelu": (0,), "silu": (0,), "tanh": (0,), "mul": (0, 1),
+    "div": (0, 1), "scaled_dot_product_attention": (0, 1, 2), "cross_entropy": (0, 1),
+}
+SAVES_OUTPUT = {"relu", "softmax", "log_softmax", "exp", "scaled_dot_product_attention", "tanh"}
+ALIASES = {"view", "reshape", "flatten", "unflatten", "transpose", "permute", "split", "slice", "getitem"}
+# backward flops / forward flops: two matmuls per matmul (input and weight gradients), one pass otherwise
+BACKWARD_RATIO = {"linear": 2.0, "matmul": 2.0, "bmm": 2.0, "addmm": 2.0, "conv2d": 2.0, "embedding": 1.0,
+                  "scaled_dot_product_attention": 2.5}
+# unary elementwise ops: merged into their producer when merge="followers" (map §5.1)
+FOLLOWERS = {"gelu", "relu", "silu", "tanh", "exp", "neg", "dropout"}
+
+
+class IntraOpError(ValueError):
+    """The graph, mesh or a user-given spec cannot be turned into an ILP (message says why and how)."""
+
+
+def optimizer_state_elements(name: str | None) -> float:
+    """fp32 state elements per parameter element (Adam: 2 moments); the estimator's table."""
+    if not name:
+        return 0.0
+    from planlang.model.estimate import STATE_ELEMENTS
+
+    return float(STATE_ELEMENTS.get(name, 2))
+
+
+# ------------------------------------------------------------------------------ problem
+@dataclass
+class Problem:
+    """The instance plus what its options mean: specs for params/inputs, strategies for ops."""
+
+    instance: Instance
+    mesh: Mesh
+    kinds: dict[str, str]  # node -> "param" | "input" | "op"
+    layouts: dict[str, list[Spec]]  # param / input node -> its option layouts
+    strategies: dict[str, list[Strategy]]  # op node -> its options
+    refs: dict[str, str]  # node -> parameter FQN / input name
+    build_seconds: float = 0.0
+
+    def __str__(self) -> str:
+        n = {k: sum(1 for v in self.kinds.values() if v == k) for k in ("op", "param", "input")}
+        return f"intra-op problem on {self.mesh}: {n['op']} ops, {n['param']} params, {n['input']} inputs; {self.instance}"
+
+    def output_spec(self, node: str, option: int) -> Spec:
+        if self.kinds[node] == "op":
+            return self.strategies[node][option].output
+        return self.layouts[node][option]
+
+
+@dataclass
+class Solution:
+    """The solved specs, by parameter FQN, input name and activation (op value) name."""
+
+    params: dict[str, Spec]
+    inputs: dict[str, Spec]
+    activations: dict[str, Spec]
+    strategies: dict[str, Strategy]  # op node -> chosen strategy (the layouts it takes its inputs in)
+    result: Result
+    problem: Problem = field(repr=False)
+
+    def __str__(self) -> str:
+        lines = [str(self.result)]
+        lines += [f"shard {k} : {v}" for k, v in self.params.items()]
+        return "\n".join(lines)
+
+    def shard_lines(self) -> list[str]:
+        """`shard` statements for every parameter, in planlang syntax."""
+        return [f"shard {k} : {v}" for k, v in self.params.items()]
+
+
+def _itemsize(dtype: str) -> int:
+    return DTYPE_BYTES.get(dtype, 4)
+
+
+def _replicated(rank: int) -> Spec:
+    return Spec(tuple(() for _ in range(rank)))
+
+
+def _fallback(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """One all-replicated option for an op without a sharding rule (run on gathered inputs)."""
+    return [Strategy("replicate (no rule)", tuple(_replicated(len(s)) for s in op.inputs), _replicated(len(op.output)),
+                     memory=math.prod(op.output) * op.itemsize)]
+
+
+def _volume(comms, mesh: Mesh) -> float:
+    """Bytes a device sends for these collectives (the communication volume of min-memory-redundancy §3.4)."""
+    return sum(bytes_sent(c.kind, math.prod(mesh.axis_size(a) or 1 for a in c.axes), c.size_bytes) for c in comms)
+
+
+def block_key(path: str) -> tuple[str, tuple[str, ...]]:
+    """("h.*.mlp.c_fc", ("0",)) for "h.0.mlp.c_fc": the path with integer segments (ModuleList
+    indices) starred, and the indices."""
+    parts = path.split(".")
+    idx = tuple(p for p in parts if p.isdigit())
+    return ".".join("*" if p.isdigit() else p for p in parts), idx
+
+
+def build_problem(graph: "OpGraph", mesh: Mesh, *, budget: float | None = None,
+                  data: dict[str, Spec] | None = None, fixed: dict[str, Spec] | None = None,
+                  optimizer: str | None = "adamw", efficiency: float = 0.5, share_blocks: bool = True,
+                  base_memory: float = 0.0) -> Problem:
+    """The ILP instance of `graph` on `mesh` (see module docstring).
+
+    `data`: input name -> Spec (the plan's `data` statements); `fixed`: parameter FQN, input name or
+    activation (value) name -> Spec the user wrote (`shard ... : spec`); `share_blocks`: nodes of
+    repeated blocks (`h.0...`, `h.1...`) with the same op choose alike (one variable)."""
+    import time
+
+    t0 = time.perf_counter()
+    if mesh.has_holes:
+        raise IntraOpError(f"mesh {mesh} has axis sizes left as holes; choose them before the intra-op solve")
+    if mesh.device is None or not mesh.device.flops:
+        raise IntraOpError(f"mesh {mesh.name} has no device throughput; declare `flops.<dtype>` on its device "
+                           "(or use a device from stdlib/hardware.plan)")
+    return _build(graph, mesh, budget, data or {}, fixed or {}, optimizer, efficiency, share_blocks, base_memory, t0)
+
+
+def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks, base_memory, t0) -> Problem:
+    import time
+
+    ndev = math.prod(a.size for a in mesh.axes)
+    states = optimizer_state_elements(optimizer)
+    values = graph.values
+    kinds: dict[str, str] = {}
+    layouts: dict[str, list[Spec]] = {}
+    strats: dict[str, list[Strategy]] = {}
+    refs: dict[str, str] = {}
+    nodes: dict[str, Node] = {}
+    used = {i for n in graph.nodes for i in n.inputs}
+
+    def check_spec(what: str, v: "Value", spec: Spec) -> Spec:
+        if spec.rank != len(v.shape):
+            raise IntraOpError(f"{what} {v.ref or v.name}: spec {spec} has {spec.rank} entries but the tensor has "
+                               f"{len(v.shape)} dims {list(v.shape)}")
+        if not is_valid(v.shape, spec, mesh):
+            raise IntraOpError(f"{what} {v.ref or v.name}: spec {spec} does not fit shape {list(v.shape)} on mesh "
+                               f"{mesh} (unknown axis, an axis used twice, or a dim not divisible)")
+        return normalize(spec, mesh)
+
+    # parameters and inputs: layouts
+    for v in values.values():
+        if v.kind not in ("param", "input") or v.name not in used:
+            continue
+        size = _itemsize(v.dtype)
+        if v.kind == "input" and v.ref in data and not _has_hole(data[v.ref]):
+            options = [check_spec("data", v, data[v.ref])]
+        else:
+            options = enumerate_layouts(v.shape, mesh, partial=False)
+        per_elem = size * 2 + states * 4 if v.kind == "param" else size  # param + grad + fp32 states
+        opts = []
+        for spec in options:
+            local = local_numel(v.shape, spec, mesh)
+            opts.append(Option(str(spec), memory=local * per_elem,
+                               redundancy=(local - math.prod(v.shape) / ndev) * per_elem))
+        kinds[v.name], layouts[v.name], refs[v.name] = v.kind, options, v.ref
+        nodes[v.name] = Node(v.name, tuple(opts))
+
+    # ops: strategies
+    alias_of: dict[str, str] = {}
+    for n in graph.nodes:
+        try:
+            ss = strategies(n.op, mesh)
+        except UnknownOp:
+            ss = _fallback(n.op, mesh)
+        if not ss:
+            ss = _fallback(n.op, mesh)
+        kind = n.op.kind
+        ratio = BACKWARD_RATIO.get(kind, 1.0)
+        alias = kind in ALIASES
+        if alias and n.inputs and n.inputs[0] in values and values[n.inputs[0]].kind == "op":
+            alias_of[n.name] = alias_of.get(n.inputs[0], n.inputs[0])
+        opts = []
+        for s in ss:
+            mem = 0 if n.name in alias_of else s.memory
+            flops = s.flops * (1.0 + ratio)
+            opts.append(Option(s.name, compute=compute_time(flops, mesh, n.op.dtype, efficiency) if flops else 0.0,
+                               comm=s.comm_seconds, memory=mem, volume=_volume(s.forward + s.backward, mesh),
+                               redundancy=(mem - math.prod(n.op.output) * n.op.itemsize / ndev) if mem else 0.0))
+        kinds[n.name], strats[n.name] = "op", ss
+        nodes[n.name] = Node(n.name, tuple(opts), follower=kind in FOLLOWERS or alias)
+
+    # outputs must not stay partial sums: charge the cheapest conversion to a whole layout
+    for out in graph.outputs:
+        if kinds.get(out) != "op":
+            continue
+        shape, size = tuple(values[out].shape), _itemsize(values[out].dtype)
+        whole = enumerate_layouts(shape, mesh, partial=False)
+        node = nodes[out]
+        opts = list(node.options)
+        for i, s in enumerate(strats[out]):
+            if s.output.partial:
+                extra = min(conversion_path(shape, s.output, w, mesh, size).cost for w in whole)
+                o = opts[i]
+                opts[i] = Option(o.name, o.compute, o.comm + extra, o.memory, o.volume, o.redundancy)
+        nodes[out] = Node(node.name, tuple(opts), node.follower)
+
+    # edges
+    step_of = {n.name: t for t, n in enumerate(graph.nodes)}
+    edges: list[Edge] = []
+    edge_live: list[tuple[int, int]] = []  # (first step, last step)
+    T = len(graph.nodes)
+    cache: dict = {}
+    for n in graph.nodes:
+        saves = SAVES.get(n.op.kind, tuple(range(len(n.inputs))) if n.op.kind == "opaque" else ())
+        for slot, src in enumerate(n.inputs):
+            if src not in nodes:
+                continue  # constants: available in any layout locally
+            v = values[src]
+            src_specs = tuple(layouts[src]) if kinds[src] != "op" else tuple(s.output for s in strats[src])
+            dst_specs = tuple(s.inputs[slot] for s in strats[n.name])
+            saved = slot in saves and v.dtype not in ("bool",)
+            key = (tuple(v.shape), _itemsize(v.dtype), src_specs, dst_specs)
+            if key not in cache:
+                cache[key] = _edge_matrices(tuple(v.shape), _itemsize(v.dtype), src_specs, dst_specs, mesh)
+            sec, vol, mem = cache[key]
+            edges.append(Edge(src, n.name, slot, sec, vol, mem))
+            t = step_of[n.name]
+            edge_live.append((t, T - 1 if saved else t))
+
+    # liveness of values (aliases extend their base)
+    def root(name: str) -> str:
+        return alias_of.get(name, name)
+
+    last: dict[str, int] = {}
+    saved_vals: set[str] = set()
+    for t, n in enumerate(graph.nodes):
+        saves = SAVES.get(n.op.kind, tuple(range(len(n.inputs))) if n.op.kind == "opaque" else ())
+        for slot, src in enumerate(n.inputs):
+            if src in nodes:
+                last[root(src)] = t
+                if slot in saves and kinds[src] != "param":
+                    saved_vals.add(root(src))
+        if n.op.kind in SAVES_OUTPUT:
+            saved_vals.add(root(n.name))
+    for out in graph.outputs:
+        if out in nodes:
+            saved_vals.add(root(out))
+    live_range: dict[str, tuple[int, int]] = {}
+    for name, k in kinds.items():
+        if name in alias_of:
+            continue
+        if k == "param":
+            live_range[name] = (0, T - 1)
+        else:
+            start = step_of.get(name, 0)
+            end = T - 1 if name in saved_vals else max(last.get(name, start), start)
+            live_range[name] = (start, end)
+    steps = []
+    for t, n in enumerate(graph.nodes):
+        live_nodes = tuple(v for v, (a, b) in live_range.items() if a <= t <= b)
+        live_edges = tuple(i for i, (a, b) in enumerate(edge_live) if a <= t <= b)
+        steps.append(Step(n.name, live_nodes, live_edges))
+
+    # groups of repeated blocks, and user-fixed specs
+    groups = _block_groups(graph, nodes, refs) if share_blocks else ()
+    fixed_idx, allowed = _fixed_choices(graph, fixed, nodes, kinds, layouts, strats, refs, check_spec)
+    inst = Instance(tuple(nodes.values()), tuple(edges), tuple(steps), groups, tuple(fixed_idx), tuple(allowed),
+                    budget, base_memory)
+    inst.validate()
+    return Problem(inst, mesh, kinds, layouts, strats, refs, time.perf_counter() - t0)
+
+
+def _has_hole(spec) -> bool:
+    return is_hole(spec) or spec.has_holes
+
+
+def _edge_matrices(shape, itemsize, src_specs, dst_specs, mesh):
+    """Seconds, bytes sent and bytes of the converted copy for every (source, target) layout pair."""
+    r, c = len(src_specs), len(dst_specs)
+    sec, vol, mem = np.zeros((r, c)), np.zeros((r, c)), np.zeros((r, c))
+    dst_norm = [normalize(d, mesh) for d in dst_specs]
+    dst_bytes = [local_numel(shape, d, mesh) * itemsize for d in dst_specs]
+    for i, a in enumerate(src_specs):
+        reach = costs_from(shape, normalize(a, mesh), mesh, itemsize)
+        for j, b in enumerate(dst_norm):
+            cost, volume, hops = reach[b]
+            if hops:
+                sec[i, j], vol[i, j], mem[i, j] = cost, volume, dst_bytes[j]
+    return sec, vol, mem
+
+
+@lru_cache(maxsize=8192)
+def costs_from(shape: tuple[int, ...], src: Spec, mesh: Mesh, itemsize: int) -> dict[Spec, tuple[float, float, int]]:
+    """Cheapest conversion from `src` to every layout: normalized layout -> (seconds forward + backward,
+    bytes sent per device, steps). One Dijkstra over the same transforms and step costs as
+    `planlang.cost.layout.conversion_path` (so the seconds are equal), run once per source instead of
+    once per pair."""
+    dist: dict[Spec, tuple[float, float, int]] = {src: (0.0, 0.0, 0)}
+    done: set[Spec] = set()
+    heap = [(0.0, 0, 0, src)]
+    counter = 1
+    while heap:
+        d, hops, _, spec = heapq.heappop(heap)
+        if spec in done:
+            continue
+        done.add(spec)
+        vol0 = dist[spec][1]
+        for st, nxt in neighbors(shape, spec, mesh):
+            if nxt in done:
+                continue
+            nd = d + step_cost(shape, spec, st, mesh, itemsize)
+            old = dist.get(nxt)
+            if old is None or nd < old[0] - 1e-15:
+                f, b = step_comms(shape, spec, st, mesh, itemsize)
+                dist[nxt] = (nd, vol0 + _volume([x for x in (f, b) if x], mesh), hops + 1)
+                heapq.heappush(heap, (nd, hops + 1, counter, nxt))
+                counter += 1
+    return dist
+
+
+def _block_groups(graph, nodes, refs) -> tuple[tuple[str, ...], ...]:
+    """Nodes of repeated blocks that correspond: same starred module path (or parameter FQN), same
+    op and shapes, same occurrence within their block."""
+    buckets: dict[tuple, list[str]] = {}
+    seen: dict[tuple, int] = {}
+    for n in graph.nodes:
+        star, idx = block_key(n.module)
+        if not idx:
+            continue
+        k = (star, idx, n.op)
+        occ = seen.get(k, 0)
+        seen[k] = occ + 1
+        buckets.setdefault((star, n.op, occ), []).append(n.name)
+    for name, ref in refs.items():
+        v = graph.values[name]
+        if v.kind != "param":
+            continue
+        star, idx = block_key(ref)
+        if idx:
+            buckets.setdefault((star, tuple(v.shape), v.dtype), []).append(name)
+    out = []
+    for members in buckets.values():
+        members = [m for m in members if m in nodes]
+        if len(members) > 1 and len({len(nodes[m].options) for m in members}) == 1:
+            out.append(tuple(members))
+    return tuple(out)
+
+
+def _fixed_choices(graph, fixed, nodes, kinds, layouts, strats, refs, check_spec):
+    """User specs -> fixed option indices (params, inputs) or allowed options (activations)."""
+    by_ref = {ref: name for name, ref in refs.items()}
+    fixed_idx, allowed = [], []
+    for target, spec in fixed.items():
+        if _has_hole(spec):
+            continue
+        name = by_ref.get(target, target)
+        if name not in nodes:
+            known = sorted(by_ref)[:5]
+            raise IntraOpError(f"fixed spec for {target!r}: no parameter, input or activation of that name in the "
+                               f"graph (parameters look like {', '.join(known)})")
+        v = graph.values[name]
+        spec = check_spec("shard", v, spec)
+        if kinds[name] == "op":
+            ks = tuple(i for i, s in enumerate(strats[name]) if s.output == spec)
+            if not ks:
+                raise IntraOpError(f"shard {target} : {spec}: no strategy of its op {graph.node(name).op.kind} "
+                                   f"produces that layout; let the solver choose (`?`)")
+            allowed.append((name, ks))
+        else:
+            fixed_idx.append((name, layouts[name].index(spec)))
+    return fixed_idx, allowed
+
+
+# ------------------------------------------------------------------------------ solve
+def decode(problem: Problem, result: Result) -> Solution:
+    params, inputs, acts, chosen = {}, {}, {}, {}
+    for name, k in result.choice.items():
+        kind = problem.kinds[name]
+        if kind == "param":
+            params[problem.refs[name]] = problem.layouts[name][k]
+        elif kind == "input":
+            inputs[problem.refs[name]] = problem.layouts[name][k]
+        else:
+            chosen[name] = problem.strategies[name][k]
+            acts[name] = chosen[name].output
+    return Solution(params, inputs, acts, chosen, result, problem)
+
+
+def solve_intra_op(graph: "OpGraph", mesh: Mesh, *, objective: str = "time",
+                   options: SolveOptions = SolveOptions(), **build) -> Solution:
+    """Build the problem (`build_problem` keywords), solve it, and return the chosen specs."""
+    problem = build_problem(graph, mesh, **build)
+    return decode(problem, solve(problem.instance, objective, options))
+
+
+def block_pattern(fqn: str) -> str:
+    """`h.*.mlp.c_fc.weight` for `h.3.mlp.c_fc.weight` (the selection a shared choice applies to)."""
+    return re.sub(r"(^|\.)\d+(?=\.|$)", r"\1*", fqn)

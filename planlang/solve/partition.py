@@ -1,0 +1,133 @@
+"""Contiguous min–max partition of a layer sequence into pipeline stages, and the 1F1B in-flight rule.
+
+`min_max_partition(costs, k)` cuts `costs` (one number per layer, in execution order) into `k` non-empty
+consecutive stages so that the largest stage cost is as small as possible — recursion (2)–(3) of
+sagemaker-model-parallelism App. C.4, the classic linear-partition DP. Ties are broken in two steps,
+both deterministic:
+
+1. *leximax*: among partitions with the same largest stage, the one whose stage costs, sorted from the
+   largest down, are lexicographically smallest (second-largest stage as small as possible, and so on);
+2. *earliest cuts*: among partitions with the same multiset of stage costs, the one whose cut points,
+   read from the first, are lexicographically smallest.
+
+Step 1 is compatible with dynamic programming: comparing sorted cost vectors lexicographically is
+preserved under adding the same stage to both, so the best split of a suffix extends to the best split
+of the whole (see `_merge`). The DP runs over suffixes, so step 2 falls out of reconstructing forward
+and taking the first cut that still reaches the optimum. O(k·n²) table entries, each an O(k) tuple.
+
+Stage costs are left-to-right float sums of the layers' costs.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+
+class PartitionError(ValueError):
+    """An input a partition kernel cannot work with; the message names the cause and the fix."""
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Stage `i` holds layers `bounds[i]:bounds[i + 1]`; `costs[i]` is its cost."""
+
+    bounds: tuple[int, ...]
+    costs: tuple[float, ...]
+
+    def __str__(self) -> str:
+        cuts = " | ".join(f"{a}:{b}" for a, b in self.ranges)
+        return f"{len(self.costs)} stages [{cuts}], max {self.bottleneck:g}"
+
+    @property
+    def ranges(self) -> tuple[tuple[int, int], ...]:
+        return tuple(zip(self.bounds, self.bounds[1:]))
+
+    @property
+    def bottleneck(self) -> float:
+        return max(self.costs)
+
+
+def check_costs(costs: Sequence[float], what: str = "layer cost") -> list[float]:
+    """The costs as floats; finite and >= 0, else a PartitionError naming the bad entry."""
+    out = []
+    for i, c in enumerate(costs):
+        c = float(c)
+        if not math.isfinite(c) or c < 0:
+            raise PartitionError(f"{what} {i} is {c}; costs must be finite and >= 0")
+        out.append(c)
+    return out
+
+
+def segment_costs(costs: Sequence[float]) -> list[list[float]]:
+    """`seg[s][e]` = cost of layers s..e-1 (left-to-right sum), for 0 <= s < e <= n."""
+    n = len(costs)
+    seg = [[0.0] * (n + 1) for _ in range(n + 1)]
+    for s in range(n):
+        acc = 0.0
+        for e in range(s + 1, n + 1):
+            acc += costs[e - 1]
+            seg[s][e] = acc
+    return seg
+
+
+def _merge(sorted_desc: tuple[float, ...], c: float) -> tuple[float, ...]:
+    """Insert `c` into a descending tuple. If A <= B lexicographically (both descending, same length),
+    then merge(A, c) <= merge(B, c): the first differing value keeps its place relative to c."""
+    i = 0
+    while i < len(sorted_desc) and sorted_desc[i] >= c:
+        i += 1
+    return sorted_desc[:i] + (c,) + sorted_desc[i:]
+
+
+def min_max_partition(costs: Sequence[float], k: int) -> Partition:
+    """Cut `costs` into `k` non-empty consecutive stages minimising the largest stage cost (ties: leximax,
+    then earliest cuts — see the module docstring)."""
+    c = check_costs(costs)
+    n = len(c)
+    if not isinstance(k, int) or k < 1:
+        raise PartitionError(f"stage count {k!r} must be an integer >= 1")
+    if k > n:
+        raise PartitionError(f"cannot cut {n} layer(s) into {k} non-empty stages; use at most {n} stages "
+                             "or split the model into finer layers")
+    seg = segment_costs(c)
+    # best[j][s]: descending stage costs of the best split of layers s..n-1 into j stages (None: impossible)
+    best: list[list[tuple[float, ...] | None]] = [[None] * (n + 1) for _ in range(k + 1)]
+    best[0][n] = ()
+    for j in range(1, k + 1):
+        for s in range(n - j, -1, -1):  # at least j layers remain
+            top = None
+            for e in range(s + 1, n - j + 2):
+                rest = best[j - 1][e]
+                if rest is None:
+                    continue
+                cand = _merge(rest, seg[s][e])
+                if top is None or cand < top:
+                    top = cand
+            best[j][s] = top
+    bounds, s = [0], 0
+    for j in range(k, 0, -1):
+        target = best[j][s]
+        e = next(e for e in range(s + 1, n - j + 2)
+                 if best[j - 1][e] is not None and _merge(best[j - 1][e], seg[s][e]) == target)
+        bounds.append(e)
+        s = e
+    return Partition(tuple(bounds), tuple(seg[a][b] for a, b in zip(bounds, bounds[1:])))
+
+
+# ------------------------------------------------------------------------------ microbatches in flight
+def in_flight(schedule: str, stages: int, stage: int, microbatches: int, extra: int = 0) -> int:
+    """Microbatches whose activations stage `stage` (0-based) of `stages` holds at once.
+
+    GPipe runs every forward before any backward: all `m`. 1F1B (PipeDream-Flush, Narayanan et al. 2021)
+    warms stage i up with p − i forwards before its first backward and then alternates, so it holds
+    min(p − i, m) in the steady state (stage 0 holds p, the last stage 1). `extra` adds microbatches at
+    the peak: torch.distributed.pipelining's Schedule1F1B runs the next forward before the backward that
+    frees one, and planlang.model.estimate counts min(p − i + 1, m) for that reason (extra=1)."""
+    if schedule not in ("gpipe", "1f1b"):
+        raise PartitionError(f"schedule {schedule!r} is not supported here; use gpipe or 1f1b")
+    if not 0 <= stage < stages or microbatches < 1:
+        raise PartitionError(f"stage {stage} of {stages} with {microbatches} microbatches is out of range")
+    if schedule == "gpipe":
+        return microbatches
+    return min(stages - stage + extra, microbatches)

@@ -1,0 +1,260 @@
+"""Pipeline stages for a plan: its model and mesh turned into the partition kernels' inputs, and their
+answers turned into `stage` lines the plan language expresses.
+
+Each entry point takes a resolved `Plan` (model, inputs, mesh, pipeline axis, microbatches, schedule)
+and returns one `StageChoice` per stage — the selection strings of the stage's modules (`wte`, `h[0:6]`),
+per-stage degrees where the kernel chooses them, and a note with the figure it optimised:
+
+* `balanced_stages`  min–max contiguous partition of a per-layer cost (flops by default);
+* `memory_stages`    CAPTURE's search: stages with dp or tp degrees minimising predicted peak memory;
+* `throughput_stages_for_plan`  Alpa-style DP minimising Σ t_i + (m − 1) · max t_i within the budget;
+* `tree_stages`      SageMaker's tree partition over the module hierarchy.
+
+`to_stages` gives planlang.plan.types.Stage values; `str(choice)` is the plan line.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from planlang.plan import types as T
+from planlang.plan.selection import Selection
+
+from .capture import MemoryModel, capture_search, default_configs
+from .partition import PartitionError, min_max_partition
+from .pipeline_layers import LayerSequence, layer_sequence, model_tree, stage_selections, tree_selections
+from .throughput_stages import Submesh, throughput_stages
+from .tree_partition import tree_partition
+
+
+@dataclass(frozen=True)
+class StageChoice:
+    """One stage: selection strings in execution order, optional per-axis degrees, a note."""
+
+    modules: tuple[str, ...]
+    degrees: tuple[tuple[str, int], ...] = ()
+    note: str = ""
+
+    def __str__(self) -> str:
+        s = "stage " + ", ".join(self.modules)
+        return s + (" with " + ", ".join(f"{a} = {n}" for a, n in self.degrees) if self.degrees else "")
+
+    def to_stage(self, index: int) -> T.Stage:
+        return T.Stage(index, tuple(Selection.parse(m) for m in self.modules), self.degrees)
+
+
+def to_stages(choices: Sequence[StageChoice]) -> tuple[T.Stage, ...]:
+    return tuple(c.to_stage(i) for i, c in enumerate(choices))
+
+
+# ------------------------------------------------------------------------------ reading the plan
+def _pipeline(plan: T.Plan) -> T.Pipeline:
+    if plan.pipeline is None:
+        raise PartitionError("the plan has no `pipeline`; add `pipeline over AXIS schedule 1f1b microbatches M { ? }`")
+    return plan.pipeline
+
+
+def stage_count(plan: T.Plan) -> int:
+    """Stages the plan needs: the pipeline axis size (times chunks for interleaved), PL401's rule."""
+    p = _pipeline(plan)
+    size = plan.mesh.axis_size(p.axis) if plan.mesh and isinstance(p.axis, str) else None
+    if size is None:
+        raise PartitionError("the pipeline axis size is unknown (a hole or no mesh); give it, or pass `stages=`")
+    chunks = p.schedule.chunks if isinstance(p.schedule, T.Schedule) and p.schedule.kind == "interleaved" else 1
+    if not isinstance(chunks, int):
+        raise PartitionError("`chunks` is a hole; give it, or pass `stages=`")
+    return size * chunks
+
+
+def _microbatches(plan: T.Plan) -> int:
+    m = _pipeline(plan).microbatches
+    if not isinstance(m, int) or m < 1:
+        raise PartitionError("microbatches is not a number yet; give it, or solve it before the stages")
+    return m
+
+
+def _schedule(plan: T.Plan) -> str:
+    s = _pipeline(plan).schedule
+    kind = s.kind if isinstance(s, T.Schedule) else "1f1b"
+    return "1f1b" if kind == "interleaved" else kind  # interleaved: 1F1B's bound per chunk (conservative)
+
+
+def _microbatch_inputs(plan: T.Plan, divide: int):
+    """Meta inputs of one microbatch: the batch dim (named `batch`, else the first) divided by `divide`."""
+    from planlang.model.load import meta_inputs
+
+    inputs = []
+    for inp in plan.inputs:
+        dims = list(inp.dims)
+        if dims:
+            i = next((k for k, (n, _) in enumerate(dims) if n == "batch"), 0)
+            if dims[i][1] % divide:
+                raise PartitionError(f"input `{inp.name}`: batch {dims[i][1]} does not divide into {divide} "
+                                     "microbatches; change the batch or the microbatch count")
+            dims[i] = (dims[i][0], dims[i][1] // divide)
+        inputs.append(T.Input(inp.name, inp.dtype, tuple(dims)))
+    return meta_inputs(tuple(inputs))
+
+
+@dataclass
+class ModelParts:
+    """The plan's model on meta with its probe, profile and layer sequence."""
+
+    module: object
+    facts: object
+    profile: object
+    layers: LayerSequence
+
+
+def plan_layers(plan: T.Plan, min_layers: int = 0, divide: int | None = None) -> ModelParts:
+    """Build the plan's model on meta, profile one microbatch (batch / microbatches, or / `divide`) and
+    list its layers (`pipeline_layers.layer_sequence`)."""
+    from planlang.model.load import build_model, model_loss
+    from planlang.model.profile import profile_model
+    from planlang.model.trace import probe_modules
+
+    if plan.model is None:
+        raise PartitionError("the plan declares no model; add `model NAME = \"package.module:factory\"(...)`")
+    module = build_model(plan.model, plan.path)
+    inputs = _microbatch_inputs(plan, divide if divide is not None else _microbatches(plan))
+    facts = probe_modules(module, inputs)
+    prof = profile_model(module, inputs, model_loss(plan.model))
+    layers = layer_sequence(module, inputs, facts=facts, profile=prof, min_layers=min_layers)
+    return ModelParts(module, facts, prof, layers)
+
+
+def _other_axes(plan: T.Plan) -> tuple[list[str], str | None, str | None]:
+    """Non-pipeline axes; the data axis (splits an input's batch dim) and a tensor axis (another one)."""
+    mesh, p = plan.mesh, _pipeline(plan)
+    if mesh is None:
+        raise PartitionError("the plan has no mesh")
+    others = [a for a in mesh.names if a != p.axis]
+    data = None
+    for d in plan.data:
+        if isinstance(d.spec, T.Spec) and d.spec.dims and not T.is_hole(d.spec.dims[0]):
+            data = next((a for a in d.spec.dims[0] if a in others), data)  # type: ignore[union-attr]
+    tensor = next((a for a in others if a != data), None)
+    return others, data, tensor
+
+
+def _degrees(others: list[str], assign: dict[str, int]) -> tuple[tuple[str, int], ...]:
+    return tuple((a, assign.get(a, 1)) for a in others)
+
+
+# ------------------------------------------------------------------------------ entry points
+def balanced_stages(plan: T.Plan, stages: int | None = None, cost: str = "flops",
+                    parts: ModelParts | None = None) -> list[StageChoice]:
+    """Stages balancing a per-layer cost ("flops", "params" or "activations") by the min–max DP.
+    Every entry point takes `parts` (from `plan_layers(plan)`) to reuse one profile across calls."""
+    k = stages if stages is not None else stage_count(plan)
+    parts = parts or plan_layers(plan, min_layers=k)
+    costs = parts.layers.costs(cost)
+    part = min_max_partition(costs, k)
+    unit = {"flops": (1e9, "GFLOP"), "params": (2**20, "MiB params"), "activations": (2**20, "MiB saved")}[cost]
+    return [StageChoice(tuple(sel), (), f"{c / unit[0]:.3g} {unit[1]}")
+            for sel, c in zip(stage_selections(parts.layers, part.bounds), part.costs)]
+
+
+def _optimizer_model(plan: T.Plan) -> MemoryModel:
+    from planlang.model.estimate import STATE_ELEMENTS
+
+    states = STATE_ELEMENTS.get(plan.optimizer.name, 2) if plan.optimizer else 0
+    return MemoryModel(grad=1.0, optimizer=float(states))  # f32 parameters: a state element per element
+
+
+def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None = None,
+                  placement: str = "in_order", parts: ModelParts | None = None) -> list[StageChoice]:
+    """CAPTURE's plan: stages with data- or tensor-parallel degrees minimising predicted peak memory.
+    Degrees go to the plan's data axis (dp) or its other non-pipeline axis (tp). `node_size` defaults to
+    the devices of one pipeline slice (the mesh's device count / the pipeline axis size)."""
+    mesh = plan.mesh
+    if mesh is None or mesh.size is None:
+        raise PartitionError("the mesh's device count is unknown; declare `of N x device` or give every axis a size")
+    G = mesh.size
+    k_stages = stages if stages is not None else stage_count(plan)
+    if node_size is None:
+        node_size = G // k_stages if G % k_stages == 0 else G
+    others, data, tensor = _other_axes(plan)
+    pars = [p for p, ax in (("dp", data), ("tp", tensor)) if ax is not None]
+    parts = parts or plan_layers(plan, min_layers=k_stages)
+    L = parts.layers
+    result = capture_search(L.costs("params"), L.costs("activations"), G, node_size, _microbatches(plan),
+                            schedule=_schedule(plan), memory=_optimizer_model(plan),
+                            configs=default_configs(node_size, pars), stages=k_stages, placement=placement)
+    bounds = [s.start for s in result.stages] + [L.layers.__len__()]
+    out = []
+    for sel, st in zip(stage_selections(L, bounds), result.stages):
+        axis = {"dp": data, "tp": tensor}.get(st.parallelism)
+        degrees = _degrees(others, {axis: st.degree} if axis else {})
+        out.append(StageChoice(tuple(sel), degrees, f"predicted peak {st.memory / 2**30:.3g} GiB"))
+    return out
+
+
+def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
+                               layer_time: Callable[[int, int], float] | None = None,
+                               efficiency: float = 0.5, budget: float | None = None,
+                               parts: ModelParts | None = None) -> list[StageChoice]:
+    """Alpa-style stages and sub-mesh sizes minimising Σ t_i + (m − 1) · max t_i, each stage within the
+    memory budget (plan budget, else the device memory) under the schedule's in-flight rule.
+
+    `layer_time(l, size)` gives layer l's latency for one microbatch on `size` devices; by default it is
+    data parallel: the layer's flops / size at `efficiency` of the device's peak, plus its gradient
+    all-reduce over the size devices (slowest non-pipeline link inside a node, the pipeline axis' link
+    across nodes) spread over the microbatches. The sub-mesh sizes are Alpa's: 1, 2, 4, ... up to a node
+    (the devices of one pipeline slice), then whole nodes; a stage's size goes to the data axis. The
+    stage count is `stages`, else the plan's (`stage_count`)."""
+    from planlang.cost.comm import DEFAULT_LINK, Collective, Group, collective_time, compute_time
+
+    mesh, p = plan.mesh, _pipeline(plan)
+    if mesh is None or mesh.size is None:
+        raise PartitionError("the mesh's device count is unknown; declare `of N x device` or give every axis a size")
+    G, m = mesh.size, _microbatches(plan)
+    pp = mesh.axis_size(p.axis) if isinstance(p.axis, str) else None
+    node = G // pp if pp and G % pp == 0 else G
+    meshes = [Submesh(1, 2**j) for j in range(int(math.log2(node)) + 1) if 2**j < node] + \
+        [Submesh(h, node) for h in range(1, G // node + 1)]
+    k = stages if stages is not None else stage_count(plan)
+    parts = parts or plan_layers(plan, min_layers=k)
+    L = parts.layers.layers
+    others, data, _ = _other_axes(plan)
+
+    def link(axes):
+        links = [mesh.axis(a).link or DEFAULT_LINK for a in axes if mesh.axis(a) is not None]
+        return min(links, key=lambda l: l.bandwidth) if links else DEFAULT_LINK
+
+    def default_time(l: int, size: int) -> float:
+        t = compute_time(L[l].flops / size, mesh, "f32", efficiency)
+        if size > 1:
+            lk = link(others if size <= node else list(mesh.names))
+            t += collective_time(Collective.ALL_REDUCE, Group((), size, lk.bandwidth, lk.latency), L[l].param_bytes) / m
+        return t
+
+    fn = layer_time or default_time
+    times = [[fn(l, s.size) for s in meshes] for l in range(len(L))]
+    mm = _optimizer_model(plan)
+    static = [[x.param_bytes * (1 + mm.grad + mm.optimizer) for _ in meshes] for x in L]
+    act = [[x.act_bytes / s.size for s in meshes] for x in L]
+    limit = budget if budget is not None else (plan.budget.bytes if plan.budget else
+                                               (mesh.device.memory if mesh.device else None))
+    result = throughput_stages(times, meshes, G, m, static, act, limit, schedule=_schedule(plan), stages=k)
+    bounds = [s.start for s in result.stages] + [len(L)]
+    axis = data or (others[0] if others else None)
+    return [StageChoice(tuple(sel), _degrees(others, {axis: st.mesh.size} if axis else {}),
+                        f"{st.time * 1e3:.3g} ms per microbatch on {st.mesh.size} device(s)")
+            for sel, st in zip(stage_selections(parts.layers, bounds), result.stages)]
+
+
+def tree_stages(plan: T.Plan, stages: int | None = None, alpha: float = 0.5,
+                parts: ModelParts | None = None) -> list[StageChoice]:
+    """SageMaker's tree partition of the module hierarchy into stages (order-preserving)."""
+    k = stages if stages is not None else stage_count(plan)
+    parts = parts or plan_layers(plan)
+    tree = model_tree(parts.module, parts.facts, parts.profile, alpha)
+    result = tree_partition(tree, k)
+    sels = tree_selections(result, parts.module, k)
+    empty = [i for i, s in enumerate(sels) if not s]
+    if empty:
+        raise PartitionError(f"the tree partition left stage(s) {empty} without modules; use fewer stages or "
+                             "the flat partition")
+    return [StageChoice(tuple(s), (), f"load {load:.3g}") for s, load in zip(sels, result.loads)]
