@@ -70,3 +70,20 @@ def reader(open_documents: Callable[[str], str | None]) -> Callable[[str], str]:
         return text if text is not None else Path(p).read_text(encoding="utf-8")
 
     return read
+
+
+def stand_in(current: Analysis, good: Analysis | None, offset: int) -> tuple[Analysis, int]:
+    """The analysis (and offset) to answer a request at `offset` with. While the text does not parse,
+    the last version that did stands in, when the cursor's line reads the same there and no line was
+    added or removed (so every span of that version still points at the same line)."""
+    if current.parses or good is None:
+        return current, offset
+    cur_lines, good_lines = current.text.split("\n"), good.text.split("\n")
+    if len(cur_lines) != len(good_lines):
+        return current, offset
+    line = current.text.count("\n", 0, offset)
+    if cur_lines[line] != good_lines[line]:
+        return current, offset
+    col = offset - (current.text.rfind("\n", 0, offset) + 1)
+    start = sum(len(s) + 1 for s in good_lines[:line])
+    return good, start + col

@@ -79,7 +79,9 @@ def axis_names(ref: Analysis) -> list[str]:
     place = mesh_decl(ref)
     if place is not None and isinstance(place.node, A.MeshDecl):
         return [a.name.text for a in place.node.axes]
-    return []
+    # no version has parsed yet: the axes of the first mesh block, read from the text
+    m = re.search(r"^\s*mesh\s+\w+\s+of\b[^{\n]*\{([^}]*)\}", ref.text, re.M)
+    return re.findall(r"^\s*(\w+)\s*=", m.group(1).replace(";", "\n"), re.M) if m else []
 
 
 def template_params(headers: list[str]) -> list[str]:
@@ -109,11 +111,13 @@ def _decl_detail(st) -> str:
 
 
 def stdlib_modules(plan_path: str) -> list[str]:
+    """What `use` can name: stdlib modules, then the .plan files next to the plan."""
     out = Resolver().stdlib_modules()
     here = Path(plan_path).parent
-    if here.is_dir():
-        for p in sorted(here.rglob("*.plan")):
-            if p.resolve() != Path(plan_path).resolve() and len(p.relative_to(here).parts) <= 3:
+    if here.is_dir():  # the plan's folder, three levels deep at most (`use a.b.c`)
+        found = [p for pattern in ("*.plan", "*/*.plan", "*/*/*.plan") for p in here.glob(pattern)]
+        for p in sorted(found):
+            if p.resolve() != Path(plan_path).resolve():
                 out.append(".".join(p.relative_to(here).with_suffix("").parts))
     return list(dict.fromkeys(out))
 
@@ -176,8 +180,7 @@ def completion(analysis: Analysis, offset: int, good: Analysis | None = None, in
     if where == "string":
         return L.CompletionList(False, items)
 
-    axes = axis_names(ref) + (template_params(headers) if block == "template" or "template" in
-                              [h.split()[0] for h in headers if h.split()] else [])
+    axes = axis_names(ref) + template_params(headers)  # inside a template: its axis parameters too
     if re.match(r"^\s*use\s+[\w.]*$", prefix):
         add(stdlib_modules(analysis.path), K.Module, r"[\w.]*", "plan module")
     elif re.search(r"\bapply\s+[\w.]*$", prefix):

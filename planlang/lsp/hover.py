@@ -158,7 +158,7 @@ def _hardware(analysis: Analysis, sym: Symbol) -> str | None:
         return f"**link** `{sym.name}` — {link.bandwidth / 1e9:g} GB/s one direction per device, " \
                f"latency {link.latency * 1e6:g} us"
     mesh = plan.mesh if plan else None
-    if mesh is not None and (mesh.name == last or sym.chain and isinstance(sym.chain[-2], A.MeshAlias)):
+    if mesh is not None and (mesh.name == last or sym.enclosing(A.MeshAlias) is not None):
         return f"**mesh** `{mesh}` — {mesh.size if mesh.size is not None else '?'} × " \
                f"{mesh.device.name if mesh.device else '?'}"
     return f"mesh `{sym.name}`"

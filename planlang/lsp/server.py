@@ -21,12 +21,11 @@ from pathlib import Path
 
 from lsprotocol import types as L
 from pygls.lsp.server import LanguageServer
-from pygls.uris import to_fs_path
 
 from planlang import __version__
 from planlang.lang.diagnostics import Diagnostic
 
-from .analysis import Analysis, analyze, reader
+from .analysis import Analysis, analyze, reader, stand_in
 from .completion import completion
 from .diagnostics import to_lsp, uri
 from .formatting import format_edits
@@ -38,6 +37,7 @@ from .tokens import LEGEND, semantic_tokens
 
 log = logging.getLogger("planlang.lsp")
 TRIGGER_CHARACTERS = [".", "[", "(", " ", ","]
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 
 
 @dataclass(frozen=True)
@@ -269,13 +269,18 @@ def build_server() -> PlanServer:
     @server.feature(L.TEXT_DOCUMENT_HOVER)
     def on_hover(ls: PlanServer, params: L.HoverParams):
         st = ls.state(params.text_document.uri)
-        return hover(st.analysis, ls.offset(st, params.position), st.insight, ls.encoding, ls.settings.model_checks)
+        analysis, offset = stand_in(st.analysis, st.good, ls.offset(st, params.position))
+        h = hover(analysis, offset, st.insight, ls.encoding, ls.settings.model_checks)
+        if h is not None and analysis is not st.analysis:
+            h.range = None  # the range was computed on the stand-in's text
+        return h
 
     @server.feature(L.TEXT_DOCUMENT_DEFINITION)
     def on_definition(ls: PlanServer, params: L.DefinitionParams):
         st = ls.state(params.text_document.uri)
-        sym = symbol_at(st.analysis, ls.offset(st, params.position))
-        place = definition(st.analysis, sym) if sym is not None else None
+        analysis, offset = stand_in(st.analysis, st.good, ls.offset(st, params.position))
+        sym = symbol_at(analysis, offset)
+        place = definition(analysis, sym) if sym is not None else None
         if place is None:
             return None
         same = place.path == st.path
@@ -329,10 +334,26 @@ def _read(ls: PlanServer, path: str) -> str:
         return ""
 
 
-def main() -> None:
-    """Serve the language server protocol on stdin/stdout until the client exits."""
-    logging.basicConfig(stream=sys.stderr, level=os.environ.get("PLANLANG_LSP_LOG", "WARNING").upper(),
+def main(argv: list[str] | None = None) -> None:
+    """Serve the language server protocol on stdin/stdout until the client exits.
+
+    `--stdio` is accepted and changes nothing (stdio is the only transport; VS Code's client adds the
+    flag); `--log-level` sets the stderr log level (default: $PLANLANG_LSP_LOG, else WARNING).
+    """
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="planlang lsp", description="The planlang language server (stdio).")
+    parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")
+    parser.add_argument("--log-level", type=str.upper, choices=LOG_LEVELS,
+                        default=os.environ.get("PLANLANG_LSP_LOG", "WARNING").upper(),
+                        help="stderr log level (default: $PLANLANG_LSP_LOG, else WARNING)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(stream=sys.stderr, level=args.log_level if args.log_level in LOG_LEVELS else "WARNING",
                         format="planlang-lsp %(levelname)s %(name)s: %(message)s")
+    serve_stdio()
+
+
+def serve_stdio() -> None:
     stdin = sys.stdin.buffer
     # The protocol gets its own handle on the real stdout; fd 1 and sys.stdout go to stderr, so nothing
     # else (a model factory's print, a library's warning) can corrupt the message stream.
