@@ -1,0 +1,2 @@
+" planlang: distributed-training plans (*.plan)
+autocmd BufNewFile,BufRead *.plan setfiletype plan

@@ -1,0 +1,109 @@
+"""editors/vscode/extension.js, run by node with fake `vscode` and `vscode-languageclient` modules: it starts
+`planlang lsp` over stdio when the executable is found, and does nothing but log a line otherwise."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from .grammar_facts import ROOT
+
+HARNESS = ROOT / "tests" / "editors" / "vscode_extension_harness.js"
+
+pytestmark = pytest.mark.skipif(shutil.which("node") is None and not os.environ.get("CI"),
+                                reason="node is not installed")
+
+
+def run(**scenario) -> dict:
+    proc = subprocess.run(["node", str(HARNESS), json.dumps(scenario)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["error"] is None, out["error"]
+    return out
+
+
+@pytest.fixture
+def fake_planlang(tmp_path):
+    """A directory holding an executable named planlang (never run: the language client is a fake)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    exe = bin_dir / "planlang"
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    return exe
+
+
+def test_starts_planlang_lsp_over_stdio_when_found_on_path(fake_planlang):
+    out = run(PATH=f"/nonexistent:{fake_planlang.parent}", settings={"planlang.modelChecks": True})
+    (client,) = out["clients"]
+    assert client["serverOptions"]["command"] == str(fake_planlang)
+    assert client["serverOptions"]["args"] == ["lsp"]
+    assert client["serverOptions"]["transport"] == 0  # TransportKind.stdio
+    assert {"scheme": "file", "language": "plan"} in client["clientOptions"]["documentSelector"]
+    assert client["clientOptions"]["initializationOptions"] == {"modelChecks": True, "modelCheckDelay": 0.5}
+    assert client["clientOptions"]["synchronize"]["configurationSection"] == "planlang"
+    assert client["started"] is True
+    assert "planlang.restartServer" in out["commands"]
+
+
+def test_does_nothing_but_log_when_planlang_is_missing(tmp_path):
+    out = run(PATH=str(tmp_path))
+    assert out["clients"] == []
+    assert any("not found" in line for line in out["log"]), out["log"]
+
+
+def test_path_setting_to_a_file_that_is_not_executable_is_not_started(tmp_path):
+    plain = tmp_path / "planlang"
+    plain.write_text("not a program")
+    plain.chmod(0o644)
+    out = run(PATH="", settings={"planlang.path": str(plain)})
+    assert out["clients"] == []
+
+
+def test_path_setting_relative_to_the_workspace_folder(fake_planlang, tmp_path):
+    out = run(PATH="", workspaceFolder=str(tmp_path), settings={"planlang.path": "${workspaceFolder}/bin/planlang"})
+    assert [c["serverOptions"]["command"] for c in out["clients"]] == [str(fake_planlang)]
+    out = run(PATH="", workspaceFolder=str(tmp_path), settings={"planlang.path": "bin/planlang"})
+    assert [c["serverOptions"]["command"] for c in out["clients"]] == [str(fake_planlang)]
+
+
+def test_missing_language_client_package_is_logged_not_thrown(fake_planlang):
+    out = run(PATH=str(fake_planlang.parent), noClient=True)
+    assert out["clients"] == []
+    assert any("vscode-languageclient" in line for line in out["log"]), out["log"]
+
+
+def test_a_server_that_fails_to_start_is_logged(fake_planlang):
+    out = run(PATH=str(fake_planlang.parent), startFails=True)
+    assert len(out["clients"]) == 1 and out["clients"][0]["started"] is False
+    assert any("did not start" in line for line in out["log"]), out["log"]
+
+
+def test_changing_the_executable_restarts_the_server(fake_planlang, tmp_path):
+    other = tmp_path / "other-planlang"
+    shutil.copy(fake_planlang, other)
+    out = run(PATH=str(fake_planlang.parent), changeSetting={"planlang.path": str(other)})
+    assert [c["serverOptions"]["command"] for c in out["clients"]] == [str(fake_planlang), str(other)]
+    assert out["stopped"] == 1
+
+
+def test_other_settings_reach_the_running_server_without_a_restart(fake_planlang):
+    """modelChecks changes go to the server as didChangeConfiguration (synchronize.configurationSection)."""
+    out = run(PATH=str(fake_planlang.parent), changeSetting={"planlang.modelChecks": True})
+    assert len(out["clients"]) == 1 and out["stopped"] == 0
+
+
+def test_deactivate_stops_the_server(fake_planlang):
+    out = run(PATH=str(fake_planlang.parent), deactivate=True)
+    assert out["stopped"] == 1
+
+
+def test_find_executable_on_windows_uses_pathext(tmp_path):
+    (tmp_path / "planlang.EXE").write_text("")
+    out = run(PATH="", findExecutable={"setting": "planlang",
+                                       "options": {"platform": "win32",
+                                                   "env": {"PATH": str(tmp_path), "PATHEXT": ".EXE;.CMD"}}})
+    assert out["found"] == str(tmp_path / "planlang.EXE")
