@@ -38,6 +38,8 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor.placement_types import _StridedShard  # FSDP2 + TP's dim-0 convention
 
 from planlang.plan.types import Spec
 
@@ -62,9 +64,6 @@ def _contiguous_stride(shape) -> tuple[int, ...]:
 def placements_with(spec: Spec, mesh, extra: Mapping[str, int]) -> tuple:
     """`to_placements(spec)` with each axis of `extra` (axis -> dim) splitting that dim as its minor-most
     splitter (how FSDP2 and our ZeRO-1 slicing cut a local piece)."""
-    from torch.distributed.tensor import Shard
-    from torch.distributed.tensor.placement_types import _StridedShard
-
     if spec.partial:
         raise CheckpointError(f"a parameter cannot be stored as a partial sum ({spec})")
     out = list(to_placements(spec, mesh))
@@ -95,8 +94,6 @@ def chunk_bounds(n: int, parts: int, index: int) -> tuple[int, int]:
 
 
 def _dtensor(local: torch.Tensor, shape, placements, groups):
-    from torch.distributed.tensor import DTensor
-
     shape = torch.Size(shape)
     return DTensor.from_local(local, groups.device_mesh, placements, run_check=False, shape=shape,
                               stride=_contiguous_stride(shape))
@@ -107,8 +104,6 @@ class _Param:
     """One parameter as the checkpoint sees it: its local piece and how that piece is placed."""
 
     def __init__(self, name: str, param: nn.Parameter, layout: ParamLayout, groups) -> None:
-        from torch.distributed.tensor import DTensor, Shard
-
         self.name, self.param, self.layout, self.groups = name, param, layout, groups
         self.fsdp = isinstance(param, DTensor)
         self.extra: dict[str, int] = {}
@@ -174,10 +169,8 @@ def _set_param_groups(optimizer, saved: list[dict]) -> None:
         g.update({k: v for k, v in s.items() if k != "params"})
 
 
-def _state_piece(par: _Param, name: str, value, local: torch.Tensor | None = None):
+def _state_piece(par: _Param, name: str, value):
     """A plain optimizer's state tensor as what DCP stores (DTensor like its parameter, or 0-d tensor)."""
-    from torch.distributed.tensor import DTensor
-
     if isinstance(value, DTensor):
         value = value.to_local()
     if value.dim() == 0:
@@ -269,8 +262,6 @@ class _Zero1:
 
     def install(self, loaded: dict[str, dict]) -> None:
         """Gather each state tensor's slices to its owner and put them in its optimizer."""
-        from torch.distributed.tensor import DTensor
-
         for name in sorted(loaded):
             par, owner = self.params[name], self.owner[name]
             state = {}
@@ -300,18 +291,26 @@ def _names_of(params: dict[str, _Param]) -> dict[int, str]:
     return {id(q.param): name for name, q in params.items()}
 
 
-def _state_dict(module, optimizer, layouts, groups) -> tuple[dict, dict[str, _Param], object]:
+def _check_optimizer(optimizer, params: dict[str, _Param]) -> dict[int, str]:
+    names_of = _names_of(params)
+    missing = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in names_of]
+    if missing:
+        raise CheckpointError(f"the optimizer steps {len(missing)} tensor(s) that are not parameters of the module")
+    return names_of
+
+
+def save_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, ParamLayout], groups) -> None:
+    """Save the model (and the optimizer, if given) to the DCP directory `path`; every rank calls it.
+
+    `module` may be wrapped by DDP or sharded by FSDP2; `layouts` maps parameter names to their
+    ParamLayout (parameters without one are taken as replicated); `groups` is the plan's MeshGroups.
+    `optimizer` is a torch optimizer or a ZeroRedundancyOptimizer."""
     params = _params(module, layouts, groups)
     sd: dict = {"model": {name: q.dtensor() for name, q in params.items()} | _buffers(module)}
-    zero1 = None
     if optimizer is not None:
-        names_of = _names_of(params)
-        missing = [p for g in optimizer.param_groups for p in g["params"] if id(p) not in names_of]
-        if missing:
-            raise CheckpointError(f"the optimizer steps {len(missing)} tensor(s) that are not parameters of the module")
+        names_of = _check_optimizer(optimizer, params)
         if is_zero1(optimizer):
-            zero1 = _Zero1(optimizer, params, groups)
-            state = None
+            state = _Zero1(optimizer, params, groups).save_state()
         else:
             state = {}
             for name, q in params.items():
@@ -319,17 +318,6 @@ def _state_dict(module, optimizer, layouts, groups) -> tuple[dict, dict[str, _Pa
                 if st:
                     state[name] = {k: _state_piece(q, k, v) for k, v in st.items() if isinstance(v, torch.Tensor)}
         sd["optim"] = {"state": state, "param_groups": _param_groups(optimizer, names_of)}
-    return sd, params, zero1
-
-
-def save_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, ParamLayout], groups) -> None:
-    """Save the model (and the optimizer, if given) to the DCP directory `path`; every rank calls it.
-
-    `module` may be wrapped by DDP or sharded by FSDP2; `layouts` maps parameter names to their
-    ParamLayout (parameters without one are taken as replicated); `groups` is the plan's MeshGroups."""
-    sd, _, zero1 = _state_dict(module, optimizer, layouts, groups)
-    if zero1 is not None:
-        sd["optim"]["state"] = zero1.save_state()
     dcp.save(sd, checkpoint_id=str(path))
 
 
@@ -340,68 +328,37 @@ def _saved_keys(path) -> dict[tuple, object]:
     return {tuple(mapping.get(k, (k,))): v for k, v in meta.state_dict_metadata.items()}
 
 
-def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, ParamLayout], groups) -> None:
-    """Load a checkpoint saved by `save_checkpoint` (under any plan and world size) into `module` and
-    `optimizer` (if given), laid out by `layouts` on `groups`' mesh; every rank calls it."""
-    from torch.distributed.tensor import DTensor
+def _saved_optimizer(saved: dict, params: dict[str, _Param], path) -> tuple[dict, list[dict]]:
+    """The checkpoint's optimizer state entries (fqn -> name -> (shape, dtype)) and a placeholder of its
+    param_groups (DCP stores each hyperparameter of each group as a key of its own)."""
+    states: dict[str, dict[str, tuple]] = {}
+    groups: dict[int, dict] = {}
+    for key, md in saved.items():
+        if len(key) == 4 and key[:2] == ("optim", "state"):
+            name = key[2]
+            if name not in params:
+                raise CheckpointError(f"the checkpoint has optimizer state for {name}, which the model lacks")
+            if len(md.size):
+                _check_saved(saved, key, params[name].layout.shape)
+            states.setdefault(name, {})[key[3]] = (tuple(md.size), md.properties.dtype)
+        elif len(key) == 4 and key[:2] == ("optim", "param_groups"):
+            groups.setdefault(int(key[2]), {})[key[3]] = None
+    if not groups:
+        raise CheckpointError(f"{path} holds no optimizer state (it was saved without an optimizer)")
+    return states, [groups[i] for i in sorted(groups)]
 
-    saved = _saved_keys(path)
-    params = _params(module, layouts, groups)
-    sd: dict = {"model": {}}
-    for name, q in params.items():
-        _check_saved(saved, ("model", name), q.layout.shape)
-        sd["model"][name] = q.dtensor()  # loads into the parameter's own storage
-    bufs = _buffers(module)
-    for name, b in bufs.items():
-        _check_saved(saved, ("model", name), tuple(b.shape))
-        sd["model"][name] = b
-    zero1 = None
-    if optimizer is not None:
-        states: dict[str, dict[str, tuple]] = {}
-        for key, md in saved.items():
-            if len(key) == 4 and key[:2] == ("optim", "state"):
-                if key[2] not in params:
-                    raise CheckpointError(f"the checkpoint has optimizer state for {key[2]}, which the model lacks")
-                states.setdefault(key[2], {})[key[3]] = (tuple(md.size), md.properties.dtype)
-        saved_groups: dict[int, dict] = {}  # DCP stores each hyperparameter of each group as its own key
-        for key in saved:
-            if len(key) == 4 and key[:2] == ("optim", "param_groups"):
-                saved_groups.setdefault(int(key[2]), {})[key[3]] = None
-        if not saved_groups:
-            raise CheckpointError(f"{path} holds no optimizer state (it was saved without an optimizer)")
-        if is_zero1(optimizer):
-            zero1 = _Zero1(optimizer, params, groups)
-            targets = zero1.targets(states)
-        else:
-            targets = {}
-            for name, st in states.items():
-                q = params[name]
-                targets[name] = {}
-                for key, (shape, dtype) in st.items():
-                    if len(shape) == 0:
-                        targets[name][key] = torch.empty((), dtype=dtype)
-                    else:
-                        _check_saved(saved, ("optim", "state", name, key), q.layout.shape)
-                        targets[name][key] = q.dtensor(torch.empty(q.local.shape, dtype=dtype))
-        sd["optim"] = {"state": targets, "param_groups": [saved_groups[i] for i in sorted(saved_groups)]}
-    dcp.load(sd, checkpoint_id=str(path))
-    for name, q in params.items():  # DCP writes in place; copy in case it had to allocate
-        t = sd["model"][name]
-        local = t.to_local() if isinstance(t, DTensor) else t
-        if local.data_ptr() != q.local.data_ptr():
-            with torch.no_grad():
-                q.local.copy_(local)
-    unwrapped = unwrap(module)
-    for name, b in bufs.items():
-        if sd["model"][name] is not b:
-            unwrapped.get_buffer(name).copy_(sd["model"][name])
-    if optimizer is None:
-        return
-    _set_param_groups(optimizer, sd["optim"]["param_groups"])
-    loaded = sd["optim"]["state"]
-    if zero1 is not None:
-        zero1.install(loaded)
-        return
+
+def _plain_targets(states: dict, params: dict[str, _Param]) -> dict[str, dict]:
+    """Tensors for DCP to fill: each state tensor placed like its parameter's piece, 0-d ones whole."""
+    out: dict[str, dict] = {}
+    for name, st in states.items():
+        q = params[name]
+        out[name] = {key: torch.empty((), dtype=dtype) if len(shape) == 0
+                     else q.dtensor(torch.empty(q.local.shape, dtype=dtype)) for key, (shape, dtype) in st.items()}
+    return out
+
+
+def _install_plain(optimizer, loaded: dict[str, dict], params: dict[str, _Param]) -> None:
     for name, st in loaded.items():
         q = params[name]
         state = {}
@@ -413,6 +370,46 @@ def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, Pa
                                            shape=q.param.shape, stride=q.param.stride())
             state[key] = t
         optimizer.state[q.param] = state
+
+
+def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, ParamLayout], groups) -> None:
+    """Load a checkpoint saved by `save_checkpoint` (under any plan and world size) into `module` and
+    `optimizer` (if given; a torch optimizer or a ZeroRedundancyOptimizer), laid out by `layouts` on
+    `groups`' mesh; every rank calls it. Hyperparameters (lr, betas, ...) come from the checkpoint."""
+    saved = _saved_keys(path)
+    params = _params(module, layouts, groups)
+    bufs = _buffers(module)
+    sd: dict = {"model": {}}
+    for name, q in params.items():
+        _check_saved(saved, ("model", name), q.layout.shape)
+        sd["model"][name] = q.dtensor()  # DCP reads into the parameter's own storage
+    for name, b in bufs.items():
+        _check_saved(saved, ("model", name), tuple(b.shape))
+        sd["model"][name] = b
+    zero1 = None
+    if optimizer is not None:
+        _check_optimizer(optimizer, params)
+        states, param_groups = _saved_optimizer(saved, params, path)
+        zero1 = _Zero1(optimizer, params, groups) if is_zero1(optimizer) else None
+        targets = zero1.targets(states) if zero1 else _plain_targets(states, params)
+        sd["optim"] = {"state": targets, "param_groups": param_groups}
+    dcp.load(sd, checkpoint_id=str(path))
+    with torch.no_grad():  # DCP loads in place; copy where it had to allocate
+        for name, q in params.items():
+            t = sd["model"][name]
+            local = t.to_local() if isinstance(t, DTensor) else t
+            if local.data_ptr() != q.local.data_ptr():
+                q.local.copy_(local)
+        for name, b in bufs.items():
+            if sd["model"][name] is not b:
+                b.copy_(sd["model"][name])
+    if optimizer is None:
+        return
+    _set_param_groups(optimizer, sd["optim"]["param_groups"])
+    if zero1 is not None:
+        zero1.install(sd["optim"]["state"])
+    else:
+        _install_plain(optimizer, sd["optim"]["state"], params)
 
 
 def _check_saved(saved: dict, key: tuple, shape) -> None:

@@ -115,8 +115,8 @@ def _check_replicated(layouts: Mapping[str, ParamLayout] | None, axes: tuple[str
         if bad:
             raise DataParallelError(
                 f"parameter {lay} is split over data axis `{bad[0]}`: data parallelism needs parameters "
-                f"replicated over {', '.join(axes)}; shard it over another axis, or use "
-                f"`zero = 3 over {bad[0]}` to shard parameters over the data axis")
+                f"replicated over {', '.join(axes)}; take `{bad[0]}` out of its spec (`zero = 3 over {bad[0]}` "
+                "shards parameters over a data axis for you)")
 
 
 def _default_units(module: nn.Module) -> list[str]:

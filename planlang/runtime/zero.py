@@ -15,6 +15,8 @@ than 1/N of the state.
 from __future__ import annotations
 
 import inspect
+import sys
+import warnings
 from collections.abc import Iterable
 
 import torch
@@ -98,9 +100,7 @@ def build_optimizer(params: nn.Module | Iterable, opt: T.Optimizer, groups=None)
     if groups.size(axis) == 1:
         return cls(ps, **kwargs)
     if stage == 1:
-        from torch.distributed.optim import ZeroRedundancyOptimizer
-
-        return ZeroRedundancyOptimizer(ps, optimizer_class=cls, process_group=groups.group(axis), **kwargs)
+        return _zero_redundancy_optimizer()(ps, optimizer_class=cls, process_group=groups.group(axis), **kwargs)
     from torch.distributed.tensor import DTensor
 
     if not all(isinstance(p, DTensor) for p in ps):
@@ -109,10 +109,17 @@ def build_optimizer(params: nn.Module | Iterable, opt: T.Optimizer, groups=None)
     return cls(ps, **kwargs)
 
 
-def is_zero1(optimizer) -> bool:
-    from torch.distributed.optim import ZeroRedundancyOptimizer
+def _zero_redundancy_optimizer():
+    with warnings.catch_warnings():  # torch.distributed.optim scripts functions at import (deprecated torch.jit)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+    return ZeroRedundancyOptimizer
 
-    return isinstance(optimizer, ZeroRedundancyOptimizer)
+
+def is_zero1(optimizer) -> bool:
+    """Whether `optimizer` is a ZeroRedundancyOptimizer (without importing torch.distributed.optim)."""
+    mod = sys.modules.get("torch.distributed.optim")  # not imported: no ZeroRedundancyOptimizer exists
+    return mod is not None and isinstance(optimizer, mod.ZeroRedundancyOptimizer)
 
 
 __all__ = ["TORCH_OPTIMIZERS", "OptimizerError", "optimizer_class", "optimizer_kwargs", "build_optimizer", "is_zero1"]
