@@ -86,11 +86,10 @@ def _write(data: ReportData, out: Path, fmts: tuple[str, ...]) -> list[Path]:
 
     sim = data.schedule
     limit, what = memory_limit(data.plan)
-    by_stage = data.bars[0].device.startswith("stage")
     note = "" if sim is None or sim.chunks == 1 else (
         f"each pipeline rank holds {sim.chunks} stages; the estimate (and each bar) is of one stage, so a rank's "
         "memory is that of its stages together")
-    title = f"{data.name}: estimated peak memory per device" + (", by pipeline stage" if by_stage else "")
+    title = f"{data.name}: estimated peak memory per device"
     written = draw_memory(data.bars, limit, what, title, out / "memory", fmts, _bar_labels(data), note)
     images = {"memory": "memory"}
     if sim is not None:

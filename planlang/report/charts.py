@@ -3,6 +3,7 @@ backend is chosen for the caller). matplotlib is imported when a chart is drawn,
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from planlang.plan.units import format_bytes
@@ -28,7 +29,7 @@ def _save(fig, base: Path, formats) -> list[Path]:
     with matplotlib.rc_context(RC):
         for fmt in formats:
             path = base.with_suffix("." + fmt)
-            meta = {"Date": None} if fmt == "svg" else {}
+            meta = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}.get(fmt, {})
             fig.savefig(path, format=fmt, dpi=110, metadata=meta)
             out.append(path)
     return out
@@ -61,7 +62,7 @@ def draw_memory(bars: tuple[MemoryBar, ...], limit: int | None, limit_label: str
             ax = fig.add_subplot(grid[1], sharex=top_ax)
         else:
             top_ax = ax = fig.add_subplot()
-        ymax = highest / scale * 1.38 if broken or not limit else max(highest, limit) / scale * 1.2
+        ymax = (highest * 1.38 if broken or not limit else max(highest * 1.3, limit * 1.15)) / scale
         used: list[str] = []
         for x, bar in enumerate(bars):
             bottom = 0.0
@@ -98,10 +99,8 @@ def draw_memory(bars: tuple[MemoryBar, ...], limit: int | None, limit_label: str
         ax.set_xticks(range(len(bars)), tick_labels or [b.device for b in bars])
         ax.set_xlim(-0.6, len(bars) - 0.4)
         ax.set_ylabel(f"memory per device ({unit})")
-        top_ax.set_title(title)
+        top_ax.set_title(textwrap.fill(title, 60))
         if note:
-            import textwrap
-
             ax.set_xlabel(textwrap.fill(note, 80), fontsize=9, color="#555555")
         ax.grid(axis="y", alpha=0.3)
         ax.set_axisbelow(True)

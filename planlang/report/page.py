@@ -20,6 +20,7 @@ h1 { font-size: 1.5em; margin-bottom: 0.2em; } h2 { font-size: 1.2em; margin-top
 table { border-collapse: collapse; margin: 0.6em 0; font-size: 0.92em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num, td:first-child { white-space: nowrap; }
 th { background: #f3f3f3; } .over { color: #c0392b; font-weight: 600; } .ok { color: #2e7d32; }
 img { max-width: 100%; border: 1px solid #eee; } .muted { color: #666; font-size: 0.9em; }
 pre { background: #f7f7f7; padding: 0.8em; overflow-x: auto; font-size: 0.85em; }

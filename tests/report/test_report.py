@@ -1,0 +1,213 @@
+"""`write_report` end to end on small plans: the files it writes, the numbers behind the memory bars
+against the estimator's, and clear errors for plans it cannot report on."""
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from planlang.report import ReportError, build_report_data, report_command, write_report
+from planlang.report.schedule import simulate
+
+ROOT = Path(__file__).resolve().parents[2]
+MLP_2D = ROOT / "examples" / "mlp" / "mlp_2d.plan"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+TINY = """\
+use hardware
+
+model gpt2 = "examples.gpt2.model:build"(layers = 2, hidden = 64, heads = 2, vocab = 128, seq = 32)
+input idx : i64[batch = 16, seq = 32]
+
+mesh cluster of 4 x hardware.a100_80g {
+    pp = 2 over hardware.infiniband_200g
+    dp = 2 over hardware.nvlink3
+}
+budget BUDGET per device
+optimizer adamw
+
+data idx : [dp, _]
+
+pipeline over pp schedule gpipe microbatches 4 {
+    stage wte, wpe, drop, h[0:1]
+    stage h[1:2], ln_f, lm_head
+}
+"""
+
+
+def _plan(folder: Path, name: str, text: str) -> str:
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    d = tmp_path_factory.mktemp("plans")
+    return {
+        "tiny": _plan(d, "tiny_pipe.plan", TINY.replace("BUDGET", "1 GiB")),
+        "over": _plan(d, "tiny_over.plan", TINY.replace("BUDGET", "1 MiB")),
+        "syntax": _plan(d, "broken.plan", "mesh m of 4 x {\n"),
+        "noimport": _plan(d, "noimport.plan", TINY.replace("BUDGET", "1 GiB").replace(
+            "examples.gpt2.model:build", "no_such_package.model:build")),
+        "nospeed": _plan(d, "nospeed.plan", TINY.replace("BUDGET", "1 GiB").replace(
+            "mesh cluster of 4 x hardware.a100_80g", "device toy {\n    memory = 8 GiB\n}\nmesh cluster of 4 x toy").replace(
+            "schedule gpipe microbatches 4", "schedule 1f1b microbatches 8")),
+        "holes": _plan(d, "holes.plan", TINY.replace("BUDGET", "1 GiB").replace("microbatches 4", "microbatches ?")),
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_report(plans, tmp_path_factory):
+    out = tmp_path_factory.mktemp("tiny_report")
+    return out, write_report(plans["tiny"], str(out))
+
+
+@pytest.fixture(scope="module")
+def tiny_data(plans):
+    return build_report_data(plans["tiny"])
+
+
+class _Links(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.refs: list[str] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "img":
+            self.refs.append(a["src"])
+        if tag == "a" and a.get("href"):
+            self.refs.append(a["href"])
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _check_files(out: Path, files: list[Path], stems: list[str]) -> _Links:
+    names = sorted(f.name for f in files)
+    assert names == sorted([f"{s}.{x}" for s in stems for x in ("png", "svg")] + ["report.json", "index.html"])
+    for f in files:
+        assert f.parent == out and f.stat().st_size > 0
+    for s in stems:
+        assert (out / f"{s}.png").read_bytes()[:8] == PNG_MAGIC
+        root = ET.parse(out / f"{s}.svg").getroot()
+        assert root.tag.endswith("svg")
+    page = _Links()
+    page.feed((out / "index.html").read_text(encoding="utf-8"))
+    for s in stems:
+        assert f"{s}.png" in page.refs and f"{s}.svg" in page.refs
+    for ref in page.refs:  # self-contained: every reference is one of the files written
+        assert (out / ref).is_file(), ref
+    return page
+
+
+def test_report_of_a_pipeline_plan_writes_both_charts_and_the_page(tiny_report):
+    out, files = tiny_report
+    page = _check_files(out, files, ["memory", "schedule"])
+    text = " ".join(page.text)
+    for word in ("world size", "budget", "stage 0", "stage 1", "gpipe", "bubble"):
+        assert word in text
+    data = json.loads((out / "report.json").read_text())
+    sched = data["schedule"]
+    assert sched["kind"] == "gpipe" and sched["ranks"] == 2 and sched["microbatches"] == 4
+    assert len(sched["boxes"]) == 2 * 2 * 4  # a forward and a backward per stage and microbatch
+
+
+def test_report_without_pipeline_draws_no_schedule_and_says_so(tmp_path):
+    files = write_report(str(MLP_2D), str(tmp_path / "mlp"), formats="png,svg")
+    page = _check_files(tmp_path / "mlp", files, ["memory"])
+    assert not list((tmp_path / "mlp").glob("schedule.*"))
+    assert "no pipeline" in " ".join(page.text)
+    data = json.loads((tmp_path / "mlp" / "report.json").read_text())
+    assert data["schedule"] is None
+    # mlp_2d runs on CPU ranks: AdamW's per-tensor step holds two temporaries of the largest local
+    # parameter (fc1.weight [4096, 1024] split over tp = 2), and that phase is the peak
+    (dev,) = data["devices"]
+    largest = 4096 * 1024 // 2 * 4
+    assert dev["peak_phase"] == "optimizer step"
+    assert dev["bar"]["optimizer-step temporaries"] == 2 * largest
+    assert dev["bar"]["gradients"] == dev["gradients"]
+    assert sum(dev["bar"].values()) == dev["peak"]
+
+
+def test_memory_bars_equal_the_estimators_numbers(tiny_data, tiny_report):
+    from planlang.model.estimate import estimate_plan
+
+    data = tiny_data
+    rows = estimate_plan(data.plan)  # a separate run of the estimator
+    assert [r.as_dict() for r in data.estimates] == [r.as_dict() for r in rows]
+    written = json.loads((tiny_report[0] / "report.json").read_text())["devices"]
+    assert len(data.bars) == len(rows) == len(written) == 2
+    for bar, row, dev in zip(data.bars, rows, written):
+        assert bar.device == row.device
+        assert bar.height == row.peak == sum(dev["bar"].values())
+        assert dict(bar.segments) == dev["bar"]
+        assert bar.segment("parameters") == row.parameters
+        assert bar.segment("optimizer state") == row.optimizer
+        assert bar.segment("buffers") == row.buffers
+        if bar.phase == "backward":
+            assert bar.segment("activations") == row.activations
+            assert 0 <= bar.segment("backward transient") <= row.transient
+        else:
+            assert bar.segment("gradients") == row.gradients
+            assert 0 <= bar.segment("optimizer-step temporaries") <= row.transient
+
+
+def test_schedule_uses_the_estimated_stage_times(tiny_data):
+    data = tiny_data
+    times = data.stage_times
+    assert times.measured
+    for f, b, row in zip(times.forward, times.backward, data.estimates):
+        assert (f + b) * 4 == pytest.approx(row.step_time)  # 4 microbatches
+        assert b == pytest.approx(2 * f)
+    again = simulate("gpipe", list(times.forward), list(times.backward), 4)
+    assert data.schedule.bubble_ratio == pytest.approx(again.bubble_ratio)
+    assert [b.start for b in data.schedule.boxes] == [b.start for b in again.boxes]
+
+
+def test_a_device_without_throughput_gets_equal_stage_times_and_the_closed_form_bubble(plans, tmp_path):
+    files = write_report(plans["nospeed"], str(tmp_path), formats=["png"])
+    assert (tmp_path / "schedule.png").read_bytes()[:8] == PNG_MAGIC and tmp_path / "schedule.png" in files
+    sched = json.loads((tmp_path / "report.json").read_text())["schedule"]
+    assert sched["kind"] == "1f1b" and sched["time_unit"] == "forward"
+    assert sched["bubble_ratio"] == pytest.approx((2 - 1) / (8 + 2 - 1))
+    assert sched["step"] == pytest.approx((8 + 2 - 1) * 3.0)  # forward 1 + backward 2 per stage
+
+
+def test_an_over_budget_plan_is_reported_with_the_overflow(plans, tmp_path):
+    files = write_report(plans["over"], str(tmp_path), formats=["svg"])
+    assert sorted(f.name for f in files) == ["index.html", "memory.svg", "report.json", "schedule.svg"]
+    html = (tmp_path / "index.html").read_text()
+    assert "over by" in html and "PL560" in html
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert all(d["peak"] > data["budget"] for d in data["devices"])
+
+
+@pytest.mark.parametrize("which,expected", [
+    ("syntax", "has errors; fix them first"),
+    ("noimport", "cannot be loaded"),
+    ("holes", "holes (`?`); solve it first"),
+])
+def test_plans_that_cannot_be_reported_give_a_clear_error(plans, which, expected, tmp_path, capsys):
+    with pytest.raises(ReportError, match=expected.replace("(", r"\(").replace(")", r"\)").replace("?", r"\?")):
+        write_report(plans[which], str(tmp_path))
+    assert report_command(plans[which], str(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert "planlang: error: " in err and "Traceback" not in err
+    if which == "noimport":
+        assert "PL260" in err and "no_such_package" in err
+    if which == "syntax":
+        assert "PL1" in err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_unknown_format_and_missing_file(plans, tmp_path, capsys):
+    with pytest.raises(ReportError, match="unknown image format gif"):
+        write_report(plans["tiny"], str(tmp_path), formats=("png", "gif"))
+    assert report_command(str(tmp_path / "nope.plan"), str(tmp_path)) == 2
+    assert "no such file" in capsys.readouterr().err
