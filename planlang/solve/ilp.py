@@ -102,7 +102,7 @@ class Edge:
     src: str
     dst: str
     slot: int = 0
-    seconds: np.ndarray | Sequence = ()
+    seconds: np.ndarray | Sequence | None = None
     volume: np.ndarray | Sequence | None = None
     memory: np.ndarray | Sequence | None = None
 
@@ -171,8 +171,7 @@ class Instance:
                 if end not in idx:
                     raise ILPError(f"edge {e} names unknown node {end!r}")
             r, c = len(idx[e.src].options), len(idx[e.dst].options)
-            object.__setattr__(e, "seconds", _matrix(e.seconds, r, c, f"edge {e} seconds"))
-            for attr in ("volume", "memory"):
+            for attr in ("seconds", "volume", "memory"):
                 m = getattr(e, attr)
                 object.__setattr__(e, attr, np.zeros((r, c)) if m is None else _matrix(m, r, c, f"edge {e} {attr}"))
             if np.any(e.memory < 0):
@@ -214,10 +213,20 @@ class InfeasibleBudget(Exception):
 
     def __init__(self, budget: float, minimum: float, cause: str) -> None:
         self.budget, self.minimum, self.cause = budget, minimum, cause
+        need = bytes_rounded_up(minimum)
         super().__init__(
             f"no sharding fits the budget of {format_bytes(int(budget))} per device; the least memory any "
-            f"choice needs is {format_bytes(math.ceil(minimum))} ({cause}). Raise the budget to at least "
-            f"{format_bytes(math.ceil(minimum))}, add devices, or allow more sharding (fewer fixed specs).")
+            f"choice needs is {need} ({cause}). Raise the budget to at least {need}, add devices, or allow "
+            "more sharding (fewer fixed specs).")
+
+
+def bytes_rounded_up(n: float) -> str:
+    """Like format_bytes, but never below `n` (a budget written with it is enough)."""
+    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if n >= scale:
+            v = math.ceil(n / scale * 100 - 1e-9) / 100
+            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
+    return f"{math.ceil(n - 1e-9):.0f} B"
 
 
 class SolveTimeout(RuntimeError):
@@ -380,9 +389,6 @@ class Form:
     lin: dict[int, np.ndarray] = field(default_factory=dict)
     pair: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
 
-    def is_empty(self) -> bool:
-        return not self.lin and not self.pair and self.const == 0.0
-
     def _add_lin(self, c: int, vec: np.ndarray) -> None:
         if c in self.lin:
             self.lin[c] = self.lin[c] + vec
@@ -501,9 +507,8 @@ def _liveness(inst: Instance) -> tuple[dict, dict]:
     return suffix, direct
 
 
-def reduce(inst: Instance, objectives: Iterable[str], merge: str = "followers", alpha: float = 0.1) -> Reduced:
+def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "followers", alpha: float = 0.1) -> Reduced:
     """Merge nodes into classes and express objectives and memory rows over class variables."""
-    idx = inst._index()
     sizes0 = {n.name: len(n.options) for n in inst.nodes}
     uf = _Classes(sizes0)
     equal_nodes: list[tuple[str, str]] = []
@@ -524,7 +529,8 @@ def reduce(inst: Instance, objectives: Iterable[str], merge: str = "followers", 
     for r in roots:
         if not uf.allowed[r].any():
             members = [v for v in sizes0 if uf.find(v)[0] == r]
-            raise ILPError(f"the fixed choices of {', '.join(members)} contradict their group: no option is left")
+            raise ILPError(f"the fixed choices of {', '.join(members)} contradict each other or their group: "
+                           "no option is left")
     cls = {r: i for i, r in enumerate(roots)}
     opts = [np.flatnonzero(uf.allowed[r]) for r in roots]
     sizes = [len(o) for o in opts]
@@ -599,7 +605,7 @@ def solve(inst: Instance, objective: str = "time", options: SolveOptions = Solve
     t0 = _time.perf_counter()
     inst.validate()
     needs = {"time": ["time"], "memory": ["memory"], "peak": [], "balanced": ["time"]}[objective]
-    red = reduce(inst, needs, options.merge, options.alpha)
+    red = reduce_instance(inst, needs, options.merge, options.alpha)
     budget = inst.budget
 
     def least_peak() -> "B.Raw":
@@ -615,7 +621,8 @@ def solve(inst: Instance, objective: str = "time", options: SolveOptions = Solve
         raw = B.run(red, goal, budget, options)
         if raw.infeasible:
             peak = least_peak()
-            raise InfeasibleBudget(budget, peak.value, _peak_cause(inst, red.decode(peak.picks)))  # type: ignore[arg-type]
+            cause = _peak_cause(inst, red.decode(peak.picks))
+            raise InfeasibleBudget(budget, peak.value, cause)  # type: ignore[arg-type]
         if objective == "balanced":
             t_star = max(raw.value, 1e-30)
             p_star = max(least_peak().value, 1.0)

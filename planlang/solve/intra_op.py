@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planlang.cost.comm import bytes_sent, compute_time
+from planlang.cost.comm import Collective, CommCost, bytes_sent, compute_time, price
 from planlang.cost.layout import (
     conversion_path, enumerate_layouts, is_valid, local_numel, neighbors, normalize, step_comms, step_cost,
 )
@@ -101,7 +101,8 @@ class Problem:
 
     def __str__(self) -> str:
         n = {k: sum(1 for v in self.kinds.values() if v == k) for k in ("op", "param", "input")}
-        return f"intra-op problem on {self.mesh}: {n['op']} ops, {n['param']} params, {n['input']} inputs; {self.instance}"
+        return (f"intra-op problem on {self.mesh}: {n['op']} ops, {n['param']} params, {n['input']} inputs; "
+                f"{self.instance}")
 
     def output_spec(self, node: str, option: int) -> Spec:
         if self.kinds[node] == "op":
@@ -126,8 +127,18 @@ class Solution:
         return "\n".join(lines)
 
     def shard_lines(self) -> list[str]:
-        """`shard` statements for every parameter, in planlang syntax."""
-        return [f"shard {k} : {v}" for k, v in self.params.items()]
+        """`shard` statements for every parameter in planlang syntax; parameters of repeated blocks
+        that agree share one line with `[*]`."""
+        by_pattern: dict[str, list[tuple[str, Spec]]] = {}
+        for fqn, spec in self.params.items():
+            by_pattern.setdefault(block_pattern(fqn), []).append((fqn, spec))
+        lines = []
+        for pattern, members in by_pattern.items():
+            if len(members) > 1 and len({spec for _, spec in members}) == 1:
+                lines.append(f"shard {plan_name(pattern)} : {members[0][1]}")
+            else:
+                lines += [f"shard {plan_name(fqn)} : {spec}" for fqn, spec in members]
+        return lines
 
 
 def _itemsize(dtype: str) -> int:
@@ -231,12 +242,14 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
         alias = kind in ALIASES
         if alias and n.inputs and n.inputs[0] in values and values[n.inputs[0]].kind == "op":
             alias_of[n.name] = alias_of.get(n.inputs[0], n.inputs[0])
+        no_grad = [i for i, v in enumerate(n.inputs) if v in values and values[v].kind in ("input", "const")]
         opts = []
         for s in ss:
             mem = 0 if n.name in alias_of else s.memory
             flops = s.flops * (1.0 + ratio)
+            comms = _without_no_grad_allreduces(n.op, s, no_grad, mesh)
             opts.append(Option(s.name, compute=compute_time(flops, mesh, n.op.dtype, efficiency) if flops else 0.0,
-                               comm=s.comm_seconds, memory=mem, volume=_volume(s.forward + s.backward, mesh),
+                               comm=sum(c.seconds for c in comms), memory=mem, volume=_volume(comms, mesh),
                                redundancy=(mem - math.prod(n.op.output) * n.op.itemsize / ndev) if mem else 0.0))
         kinds[n.name], strats[n.name] = "op", ss
         nodes[n.name] = Node(n.name, tuple(opts), follower=kind in FOLLOWERS or alias)
@@ -279,7 +292,24 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
             t = step_of[n.name]
             edge_live.append((t, T - 1 if saved else t))
 
-    # liveness of values (aliases extend their base)
+    steps = _steps(graph, nodes, kinds, alias_of, edge_live)
+
+    # groups of repeated blocks, and user-fixed specs
+    groups = _block_groups(graph, nodes, refs) if share_blocks else ()
+    fixed_idx, allowed = _fixed_choices(graph, fixed, nodes, kinds, layouts, strats, refs, check_spec)
+    inst = Instance(tuple(nodes.values()), tuple(edges), tuple(steps), groups, tuple(fixed_idx), tuple(allowed),
+                    budget, base_memory)
+    inst.validate()
+    return Problem(inst, mesh, kinds, layouts, strats, refs, time.perf_counter() - t0)
+
+
+def _steps(graph, nodes, kinds, alias_of, edge_live) -> list[Step]:
+    """One step per op in topological order, listing the values and converted copies live there
+    (module docstring): parameters always; a value from its producer to its last consumer, or to the
+    last step when a consumer saves it; a view's uses count as uses of its base."""
+    T = len(graph.nodes)
+    step_of = {n.name: t for t, n in enumerate(graph.nodes)}
+
     def root(name: str) -> str:
         return alias_of.get(name, name)
 
@@ -294,32 +324,45 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
                     saved_vals.add(root(src))
         if n.op.kind in SAVES_OUTPUT:
             saved_vals.add(root(n.name))
-    for out in graph.outputs:
-        if out in nodes:
-            saved_vals.add(root(out))
+    saved_vals |= {root(out) for out in graph.outputs if out in nodes}
     live_range: dict[str, tuple[int, int]] = {}
     for name, k in kinds.items():
         if name in alias_of:
-            continue
+            continue  # costs nothing: its base carries the memory
         if k == "param":
             live_range[name] = (0, T - 1)
         else:
             start = step_of.get(name, 0)
-            end = T - 1 if name in saved_vals else max(last.get(name, start), start)
-            live_range[name] = (start, end)
-    steps = []
-    for t, n in enumerate(graph.nodes):
-        live_nodes = tuple(v for v, (a, b) in live_range.items() if a <= t <= b)
-        live_edges = tuple(i for i, (a, b) in enumerate(edge_live) if a <= t <= b)
-        steps.append(Step(n.name, live_nodes, live_edges))
+            live_range[name] = (start, T - 1 if name in saved_vals else max(last.get(name, start), start))
+    return [Step(n.name, tuple(v for v, (a, b) in live_range.items() if a <= t <= b),
+                 tuple(i for i, (a, b) in enumerate(edge_live) if a <= t <= b)) for t, n in enumerate(graph.nodes)]
 
-    # groups of repeated blocks, and user-fixed specs
-    groups = _block_groups(graph, nodes, refs) if share_blocks else ()
-    fixed_idx, allowed = _fixed_choices(graph, fixed, nodes, kinds, layouts, strats, refs, check_spec)
-    inst = Instance(tuple(nodes.values()), tuple(edges), tuple(steps), groups, tuple(fixed_idx), tuple(allowed),
-                    budget, base_memory)
-    inst.validate()
-    return Problem(inst, mesh, kinds, layouts, strats, refs, time.perf_counter() - t0)
+
+def _without_no_grad_allreduces(op: OpSpec, s: Strategy, slots: list[int], mesh: Mesh) -> list[CommCost]:
+    """The strategy's collectives less the input-gradient all-reduces of `slots` (model inputs and
+    constants need no gradient). The einsum engine prices input i's gradient all-reduce over the axes
+    that split a letter input i lacks, or pass a partial sum through another input
+    (planlang.cost.ops.einsum.grad_allreduces); the same collective is recomputed here and removed
+    when present, so a rule that prices differently only loses this refinement."""
+    comms = list(s.forward) + list(s.backward)
+    extra = dict(s.extra)
+    if not slots or "equation" not in extra:
+        return comms
+    letters = str(extra["equation"]).split("->")[0].split(",")
+    for i in slots:
+        axes = [a for a, ch in extra["assign"] if (isinstance(ch, str) and ch != "P" and ch not in letters[i])
+                or (isinstance(ch, tuple) and ch[1] != i)]
+        axes = [a for a in mesh.names if a in axes and a not in s.inputs[i].partial]
+        if not axes:
+            continue
+        dtype = op.input_dtypes[i] if i < len(op.input_dtypes) and op.input_dtypes[i] else op.dtype
+        nbytes = local_numel(op.inputs[i], s.inputs[i], mesh) * _itemsize(dtype)
+        c = price(Collective.ALL_REDUCE, mesh, tuple(axes), nbytes)
+        for k in range(len(s.forward), len(comms)):
+            if (comms[k].kind, comms[k].axes, comms[k].size_bytes) == (c.kind, c.axes, c.size_bytes):
+                del comms[k]
+                break
+    return comms
 
 
 def _has_hole(spec) -> bool:
@@ -443,6 +486,38 @@ def solve_intra_op(graph: "OpGraph", mesh: Mesh, *, objective: str = "time",
     """Build the problem (`build_problem` keywords), solve it, and return the chosen specs."""
     problem = build_problem(graph, mesh, **build)
     return decode(problem, solve(problem.instance, objective, options))
+
+
+def plan_name(fqn: str) -> str:
+    """`h[0].attn.c_attn.weight` for `h.0.attn.c_attn.weight` (how plans write container children)."""
+    return re.sub(r"\.(\d+|\*)(?=\.|$)", r"[\1]", fqn)
+
+
+def problem_args(plan, graph: "OpGraph") -> dict:
+    """`build_problem` keywords from a resolved plan (planlang.plan.types.Plan): its mesh, budget, data
+    specs, optimizer, and the specs it fixes - parameters (`shard P : spec`) and module outputs
+    (`shard output of M : spec`, the value the module's last op produces). Holes are left free."""
+    if plan.mesh is None:
+        raise IntraOpError("the plan declares no mesh; add a `mesh` block before solving the sharding")
+    params = [v.ref for v in graph.values.values() if v.kind == "param"]
+    last_op: dict[str, str] = {}  # module path -> the last op inside it (its output)
+    for n in graph.nodes:
+        parts = n.module.split(".") if n.module else []
+        for k in range(1, len(parts) + 1):
+            last_op[".".join(parts[:k])] = n.name
+    fixed: dict[str, Spec] = {}
+    for r in plan.shards:
+        if _has_hole(r.spec):
+            continue
+        if r.kind == "param":
+            for fqn in r.target.select(params):
+                fixed[fqn] = r.spec
+        elif r.kind == "output":
+            for module in r.target.select(list(last_op)):
+                fixed[last_op[module]] = r.spec
+    data = {d.input: d.spec for d in plan.data if not _has_hole(d.spec)}
+    return {"mesh": plan.mesh, "budget": plan.budget.bytes if plan.budget else None, "data": data,
+            "fixed": fixed, "optimizer": plan.optimizer.name if plan.optimizer else None}
 
 
 def block_pattern(fqn: str) -> str:
