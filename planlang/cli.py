@@ -331,6 +331,70 @@ def run(
 
 
 @app.command()
+def solve(
+    plan: Path = typer.Argument(..., help="A plan with holes (`?`)."),
+    output: str = typer.Option("-", "--output", "-o", help="Where to write the complete plan (- = stdout)."),
+    objective: str = typer.Option("time", "--objective", help="time, memory or balanced."),
+    time_limit: float = typer.Option(600.0, "--time-limit", help="Seconds for the search (checked between candidates)."),
+) -> None:
+    """Fill every hole of PLAN (fixed choices are constraints) and write a complete, formatted plan with
+    the predicted memory and step time per device; `planlang check` accepts it."""
+    import time
+
+    from rich.console import Console
+
+    from planlang.model.load import ModelLoadError
+    from planlang.solve.driver import Infeasible, SolveError, solve as run_solve
+
+    if not plan.is_file():
+        _fail_usage(f"no such file: {plan}")
+    err = Console(stderr=True, highlight=False)
+    t0 = time.monotonic()
+
+    def progress(msg: str) -> None:
+        if time.monotonic() - t0 > time_limit:
+            raise SolveError(f"the search ran past --time-limit {time_limit:g} s; raise it or fix more choices")
+        err.print(msg, style="dim", markup=False)
+
+    try:
+        res = run_solve(str(plan), objective, progress)
+    except Infeasible as e:
+        sys.stderr.write(f"error[PL505]: {e}\n")
+        raise typer.Exit(1)
+    except (SolveError, ModelLoadError) as e:
+        _fail_usage(getattr(e, "message", None) or str(e))
+    if output == "-":
+        sys.stdout.write(res.text)
+    else:
+        Path(output).write_text(res.text)
+        err.print(f"wrote {output}: {res.best}")
+
+
+@app.command()
+def lsp(
+    stdio: bool = typer.Option(True, "--stdio", help="Serve on stdin/stdout (the default; editors pass it)."),
+    log_level: str = typer.Option("WARNING", "--log-level", help="stderr log level: DEBUG, INFO, WARNING, ERROR."),
+) -> None:
+    """Run the language server on stdio (for editors)."""
+    from planlang.lsp.server import main as serve
+
+    serve(["--log-level", log_level])
+
+
+@app.command()
+def report(
+    plan: Path = typer.Argument(..., help="A complete plan file with a model."),
+    output: Path = typer.Option(..., "--output", "-o", help="Directory to write the report into."),
+    format: str = typer.Option("png,svg", "--format", "-f", help="Image formats: png, svg, pdf (comma-separated)."),
+) -> None:
+    """Charts of a plan's per-device memory (by class, with the budget) and pipeline schedule (bubble
+    ratio), and an HTML page with both and the plan's summary."""
+    from planlang.report import report_command
+
+    raise typer.Exit(report_command(str(plan), str(output), format))
+
+
+@app.command()
 def probe(
     mesh: str = typer.Option(..., "--mesh", help="Axes to measure, e.g. dp=2,tp=2 (product = --nproc)."),
     nproc: int = typer.Option(..., "--nproc", help="Processes to launch on this machine (torchrun)."),
