@@ -218,6 +218,11 @@ class LinearChain:
     def __str__(self) -> str:
         return f"{len(self.stages) - 1} stages + loss: " + ", ".join(s.name for s in self.stages)
 
+    @property
+    def checkpointable(self) -> tuple[bool, ...]:
+        """Per stage (loss excluded): whether a `checkpoint` line can name it (it runs modules)."""
+        return tuple(bool(s.modules) for s in self.stages[:-1])
+
 
 class _Counting(LiveBytes):
     """LiveBytes that also counts the ops each owner runs (an end stage that runs none is dropped)."""
@@ -231,10 +236,10 @@ class _Counting(LiveBytes):
         return super().__torch_dispatch__(func, types, args, kwargs)
 
 
-def _storage_bytes(tensors) -> tuple[int, list[torch.Tensor]]:
+def _storage_bytes(tensors, floating_only: bool = False) -> tuple[int, list[torch.Tensor]]:
     seen, total, flat = set(), 0, []
     for t in tree_flatten(tensors)[0]:
-        if isinstance(t, torch.Tensor):
+        if isinstance(t, torch.Tensor) and (t.is_floating_point() or not floating_only):
             flat.append(t)
             key = t.untyped_storage()._cdata
             if key not in seen:
@@ -264,7 +269,9 @@ class _Stages:
         self.close()
         self.current = i
         self.mode.owner = ("f", i)
-        self.x[i], flat = _storage_bytes(inputs)
+        # past the model's own inputs, integer and boolean arguments (masks, positions) are common values
+        # (map Definition 5.3), held anyway, not activations passed along the chain
+        self.x[i], flat = _storage_bytes(inputs, floating_only=i > 0)
         grads = [t for t in flat if t.requires_grad]
         self.grad_input[i] = bool(grads)
         for t in grads:
@@ -283,7 +290,8 @@ class _Stages:
 
 def _measure(module: torch.nn.Module, run_forward: Callable[[_Stages], object], n_stages: int, inputs,
              loss, names: list[str], modules: list[tuple[str, ...]], throughput: float,
-             comm_fw=None, comm_bw=None, recompute_comm: bool = True, droppable: frozenset = frozenset()) -> LinearChain:
+             comm_fw=None, comm_bw=None, recompute_comm: bool = True,
+             droppable: frozenset = frozenset()) -> LinearChain:
     """Run forward (run_forward calls stages.start(i, inputs) for i = 0 .. n_stages-1), loss and backward
     on meta, then assemble the stages' facts and the chain (stages in `droppable` that ran no op are
     dropped)."""
@@ -384,15 +392,19 @@ def chain_for_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
         for b in listed:
             if a != b and b.startswith(a + "."):
                 raise ValueError(f"{b!r} is inside {a!r}: list disjoint modules")
-    names = ["(before " + groups[0][0] + ")"] + [" + ".join(g) for g in groups] + ["(after " + groups[-1][-1] + ")", "loss"]
+    names = (["(before " + groups[0][0] + ")"] + [" + ".join(g) for g in groups]
+             + ["(after " + groups[-1][-1] + ")", "loss"])
     mods = [()] + groups + [(), ()]
     first_of = {g[0]: k + 1 for k, g in enumerate(groups)}
     last = groups[-1][-1]
     L = len(groups) + 2
 
+    inside_listed = tuple(m + "." for m in listed)
+
     def run(st: _Stages):
         handles = []
         seen: set[str] = set()
+        ends: dict[int, list[str]] = {0: [], L - 1: []}  # modules the end stages call
 
         def pre(name):
             def hook(mod, args, kwargs):
@@ -405,9 +417,18 @@ def chain_for_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
             if st.current == L - 2:  # the last listed stage ends: the end stage starts
                 st.start(L - 1, output)
 
+        def record(name):
+            def hook(mod, args):
+                if st.current in ends and name not in ends[st.current]:
+                    ends[st.current].append(name)
+            return hook
+
         for name, k in first_of.items():
             handles.append(known[name].register_forward_pre_hook(pre(name), with_kwargs=True))
         handles.append(known[last].register_forward_hook(post, with_kwargs=True))
+        for name, mod in known.items():
+            if name and name not in first_of and not name.startswith(inside_listed):
+                handles.append(mod.register_forward_pre_hook(record(name)))
         try:
             st.start(0, inputs)
             args, kwargs = bind_inputs(module, inputs)
@@ -415,6 +436,8 @@ def chain_for_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
         finally:
             for h in handles:
                 h.remove()
+            for k, called in ends.items():  # the outermost modules each end stage ran
+                mods[k] = tuple(n for n in called if not any(n.startswith(o + ".") for o in called))
 
     return meta_or_fake(lambda: _measure(module, run, L, inputs, loss, names, mods, throughput, comm_fw, comm_bw,
                                          recompute_comm, frozenset({0, L - 1})))
@@ -486,8 +509,11 @@ def chain_for_graph(module: torch.nn.Module, inputs: dict[str, torch.Tensor], *,
 
 def checkpoint_groups(groups: Sequence[tuple[int, int]], linear: LinearChain) -> list[tuple[str, ...]]:
     """The modules of each checkpoint group [a, b) of stages (rotor.solve_groups / top_level_groups), in
-    execution order. Raises ValueError for a group containing a stage without modules (a graph stage, or
-    an end stage that runs ops directly in the root module, which no `checkpoint` line can name)."""
+    execution order. Raises ValueError for a group containing a stage that runs no module (no
+    `checkpoint` line can name it; pass `checkpointable=linear.checkpointable` to solve_groups). An end
+    stage is named by the modules it runs; ops it runs in the root module itself (GPT-2's `wte(idx) +
+    wpe(pos)`) belong to the group only as far as the runtime's grouping of consecutive modules takes
+    them in."""
     out = []
     for a, b in groups:
         mods: list[str] = []

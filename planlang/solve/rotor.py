@@ -52,11 +52,14 @@ sequences of the rounded chain, tested against exhaustive enumeration (tests/sol
 
 `solve_groups` is the same problem restricted to what a plan can say: contiguous groups of stages, each
 recomputed as one unit (torch.utils.checkpoint), no nesting.
+
+Cost: `solve` takes O(L^3 * slots) time, vectorised over memory with numpy, and about 26 * L^2 * slots
+bytes of tables (48 stages x 500 slots: 31 MB); `solve_groups` O(L^2 * slots).
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
 
@@ -124,10 +127,12 @@ class Chain:
         return len(self.fw)
 
     def forward_time(self, i: int, kind: str) -> float:
+        """Seconds of stage i's forward run as `kind` (F_all, F_ck or F_n), communication included."""
         comm = self.comm_fw[i] if (kind == "F_all" or self.recompute_comm) else 0.0
         return self.fw[i] + comm
 
     def backward_time(self, i: int) -> float:
+        """Seconds of B i (of the loss for i = L), communication included."""
         return self.bw[i] + self.comm_bw[i]
 
     def __str__(self) -> str:
@@ -177,7 +182,11 @@ class InfeasibleBudget(ValueError):
                  what: str = "checkpointing schedule"):
         self.budget, self.slots, self.min_slots = budget, slots, min_slots
         self.slot_size = float(slot_size)
-        self.min_budget = float(min_slots * slot_size)
+        exact = min_slots * Fraction(slot_size)
+        least = float(exact)
+        if Fraction(least) < exact:  # the float just above, so that passing it back gives min_slots slots
+            least = math.nextafter(least, math.inf)
+        self.min_budget = least
         self.exact_min_budget = exact_min_budget
         super().__init__(
             f"no {what} fits in {format_bytes(budget)}: the least memory any schedule needs is "
@@ -341,7 +350,8 @@ def _walk(c: Chain, cs: Chain, W: np.ndarray, s: int, t: int, m: int, out: list[
         peaks = []
         for ch, p in zip((c, cs), inner):
             g = ch.x[t + 1] if t < L else 0
-            peaks.append(max(g + ch.xbar[s] + ch.ftmp[s], ch.xbar[s] + p, ch.xbar[s] + ch.x[s + 1] + ch.x[s] + ch.btmp[s]))
+            peaks.append(max(g + ch.xbar[s] + ch.ftmp[s], ch.xbar[s] + p,
+                             ch.xbar[s] + ch.x[s + 1] + ch.x[s] + ch.btmp[s]))
         return tuple(peaks)
     assert s < w <= t, f"no decision for segment ({s}, {t}) with {m} slots"
     out.append(Op("F_ck", s))
@@ -359,7 +369,8 @@ def _walk(c: Chain, cs: Chain, W: np.ndarray, s: int, t: int, m: int, out: list[
 def _slots(budget: float, slots: int, slot_size: float | None) -> tuple[int, Fraction]:
     """(number of slots, slot size): budget/slots by default; with `slot_size`, the budget is cut into
     whole slots of that size (use a fixed slot size to compare budgets on one discretisation)."""
-    if not (isinstance(budget, (int, float, Fraction, np.integer, np.floating)) and math.isfinite(budget) and budget > 0):
+    number = (int, float, Fraction, np.integer, np.floating)
+    if not (isinstance(budget, number) and math.isfinite(budget) and budget > 0):
         raise ValueError(f"budget {budget!r} must be a positive number of bytes")
     if slot_size is not None:
         if not (isinstance(slot_size, (int, float, Fraction)) and math.isfinite(slot_size) and slot_size > 0):
@@ -466,12 +477,16 @@ def _all_chain_peak(c: Chain, s: int, e: int) -> float:
     return peak
 
 
-def solve_groups(chain: Chain, budget: float, slots: int = 500, *, slot_size: float | None = None) -> GroupSchedule:
+def solve_groups(chain: Chain, budget: float, slots: int = 500, *, slot_size: float | None = None,
+                 checkpointable: Sequence[bool] | None = None) -> GroupSchedule:
     """The fastest schedule expressible as contiguous checkpoint groups (one level, torch.utils.checkpoint)
-    within `budget`, on the same discretisation as `solve`. Raises InfeasibleBudget when none fits."""
+    within `budget`, on the same discretisation as `solve`; with `checkpointable` (one flag per stage),
+    groups hold only flagged stages. Among equally fast groupings, the one with the least peak. Raises
+    InfeasibleBudget when none fits."""
     slots, unit = _slots(budget, slots, slot_size)
     cs = discretise(chain, unit)
     L = chain.length
+    ok = _flags(checkpointable, L)
     X = [int(v) for v in cs.x]
     XB = [int(v) for v in cs.xbar]
     S = slots
@@ -493,11 +508,14 @@ def solve_groups(chain: Chain, budget: float, slots: int = 500, *, slot_size: fl
         own = max(XB[s] + int(cs.ftmp[s]), XB[s] + X[s + 1] + X[s] + int(cs.btmp[s]))
         need = max(own, XB[s])
         if need <= S:
-            times[0, need:] = G[s + 1, need - XB[s]:S + 1 - XB[s]] + chain.forward_time(s, "F_all") + chain.backward_time(s)
+            own_time = chain.forward_time(s, "F_all") + chain.backward_time(s)
+            times[0, need:] = G[s + 1, need - XB[s]:S + 1 - XB[s]] + own_time
             peaks[0, need:] = np.maximum(own, XB[s] + GP[s + 1, need - XB[s]:S + 1 - XB[s]])
         cost = 0.0
         for b in range(s + 1, L + 1):  # the group [s, b)
             j = b - 1
+            if not ok[j]:
+                break
             cost += chain.forward_time(j, "F_ck") + chain.forward_time(j, "F_all") + chain.backward_time(j)
             own_b = int(max(sweep[s][b], _all_chain_peak(cs, s, b - 1)))
             lo = max(own_b, X[b])
@@ -510,7 +528,7 @@ def solve_groups(chain: Chain, budget: float, slots: int = 500, *, slot_size: fl
         D[s] = np.where(np.isinf(G[s]), _NONE, np.where(pick == 0, _ALL, s + pick))
     top = S - X[0]
     if top < 0 or not math.isfinite(G[0, top]):
-        raise InfeasibleBudget(budget, slots, unit, int(_least_groups_peak(cs)), _least_groups_peak(chain),
+        raise InfeasibleBudget(budget, slots, unit, int(_least_groups_peak(cs, ok)), _least_groups_peak(chain, ok),
                                "grouping of checkpoints")
     groups = []
     s, rem = 0, top
@@ -548,8 +566,17 @@ def _group_peak(c: Chain, groups: Sequence[tuple[int, int]]) -> float:
     return c.x[0] + seg(0)
 
 
-def _least_groups_peak(c: Chain) -> float:
-    """The least peak memory of any group schedule, with the chain's exact sizes."""
+def _flags(checkpointable: Sequence[bool] | None, L: int) -> tuple[bool, ...]:
+    if checkpointable is None:
+        return (True,) * L
+    flags = tuple(bool(v) for v in checkpointable)
+    if len(flags) != L:
+        raise ValueError(f"checkpointable has {len(flags)} flags for {L} stages")
+    return flags
+
+
+def _least_groups_peak(c: Chain, ok: Sequence[bool]) -> float:
+    """The least peak memory of any group schedule (groups of `ok` stages only)."""
     L = c.length
     least = [0.0] * (L + 1)
     least[L] = c.xbar[L] + c.btmp[L] + c.x[L]
@@ -557,6 +584,8 @@ def _least_groups_peak(c: Chain) -> float:
     for s in range(L - 1, -1, -1):
         best = max(c.xbar[s] + c.ftmp[s], c.xbar[s] + least[s + 1], c.xbar[s] + c.x[s + 1] + c.x[s] + c.btmp[s])
         for b in range(s + 1, L + 1):
+            if not ok[b - 1]:
+                break
             best = min(best, max(sweep[s][b], c.x[b] + least[b], _all_chain_peak(c, s, b - 1)))
         least[s] = best
     return c.x[0] + least[0]
