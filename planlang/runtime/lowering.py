@@ -102,7 +102,7 @@ def data_axes(plan: T.Plan) -> tuple[str, ...]:
     for d in plan.data:
         if isinstance(d.spec, T.Spec):
             used.update(d.spec.used_axes())
-    return tuple(a for a in plan.mesh.names if a in used) if plan.mesh else ()
+    return tuple(a for a in plan.mesh.names if a in used and (plan.mesh.axis_size(a) or 1) > 1) if plan.mesh else ()
 
 
 def with_data_axes(spec: Spec, axes: tuple[str, ...]) -> Spec:
@@ -113,10 +113,15 @@ def with_data_axes(spec: Spec, axes: tuple[str, ...]) -> Spec:
     return Spec((first,) + tuple(spec.dims[1:]), spec.partial)
 
 
-def _concrete(spec, what: str) -> Spec:
+def _concrete(spec, what: str, mesh: Mesh | None = None) -> Spec:
+    """The spec without holes and without axes of size 1 (splitting over one device is no split)."""
     if not isinstance(spec, Spec) or spec.has_holes:
         raise LoweringError(f"{what} has a hole `?`; run `planlang solve` first (or write the spec)")
-    return Spec(tuple(tuple(d) for d in spec.dims), tuple(spec.partial))
+
+    def keep(a: str) -> bool:
+        return mesh is None or (mesh.axis_size(a) or 1) > 1
+
+    return Spec(tuple(tuple(a for a in d if keep(a)) for d in spec.dims), tuple(a for a in spec.partial if keep(a)))
 
 
 def param_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
@@ -128,7 +133,7 @@ def param_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
         if rule.kind != "param":
             continue
         for hit in rule.target.select(names):
-            spec = _concrete(rule.spec, f"`{rule}`")
+            spec = _concrete(rule.spec, f"`{rule}`", plan.mesh)
             if spec.rank != len(params[hit].shape):
                 raise LoweringError(f"`{rule}`: {hit} has {len(params[hit].shape)} dims; fix the spec "
                                     "(`planlang check --model` reports this as PL361)")
@@ -139,7 +144,7 @@ def param_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
 def input_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
     specs: dict[str, Spec] = {}
     inputs = [v for v in graph.values.values() if v.kind == "input"]
-    declared = {d.input: _concrete(d.spec, f"`{d}`") for d in plan.data}
+    declared = {d.input: _concrete(d.spec, f"`{d}`", plan.mesh) for d in plan.data}
     for v in inputs:
         if v.ref in declared:
             specs[v.name] = declared[v.ref]
@@ -176,7 +181,7 @@ def output_pins(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
         if rule.kind != "output":
             continue
         for hit in rule.target.select(names):
-            pins[outs[hit]] = with_data_axes(_concrete(rule.spec, f"`{rule}`"), axes)
+            pins[outs[hit]] = with_data_axes(_concrete(rule.spec, f"`{rule}`", plan.mesh), axes)
     return pins
 
 
