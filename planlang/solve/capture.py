@@ -32,7 +32,8 @@ picks the plan whose stages, as (start, stop, parallelism, degree) tuples, come 
 Two exact accelerations keep the result identical: the search places stages from the last one back,
 so a stage's position from the end (what the 1F1B rule needs) is known when it is placed; and by default
 it is seeded with the optimal peak from a min–max dynamic program over (layers placed, stages placed,
-devices used), so the pruning bites from the first plan. A partial plan whose distinct values already
+devices used), so the pruning bites from the first plan, and the same table stops it from entering a
+partial plan that cannot be completed within that peak. A partial plan whose distinct values already
 compare worse than the best plan's is abandoned too (adding devices never improves that comparison).
 """
 from __future__ import annotations
@@ -249,6 +250,8 @@ def capture_search(
                 value = mem(i, j, ci, s + 1)
                 if value > best_peak:  # §III-C pruning
                     continue
+                if seed and lowest_peak(i, s + 1, used + d) > best_peak:
+                    continue  # no way to place the rest within the best peak (exact; from the seeding DP)
                 chosen.append(StageConfig(i, j, par, d, value))
                 if best[0] is None or plan_key([c.memory for c in chosen]) <= best[0]:
                     place(i, used + d)

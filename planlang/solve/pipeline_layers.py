@@ -85,13 +85,15 @@ def _owns_params(module: torch.nn.Module) -> bool:
 
 
 def layer_sequence(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None,
-                   expand: Sequence[str] = (), min_layers: int = 0,
+                   expand: Sequence[str] = (), stages: int = 0,
                    facts: ModuleFacts | None = None, profile: Profile | None = None) -> LayerSequence:
     """The layers a pipeline cut works on (module docstring). `expand` names more modules to replace by
-    their children (`transformer` of a Hugging Face model); with `min_layers`, the heaviest expandable
-    layer (by flops, no parameters of its own) is expanded until there are that many. Modules that never
-    run are left out. A module's own work outside its children (rare: an add between two children) is
-    counted with its first child, the root's with the first layer."""
+    their children. For a cut into `stages` stages, the heaviest layer that can be split (it has running
+    children and no parameters of its own) is replaced by its children while there are fewer layers than
+    stages or it holds more than a stage's fair share (1 / stages) of the model's flops — so a wrapper
+    such as BERT's `encoder` becomes `encoder.layer[0]`, ... Modules that never run are left out. A
+    module's own work outside its children (rare: an add between two children) is counted with its
+    first child, the root's with the first layer."""
     facts = facts or probe_modules(module, inputs)
     prof = profile or profile_model(module, inputs, loss)
     first = _first_calls(facts)
@@ -114,11 +116,14 @@ def layer_sequence(module: torch.nn.Module, inputs: dict[str, torch.Tensor], los
             else:
                 out.append((name, m))
         items = out
-    while len(items) < min_layers:
-        heavy = [(prof.subtree(n).fwd_flops + prof.subtree(n).bwd_flops, -i, i) for i, (n, _) in enumerate(items)
+    total = (prof.total_fwd_flops + prof.total_bwd_flops) or 1
+    while stages:
+        flops = [(prof.subtree(n).fwd_flops + prof.subtree(n).bwd_flops, -i, i) for i, (n, _) in enumerate(items)
                  if expandable(n)]
+        heavy = [f for f in flops if len(items) < stages or f[0] > total / stages]
         if not heavy:
-            notes.append(f"only {len(items)} layers: no layer left to split into its children")
+            if len(items) < stages:
+                notes.append(f"only {len(items)} layers for {stages} stages: no layer left to split")
             break
         _, _, i = max(heavy)
         name, m = items[i]
@@ -164,6 +169,7 @@ def _check_chain(names: list[str], facts: ModuleFacts) -> None:
 
 
 def _check_shared(names: list[str], facts: ModuleFacts) -> None:
+    """No parameter is shared by modules of two different layers."""
     for group in facts.shared:
         where = {}
         for p in group:
@@ -246,10 +252,14 @@ def model_tree(module: torch.nn.Module, facts: ModuleFacts, profile: Profile, al
     return build("", module)
 
 
-def tree_selections(part: TreePartition, module: torch.nn.Module, devices: int) -> list[list[str]]:
+def tree_selections(part: TreePartition, module: torch.nn.Module, devices: int,
+                    facts: ModuleFacts | None = None) -> list[list[str]]:
     """One list of selections per device: the largest subtrees wholly on it, in execution order. A module
     split across devices cannot be named itself (a selection takes all its children), so it must own no
-    parameters; the partition must be order-preserving (devices never decrease along execution order)."""
+    parameters; the partition must be order-preserving. With `facts`, the stages must also follow the
+    modules' actual execution order (a model whose execution does not follow its module tree, like one
+    that runs part of a module after the next one, cannot be cut this way) and the modules of one shared
+    parameter must sit on one device (PL463)."""
     dev = dict(part.devices)
     paths = [p for p, _ in part.devices]
     if [dev[p] for p in paths] != sorted(dev[p] for p in paths):
@@ -272,7 +282,25 @@ def tree_selections(part: TreePartition, module: torch.nn.Module, devices: int) 
             raise PartitionError(f"`{to_plan_name(p)}` owns parameters but its children sit on different devices; "
                                  "a stage cannot name it without its children — give the tree more devices per "
                                  "subtree or use the flat partition")
-    out: list[list[str]] = [[] for _ in range(devices)]
-    for d in range(devices):
-        out[d] = selections([p for dd, p in picked if dd == d])
-    return out
+    def device_of(name: str) -> int:
+        while name not in dev and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return dev.get(name, dev[""])
+
+    last = (0, "")
+    for name in facts.order if facts else ():
+        d = device_of(name)
+        if d < last[0]:
+            raise PartitionError(f"`{to_plan_name(name)}` (stage {d}) runs after `{to_plan_name(last[1])}` (stage "
+                                 f"{last[0]}): the model's execution does not follow its module tree, so these "
+                                 "stages would run out of order (PL462); place the modules by hand")
+        last = (d, name)
+    for group in facts.shared if facts else ():
+        where = {}
+        for p in group:
+            where[p] = device_of(p.rsplit(".", 1)[0])
+        if len(set(where.values())) > 1:
+            shown = " and ".join(f"`{to_plan_name(p)}` (stage {d})" for p, d in where.items())
+            raise PartitionError(f"{shown} are one parameter: the stages would split it (PL463); untie it in "
+                                 "the model or place those modules by hand")
+    return [selections([p for dd, p in picked if dd == d]) for d in range(devices)]

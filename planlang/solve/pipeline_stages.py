@@ -10,6 +10,8 @@ per-stage degrees where the kernel chooses them, and a note with the figure it o
 * `throughput_stages_for_plan`  Alpa-style DP minimising Σ t_i + (m − 1) · max t_i within the budget;
 * `tree_stages`      SageMaker's tree partition over the module hierarchy.
 
+`solve_stages(plan, method)` picks one by name.
+
 `to_stages` gives planlang.plan.types.Stage values; `str(choice)` is the plan line.
 """
 from __future__ import annotations
@@ -75,9 +77,14 @@ def _microbatches(plan: T.Plan) -> int:
 
 
 def _schedule(plan: T.Plan) -> str:
+    """The schedule for the memory-aware searches (a hole counts as 1f1b)."""
     s = _pipeline(plan).schedule
     kind = s.kind if isinstance(s, T.Schedule) else "1f1b"
-    return "1f1b" if kind == "interleaved" else kind  # interleaved: 1F1B's bound per chunk (conservative)
+    if kind == "interleaved":
+        raise PartitionError("with `interleaved`, stages i and i + p share a device, but the memory-aware "
+                             "searches give each stage its own devices; use 1f1b or gpipe here, or "
+                             "balanced_stages / tree_stages")
+    return kind
 
 
 def _microbatch_inputs(plan: T.Plan, divide: int):
@@ -99,17 +106,19 @@ def _microbatch_inputs(plan: T.Plan, divide: int):
 
 @dataclass
 class ModelParts:
-    """The plan's model on meta with its probe, profile and layer sequence."""
+    """The plan's model on meta with its probe and profile; `layers` is its layer sequence, or None for
+    a model that is not a chain of modules (then only the tree partition applies)."""
 
     module: object
     facts: object
     profile: object
-    layers: LayerSequence
+    layers: LayerSequence | None
+    chain_error: str = ""
 
 
-def plan_layers(plan: T.Plan, min_layers: int = 0, divide: int | None = None) -> ModelParts:
+def plan_layers(plan: T.Plan, stages: int = 0, divide: int | None = None) -> ModelParts:
     """Build the plan's model on meta, profile one microbatch (batch / microbatches, or / `divide`) and
-    list its layers (`pipeline_layers.layer_sequence`)."""
+    list its layers for a cut into `stages` (`pipeline_layers.layer_sequence`)."""
     from planlang.model.load import build_model, model_loss
     from planlang.model.profile import profile_model
     from planlang.model.trace import probe_modules
@@ -120,8 +129,16 @@ def plan_layers(plan: T.Plan, min_layers: int = 0, divide: int | None = None) ->
     inputs = _microbatch_inputs(plan, divide if divide is not None else _microbatches(plan))
     facts = probe_modules(module, inputs)
     prof = profile_model(module, inputs, model_loss(plan.model))
-    layers = layer_sequence(module, inputs, facts=facts, profile=prof, min_layers=min_layers)
-    return ModelParts(module, facts, prof, layers)
+    try:
+        return ModelParts(module, facts, prof, layer_sequence(module, inputs, facts=facts, profile=prof, stages=stages))
+    except PartitionError as err:
+        return ModelParts(module, facts, prof, None, str(err))
+
+
+def _layers(parts: ModelParts) -> LayerSequence:
+    if parts.layers is None:
+        raise PartitionError(parts.chain_error)
+    return parts.layers
 
 
 def _other_axes(plan: T.Plan) -> tuple[list[str], str | None, str | None]:
@@ -148,12 +165,12 @@ def balanced_stages(plan: T.Plan, stages: int | None = None, cost: str = "flops"
     """Stages balancing a per-layer cost ("flops", "params" or "activations") by the min–max DP.
     Every entry point takes `parts` (from `plan_layers(plan)`) to reuse one profile across calls."""
     k = stages if stages is not None else stage_count(plan)
-    parts = parts or plan_layers(plan, min_layers=k)
-    costs = parts.layers.costs(cost)
-    part = min_max_partition(costs, k)
+    parts = parts or plan_layers(plan, stages=k)
+    layers = _layers(parts)
+    part = min_max_partition(layers.costs(cost), k)
     unit = {"flops": (1e9, "GFLOP"), "params": (2**20, "MiB params"), "activations": (2**20, "MiB saved")}[cost]
     return [StageChoice(tuple(sel), (), f"{c / unit[0]:.3g} {unit[1]}")
-            for sel, c in zip(stage_selections(parts.layers, part.bounds), part.costs)]
+            for sel, c in zip(stage_selections(layers, part.bounds), part.costs)]
 
 
 def _optimizer_model(plan: T.Plan) -> MemoryModel:
@@ -163,11 +180,21 @@ def _optimizer_model(plan: T.Plan) -> MemoryModel:
     return MemoryModel(grad=1.0, optimizer=float(states))  # f32 parameters: a state element per element
 
 
+def _microbatch_samples(plan: T.Plan) -> int | None:
+    """Samples in one microbatch: the first input's batch dim (named `batch`, else the first) / microbatches."""
+    for inp in plan.inputs:
+        if inp.dims:
+            size = dict(inp.dims).get("batch", inp.dims[0][1])
+            return size // _microbatches(plan)
+    return None
+
+
 def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None = None,
                   placement: str = "in_order", parts: ModelParts | None = None) -> list[StageChoice]:
     """CAPTURE's plan: stages with data- or tensor-parallel degrees minimising predicted peak memory.
-    Degrees go to the plan's data axis (dp) or its other non-pipeline axis (tp). `node_size` defaults to
-    the devices of one pipeline slice (the mesh's device count / the pipeline axis size)."""
+    Degrees go to the plan's data axis (dp) or its other non-pipeline axis (tp); a dp degree must divide
+    the samples of a microbatch. `node_size` defaults to the devices of one pipeline slice (the mesh's
+    device count / the stage count)."""
     mesh = plan.mesh
     if mesh is None or mesh.size is None:
         raise PartitionError("the mesh's device count is unknown; declare `of N x device` or give every axis a size")
@@ -176,13 +203,16 @@ def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None
     if node_size is None:
         node_size = G // k_stages if G % k_stages == 0 else G
     others, data, tensor = _other_axes(plan)
+    samples = _microbatch_samples(plan)
     pars = [p for p, ax in (("dp", data), ("tp", tensor)) if ax is not None]
-    parts = parts or plan_layers(plan, min_layers=k_stages)
-    L = parts.layers
+    configs = [(p, d) for p, d in default_configs(node_size, pars)
+               if p != "dp" or samples is None or samples % d == 0]
+    parts = parts or plan_layers(plan, stages=k_stages)
+    L = _layers(parts)
     result = capture_search(L.costs("params"), L.costs("activations"), G, node_size, _microbatches(plan),
-                            schedule=_schedule(plan), memory=_optimizer_model(plan),
-                            configs=default_configs(node_size, pars), stages=k_stages, placement=placement)
-    bounds = [s.start for s in result.stages] + [L.layers.__len__()]
+                            schedule=_schedule(plan), memory=_optimizer_model(plan), configs=configs,
+                            stages=k_stages, placement=placement)
+    bounds = [s.start for s in result.stages] + [len(L.layers)]
     out = []
     for sel, st in zip(stage_selections(L, bounds), result.stages):
         axis = {"dp": data, "tp": tensor}.get(st.parallelism)
@@ -192,57 +222,71 @@ def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None
 
 
 def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
-                               layer_time: Callable[[int, int], float] | None = None,
+                               layer_time: Callable[[int, int, int], float] | None = None,
                                efficiency: float = 0.5, budget: float | None = None,
                                parts: ModelParts | None = None) -> list[StageChoice]:
-    """Alpa-style stages and sub-mesh sizes minimising Σ t_i + (m − 1) · max t_i, each stage within the
+    """Alpa-style stages and sub-meshes minimising Σ t_i + (m − 1) · max t_i, each stage within the
     memory budget (plan budget, else the device memory) under the schedule's in-flight rule.
 
-    `layer_time(l, size)` gives layer l's latency for one microbatch on `size` devices; by default it is
-    data parallel: the layer's flops / size at `efficiency` of the device's peak, plus its gradient
-    all-reduce over the size devices (slowest non-pipeline link inside a node, the pipeline axis' link
-    across nodes) spread over the microbatches. The sub-mesh sizes are Alpa's: 1, 2, 4, ... up to a node
-    (the devices of one pipeline slice), then whole nodes; a stage's size goes to the data axis. The
-    stage count is `stages`, else the plan's (`stage_count`)."""
+    Sub-mesh sizes are Alpa's: 1, 2, 4, ... up to a node (the devices of one pipeline slice), then whole
+    nodes. A sub-mesh of d devices runs data parallel over as many devices as divide the microbatch's
+    samples (dd = gcd(d, samples)) and tensor parallel over the rest (tt = d / dd; sizes that would need
+    a tensor axis the mesh lacks are left out); the stage line gets those degrees. `layer_time(l, dd, tt)`
+    gives layer l's latency for one microbatch; the default is a rough alpha-beta model — flops / d at
+    `efficiency` of the device's peak, the gradient all-reduce over dd spread over the microbatches, and
+    two all-reduces of the layer's output over tt (forward and backward) — meant to be replaced by the
+    intra-op solver's latencies (Alpa's t_intra). Memory per device: states / tt (+ DDP buckets when
+    dd > 1) and saved activations / d. The stage count is `stages`, else the plan's."""
     from planlang.cost.comm import DEFAULT_LINK, Collective, Group, collective_time, compute_time
 
-    mesh, p = plan.mesh, _pipeline(plan)
+    mesh = plan.mesh
     if mesh is None or mesh.size is None:
         raise PartitionError("the mesh's device count is unknown; declare `of N x device` or give every axis a size")
     G, m = mesh.size, _microbatches(plan)
-    pp = mesh.axis_size(p.axis) if isinstance(p.axis, str) else None
-    node = G // pp if pp and G % pp == 0 else G
-    meshes = [Submesh(1, 2**j) for j in range(int(math.log2(node)) + 1) if 2**j < node] + \
-        [Submesh(h, node) for h in range(1, G // node + 1)]
     k = stages if stages is not None else stage_count(plan)
-    parts = parts or plan_layers(plan, min_layers=k)
-    L = parts.layers.layers
-    others, data, _ = _other_axes(plan)
+    node = G // k if G % k == 0 else G
+    sizes = [2**j for j in range(int(math.log2(node)) + 1) if 2**j < node] + [h * node for h in range(1, G // node + 1)]
+    others, data, tensor = _other_axes(plan)
+    samples = _microbatch_samples(plan) or 1
+    meshes, degrees = [], []
+    for size in sizes:
+        dd = math.gcd(size, samples) if data else 1
+        tt = size // dd
+        if tt > 1 and tensor is None:
+            continue
+        meshes.append(Submesh(1, size) if size <= node else Submesh(size // node, node))
+        degrees.append((dd, tt))
+    parts = parts or plan_layers(plan, stages=k)
+    layers = _layers(parts)
+    L = layers.layers
 
     def link(axes):
         links = [mesh.axis(a).link or DEFAULT_LINK for a in axes if mesh.axis(a) is not None]
-        return min(links, key=lambda l: l.bandwidth) if links else DEFAULT_LINK
+        return min(links, key=lambda x: x.bandwidth) if links else DEFAULT_LINK
 
-    def default_time(l: int, size: int) -> float:
-        t = compute_time(L[l].flops / size, mesh, "f32", efficiency)
-        if size > 1:
-            lk = link(others if size <= node else list(mesh.names))
-            t += collective_time(Collective.ALL_REDUCE, Group((), size, lk.bandwidth, lk.latency), L[l].param_bytes) / m
+    def default_time(l: int, dd: int, tt: int) -> float:
+        lk = link(others if dd * tt <= node else list(mesh.names))
+        t = compute_time(L[l].flops / (dd * tt), mesh, "f32", efficiency)
+        t += collective_time(Collective.ALL_REDUCE, Group((), dd, lk.bandwidth, lk.latency), L[l].param_bytes / tt) / m
+        t += 2 * collective_time(Collective.ALL_REDUCE, Group((), tt, lk.bandwidth, lk.latency), L[l].out_bytes / dd)
         return t
 
     fn = layer_time or default_time
-    times = [[fn(l, s.size) for s in meshes] for l in range(len(L))]
     mm = _optimizer_model(plan)
-    static = [[x.param_bytes * (1 + mm.grad + mm.optimizer) for _ in meshes] for x in L]
-    act = [[x.act_bytes / s.size for s in meshes] for x in L]
+    times = [[fn(l, dd, tt) for dd, tt in degrees] for l in range(len(L))]
+    static = [[x.param_bytes * (1 + mm.grad + mm.optimizer + (mm.ddp_buffer if dd > 1 else 0)) / tt
+               for dd, tt in degrees] for x in L]
+    act = [[x.act_bytes / (dd * tt) for dd, tt in degrees] for x in L]
     limit = budget if budget is not None else (plan.budget.bytes if plan.budget else
                                                (mesh.device.memory if mesh.device else None))
     result = throughput_stages(times, meshes, G, m, static, act, limit, schedule=_schedule(plan), stages=k)
     bounds = [s.start for s in result.stages] + [len(L)]
-    axis = data or (others[0] if others else None)
-    return [StageChoice(tuple(sel), _degrees(others, {axis: st.mesh.size} if axis else {}),
-                        f"{st.time * 1e3:.3g} ms per microbatch on {st.mesh.size} device(s)")
-            for sel, st in zip(stage_selections(parts.layers, bounds), result.stages)]
+    out = []
+    for sel, st in zip(stage_selections(layers, bounds), result.stages):
+        dd, tt = degrees[st.group]
+        out.append(StageChoice(tuple(sel), _degrees(others, {a: v for a, v in ((data, dd), (tensor, tt)) if a}),
+                               f"{st.time * 1e3:.3g} ms per microbatch on {st.mesh.size} device(s)"))
+    return out
 
 
 def tree_stages(plan: T.Plan, stages: int | None = None, alpha: float = 0.5,
@@ -252,9 +296,22 @@ def tree_stages(plan: T.Plan, stages: int | None = None, alpha: float = 0.5,
     parts = parts or plan_layers(plan)
     tree = model_tree(parts.module, parts.facts, parts.profile, alpha)
     result = tree_partition(tree, k)
-    sels = tree_selections(result, parts.module, k)
+    sels = tree_selections(result, parts.module, k, parts.facts)
     empty = [i for i, s in enumerate(sels) if not s]
     if empty:
         raise PartitionError(f"the tree partition left stage(s) {empty} without modules; use fewer stages or "
                              "the flat partition")
     return [StageChoice(tuple(s), (), f"load {load:.3g}") for s, load in zip(sels, result.loads)]
+
+
+METHODS = {"balanced": balanced_stages, "memory": memory_stages, "throughput": throughput_stages_for_plan,
+           "tree": tree_stages}
+
+
+def solve_stages(plan: T.Plan, method: str = "balanced", **options) -> list[StageChoice]:
+    """The plan's stages by `method`: balanced (min–max flops), memory (CAPTURE), throughput (Alpa-style
+    DP) or tree (SageMaker). `options` go to that entry point (`stages=`, `parts=`, ...)."""
+    fn = METHODS.get(method)
+    if fn is None:
+        raise PartitionError(f"stage method {method!r}: use one of {', '.join(METHODS)}")
+    return fn(plan, **options)

@@ -15,9 +15,12 @@ Alpa's dynamic program fixes a bound t_max on the stage latencies and computes
     F(0, K, 0) = 0,
 
 the least Σ t of cutting layers k..K−1 into s stages on d devices; then T*(t_max) = min_s F(s, 0, D) +
-(B − 1) · t_max. Enumerating t_max over every distinct stage latency gives the optimum: the best plan's
-own bottleneck is one of the candidates. Candidates are tried from the smallest and the loop stops once
-B · t_max reaches the best T found (a plan whose bottleneck is >= t_max costs at least B · t_max).
+(B − 1) · t_max. Minimising over t_max among the distinct stage latencies gives the optimum: the best
+plan's own bottleneck is one of the candidates. Alpa scans the candidates upwards with an early stop;
+here a branch and bound over the sorted candidates needs far fewer DP runs, with the same answer: the
+DP value min_s F never grows with t_max, so for every bound strictly between two evaluated ones lo < hi
+the total is at least min_s F at hi + (B − 1) x (the first bound after lo), and intervals whose bound
+cannot beat the best total found are dropped.
 
 The position from the end (s) is what the 1F1B memory rule needs: stage i of p holds min(p − i, m)
 microbatches (`partition.in_flight`), i.e. min(s, m) with s = p − i stages from it to the end. A stage
@@ -29,6 +32,7 @@ and `act_bytes[l][g]` per device. A stage's latency and memory are sums over its
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from typing import Sequence, Union
 
@@ -157,21 +161,23 @@ def throughput_stages(
                              f"{n} layers on {devices} devices; use 1..{max_stages} stages")
     counts = [stages] if stages is not None else list(range(1, max_stages + 1))
     # fits[s - 1][k, i, g]: layers k..i-1 on sub-mesh g fit in memory as the s-th stage from the end
-    fits = np.isfinite(T)[None].repeat(max_stages, axis=0)
+    top = max(counts)
+    fits = np.isfinite(T)[None].repeat(top, axis=0)
     if budget is not None:
         S = _range_sums(_table(static_bytes, n, G, "static_bytes")) if static_bytes is not None else np.zeros_like(T)
         A = _range_sums(_table(act_bytes, n, G, "act_bytes")) if act_bytes is not None else np.zeros_like(T)
-        for s in range(1, max_stages + 1):
+        for s in range(1, top + 1):
             fits[s - 1] &= S + in_flight(schedule, s, 0, microbatches, extra_in_flight) * A <= budget
     candidates = np.unique(T[fits.any(axis=0)])
     if candidates.size == 0:
         raise PartitionError(_nothing_fits(budget))
 
     def solve(t_max: float) -> list[np.ndarray]:
-        """F[s][k, d] for s = 0..max_stages (module docstring), stage latencies <= t_max."""
+        """F[s][k, d] for s = 0..top (module docstring), stage latencies <= t_max; numpy over the stage
+        start, the stage end and the devices."""
         F = [np.full((n + 1, devices + 1), np.inf)]
         F[0][n, 0] = 0.0
-        for s in range(1, max_stages + 1):
+        for s in range(1, top + 1):
             Fs = np.full((n + 1, devices + 1), np.inf)
             prev = F[s - 1]
             for g, size in enumerate(sizes):
@@ -180,24 +186,51 @@ def throughput_stages(
                 t = np.where(fits[s - 1, :, :, g] & (T[:, :, g] <= t_max), T[:, :, g], np.inf)  # (n, n+1)
                 shifted = np.full((n + 1, devices + 1), np.inf)
                 shifted[:, size:] = prev[:, :devices + 1 - size]
-                cand = (t[:, :, None] + shifted[None, :, :]).min(axis=1)  # (n, devices+1)
-                Fs[:n] = np.minimum(Fs[:n], cand)
+                Fs[:n] = np.minimum(Fs[:n], (t[:, :, None] + shifted[None, :, :]).min(axis=1))
             F.append(Fs)
         return F
 
-    best, best_t, tried, last = np.inf, None, 0, None
-    for t_max in candidates:
-        if microbatches * t_max >= best:
-            break
-        if epsilon > 0 and last is not None and t_max < last * (1 + epsilon):
-            continue
-        last, tried = t_max, tried + 1
-        F = solve(float(t_max))
-        total = min(F[s][0, devices] for s in counts) + (microbatches - 1) * t_max
-        if total < best:
-            best, best_t = total, float(t_max)
-    if best_t is None:
+    if epsilon > 0:  # Alpa's speed-up: skip bounds within (1 + epsilon) of the last one kept
+        kept = [candidates[0]]
+        for t in candidates[1:]:
+            if t >= kept[-1] * (1 + epsilon):
+                kept.append(t)
+        if kept[-1] != candidates[-1]:
+            kept.append(candidates[-1])  # the loosest bound: every plan
+        candidates = np.array(kept)
+    least: dict[int, float] = {}  # candidate index -> min Σ t_i with every stage <= that candidate
+
+    def least_sum(i: int) -> float:
+        if i not in least:
+            F = solve(float(candidates[i]))
+            least[i] = float(min(F[s][0, devices] for s in counts))
+        return least[i]
+
+    def total(i: int) -> float:
+        return least_sum(i) + (microbatches - 1) * float(candidates[i])
+
+    # Branch and bound over the sorted bounds. least_sum never grows with the bound, so for the bounds
+    # strictly inside (lo, hi) the total is at least least_sum(hi) + (B − 1) · candidates[lo + 1]; an
+    # interval whose bound cannot beat the best total so far is dropped (exact: no plan is lost).
+    last = len(candidates) - 1
+    best_i = min((0, last), key=lambda i: (total(i), i))
+    best = total(best_i)
+    if not np.isfinite(best):
         raise PartitionError(_nothing_fits(budget))
+    heap = [(least_sum(last) + (microbatches - 1) * float(candidates[1]), 0, last)] if last > 1 else []
+    while heap:
+        bound, lo, hi = heapq.heappop(heap)
+        if bound >= best:
+            continue
+        mid = (lo + hi) // 2
+        if total(mid) < best:
+            best, best_i = total(mid), mid
+        for a, b in ((lo, mid), (mid, hi)):
+            if b - a > 1:
+                lb = least_sum(b) + (microbatches - 1) * float(candidates[a + 1])
+                if lb < best:
+                    heapq.heappush(heap, (lb, a, b))
+    best_t, tried = float(candidates[best_i]), len(least)
     chosen = _reconstruct(solve(best_t), best_t, T, fits, sizes, meshes, n, devices, counts,
                           static_bytes, act_bytes, schedule, microbatches, extra_in_flight)
     times = [s.time for s in chosen]
