@@ -233,30 +233,18 @@ def estimate(
     """Estimate per-device peak memory (by class) and step time of a plan, from its model on meta."""
     import json
 
-    from planlang.lang.render import render
-    from planlang.plan.checker import check_file
-
-    if not plan.is_file():
-        _fail_usage(f"no such file: {plan}")
-    res = check_file(str(plan))
-    if res.errors or res.plan is None:
-        sys.stderr.write(render(list(res.diagnostics), res.sources, "human"))
-        _fail_usage(f"{plan} has errors; fix them first")
-    if res.plan.model is None:
-        _fail_usage(f"{plan} declares no model")
-    if res.plan.holes():
-        _fail_usage(f"{plan} has {len(res.plan.holes())} holes (`?`); solve it first")
+    checked = _runnable_plan(plan)
     from planlang.model.estimate import estimate_plan, render_table
     from planlang.model.load import ModelLoadError
 
     try:
-        rows = estimate_plan(res.plan)
+        rows = estimate_plan(checked)
     except ModelLoadError as err:
         _fail_usage(f"{err.message}\n  help: {err.help}")
     if format == "json":
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
     else:
-        sys.stdout.write(render_table(res.plan, rows))
+        sys.stdout.write(render_table(checked, rows))
 
 
 def _runnable_plan(plan: Path):
