@@ -135,10 +135,13 @@ def plan_layers(plan: T.Plan, stages: int = 0, divide: int | None = None) -> Mod
         return ModelParts(module, facts, prof, None, str(err))
 
 
-def _layers(parts: ModelParts) -> LayerSequence:
+def _layers(parts: ModelParts, stages: int) -> LayerSequence:
+    """The parts' layers, split further (from the same profile) when there are fewer than `stages`."""
     if parts.layers is None:
         raise PartitionError(parts.chain_error)
-    return parts.layers
+    if len(parts.layers.layers) >= stages:
+        return parts.layers
+    return layer_sequence(parts.module, {}, facts=parts.facts, profile=parts.profile, stages=stages)
 
 
 def _other_axes(plan: T.Plan) -> tuple[list[str], str | None, str | None]:
@@ -166,7 +169,7 @@ def balanced_stages(plan: T.Plan, stages: int | None = None, cost: str = "flops"
     Every entry point takes `parts` (from `plan_layers(plan)`) to reuse one profile across calls."""
     k = stages if stages is not None else stage_count(plan)
     parts = parts or plan_layers(plan, stages=k)
-    layers = _layers(parts)
+    layers = _layers(parts, k)
     part = min_max_partition(layers.costs(cost), k)
     unit = {"flops": (1e9, "GFLOP"), "params": (2**20, "MiB params"), "activations": (2**20, "MiB saved")}[cost]
     return [StageChoice(tuple(sel), (), f"{c / unit[0]:.3g} {unit[1]}")
@@ -190,11 +193,13 @@ def _microbatch_samples(plan: T.Plan) -> int | None:
 
 
 def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None = None,
-                  placement: str = "in_order", parts: ModelParts | None = None) -> list[StageChoice]:
+                  placement: str = "in_order", extra_in_flight: int = 0,
+                  parts: ModelParts | None = None) -> list[StageChoice]:
     """CAPTURE's plan: stages with data- or tensor-parallel degrees minimising predicted peak memory.
     Degrees go to the plan's data axis (dp) or its other non-pipeline axis (tp); a dp degree must divide
     the samples of a microbatch. `node_size` defaults to the devices of one pipeline slice (the mesh's
-    device count / the stage count)."""
+    device count / the stage count). `extra_in_flight=1` counts 1F1B's peak as planlang.model.estimate
+    does (min(p − i + 1, m)); the default is the steady-state rule min(p − i, m)."""
     mesh = plan.mesh
     if mesh is None or mesh.size is None:
         raise PartitionError("the mesh's device count is unknown; declare `of N x device` or give every axis a size")
@@ -208,10 +213,10 @@ def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None
     configs = [(p, d) for p, d in default_configs(node_size, pars)
                if p != "dp" or samples is None or samples % d == 0]
     parts = parts or plan_layers(plan, stages=k_stages)
-    L = _layers(parts)
+    L = _layers(parts, k_stages)
     result = capture_search(L.costs("params"), L.costs("activations"), G, node_size, _microbatches(plan),
                             schedule=_schedule(plan), memory=_optimizer_model(plan), configs=configs,
-                            stages=k_stages, placement=placement)
+                            stages=k_stages, placement=placement, extra_in_flight=extra_in_flight)
     bounds = [s.start for s in result.stages] + [len(L.layers)]
     out = []
     for sel, st in zip(stage_selections(L, bounds), result.stages):
@@ -224,7 +229,7 @@ def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None
 def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
                                layer_time: Callable[[int, int, int], float] | None = None,
                                efficiency: float = 0.5, budget: float | None = None,
-                               parts: ModelParts | None = None) -> list[StageChoice]:
+                               extra_in_flight: int = 0, parts: ModelParts | None = None) -> list[StageChoice]:
     """Alpa-style stages and sub-meshes minimising Σ t_i + (m − 1) · max t_i, each stage within the
     memory budget (plan budget, else the device memory) under the schedule's in-flight rule.
 
@@ -236,7 +241,8 @@ def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
     `efficiency` of the device's peak, the gradient all-reduce over dd spread over the microbatches, and
     two all-reduces of the layer's output over tt (forward and backward) — meant to be replaced by the
     intra-op solver's latencies (Alpa's t_intra). Memory per device: states / tt (+ DDP buckets when
-    dd > 1) and saved activations / d. The stage count is `stages`, else the plan's."""
+    dd > 1) and saved activations / d, times the microbatches in flight (`extra_in_flight` as in
+    `memory_stages`). The stage count is `stages`, else the plan's."""
     from planlang.cost.comm import DEFAULT_LINK, Collective, Group, collective_time, compute_time
 
     mesh = plan.mesh
@@ -257,7 +263,7 @@ def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
         meshes.append(Submesh(1, size) if size <= node else Submesh(size // node, node))
         degrees.append((dd, tt))
     parts = parts or plan_layers(plan, stages=k)
-    layers = _layers(parts)
+    layers = _layers(parts, k)
     L = layers.layers
 
     def link(axes):
@@ -279,7 +285,8 @@ def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
     act = [[x.act_bytes / (dd * tt) for dd, tt in degrees] for x in L]
     limit = budget if budget is not None else (plan.budget.bytes if plan.budget else
                                                (mesh.device.memory if mesh.device else None))
-    result = throughput_stages(times, meshes, G, m, static, act, limit, schedule=_schedule(plan), stages=k)
+    result = throughput_stages(times, meshes, G, m, static, act, limit, schedule=_schedule(plan),
+                               extra_in_flight=extra_in_flight, stages=k)
     bounds = [s.start for s in result.stages] + [len(L)]
     out = []
     for sel, st in zip(stage_selections(layers, bounds), result.stages):
