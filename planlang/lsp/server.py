@@ -124,8 +124,8 @@ class PlanServer(LanguageServer):
         before, self.settings = self.settings, settings
         if settings != before:
             log.info("settings: %s", settings)
-            for uri in list(self.docs):
-                self.refresh(uri)
+            for doc_uri in list(self.docs):
+                self.refresh(doc_uri)
 
     # ------------------------------------------------------------------ analysis and diagnostics
     def refresh(self, uri: str) -> DocState:

@@ -110,11 +110,8 @@ def model_loss(ref: ModelRef):
     the model's integer inputs (a language model scores its own tokens), then class indices over the
     output's leading dims, then zeros of the output's shape (regression), then one float per sample —
     the first that the loss function accepts without a warning."""
-    try:
-        fn = getattr(importlib.import_module(ref.module), "loss", None)
-    except Exception:  # noqa: BLE001 - no importable loss: the default applies
-        return None
-    if not callable(fn):
+    fn = loss_function(ref)
+    if fn is None:
         return None
 
     def loss(out, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -137,6 +134,44 @@ def model_loss(ref: ModelRef):
         return y.float().sum()
 
     return loss
+
+
+def loss_function(ref: ModelRef, plan_path: str | None = None):
+    """The factory module's own `loss(output, *targets)` (the bundled examples' convention), or None."""
+    try:
+        with _extra_path(_search_roots(plan_path)):
+            fn = getattr(importlib.import_module(ref.module), "loss", None)
+    except Exception:  # noqa: BLE001 - no importable loss: the caller's default applies
+        return None
+    return fn if callable(fn) else None
+
+
+def plan_loss(plan):
+    """The loss of a plan's model (`loss_function` of its `model` declaration), or None."""
+    return loss_function(plan.model, plan.path) if plan.model is not None else None
+
+
+def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+    """Meta targets of the shapes `loss_fn` accepts (`target_candidates`' order), found by running the
+    model under FakeTensorMode (nothing is allocated); None when no candidate fits."""
+    import warnings
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
+        out = model(*fin.values())
+        for targets in target_candidates(out, fin):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("error")
+                    v = loss_fn(out, *targets)
+            except Exception:  # noqa: BLE001 - a wrong guess: try the next
+                continue
+            if isinstance(v, torch.Tensor) and v.dim() == 0:
+                return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in targets)
+    return None
 
 
 def target_candidates(out, inputs: dict[str, torch.Tensor]) -> list[list[torch.Tensor]]:

@@ -13,7 +13,6 @@ local tensor's `size()` would be wrong anyway. `chunk`/`split` followed by `geti
 """
 from __future__ import annotations
 
-import math
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -91,6 +90,15 @@ class OpGraph:
 
     def params(self) -> list[Value]:
         return [v for v in self.values.values() if v.kind == "param"]
+
+    def module_outputs(self) -> dict[str, str]:
+        """Module path -> the Value its call returns (the last op inside it, in execution order)."""
+        out: dict[str, str] = {}
+        for n in self.nodes:
+            parts = n.module.split(".") if n.module else []
+            for k in range(1, len(parts) + 1):
+                out[".".join(parts[:k])] = n.name
+        return out
 
     def node(self, name: str) -> OpNode:
         for n in self.nodes:
@@ -230,8 +238,9 @@ class _Builder:
         self.nodes.append(OpNode(name, module, op, tuple(inputs), call))
         return name
 
-    def opaque(self, node: fx.Node) -> str:
-        """Run the original call on replicated inputs (no rule for it)."""
+    def call_args(self, node: fx.Node) -> tuple[list[str], tuple, dict]:
+        """The node's arguments with tensors replaced by `TensorArg(i)` (i-th of the returned Values)
+        and static values by their python value."""
         inputs: list[str] = []
 
         def sub(a):
@@ -242,8 +251,11 @@ class _Builder:
                 return self.static[a.name]
             return a
 
-        args = fx.node.map_aggregate(node.args, sub)
-        kwargs = fx.node.map_aggregate(node.kwargs, sub)
+        return inputs, fx.node.map_aggregate(node.args, sub), fx.node.map_aggregate(node.kwargs, sub)
+
+    def opaque(self, node: fx.Node) -> str:
+        """Run the original call on replicated inputs (no rule for it)."""
+        inputs, args, kwargs = self.call_args(node)
         target = node.target
         op = node.op
         if op == "call_module":
@@ -567,18 +579,7 @@ def _piece(b: _Builder, node: fx.Node, split: fx.Node, index: int) -> None:
 
 def _opaque_module(b: _Builder, node: fx.Node, mod: nn.Module) -> None:
     """A module without a rule: its parameters become inputs of an opaque op run with torch.func."""
-    inputs: list[str] = []
-
-    def sub(a):
-        if isinstance(a, fx.Node):
-            if a.name in b.env:
-                inputs.append(b.env[a.name])
-                return TensorArg(len(inputs) - 1)
-            return b.static[a.name]
-        return a
-
-    args = fx.node.map_aggregate(node.args, sub)
-    kwargs = fx.node.map_aggregate(node.kwargs, sub)
+    inputs, args, kwargs = b.call_args(node)
     path = str(node.target)
     pnames = []
     for pname, t in mod.named_parameters():

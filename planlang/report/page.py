@@ -125,12 +125,11 @@ def _image(stem: str, formats) -> str:
 
 def render_page(data: ReportData, images: dict[str, str], formats) -> str:
     """The HTML text; `images` maps "memory"/"schedule" to the file stem written (absent: not drawn)."""
-    plan = data.plan
     title = f"planlang report: {data.name}"
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{_e(title)}</title>",
              f"<style>{STYLE}</style>\n</head>\n<body>", f"<h1>{_e(title)}</h1>",
-             f'<p class="muted">Estimated by <code>planlang estimate</code> from the model traced on the meta device; '
-             f"the schedule is an event simulation of the plan's pipeline.</p>",
+             '<p class="muted">Estimated by <code>planlang estimate</code> from the model traced on the meta device; '
+             "the schedule is an event simulation of the plan's pipeline.</p>",
              "<h2>Plan</h2>", _summary(data), "<h2>Peak memory per device</h2>"]
     if "memory" in images:
         parts.append(_image(images["memory"], formats))

@@ -21,7 +21,6 @@ Pipelines (`pipeline` in the plan) are driven by planlang.runtime.pipeline on to
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -35,7 +34,7 @@ from planlang.plan import types as T
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
 from planlang.runtime.executor import Runtime
-from planlang.runtime.lowering import Convert, LoweringError, Program, Run, lower
+from planlang.runtime.lowering import LoweringError, Program, Run, lower
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.redistribute import MeshGroups
 
@@ -58,62 +57,13 @@ def load_plan(plan: T.Plan | str | Path) -> T.Plan:
     return res.plan
 
 
-def default_loss(plan: T.Plan) -> Callable | None:
-    """The factory module's `loss(output, *targets)` (the bundled examples' convention), if any."""
-    import importlib
-
-    from planlang.model.load import _extra_path, _search_roots
-
-    if plan.model is None:
-        return None
-    try:
-        with _extra_path(_search_roots(plan.path)):
-            fn = getattr(importlib.import_module(plan.model.module), "loss", None)
-    except Exception:  # noqa: BLE001
-        return None
-    return fn if callable(fn) else None
-
-
-def guess_targets(model: nn.Module, loss_fn: Callable, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-    """Meta targets of the shapes `loss_fn` accepts (the order of planlang.model.load.model_loss), found
-    by running the model under FakeTensorMode (nothing is allocated)."""
-    import warnings
-
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from planlang.model.load import target_candidates
-
-    devices = {p.device for p in model.parameters()} or {torch.device("cpu")}
-    dev = next(iter(devices))
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
-        out = model(*fin.values())
-        for targets in target_candidates(out, fin):
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("error")
-                    v = loss_fn(out, *targets)
-            except Exception:  # noqa: BLE001 - a wrong guess: try the next
-                continue
-            if isinstance(v, torch.Tensor) and v.dim() == 0:
-                return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in targets)
-    raise PlanError("could not find targets the loss accepts; pass `targets=` example tensors to apply()")
-
-
 # ------------------------------------------------------------------------------ passes
 class _Facts:
     """The module names and execution order of the op graph (for checkpoint group expansion)."""
 
     def __init__(self, graph: OpGraph) -> None:
-        order: list[str] = []
-        for n in graph.nodes:
-            parts = n.module.split(".") if n.module else []
-            for k in range(1, len(parts) + 1):
-                m = ".".join(parts[:k])
-                if m not in order:
-                    order.append(m)
-        self.order = order
-        self.all_modules = order
+        self.order = list(graph.module_outputs())  # a dict keeps the order modules first appear in
+        self.all_modules = self.order
 
 
 def mark_checkpoints(prog: Program, plan: T.Plan) -> list[tuple[int, int]]:
@@ -270,22 +220,20 @@ class ParallelModel(nn.Module):
         return out
 
 
-def plan_inputs(plan: T.Plan) -> dict[str, torch.Tensor]:
-    from planlang.model.load import meta_inputs
-
-    return meta_inputs(plan.inputs)
-
-
 def lower_plan(model: nn.Module, plan: T.Plan, loss_fn: Callable | None = None,
                targets: tuple[torch.Tensor, ...] | None = None) -> Program:
     """Passes 2–4 (no process group needed): the program every rank runs."""
-    loss_fn = loss_fn or default_loss(plan)
-    inputs = plan_inputs(plan)
+    from planlang.model.load import guess_targets, meta_inputs, plan_loss
+
+    loss_fn = loss_fn or plan_loss(plan)
+    inputs = meta_inputs(plan.inputs)
     if loss_fn is None:
         loss_fn = _sum_loss
         targets = ()
     if targets is None:
         targets = guess_targets(model, loss_fn, inputs)
+        if targets is None:
+            raise PlanError("could not find targets the loss accepts; pass `targets=` example tensors to apply()")
     try:
         graph = op_graph(model, inputs, loss_fn, tuple(targets))
         prog = lower(graph, plan)
@@ -322,8 +270,3 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     code = generate(prog, dist.get_rank(), groups.coords, title=plan.path)
     return ParallelModel(model, prog, groups, layouts, code, device, recorder)
 
-
-@dataclass(frozen=True)
-class StepBytes:
-    forward: int
-    backward: int

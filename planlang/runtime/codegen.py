@@ -13,7 +13,7 @@ import keyword
 import re
 
 from planlang.cost.layout import local_shape
-from planlang.runtime.lowering import Convert, Program, Run
+from planlang.runtime.lowering import Convert, Program
 
 
 def ident(name: str) -> str:

@@ -25,7 +25,7 @@ def free_port() -> int:
 
 def torchrun(nproc: int, target: list[str], env: dict[str, str] | None = None, module: bool = False) -> int:
     """Run `target` (a script and its arguments, or `-m module ...`) on `nproc` local processes."""
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone" if False else "--nnodes=1",
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
            f"--nproc-per-node={nproc}", f"--master-port={free_port()}", "--master-addr=127.0.0.1"]
     if module:
         cmd.append("-m")

@@ -97,12 +97,10 @@ class Program:
 
 # ------------------------------------------------------------------------------ plan facts
 def data_axes(plan: T.Plan) -> tuple[str, ...]:
-    """The mesh axes the batch is split over (from `data` statements), in mesh order."""
-    used = set()
-    for d in plan.data:
-        if isinstance(d.spec, T.Spec):
-            used.update(d.spec.used_axes())
-    return tuple(a for a in plan.mesh.names if a in used and (plan.mesh.axis_size(a) or 1) > 1) if plan.mesh else ()
+    """The mesh axes the batch is split over (planlang.runtime.data_parallel), without axes of size 1."""
+    from planlang.runtime.data_parallel import data_axes as batch_axes
+
+    return tuple(a for a in batch_axes(plan) if (plan.mesh.axis_size(a) or 1) > 1)
 
 
 def with_data_axes(spec: Spec, axes: tuple[str, ...]) -> Spec:
@@ -161,19 +159,9 @@ def input_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
     return specs
 
 
-def module_outputs(graph: OpGraph) -> dict[str, str]:
-    """Module path -> the Value its call returns (the last op inside it)."""
-    out: dict[str, str] = {}
-    for n in graph.nodes:
-        parts = n.module.split(".") if n.module else []
-        for k in range(1, len(parts) + 1):
-            out[".".join(parts[:k])] = n.name
-    return out
-
-
 def output_pins(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
     """Value name -> layout an `output of MODULE` rule requires (data axes added on the batch dim)."""
-    outs = module_outputs(graph)
+    outs = graph.module_outputs()
     names = list(outs)
     axes = data_axes(plan)
     pins: dict[str, Spec] = {}

@@ -28,7 +28,6 @@ module) -> module`, called on each of this rank's stage modules before its Pipel
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -38,6 +37,9 @@ from torch import nn
 
 from planlang.plan.types import Plan, Schedule, is_hole
 
+from planlang.model.load import plan_loss  # noqa: F401 - the plan's loss (re-exported for callers)
+
+from .data_parallel import data_axes  # noqa: F401 - the batch axes (re-exported for callers)
 from .stages import split_stages
 
 StageTransform = Callable[[int, nn.Module], nn.Module]
@@ -106,28 +108,6 @@ def pipeline_layout(plan: Plan, pp_size: int) -> PipelineLayout:
     else:
         raise PipelineError(f"unknown schedule `{sched.kind}`", "use gpipe, 1f1b or interleaved")
     return PipelineLayout(sched.kind, n, pp_size, m)
-
-
-def plan_loss(plan: Plan) -> Callable[..., torch.Tensor] | None:
-    """The plan's loss convention: the model factory module's `loss(output, *targets)`, if it has one."""
-    if plan.model is None:
-        return None
-    from planlang.model.load import import_factory
-
-    import_factory(plan.model, plan.path)  # puts the module on sys.path's search roots the same way
-    fn = getattr(importlib.import_module(plan.model.module), "loss", None)
-    return fn if callable(fn) else None
-
-
-def data_axes(plan: Plan) -> tuple[str, ...]:
-    """Mesh axes that split the batch (`data x : [dp, _]`), in mesh order, without the pipeline axis."""
-    used = set()
-    for d in plan.data:
-        if not is_hole(d.spec):
-            used.update(d.spec.axes_of(0) if d.spec.rank else ())  # type: ignore[union-attr]
-    pp = plan.pipeline.axis if plan.pipeline else None
-    names = plan.mesh.names if plan.mesh else tuple(sorted(used))
-    return tuple(a for a in names if a in used and a != pp)
 
 
 def average_gradients(params: Sequence[nn.Parameter], group_list: Sequence[dist.ProcessGroup]) -> None:

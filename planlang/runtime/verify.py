@@ -52,11 +52,11 @@ GRAD_FLOOR = 1e-3
 
 
 def make_batch(model: nn.Module, plan, loss_fn, seed: int) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
-    from planlang.runtime.apply import guess_targets, plan_inputs
+    from planlang.model.load import guess_targets, meta_inputs
 
     g = torch.Generator().manual_seed(seed)
     vocab = min([m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)] or [2])
-    metas = plan_inputs(plan)
+    metas = meta_inputs(plan.inputs)
     inputs = []
     for t in metas.values():
         if t.dtype.is_floating_point:
@@ -66,7 +66,7 @@ def make_batch(model: nn.Module, plan, loss_fn, seed: int) -> tuple[list[torch.T
     if loss_fn is None:
         return inputs, ()
     targets = []
-    for t in guess_targets(model, loss_fn, metas):
+    for t in guess_targets(model, loss_fn, metas) or ():
         same = [x for x in inputs if x.shape == t.shape and x.dtype == t.dtype and not x.dtype.is_floating_point]
         if same:
             targets.append(same[0])
@@ -92,13 +92,13 @@ def build_optimizer_for(params, plan):
 
 def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | None = None) -> list[StepRow]:
     """Run on every rank (process group initialised); returns the same rows on every rank."""
-    from planlang.model.load import build_model
-    from planlang.runtime.apply import apply, default_loss, load_plan
+    from planlang.model.load import build_model, plan_loss
+    from planlang.runtime.apply import apply, load_plan
 
     plan = load_plan(plan_path)
     torch.manual_seed(seed)
     model = model if model is not None else build_model(plan.model, plan.path, device="cpu")
-    loss_fn = default_loss(plan)
+    loss_fn = plan_loss(plan)
     ref = copy.deepcopy(model)
     batches = [make_batch(ref, plan, loss_fn, seed + 1 + s) for s in range(steps)]
     pm = apply(model, plan, loss_fn=loss_fn,
@@ -153,10 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend)
-    try:
-        rows = verify(plan_path, steps)
-    finally:
-        pass
+    rows = verify(plan_path, steps)
     ok = all(r.ok(tol) for r in rows)
     if dist.get_rank() == 0:
         sys.stdout.write(render(rows, tol))

@@ -6,8 +6,9 @@ Stage 1 enumerates the coarse choices — the factorizations of the device count
 microbatch count ≥ stages, stages balanced by the min–max partition DP over per-layer flops, replicated
 specs, no checkpointing), and prices each candidate plan with planlang.model.estimate (per-device peak
 memory by class and step time). Stage 2 takes the best candidates and settles the fine choices in turn:
-spec holes by the communication time of the lowered program (planlang.runtime.lowering: the cost model's
-strategies and conversion paths), microbatches by estimated step time, the ZeRO stage as the smallest
+spec holes by the intra-op ILP on the model's op graph (planlang.solve.intra_op, the plan's fixed specs
+as constraints; each option priced by the estimator if the ILP cannot run), microbatches by estimated
+step time, the ZeRO stage as the smallest
 that fits the budget, checkpointing (`every k` groups of the model's repeated blocks) only when the plan
 does not fit without it. Every candidate is a plan text that `planlang check` accepts, so what is
 written is what was priced. Deterministic: candidates are enumerated and ties broken in a fixed order.
@@ -387,22 +388,21 @@ class _Search:
     def choose_spec(self, k: int, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str]) -> str:
         """The intra-op ILP's spec for the hole's parameters (planlang.solve.intra_op, map §5.1: the plan's
         fixed specs are constraints, the other holes free); if the ILP cannot run on this model, the
-        option whose lowered program communicates least."""
+        option the estimator prices best."""
         opts = self.spec_options(rule, assign)
         if len(opts) == 1:
             return opts[0]
         try:
-            return self._ilp_spec(k, rule, assign, fixed, opts)
+            return self._ilp_spec(rule, assign, fixed)
         except Exception as e:  # noqa: BLE001 - fall back to pricing each option by lowering it
             self.notes.append(f"intra-op ILP for {rule.target} did not run ({type(e).__name__}: {e}); "
-                              "options priced by lowering")
-        return self._lowered_spec(k, rule, assign, fixed, opts)
+                              "options priced by the estimator")
+        return self._priced_spec(k, rule, assign, fixed, opts)
 
-    def _ilp_spec(self, k: int, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str],
-                  opts: list[str]) -> str:
+    def _ilp_spec(self, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str]) -> str:
+        from planlang.model.load import guess_targets, meta_inputs, plan_loss
         from planlang.model.opgraph import op_graph
         from planlang.plan.checker import check_text
-        from planlang.runtime.apply import default_loss, guess_targets, plan_inputs
         from planlang.solve.intra_op import problem_args, solve_intra_op
 
         fills = self.base_fills(assign, 1 if self.holes.micro is not None else None, 0, fixed, None)
@@ -412,10 +412,10 @@ class _Search:
             raise SolveError("the candidate plan does not check")
         plan = res.plan
         model = self.parts().module
-        inputs = plan_inputs(plan)
-        loss = default_loss(plan)
-        targets = guess_targets(model, loss, inputs) if loss else ()
-        graph = op_graph(model, inputs, loss, targets) if loss else op_graph(model, inputs)
+        inputs = meta_inputs(plan.inputs)
+        loss = plan_loss(plan)
+        targets = guess_targets(model, loss, inputs) if loss else None
+        graph = op_graph(model, inputs, loss, targets) if targets is not None else op_graph(model, inputs)
         sol = solve_intra_op(graph, **problem_args(plan, graph), objective="time")
         hits = rule.target.select(list(sol.params))
         if not hits:
@@ -430,27 +430,15 @@ class _Search:
         self.progress(f"spec {rule.target} : {text} (intra-op ILP, {len(graph.nodes)} ops)")
         return text
 
-    def _lowered_spec(self, k: int, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str],
-                      opts: list[str]) -> str:
-        from planlang.plan.checker import check_text
-        from planlang.runtime.apply import lower_plan
-
-        scored = []
-        for opt in opts:
-            fills = self.base_fills(assign, 1 if self.holes.micro is not None else None, 0, {**fixed, k: opt}, None)
-            res = check_text(fill_holes(self.source, self.path, list(fills.values())), self.path)
-            if res.errors or res.plan is None:
-                continue
-            try:
-                prog = lower_plan(self.parts().module, _without_pipeline(res.plan))
-            except Exception as e:  # noqa: BLE001
-                self.notes.append(f"spec {opt} for {rule.target}: not lowerable ({e})")
-                continue
-            fwd, bwd = prog.collectives()
-            secs = sum(c.seconds for c in fwd) + sum(c.seconds for c in bwd)
-            self.progress(f"spec {rule.target} : {opt}: {secs * 1e3:.2f} ms of communication")
-            scored.append((secs, opt.count("_"), opts.index(opt), opt))
-        return min(scored)[3] if scored else opts[0]
+    def _priced_spec(self, k: int, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str],
+                     opts: list[str]) -> str:
+        """Each option priced as a whole plan by the estimator; the best under the objective."""
+        micro = self.micro_options(assign)[0] if self.holes.micro is not None else None
+        priced = [(self.price(self.base_fills(assign, micro, 0, {**fixed, k: opt}, None),
+                              _choices(assign, micro, 0, {**fixed, k: opt}, None)), i, opt)
+                  for i, opt in enumerate(opts)]
+        priced = [(c.key(self.objective), i, opt) for c, i, opt in priced if c is not None]
+        return min(priced)[2] if priced else opts[0]
 
     def _fills_of(self, c: Candidate) -> dict[str, Fill]:
         ch = dict(c.choices)
@@ -463,12 +451,6 @@ class _Search:
 
 def _replicated_text(rank: int) -> str:
     return "[" + ", ".join("_" for _ in range(rank)) + "]"
-
-
-def _without_pipeline(plan: T.Plan) -> T.Plan:
-    import dataclasses
-
-    return dataclasses.replace(plan, pipeline=None, checkpoints=())
 
 
 def _choices(assign, micro, zero, specs, ckpt) -> tuple[tuple[str, str], ...]:

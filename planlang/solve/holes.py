@@ -36,7 +36,8 @@ def fill_holes(source: str, path: str, fills: list[Fill], header: list[str] | No
             line_start = text.rfind("\n", 0, start) + 1
             line_end = text.find("\n", end)
             line_end = len(text) if line_end < 0 else line_end
-            indent = text[line_start:len(text[:line_start]) + len(text[line_start:]) - len(text[line_start:].lstrip())]
+            line = text[line_start:line_end]
+            indent = line[:len(line) - len(line.lstrip())]
             text = text[:line_start] + indent + f"# {f.drop_line}" + text[line_end:]
         else:
             text = text[:start] + f.text + text[end:]

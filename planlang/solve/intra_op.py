@@ -500,11 +500,7 @@ def problem_args(plan, graph: "OpGraph") -> dict:
     if plan.mesh is None:
         raise IntraOpError("the plan declares no mesh; add a `mesh` block before solving the sharding")
     params = [v.ref for v in graph.values.values() if v.kind == "param"]
-    last_op: dict[str, str] = {}  # module path -> the last op inside it (its output)
-    for n in graph.nodes:
-        parts = n.module.split(".") if n.module else []
-        for k in range(1, len(parts) + 1):
-            last_op[".".join(parts[:k])] = n.name
+    last_op = graph.module_outputs()  # module path -> the last op inside it (its output)
     fixed: dict[str, Spec] = {}
     for r in plan.shards:
         if _has_hole(r.spec):

@@ -270,7 +270,6 @@ def _tables(c: Chain, S: int) -> tuple[np.ndarray, np.ndarray]:
     f_re_sum = np.concatenate([[0.0], np.cumsum(f_re)])  # sum of f_re[s:s'] = f_re_sum[s'] - f_re_sum[s]
     b = [c.backward_time(i) for i in range(n)]
     sweep = np.array(_forward_sweep_peaks(X, FT, L), dtype=np.int64)
-    Xa = np.array(X, dtype=np.int64)
 
     C = np.full((n, n, S + 1), np.inf)
     P = np.full((n, n, S + 1), _BIG, dtype=np.int32)
