@@ -28,6 +28,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from planlang.cost.comm import Collective
 from planlang.cost.layout import local_shape, local_slices
 from planlang.model.opgraph import OpGraph, op_graph
 from planlang.plan import types as T
@@ -187,8 +188,6 @@ class ParallelModel(nn.Module):
                 dist.all_reduce(flat, group=self.groups.group(a))
                 rec = self.rt.recorder
                 if rec is not None:
-                    from planlang.cost.comm import Collective
-
                     rec.record(Collective.ALL_REDUCE, (a,), flat.numel() * flat.element_size())
             off = 0
             for g in grads:
@@ -198,25 +197,23 @@ class ParallelModel(nn.Module):
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """Every parameter gathered whole (for tests and export)."""
-        from planlang.runtime.redistribute import redistribute
-
-        out = {}
-        for fqn, p in self.module.named_parameters():
-            lay = self.layouts[fqn]
-            rep = Spec(tuple(() for _ in lay.shape))
-            out[fqn] = redistribute(p.detach(), lay.shape, lay.spec, rep, self.mesh, self.groups)
-        return out
+        return self._gathered(lambda p: p)
 
     def full_grads(self) -> dict[str, torch.Tensor]:
+        """Every parameter's gradient gathered whole (parameters without a gradient are left out)."""
+        return self._gathered(lambda p: p.grad)
+
+    def _gathered(self, pick) -> dict[str, torch.Tensor]:
         from planlang.runtime.redistribute import redistribute
 
         out = {}
         for fqn, p in self.module.named_parameters():
-            if p.grad is None:
+            t = pick(p)
+            if t is None:
                 continue
             lay = self.layouts[fqn]
             rep = Spec(tuple(() for _ in lay.shape))
-            out[fqn] = redistribute(p.grad.detach(), lay.shape, lay.spec, rep, self.mesh, self.groups)
+            out[fqn] = redistribute(t.detach(), lay.shape, lay.spec, rep, self.mesh, self.groups)
         return out
 
 

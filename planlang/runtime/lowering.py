@@ -83,17 +83,6 @@ class Program:
     loss: str = ""
     checkpoint_groups: list[tuple[int, int]] = field(default_factory=list)  # instruction index ranges
 
-    def collectives(self) -> tuple[list, list]:
-        """The (forward, backward) CommCosts the step issues, as priced by the cost model."""
-        fwd, bwd = [], []
-        for ins in self.instructions:
-            if isinstance(ins, Convert):
-                fwd.extend(ins.path.forward)
-                bwd.extend(ins.path.backward)
-            elif ins.strategy is not None:
-                fwd.extend(ins.strategy.forward)
-        return fwd, bwd
-
 
 # ------------------------------------------------------------------------------ plan facts
 def data_axes(plan: T.Plan) -> tuple[str, ...]:
