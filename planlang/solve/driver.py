@@ -1,17 +1,27 @@
-"""`planlang solve`: fill a plan's holes and write a complete plan back (map §5.3's two stages, as a
-search over whole plans that the estimator prices).
+"""`planlang solve`: fill a plan's holes and write a complete plan back (map-memory-aware-auto-parallel
+§5.3's two-stage solver, inside a search over whole plans that the estimator prices).
 
 Stage 1 enumerates the coarse choices — the factorizations of the device count over the mesh axes left
 `?` (fixed sizes are constraints) — with every other hole at a default (ZeRO 0, the smallest valid
 microbatch count ≥ stages, stages balanced by the min–max partition DP over per-layer flops, replicated
 specs, no checkpointing), and prices each candidate plan with planlang.model.estimate (per-device peak
-memory by class and step time). Stage 2 takes the best candidates and settles the fine choices in turn:
-spec holes by the intra-op ILP on the model's op graph (planlang.solve.intra_op, the plan's fixed specs
-as constraints; each option priced by the estimator if the ILP cannot run), microbatches by estimated
-step time, the ZeRO stage as the smallest
-that fits the budget, checkpointing (`every k` groups of the model's repeated blocks) only when the plan
-does not fit without it. Every candidate is a plan text that `planlang check` accepts, so what is
-written is what was priced. Deterministic: candidates are enumerated and ties broken in a fixed order.
+memory by class and step time). Stage 2 refines the best meshes as map §5.3 does:
+
+  1. the intra-op ILP (planlang.solve.intra_op, the plan's fixed specs as constraints) solved at memory
+     budgets (1 + α)^n · M, n = 0 .. 9 (M the plan's budget), from the tightest up to the budget where
+     the unconstrained optimum fits: each distinct set of specs is a candidate. A looser budget buys a
+     faster sharding whose activations no longer fit; the checkpoint stage then wins the memory back;
+  2. for each: microbatches by step time, the smallest ZeRO stage that fits, the pipeline partition
+     (min–max over flops, over saved activations, or SageMaker's tree partition, each priced), and —
+     when the plan still does not fit — rotor's checkpointing DP (planlang.solve.checkpoint_plan) on the
+     local model's chain of blocks with what the budget leaves for activations;
+  3. the fastest candidate within the budget (or the least memory / the product, by objective).
+
+Every candidate is a plan text that `planlang check` accepts, so what is written is what was priced.
+A candidate's step time is the estimator's, or — when the caller passes `comm_time` (the CLI passes the
+runtime's per-step traffic, planlang.runtime.traffic, through this hook so the solve layer does not
+import the runtime) — the estimator's compute plus that communication. Deterministic: candidates are
+enumerated and ties broken in a fixed order.
 """
 from __future__ import annotations
 
@@ -128,13 +138,20 @@ def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
 
 
 # ------------------------------------------------------------------------------ the search
+ALPHA = 0.25  # map §5.3's expansion coefficient: budgets M, 1.25 M, ..., 1.25^9 M (about 7.5 M)
+SWEEP = 10
+
+
 class _Search:
-    def __init__(self, path: str, objective: str, progress: Callable[[str], None]) -> None:
+    def __init__(self, path: str, objective: str, progress: Callable[[str], None],
+                 comm_time: Callable[[T.Plan], float] | None = None, alpha: float = ALPHA) -> None:
         from planlang.plan.checker import check_file
 
         self.path = path
         self.objective = objective
         self.progress = progress
+        self.comm_time = comm_time
+        self.alpha = alpha
         res = check_file(path)
         if res.errors or res.plan is None:
             from planlang.lang.render import render
@@ -154,6 +171,8 @@ class _Search:
         self.tried: list[Candidate] = []
         self.notes: list[str] = []
         self._parts = None
+        self._priced: dict[str, Candidate | None] = {}
+        self._graph = None
 
     # -- pricing
     def price(self, fills: dict[str, Fill], choices: tuple[tuple[str, str], ...]) -> Candidate | None:
@@ -161,6 +180,9 @@ class _Search:
         from planlang.plan.checker import check_text
 
         text = fill_holes(self.source, self.path, list(fills.values()))
+        if text in self._priced:  # the same plan reached by another route: priced once
+            return self._priced[text]
+        self._priced[text] = None
         res = check_text(text, self.path)
         if res.errors or res.plan is None:
             return None
@@ -171,11 +193,26 @@ class _Search:
             return None
         budget = res.plan.budget.bytes if res.plan.budget is not None else None
         peak = max(r.peak for r in rows)
-        step = max(r.step_time for r in rows)
+        step = self.step_time(res.plan, rows)
         c = Candidate(choices, text, peak, step, budget is None or peak <= budget, tuple(rows))
         self.tried.append(c)
+        self._priced[text] = c
         self.progress(str(c))
         return c
+
+    def step_time(self, plan: T.Plan, rows) -> float:
+        """The slowest device's step: the estimator's, or its compute plus the caller's per-step
+        communication (`comm_time`) in place of the estimator's data-parallel all-reduce."""
+        step = max(r.step_time for r in rows)
+        if self.comm_time is None:
+            return step
+        try:
+            comm = self.comm_time(plan)
+        except Exception as e:  # noqa: BLE001 - e.g. a pipeline plan the traffic model does not lower
+            self.notes.append(f"communication of one candidate not predicted ({type(e).__name__}: {e}); "
+                              "its step time is the estimator's")
+            return step
+        return max(r.step_time - _estimated_sync(plan, r) for r in rows) + comm
 
     def best(self, cands) -> Candidate | None:
         cands = [c for c in cands if c is not None]
@@ -239,17 +276,25 @@ class _Search:
             self._parts = plan_layers(self.plan, divide=1)
         return self._parts
 
-    def stage_text(self, assign: dict[str, int], micro: int) -> str:
-        from planlang.solve.pipeline_stages import balanced_stages
+    STAGE_METHODS = ("flops", "activations", "tree")
+
+    def stage_text(self, assign: dict[str, int], micro: int, method: str = "flops") -> str:
+        """Stage lines for the pipeline hole: the min–max partition of per-layer flops or saved
+        activations (planlang.solve.partition), or SageMaker's tree partition of the module hierarchy."""
+        from planlang.solve.pipeline_stages import balanced_stages, tree_stages
 
         p = self.plan.pipeline
         pp = self.size_of(assign, p.axis)
         chunks = p.schedule.chunks if isinstance(p.schedule, T.Schedule) and isinstance(p.schedule.chunks, int) else 1
-        choices = balanced_stages(self.plan, pp * max(chunks, 1), parts=self.parts())
+        k = pp * max(chunks, 1)
+        if method == "tree":
+            choices = tree_stages(self.plan, k, parts=self.parts())
+        else:
+            choices = balanced_stages(self.plan, k, cost=method, parts=self.parts())
         return "\n" + "\n".join(str(c) for c in choices) + "\n"
 
     def base_fills(self, assign: dict[str, int], micro: int | None, zero: int, specs: dict[int, str],
-                   ckpt: str | None) -> dict[str, Fill]:
+                   ckpt: str | None, stages: str = "flops") -> dict[str, Fill]:
         h = self.holes
         fills: dict[str, Fill] = {}
         for name, hole in h.axes:
@@ -261,7 +306,7 @@ class _Search:
         if h.micro is not None:
             fills["microbatches"] = Fill(h.micro, str(micro))
         if h.stages is not None:
-            fills["stages"] = Fill(h.stages, self.stage_text(assign, micro or 1))
+            fills["stages"] = Fill(h.stages, self.stage_text(assign, micro or 1, stages))
         for k, (rule, hole) in enumerate(h.specs):
             fills[f"spec {k}"] = Fill(hole, specs.get(k, _replicated_text(self._rank_of(rule))))
         if h.checkpoint is not None:
@@ -297,20 +342,16 @@ class _Search:
         return opts
 
     def ckpt_options(self) -> list[str]:
-        """`every k` groups over the model's longest list of repeated blocks."""
-        facts = self.parts().facts
-        lists: dict[str, int] = {}
-        for name in facts.all_modules:
-            head, _, last = name.rpartition(".")
-            if last.isdigit() and "." not in name[len(head) + 1:]:
-                lists[head] = lists.get(head, 0) + 1
-        if not lists:
-            return []
-        head = max(lists, key=lambda k: (lists[k], k))
+        """`every k` groups over the model's longest list of repeated blocks (pipeline plans, whose
+        activations the chain of the whole model does not describe per stage)."""
         from planlang.model.checks import to_plan_name
+        from planlang.solve.checkpoint_plan import repeated_blocks
 
+        found = repeated_blocks([n for n in self.parts().facts.all_modules if n])
+        if found is None:
+            return []
+        head, n = found
         sel = to_plan_name(head) + "[*]"
-        n = lists[head]
         return [f"{sel} every {k}" for k in (1, 2, 4) if k <= n] + [f"{sel}"]
 
     # -- the two stages
@@ -338,17 +379,16 @@ class _Search:
         finals = []
         for c in ranked[:2]:
             assign = {k[len("axis "):]: int(v) for k, v in c.choices if k.startswith("axis ")}
+            self.progress(f"stage 2: {', '.join(f'{k}={v}' for k, v in assign.items()) or 'the mesh as written'}")
             finals.append(self.refine(assign))
         best = self.best(finals + ranked)
-        if not best.fits:
-            from planlang.model.estimate import format_bytes
+        from planlang.model.estimate import format_bytes
 
+        if not best.fits:
             smallest = min(self.tried, key=lambda c: c.peak)
             raise Infeasible(f"no plan fits the budget; the smallest peak found is {format_bytes(smallest.peak)} "
                              f"per device ({smallest}); raise the budget to at least that or add devices",
                              smallest.peak)
-        from planlang.model.estimate import format_bytes
-
         header = [f"solved by `planlang solve --objective {self.objective}` ({len(self.tried)} candidate plans priced):"]
         for r in best.rows:
             header.append(f"  {r.device}: peak {format_bytes(r.peak)} (parameters {format_bytes(r.parameters)}, "
@@ -357,66 +397,171 @@ class _Search:
         return Result(text, best, self.tried, self.notes)
 
     def refine(self, assign: dict[str, int]) -> Candidate:
-        """Stage 2 for one mesh: specs, microbatches, ZeRO, checkpointing in that order."""
+        """Stage 2 for one mesh (map §5.3): for each spec set of the budget sweep, the other holes in
+        turn — microbatches, pipeline partition, ZeRO, then checkpointing when it does not fit."""
+        cands = [self.refine_specs(assign, specs) for specs in self.spec_sets(assign)]
+        return self.best(cands)
+
+    def refine_specs(self, assign: dict[str, int], specs: dict[int, str]) -> Candidate | None:
         h = self.holes
-        specs: dict[int, str] = {}
-        for k, (rule, _) in enumerate(h.specs):
-            specs[k] = self.choose_spec(k, rule, assign, specs)
+
+        def price(micro, zero, ckpt, stages):
+            return self.price(self.base_fills(assign, micro, zero, specs, ckpt, stages),
+                              _choices(assign, micro, zero, specs, ckpt, stages))
+
         micros = self.micro_options(assign) if h.micro is not None else [None]
         cur = None
         for m in micros[:3]:
-            cur = self.best([cur, self.price(self.base_fills(assign, m, 0, specs, None), _choices(assign, m, 0, specs, None))])
-        micro = dict(cur.choices).get("microbatches") if cur else None
-        micro = int(micro) if micro not in (None, "-") else None
+            cur = self.best([cur, price(m, 0, None, "flops")])
+        if cur is None:
+            return None
+        ch = dict(cur.choices)
+        micro = int(ch["microbatches"]) if ch["microbatches"] != "-" else None
+        stages = "flops"
+        if h.stages is not None:
+            for method in self.STAGE_METHODS[1:]:
+                try:
+                    cur = self.best([cur, price(micro, 0, None, method)])
+                except Exception as e:  # noqa: BLE001 - a partition the model's structure does not allow
+                    self.notes.append(f"stage partition by {method} skipped: {e}")
+            stages = dict(cur.choices)["stages"]
         zero = 0
         if h.zero is not None:
             for z in (0, 1, 2, 3):
-                c = self.price(self.base_fills(assign, micro, z, specs, None), _choices(assign, micro, z, specs, None))
-                if c is not None and (self.objective != "memory" and c.fits):
+                c = price(micro, z, None, stages)
+                if c is not None and self.objective != "memory" and c.fits:
                     cur, zero = c, z
                     break
                 cur = self.best([cur, c])
             zero = int(dict(cur.choices).get("zero", 0))
-        if h.checkpoint is not None and cur is not None and not cur.fits:
-            for opt in self.ckpt_options():
-                c = self.price(self.base_fills(assign, micro, zero, specs, opt), _choices(assign, micro, zero, specs, opt))
-                cur = self.best([cur, c])
-                if c is not None and c.fits:
-                    break
+        if h.checkpoint is not None and not cur.fits:
+            cur = self.best([cur] + self.checkpointed(assign, micro, zero, specs, stages, cur))
         return cur
 
-    def choose_spec(self, k: int, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str]) -> str:
-        """The intra-op ILP's spec for the hole's parameters (planlang.solve.intra_op, map §5.1: the plan's
-        fixed specs are constraints, the other holes free); if the ILP cannot run on this model, the
-        option the estimator prices best."""
-        opts = self.spec_options(rule, assign)
-        if len(opts) == 1:
-            return opts[0]
-        try:
-            return self._ilp_spec(rule, assign, fixed)
-        except Exception as e:  # noqa: BLE001 - fall back to pricing each option by lowering it
-            self.notes.append(f"intra-op ILP for {rule.target} did not run ({type(e).__name__}: {e}); "
-                              "options priced by the estimator")
-        return self._priced_spec(k, rule, assign, fixed, opts)
+    def checkpointed(self, assign, micro, zero, specs, stages, base: Candidate) -> list[Candidate | None]:
+        """Checkpoint candidates for a plan that does not fit: rotor's groups (planlang.solve.
+        checkpoint_plan) for the activation budget the estimator leaves, tightened by the estimator's
+        overshoot until the plan fits (three tries); pipeline plans and models without a chain of
+        blocks take the `every k` grid."""
+        from planlang.plan.checker import check_text
+        from planlang.solve.checkpoint_plan import (
+            NoChain, activation_budget, choose_checkpoints, leanest_checkpoints, no_recompute_peak, plan_chain,
+        )
+        from planlang.solve.rotor import InfeasibleBudget as ChainTooBig
 
-    def _ilp_spec(self, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str]) -> str:
+        def price(ckpt):
+            return self.price(self.base_fills(assign, micro, zero, specs, ckpt, stages),
+                              _choices(assign, micro, zero, specs, ckpt, stages))
+
+        out: list[Candidate | None] = []
+        budget = self.plan.budget.bytes if self.plan.budget is not None else None
+        if self.plan.pipeline is None and budget is not None:
+            try:
+                plan = check_text(base.text, self.path).plan
+                linear, head = plan_chain(plan)
+                # the chain holds activations only: what the budget leaves after parameters, gradients,
+                # optimizer states and buffers, and never more than the chain needs without recomputation
+                room = min(activation_budget(max(base.rows, key=lambda r: r.peak), budget), no_recompute_peak(linear))
+                over = base.peak - budget
+                seen: set[tuple[str, ...]] = set()
+                for _ in range(3):
+                    try:
+                        choice = choose_checkpoints(linear, max(room, 1), head)
+                    except ChainTooBig as e:  # the leanest grouping, to report how close it comes
+                        choice = leanest_checkpoints(linear, head, e.exact_min_budget)
+                    self.progress(f"rotor: {choice} for {room / 2**20:.3g} MiB of activations")
+                    if choice.lines in seen:
+                        break
+                    seen.add(choice.lines)
+                    c = price(choice.hole_text or None) if choice.lines else None
+                    out.append(c)
+                    if c is not None and c.fits or room <= 0:
+                        break
+                    over = c.peak - budget if c is not None else over
+                    room -= max(over, 1)  # the estimator's overshoot comes off the chain's budget
+                if any(c is not None and c.fits for c in out):
+                    return out
+            except (NoChain, ChainTooBig) as e:
+                self.notes.append(f"rotor: {e}")
+        for opt in self.ckpt_options():
+            c = price(opt)
+            out.append(c)
+            if c is not None and c.fits:
+                break
+        return out
+
+    # -- specs: the intra-op ILP over a budget sweep
+    def spec_sets(self, assign: dict[str, int]) -> list[dict[int, str]]:
+        """Spec sets for the spec holes: the intra-op ILP's solutions at budgets (1 + α)^n · M (map
+        §5.3), distinct ones in order of increasing budget, ending with the unconstrained optimum. If
+        the ILP cannot run on this model, each hole's option the estimator prices best."""
+        h = self.holes
+        if not h.specs:
+            return [{}]
+        if all(len(self.spec_options(rule, assign)) == 1 for rule, _ in h.specs):
+            return [{k: self.spec_options(rule, assign)[0] for k, (rule, _) in enumerate(h.specs)}]
+        try:
+            return self._ilp_spec_sets(assign)
+        except Exception as e:  # noqa: BLE001 - fall back to pricing each option as a whole plan
+            self.notes.append(f"intra-op ILP did not run ({type(e).__name__}: {e}); spec options priced by the "
+                              "estimator")
+        specs: dict[int, str] = {}
+        for k, (rule, _) in enumerate(h.specs):
+            specs[k] = self._priced_spec(k, rule, assign, specs, self.spec_options(rule, assign))
+        return [specs]
+
+    def _ilp_problem(self, assign: dict[str, int]):
+        """The intra-op problem for this mesh (the graph is traced once per solve)."""
         from planlang.model.load import guess_targets, meta_inputs, plan_loss
         from planlang.model.opgraph import op_graph
         from planlang.plan.checker import check_text
-        from planlang.solve.intra_op import problem_args, solve_intra_op
+        from planlang.solve.intra_op import build_problem, problem_args
 
-        fills = self.base_fills(assign, 1 if self.holes.micro is not None else None, 0, fixed, None)
-        fills = {key: f for key, f in fills.items() if not (key.startswith("spec ") and int(key[5:]) not in fixed)}
+        fills = self.base_fills(assign, 1 if self.holes.micro is not None else None, 0, {}, None)
+        fills = {key: f for key, f in fills.items() if not key.startswith("spec ")}
         res = check_text(fill_holes(self.source, self.path, list(fills.values())), self.path)
         if res.errors or res.plan is None:
             raise SolveError("the candidate plan does not check")
         plan = res.plan
-        model = self.parts().module
-        inputs = meta_inputs(plan.inputs)
-        loss = plan_loss(plan)
-        targets = guess_targets(model, loss, inputs) if loss else None
-        graph = op_graph(model, inputs, loss, targets) if targets is not None else op_graph(model, inputs)
-        sol = solve_intra_op(graph, **problem_args(plan, graph), objective="time")
+        if self._graph is None:
+            model = self.parts().module
+            inputs = meta_inputs(plan.inputs)
+            loss = plan_loss(plan)
+            targets = guess_targets(model, loss, inputs) if loss else None
+            self._graph = op_graph(model, inputs, loss, targets) if targets is not None else op_graph(model, inputs)
+        args = problem_args(plan, self._graph)
+        budget = args.pop("budget")
+        return build_problem(self._graph, **args), budget
+
+    def _ilp_spec_sets(self, assign: dict[str, int]) -> list[dict[int, str]]:
+        from planlang.solve.ilp import InfeasibleBudget, solve as solve_ilp
+        from planlang.solve.intra_op import decode
+
+        problem, budget = self._ilp_problem(assign)
+        free = decode(problem, solve_ilp(problem.instance.with_budget(None), "time"))
+        sols = []
+        if budget is not None:
+            for n in range(SWEEP):
+                b = budget * (1 + self.alpha) ** n
+                if free.result.metrics.peak <= b:
+                    break  # this budget and every larger one give the unconstrained optimum
+                try:
+                    sols.append((b, decode(problem, solve_ilp(problem.instance.with_budget(b), "time"))))
+                except InfeasibleBudget:
+                    continue
+        sols.append((None, free))
+        out: list[dict[int, str]] = []
+        for b, sol in sols:
+            specs = {k: self._spec_text(rule, sol) for k, (rule, _) in enumerate(self.holes.specs)}
+            where = "unconstrained" if b is None else f"budget {b / 2**30:.3g} GiB"
+            self.progress(f"intra-op ILP ({where}, {len(problem.kinds)} nodes): "
+                          + ", ".join(f"{self.holes.specs[k][0].target} : {v}" for k, v in specs.items())
+                          + f"; {sol.result.metrics.time * 1e3:.3g} ms, peak {sol.result.metrics.peak / 2**20:.4g} MiB")
+            if specs not in out:
+                out.append(specs)
+        return out
+
+    def _spec_text(self, rule: T.ShardRule, sol) -> str:
         hits = rule.target.select(list(sol.params))
         if not hits:
             raise SolveError(f"the ILP chose no spec for {rule.target}")
@@ -425,10 +570,7 @@ class _Search:
         p = self.plan.pipeline
         drop = {a for d in self.plan.data if isinstance(d.spec, T.Spec) for a in d.spec.used_axes()}
         drop |= {p.axis} if p is not None and isinstance(p.axis, str) else set()
-        kept = T.Spec(tuple(tuple(a for a in spec.axes_of(d) if a not in drop) for d in range(spec.rank)))
-        text = str(kept)
-        self.progress(f"spec {rule.target} : {text} (intra-op ILP, {len(graph.nodes)} ops)")
-        return text
+        return str(T.Spec(tuple(tuple(a for a in spec.axes_of(d) if a not in drop) for d in range(spec.rank))))
 
     def _priced_spec(self, k: int, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str],
                      opts: list[str]) -> str:
@@ -446,24 +588,49 @@ class _Search:
         micro = int(ch["microbatches"]) if ch.get("microbatches", "-") != "-" else None
         specs = {int(k[len("spec "):]): v for k, v in ch.items() if k.startswith("spec ")}
         ckpt = ch.get("checkpoint")
-        return self.base_fills(assign, micro, int(ch.get("zero", 0)), specs, None if ckpt in (None, "none") else ckpt)
+        return self.base_fills(assign, micro, int(ch.get("zero", 0)), specs, None if ckpt in (None, "none") else ckpt,
+                               ch.get("stages", "flops"))
+
+
+def _estimated_sync(plan: T.Plan, row) -> float:
+    """The data-parallel gradient all-reduce the estimator adds to a row's step time (estimate._step_time:
+    the stage's local parameter bytes over the data axes of size > 1)."""
+    from planlang.cost.comm import Collective, price
+    from planlang.model.estimate import _data_factor
+
+    mesh = plan.mesh
+    if mesh is None or mesh.device is None or not mesh.device.flops:
+        return 0.0
+    _, data_axes = _data_factor(plan)
+    axes = [a for a in data_axes if (mesh.axis_size(a) or 1) > 1]
+    if not axes:
+        return 0.0
+    opt = plan.optimizer
+    zero = opt.zero_stage if opt and isinstance(opt.zero_stage, int) else 0
+    zero_n = (mesh.axis_size(opt.zero_axis) or 1) if opt and isinstance(opt.zero_axis, str) else 1
+    p_bytes = row.parameters * (zero_n if zero >= 3 else 1)
+    return price(Collective.ALL_REDUCE, mesh, axes, p_bytes).seconds
 
 
 def _replicated_text(rank: int) -> str:
     return "[" + ", ".join("_" for _ in range(rank)) + "]"
 
 
-def _choices(assign, micro, zero, specs, ckpt) -> tuple[tuple[str, str], ...]:
+def _choices(assign, micro, zero, specs, ckpt, stages="flops") -> tuple[tuple[str, str], ...]:
     out = [(f"axis {k}", str(v)) for k, v in assign.items()]
     out.append(("microbatches", "-" if micro is None else str(micro)))
+    out.append(("stages", stages))
     out.append(("zero", str(zero)))
     out += [(f"spec {k}", v) for k, v in sorted(specs.items())]
     out.append(("checkpoint", ckpt or "none"))
     return tuple(out)
 
 
-def solve(path: str, objective: str = "time", progress: Callable[[str], None] = lambda s: None) -> Result:
+def solve(path: str, objective: str = "time", progress: Callable[[str], None] = lambda s: None, *,
+          comm_time: Callable[[T.Plan], float] | None = None, alpha: float = ALPHA) -> Result:
+    """Fill every hole of the plan at `path` (see the module docstring). `comm_time(plan)`, when given,
+    prices a candidate's per-step communication in seconds (the slowest device)."""
     if objective not in OBJECTIVES:
         raise SolveError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    return _Search(path, objective, progress).run()
+    return _Search(path, objective, progress, comm_time, alpha).run()
 

@@ -2,6 +2,7 @@
 the structure is the expected one, and an infeasible budget is reported with the smallest feasible one."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,103 @@ def test_infeasible_budget_names_the_smallest(tmp_path):
 def test_unknown_objective(tmp_path):
     with pytest.raises(SolveError, match="unknown objective"):
         solve(_write(tmp_path, "1 GiB"), objective="fastest")
+
+
+GPT = '''use hardware
+model gpt2 = "examples.gpt2.model:build"(layers = 4, hidden = 64, heads = 4, vocab = 128, seq = 64)
+input idx : i64[batch = 16, seq = 64]
+mesh ranks of 2 x hardware.cpu {
+    dp = 2 over hardware.loopback
+}
+budget BUDGET per device
+optimizer adamw(lr = 0.001)
+data idx : [dp, _]
+checkpoint ?
+'''
+
+
+def _gpt(tmp_path: Path, budget: str) -> str:
+    p = tmp_path / "gpt_partial.plan"
+    p.write_text(GPT.replace("BUDGET", budget))
+    return str(p)
+
+
+def _price(path: str, text: str):
+    from planlang.model.estimate import estimate_plan
+
+    rows = estimate_plan(check_text(text, path).plan)
+    return max(r.peak for r in rows), max(r.step_time for r in rows)
+
+
+def test_rotor_checkpoints_fit_and_beat_the_every_k_grid(tmp_path):
+    """Between the leanest checkpointing and none, rotor's groups fit the budget, and no `every k`
+    grouping of the blocks that fits is faster (both priced by the estimator)."""
+    roomy = solve(_gpt(tmp_path, "1 GiB"))
+    assert "checkpoint: none" in roomy.text
+    none_peak = roomy.best.peak
+    budget = int(none_peak * 0.75)
+    path = _gpt(tmp_path, f"{budget} B")
+    msgs: list[str] = []
+    res = solve(path, progress=msgs.append)
+    assert any(m.startswith("rotor:") for m in msgs)
+    ck = [line for line in res.text.splitlines() if line.startswith("checkpoint ")]
+    assert ck, res.text
+    checked = check_text(res.text, path)
+    assert not checked.errors and not checked.plan.holes()
+    peak, step = _price(path, res.text)
+    assert peak <= budget
+    for k in (1, 2, 4):
+        text = GPT.replace("BUDGET", f"{budget} B").replace("checkpoint ?", f"checkpoint h[*] every {k}")
+        p, t = _price(path, text)
+        if p <= budget:
+            assert step <= t * (1 + 1e-9), (k, step, t)
+
+
+def test_budget_sweep_ends_with_the_unconstrained_optimum(tmp_path):
+    """map §5.3: the ILP runs at budgets (1 + α)^n · M below the unconstrained optimum's peak, then
+    without a budget; the spec sets are distinct, valid for the hole, and the last is the
+    unconstrained one."""
+    import re
+
+    from planlang.solve.driver import ALPHA, _Search
+
+    big = MLP.replace("in_features = 64, hidden = 256, out_features = 64",
+                      "in_features = 256, hidden = 1024, out_features = 256").replace(
+        "batch = 32, features = 64", "batch = 1024, features = 256")
+    p = tmp_path / "big.plan"
+    p.write_text(big.replace("BUDGET", "4 MiB"))
+    msgs: list[str] = []
+    s = _Search(str(p), "time", msgs.append)
+    sets = s.spec_sets({"dp": 2, "tp": 2})
+    runs = [m for m in msgs if m.startswith("intra-op ILP")]
+    assert "unconstrained" in runs[-1]
+    budgets = [float(x) * 2**30 for m in runs[:-1] for x in re.findall(r"budget ([0-9.e-]+) GiB", m)]
+    assert budgets, runs  # the unconstrained optimum does not fit 4 MiB: the sweep ran
+    for b in budgets:
+        n = math.log(b / (4 * 2**20), 1 + ALPHA)
+        assert abs(n - round(n)) < 0.01 and 0 <= round(n) < 10
+    peaks = [float(re.search(r"peak ([0-9.]+) MiB", m).group(1)) for m in runs]
+    assert peaks[-1] >= max(peaks[:-1])  # a budget only ever buys memory with time
+    assert len({d[0] for d in sets}) == len(sets)
+    opts = s.spec_options(s.holes.specs[0][0], {"dp": 2, "tp": 2})
+    assert all(d[0] in opts for d in sets)
+    p2 = tmp_path / "roomy.plan"
+    p2.write_text(big.replace("BUDGET", "16 GiB"))
+    free = _Search(str(p2), "time", lambda m: None).spec_sets({"dp": 2, "tp": 2})
+    assert len(free) == 1 and free[0] == sets[-1]
+
+
+def test_comm_time_hook_replaces_the_data_parallel_sync(tmp_path):
+    """A caller-given communication model prices each candidate: with a huge cost for any tensor axis
+    (tp > 1) the solver keeps to data parallelism, and step times include the hook's seconds."""
+    path = _write(tmp_path, "1 GiB")
+
+    def comm(plan):
+        sizes = dict(zip(plan.mesh.names, plan.mesh.shape))
+        return 1.0 + (100.0 if sizes["tp"] > 1 else 0.0)
+
+    res = solve(path, comm_time=comm)
+    sizes = dict(zip(check_text(res.text, path).plan.mesh.names, check_text(res.text, path).plan.mesh.shape))
+    assert sizes["tp"] == 1
+    assert all(c.step_time >= 1.0 for c in res.tried)
+    assert any(c.step_time >= 100.0 for c in res.tried)
