@@ -269,6 +269,8 @@ def _runnable_plan(plan: Path):
 def lower(
     plan: Path = typer.Argument(..., help="A complete plan file with a model."),
     rank: int = typer.Option(0, "--rank", "-r", help="The rank whose program to print."),
+    traffic: bool = typer.Option(False, "--traffic", help="Print the collectives one step issues instead "
+                                 "(kind, mesh axes, bytes sent per rank, the cost model's time)."),
 ) -> None:
     """Print the per-rank Python the runtime generates and runs for this plan."""
     from planlang.model.load import ModelLoadError
@@ -277,6 +279,11 @@ def lower(
 
     p = _runnable_plan(plan)
     try:
+        if traffic:
+            from planlang.runtime.traffic import traffic_table
+
+            sys.stdout.write(traffic_table(str(plan)))
+            return
         sys.stdout.write(lower_source(p, rank))
     except ModelLoadError as err:
         _fail_usage(f"{err.message}\n  help: {err.help}")
@@ -344,8 +351,11 @@ def solve(
             raise SolveError(f"the search ran past --time-limit {time_limit:g} s; raise it or fix more choices")
         err.print(msg, style="dim", markup=False)
 
+    from planlang.runtime.traffic import step_comm_seconds
+
     try:
-        res = run_solve(str(plan), objective, progress)
+        # candidates' communication: every collective the lowered plan issues, priced by the cost model
+        res = run_solve(str(plan), objective, progress, comm_time=step_comm_seconds)
     except Infeasible as e:
         sys.stderr.write(f"error[PL505]: {e}\n")
         raise typer.Exit(1)

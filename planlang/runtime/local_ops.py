@@ -47,13 +47,29 @@ def chunk(n: int, axes: tuple[str, ...], mesh: Mesh, coords: dict[str, int]) -> 
     return index * (n // count), n // count
 
 
+class _SumToReplicated(torch.autograd.Function):
+    """All-reduce (sum) forward; identity backward. The sum is replicated over the group, and by the
+    gradient convention of planlang.cost.layout every rank already holds the whole gradient of a
+    replicated value (layout.py's all_reduce step: backward free). torch.distributed.nn's all_reduce
+    would sum the gradients again: n times the gradient and one more all-reduce per use."""
+
+    @staticmethod
+    def forward(ctx, t, group):
+        t = t.clone()
+        dist.all_reduce(t, group=group)
+        return t
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None
+
+
 def all_reduce(t: torch.Tensor, axes, groups_for_axis, op=dist.ReduceOp.SUM) -> torch.Tensor:
     """Reduce over every axis in turn (a reduction over several axes is one over their product)."""
     for a in axes:
         g = groups_for_axis(a)
         if t.requires_grad and op == dist.ReduceOp.SUM:
-            import torch.distributed.nn.functional as dfn
-            t = dfn.all_reduce(t, op=op, group=g)
+            t = _SumToReplicated.apply(t, g)
         else:
             t = t.clone()
             dist.all_reduce(t, op=op, group=g)

@@ -538,6 +538,14 @@ class _Search:
         from planlang.solve.intra_op import decode
 
         problem, budget = self._ilp_problem(assign)
+        if self.objective != "time":
+            # memory: min-memory-redundancy-ilp's objective (memory redundancy + α · volume, eq. 4–8);
+            # balanced: the ILP's time × memory trade-off; neither needs the time objective's sweep
+            sol = decode(problem, solve_ilp(problem.instance.with_budget(budget), self.objective))
+            specs = {k: self._spec_text(rule, sol) for k, (rule, _) in enumerate(self.holes.specs)}
+            self.progress(f"intra-op ILP ({self.objective}, {len(problem.kinds)} nodes): "
+                          + ", ".join(f"{self.holes.specs[k][0].target} : {v}" for k, v in specs.items()))
+            return [specs]
         free = decode(problem, solve_ilp(problem.instance.with_budget(None), "time"))
         sols = []
         if budget is not None:

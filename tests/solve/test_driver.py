@@ -166,3 +166,14 @@ def test_comm_time_hook_replaces_the_data_parallel_sync(tmp_path):
     assert sizes["tp"] == 1
     assert all(c.step_time >= 1.0 for c in res.tried)
     assert any(c.step_time >= 100.0 for c in res.tried)
+
+
+def test_memory_objective_needs_no_more_memory_than_time(tmp_path):
+    path = _write(tmp_path, "1 GiB")
+    msgs: list[str] = []
+    mem = solve(path, objective="memory", progress=msgs.append)
+    fast = solve(path, objective="time")
+    assert any(m.startswith("intra-op ILP (memory") for m in msgs)
+    assert not check_text(mem.text, path).errors
+    assert mem.best.peak <= fast.best.peak
+    assert fast.best.step_time <= mem.best.step_time

@@ -1,0 +1,63 @@
+"""Worker for tests/runtime/test_traffic_gloo.py: for each plan, one training step (forward, backward,
+parameter-gradient sums) under planlang.apply with every collective call recorded by CollectiveSpy.
+Rank 0 writes every rank's records to traffic.json. The prediction is not made here (the test makes it
+without processes)."""
+from __future__ import annotations
+
+import os
+import sys
+
+
+def rows(traffic) -> list:
+    return [[t.kind.value, list(t.axes), t.full_bytes, t.bytes, t.phase, t.what] for t in traffic.transfers]
+
+
+def measure(plan_path: str, inputs, targets) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from planlang.model.load import build_model, plan_loss
+    from planlang.runtime.apply import apply, load_plan
+    from planlang.runtime.traffic import CollectiveSpy
+
+    plan = load_plan(plan_path)
+    torch.manual_seed(0)
+    model = build_model(plan.model, plan.path, device="cpu")
+    pm = apply(model, plan, loss_fn=plan_loss(plan),
+               targets=tuple(t.to("meta") for t in targets) if targets else None)
+    dist.barrier()
+    with CollectiveSpy(pm.groups) as spy:
+        spy.phase = "forward"
+        loss = pm(*inputs, *targets)
+        spy.phase = "backward"
+        loss.backward()
+        spy.phase = "grad_sync"
+        pm.sync_grads()
+    return {"rows": rows(spy.traffic), "unknown": spy.unknown}
+
+
+def run(rank: int, world: int, port: int, jobs: list, out_dir: str) -> None:
+    """`jobs`: (plan path, inputs, targets) per plan, the same batch on every rank."""
+    import json
+    import traceback
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    sys.path.insert(0, os.getcwd())
+    results = {}
+    for plan, inputs, targets in jobs:
+        try:
+            mine = measure(plan, inputs, targets)
+        except Exception as e:  # noqa: BLE001 - reported to the test
+            mine = {"error": f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"}
+        every = [None] * world
+        dist.all_gather_object(every, mine)
+        results[plan] = every
+    if rank == 0:
+        with open(os.path.join(out_dir, "traffic.json"), "w") as f:
+            json.dump(results, f)
+    dist.destroy_process_group()
