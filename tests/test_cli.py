@@ -202,3 +202,18 @@ def test_import_does_not_load_torch(module):
     imported = {line.rsplit("|", 1)[-1].strip() for line in r.stderr.splitlines() if line.startswith("import time:")}
     assert module in imported
     assert not any(name == "torch" or name.startswith("torch.") for name in imported)
+
+
+# ------------------------------------------------------------------------------------------ lower --traffic
+def test_lower_traffic_prints_the_step_collectives():
+    r = planlang("lower", "tests/runtime/plans/mlp_dp2_tp2.plan", "--traffic")
+    assert r.returncode == 0, r.stderr
+    assert "collective traffic of one training step" in r.stdout
+    assert "grad_sync" in r.stdout and "all_reduce" in r.stdout
+    assert "sent per rank per step" in r.stdout
+
+
+def test_lower_traffic_refuses_a_pipeline_plan_without_traceback():
+    r = planlang("lower", "tests/runtime/plans/gpt2_pp4_1f1b.plan", "--traffic")
+    assert r.returncode != 0
+    assert "pipeline" in r.stderr and "Traceback" not in r.stderr

@@ -29,7 +29,12 @@ whose choice is forced (one option, or fixed) becomes constants folded into its 
 whose cost matrix is a sum of a row and a column term needs no edge variables; with "followers",
 nodes marked `follower` (elementwise ops) that have one producer take the producer's layout (map
 §5.1 merges such computationally trivial nodes; this one restricts the search, the others are exact).
-The LP relaxation is solved first and taken when integral, else the MIP (ilp_backend.py).
+Memory that stays live to the last step is accumulated in a chain of variables; of the memory rows
+whose other terms are equal (repeated blocks sharing classes give many), only the one with the latest
+chain index is kept, which implies the others, so the model stops growing with the number of blocks
+(`_drop_dominated_rows`; exact). The LP relaxation is solved first and taken when integral, else the
+MIP (ilp_backend.py). merge="none" keeps the plain formulation (every node, every row, edge variables
+per option pair) as a reference for these reductions.
 """
 from __future__ import annotations
 
@@ -148,16 +153,34 @@ class Instance:
         return idx
 
     def with_budget(self, budget: float | None) -> "Instance":
-        return replace(self, budget=budget)
+        """The same instance under another budget; its checks and reductions (which do not depend on
+        the budget) are shared, so a sweep over budgets reduces the instance once."""
+        new = replace(self, budget=budget)
+        for k in ("_valid", "_idx", "_reduced"):
+            if k in self.__dict__:
+                object.__setattr__(new, k, self.__dict__[k])
+        return new
 
     def validate(self) -> None:
-        """Raise ILPError naming the first inconsistency; normalises edge matrices to arrays."""
+        """Raise ILPError naming the first inconsistency; normalises edge matrices to arrays. An
+        instance that passed once is not checked again (it is frozen; its edges are normalised)."""
+        if self.__dict__.get("_valid"):
+            return
+        self._check()
+        object.__setattr__(self, "_valid", True)
+
+    def _check(self) -> None:
         idx: dict[str, Node] = {}
+        checked: set = set()  # option tuples and matrices shared by many nodes and edges are checked once
         for n in self.nodes:
             if n.name in idx:
                 raise ILPError(f"node {n.name!r} is listed twice")
             if not n.options:
                 raise ILPError(f"node {n.name!r} has no options")
+            if id(n.options) in checked:
+                idx[n.name] = n
+                continue
+            checked.add(id(n.options))
             for o in n.options:
                 vals = (o.compute, o.comm, o.memory, o.volume, o.redundancy)
                 if not all(math.isfinite(v) for v in vals):
@@ -173,16 +196,24 @@ class Instance:
             r, c = len(idx[e.src].options), len(idx[e.dst].options)
             for attr in ("seconds", "volume", "memory"):
                 m = getattr(e, attr)
-                object.__setattr__(e, attr, np.zeros((r, c)) if m is None else _matrix(m, r, c, f"edge {e} {attr}"))
-            if np.any(e.memory < 0):
-                raise ILPError(f"edge {e} has negative memory")
-        for s in self.steps:
-            for v in s.nodes:
-                if v not in idx:
-                    raise ILPError(f"step {s.name!r} names unknown node {v!r}")
-            for i in s.edges:
-                if not 0 <= i < len(self.edges):
-                    raise ILPError(f"step {s.name!r} names edge {i}, but there are {len(self.edges)}")
+                if m is None:
+                    object.__setattr__(e, attr, np.zeros((r, c)))
+                elif not (isinstance(m, np.ndarray) and (id(m), attr) in checked and m.shape == (r, c)):
+                    a = _matrix(m, r, c, f"edge {e} {attr}")
+                    if attr == "memory" and np.any(a < 0):
+                        raise ILPError(f"edge {e} has negative memory")
+                    object.__setattr__(e, attr, a)
+                    checked.add((id(a), attr))
+        named = set().union(*(s.nodes for s in self.steps))
+        live_edges = set().union(*(s.edges for s in self.steps))
+        if not idx.keys() >= named or (live_edges and not 0 <= min(live_edges) <= max(live_edges) < len(self.edges)):
+            for s in self.steps:
+                for v in s.nodes:
+                    if v not in idx:
+                        raise ILPError(f"step {s.name!r} names unknown node {v!r}")
+                for i in s.edges:
+                    if not 0 <= i < len(self.edges):
+                        raise ILPError(f"step {s.name!r} names edge {i}, but there are {len(self.edges)}")
         for g in self.groups:
             for v in g:
                 if v not in idx:
@@ -293,7 +324,8 @@ def evaluate(inst: Instance, choice: dict[str, int]) -> Metrics:
         reshard += float(np.asarray(e.seconds)[i, j])
         vol += float(np.asarray(e.volume)[i, j]) if e.volume is not None else 0.0
         edge_mem.append(float(np.asarray(e.memory)[i, j]) if e.memory is not None else 0.0)
-    mem = tuple(inst.base_memory + sum(opts[v].memory for v in s.nodes) + sum(edge_mem[i] for i in s.edges)
+    node_mem = {v: o.memory for v, o in opts.items()}
+    mem = tuple(inst.base_memory + sum(map(node_mem.__getitem__, s.nodes)) + sum(map(edge_mem.__getitem__, s.edges))
                 for s in inst.steps)
     return Metrics(compute, comm, reshard, mem, red, vol, tuple(s.name for s in inst.steps))
 
@@ -335,6 +367,7 @@ class Result:
     lp_integral: bool  # the LP relaxation was integral (no branching needed)
     metrics: Metrics
     stats: tuple[tuple[str, int], ...] = ()  # sizes: classes, variables, rows, ...
+    timings: tuple[tuple[str, float], ...] = ()  # seconds: reduce, model, solver (summed over solver calls)
 
     def option(self, inst: Instance, node: str) -> Option:
         return inst.node(node).options[self.choice[node]]
@@ -370,10 +403,11 @@ class _Classes:
         if ra == rb:
             self.allowed[ra] &= target == mb
             return True
-        if len(set(mb.tolist())) != len(mb):
+        inv = np.full(max(int(mb.max()), int(target.max())) + 1, -1)
+        inv[mb] = np.arange(len(mb))
+        if np.count_nonzero(inv >= 0) != len(mb):  # b's root options map to fewer options of b
             return False
-        inv = {int(o): q for q, o in enumerate(mb)}
-        g = np.array([inv.get(int(t), -1) for t in target])
+        g = inv[target]
         ok = g >= 0
         g[~ok] = 0
         self.allowed[ra] &= ok & self.allowed[rb][g]
@@ -426,6 +460,13 @@ class Form:
                 self._add_lin(key[0], a.copy())
                 self._add_lin(key[1], b.copy())
 
+    def add(self, other: "Form") -> None:
+        self.const += other.const
+        for c, vec in other.lin.items():
+            self._add_lin(c, vec)
+        for key, m in other.pair.items():
+            self.pair[key] = self.pair[key] + m if key in self.pair else m.astype(float)
+
     def drop_zeros(self) -> None:
         self.lin = {c: v for c, v in self.lin.items() if np.any(v != 0)}
         self.pair = {k: m for k, m in self.pair.items() if np.any(m != 0)}
@@ -448,6 +489,7 @@ class Reduced:
     equal: list[tuple[int, int]] = field(default_factory=list)  # merge="none": groups as constraints
     fixes: list[tuple[int, int]] = field(default_factory=list)  # merge="none": fixed as constraints
     forbid: list[tuple[int, int]] = field(default_factory=list)  # merge="none": options not allowed
+    lump: bool = True  # edge variables per group of equal rows / columns of a pair (ilp_backend); not "none"
 
     def pairs(self) -> list[tuple[int, int]]:
         keys: set[tuple[int, int]] = set()
@@ -469,42 +511,94 @@ def follower_maps(inst: Instance) -> dict[str, tuple[str, np.ndarray]]:
         ins.setdefault(e.dst, []).append(e)
     fixed = {v for v, _ in inst.fixed} | {v for v, _ in inst.allowed}
     out = {}
+    maps: dict[tuple[int, ...], np.ndarray | None] = {}  # per shared options and edge matrices
     for n in inst.nodes:
         es = ins.get(n.name, [])
         if not n.follower or len(es) != 1 or es[0].src == n.name or n.name in fixed:
             continue
         e = es[0]
-        free = (np.asarray(e.seconds) == 0) & (np.asarray(e.volume) == 0) & (np.asarray(e.memory) == 0)
-        if not free.any(axis=1).all():
-            continue
-        own = np.array([(o.seconds, o.memory, o.redundancy) for o in n.options])
-        f = []
-        for i in range(free.shape[0]):
-            cands = np.flatnonzero(free[i])
-            f.append(min(cands, key=lambda j: (own[j, 0], own[j, 1], own[j, 2], j)))
-        out[n.name] = (e.src, np.array(f, dtype=int))
+        key = (id(n.options), id(e.seconds), id(e.volume), id(e.memory))
+        if key not in maps:
+            maps[key] = _follower_map(n, e)
+        if maps[key] is not None:
+            out[n.name] = (e.src, maps[key])
     return out
+
+
+def _follower_map(n: Node, e: Edge) -> np.ndarray | None:
+    """For each producer option, the follower's cheapest option reached for free; None if one has none."""
+    free = (np.asarray(e.seconds) == 0) & (np.asarray(e.volume) == 0) & (np.asarray(e.memory) == 0)
+    if not free.any(axis=1).all():
+        return None
+    own = np.array([(o.seconds, o.memory, o.redundancy) for o in n.options])
+    f = []
+    for i in range(free.shape[0]):
+        cands = np.flatnonzero(free[i])
+        f.append(min(cands, key=lambda j: (own[j, 0], own[j, 1], own[j, 2], j)))
+    return np.array(f, dtype=int)
 
 
 def _liveness(inst: Instance) -> tuple[dict, dict]:
     """Split live items into those live from some step to the last (accumulated in a chain) and the
-    rest (added to each row directly): ({start step: [items]}, {step: [items]})."""
+    rest (added to each row directly): ({start step: [items]}, {step: [items]}). An item is ("n", node)
+    or ("e", edge index). One sweep compares each step's set with the previous one, so the work per
+    step is set operations rather than a loop over everything live; a run of steps that ends before
+    the last step is direct, the run that reaches it goes to the chain."""
     T = len(inst.steps)
-    where: dict[tuple[str, object], list[int]] = {}
-    for t, s in enumerate(inst.steps):
-        for v in dict.fromkeys(s.nodes):
-            where.setdefault(("n", v), []).append(t)
-        for i in dict.fromkeys(s.edges):
-            where.setdefault(("e", i), []).append(t)
     suffix: dict[int, list] = {}
     direct: dict[int, list] = {}
-    for item, ts in where.items():
-        if ts[-1] == T - 1 and len(ts) == T - ts[0]:
-            suffix.setdefault(ts[0], []).append(item)
-        else:
-            for t in ts:
-                direct.setdefault(t, []).append(item)
-    return suffix, direct
+    begun: dict[tuple[str, object], int] = {}
+    prev_n: set = set()
+    prev_e: set = set()
+    for t, s in enumerate(inst.steps):
+        cur_n, cur_e = set(s.nodes), set(s.edges)
+        ended = [("n", v) for v in sorted(prev_n - cur_n)] + [("e", i) for i in sorted(prev_e - cur_e)]
+        for item in ended:
+            for u in range(begun.pop(item), t):
+                direct.setdefault(u, []).append(item)
+        for item in [("n", v) for v in sorted(cur_n - prev_n)] + [("e", i) for i in sorted(cur_e - prev_e)]:
+            begun[item] = t
+        prev_n, prev_e = cur_n, cur_e
+    for item, t0 in begun.items():
+        suffix.setdefault(t0, []).append(item)
+    return suffix, {t: direct[t] for t in sorted(direct)} if T else {}
+
+
+def _form_key(form: Form) -> tuple:
+    """Equal keys: equal forms (same constant and coefficients)."""
+    return (form.const, tuple((c, v.tobytes()) for c, v in sorted(form.lin.items())),
+            tuple((k, m.tobytes()) for k, m in sorted(form.pair.items())))
+
+
+def _drop_dominated_rows(red: "Reduced", base_memory: float) -> None:
+    """Keep one memory row per distinct set of direct terms: the one with the latest chain index.
+
+    Every term of the chain is memory (>= 0 for any choice), so chain values never decrease along the
+    chain; of two rows with equal direct terms the later chain index is never smaller, and the other
+    row is implied (no optimum changes; max over rows, the peak, is the same). Repeated blocks give
+    equal rows (their nodes share classes), so the rows left, and the chain segments they refer to,
+    stop growing with the number of blocks. A row without a chain term is implied by one with it
+    only when the base memory (the chain's constant) is not negative."""
+    best: dict[tuple, int] = {}
+    for r, (_, form, ci) in enumerate(red.rows):
+        key = _form_key(form) if base_memory >= 0 else (_form_key(form), ci is None)
+        k = best.get(key)
+        if k is None or (ci if ci is not None else -1) > (red.rows[k][2] if red.rows[k][2] is not None else -1):
+            best[key] = r
+    keep = sorted(best.values())
+    rows = [red.rows[r] for r in keep]
+    # merge chain segments no kept row refers to into the next referenced one
+    used = sorted({ci for _, _, ci in rows if ci is not None})
+    chain, remap, at = [], {}, 0
+    for ci in used:
+        merged = Form()
+        for f in red.chain[at:ci + 1]:
+            merged.add(f)
+        remap[ci] = len(chain)
+        chain.append(merged)
+        at = ci + 1
+    red.chain = chain
+    red.rows = [(name, form, remap[ci] if ci is not None else None) for name, form, ci in rows]
 
 
 def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "followers", alpha: float = 0.1) -> Reduced:
@@ -538,20 +632,45 @@ def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "fol
     for v in sizes0:
         r, m = uf.find(v)
         members[v] = (cls[r], m[opts[cls[r]]])
-    red = Reduced(sizes, members, {}, [], [])
+    red = Reduced(sizes, members, {}, [], [], lump=merge != "none")
     if merge == "none":
         red.equal = [(members[a][0], members[b][0]) for a, b in equal_nodes]
         red.fixes = [(members[v][0], k) for v, k in inst.fixed]
         red.forbid = [(members[v][0], k) for v, ks in inst.allowed for k in range(sizes[members[v][0]]) if k not in ks]
 
+    # a node whose class options are its own options in order (most of them) needs no re-indexing
+    whole = {v: len(m) == sizes0[v] and bool(np.all(m[1:] > m[:-1])) for v, (_, m) in members.items()}
+
     def node_term(form: Form, v: str, values: np.ndarray) -> None:
         c, m = members[v]
-        form.add_node(c, sizes[c], values[m])
+        form.add_node(c, sizes[c], values if whole[v] else values[m])
 
     def edge_term(form: Form, e: Edge, mat: np.ndarray) -> None:
         cu, mu = members[e.src]
         cv, mv = members[e.dst]
-        form.add_edge(cu, sizes[cu], cv, sizes[cv], mat[np.ix_(mu, mv)])
+        sub = mat if whole[e.src] and whole[e.dst] else mat[mu[:, None], mv]
+        form.add_edge(cu, sizes[cu], cv, sizes[cv], sub)
+
+    # per-option vectors, once per option tuple (nodes of repeated blocks share theirs)
+    vectors: dict[tuple[int, str], np.ndarray] = {}
+
+    def option_vector(n: Node, what: str) -> np.ndarray:
+        key = (id(n.options), what)
+        if key not in vectors:
+            if what == "time":
+                vectors[key] = np.array([o.seconds for o in n.options])
+            elif what == "memory":
+                vectors[key] = np.array([o.redundancy + alpha * o.volume for o in n.options])
+            else:
+                vectors[key] = np.array([o.memory for o in n.options], dtype=float)
+        return vectors[key]
+
+    scaled: dict[int, np.ndarray] = {}
+
+    def edge_volume(e: Edge) -> np.ndarray:
+        if id(e.volume) not in scaled:
+            scaled[id(e.volume)] = alpha * e.volume
+        return scaled[id(e.volume)]
 
     def finish(form: Form) -> Form:
         if merge != "none":
@@ -562,16 +681,12 @@ def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "fol
     for kind in objectives:
         form = Form()
         for n in inst.nodes:
-            if kind == "time":
-                vals = np.array([o.seconds for o in n.options])
-            else:
-                vals = np.array([o.redundancy + alpha * o.volume for o in n.options])
-            node_term(form, n.name, vals)
+            node_term(form, n.name, option_vector(n, kind))
         for e in inst.edges:
-            edge_term(form, e, e.seconds if kind == "time" else alpha * e.volume)
+            edge_term(form, e, e.seconds if kind == "time" else edge_volume(e))
         red.objectives[kind] = finish(form)
 
-    mem = {n.name: np.array([o.memory for o in n.options]) for n in inst.nodes}
+    mem = {n.name: option_vector(n, "bytes") for n in inst.nodes}
 
     def mem_form(items, const: float = 0.0) -> Form:
         form = Form(const)
@@ -589,6 +704,8 @@ def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "fol
             red.chain.append(mem_form(suffix.get(t, []), inst.base_memory if t == 0 else 0.0))
             chain_at = len(red.chain) - 1
         red.rows.append((s.name, mem_form(direct.get(t, [])), chain_at))
+    if merge != "none":  # "none" keeps the plain formulation, a reference for the reductions
+        _drop_dominated_rows(red, inst.base_memory)
     return red
 
 
@@ -605,11 +722,21 @@ def solve(inst: Instance, objective: str = "time", options: SolveOptions = Solve
     t0 = _time.perf_counter()
     inst.validate()
     needs = {"time": ["time"], "memory": ["memory"], "peak": [], "balanced": ["time"]}[objective]
-    red = reduce_instance(inst, needs, options.merge, options.alpha)
+    reduced = inst.__dict__.setdefault("_reduced", {})  # per objective terms and merge; not the budget
+    key = (tuple(needs), options.merge, options.alpha)
+    if key not in reduced:
+        reduced[key] = reduce_instance(inst, needs, options.merge, options.alpha)
+    red = reduced[key]
+    t_reduced = _time.perf_counter()
     budget = inst.budget
+    runs: list[B.Raw] = []
+
+    def run(goal: "B.Goal", budget: float | None) -> "B.Raw":
+        runs.append(B.run(red, goal, budget, options))
+        return runs[-1]
 
     def least_peak() -> "B.Raw":
-        raw = B.run(red, B.Goal(peak=1.0), None, options)
+        raw = run(B.Goal(peak=1.0), None)
         if raw.infeasible:  # only equalities left (merge="none"): fixed choices against groups
             raise ILPError("the fixed choices contradict the groups: no assignment satisfies both")
         return raw
@@ -618,7 +745,7 @@ def solve(inst: Instance, objective: str = "time", options: SolveOptions = Solve
         raw = least_peak()
     else:
         goal = B.Goal(objective="time" if objective == "balanced" else objective)
-        raw = B.run(red, goal, budget, options)
+        raw = run(goal, budget)
         if raw.infeasible:
             peak = least_peak()
             cause = _peak_cause(inst, red.decode(peak.picks))
@@ -626,13 +753,17 @@ def solve(inst: Instance, objective: str = "time", options: SolveOptions = Solve
         if objective == "balanced":
             t_star = max(raw.value, 1e-30)
             p_star = max(least_peak().value, 1.0)
-            raw = B.run(red, B.Goal(objective="time", weight=1.0 / t_star, peak=1.0 / p_star), budget, options)
+            raw = run(B.Goal(objective="time", weight=1.0 / t_star, peak=1.0 / p_star), budget)
     choice = red.decode(raw.picks)
     metrics = evaluate(inst, choice)
     stats = (("nodes", len(inst.nodes)), ("classes", sum(1 for s in red.sizes if s > 1)),
-             ("edge_pairs", len(red.pairs())), ("rows", len(red.rows)), ("variables", raw.variables))
+             ("edge_pairs", len(red.pairs())), ("steps", len(inst.steps)), ("rows", len(red.rows)),
+             ("variables", raw.variables), ("lp_rows", raw.rows))
+    timings = [("reduce", t_reduced - t0)]
+    for what in ("model", "solver"):
+        timings.append((what, sum(dict(r.timings).get(what, 0.0) for r in runs)))
     return Result(choice, objective, raw.value, raw.bound, raw.status, raw.solver, _time.perf_counter() - t0,
-                  raw.lp_integral, metrics, stats)
+                  raw.lp_integral, metrics, stats, tuple(timings))
 
 
 def min_peak(inst: Instance, options: SolveOptions = SolveOptions()) -> Result:

@@ -8,8 +8,13 @@
 * every parameter is a node whose options are its layouts (`enumerate_layouts`, no partial); its
   memory is the local bytes of the parameter, its gradient and the optimizer states;
 * every model input is a node whose options are its layouts, or just the plan's `data` spec;
-* every use of a value is an edge priced by `conversion_path` (exact, forward + backward) from the
-  producer's layout to the layout the consumer's strategy takes, cached per (shape, layouts).
+* every use of a value is an edge priced by `conversion_path`'s search (exact, forward + backward)
+  from the producer's layout to the layout the consumer's strategy takes.
+
+Repeated blocks repeat the same ops: strategies and priced options are computed once per distinct op,
+edge matrices once per distinct (value shape, option lists), and conversions by one search per source
+layout over a numbered graph of a shape's layouts (`LayoutGraph`), so building grows with the number of
+distinct ops rather than with depth; the nodes of a block share their option tuples and matrices.
 
 Data-parallel gradient synchronisation is charged once, by the op that uses the parameter: when a
 strategy splits a letter the weight lacks (the batch) over an axis, the weight's local gradient is a
@@ -46,7 +51,7 @@ import numpy as np
 
 from planlang.cost.comm import Collective, CommCost, bytes_sent, compute_time, price
 from planlang.cost.layout import (
-    conversion_path, enumerate_layouts, is_valid, local_numel, neighbors, normalize, step_comms, step_cost,
+    conversion_path, enumerate_layouts, is_valid, local_numel, neighbors, normalize, step_comms,
 )
 from planlang.cost.ops import OpSpec, Strategy, UnknownOp, strategies
 from planlang.cost.ops.base import DTYPE_BYTES
@@ -210,49 +215,54 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
                                f"{mesh} (unknown axis, an axis used twice, or a dim not divisible)")
         return normalize(spec, mesh)
 
-    # parameters and inputs: layouts
+    # parameters and inputs: layouts (one shared list and option tuple per shape, dtype and kind)
+    shared: dict[tuple, tuple[list[Spec], tuple[Option, ...]]] = {}
     for v in values.values():
         if v.kind not in ("param", "input") or v.name not in used:
             continue
         size = _itemsize(v.dtype)
-        if v.kind == "input" and v.ref in data and not _has_hole(data[v.ref]):
-            options = [check_spec("data", v, data[v.ref])]
-        else:
-            options = enumerate_layouts(v.shape, mesh, partial=False)
-        per_elem = size * 2 + states * 4 if v.kind == "param" else size  # param + grad + fp32 states
-        opts = []
-        for spec in options:
-            local = local_numel(v.shape, spec, mesh)
-            opts.append(Option(str(spec), memory=local * per_elem,
-                               redundancy=(local - math.prod(v.shape) / ndev) * per_elem))
+        given = v.kind == "input" and v.ref in data and not _has_hole(data[v.ref])
+        key = (tuple(v.shape), size, v.kind, check_spec("data", v, data[v.ref]) if given else None)
+        if key not in shared:
+            options = [key[3]] if given else enumerate_layouts(v.shape, mesh, partial=False)
+            per_elem = size * 2 + states * 4 if v.kind == "param" else size  # param + grad + fp32 states
+            opts = []
+            for spec in options:
+                local = local_numel(v.shape, spec, mesh)
+                opts.append(Option(str(spec), memory=local * per_elem,
+                                   redundancy=(local - math.prod(v.shape) / ndev) * per_elem))
+            shared[key] = (options, tuple(opts))
+        options, opts = shared[key]
         kinds[v.name], layouts[v.name], refs[v.name] = v.kind, options, v.ref
-        nodes[v.name] = Node(v.name, tuple(opts))
+        nodes[v.name] = Node(v.name, opts)
 
-    # ops: strategies
+    # ops: strategies. Repeated blocks repeat the same OpSpecs: strategies and priced options are
+    # computed once per distinct (op, aliasing, inputs without gradient) and shared, so the build
+    # grows with the distinct ops, not the depth.
     alias_of: dict[str, str] = {}
+    op_strats: dict[OpSpec, list[Strategy]] = {}
+    op_options: dict[tuple, tuple[Option, ...]] = {}
     for n in graph.nodes:
-        try:
-            ss = strategies(n.op, mesh)
-        except UnknownOp:
-            ss = _fallback(n.op, mesh)
-        if not ss:
-            ss = _fallback(n.op, mesh)
+        ss = op_strats.get(n.op)
+        if ss is None:
+            try:
+                ss = strategies(n.op, mesh)
+            except UnknownOp:
+                ss = _fallback(n.op, mesh)
+            if not ss:
+                ss = _fallback(n.op, mesh)
+            op_strats[n.op] = ss
         kind = n.op.kind
-        ratio = BACKWARD_RATIO.get(kind, 1.0)
         alias = kind in ALIASES
         if alias and n.inputs and n.inputs[0] in values and values[n.inputs[0]].kind == "op":
             alias_of[n.name] = alias_of.get(n.inputs[0], n.inputs[0])
-        no_grad = [i for i, v in enumerate(n.inputs) if v in values and values[v].kind in ("input", "const")]
-        opts = []
-        for s in ss:
-            mem = 0 if n.name in alias_of else s.memory
-            flops = s.flops * (1.0 + ratio)
-            comms = _without_no_grad_allreduces(n.op, s, no_grad, mesh)
-            opts.append(Option(s.name, compute=compute_time(flops, mesh, n.op.dtype, efficiency) if flops else 0.0,
-                               comm=sum(c.seconds for c in comms), memory=mem, volume=_volume(comms, mesh),
-                               redundancy=(mem - math.prod(n.op.output) * n.op.itemsize / ndev) if mem else 0.0))
+        no_grad = tuple(i for i, v in enumerate(n.inputs) if v in values and values[v].kind in ("input", "const"))
+        key = (n.op, n.name in alias_of, no_grad)
+        opts = op_options.get(key)
+        if opts is None:
+            opts = op_options[key] = _op_options(n.op, ss, n.name in alias_of, no_grad, mesh, efficiency, ndev)
         kinds[n.name], strats[n.name] = "op", ss
-        nodes[n.name] = Node(n.name, tuple(opts), follower=kind in FOLLOWERS or alias)
+        nodes[n.name] = Node(n.name, opts, follower=kind in FOLLOWERS or alias)
 
     # outputs must not stay partial sums: charge the cheapest conversion to a whole layout
     for out in graph.outputs:
@@ -269,24 +279,34 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
                 opts[i] = Option(o.name, o.compute, o.comm + extra, o.memory, o.volume, o.redundancy)
         nodes[out] = Node(node.name, tuple(opts), node.follower)
 
-    # edges
+    # edges: the matrices depend on the value's shape and dtype and on the two option lists, which
+    # nodes of repeated blocks share (the lists are compared by identity: one list object per distinct
+    # op or layout set), so each distinct edge is priced once
     step_of = {n.name: t for t, n in enumerate(graph.nodes)}
     edges: list[Edge] = []
     edge_live: list[tuple[int, int]] = []  # (first step, last step)
     T = len(graph.nodes)
     cache: dict = {}
+    src_lists: dict[int, tuple[Spec, ...]] = {}
+    dst_lists: dict[tuple[int, int], tuple[Spec, ...]] = {}
     for n in graph.nodes:
         saves = SAVES.get(n.op.kind, tuple(range(len(n.inputs))) if n.op.kind == "opaque" else ())
         for slot, src in enumerate(n.inputs):
             if src not in nodes:
                 continue  # constants: available in any layout locally
             v = values[src]
-            src_specs = tuple(layouts[src]) if kinds[src] != "op" else tuple(s.output for s in strats[src])
-            dst_specs = tuple(s.inputs[slot] for s in strats[n.name])
+            src_list = layouts[src] if kinds[src] != "op" else strats[src]
+            dst_list = strats[n.name]
             saved = slot in saves and v.dtype not in ("bool",)
-            key = (tuple(v.shape), _itemsize(v.dtype), src_specs, dst_specs)
+            key = (tuple(v.shape), v.dtype, id(src_list), id(dst_list), slot)
             if key not in cache:
-                cache[key] = _edge_matrices(tuple(v.shape), _itemsize(v.dtype), src_specs, dst_specs, mesh)
+                if id(src_list) not in src_lists:
+                    src_lists[id(src_list)] = tuple(src_list) if kinds[src] != "op" else \
+                        tuple(s.output for s in src_list)
+                if (id(dst_list), slot) not in dst_lists:
+                    dst_lists[id(dst_list), slot] = tuple(s.inputs[slot] for s in dst_list)
+                cache[key] = _edge_matrices(tuple(v.shape), _itemsize(v.dtype), src_lists[id(src_list)],
+                                            dst_lists[id(dst_list), slot], mesh)
             sec, vol, mem = cache[key]
             edges.append(Edge(src, n.name, slot, sec, vol, mem))
             t = step_of[n.name]
@@ -301,6 +321,23 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
                     budget, base_memory)
     inst.validate()
     return Problem(inst, mesh, kinds, layouts, strats, refs, time.perf_counter() - t0)
+
+
+def _op_options(op: OpSpec, ss: list[Strategy], alias: bool, no_grad: tuple[int, ...], mesh: Mesh,
+                efficiency: float, ndev: int) -> tuple[Option, ...]:
+    """The priced options of an op's strategies: compute = flops x (1 + backward ratio) at the
+    device's throughput, comm = its collectives less the gradient all-reduces of `no_grad` inputs; a
+    view (`alias`) holds no memory of its own."""
+    ratio = BACKWARD_RATIO.get(op.kind, 1.0)
+    opts = []
+    for s in ss:
+        mem = 0 if alias else s.memory
+        flops = s.flops * (1.0 + ratio)
+        comms = _without_no_grad_allreduces(op, s, list(no_grad), mesh)
+        opts.append(Option(s.name, compute=compute_time(flops, mesh, op.dtype, efficiency) if flops else 0.0,
+                           comm=sum(c.seconds for c in comms), memory=mem, volume=_volume(comms, mesh),
+                           redundancy=(mem - math.prod(op.output) * op.itemsize / ndev) if mem else 0.0))
+    return tuple(opts)
 
 
 def _steps(graph, nodes, kinds, alias_of, edge_live) -> list[Step]:
@@ -334,8 +371,30 @@ def _steps(graph, nodes, kinds, alias_of, edge_live) -> list[Step]:
         else:
             start = step_of.get(name, 0)
             live_range[name] = (start, T - 1 if name in saved_vals else max(last.get(name, start), start))
-    return [Step(n.name, tuple(v for v, (a, b) in live_range.items() if a <= t <= b),
-                 tuple(i for i, (a, b) in enumerate(edge_live) if a <= t <= b)) for t, n in enumerate(graph.nodes)]
+    # one sweep over the steps: what starts at t joins, what ended at t - 1 leaves (an insertion-
+    # ordered dict keeps the listing in a fixed order)
+    node_start: dict[int, list[str]] = {}
+    node_end: dict[int, list[str]] = {}
+    for v, (a, b) in live_range.items():
+        node_start.setdefault(a, []).append(v)
+        node_end.setdefault(b, []).append(v)
+    edge_start: dict[int, list[int]] = {}
+    edge_end: dict[int, list[int]] = {}
+    for i, (a, b) in enumerate(edge_live):
+        edge_start.setdefault(a, []).append(i)
+        edge_end.setdefault(b, []).append(i)
+    live_nodes: dict[str, None] = {}
+    live_edges: dict[int, None] = {}
+    steps = []
+    for t, n in enumerate(graph.nodes):
+        live_nodes.update(dict.fromkeys(node_start.get(t, ())))
+        live_edges.update(dict.fromkeys(edge_start.get(t, ())))
+        steps.append(Step(n.name, tuple(live_nodes), tuple(live_edges)))
+        for v in node_end.get(t, ()):
+            del live_nodes[v]
+        for i in edge_end.get(t, ()):
+            del live_edges[i]
+    return steps
 
 
 def _without_no_grad_allreduces(op: OpSpec, s: Strategy, slots: list[int], mesh: Mesh) -> list[CommCost]:
@@ -371,46 +430,105 @@ def _has_hole(spec) -> bool:
 
 def _edge_matrices(shape, itemsize, src_specs, dst_specs, mesh):
     """Seconds, bytes sent and bytes of the converted copy for every (source, target) layout pair."""
-    r, c = len(src_specs), len(dst_specs)
-    sec, vol, mem = np.zeros((r, c)), np.zeros((r, c)), np.zeros((r, c))
-    dst_norm = [normalize(d, mesh) for d in dst_specs]
-    dst_bytes = [local_numel(shape, d, mesh) * itemsize for d in dst_specs]
-    for i, a in enumerate(src_specs):
-        reach = costs_from(shape, normalize(a, mesh), mesh, itemsize)
-        for j, b in enumerate(dst_norm):
-            cost, volume, hops = reach[b]
-            if hops:
-                sec[i, j], vol[i, j], mem[i, j] = cost, volume, dst_bytes[j]
-    return sec, vol, mem
+    g = layout_graph(tuple(shape), mesh, itemsize)
+    srcs = [g.node(normalize(a, mesh)) for a in src_specs]
+    dst = np.array([g.node(normalize(d, mesh)) for d in dst_specs], dtype=int)
+    dst_bytes = np.array([local_numel(shape, d, mesh) * itemsize for d in dst_specs], dtype=float)
+    rows = [g.reach(i) for i in srcs]
+    sec = np.array([r[0][dst] for r in rows]).reshape(len(src_specs), len(dst_specs))
+    vol = np.array([r[1][dst] for r in rows]).reshape(sec.shape)
+    moved = np.array([r[2][dst] > 0 for r in rows]).reshape(sec.shape)
+    return np.where(moved, sec, 0.0), np.where(moved, vol, 0.0), np.where(moved, dst_bytes[None, :], 0.0)
 
 
-@lru_cache(maxsize=8192)
+class LayoutGraph:
+    """Every layout of one shape on a mesh (the states `conversion_path` searches), numbered, with each
+    one-step transform as (target, seconds forward + backward, bytes sent per device). Built once per
+    (shape, mesh, itemsize) so that a search from each source layout runs over integers."""
+
+    def __init__(self, shape: tuple[int, ...], mesh: Mesh, itemsize: int) -> None:
+        self.specs: list[Spec] = []
+        self.index: dict[Spec, int] = {}
+        self.adj: list[list[tuple[int, float, float]]] = []
+        self._reach: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.shape, self.mesh, self.itemsize = shape, mesh, itemsize
+        for spec in enumerate_layouts(shape, mesh, partial=True):
+            self._add(normalize(spec, mesh))
+        self._close()
+
+    def node(self, spec: Spec) -> int:
+        """The number of a normalized layout (one outside the enumeration is added with what it reaches)."""
+        j = self.index.get(spec)
+        if j is None:
+            j = self._add(spec)
+            self._close()
+            self._reach.clear()  # searches so far did not see the new states
+        return j
+
+    def _add(self, spec: Spec) -> int:
+        j = self.index.get(spec)
+        if j is None:
+            j = self.index[spec] = len(self.specs)
+            self.specs.append(spec)
+        return j
+
+    def _close(self) -> None:
+        """Transforms of every state not expanded yet (adding the states they lead to)."""
+        shape, mesh, size = self.shape, self.mesh, self.itemsize
+        while len(self.adj) < len(self.specs):
+            spec = self.specs[len(self.adj)]
+            out = []
+            for st, nxt in neighbors(shape, spec, mesh):
+                comms = [c for c in step_comms(shape, spec, st, mesh, size) if c]
+                # seconds as planlang.cost.layout.step_cost sums them (forward, then backward)
+                out.append((self._add(nxt), sum((c.seconds for c in comms), 0.0), _volume(comms, mesh)))
+            self.adj.append(out)
+
+    def reach(self, src: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(seconds, bytes sent, steps) of the cheapest conversion from `src` to every layout: Dijkstra
+        with `conversion_path`'s order (cost, then steps, then discovery), so the seconds are equal."""
+        got = self._reach.get(src)
+        if got is not None:
+            return got
+        n = len(self.specs)
+        dist = [math.inf] * n
+        vol = [0.0] * n
+        hops = [0] * n
+        done = [False] * n
+        dist[src] = 0.0
+        heap = [(0.0, 0, 0, src)]
+        counter = 1
+        while heap:
+            d, h, _, u = heapq.heappop(heap)
+            if done[u]:
+                continue
+            done[u] = True
+            for v, cost, volume in self.adj[u]:
+                if done[v]:
+                    continue
+                nd = d + cost
+                if dist[v] == math.inf or nd < dist[v] - 1e-15:
+                    dist[v], vol[v], hops[v] = nd, vol[u] + volume, h + 1
+                    heapq.heappush(heap, (nd, h + 1, counter, v))
+                    counter += 1
+        got = self._reach[src] = (np.array(dist), np.array(vol), np.array(hops))
+        return got
+
+
+@lru_cache(maxsize=1024)
+def layout_graph(shape: tuple[int, ...], mesh: Mesh, itemsize: int) -> LayoutGraph:
+    return LayoutGraph(shape, mesh, itemsize)
+
+
 def costs_from(shape: tuple[int, ...], src: Spec, mesh: Mesh, itemsize: int) -> dict[Spec, tuple[float, float, int]]:
-    """Cheapest conversion from `src` to every layout: normalized layout -> (seconds forward + backward,
-    bytes sent per device, steps). One Dijkstra over the same transforms and step costs as
+    """Cheapest conversion from `src` to every layout it reaches: normalized layout -> (seconds forward
+    + backward, bytes sent per device, steps). One Dijkstra over the same transforms and step costs as
     `planlang.cost.layout.conversion_path` (so the seconds are equal), run once per source instead of
     once per pair."""
-    dist: dict[Spec, tuple[float, float, int]] = {src: (0.0, 0.0, 0)}
-    done: set[Spec] = set()
-    heap = [(0.0, 0, 0, src)]
-    counter = 1
-    while heap:
-        d, hops, _, spec = heapq.heappop(heap)
-        if spec in done:
-            continue
-        done.add(spec)
-        vol0 = dist[spec][1]
-        for st, nxt in neighbors(shape, spec, mesh):
-            if nxt in done:
-                continue
-            nd = d + step_cost(shape, spec, st, mesh, itemsize)
-            old = dist.get(nxt)
-            if old is None or nd < old[0] - 1e-15:
-                f, b = step_comms(shape, spec, st, mesh, itemsize)
-                dist[nxt] = (nd, vol0 + _volume([x for x in (f, b) if x], mesh), hops + 1)
-                heapq.heappush(heap, (nd, hops + 1, counter, nxt))
-                counter += 1
-    return dist
+    g = layout_graph(tuple(shape), mesh, itemsize)
+    dist, vol, hops = g.reach(g.node(normalize(src, mesh)))
+    return {g.specs[j]: (float(dist[j]), float(vol[j]), int(hops[j])) for j in range(len(g.specs))
+            if dist[j] < math.inf}
 
 
 def _block_groups(graph, nodes, refs) -> tuple[tuple[str, ...], ...]:

@@ -276,3 +276,31 @@ def test_shard_lines_share_a_line_for_agreeing_blocks():
         model = Stack(2, 2048)
     sol = solve_intra_op(op_graph(model, {"x": torch.empty(8, 2048, device="meta")}), MESH8)
     assert "shard h[*].fc1.weight : [x, _]" in sol.shard_lines()
+
+
+def test_model_size_does_not_grow_with_depth():
+    """Repeated blocks share their variables, their edge matrices and (with equal direct terms) their
+    memory rows: 4 layers give the LP the same size as 2. The reductions keep the optimum of the plain
+    formulation (merge="none": every node a variable, every memory row, no lumped edge variables)
+    under a budget that binds."""
+    from examples.gpt2.model import build
+
+    mesh = Mesh("m", A100, (Axis("x", 4, NVLINK),))
+    sizes = {}
+    for layers in (2, 4):
+        with torch.device("meta"):
+            model = build(layers=layers, hidden=128, heads=4, vocab=512, seq=64)
+        graph = op_graph(model, {"idx": torch.zeros(8, 64, dtype=torch.long, device="meta")})
+        inst = build_problem(graph, mesh).instance
+        assert len({id(e.seconds) for e in inst.edges}) < len(inst.edges) / 2  # priced once per distinct edge
+        least = solve(inst, "peak").value
+        fast = solve(inst, "time", SolveOptions(merge="exact"))
+        inst = inst.with_budget((least + fast.metrics.peak) / 2)
+        exact = solve(inst, "time", SolveOptions(merge="exact"))
+        plain = solve(inst, "time", SolveOptions(merge="none"))
+        assert exact.value > fast.value and exact.metrics.peak <= inst.budget
+        assert exact.value == pytest.approx(plain.value, rel=1e-9)
+        st = dict(exact.stats)
+        sizes[layers] = (st["classes"], st["variables"], st["lp_rows"])
+        assert dict(plain.stats)["rows"] == len(graph.nodes) > st["rows"]
+    assert sizes[2] == sizes[4], sizes
