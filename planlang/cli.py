@@ -291,6 +291,21 @@ def lower(
         _fail_usage(str(err))
 
 
+def _preflight(plan: Path) -> None:
+    """The runtime's checks that need no processes (combinations it refuses, ZeRO and schedule rules),
+    reported before torchrun starts anything."""
+    from planlang.model.load import ModelLoadError
+    from planlang.runtime.apply import PlanError
+    from planlang.runtime.verify import preflight
+
+    try:
+        preflight(plan)
+    except ModelLoadError as err:
+        _fail_usage(f"{err.message}\n  help: {err.help}")
+    except PlanError as err:
+        _fail_usage(str(err))
+
+
 @app.command()
 def verify(
     plan: Path = typer.Argument(..., help="A complete plan file with a model."),
@@ -302,6 +317,7 @@ def verify(
     from planlang.runtime.launch import torchrun, world_size
 
     p = _runnable_plan(plan)
+    _preflight(plan)
     code = torchrun(world_size(p), ["planlang.runtime.verify", str(plan), str(steps), str(tol)], module=True)
     raise typer.Exit(code)
 
@@ -316,6 +332,7 @@ def run(
     from planlang.runtime.launch import torchrun, world_size
 
     p = _runnable_plan(plan)
+    _preflight(plan)
     args = list(ctx.args)
     if args[:1] == ["--"]:
         args = args[1:]
@@ -355,7 +372,7 @@ def solve(
 
     try:
         # candidates' communication: every collective the lowered plan issues, priced by the cost model
-        res = run_solve(str(plan), objective, progress, comm_time=step_comm_seconds)
+        res = run_solve(str(plan), objective, progress, comm_time=step_comm_seconds, time_limit=time_limit)
     except Infeasible as e:
         sys.stderr.write(f"error[PL505]: {e}\n")
         raise typer.Exit(1)

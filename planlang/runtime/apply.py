@@ -2,9 +2,15 @@
 
     model = build(...)                        # the single-process model, same seed on every rank
     pm = planlang.apply(model, "my.plan")     # parameters become this rank's pieces
-    opt = torch.optim.AdamW(pm.parameters())  # or planlang.runtime.zero.build_optimizer
-    loss = pm(x, target)                      # global or per-rank batch; returns the global loss
-    loss.backward(); pm.sync_grads(); opt.step()
+    opt = pm.optimizer()                      # the plan's optimizer, ZeRO as the plan says
+    for x, y in batches:                      # global batch, or this rank's piece of it
+        loss = pm.step(x, y)                  # forward + backward + gradient sums: the global loss
+        opt.step(); opt.zero_grad()
+
+The same three calls run a pipeline plan (`apply` then returns a planlang.runtime.pipeline
+`PipelinedModel` whose `step` runs the plan's schedule over its microbatches). Without a pipeline,
+`pm(x, y)` is the forward alone (the global loss); `loss.backward(); pm.sync_grads()` is what `step`
+does after it.
 
 The passes, in order (each a function of this module or the modules it names):
 
@@ -14,9 +20,10 @@ The passes, in order (each a function of this module or the modules it names):
 4. `mark_checkpoints`    the plan's checkpoint groups as instruction ranges;
 5. `shard_parameters`    each parameter replaced by its local piece (initial values = the single-process
                          model's, whatever the seed);
-6. `generate`            per-rank Python (planlang.runtime.codegen), compiled and run by `ParallelModel`.
-
-Pipelines (`pipeline` in the plan) are driven by planlang.runtime.pipeline on top of this.
+6. `generate`            per-rank Python (planlang.runtime.codegen), compiled and run by `ParallelModel`;
+7. `shard_optimizer`     ZeRO-2/3 (`zero = 2 over dp`): FSDP2 `fully_shard` of the whole ParallelModel
+                         over the ZeRO axis (HSDP with one more data axis), so the local pieces are
+                         sharded once more, on dim 0, over that axis (ZeRO §5.2–5.3).
 """
 from __future__ import annotations
 
@@ -129,8 +136,22 @@ class _GlobalLoss(torch.autograd.Function):
         return g, None, None
 
 
+class _ScaleGrad(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient by a constant."""
+
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.factor, None
+
+
 class ParallelModel(nn.Module):
-    """The model under a plan on this rank. `forward(*inputs, *targets)` returns the global loss."""
+    """The model under a plan on this rank. `forward(*inputs, *targets)` returns the global loss;
+    `step` adds backward and the gradient sums; `optimizer()` is the plan's optimizer (ZeRO included)."""
 
     def __init__(self, model: nn.Module, prog: Program, groups: MeshGroups, layouts: dict[str, ParamLayout],
                  code: str, device: torch.device, recorder=None) -> None:
@@ -147,6 +168,9 @@ class ParallelModel(nn.Module):
         exec(compile(code, f"<planlang rank {dist.get_rank()}>", "exec"), scope)  # noqa: S102 - our codegen
         self._step = scope["step"]
         self._inputs = [v for v in prog.graph.values.values() if v.kind == "input"]
+        self.plan_optimizer: T.Optimizer | None = None  # set by apply
+        self.fsdp_axes: tuple[str, ...] = ()  # the axes FSDP2 shards over (ZeRO-2/3), set by shard_optimizer
+        self.grad_scale: dict[str, float] = {}  # parameter -> factor on its gradient (ZeRO-2/3, shard_optimizer)
 
     @property
     def mesh(self) -> T.Mesh:
@@ -168,20 +192,45 @@ class ParallelModel(nn.Module):
             names = ", ".join(v.ref for v in self._inputs)
             raise PlanError(f"expected {len(self._inputs)} tensors ({names}), got {len(args)}")
         local = [self.local_input(v.name, a) for v, a in zip(self._inputs, args)]
-        params = {n: p for n, p in self.module.named_parameters(remove_duplicate=False)}
+        params = {n: _ScaleGrad.apply(p, self.grad_scale[n]) if n in self.grad_scale else p
+                  for n, p in self.module.named_parameters(remove_duplicate=False)}
         loss = self._step(self.rt, params, *local)
         self.rt.step_index += 1
         axes = self.program.layouts[self.program.loss].partial
         return _GlobalLoss.apply(loss, tuple(axes), self.groups) if axes else loss
 
+    def step(self, *args: torch.Tensor) -> torch.Tensor:
+        """One training step's forward and backward (`args` = inputs then targets, as for forward) and
+        the gradient sums the lowering deferred; returns the global loss (detached)."""
+        loss = self(*args)
+        loss.backward()
+        self.sync_grads()
+        return loss.detach()
+
+    def optimizer(self, cls: type[torch.optim.Optimizer] | None = None, **kwargs) -> torch.optim.Optimizer:
+        """The plan's optimizer over this rank's parameters: ZeroRedundancyOptimizer over the ZeRO axis
+        for `zero = 1`, a plain optimizer over FSDP2's shards for `zero = 2 | 3` (apply sharded them),
+        the torch class otherwise. `cls` and `kwargs` replace the plan's class and arguments."""
+        from planlang.runtime.zero import OptimizerError, build_optimizer
+
+        try:
+            return build_optimizer(self.parameters(), self.plan_optimizer, self.groups, cls=cls, **kwargs)
+        except OptimizerError as e:
+            raise PlanError(str(e)) from e
+
     def sync_grads(self) -> None:
         """Sum each parameter's gradient over the axes the lowering deferred (data parallelism): one
-        flat all-reduce per axis and group of parameters."""
+        flat all-reduce per axis and group of parameters. Under ZeRO-2/3, FSDP2 has reduce-scattered
+        over its axes in backward already; the other axes are summed here on the local shard (a sum is
+        linear, so summing shards equals sharding the sum)."""
+        from torch.distributed.tensor import DTensor
+
         buckets: dict[tuple[str, ...], list[torch.Tensor]] = {}
         for fqn, p in self.module.named_parameters():
-            axes = self.program.grad_sync.get(fqn, ())
+            axes = tuple(a for a in self.program.grad_sync.get(fqn, ()) if a not in self.fsdp_axes)
             if axes and p.grad is not None:
-                buckets.setdefault(axes, []).append(p.grad)
+                g = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
+                buckets.setdefault(axes, []).append(g)
         for axes, grads in buckets.items():
             flat = torch.cat([g.reshape(-1) for g in grads])
             for a in axes:
@@ -204,6 +253,8 @@ class ParallelModel(nn.Module):
         return self._gathered(lambda p: p.grad)
 
     def _gathered(self, pick) -> dict[str, torch.Tensor]:
+        from torch.distributed.tensor import DTensor
+
         from planlang.runtime.redistribute import redistribute
 
         out = {}
@@ -211,6 +262,8 @@ class ParallelModel(nn.Module):
             t = pick(p)
             if t is None:
                 continue
+            if isinstance(t, DTensor):  # ZeRO-2/3: FSDP2's dim-0 shard of the local piece
+                t = t.full_tensor()
             lay = self.layouts[fqn]
             rep = Spec(tuple(() for _ in lay.shape))
             out[fqn] = redistribute(t.detach(), lay.shape, lay.spec, rep, self.mesh, self.groups)
@@ -240,17 +293,87 @@ def lower_plan(model: nn.Module, plan: T.Plan, loss_fn: Callable | None = None,
     return prog
 
 
+def _lower_once(model: nn.Module, plan: T.Plan, loss_fn, targets) -> Program:
+    """`lower_plan` on rank 0, the program sent to every rank: lowering does not depend on the rank
+    (codegen does), so the other ranks need not repeat the strategy search. A failure on rank 0 is
+    raised there as it is and on the other ranks as a PlanError carrying its message."""
+    box: list = [None]
+    failure: Exception | None = None
+    if dist.get_rank() == 0:
+        try:
+            box[0] = lower_plan(model, plan, loss_fn, targets)
+        except Exception as e:  # noqa: BLE001 - the other ranks wait for the program; tell them why not
+            failure, box[0] = e, ("failed", f"{type(e).__name__}: {e}")
+    dist.broadcast_object_list(box, src=0)
+    if failure is not None:
+        raise failure
+    if isinstance(box[0], tuple):
+        raise PlanError(f"lowering the plan failed on rank 0: {box[0][1]}")
+    return box[0]
+
+
+def shard_optimizer(pm: ParallelModel, plan: T.Plan, groups: MeshGroups) -> None:
+    """Pass 7, ZeRO-2/3: FSDP2 `fully_shard` of `pm` as one unit over the ZeRO axis (with one more data
+    axis before it in the mesh: HSDP). FSDP2 gathers the parameters before forward and reduce-scatters
+    the gradients after backward; its sum replaces `sync_grads`' all-reduce over those axes, so the
+    gradient divide factor is 1 (the lowering's loss is already the global one). ZeRO-1 needs nothing
+    here: `pm.optimizer()` shards the optimizer state with ZeroRedundancyOptimizer."""
+    from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
+
+    opt = plan.optimizer
+    stage = opt.zero_stage if opt is not None else 0
+    if not stage:
+        return
+    try:
+        z = zero_axis(plan)
+    except DataParallelError as e:
+        raise PlanError(str(e)) from e
+    if z is None or groups.size(z) == 1 or stage == 1:
+        return
+    axes = tuple(a for a in plan.mesh.names if a in set(lowered_data_axes(plan)))
+    try:
+        mesh, mesh_axes = fsdp_mesh(groups, axes, z, stage)
+    except DataParallelError as e:
+        raise PlanError(str(e)) from e
+    for fqn, lay in pm.layouts.items():
+        split = [a for a in mesh_axes if a in lay.spec.used_axes()]
+        if split:
+            raise PlanError(f"ZeRO-{stage} over `{z}`: parameter `{fqn}` is already split over `{split[0]}` "
+                            f"({lay.spec}); FSDP2 shards parameters replicated over {', '.join(mesh_axes)}; "
+                            f"take `{split[0]}` out of its spec")
+    # A gradient the lowering already sums over an FSDP axis during backward (an activation's GradSum:
+    # e.g. the position embedding, whose lookup is replicated over the batch axes) is complete on every
+    # rank of that axis; FSDP2's reduce-scatter would add the copies, so it is scaled by 1/size first.
+    for fqn in pm.program.param_specs:
+        done = [a for a in mesh_axes if a not in pm.program.grad_sync.get(fqn, ())]
+        if done:
+            pm.grad_scale[fqn] = 1.0 / math.prod(groups.size(a) for a in done)
+    from torch.distributed.fsdp import fully_shard
+
+    fully_shard(pm, mesh=mesh, reshard_after_forward=(stage == 3))
+    pm.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
+    pm.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - a plain SUM (gloo has no PREMUL_SUM)
+    pm.fsdp_axes = mesh_axes
+
+
+def lowered_data_axes(plan: T.Plan) -> tuple[str, ...]:
+    from planlang.runtime.lowering import data_axes
+
+    return data_axes(plan)
+
+
 def _sum_loss(out):
     return out.sum()
 
 
 def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,
           targets: tuple[torch.Tensor, ...] | None = None, device: torch.device | str | None = None,
-          recorder=None) -> ParallelModel:
-    """Parallelise `model` (built the same way on every rank) under `plan` on this rank."""
+          recorder=None):
+    """Parallelise `model` (built the same way on every rank) under `plan` on this rank: a
+    `ParallelModel`, or for a plan with a `pipeline` a planlang.runtime.pipeline `PipelinedModel`. Both
+    have `step(*inputs, *targets) -> global loss`, `optimizer(cls=None, **kwargs)`, `parameters()`,
+    `full_parameters()` and `full_grads()`."""
     plan = load_plan(plan)
-    if plan.pipeline is not None:
-        raise PlanError("plans with a pipeline run through planlang.runtime.pipeline (planlang run does this)")
     if not dist.is_initialized():
         raise PlanError("torch.distributed is not initialised: launch with `planlang run` or torchrun and call "
                         "torch.distributed.init_process_group first")
@@ -262,8 +385,17 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
     groups = MeshGroups(plan.mesh, device.type)
-    prog = lower_plan(model, plan, loss_fn, targets)
+    if plan.pipeline is not None:
+        from planlang.runtime.pipeline import PipelineError, apply_pipeline
+
+        try:
+            return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)
+        except PipelineError as e:
+            raise PlanError(str(e)) from e
+    prog = _lower_once(model, plan, loss_fn, targets)
     layouts = shard_parameters(model, prog, groups.coords, device)
     code = generate(prog, dist.get_rank(), groups.coords, title=plan.path)
-    return ParallelModel(model, prog, groups, layouts, code, device, recorder)
-
+    pm = ParallelModel(model, prog, groups, layouts, code, device, recorder)
+    pm.plan_optimizer = plan.optimizer
+    shard_optimizer(pm, plan, groups)
+    return pm

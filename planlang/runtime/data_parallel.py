@@ -160,20 +160,26 @@ def wrap_data_parallel(module: nn.Module, plan: T.Plan, groups, *,
                         units=_default_units(module) if units is None else list(units))
 
 
-def _fully_shard(module: nn.Module, groups, axes: tuple[str, ...], z: str, reshard: bool, units: list[str]):
-    from torch.distributed.fsdp import fully_shard
-
+def fsdp_mesh(groups, axes: tuple[str, ...], z: str, stage: int):
+    """The DeviceMesh FSDP2 shards over for ZeRO-`stage` over `z` with the batch split over `axes`, and its
+    axis names: `z` alone, or (r, z) for HSDP (replicate over r, shard over z) when one more data axis r
+    comes before `z` in mesh order."""
     rest = tuple(a for a in axes if a != z)
     names = groups.mesh.names
     if not rest:
-        mesh = groups.device_mesh[z]
-    elif len(rest) == 1 and names.index(rest[0]) < names.index(z):
-        mesh = groups.device_mesh[(rest[0], z)]  # HSDP: replicate over rest[0], shard over z
-    else:
-        raise DataParallelError(
-            f"ZeRO-{2 if not reshard else 3} over `{z}` with data axes {', '.join(axes)}: FSDP2 needs the other "
-            f"data axes to form one replicate axis before `{z}` in mesh order; split the batch over `{z}` "
-            "only, or over one more axis listed before it in the mesh")
+        return groups.device_mesh[z], (z,)
+    if len(rest) == 1 and names.index(rest[0]) < names.index(z):
+        return groups.device_mesh[(rest[0], z)], (rest[0], z)
+    raise DataParallelError(
+        f"ZeRO-{stage} over `{z}` with data axes {', '.join(axes)}: FSDP2 needs the other "
+        f"data axes to form one replicate axis before `{z}` in mesh order; split the batch over `{z}` "
+        "only, or over one more axis listed before it in the mesh")
+
+
+def _fully_shard(module: nn.Module, groups, axes: tuple[str, ...], z: str, reshard: bool, units: list[str]):
+    from torch.distributed.fsdp import fully_shard
+
+    mesh, _ = fsdp_mesh(groups, axes, z, 3 if reshard else 2)
     for name in units:
         fully_shard(module.get_submodule(name), mesh=mesh, reshard_after_forward=reshard)
     fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
@@ -193,5 +199,5 @@ def is_fsdp_sharded(module: nn.Module) -> bool:
     return any(isinstance(p, DTensor) for p in unwrap(module).parameters())
 
 
-__all__ = ["DataParallelError", "data_axes", "zero_axis", "data_mesh", "data_group", "wrap_data_parallel",
+__all__ = ["DataParallelError", "data_axes", "zero_axis", "data_mesh", "fsdp_mesh", "data_group", "wrap_data_parallel",
            "unwrap", "is_fsdp_sharded"]

@@ -55,5 +55,28 @@ def lower_source(plan: T.Plan, rank: int) -> str:
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} devices (0..{n - 1})")
     model = build_model(plan.model, plan.path)
+    coords = coords_of(rank, plan.mesh)
+    if plan.pipeline is not None:
+        return pipeline_source(model, plan, rank, coords)
     prog = lower_plan(model, plan)
-    return generate(prog, rank, coords_of(rank, plan.mesh), title=os.path.relpath(plan.path))
+    return generate(prog, rank, coords, title=os.path.relpath(plan.path))
+
+
+def pipeline_source(model, plan: T.Plan, rank: int, coords: dict[str, int]) -> str:
+    """For a pipeline plan: the stages `rank` holds, what crosses each boundary, and each stage's
+    forward as torch.fx prints it (the pipeline runs the model's own modules inside the stages)."""
+    from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
+    from planlang.runtime.stages import split_stages, stage_values
+
+    check_pipeline_plan(plan)
+    axis = str(plan.pipeline.axis)  # type: ignore[union-attr]
+    layout = pipeline_layout(plan, int(plan.mesh.axis_size(axis)))  # type: ignore[arg-type]
+    mine = layout.stages_of(coords[axis])
+    sels = [st.modules for st in plan.pipeline.stages]  # type: ignore[union-attr]
+    values = stage_values(model, sels)
+    stages = split_stages(model, plan)
+    where = ", ".join(f"{a}={c}" for a, c in coords.items())
+    out = [f"# {os.path.relpath(plan.path)}: rank {rank} ({where}), {layout}", f"# holds stages {mine}"]
+    for i in mine:
+        out += ["", f"# {values[i]}", stages[i].code.strip()]
+    return "\n".join(out) + "\n"

@@ -25,6 +25,10 @@ The ZeRO / DDP helpers (planlang.runtime.data_parallel) may take the gradient re
 
 A per-stage rewrite (tensor parallelism of the modules inside a stage) goes in `transform_stage(index,
 module) -> module`, called on each of this rank's stage modules before its PipelineStage is built.
+
+`planlang.apply` on a pipeline plan returns a `PipelinedModel` (`apply_pipeline`): the runner behind the
+training-loop interface of ParallelModel (`step`, `optimizer`, `full_grads`, ...), with the plan's
+checkpoint groups wrapped in their stages and, for ZeRO-2/3, each stage an FSDP2 unit over the data axis.
 """
 from __future__ import annotations
 
@@ -364,3 +368,268 @@ def _axis_size(groups, plan: Plan) -> int:
                             "name a mesh axis after `pipeline over`")
     return groups.size(str(p.axis))
 
+
+
+# ------------------------------------------------------------------------------ planlang.apply for pipelines
+class PipelinedModel:
+    """`planlang.apply(model, plan)` for a plan with a `pipeline`: this rank's stages and the schedule,
+    with the interface of `planlang.runtime.apply.ParallelModel` that a training loop uses.
+
+    `step(*inputs, *targets)` runs forward and backward of the plan's microbatches (the schedule) on this
+    data replica's piece of the batch (given whole, or already as the piece) and returns the global mean
+    loss on every rank (the last stage's, broadcast over the pipeline axis). `optimizer()` is the plan's
+    optimizer over this rank's stage parameters (ZeRO-1 over a data axis: ZeroRedundancyOptimizer).
+    `full_parameters()` / `full_grads()` gather every parameter of the model from the stage that holds
+    it (for tests and export)."""
+
+    def __init__(self, runner: PipelineRunner, plan: Plan, groups, shapes: dict[str, tuple[torch.Size, torch.dtype]],
+                 fsdp_axes: tuple[str, ...] = ()):
+        from planlang.cost.layout import local_shape
+
+        self.runner, self.plan, self.groups = runner, plan, groups
+        self.fsdp_axes = fsdp_axes  # ZeRO-2/3: the stage modules are FSDP2 units over these axes
+        self.checkpoint_groups: list[list[str]] = []  # the plan's checkpoint groups, as wrapped
+        self.pp_group = runner.pp_group
+        self._shapes = shapes  # every parameter of the model (all stages), in model order
+        owned: list = [None] * dist.get_world_size(self.pp_group)
+        dist.all_gather_object(owned, [n for n, _ in runner.named_parameters()], group=self.pp_group)
+        self._owner = {n: r for r, names in enumerate(owned) for n in names}
+        self._last = (runner.layout.num_stages - 1) % runner.layout.pp_size
+        self._specs = {d.input: d.spec for d in plan.data}
+        self._local_shape = lambda inp: local_shape(inp.shape, self._spec(inp), plan.mesh)
+
+    def __repr__(self) -> str:
+        return f"PipelinedModel({self.runner})"
+
+    def __call__(self, *args):
+        raise PipelineError("a pipeline runs forward and backward together, microbatch by microbatch",
+                            "call pm.step(*inputs, *targets), which returns the loss")
+
+    @property
+    def mesh(self):
+        return self.plan.mesh
+
+    def named_parameters(self):
+        return self.runner.named_parameters()
+
+    def parameters(self):
+        return self.runner.parameters()
+
+    def zero_grad(self) -> None:
+        self.runner.zero_grad()
+
+    def optimizer(self, cls: type[torch.optim.Optimizer] | None = None, **kwargs) -> torch.optim.Optimizer:
+        """The plan's optimizer over this rank's stage parameters (`cls`, `kwargs` replace the plan's)."""
+        from .zero import OptimizerError, build_optimizer
+
+        try:
+            return build_optimizer(self.parameters(), self.plan.optimizer, self.groups, cls=cls, **kwargs)
+        except OptimizerError as e:
+            raise PipelineError(str(e), "fix the plan's `optimizer` or the arguments of pm.optimizer()") from e
+
+    # ------------------------------------------------------------------ a step
+    def _spec(self, inp):
+        from planlang.plan.types import Spec
+
+        spec = self._specs.get(inp.name)
+        return spec if spec is not None else Spec(tuple(() for _ in inp.shape))
+
+    def _piece(self, inp, t: torch.Tensor) -> torch.Tensor:
+        from planlang.cost.layout import local_slices
+
+        if tuple(t.shape) == tuple(inp.shape):
+            return t[local_slices(tuple(inp.shape), self._spec(inp), self.mesh, self.groups.coords)]
+        if tuple(t.shape) == tuple(self._local_shape(inp)):
+            return t
+        raise PipelineError(f"input `{inp.name}` has shape {list(t.shape)}; the plan declares {list(inp.shape)}",
+                            f"pass the global batch {list(inp.shape)} or this replica's piece "
+                            f"{list(self._local_shape(inp))}")
+
+    def _target_piece(self, t: torch.Tensor) -> torch.Tensor:
+        """A target split like the first input's batch dim (dim 0) when given for the global batch."""
+        from planlang.cost.layout import local_slices
+        from planlang.plan.types import Spec
+
+        first = self.plan.inputs[0]
+        spec = self._spec(first)
+        n, local = first.shape[0], self._local_shape(first)[0]
+        if t.dim() and t.shape[0] == n and n != local:
+            tspec = Spec((tuple(spec.dims[0]),) + tuple(() for _ in t.shape[1:]))
+            return t[local_slices(tuple(t.shape), tspec, self.mesh, self.groups.coords)]
+        return t
+
+    def step(self, *args: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one batch under the schedule; the global mean loss on every rank."""
+        k = len(self.plan.inputs)
+        if len(args) not in (k, k + 1):
+            names = ", ".join(i.name for i in self.plan.inputs)
+            raise PipelineError(f"expected the {k} inputs ({names}) and at most one target, got {len(args)} tensors",
+                                "call pm.step(*inputs, target)")
+        dev = self.runner.device
+        inputs = tuple(self._piece(i, t).to(dev) for i, t in zip(self.plan.inputs, args[:k]))
+        target = self._target_piece(args[k]).to(dev) if len(args) > k else None
+        loss = self.runner.step(*inputs, target=target)
+        out = loss.detach().clone() if loss is not None else torch.zeros((), device=dev)
+        dist.broadcast(out, group=self.pp_group, group_src=self._last)
+        return out
+
+    # ------------------------------------------------------------------ gathering
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """Every parameter of the model, sent by the pipeline rank that holds it."""
+        return self._gathered(lambda p: p)
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        """Every parameter's gradient (those without one are left out), sent by the rank that holds it."""
+        return self._gathered(lambda p: p.grad)
+
+    def _gathered(self, pick) -> dict[str, torch.Tensor]:
+        from torch.distributed.tensor import DTensor
+
+        mine = {n: pick(p) for n, p in self.runner.named_parameters()}
+        mine = {n: t.full_tensor() if isinstance(t, DTensor) else t for n, t in mine.items()}  # ZeRO-2/3 shards
+        have: list = [None] * dist.get_world_size(self.pp_group)
+        dist.all_gather_object(have, [n for n, t in mine.items() if t is not None], group=self.pp_group)
+        present = {n for names in have for n in names}
+        me = dist.get_rank(self.pp_group)
+        out = {}
+        for name, (shape, dtype) in self._shapes.items():
+            if name not in present:
+                continue
+            owner = self._owner[name]
+            t = mine[name].detach().contiguous().clone() if owner == me else \
+                torch.empty(shape, dtype=dtype, device=self.runner.device)
+            dist.broadcast(t, group=self.pp_group, group_src=owner)
+            out[name] = t
+        return out
+
+
+def check_pipeline_plan(plan: Plan) -> None:
+    """What `apply` cannot run yet in a pipeline plan, found without processes: a PipelineError naming the
+    statement and the fix (pipeline x tensor parallelism, ZeRO-2/3 with the batch over several axes, a
+    ZeRO axis that does not split the batch), and the schedule's own rules (`pipeline_layout`)."""
+    from .data_parallel import DataParallelError, zero_axis
+
+    data = data_axes(plan)
+    big = {a for a in plan.mesh.names if (plan.mesh.axis_size(a) or 1) > 1}
+    for rule in plan.shards:
+        spec = rule.spec
+        other = [a for a in (spec.used_axes() if not is_hole(spec) else []) if a in big and a not in data]
+        if other:
+            raise PipelineError(
+                f"`{rule}` splits over `{other[0]}` inside a pipeline: pipeline x tensor parallelism is not "
+                "supported by planlang.apply yet", "remove the `shard` statements (and `apply megatron...`) "
+                "from the pipeline plan, or drop the pipeline and run the tensor-parallel plan")
+    opt = plan.optimizer
+    if opt is not None and opt.zero_stage:
+        try:
+            z = zero_axis(plan)
+        except DataParallelError as e:
+            raise PipelineError(str(e), f"use `zero = {opt.zero_stage} over` a data axis") from e
+        big_data = [a for a in data if a in big]
+        if opt.zero_stage in (2, 3) and z is not None and z in big and big_data != [z]:
+            raise PipelineError(
+                f"ZeRO-{opt.zero_stage} in a pipeline shards each stage with FSDP2 over the one data axis; this "
+                f"plan splits the batch over {', '.join(big_data)}",
+                f"split the batch over `{z}` only, or use `zero = 1 over {z}`")
+    p = plan.pipeline
+    if p is not None and not is_hole(p.axis) and p.axis in plan.mesh.names:
+        pipeline_layout(plan, int(plan.mesh.axis_size(p.axis)))  # type: ignore[arg-type]
+
+
+def apply_pipeline(model: nn.Module, plan: Plan, groups, *, loss_fn: Callable | None = None,
+                   device: torch.device | None = None) -> PipelinedModel:
+    """`planlang.apply` for a pipeline plan: `check_pipeline_plan`, then `build_pipeline` and the
+    PipelinedModel around it (pp, pp x dp, ZeRO-1 over a data axis)."""
+    check_pipeline_plan(plan)
+    shapes = {n: (p.shape, p.dtype) for n, p in model.named_parameters()}
+    opt = plan.optimizer
+    stage = opt.zero_stage if opt is not None else 0
+    z = opt.zero_axis if stage in (2, 3) else None
+    checkpoints = plan_checkpoint_groups(plan)
+    wrapped: list[list[str]] = []
+
+    def ckpt(module: nn.Module) -> nn.Module:
+        wrapped.extend(wrap_checkpoints(module, checkpoints))
+        return module
+
+    if z is None or groups.size(z) == 1:
+        runner = build_pipeline(model, plan, groups, device=device, loss_fn=loss_fn,
+                                transform_stage=lambda _i, module: ckpt(module))
+        pm = PipelinedModel(runner, plan, groups, shapes)
+        pm.checkpoint_groups = wrapped
+        return pm
+    # ZeRO-2/3: each stage module is one FSDP2 unit over the data axis. torch's pipeline stages drive it
+    # (no gradient sync until the last microbatch, then one reduce-scatter); FSDP2 averages over the
+    # replicas, which replaces average_gradients (a plain SUM then a division: gloo has no AVG).
+    from torch.distributed.fsdp import fully_shard
+
+    def shard(_index: int, module: nn.Module) -> nn.Module:
+        module = ckpt(module)  # FSDP2 goes around the wrapped modules
+        fully_shard(module, mesh=groups.device_mesh[z], reshard_after_forward=(stage == 3))
+        module.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - the FSDPModule API
+        return module
+
+    runner = build_pipeline(model, plan, groups, device=device, loss_fn=loss_fn, transform_stage=shard,
+                            reduce_grads=False)
+    pm = PipelinedModel(runner, plan, groups, shapes, fsdp_axes=(z,))
+    pm.checkpoint_groups = wrapped
+    return pm
+
+
+def plan_checkpoint_groups(plan: Plan) -> list[list[str]]:
+    """The plan's checkpoint groups as module names in execution order (planlang.model.estimate's
+    expansion of `every`, `for` scopes), the order found by running the model on meta."""
+    from planlang.model.estimate import checkpoint_groups
+    from planlang.model.load import build_model, meta_inputs
+    from planlang.model.trace import probe_modules
+
+    if not plan.checkpoints or plan.model is None:
+        return []
+    return checkpoint_groups(plan, probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs)))
+
+
+def wrap_checkpoints(stage: nn.Module, groups: list[list[str]]) -> list[list[str]]:
+    """Recompute the checkpoint groups that live in `stage` (a GraphModule of stages.py) in backward,
+    with non-reentrant torch.utils.checkpoint; returns those groups.
+
+    A group whose modules the stage calls one after another, each taking exactly the previous one's
+    output and nothing else reading it (checked on the stage's graph: blocks of a ModuleList), is
+    recomputed as one function — its first module runs the chain, the others pass their input on.
+    Any other group is checkpointed module by module (the same numerics; each module's input is kept).
+    A group module the stage does not call as a whole (a stage selects a module inside it, so its code
+    is inlined) cannot be recomputed and is refused."""
+    import torch.utils.checkpoint as cp
+
+    calls = {str(n.target): n for n in stage.graph.nodes if n.op == "call_module"}  # type: ignore[union-attr]
+    done = []
+    for group in groups:
+        inlined = [c for m in group for c in calls if c.startswith(m + ".")]
+        if inlined:
+            raise PipelineError(
+                f"checkpoint group {', '.join(group)} contains `{inlined[0]}`, which a stage selects on its "
+                f"own: the pipeline runs the group's modules piece by piece, so they cannot be recomputed",
+                "select the group's modules as a whole in their stage, or checkpoint modules inside them")
+        here = [m for m in group if any(m == c or m.startswith(c + ".") for c in calls)]
+        if not here:
+            continue  # another stage's group
+        if len(here) < len(group):
+            raise PipelineError(f"checkpoint group {', '.join(group)} spans pipeline stages",
+                                "keep each checkpoint group inside one stage")
+        mods = [stage.get_submodule(m) for m in group]
+        nodes = [calls.get(m) for m in group]
+        chain = len(group) > 1 and all(n is not None for n in nodes) and all(
+            b.args == (a,) and not b.kwargs and list(a.users) == [b] for a, b in zip(nodes, nodes[1:]))
+        if chain:
+            def run_chain(x, _fwds=tuple(m.forward for m in mods)):
+                for f in _fwds:
+                    x = f(x)
+                return x
+
+            mods[0].forward = lambda x, _run=run_chain: cp.checkpoint(_run, x, use_reentrant=False)
+            for m in mods[1:]:
+                m.forward = lambda x: x
+        else:
+            for m in mods:
+                m.forward = (lambda f: lambda *a, **k: cp.checkpoint(f, *a, use_reentrant=False, **k))(m.forward)
+        done.append(group)
+    return done

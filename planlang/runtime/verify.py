@@ -77,21 +77,73 @@ def make_batch(model: nn.Module, plan, loss_fn, seed: int) -> tuple[list[torch.T
     return inputs, tuple(targets)
 
 
-def build_optimizer_for(params, plan):
-    """The plan's optimizer (adamw / adam / sgd with its keyword arguments); AdamW(lr=1e-3) if none."""
-    opt = plan.optimizer
-    name = opt.name.lower() if opt else "adamw"
-    kwargs = dict(opt.kwargs) if opt else {"lr": 1e-3}
-    kwargs = {k: (tuple(v) if isinstance(v, list) else v) for k, v in kwargs.items()}
-    classes = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
-    if name not in classes:
-        raise ValueError(f"optimizer {name!r} is not supported by verify; use one of {', '.join(classes)}")
-    kwargs.setdefault("lr", 1e-3)
-    return classes[name](params, **kwargs)
+def reference_optimizer(params, plan) -> torch.optim.Optimizer:
+    """The plan's optimizer class and arguments without ZeRO (one process holds everything);
+    AdamW(lr=1e-3) when the plan names none."""
+    import dataclasses
+
+    from planlang.runtime.zero import build_optimizer
+
+    if plan.optimizer is None:
+        return torch.optim.AdamW(params, lr=1e-3)
+    return build_optimizer(params, dataclasses.replace(plan.optimizer, zero_stage=0, zero_axis=None))
 
 
-def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | None = None) -> list[StepRow]:
-    """Run on every rank (process group initialised); returns the same rows on every rank."""
+def plan_optimizer(pm, plan) -> torch.optim.Optimizer:
+    """`pm.optimizer()`, the plan's own (ZeRO included); AdamW(lr=1e-3) when the plan names none."""
+    return pm.optimizer() if plan.optimizer is not None else pm.optimizer(torch.optim.AdamW, lr=1e-3)
+
+
+def describe(pm, opt) -> dict:
+    """What ran, for reports and tests: the model and optimizer classes, and how much of the gradients
+    and of the optimizer state this rank holds (local elements) against its parameters' local elements
+    before ZeRO sharding (a ZeRO-2/3 gradient is an FSDP2 shard; ZeRO-1 state covers some parameters)."""
+    from torch.distributed.tensor import DTensor
+
+    def local(t):
+        return t.to_local() if isinstance(t, DTensor) else t
+
+    params = list(pm.parameters())
+    inner = getattr(opt, "optim", opt)  # ZeroRedundancyOptimizer steps a local optimizer
+    state = sum(local(v).numel() for st in inner.state.values() for k, v in st.items() if k == "exp_avg"
+                or (k == "momentum_buffer" and v is not None))
+    full = sum(math.prod(s) for s in _piece_shapes(pm)) if hasattr(pm, "layouts") else sum(p.numel() for p in params)
+    return {"model": type(pm).__name__, "optimizer": type(opt).__name__,
+            "fsdp_axes": list(getattr(pm, "fsdp_axes", ())),
+            "checkpoint_groups": [list(g) for g in getattr(pm, "checkpoint_groups", ())],
+            "grad_local_numel": sum(local(p.grad).numel() for p in params if p.grad is not None),
+            "param_local_numel": full, "state_numel": state}
+
+
+def _piece_shapes(pm):
+    """The local piece shape of every parameter under the plan's specs (before any FSDP2 sharding)."""
+    from planlang.cost.layout import local_shape
+
+    return [local_shape(lay.shape, lay.spec, pm.mesh) for lay in pm.layouts.values()]
+
+
+def preflight(plan_path) -> None:
+    """The checks `apply` makes that need no processes (for the CLI, before it launches torchrun): the
+    plan loads without errors or holes, its ZeRO axis splits the batch, and a pipeline plan is one the
+    pipeline runtime runs. Raises PlanError naming the cause and the fix."""
+    from planlang.runtime.apply import PlanError, load_plan
+    from planlang.runtime.data_parallel import DataParallelError, zero_axis
+    from planlang.runtime.pipeline import PipelineError, check_pipeline_plan
+
+    plan = load_plan(plan_path)
+    try:
+        zero_axis(plan)
+        if plan.pipeline is not None:
+            check_pipeline_plan(plan)
+    except (DataParallelError, PipelineError) as e:
+        raise PlanError(str(e)) from e
+
+
+def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | None = None,
+           report: dict | None = None) -> list[StepRow]:
+    """Run on every rank (process group initialised); returns the same rows on every rank. Pipeline
+    plans run through the same `apply` (a PipelinedModel). `report`, when given, receives `describe`'s
+    facts after the last step."""
     from planlang.model.load import build_model, plan_loss
     from planlang.runtime.apply import apply, load_plan
 
@@ -103,29 +155,30 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     batches = [make_batch(ref, plan, loss_fn, seed + 1 + s) for s in range(steps)]
     pm = apply(model, plan, loss_fn=loss_fn,
                targets=tuple(t.to("meta") for t in batches[0][1]) if batches[0][1] else None)
-    opt = build_optimizer_for(pm.parameters(), plan)
-    ref_opt = build_optimizer_for(ref.parameters(), plan)
+    opt = plan_optimizer(pm, plan)
+    ref_opt = reference_optimizer(ref.parameters(), plan)
     ref_loss_fn = loss_fn or (lambda out: out.sum())
     rows = []
     for s, (inputs, targets) in enumerate(batches):
         opt.zero_grad(set_to_none=True)
         ref_opt.zero_grad(set_to_none=True)
-        loss = pm(*inputs, *targets)
-        loss.backward()
-        pm.sync_grads()
+        loss = pm.step(*inputs, *targets)
         ref_loss = ref_loss_fn(ref(*inputs), *targets)
         ref_loss.backward()
         grads = pm.full_grads()
         total = math.sqrt(sum(float(p.grad.double().norm()) ** 2 for p in ref.parameters() if p.grad is not None))
-        errs = {n: rel(grads[n], p.grad, GRAD_FLOOR * total) for n, p in ref.named_parameters()
-                if p.grad is not None and n in grads}
+        # a gradient the plan did not produce counts as a relative error of 1 (all of it missing)
+        errs = {n: rel(grads[n], p.grad, GRAD_FLOOR * total) if n in grads else 1.0
+                for n, p in ref.named_parameters() if p.grad is not None}
         worst = max(errs, key=errs.get) if errs else ""
+        if report is not None and s == len(batches) - 1:
+            report.update(describe(pm, opt))  # gradients still there; optimizer state from earlier steps
         opt.step()
         ref_opt.step()
         params = pm.full_parameters()
         perrs = {n: rel(params[n], p.detach()) for n, p in ref.named_parameters() if n in params}
         pworst = max(perrs, key=perrs.get) if perrs else ""
-        lv, rv = float(loss), float(ref_loss)
+        lv, rv = float(loss.detach()), float(ref_loss.detach())
         rows.append(StepRow(s, lv, rv, abs(lv - rv) / max(abs(rv), 1e-30), errs.get(worst, 0.0), worst,
                             perrs.get(pworst, 0.0), pworst))
     return rows
@@ -153,9 +206,21 @@ def main(argv: list[str] | None = None) -> int:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend)
-    rows = verify(plan_path, steps)
+    from planlang.runtime.apply import PlanError
+
+    report: dict = {}
+    try:
+        rows = verify(plan_path, steps, report=report)
+    except PlanError as e:  # the plan cannot run here: every rank found the same, rank 0 says why
+        if dist.get_rank() == 0:
+            sys.stderr.write(f"error: {e}\n")
+        dist.destroy_process_group()
+        return 2
     ok = all(r.ok(tol) for r in rows)
     if dist.get_rank() == 0:
+        sys.stdout.write(f"{report['model']} with {report['optimizer']}"
+                         + (f" (FSDP2 over {', '.join(report['fsdp_axes'])})" if report["fsdp_axes"] else "")
+                         + f", {dist.get_world_size()} processes\n")
         sys.stdout.write(render(rows, tol))
         if out:
             with open(out, "w") as f:

@@ -77,15 +77,28 @@ def _params(params) -> list[nn.Parameter]:
     return out
 
 
-def build_optimizer(params: nn.Module | Iterable, opt: T.Optimizer, groups=None) -> torch.optim.Optimizer:
+def build_optimizer(params: nn.Module | Iterable, opt: T.Optimizer | None, groups=None, *,
+                    cls: type[torch.optim.Optimizer] | None = None, **overrides) -> torch.optim.Optimizer:
     """The plan's optimizer over `params` (a module, (name, param) pairs or parameters).
 
     `groups` is the plan mesh's MeshGroups; it is needed for ZeRO stages >= 1 (the ZeRO axis' group).
-    For stages 2 and 3 pass the module after `wrap_data_parallel` (its parameters are FSDP2's shards)."""
+    For stages 2 and 3 pass the module after `wrap_data_parallel` (its parameters are FSDP2's shards).
+    `cls` replaces the plan's torch class (the plan's arguments are kept only when `cls` is the plan's
+    own class) and `overrides` replace single arguments (`lr=...`); the ZeRO wrapping stays the plan's."""
+    if opt is None:
+        if cls is None:
+            raise OptimizerError("the plan declares no optimizer; add `optimizer adamw(lr = 0.001)` to the plan "
+                                 "or pass the class: optimizer(torch.optim.AdamW, lr=1e-3)")
+        opt = T.Optimizer(cls.__name__.lower())
     if not isinstance(opt.zero_stage, int) or T.is_hole(opt.zero_axis):
         raise OptimizerError(f"optimizer `{opt}` has holes; run `planlang solve` first")
-    cls, _ = optimizer_class(opt.name)
-    kwargs = optimizer_kwargs(opt)
+    if cls is None:
+        cls, _ = optimizer_class(opt.name)
+        kwargs = optimizer_kwargs(opt)
+    else:
+        plan_cls = optimizer_class(opt.name)[0] if opt.name in TORCH_OPTIMIZERS else None
+        kwargs = optimizer_kwargs(opt) if plan_cls is cls else {}
+    kwargs.update(overrides)
     ps = _params(params)
     stage = opt.zero_stage
     if stage not in (0, 1, 2, 3):

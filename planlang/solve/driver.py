@@ -144,8 +144,13 @@ SWEEP = 10
 
 class _Search:
     def __init__(self, path: str, objective: str, progress: Callable[[str], None],
-                 comm_time: Callable[[T.Plan], float] | None = None, alpha: float = ALPHA) -> None:
+                 comm_time: Callable[[T.Plan], float] | None = None, alpha: float = ALPHA,
+                 time_limit: float | None = None) -> None:
+        import time
+
         from planlang.plan.checker import check_file
+
+        self.deadline = None if time_limit is None else time.monotonic() + time_limit
 
         self.path = path
         self.objective = objective
@@ -533,9 +538,33 @@ class _Search:
         budget = args.pop("budget")
         return build_problem(self._graph, **args), budget
 
+    def _ilp_options(self):
+        """Solver options: the time left before the solve's deadline bounds each ILP call."""
+        import time
+
+        from planlang.solve.ilp import SolveOptions
+
+        if self.deadline is None:
+            return SolveOptions()
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise SolveError("the search ran past --time-limit; raise it or fix more choices")
+        return SolveOptions(time_limit=max(1.0, left))
+
     def _ilp_spec_sets(self, assign: dict[str, int]) -> list[dict[int, str]]:
-        from planlang.solve.ilp import InfeasibleBudget, solve as solve_ilp
+        from planlang.solve.ilp import InfeasibleBudget, SolveTimeout, solve as ilp_solve
         from planlang.solve.intra_op import decode
+
+        def solve_ilp(instance, objective):
+            try:
+                result = ilp_solve(instance, objective, self._ilp_options())
+            except SolveTimeout as e:
+                raise SolveError(f"the intra-op ILP found no sharding within --time-limit ({e}); raise the limit "
+                                 "or fix more specs") from e
+            if result.status != "optimal":
+                self.notes.append(f"intra-op ILP stopped at its time limit with a {result.status} solution "
+                                  f"(objective {result.value:.4g}, bound {result.bound})")
+            return result
 
         problem, budget = self._ilp_problem(assign)
         if self.objective != "time":
@@ -635,10 +664,12 @@ def _choices(assign, micro, zero, specs, ckpt, stages="flops") -> tuple[tuple[st
 
 
 def solve(path: str, objective: str = "time", progress: Callable[[str], None] = lambda s: None, *,
-          comm_time: Callable[[T.Plan], float] | None = None, alpha: float = ALPHA) -> Result:
+          comm_time: Callable[[T.Plan], float] | None = None, alpha: float = ALPHA,
+          time_limit: float | None = None) -> Result:
     """Fill every hole of the plan at `path` (see the module docstring). `comm_time(plan)`, when given,
-    prices a candidate's per-step communication in seconds (the slowest device)."""
+    prices a candidate's per-step communication in seconds (the slowest device); `time_limit` bounds
+    each intra-op ILP call by the seconds left (the caller checks the rest between candidates)."""
     if objective not in OBJECTIVES:
         raise SolveError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    return _Search(path, objective, progress, comm_time, alpha).run()
+    return _Search(path, objective, progress, comm_time, alpha, time_limit).run()
 

@@ -1,13 +1,50 @@
-"""Worker for tests/runtime/test_apply_gloo.py: run `verify` on several plans in one process group."""
+"""Worker for tests/runtime/test_apply_gloo.py and test_apply_zero_pipeline_gloo.py: one launch of 4 gloo
+ranks runs `verify` on every plan of both files (process start-up and the first lowering dominate the
+time, so they are paid once per session); rank 0 writes every plan's rows and `describe` facts, every
+other rank its own facts (ZeRO shards differ between ranks)."""
 from __future__ import annotations
 
+import functools
+import json
 import os
+import shutil
+import socket
 import sys
+import tempfile
+import time
+from pathlib import Path
+
+PLANS = Path(__file__).parent / "plans"
+WORLD = 4
+TP_DP = ["mlp_dp4", "mlp_tp4", "mlp_dp2_tp2", "gpt2_tp4", "gpt2_dp2_tp2_ckpt", "bert_tp2_dp2"]
+ZERO = ["gpt2_dp2_tp2_zero1", "gpt2_dp2_tp2_zero2", "gpt2_dp4_zero3", "gpt2_dp2_fs2_hsdp"]
+PIPELINE = ["gpt2_pp4_1f1b", "gpt2_pp4_gpipe", "gpt2_pp2_dp2_zero1", "gpt2_pp2_dp2_zero2", "gpt2_pp4_1f1b_ckpt"]
+REFUSED = {"gpt2_pp2_tp2": "pipeline x tensor parallelism is not supported"}
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@functools.cache
+def results() -> list[dict]:
+    """Per rank: plan stem -> {"rows", "report", "seconds"} or {"error", "seconds"}."""
+    import torch.multiprocessing as mp
+
+    out = Path(tempfile.mkdtemp(prefix="planlang_apply_"))
+    plans = [str(PLANS / f"{c}.plan") for c in [*TP_DP, *ZERO, *PIPELINE, *REFUSED]]
+    mp.spawn(run, args=(WORLD, _port(), plans, str(out)), nprocs=WORLD, join=True)
+    ranks = []
+    for r in range(WORLD):
+        data = json.loads((out / ("results.json" if r == 0 else f"results{r}.json")).read_text())
+        ranks.append({Path(k).stem: v for k, v in data.items()})
+    shutil.rmtree(out, ignore_errors=True)
+    return ranks
 
 
 def run(rank: int, world: int, port: int, plans: list[str], out_dir: str) -> None:
-    import json
-
     import torch
     import torch.distributed as dist
 
@@ -15,20 +52,21 @@ def run(rank: int, world: int, port: int, plans: list[str], out_dir: str) -> Non
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     sys.path.insert(0, os.getcwd())
-    from planlang.runtime.redistribute import ByteRecorder
     from planlang.runtime.verify import verify
 
-    results = {}
+    out = {}
     for plan in plans:
+        t0 = time.time()
         try:
-            rows = verify(plan, steps=3)
-            results[plan] = {"rows": [r.__dict__ for r in rows]}
+            report: dict = {}
+            rows = verify(plan, steps=3, report=report)
+            out[plan] = {"rows": [r.__dict__ for r in rows], "report": report}
         except Exception as e:  # noqa: BLE001 - reported to the test
             import traceback
 
-            results[plan] = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
-    if rank == 0:
-        with open(os.path.join(out_dir, "results.json"), "w") as f:
-            json.dump(results, f)
-    del ByteRecorder
+            out[plan] = {"error": f"{type(e).__name__}: {e}\n{traceback.format_exc()}"}
+        out[plan]["seconds"] = round(time.time() - t0, 2)
+    name = "results.json" if rank == 0 else f"results{rank}.json"
+    with open(os.path.join(out_dir, name), "w") as f:
+        json.dump(out, f)
     dist.destroy_process_group()

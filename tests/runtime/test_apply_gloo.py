@@ -2,32 +2,17 @@
 (fp32; relative error of the loss and of every gradient, Frobenius norms, ≤ 1e-5)."""
 from __future__ import annotations
 
-import json
-import socket
-from pathlib import Path
-
 import pytest
-import torch.multiprocessing as mp
 
 from tests.runtime import apply_worker
 
-PLANS = Path(__file__).parent / "plans"
-CONFIGS = ["mlp_dp4", "mlp_tp4", "mlp_dp2_tp2", "gpt2_tp4", "gpt2_dp2_tp2_ckpt", "bert_tp2_dp2"]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+CONFIGS = apply_worker.TP_DP
 
 
 @pytest.fixture(scope="module")
-def results(tmp_path_factory):
-    out = tmp_path_factory.mktemp("apply")
-    plans = [str(PLANS / f"{c}.plan") for c in CONFIGS]
-    mp.spawn(apply_worker.run, args=(4, _port(), plans, str(out)), nprocs=4, join=True)
-    data = json.loads((out / "results.json").read_text())
-    return {Path(k).stem: v for k, v in data.items()}
+def results():
+    """Rank 0's rows (one launch shared with test_apply_zero_pipeline_gloo.py)."""
+    return apply_worker.results()[0]
 
 
 @pytest.mark.parametrize("config", CONFIGS)
