@@ -2,8 +2,8 @@
 
 Each :class:`Case` is one training configuration (model, batch, world size, strategy). ``to_plan(case)``
 writes the planlang plan that says the same thing; ``bench/memory_measure.py`` runs the torch version
-on CPU/gloo ranks and records the peak live tensor bytes per rank with
-``torch.distributed._tools.mem_tracker.MemTracker``.
+(and, for the cases it lists in PLANLANG_CASES, the plan on the planlang runtime) on CPU/gloo ranks and
+records the peak live tensor bytes per rank with ``torch.distributed._tools.mem_tracker.MemTracker``.
 
 Strategies (what the torch side does; the plan side says the same):
 
@@ -13,9 +13,11 @@ Strategies (what the torch side does; the plan side says the same):
                1-D ``tp`` mesh, the whole batch on every rank. MLP (fc1/fc2), BERT (the HF BertLayer
                linears; heads split over tp), MoE (every expert's fc1/fc2), T5 (q/k/v/o, wi/wo).
 * ``dp_tp``    a ``dp x tp`` mesh: TP as above on the ``tp`` sub-mesh, the batch split over ``dp`` and the
-               gradients all-reduced over ``dp`` by hand after backward (no DDP buckets).
+               gradients summed over ``dp`` after backward in one flat all-reduce (DDP does not take the
+               DTensor parameters; the planlang runtime's sync_grads does the same).
 * ``pp_1f1b`` / ``pp_gpipe``  ``torch.distributed.pipelining``: the model split by hand into
-               ``world`` stages (``PipelineStage``), ``Schedule1F1B`` / ``ScheduleGPipe``.
+               ``world`` stages (``PipelineStage``), ``Schedule1F1B`` / ``ScheduleGPipe``, stepped with
+               ``return_outputs=False`` (a training step needs the losses only, as in the planlang runtime).
 * ``ckpt``     one process, ``torch.utils.checkpoint`` (non-reentrant) around every
                ``checkpoint_every`` consecutive blocks.
 * ``zero1``    DDP + ``ZeroRedundancyOptimizer`` (AdamW states sharded over all ranks).

@@ -4,20 +4,25 @@ Run: .venv/bin/python bench/memory_measure.py [--case NAME ...] [--json out.json
 
 For every case (bench/memory_cases.py) the hand-written torch equivalent of the plan runs on CPU:
 one process for world 1, ``torch.multiprocessing`` spawn with gloo on 127.0.0.1 otherwise. Each rank
-builds the model with a fixed seed, runs ONE untracked warm-up step (so the optimizer states exist, as
-in steady state), then tracks exactly one full step - forward, loss, backward, ``optimizer.step()``,
+builds the model with a fixed seed, runs TWO untracked warm-up steps (the optimizer states exist, and DDP
+has rebuilt its buckets, which it does once, in the second iteration: the tracked step is steady state),
+then tracks exactly one full step - forward, loss, backward, ``optimizer.step()``,
 ``zero_grad(set_to_none=True)`` - under ``MemTracker`` with the model, the optimizer and the step's
 input/target tensors registered through ``track_external``. The result per rank is MemTracker's
 snapshot at the peak of the Total, by category, in bytes:
 
     Total, parameters, gradients, optimizer, activations, temporaries, buffers, inputs
 
-(``inputs`` is MemTracker's "Other": the step's input and target tensors, created before tracking).
+(``inputs`` is the step's input and target tensors, created before tracking.) ``buffers`` are the
+runtime's own persistent tensors, registered with the tracker too: DDP's gradient buckets (captured by a
+comm hook that does DDP's own all-reduce) and torch.distributed.pipelining's per-microbatch receive
+buffers (activations from the previous stage, gradients from the next). MemTracker counts a tensor
+that existed before tracking only from the first op that touches it, so without registering them the
+peak would include them or not depending on when they are first touched.
 Each rank also reports ``end`` (the live bytes by category after the step: the persistent state),
 ``param_bytes`` (the parameter bytes it holds, computed directly) and ``optimizer_state_bytes``.
-Notes on what the tracker sees: only tensors allocated through the dispatcher (DDP's gradient buckets,
-allocated in C++ at construction, are not seen); during backward new tensors are "temporaries"; with
-activation checkpointing the activation/temporary split in backward is approximate (the Total is not).
+Notes on what the tracker sees: during backward new tensors are "temporaries"; with activation
+checkpointing the activation/temporary split in backward is approximate (the Total is not).
 """
 from __future__ import annotations
 
@@ -231,6 +236,15 @@ def _pipeline_stage_module(case: Case, model: nn.Module, rank: int) -> nn.Module
     raise ValueError(case.model)
 
 
+def _capture_bucket_hook(buckets: dict, bucket):
+    """DDP comm hook: remember the bucket's flat buffer (to register it with the tracker), then DDP's
+    own averaging all-reduce (torch's allreduce_hook: divide in place, all-reduce in place)."""
+    from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+    buckets[bucket.index()] = bucket.buffer()
+    return allreduce_hook(None, bucket)
+
+
 class Runner:
     """Sets up one rank of a case; ``step()`` runs one full training step."""
 
@@ -242,6 +256,8 @@ class Runner:
         s = case.strategy
         self.dp_group = None
         self.schedule = None
+        self.stage = None
+        self.buckets: dict[int, torch.Tensor] = {}  # DDP bucket index -> its flat gradient buffer
         dp_rank = 0
         if s in ("single", "ckpt"):
             self.module = model
@@ -254,6 +270,7 @@ class Runner:
             self.module = model
             # BERT's pooler output does not reach the MLM loss: its parameters get no gradient
             self.fwd = DDP(model, find_unused_parameters=case.model == "bert")
+            self.fwd.register_comm_hook(self.buckets, _capture_bucket_hook)
             if s == "zero1":
                 from torch.distributed.optim import ZeroRedundancyOptimizer
 
@@ -285,6 +302,7 @@ class Runner:
             self.module = stage_mod
             self.fwd = None
             stage = PipelineStage(stage_mod, rank, world, torch.device("cpu"))
+            self.stage = stage
             cls = Schedule1F1B if s == "pp_1f1b" else ScheduleGPipe
             self.schedule = cls(stage, n_microbatches=case.microbatches, loss_fn=mod.loss)
             self.opt = make_optimizer(case, stage_mod.parameters())
@@ -294,28 +312,98 @@ class Runner:
         self.inputs, self.targets = local_batch(case, dp_rank)
         self.param_bytes = local_param_bytes(self.module)
 
+    def runtime_buffers(self) -> list[torch.Tensor]:
+        """The runtime's persistent tensors that exist before a step: DDP's gradient buckets, the
+        pipeline stage's receive buffers (one per microbatch, activations in and gradients back)."""
+        out = list(self.buckets.values())
+        if self.stage is not None:
+            for infos in (*self.stage.args_recv_info.values(), *self.stage.grad_recv_info.values()):
+                out += [i.buffer for i in infos if getattr(i, "buffer", None) is not None
+                        and not getattr(i, "is_root_arg", False)]
+        return out
+
     def step(self) -> None:
         c = self.case
         if self.schedule is not None:
             first, last = self.rank == 0, self.rank == c.world - 1
             args = self.inputs if first else ()
             kw = {"target": self.targets[0], "losses": []} if last else {}
-            self.schedule.step(*args, **kw)
+            # a training step needs the losses only (the planlang runtime does the same): without
+            # return_outputs=False the last stage keeps every microbatch's output and concatenates them
+            self.schedule.step(*args, return_outputs=False, **kw)
         else:
             out = self.fwd(*self.inputs)
             loss = self.loss_fn(out, *self.targets)
             del out
             loss.backward()
             del loss
-            if self.dp_group is not None:  # dp over a TP model: average the gradients by hand
-                n = dist.get_world_size(self.dp_group)
-                for p in self.module.parameters():
-                    if p.grad is not None:
-                        g = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-                        dist.all_reduce(g, group=self.dp_group)
-                        g.div_(n)
+            if self.dp_group is not None:
+                # dp over a TP model (DDP does not take DTensor parameters): one flat all-reduce of every
+                # gradient over dp after backward, as the planlang runtime's sync_grads does
+                grads = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+                         for p in self.module.parameters() if p.grad is not None]
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                dist.all_reduce(flat, group=self.dp_group)
+                flat /= dist.get_world_size(self.dp_group)
+                off = 0
+                for g in grads:
+                    g.copy_(flat[off:off + g.numel()].view_as(g))
+                    off += g.numel()
+                del flat
         self.opt.step()
         self.opt.zero_grad(set_to_none=True)
+
+
+class PlanlangRunner:
+    """The same case on the planlang runtime: ``planlang.apply(model, plan)`` of ``to_plan(case)``, the
+    plan's optimizer (``pm.optimizer()``, ZeRO as the plan says), ``pm.step(*inputs, *targets)`` on the
+    global batch (the runtime takes this rank's piece), then ``opt.step()`` and ``opt.zero_grad()``."""
+
+    def __init__(self, case: Case, rank: int, world: int) -> None:
+        from memory_cases import to_plan
+
+        from planlang.plan.checker import check_text
+        from planlang.runtime.apply import apply
+
+        self.case, self.rank = case, rank
+        res = check_text(to_plan(case), str(ROOT / "bench" / f"{case.name}.plan"))
+        if res.errors or res.plan is None:
+            raise RuntimeError(f"{case.name}: the plan does not check")
+        mod = model_module(case)
+        model = build_model(case)
+        model.train()
+        self.inputs, self.targets = make_batch(case)  # the global batch: the runtime slices it
+        self.pm = apply(model, res.plan, loss_fn=mod.loss, targets=tuple(t.to("meta") for t in self.targets))
+        del model
+        runner = getattr(self.pm, "runner", None)  # a PipelinedModel
+        self.stages = list(runner.stages) if runner is not None else []
+        self.module = (nn.ModuleList(runner.stage_modules.values()) if runner is not None else self.pm)
+        self.opt = self.pm.optimizer()
+        self.param_bytes = local_param_bytes(self.module)
+
+    def runtime_buffers(self) -> list[torch.Tensor]:
+        """The pipeline stages' receive buffers (built at the first step)."""
+        out = []
+        for st in getattr(self.pm, "runner", None) and self.pm.runner.stages or []:
+            for infos in (*st.args_recv_info.values(), *st.grad_recv_info.values()):
+                out += [i.buffer for i in infos if getattr(i, "buffer", None) is not None
+                        and not getattr(i, "is_root_arg", False)]
+        return out
+
+    def step(self) -> None:
+        loss = self.pm.step(*self.inputs, *self.targets)
+        del loss
+        self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+
+
+# the cases also measured on the planlang runtime: every strategy, MLP and transformer models
+PLANLANG_CASES = (
+    "mlp_single", "gpt2_single", "mlp_ddp_2", "gpt2_ddp_2", "bert_ddp_2", "gpt2_ddp_4",
+    "mlp_tp_2", "bert_tp_2", "mlp_tp_4", "mlp_dp_tp_4_dp2_tp2", "bert_dp_tp_4_dp2_tp2",
+    "gpt2_pp_1f1b_2_mb4", "gpt2_pp_gpipe_2_mb4", "mlp_pp_1f1b_2_mb4", "gpt2_pp_1f1b_4_mb8",
+    "gpt2_ckpt_every1", "bert_ckpt_every2", "mlp_zero1_2", "gpt2_zero1_2",
+)
 
 
 def _tracker():
@@ -335,26 +423,34 @@ def _tracker():
     return _Tracker()
 
 
-def _measure_rank(case: Case, rank: int, world: int) -> dict:
+def _measure_rank(case: Case, rank: int, world: int, runtime: str = "torch") -> dict:
     # MemTracker warns for every parameter without a gradient (BERT's pooler under DDP)
     warnings.filterwarnings("ignore", message="Expected a tensor or a traceable wrapper-subclass")
     torch.manual_seed(SEED)
-    runner = Runner(case, rank, world)
+    runner = Runner(case, rank, world) if runtime == "torch" else PlanlangRunner(case, rank, world)
     runner.step()  # untracked warm-up: optimizer states exist afterwards
+    runner.step()  # and DDP has rebuilt its buckets (second iteration)
     mt = _tracker()
     opts = [runner.opt] + ([runner.opt.optim] if hasattr(runner.opt, "optim") else [])
-    mt.track_external(runner.module, *opts, *runner.inputs, *runner.targets)
+    rbufs = runner.runtime_buffers()
+    mt.track_external(runner.module, *opts, *runner.inputs, *runner.targets, *rbufs)
     t0 = time.perf_counter()
     with mt:
         runner.step()
     dt = time.perf_counter() - t0
     peak, end = _categories(mt.get_tracker_snapshot("peak")), _categories(mt.get_tracker_snapshot("current"))
+    # the registered runtime buffers are in MemTracker's "Other" with the inputs: move them to buffers
+    # (they are persistent, so live at the peak and at the end)
+    rb = sum(t.untyped_storage().nbytes() for t in {t.untyped_storage()._cdata: t for t in rbufs}.values())
+    for snap in (peak, end):
+        snap["inputs"] -= rb
+        snap["buffers"] += rb
     state = 0
     for o in opts:
         for st in o.state.values():
             state += sum(v.untyped_storage().nbytes() for v in st.values()
                          if isinstance(v, torch.Tensor) and v.dim() > 0)
-    return {"rank": rank, "peak": peak, "end": end, "param_bytes": runner.param_bytes,
+    return {"rank": rank, "peak": peak, "end": end, "param_bytes": runner.param_bytes, "runtime_buffer_bytes": rb,
             "optimizer_state_bytes": state, "step_s": round(dt, 4)}
 
 
@@ -376,11 +472,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _worker(rank: int, case: Case, world: int, port: int, outdir: str) -> None:
+def _worker(rank: int, case: Case, world: int, port: int, outdir: str, runtime: str = "torch") -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
     try:
-        res = _measure_rank(case, rank, world)
+        res = _measure_rank(case, rank, world, runtime)
         dist.barrier()
     except BaseException:
         res = {"rank": rank, "error": traceback.format_exc()}
@@ -390,11 +486,13 @@ def _worker(rank: int, case: Case, world: int, port: int, outdir: str) -> None:
         dist.destroy_process_group()
 
 
-def measure(case: Case) -> dict:
-    """Run ``case`` and return {"case", "world", "strategy", "ranks": [{"rank", "peak": {category: bytes},
-    "param_bytes", "step_s"}], "wall_s"}; raises RuntimeError if a rank failed."""
+def measure(case: Case, runtime: str = "torch") -> dict:
+    """Run ``case`` on the hand-written torch equivalent (`runtime` "torch") or on the planlang runtime
+    ("planlang") and return {"case", "runtime", "world", "strategy", "ranks": [{"rank", "peak": {category:
+    bytes}, "param_bytes", "step_s"}], "wall_s"}; raises RuntimeError if a rank failed. The planlang
+    runtime needs a process group, so it always runs under gloo, also for one rank."""
     t0 = time.perf_counter()
-    if case.world == 1:
+    if case.world == 1 and runtime == "torch":
         threads = torch.get_num_threads()
         torch.set_num_threads(1)
         try:
@@ -408,7 +506,8 @@ def measure(case: Case) -> dict:
             with tempfile.TemporaryDirectory(prefix="memcase_") as d:
                 spawn_err = None
                 try:
-                    mp.spawn(_worker, args=(case, case.world, _free_port(), d), nprocs=case.world, join=True)
+                    mp.spawn(_worker, args=(case, case.world, _free_port(), d, runtime), nprocs=case.world,
+                             join=True)
                 except Exception as err:  # a rank died; its result may still have been written
                     spawn_err = err
                 ranks = []
@@ -420,7 +519,7 @@ def measure(case: Case) -> dict:
                 break
         if errs:
             raise RuntimeError(f"{case.name}: rank {errs[0]['rank']} failed:\n{errs[0]['error']}")
-    return {"case": case.name, "model": case.model, "strategy": case.strategy, "world": case.world,
+    return {"case": case.name, "runtime": runtime, "model": case.model, "strategy": case.strategy, "world": case.world,
             "ranks": ranks, "wall_s": round(time.perf_counter() - t0, 3)}
 
 
@@ -432,23 +531,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--case", action="append", help="case name (repeatable); default: all")
     ap.add_argument("--json", help="write all results to this file")
+    ap.add_argument("--runtime", choices=("torch", "planlang", "both"), default="torch",
+                    help="hand-written torch equivalents (default), the planlang runtime, or both")
     args = ap.parse_args(argv)
     cases = [CASES_BY_NAME[n] for n in args.case] if args.case else CASES
+    runs = [(c, "torch") for c in cases] if args.runtime in ("torch", "both") else []
+    if args.runtime in ("planlang", "both"):
+        runs += [(c, "planlang") for c in cases if c.name in PLANLANG_CASES]
     short = ("parameters", "gradients", "optimizer", "activations", "temporaries", "buffers", "inputs")
     print(f"{'case':28} {'rank':>4} {'total MiB':>9} " + " ".join(f"{k[:8]:>8}" for k in short) + "   (MiB)")
     results, failed = [], []
     t_all = time.perf_counter()
-    for c in cases:
+    for c, runtime in runs:
+        label = c.name if runtime == "torch" else f"{c.name}@planlang"
         try:
-            res = measure(c)
+            res = measure(c, runtime)
         except Exception as err:  # keep going: report at the end
-            failed.append((c.name, str(err)))
-            print(f"{c.name:28} FAILED: {str(err).strip().splitlines()[-1]}", flush=True)
+            failed.append((label, str(err)))
+            print(f"{label:28} FAILED: {str(err).strip().splitlines()[-1]}", flush=True)
             continue
         results.append(res)
         for r in res["ranks"]:
             p = r["peak"]
-            print(f"{c.name:28} {r['rank']:>4} {_mib(p['Total']):>9} " + " ".join(_mib(p[k]) for k in short),
+            print(f"{label:28} {r['rank']:>4} {_mib(p['Total']):>9} " + " ".join(_mib(p[k]) for k in short),
                   flush=True)
     total = time.perf_counter() - t_all
     print(f"\n{len(results)} cases measured, {len(failed)} failed, {total:.1f} s")

@@ -5,20 +5,32 @@ For each device class (one per pipeline stage, or one for the whole mesh):
     parameters   local bytes of every parameter under its shard spec (ZeRO-3 divides by the ZeRO axis)
     gradients    the same shapes (ZeRO-2/3 divide by the ZeRO axis)
     optimizer    states per parameter element by optimizer (Adam/AdamW: two fp32 moments, plus a step
-                 counter per tensor); ZeRO >= 1 divides by the ZeRO axis
-    buffers      DDP's gradient buckets when a data axis has more than one rank
+                 counter per tensor); ZeRO-2/3 divide by the ZeRO axis; ZeRO-1 (torch's
+                 ZeroRedundancyOptimizer, which the runtime uses) gives each rank whole parameters, so the
+                 figure is the fullest rank's share of a greedy partition by size
+    buffers      the runtime's persistent tensors: DDP's gradient buckets (`grad_sync="ddp"`, a data axis
+                 of more than one rank) and torch.distributed.pipelining's receive buffers (one per
+                 microbatch: the activation from the previous stage, the gradient from the next one)
     activations  what one microbatch saves for backward on this device, times the microbatches in flight
-                 (1F1B: min(p - i, m) on stage i in the steady state, one more at the peak; GPipe: m;
-                 no pipeline: 1), plus torch.distributed.pipelining's receive buffers and the last stage's
-                 kept outputs
+                 (1F1B: min(p - i, m) on stage i; GPipe: m; no pipeline: 1)
     transient    the live set beyond saved activations at backward's peak (parameter gradients produced so
                  far, the output's gradient, op temporaries, recomputation of a checkpoint group), and the
                  optimizer's temporaries
 
-peak = parameters + optimizer + buffers + max(backward phase, optimizer phase), where the backward phase
-is activations + transient and the optimizer phase is all gradients + the optimizer's temporaries. Activations and transients come from a simulated step on the meta device
-(`simulate.py`) of the local model: the batch each device sees, parameters replaced by their local shards
-(so Megatron-style column/row splits shrink the activations they produce), checkpoint groups wrapped in
+peak = parameters + optimizer + buffers + max(backward phase, after-backward phase):
+
+    backward phase        activations + transient. In a pipeline the stage runs one backward per
+                          microbatch and accumulates into `.grad`: from the second backward on, every
+                          gradient of the stage is live beside the in-flight activations (simulated by a
+                          second backward, simulate.py)
+    after-backward phase  all gradients + the larger of the optimizer step's temporaries and, for the
+                          planlang runtime's data-parallel gradient sum (`grad_sync="flat"`), the flat copy
+                          of the gradients it all-reduces (ParallelModel.sync_grads) just before the step
+
+`transient` reports the backward transient plus that after-backward figure (planlang.report splits them).
+Activations and transients come from a simulated step on the meta device (`simulate.py`) of the local
+model: the batch each device sees, parameters replaced by their local shards (so Megatron-style
+column/row splits shrink the activations they produce), checkpoint groups wrapped in
 torch.utils.checkpoint. Step time: flops / device throughput plus the alpha-beta cost of the collectives.
 """
 from __future__ import annotations
@@ -140,10 +152,9 @@ def _in_flight(plan: T.Plan, stage: int) -> int:
         return m
     if kind == "interleaved":  # Narayanan et al. 2021: the first stage holds p microbatches per chunk round
         return min(m, pp + (pp - 1 - stage) // max(1, p.schedule.chunks if isinstance(p.schedule.chunks, int) else 1))
-    # 1F1B keeps p - i microbatches in the steady state (Narayanan et al. 2021); at its peak one more is
-    # live: each steady-state step runs the next forward before the backward that frees a microbatch
-    # (as measured on torch.distributed.pipelining's Schedule1F1B, bench/memory_accuracy.py)
-    return min(pp - stage + 1, m)
+    # 1F1B keeps p - i microbatches in flight on stage i (Narayanan et al. 2021): torch's Schedule1F1B
+    # runs p - i warm-up forwards, then each backward is followed by the next forward
+    return min(pp - stage, m)
 
 
 def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> None:
@@ -180,6 +191,16 @@ def checkpoint_groups(plan: T.Plan, facts) -> list[list[str]]:
     return groups
 
 
+def _consecutive_items(names: list[str]) -> bool:
+    """`h.2`, `h.3`, `h.4`: children of one container with consecutive indices."""
+    parents = {n.rpartition(".")[0] for n in names}
+    last = [n.rpartition(".")[2] for n in names]
+    if len(parents) != 1 or not all(x.isdigit() for x in last):
+        return False
+    idx = [int(x) for x in last]
+    return idx == list(range(idx[0], idx[0] + len(idx)))
+
+
 def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]:
     """Apply the plan's checkpoint groups with non-reentrant torch.utils.checkpoint, as the runtime will.
 
@@ -193,7 +214,10 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
     per_module = []
     for group in checkpoint_groups(plan, facts):
         mods = [module.get_submodule(n) for n in group]
-        chain_ok = len(group) > 1 and all(
+        # a chain: consecutive items of one container (`h.2`, `h.3`, ...), each taking one tensor of the
+        # shape the one before returns; equal shapes alone are not enough (`attn`, `mlp` of a block have
+        # a residual and a norm between them, which running one on the other's output would skip)
+        chain_ok = len(group) > 1 and _consecutive_items(group) and all(
             len(facts.calls[n].inputs) == 1 and len(facts.calls[n].outputs) == 1 for n in group
         ) and all(facts.calls[a].output == facts.calls[b].inputs[0] for a, b in zip(group, group[1:]))
         if chain_ok:
@@ -218,8 +242,17 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
     return notes
 
 
-def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]:
-    """Estimate every device class of `plan` (its model is built on meta)."""
+GRAD_SYNC = ("flat", "ddp")
+
+
+def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "flat") -> list[DeviceEstimate]:
+    """Estimate every device class of `plan` (its model is built on meta).
+
+    `grad_sync` is how data-parallel gradients are summed: "flat" is the planlang runtime (one flat
+    all-reduce after backward: a transient copy of the gradients), "ddp" torch's DistributedDataParallel
+    (persistent gradient buckets as large as the gradients, gradient_as_bucket_view=False)."""
+    if grad_sync not in GRAD_SYNC:
+        raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC)}, not {grad_sync!r}")
     if plan.model is None:
         raise ValueError("the plan declares no model")
     mesh = plan.mesh
@@ -248,28 +281,45 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
     loss = model_loss(plan.model)
     stage_map = stage_of or None
     try:
-        sim = simulate_step(module, local_in, loss, stage_map)
+        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
         prof = profile_model(module, local_in, loss)
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan.model, plan.path)
         notes += _wrap_checkpoints(module, plan, facts)
-        sim = simulate_step(module, local_in, loss, stage_map)
+        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
         prof = profile_model(module, local_in, loss)
 
+    # parameters the loss does not reach (BERT's pooler under an MLM loss) get no gradient in the
+    # simulated backward; torch's optimizers keep no state for a parameter whose .grad is None
+    trained = {n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None}
+    if not trained:  # no backward was simulated: assume every parameter trains
+        trained = set(params)
     stages = sorted(set(stage_of.values())) if stage_of else [None]
+    counter = opt is not None and opt.name in STEP_COUNTER
     out = []
     for s in stages:
         mine = [p for p in params.values() if s is None or p.stage == s]
+        learn = [p for p in mine if p.name in trained]
         p_bytes = sum(math.prod(p.local) * p.itemsize for p in mine)
-        n_tensors = len(mine)
+        g_bytes = sum(math.prod(p.local) * p.itemsize for p in learn)
         params_b = p_bytes // zero_n if zero >= 3 else p_bytes
-        grads_b = p_bytes // zero_n if zero >= 2 else p_bytes
-        elems = sum(math.prod(p.local) for p in mine)
-        opt_b = (states * elems * 4 + (4 * n_tensors if opt and opt.name in STEP_COUNTER else 0))
-        opt_b = opt_b // zero_n if zero >= 1 else opt_b
-        opt_tmp = _optimizer_temporaries(plan, mine, states, zero_n if zero >= 1 else 1)
-        buffers = p_bytes if dp > 1 and zero < 2 else 0  # DDP gradient buckets
+        grads_b = g_bytes // zero_n if zero >= 2 else g_bytes
+        if zero == 1 and zero_n > 1:
+            opt_b = _zero1_state_bytes(mine, trained, states, counter, zero_n)
+        else:
+            elems = sum(math.prod(p.local) for p in learn)
+            opt_b = states * elems * 4 + (4 * len(learn) if counter else 0)
+            opt_b = opt_b // zero_n if zero >= 1 else opt_b
+        # DDP keeps a bucket copy of the gradients for the all-reduce (not under FSDP2, ZeRO >= 2)
+        buffers = p_bytes if grad_sync == "ddp" and dp > 1 and zero < 2 else 0
+        # the planlang runtime sums gradients after backward in one flat tensor (ParallelModel.sync_grads,
+        # pipeline.average_gradients): for that moment every gradient is live twice
+        flat_copy = grads_b if grad_sync == "flat" and dp > 1 and zero < 2 else 0
+        # what is live beside the gradients after backward: the flat copy, then (ZeRO-2/3 step slices of
+        # every tensor; ZeRO-1 whole tensors, ZeroRedundancyOptimizer) the optimizer step's temporaries
+        opt_tmp = _optimizer_temporaries(plan, learn, states, zero_n if zero >= 1 else 1, whole=zero == 1,
+                                         gradient_copy=flat_copy)
         inflight = _in_flight(plan, s or 0)
         if s is None:
             frac = 1.0
@@ -277,22 +327,28 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
             # beyond the saved activations at backward's peak: the gradients produced so far, temporaries
             transient = max(0, sim.backward_peak - sim.saved)
         else:
-            # the stage's own tensors in the simulated step (created by its modules); the stage keeps its
-            # saved activations for every microbatch in flight, plus (after the first stage) the
-            # activation it received for each of them
             total = sum(m.saved_bytes for m in prof.modules.values()) or 1
             frac = sum(m.saved_bytes for n, m in prof.modules.items() if stage_of.get(n) == s) / total
+            # the stage's own tensors in the simulated step (created by its modules): it keeps the saved
+            # activations of every microbatch in flight
             saved_s = sim.stage_saved.get(s, 0)
-            # torch.distributed.pipelining keeps a receive buffer per microbatch: activations from the
-            # previous stage and gradients from the next one
-            recv = _boundary_bytes(facts, stage_of, s, dp * micro, "in") + _boundary_bytes(
-                facts, stage_of, s, dp * micro, "out", last=stages[-1])
-            if s == stages[-1]:  # the last stage keeps every microbatch's output to merge them
-                out_call = facts.calls.get(next((m for m in reversed(facts.order) if stage_of.get(m) == s), ""))
-                if out_call is not None and out_call.output is not None:
-                    recv += math.prod(out_call.output) * 4 // max(1, dp * micro)
-            acts = saved_s * inflight + recv * micro
+            # torch.distributed.pipelining allocates a receive buffer per microbatch at the first step and
+            # keeps them: activations from the previous stage, gradients from the next one
+            buffers += micro * (_boundary_bytes(facts, stage_of, s, dp * micro, "in")
+                                + _boundary_bytes(facts, stage_of, s, dp * micro, "out", last=stages[-1]))
+            acts = saved_s * inflight
             transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s)
+            if micro > 1:
+                # from the second microbatch's backward on, all of the stage's gradients are live (they
+                # accumulate in .grad). The first backward (the plain simulated one) has `inflight`
+                # microbatches saved; the second has min(inflight, m - 1): 1F1B runs a forward between
+                # two backwards, GPipe (inflight = m) none
+                # (the simulated gradients are those of the whole model: a weight tied across stages has
+                # its gradient on one stage there, while every stage holding a copy has its own)
+                again = max(0, sim.stage_backward_peak_accum.get(s, 0) - sim.stage_grads.get(s, 0) + grads_b
+                            - saved_s)
+                later = min(inflight, micro - 1)
+                transient = max(transient, again - (inflight - later) * saved_s)
         backward_phase = acts + transient
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
@@ -301,6 +357,22 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5) -> list[DeviceEstimate]
         out.append(DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
                                   acts, transient + opt_tmp, peak, step, tuple(notes)))
     return out
+
+
+def _zero1_state_bytes(mine: list[_Param], trained: set[str], states: int, counter: bool, ranks: int) -> int:
+    """Optimizer-state bytes of the fullest rank under ZeroRedundancyOptimizer's partition: whole
+    parameters, largest first, each to the rank holding the fewest elements so far (a greedy balance;
+    Rajbhandari et al. 2020 §5.1 P_os with tensor granularity). Only `trained` parameters (those that
+    get a gradient) have state."""
+    load = [0] * ranks
+    state = [0] * ranks
+    for p in sorted(mine, key=lambda p: -math.prod(p.local)):
+        r = load.index(min(load))
+        n = math.prod(p.local)
+        load[r] += n
+        if p.name in trained:
+            state[r] += states * n * 4 + (4 if counter else 0)
+    return max(state)
 
 
 def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, side: str, last: int = -1) -> int:
@@ -317,16 +389,28 @@ def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, si
     return math.prod(shape) * 4 // max(1, divide)
 
 
-def _optimizer_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards: int) -> int:
+def _optimizer_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards: int, whole: bool = False,
+                           gradient_copy: int = 0) -> int:
     """Bytes the optimizer step allocates on top of its states. torch's Adam-family optimizers run the
     per-tensor implementation on CPU (two temporaries of one parameter's size at a time: sqrt of the
     second moment, then its scaled copy) and the multi-tensor (foreach) one on accelerators (one
-    temporary per parameter, all alive together)."""
+    temporary per parameter, all alive together). `shards` ranks share the step: FSDP2 slices every
+    tensor, ZeroRedundancyOptimizer (`whole`) gives each rank whole tensors, so the per-tensor path's
+    temporaries are those of a whole parameter (a rank holds the largest) and the multi-tensor path's
+    are about 1/shards of the sum.
+
+    The result is what is live beside the gradients after backward, so it is at least `gradient_copy`:
+    the flat copy the data-parallel gradient sum makes just before the step (the two come one after the
+    other, so the larger counts)."""
+    return max(gradient_copy, _step_temporaries(plan, mine, states, shards, whole))
+
+
+def _step_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards: int, whole: bool) -> int:
     if not states or not mine:
         return 0
     dev = plan.mesh.device.name if plan.mesh and plan.mesh.device else ""
     if "cpu" in dev:
-        return 2 * max(math.prod(p.local) * 4 for p in mine) // shards
+        return 2 * max(math.prod(p.local) * 4 for p in mine) // (1 if whole else shards)
     return sum(math.prod(p.local) * 4 for p in mine) // shards
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
@@ -101,14 +101,24 @@ class StepMemory:
     # of the tensors the stage's modules created
     stage_saved: dict = field(default_factory=dict)
     stage_backward_peak: dict = field(default_factory=dict)
+    # with `accumulate`: the peak of a second backward run while the first one's parameter gradients are
+    # still live (gradient accumulation over microbatches), in total and per stage; gradients included
+    backward_peak_accum: int = 0
+    stage_backward_peak_accum: dict = field(default_factory=dict)
+    # bytes of the parameter gradients after backward, by the stage whose backward created them (a weight
+    # tied across stages has one gradient here, owned by the stage that reached it first)
+    stage_grads: dict = field(default_factory=dict)
 
 
 def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None,
-                  stage_of: dict[str, int] | None = None) -> StepMemory:
+                  stage_of: dict[str, int] | None = None, accumulate: bool = False) -> StepMemory:
     """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta
     (or fake tensors, for models that read values; see trace.meta_or_fake). With `stage_of` (module
-    name -> pipeline stage), bytes are also attributed to the stage whose module created them."""
-    return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of))
+    name -> pipeline stage), bytes are also attributed to the stage whose module created them. With
+    `accumulate`, a second forward and backward follow with the first one's gradients kept, as for the
+    second and later microbatches of a pipeline: autograd then computes each parameter's gradient into
+    a temporary and adds it to the live `.grad`, so every gradient is live throughout that backward."""
+    return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of, accumulate))
 
 
 def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int], backward: bool = True) -> list:
@@ -135,18 +145,19 @@ def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str,
     return handles
 
 
-def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, stage_of=None) -> StepMemory:
+def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, stage_of=None,
+              accumulate: bool = False) -> StepMemory:
     try:
-        return _simulate_once(module, inputs, loss, stage_of, backward_hooks=True)
+        return _simulate_once(module, inputs, loss, stage_of, backward_hooks=True, accumulate=accumulate)
     except RuntimeError as err:
         # models that modify a module's output in place cannot take backward hooks: attribute backward
         # tensors to the stage that was running last instead
         if not stage_of or "BackwardHookFunction" not in str(err):
             raise
-        return _simulate_once(module, inputs, loss, stage_of, backward_hooks=False)
+        return _simulate_once(module, inputs, loss, stage_of, backward_hooks=False, accumulate=accumulate)
 
 
-def _simulate_once(module, inputs, loss, stage_of, backward_hooks: bool) -> StepMemory:
+def _simulate_once(module, inputs, loss, stage_of, backward_hooks: bool, accumulate: bool = False) -> StepMemory:
     ignore = {p.untyped_storage()._cdata for p in module.parameters()}
     ignore |= {b.untyped_storage()._cdata for b in module.buffers()}
     ignore |= {t.untyped_storage()._cdata for t in inputs.values()}
@@ -158,13 +169,23 @@ def _simulate_once(module, inputs, loss, stage_of, backward_hooks: bool) -> Step
     last_stage = max(stage_of.values()) if stage_of else None
     try:
         with fused_attention():
-            return _run(module, args, kwargs, inputs, loss, mode, last_stage)
+            first = _run(module, args, kwargs, inputs, loss, mode, last_stage)
+            if not accumulate:
+                return first
+            # the first pass's gradients stay live (owned by the stage whose backward made them)
+            again = _run(module, args, kwargs, inputs, loss, mode, last_stage)
+            return replace(first, backward_peak_accum=again.backward_peak,
+                           stage_backward_peak_accum=dict(again.stage_backward_peak))
     finally:
         for h in handles:
             h.remove()
 
 
 def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> StepMemory:
+    # a pipeline (`last_stage` set) keeps each microbatch's output until that microbatch's backward has
+    # run (torch.distributed.pipelining's fwd_cache hands it to the stage's backward): the last stage
+    # holds its output (the logits) beside what autograd saves, which the canonical loop below drops
+    keep_output = last_stage is not None
     if True:  # forward and backward: checkpoint recomputation must take the same path
         with mode:
             out = module(*args, **kwargs)
@@ -173,7 +194,9 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> S
             scalar = loss(out, inputs) if loss is not None else first.float().sum()
             # the canonical loop: `loss = loss_fn(model(x), y); loss.backward()` — the output itself is
             # dropped before backward (autograd keeps what it saved); the loss after it
-            del out, first
+            if not keep_output:
+                del out
+            del first
         saved, fwd_peak = mode.live, mode.peak
         stage_saved = dict(mode.owner_live)
         output = scalar.untyped_storage().nbytes()
@@ -185,6 +208,15 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> S
             warnings.filterwarnings("ignore", message="Full backward hook is firing")
             scalar.backward()
     del scalar
+    if keep_output:
+        del out
     bwd_peak = mode.peak
-    grads = sum(p.grad.untyped_storage().nbytes() for p in module.parameters() if p.grad is not None)
-    return StepMemory(saved, fwd_peak, bwd_peak, grads, output, stage_saved, dict(mode.owner_peak))
+    grads = 0
+    stage_grads: dict = {}
+    for key, nbytes in {p.grad.untyped_storage()._cdata: p.grad.untyped_storage().nbytes()
+                        for p in module.parameters() if p.grad is not None}.items():
+        grads += nbytes
+        o = mode.owners.get(key)
+        stage_grads[o] = stage_grads.get(o, 0) + nbytes
+    return StepMemory(saved, fwd_peak, bwd_peak, grads, output, stage_saved, dict(mode.owner_peak),
+                      stage_grads=stage_grads)

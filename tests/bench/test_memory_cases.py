@@ -62,3 +62,32 @@ def test_measure_smoke(name):
             assert expected < full
         # AdamW: two moments per parameter survive the step
         assert r["end"]["optimizer"] >= 2 * expected
+        # DDP's gradient buckets (registered with the tracker) hold a copy of every gradient
+        assert peak["buffers"] == (full if case.strategy == "ddp" else 0)
+
+
+def test_measure_pipeline_receive_buffers():
+    """A pipeline stage keeps one receive buffer per microbatch: the activation from the previous stage
+    (stage 1) and the gradient from the next one (stage 0): [microbatch, hidden] f32 each."""
+    from memory_measure import measure
+
+    case = CASES_BY_NAME["mlp_pp_1f1b_2_mb4"]
+    res = measure(case)
+    per_microbatch = case.batch // case.microbatches * case.kwargs["hidden"] * 4
+    for r in res["ranks"]:
+        assert r["runtime_buffer_bytes"] == case.microbatches * per_microbatch
+        assert r["peak"]["buffers"] == r["end"]["buffers"] == r["runtime_buffer_bytes"]
+
+
+def test_measure_planlang_runtime_smoke():
+    """The same case on the planlang runtime: its parameters are the plan's local pieces."""
+    from memory_measure import PLANLANG_CASES, measure
+
+    case = CASES_BY_NAME["mlp_tp_2"]
+    assert case.name in PLANLANG_CASES
+    res = measure(case, "planlang")
+    assert res["runtime"] == "planlang" and len(res["ranks"]) == 2
+    torch_res = measure(case)
+    for r, t in zip(res["ranks"], torch_res["ranks"]):
+        assert r["param_bytes"] == t["param_bytes"]  # the same Megatron split
+        assert r["peak"]["Total"] > r["param_bytes"] * 3  # parameters, gradients, AdamW moments

@@ -1,0 +1,751 @@
+"""Step time and peak memory of planlang-lowered training against the same plan written natively in torch.
+
+Run: .venv/bin/python bench/runtime_overhead.py [--quick] [--case NAME ...] [--steps N] [--profile]
+
+Each case is one plan and its hand-written torch equivalent, run side by side in ONE process group
+(gloo on CPU, NCCL when CUDA is present and `--backend nccl` or default), both built from the same seed
+and fed the same batch:
+
+    mlp-dp, gpt2-dp       `data x : [dp, _]`                       vs DistributedDataParallel
+    mlp-tp, gpt2-tp       Megatron shards (stdlib patterns.megatron) vs parallelize_module with
+                          ColwiseParallel / RowwiseParallel on the same layers
+    mlp-dp2xtp2           dp x tp on a 2 x 2 mesh                   vs DeviceMesh + parallelize_module +
+                                                                       DDP over the dp group
+    gpt2-pp-1f1b          `pipeline ... schedule 1f1b` through      vs torch.distributed.pipelining
+                          planlang.runtime.pipeline.build_pipeline     stages and Schedule1F1B by hand
+
+A step is forward + loss + backward + gradient synchronisation + optimizer step (AdamW) +
+zero_grad(set_to_none=True). After warm-up the two sides run alternately (native first on even steps,
+planlang first on odd ones), each step after a barrier; a step's time is the slowest rank's, and the
+table gives the median over the steps. The sides train the same model on the same data, so their
+losses must agree step by step (checked: relative difference <= LOSS_RTOL, else the case fails).
+
+Memory: one further step per side under torch's MemTracker (the approach of bench/memory_measure.py):
+the peak of live tensor bytes on each rank, counting the side's own parameters, optimizer states and
+batch (registered with `track_external`) and everything the step allocates. DDP's gradient buckets,
+allocated in C++ at construction, are counted too: the step's in-place all-reduces return them, and
+the tracker registers every storage an op returns (checked: the native DDP peak is parameters +
+gradients + buckets + optimizer states + the optimizer's temporaries). On CUDA the peak is also taken
+from torch.cuda.max_memory_allocated (the step's rise above the memory allocated at its start, plus
+the side's resting bytes; DDP's buckets are then missing from the resting bytes). The table's memory
+ratio is the worst rank's planlang/native ratio.
+
+Results: a table on stdout and in bench/results/runtime_overhead.txt, followed by the collectives each
+side issues per step (rank 0, from torch.profiler); `--profile` also prints the profiler's top ops of
+one step of each side, to find where an overhead comes from.
+Targets (issue #5): time ratio <= 1.05, memory ratio <= 1.02.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+for _p in (str(ROOT), str(ROOT / "bench")):
+    if _p not in sys.path:
+        sys.path.insert(0, _p)
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+from torch import nn  # noqa: E402
+
+TIME_TARGET = 1.05
+MEMORY_TARGET = 1.02
+LOSS_RTOL = 1e-4
+LR = 1e-3
+SEED = 0
+RESULTS = ROOT / "bench" / "results" / "runtime_overhead.txt"
+
+
+# ------------------------------------------------------------------------------ cases
+@dataclass(frozen=True)
+class Case:
+    """One plan and its native twin. `kind`: dp | tp | dp_tp | pp."""
+
+    name: str
+    kind: str
+    model: str  # mlp | gpt2
+    ranks: int
+    kwargs: tuple[tuple[str, int], ...]
+    batch: int
+    microbatches: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.kind}, {self.ranks} ranks)"
+
+    @property
+    def kw(self) -> dict[str, int]:
+        return dict(self.kwargs)
+
+    @property
+    def dp(self) -> int:
+        return {"dp": self.ranks, "dp_tp": 2}.get(self.kind, 1)
+
+    @property
+    def tp(self) -> int:
+        return {"tp": self.ranks, "dp_tp": self.ranks // 2}.get(self.kind, 1)
+
+
+MLP_FULL = (("in_features", 512), ("hidden", 2048), ("out_features", 512))
+MLP_QUICK = (("in_features", 64), ("hidden", 256), ("out_features", 64))
+GPT2_FULL = (("layers", 2), ("hidden", 256), ("heads", 8), ("vocab", 2048), ("seq", 64))
+GPT2_QUICK = (("layers", 2), ("hidden", 64), ("heads", 4), ("vocab", 128), ("seq", 16))
+GPT2_PP_FULL = (("layers", 4), ("hidden", 256), ("heads", 8), ("vocab", 2048), ("seq", 64))
+GPT2_PP_QUICK = (("layers", 4), ("hidden", 64), ("heads", 4), ("vocab", 128), ("seq", 16))
+
+
+def cases(quick: bool) -> list[Case]:
+    mlp, gpt2, gpt2pp = (MLP_QUICK, GPT2_QUICK, GPT2_PP_QUICK) if quick else (MLP_FULL, GPT2_FULL, GPT2_PP_FULL)
+    return [
+        Case("mlp-dp", "dp", "mlp", 4, mlp, 64 if not quick else 16),
+        Case("gpt2-dp", "dp", "gpt2", 2, gpt2, 8),
+        Case("mlp-tp", "tp", "mlp", 2, mlp, 64 if not quick else 16),
+        Case("gpt2-tp", "tp", "gpt2", 2, gpt2, 8),
+        Case("mlp-dp2xtp2", "dp_tp", "mlp", 4, mlp, 64 if not quick else 16),
+        Case("gpt2-pp-1f1b", "pp", "gpt2", 2, gpt2pp, 8, microbatches=4),
+    ]
+
+
+def plan_text(case: Case) -> str:
+    """The case's plan in planlang."""
+    kw = case.kw
+    args = ", ".join(f"{k} = {v}" for k, v in case.kwargs)
+    lines = ["use hardware", "use patterns.megatron",
+             f'model m = "examples.{case.model}.model:build"({args})']
+    inp = "x" if case.model == "mlp" else "idx"
+    if case.model == "mlp":
+        lines.append(f"input x : f32[batch = {case.batch}, features = {kw['in_features']}]")
+    else:
+        lines.append(f"input idx : i64[batch = {case.batch}, seq = {kw['seq']}]")
+    axes = {"dp": [("dp", case.ranks)], "tp": [("tp", case.ranks)], "dp_tp": [("dp", 2), ("tp", case.ranks // 2)],
+            "pp": [("pp", case.ranks)]}[case.kind]
+    lines.append(f"mesh ranks of {case.ranks} x hardware.cpu {{")
+    lines += [f"    {a} = {n} over hardware.loopback" for a, n in axes]
+    lines += ["}", "optimizer adamw(lr = 0.001)"]
+    if case.kind in ("dp", "dp_tp"):
+        lines.append(f"data {inp} : [dp, _]")
+    if case.kind in ("tp", "dp_tp"):
+        if case.model == "mlp":
+            lines += ["shard fc1.weight : [tp, _]", "shard fc1.bias : [tp]", "shard fc2.weight : [_, tp]",
+                      "shard fc2.bias : [_]", "shard output of fc2 : [_, _] partial(tp)"]
+        else:
+            lines += ["for block in h[*] {", "    apply megatron.attention(tp) to block.attn",
+                      "    apply megatron.mlp(tp) to block.mlp", "}"]
+    if case.kind == "pp":
+        half = kw["layers"] // 2
+        lines += [f"pipeline over pp schedule 1f1b microbatches {case.microbatches} {{",
+                  f"    stage wte, wpe, drop, h[0:{half}]", f"    stage h[{half}:{kw['layers']}], ln_f, lm_head", "}"]
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------------------ models and data
+def model_module(case: Case):
+    import importlib
+
+    return importlib.import_module(f"examples.{case.model}.model")
+
+
+def build_model(case: Case) -> nn.Module:
+    torch.manual_seed(SEED)
+    m = model_module(case).build(**case.kw)
+    m.train()
+    return m
+
+
+def global_batch(case: Case) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """(inputs, targets) of the whole batch, the same on every rank."""
+    g = torch.Generator().manual_seed(SEED + 1)
+    kw = case.kw
+    if case.model == "mlp":
+        return ((torch.randn(case.batch, kw["in_features"], generator=g),),
+                (torch.randn(case.batch, kw["out_features"], generator=g),))
+    idx = torch.randint(0, kw["vocab"], (case.batch, kw["seq"]), generator=g)
+    return (idx,), (idx.clone(),)
+
+
+def batch_piece(case: Case, dp_rank: int, device) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """This data-parallel rank's contiguous share of the batch (how `data x : [dp, _]` splits dim 0)."""
+    inputs, targets = global_batch(case)
+
+    def piece(t):
+        return t.chunk(case.dp)[dp_rank].clone().to(device)
+
+    return tuple(piece(t) for t in inputs), tuple(piece(t) for t in targets)
+
+
+def state_bytes(*objs) -> int:
+    """Storage bytes of the parameters (local pieces), gradients and optimizer states of modules and
+    optimizers (each storage once)."""
+    seen: set[int] = set()
+    total = 0
+
+    def add(t):
+        nonlocal total
+        if t is None or not isinstance(t, torch.Tensor):
+            return
+        t = t.to_local() if hasattr(t, "to_local") else t
+        s = t.untyped_storage()
+        if s.data_ptr() not in seen:
+            seen.add(s.data_ptr())
+            total += s.nbytes()
+
+    for o in objs:
+        if isinstance(o, nn.Module):
+            for p in o.parameters():
+                add(p)
+                add(p.grad)
+        elif isinstance(o, torch.optim.Optimizer):
+            for st in o.state.values():
+                for v in st.values():
+                    if isinstance(v, torch.Tensor) and v.dim() > 0:
+                        add(v)
+        elif isinstance(o, torch.Tensor):
+            add(o)
+    return total
+
+
+# ------------------------------------------------------------------------------ the two sides
+@dataclass
+class Side:
+    """One way of training the case on this rank. `run()` does a full step and returns the loss (a
+    detached tensor) on ranks that see it, else None."""
+
+    name: str
+    run: Callable[[], torch.Tensor | None]
+    tracked: list  # modules, optimizers and tensors the side owns (for MemTracker.track_external)
+    loss_group: object = None  # losses are local means: averaged over this group to compare
+    losses: list = field(default_factory=list)
+
+    def step(self) -> None:
+        loss = self.run()
+        self.losses.append(None if loss is None else loss.detach().clone())
+
+
+def eager_step(forward, loss_fn, inputs, targets, opt, after_backward=None) -> Callable[[], torch.Tensor]:
+    def run():
+        out = forward(*inputs)
+        loss = loss_fn(out, *targets) if loss_fn is not None else out
+        del out
+        loss.backward()
+        if after_backward is not None:
+            after_backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss.detach()
+    return run
+
+
+def planlang_side(case: Case, device, plan) -> Side:
+    """planlang.apply (no pipeline) or planlang.runtime.pipeline.build_pipeline (pipeline)."""
+    from planlang.runtime.redistribute import MeshGroups
+
+    model = build_model(case)
+    if case.kind == "pp":
+        from planlang.runtime.pipeline import build_pipeline
+
+        groups = MeshGroups(plan.mesh, device.type)
+        runner = build_pipeline(model.to(device), plan, groups, device=device)
+        del model  # the other stage's modules go with it
+        opt = torch.optim.AdamW(runner.parameters(), lr=LR)
+        inputs, targets = batch_piece(case, 0, device)
+
+        def run():
+            loss = runner.step(*inputs, target=targets[0])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        mods = list(runner.stage_modules.values())
+        return Side("planlang", run, [*mods, opt, *inputs, *targets])
+    from planlang.runtime.apply import apply
+
+    model.to(device)
+    dp_rank = _dp_rank(case)
+    inputs, targets = batch_piece(case, dp_rank, device)
+    pm = apply(model, plan, device=device, targets=tuple(t.to("meta") for t in global_batch(case)[1]))
+    opt = torch.optim.AdamW(pm.parameters(), lr=LR)
+    run = eager_step(pm, None, (*inputs, *targets), (), opt, pm.sync_grads)
+    return Side("planlang", run, [pm.module, opt, *inputs, *targets])
+
+
+def _dp_rank(case: Case) -> int:
+    """The data-parallel coordinate of this rank (mesh axes row-major: dp outermost)."""
+    return dist.get_rank() // case.tp if case.kind in ("dp", "dp_tp") else 0
+
+
+def native_side(case: Case, device, bucket_view: bool = False) -> Side:
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    mod = model_module(case)
+    model = build_model(case).to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    if case.kind == "dp":
+        ddp = DDP(model, device_ids=ids, gradient_as_bucket_view=bucket_view)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        inputs, targets = batch_piece(case, _dp_rank(case), device)
+        return Side("native", eager_step(ddp, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets],
+                    loss_group=dist.group.WORLD)
+    if case.kind == "tp":
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (case.ranks,), mesh_dim_names=("tp",))
+        tensor_parallel(case, model, mesh)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        inputs, targets = batch_piece(case, 0, device)
+        return Side("native", eager_step(model, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets])
+    if case.kind == "dp_tp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
+
+        mesh = init_device_mesh(device.type, (case.dp, case.tp), mesh_dim_names=("dp", "tp"))
+        tensor_parallel(case, model, mesh["tp"])
+        # torch's TP + DDP composition: DTensor parameters are localised so DDP buckets their local pieces
+        _pre_dp_module_transform(model)
+        dp_group = mesh.get_group("dp")
+        ddp = DDP(model, process_group=dp_group, device_ids=ids, gradient_as_bucket_view=bucket_view)
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        inputs, targets = batch_piece(case, mesh.get_local_rank("dp"), device)
+        return Side("native", eager_step(ddp, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets],
+                    loss_group=dp_group)
+    if case.kind == "pp":
+        return native_pipeline(case, model, device)
+    raise ValueError(case.kind)
+
+
+def gpt2_head_order(hidden: int, tp: int) -> torch.Tensor:
+    """Output features of the fused q/k/v projection reordered so that tp contiguous chunks are
+    [q_r | k_r | v_r] for rank r's heads (Megatron stores the fused weight per head; Shoeybi et al. §3)."""
+    per = hidden // tp
+    return torch.cat([torch.arange(part * hidden + r * per, part * hidden + (r + 1) * per)
+                      for r in range(tp) for part in range(3)])
+
+
+def linear_from_conv1d(conv: nn.Module, order: torch.Tensor | None = None) -> nn.Linear:
+    """HF's Conv1D (weight [in, out]) as nn.Linear (weight [out, in]), outputs optionally reordered."""
+    lin = nn.Linear(conv.nx, conv.nf, device=conv.weight.device)
+    with torch.no_grad():
+        w, b = conv.weight.t(), conv.bias
+        if order is not None:
+            w, b = w[order], b[order]
+        lin.weight.copy_(w)
+        lin.bias.copy_(b)
+    return lin
+
+
+def tensor_parallel(case: Case, model: nn.Module, mesh) -> None:
+    """Megatron on `mesh` with torch's ParallelStyles: the first linear of a block column-parallel, the
+    second row-parallel. GPT-2's Conv1D layers become nn.Linear first (the styles shard nn.Linear)."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    if case.model == "mlp":
+        parallelize_module(model, mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+        return
+    tp = mesh.size()
+    for block in model.h:
+        a, m = block.attn, block.mlp
+        a.c_attn = linear_from_conv1d(a.c_attn, gpt2_head_order(a.hidden, tp))
+        a.c_proj = linear_from_conv1d(a.c_proj)
+        m.c_fc = linear_from_conv1d(m.c_fc)
+        m.c_proj = linear_from_conv1d(m.c_proj)
+        parallelize_module(block, mesh, {"attn.c_attn": ColwiseParallel(), "attn.c_proj": RowwiseParallel(),
+                                         "mlp.c_fc": ColwiseParallel(), "mlp.c_proj": RowwiseParallel()})
+
+
+class GPT2Stage(nn.Module):
+    """Half of GPT-2 by hand: [wte, wpe, drop] + blocks [lo, hi) + [ln_f, lm_head]."""
+
+    def __init__(self, model: nn.Module, lo: int, hi: int, first: bool, last: bool) -> None:
+        super().__init__()
+        self.first, self.last = first, last
+        if first:
+            self.wte, self.wpe, self.drop = model.wte, model.wpe, model.drop
+        self.h = nn.ModuleList(model.h[i] for i in range(lo, hi))
+        if last:
+            self.ln_f, self.lm_head = model.ln_f, model.lm_head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.first:
+            pos = torch.arange(x.size(1), device=x.device)
+            x = self.drop(self.wte(x) + self.wpe(pos))
+        for blk in self.h:
+            x = blk(x)
+        if self.last:
+            x = self.lm_head(self.ln_f(x))
+        return x
+
+
+def native_pipeline(case: Case, model: nn.Module, device) -> Side:
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+    rank, n, m = dist.get_rank(), case.ranks, case.microbatches
+    per = case.kw["layers"] // n
+    stage_mod = GPT2Stage(model, rank * per, (rank + 1) * per, rank == 0, rank == n - 1)
+    del model
+    loss = model_module(case).loss
+    inputs, targets = batch_piece(case, 0, device)
+    mb = case.batch // m
+    hidden = case.kw["hidden"]
+    x_meta = inputs[0][:mb].to("meta")
+    act = torch.empty(mb, case.kw["seq"], hidden, device="meta", requires_grad=True)  # its gradient goes back
+    out = act if rank < n - 1 else torch.empty(mb, case.kw["seq"], case.kw["vocab"], device="meta")
+    stage = PipelineStage(stage_mod, rank, n, device, input_args=(x_meta if rank == 0 else act,), output_args=(out,))
+    sched = Schedule1F1B(stage, m, loss_fn=lambda y, t: loss(y, t) / m, scale_grads=False)
+    opt = torch.optim.AdamW(stage_mod.parameters(), lr=LR)
+    first, last = rank == 0, rank == n - 1
+
+    def run():
+        losses: list = []
+        sched.step(*(inputs if first else ()), **({"target": targets[0], "losses": losses} if last else {}))
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return torch.stack([x.detach() for x in losses]).sum() if last else None
+
+    return Side("native", run, [stage_mod, opt, *inputs, *targets])
+
+
+# ------------------------------------------------------------------------------ measuring on a rank
+def timed(side: Side, sync: Callable[[], None]) -> float:
+    dist.barrier()
+    sync()
+    t0 = time.perf_counter()
+    side.step()
+    sync()
+    return time.perf_counter() - t0
+
+
+def peak_bytes(side: Side, device) -> dict:
+    """One tracked step: MemTracker's peak Total and its categories; on CUDA also the
+    allocator's peak rise over the step's start plus the side's resting bytes."""
+    from memory_measure import _categories, _tracker
+
+    warnings.filterwarnings("ignore", message="Expected a tensor or a traceable wrapper-subclass")
+    out = {}
+    mt = _tracker()
+    mt.track_external(*side.tracked)
+    dist.barrier()
+    with mt:
+        side.step()
+    cats = _categories(mt.get_tracker_snapshot("peak"))
+    out["tracker"] = cats["Total"]
+    out["categories"] = cats  # at the peak: parameters, gradients, optimizer, activations, temporaries, ...
+    if device.type == "cuda":
+        dist.barrier()
+        torch.cuda.synchronize()
+        start = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        side.step()
+        torch.cuda.synchronize()
+        rise = torch.cuda.max_memory_allocated() - start
+        out["cuda"] = rise + state_bytes(*side.tracked)
+    return out
+
+
+COLLECTIVE_PREFIXES = ("c10d::", "_c10d_functional::", "c10d_functional::")
+NOT_COLLECTIVES = ("wait", "barrier", "_wrap_tensor_autograd", "monitored_barrier")
+
+
+def _is_collective(name: str) -> bool:
+    return name.startswith(COLLECTIVE_PREFIXES) and not any(k in name for k in NOT_COLLECTIVES)
+
+
+class _quiet_stderr:
+    """Silence file descriptor 2 (the profiler's C++ side prints start/stop lines there)."""
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved = os.dup(2)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 2)
+        os.close(null)
+
+    def __exit__(self, *exc):
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+
+
+def _profiled_step(side: Side, **kw):
+    from torch.profiler import ProfilerActivity, profile
+
+    dist.barrier()
+    with _quiet_stderr(), profile(activities=[ProfilerActivity.CPU], **kw) as prof:
+        side.step()
+    return prof
+
+
+def collectives(side: Side) -> dict[str, int]:
+    """Collectives one step issues on this rank (torch.profiler's dispatcher events; a collective
+    called from inside another one, e.g. the c10d op under a functional collective, is not counted)."""
+    counts: dict[str, int] = {}
+    for ev in _profiled_step(side).events():
+        if not _is_collective(ev.name):
+            continue
+        parent, nested = ev.cpu_parent, False
+        while parent is not None:
+            nested = nested or _is_collective(parent.name)
+            parent = parent.cpu_parent
+        if not nested:
+            name = ev.name.split("::", 1)[1]
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def top_ops(side: Side, rows: int = 25) -> str:
+    """torch.profiler's ops of one step, by self CPU time and by bytes allocated (self CPU memory)."""
+    avg = _profiled_step(side, profile_memory=True).key_averages()
+    return (avg.table(sort_by="self_cpu_time_total", row_limit=rows) + "\n"
+            + avg.table(sort_by="self_cpu_memory_usage", row_limit=rows))
+
+
+def averaged_losses(side: Side) -> list[float] | None:
+    """The side's per-step losses as global means (local means averaged over `loss_group`)."""
+    if not side.losses or side.losses[0] is None:
+        return None
+    t = torch.stack(side.losses).double()
+    if side.loss_group is not None:
+        dist.all_reduce(t, group=side.loss_group)
+        t /= dist.get_world_size(side.loss_group)
+    return t.tolist()
+
+
+def run_case(case: Case, device, steps: int, warmup: int, profile_ops: bool, bucket_view: bool = False) -> dict:
+    from planlang.plan.checker import check_text
+
+    res = check_text(plan_text(case), path=str(ROOT / "bench" / f"{case.name}.plan"))
+    if res.errors or res.plan is None:
+        raise RuntimeError(f"{case.name}: plan has errors: " + "; ".join(d.message for d in res.diagnostics))
+    sides = [native_side(case, device, bucket_view), planlang_side(case, device, res.plan)]
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    for _ in range(warmup):
+        for s in sides:
+            timed(s, sync)
+    times: dict[str, list[float]] = {s.name: [] for s in sides}
+    for i in range(steps):
+        for s in (sides if i % 2 == 0 else sides[::-1]):
+            times[s.name].append(timed(s, sync))
+    # the slowest rank's time of each step
+    for name in times:
+        t = torch.tensor(times[name], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        times[name] = t.tolist()
+    peaks = {s.name: peak_bytes(s, device) for s in sides}
+    colls = {s.name: collectives(s) for s in sides}
+    out = {"rank": dist.get_rank(), "times": times, "peaks": peaks, "collectives": colls,
+           "losses": {s.name: averaged_losses(s) for s in sides}}
+    if profile_ops and dist.get_rank() == 0:
+        out["profile"] = {s.name: top_ops(s) for s in sides}
+    elif profile_ops:
+        for s in sides:  # the profiled steps are collective: every rank takes part
+            dist.barrier()
+            s.step()
+    return out
+
+
+def _worker(rank: int, case: Case, port: int, outdir: str, backend: str, steps: int, warmup: int,
+            profile_ops: bool, bucket_view: bool) -> None:
+    torch.set_num_threads(1)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend, rank=rank, world_size=case.ranks)
+    try:
+        res = run_case(case, device, steps, warmup, profile_ops, bucket_view)
+        dist.barrier()
+    except BaseException:  # noqa: BLE001 - reported by the parent
+        res = {"rank": rank, "error": traceback.format_exc()}
+    Path(outdir, f"rank{rank}.json").write_text(json.dumps(res))
+    dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def measure(case: Case, backend: str, steps: int, warmup: int, profile_ops: bool = False,
+            bucket_view: bool = False, timeout_s: float = 900) -> list[dict]:
+    """Every rank's result for `case` (raises RuntimeError naming the failing rank)."""
+    import torch.multiprocessing as mp
+
+    with tempfile.TemporaryDirectory(prefix="rt_overhead_") as d:
+        ctx = mp.start_processes(_worker, args=(case, _free_port(), d, backend, steps, warmup, profile_ops, bucket_view),
+                                 nprocs=case.ranks, join=False, start_method="spawn")
+        deadline = time.time() + timeout_s
+        failure = None
+        try:
+            while not ctx.join(timeout=2):
+                if time.time() > deadline:
+                    failure = f"timed out after {timeout_s:.0f} s"
+                    break
+        except Exception as err:  # noqa: BLE001 - a rank died; its JSON may say why
+            failure = str(err)
+        for p in ctx.processes:
+            if p.is_alive():
+                p.kill()
+        ranks = []
+        for r in range(case.ranks):
+            p = Path(d, f"rank{r}.json")
+            ranks.append(json.loads(p.read_text()) if p.exists() else {"rank": r, "error": f"no result ({failure})"})
+    errs = [r for r in ranks if "error" in r]
+    if errs:
+        raise RuntimeError(f"{case.name}: rank {errs[0]['rank']} failed:\n{errs[0]['error']}")
+    return ranks
+
+
+# ------------------------------------------------------------------------------ summary
+@dataclass(frozen=True)
+class Row:
+    case: str
+    ranks: int
+    native_ms: float
+    planlang_ms: float
+    native_mib: float
+    planlang_mib: float
+    memory_ratio: float  # worst rank's planlang / native
+    loss_rel_diff: float  # largest over steps
+
+    @property
+    def time_ratio(self) -> float:
+        return self.planlang_ms / self.native_ms
+
+    @property
+    def met(self) -> bool:
+        return self.time_ratio <= TIME_TARGET and self.memory_ratio <= MEMORY_TARGET
+
+    def __str__(self) -> str:
+        return (f"{self.case:<14} {self.ranks:>5} {self.native_ms:>9.2f} {self.planlang_ms:>11.2f} "
+                f"{self.time_ratio:>10.3f} {self.native_mib:>10.2f} {self.planlang_mib:>12.2f} "
+                f"{self.memory_ratio:>9.3f}  {'yes' if self.met else 'NO'}")
+
+
+HEADER = (f"{'case':<14} {'ranks':>5} {'native ms':>9} {'planlang ms':>11} {'time ratio':>10} "
+          f"{'native MiB':>10} {'planlang MiB':>12} {'mem ratio':>9}  target met?")
+
+
+def summarize(case: Case, ranks: list[dict], memory_key: str = "tracker") -> Row:
+    r0 = ranks[0]
+    native_ms = 1e3 * statistics.median(r0["times"]["native"])
+    plan_ms = 1e3 * statistics.median(r0["times"]["planlang"])
+    peaks = [(r["peaks"]["native"][memory_key], r["peaks"]["planlang"][memory_key]) for r in ranks]
+    worst = max(p / n for n, p in peaks)
+    diffs = []
+    for r in ranks:
+        a, b = r["losses"]["native"], r["losses"]["planlang"]
+        if a is None or b is None:
+            continue
+        diffs += [abs(x - y) / max(abs(x), 1e-30) for x, y in zip(a, b)]
+    if not diffs:
+        raise RuntimeError(f"{case.name}: no rank reported losses of both sides")
+    return Row(case.name, case.ranks, native_ms, plan_ms, max(n for n, _ in peaks) / 2**20,
+               max(p for _, p in peaks) / 2**20, worst, max(diffs))
+
+
+def collectives_table(rows: list[tuple[Case, list[dict]]]) -> str:
+    lines = ["collectives per step on rank 0 (torch.profiler; native | planlang)"]
+    for case, ranks in rows:
+        c = ranks[0]["collectives"]
+
+        def fmt(d):
+            return ", ".join(f"{k} x{v}" for k, v in sorted(d.items())) or "none"
+
+        lines.append(f"  {case.name:<14} {fmt(c['native'])}  |  {fmt(c['planlang'])}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small models, few steps (a smoke run)")
+    ap.add_argument("--case", action="append", help="case name (repeatable); default: all")
+    ap.add_argument("--steps", type=int, help="timed steps per side (default 20, quick 6)")
+    ap.add_argument("--warmup", type=int, help="untimed steps per side first (default 3, quick 1)")
+    ap.add_argument("--backend", choices=("gloo", "nccl"), help="default: nccl with CUDA, else gloo")
+    ap.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of one step per side")
+    ap.add_argument("--bucket-view", action="store_true",
+                    help="native DDP with gradient_as_bucket_view=True (its leanest memory setting)")
+    ap.add_argument("--out", default=str(RESULTS), help="results file (default bench/results/runtime_overhead.txt)")
+    args = ap.parse_args(argv)
+    all_cases = cases(args.quick)
+    by_name = {c.name: c for c in all_cases}
+    unknown = [n for n in args.case or () if n not in by_name]
+    if unknown:
+        print(f"unknown case {', '.join(unknown)}; choose from {', '.join(by_name)}", file=sys.stderr)
+        return 2
+    chosen = [by_name[n] for n in args.case] if args.case else all_cases
+    backend = args.backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl" and torch.cuda.device_count() < max(c.ranks for c in chosen):
+        print(f"nccl needs {max(c.ranks for c in chosen)} GPUs, found {torch.cuda.device_count()}; "
+              "use --backend gloo", file=sys.stderr)
+        return 2
+    steps = args.steps or (6 if args.quick else 20)
+    warmup = args.warmup if args.warmup is not None else (1 if args.quick else 3)
+    print(HEADER, flush=True)
+    rows, measured, failed = [], [], []
+    t_all = time.perf_counter()
+    for case in chosen:
+        try:
+            ranks = measure(case, backend, steps, warmup, args.profile, args.bucket_view)
+            row = summarize(case, ranks)
+        except Exception as err:  # noqa: BLE001 - keep going, report at the end
+            failed.append((case.name, str(err)))
+            print(f"{case.name:<14} FAILED: {str(err).strip().splitlines()[-1]}", flush=True)
+            continue
+        if row.loss_rel_diff > LOSS_RTOL:
+            failed.append((case.name, f"losses differ: relative difference {row.loss_rel_diff:.2e} > {LOSS_RTOL:g}"))
+            print(f"{case.name:<14} FAILED: the two sides' losses differ ({row.loss_rel_diff:.2e})", flush=True)
+            continue
+        rows.append(row)
+        measured.append((case, ranks))
+        print(row, flush=True)
+        if args.profile:
+            for side, table in ranks[0].get("profile", {}).items():
+                print(f"\n--- {case.name}: {side}, one step on rank 0\n{table}")
+    total = time.perf_counter() - t_all
+    coll = collectives_table(measured)
+    print("\n" + coll)
+    notes = [
+        f"targets: time ratio <= {TIME_TARGET}, memory ratio <= {MEMORY_TARGET}; "
+        f"{sum(r.met for r in rows)} of {len(rows)} cases meet both",
+        f"backend {backend}, torch {torch.__version__}, {steps} timed steps per side after {warmup} warm-up, "
+        f"alternating; ms = median of the slowest rank's step; MiB = largest rank peak (MemTracker"
+        f"{'; DDP with gradient_as_bucket_view' if args.bucket_view else ''});"
+        f" mem ratio = worst rank's planlang/native",
+        f"losses agree: largest relative difference over all steps and cases "
+        f"{max((r.loss_rel_diff for r in rows), default=float('nan')):.1e} (limit {LOSS_RTOL:g})",
+        f"{len(rows)} cases measured, {len(failed)} failed, {total:.0f} s" + ("  [--quick]" if args.quick else ""),
+    ]
+    if backend == "nccl":  # the allocator's view next to the tracker's
+        for case, ranks in measured:
+            c = summarize(case, ranks, memory_key="cuda")
+            notes.append(f"{case.name}: torch.cuda.max_memory_allocated peaks native {c.native_mib:.2f} MiB, "
+                         f"planlang {c.planlang_mib:.2f} MiB, worst rank ratio {c.memory_ratio:.3f}")
+    if any(r.case == "gpt2-tp" for r in rows):
+        notes.append("gpt2-tp: the plan leaves lm_head and the loss open; planlang's lowering splits them over the "
+                     "batch across tp (half the logits per rank, the lm_head gradient summed over tp after "
+                     "backward), the native twin keeps them replicated")
+    text = "\n".join([HEADER, *map(str, rows), "", coll, "", *notes]) + "\n"
+    for name, err in failed:
+        text += f"FAILED {name}: {err.strip().splitlines()[-1]}\n"
+    print("\n" + "\n".join(notes))
+    for name, err in failed:
+        print(f"--- {name}\n{err}")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(text)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
