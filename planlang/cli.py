@@ -382,7 +382,7 @@ def solve(
         sys.stdout.write(res.text)
     else:
         Path(output).write_text(res.text)
-        err.print(f"wrote {output}: {res.best}")
+        err.print(f"wrote {output}: {res.best}", markup=False)
 
 
 @app.command()

@@ -140,6 +140,8 @@ def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
 # ------------------------------------------------------------------------------ the search
 ALPHA = 0.25  # map §5.3's expansion coefficient: budgets M, 1.25 M, ..., 1.25^9 M (about 7.5 M)
 SWEEP = 10
+REFINED = 4  # meshes stage 2 refines: the stage-1 ranking prices replicated specs, which hides what
+#             tensor parallelism gains, so more than the top two go on
 
 
 class _Search:
@@ -382,7 +384,7 @@ class _Search:
         if not ranked:
             raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
         finals = []
-        for c in ranked[:2]:
+        for c in ranked[:REFINED]:
             assign = {k[len("axis "):]: int(v) for k, v in c.choices if k.startswith("axis ")}
             self.progress(f"stage 2: {', '.join(f'{k}={v}' for k, v in assign.items()) or 'the mesh as written'}")
             finals.append(self.refine(assign))
@@ -569,12 +571,20 @@ class _Search:
         problem, budget = self._ilp_problem(assign)
         if self.objective != "time":
             # memory: min-memory-redundancy-ilp's objective (memory redundancy + α · volume, eq. 4–8);
-            # balanced: the ILP's time × memory trade-off; neither needs the time objective's sweep
-            sol = decode(problem, solve_ilp(problem.instance.with_budget(budget), self.objective))
-            specs = {k: self._spec_text(rule, sol) for k, (rule, _) in enumerate(self.holes.specs)}
-            self.progress(f"intra-op ILP ({self.objective}, {len(problem.kinds)} nodes): "
-                          + ", ".join(f"{self.holes.specs[k][0].target} : {v}" for k, v in specs.items()))
-            return [specs]
+            # balanced: the ILP's time × memory trade-off; neither needs the time objective's sweep. The
+            # time objective's specs go on too: memory redundancy alone is indifferent between layouts
+            # of equal size (a column split where Megatron's row split would do), and the estimator,
+            # which prices whole plans, decides
+            out = []
+            for objective in (self.objective, "time"):
+                sol = decode(problem, solve_ilp(problem.instance.with_budget(budget if objective != "time" else None),
+                                                objective))
+                specs = {k: self._spec_text(rule, sol) for k, (rule, _) in enumerate(self.holes.specs)}
+                self.progress(f"intra-op ILP ({objective}, {len(problem.kinds)} nodes): "
+                              + ", ".join(f"{self.holes.specs[k][0].target} : {v}" for k, v in specs.items()))
+                if specs not in out:
+                    out.append(specs)
+            return out
         free = decode(problem, solve_ilp(problem.instance.with_budget(None), "time"))
         sols = []
         if budget is not None:
