@@ -131,7 +131,9 @@ def run_local(op: OpSpec, strategy: Strategy, local_inputs: list[torch.Tensor], 
         keep = op.attr("keepdim", False)
         if k == "amax":
             return torch.amax(x, dim=dims, keepdim=keep)
-        y = torch.sum(x, dim=dims, keepdim=keep) if dims else x.clone()
+        if not dims:  # a reduction over no dim is the identity (torch.sum(dim=()) would sum them all)
+            return x
+        y = torch.sum(x, dim=dims, keepdim=keep)
         if k == "mean":
             y = y / math.prod(op.inputs[0][d] for d in dims)
         return y
@@ -153,7 +155,7 @@ def run_local(op: OpSpec, strategy: Strategy, local_inputs: list[torch.Tensor], 
     if k == "dropout":
         p = op.attr("p", 0.5)
         if not op.attr("training", True) or p == 0:
-            return x.clone()
+            return x  # the identity, as torch's dropout is: a copy would only cost memory
         mask = dropout_mask(op.output, p, op.attr("seed", 0))
         m = mask[local_slices(op.output, strategy.output, mesh, coords)].to(x.dtype)
         return x * m / (1 - p)
@@ -178,6 +180,8 @@ def _sdpa(op, strategy, xs, coords, mesh):
     saxes = strategy.inputs[0].dims[2]
     if not causal:
         return F.scaled_dot_product_attention(q, k, v, scale=scale)
+    if not saxes:  # whole sequence on this rank: torch's own causal path, no mask tensor
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
     start, n = chunk(op.inputs[0][2], saxes, mesh, coords)
     t = k.shape[-2]
     rows = torch.arange(start, start + n).unsqueeze(1)
