@@ -628,8 +628,18 @@ def build_op_graph(gm: fx.GraphModule, example_inputs: list[torch.Tensor], prefi
 
 def op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callable | None = None,
              targets: tuple[torch.Tensor, ...] = ()) -> OpGraph:
-    """The op graph of `model` (and `loss_fn(output, *targets)` when given) for `inputs` (meta ok)."""
-    gm = trace(model, loss_fn, len(inputs))
+    """The op graph of `model` (and `loss_fn(output, *targets)` when given) for `inputs` (meta ok).
+    Models symbolic tracing refuses (Hugging Face transformers) are captured with torch.export instead
+    (planlang.model.export_graph)."""
+    try:
+        gm = trace(model, loss_fn, len(inputs))
+    except UnsupportedGraph as traced:
+        from planlang.model.export_graph import export_op_graph
+
+        try:
+            return export_op_graph(model, inputs, loss_fn, targets)
+        except UnsupportedGraph as exported:
+            raise UnsupportedGraph(f"{traced}; {exported}") from exported
     prefix = "model" if loss_fn is not None else ""
     g = build_op_graph(gm, list(inputs.values()) + list(targets), prefix, training=model.training)
     # name the input Values after the plan's inputs and the targets
