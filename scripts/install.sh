@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! .venv/bin/python -m pip install --disable-pip-version-check -c constraints.txt -e '.[dev]' >"$log" 2>&1; then
+if ! .venv/bin/python -m pip install --disable-pip-version-check -c constraints.txt -e '.[dev,hf]' >"$log" 2>&1; then
     cat "$log" >&2
     echo "install.sh: pip install failed (log above)" >&2
     exit 1
