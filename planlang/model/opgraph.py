@@ -183,7 +183,11 @@ class _Builder:
         self.consts: dict[str, torch.Tensor] = {}
         self.static: dict[str, Any] = {}  # fx node name -> python value (sizes, tuples of Values ...)
         self.env: dict[str, str] = {}  # fx node name -> Value name (aliases for identity ops)
-        self.param_names = {id(p): _strip(n, prefix) for n, p in gm.named_parameters(remove_duplicate=False)}
+        # a tied parameter is named by its first alias, as named_parameters() (and so the model layer's
+        # canonical names, apply's gradient sums and the optimizer) name it
+        self.param_names: dict[int, str] = {}
+        for n, p in gm.named_parameters(remove_duplicate=False):
+            self.param_names.setdefault(id(p), _strip(n, prefix))
         self._param_value: dict[str, str] = {}  # canonical FQN -> Value name (shared params: one value)
 
     # -- values
