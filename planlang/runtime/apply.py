@@ -27,6 +27,7 @@ The passes, in order (each a function of this module or the modules it names):
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from pathlib import Path
 from typing import Callable
@@ -171,6 +172,7 @@ class ParallelModel(nn.Module):
         self.plan_optimizer: T.Optimizer | None = None  # set by apply
         self.fsdp_axes: tuple[str, ...] = ()  # the axes FSDP2 shards over (ZeRO-2/3), set by shard_optimizer
         self.grad_scale: dict[str, float] = {}  # parameter -> factor on its gradient (ZeRO-2/3, shard_optimizer)
+        self._grad_sync = None  # planlang.runtime.grad_sync.GradSync, made at the first forward
 
     @property
     def mesh(self) -> T.Mesh:
@@ -192,6 +194,7 @@ class ParallelModel(nn.Module):
             names = ", ".join(v.ref for v in self._inputs)
             raise PlanError(f"expected {len(self._inputs)} tensors ({names}), got {len(args)}")
         local = [self.local_input(v.name, a) for v, a in zip(self._inputs, args)]
+        self._gradient_sums()  # before backward: its hooks start the bucket sums as gradients arrive
         params = {n: _ScaleGrad.apply(p, self.grad_scale[n]) if n in self.grad_scale else p
                   for n, p in self.module.named_parameters(remove_duplicate=False)}
         loss = self._step(self.rt, params, *local)
@@ -219,30 +222,34 @@ class ParallelModel(nn.Module):
             raise PlanError(str(e)) from e
 
     def sync_grads(self) -> None:
-        """Sum each parameter's gradient over the axes the lowering deferred (data parallelism): one
-        flat all-reduce per axis and group of parameters. Under ZeRO-2/3, FSDP2 has reduce-scattered
-        over its axes in backward already; the other axes are summed here on the local shard (a sum is
-        linear, so summing shards equals sharding the sum)."""
-        from torch.distributed.tensor import DTensor
+        """Sum each parameter's gradient over the axes the lowering deferred (data parallelism), in flat
+        buckets whose all-reduces started during backward (planlang.runtime.grad_sync); this waits for
+        them and writes the sums back. Under ZeRO-2/3, FSDP2 has reduce-scattered over its axes in
+        backward already; the other axes are summed here on the local shard (a sum is linear, so summing
+        shards equals sharding the sum)."""
+        self._gradient_sums().finish()
 
-        buckets: dict[tuple[str, ...], list[torch.Tensor]] = {}
-        for fqn, p in self.module.named_parameters():
-            axes = tuple(a for a in self.program.grad_sync.get(fqn, ()) if a not in self.fsdp_axes)
-            if axes and p.grad is not None:
-                g = p.grad.to_local() if isinstance(p.grad, DTensor) else p.grad
-                buckets.setdefault(axes, []).append(g)
-        for axes, grads in buckets.items():
-            flat = torch.cat([g.reshape(-1) for g in grads])
-            for a in axes:
-                dist.all_reduce(flat, group=self.groups.group(a))
-                rec = self.rt.recorder
-                if rec is not None:
-                    rec.record(Collective.ALL_REDUCE, (a,), flat.numel() * flat.element_size())
-            off = 0
-            for g in grads:
-                n = g.numel()
-                g.copy_(flat[off:off + n].view_as(g))
-                off += n
+    @contextlib.contextmanager
+    def no_sync(self):
+        """Backwards inside accumulate gradients without starting their sums (gradient accumulation):
+        call `sync_grads` after the last backward, outside."""
+        gs = self._gradient_sums()
+        gs.no_sync = True
+        try:
+            yield
+        finally:
+            gs.no_sync = False
+
+    def _gradient_sums(self):
+        if self._grad_sync is None:
+            from planlang.runtime.grad_sync import GradSync
+
+            sync = {fqn: tuple(a for a in self.program.grad_sync.get(fqn, ()) if a not in self.fsdp_axes)
+                    for fqn, _ in self.module.named_parameters()}
+            # FSDP2 (ZeRO-2/3) runs its own hooks on its sharded parameters: sum after backward there
+            self._grad_sync = GradSync(list(self.module.named_parameters()), sync, self.groups, self.rt.recorder,
+                                       overlap=not self.fsdp_axes)
+        return self._grad_sync
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
         """Every parameter gathered whole (for tests and export)."""

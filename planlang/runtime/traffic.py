@@ -11,8 +11,8 @@ One step = forward, backward, parameter-gradient sums; it issues
                to the group's last instruction that saves a tensor (torch's early stop, `recomputed`);
     backward   each `Convert`'s path.backward (only where a gradient flows back through it) and every
                partial-sum reduction at a use (`Run.grad_reduce`);
-    grad_sync  each parameter's gradient summed over `Program.grad_sync` (parameters with the same axes in
-               one flat buffer, as `ParallelModel.sync_grads` buckets them).
+    grad_sync  each parameter's gradient summed over `Program.grad_sync` (parameters with the same axes as
+               one transfer; the runtime's buckets split it into several calls of the same total bytes).
 
 Every collective is a `Transfer`: kind, mesh axes, the full size S and the bytes each rank sends,
 `planlang.cost.comm.bytes_sent(kind, n, S)` with the definition of S given there (gathered output of an
@@ -291,8 +291,10 @@ def predict_step_traffic(plan: T.Plan, graph_or_program) -> Traffic:
             nbytes = local_numel(base.shape, prog.layouts[a], mesh) * DTYPE_BYTES.get(base.dtype, 4)
             traffic.transfers += _per_axis(Collective.ALL_REDUCE, axes, nbytes, mesh, "backward", a)
 
-    # ParallelModel.sync_grads: the gradients of the parameters that share the same axes flattened into
-    # one buffer, summed by one all-reduce per axis
+    # ParallelModel.sync_grads: the gradients of the parameters that share the same axes, summed by one
+    # all-reduce per axis. The runtime cuts them into DDP-style buckets (planlang.runtime.grad_sync) so the
+    # sums overlap backward; an all-reduce's bytes are linear in its size, so the bytes per kind and axes
+    # are those of one flat buffer (listed here as one transfer per axes)
     got_grad = {origin.get(v, v) for v in grad}
     buckets: dict[tuple[str, ...], list[int]] = {}
     for v in g.params():
