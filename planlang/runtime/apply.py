@@ -127,9 +127,13 @@ class _GlobalLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, axes, groups):
-        y = x.detach().clone()
+        # a functional all-reduce: its result waits for the collective only when first read (loss.item()),
+        # so no rank blocks here on the slowest one's forward before its own backward starts
+        import torch.distributed._functional_collectives as funcol
+
+        y = x.detach()
         for a in axes:
-            dist.all_reduce(y, group=groups.group(a))
+            y = funcol.all_reduce(y, "sum", groups.group(a))
         return y
 
     @staticmethod
