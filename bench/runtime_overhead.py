@@ -362,35 +362,14 @@ def tensor_parallel(case: Case, model: nn.Module, mesh) -> None:
                                          "mlp.c_fc": ColwiseParallel(), "mlp.c_proj": RowwiseParallel()})
 
 
-class GPT2Stage(nn.Module):
-    """Half of GPT-2 by hand: [wte, wpe, drop] + blocks [lo, hi) + [ln_f, lm_head]."""
-
-    def __init__(self, model: nn.Module, lo: int, hi: int, first: bool, last: bool) -> None:
-        super().__init__()
-        self.first, self.last = first, last
-        if first:
-            self.wte, self.wpe, self.drop = model.wte, model.wpe, model.drop
-        self.h = nn.ModuleList(model.h[i] for i in range(lo, hi))
-        if last:
-            self.ln_f, self.lm_head = model.ln_f, model.lm_head
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.first:
-            pos = torch.arange(x.size(1), device=x.device)
-            x = self.drop(self.wte(x) + self.wpe(pos))
-        for blk in self.h:
-            x = blk(x)
-        if self.last:
-            x = self.lm_head(self.ln_f(x))
-        return x
-
-
 def native_pipeline(case: Case, model: nn.Module, device) -> Side:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     rank, n, m = dist.get_rank(), case.ranks, case.microbatches
     per = case.kw["layers"] // n
-    stage_mod = GPT2Stage(model, rank * per, (rank + 1) * per, rank == 0, rank == n - 1)
+    from memory_measure import _GPT2Stage  # the same hand split the memory bench measures
+
+    stage_mod = _GPT2Stage(model, rank * per, (rank + 1) * per, rank == 0, rank == n - 1)
     del model
     loss = model_module(case).loss
     inputs, targets = batch_piece(case, 0, device)

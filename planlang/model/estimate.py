@@ -208,7 +208,7 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
     ModuleList) is recomputed as one function: its first module runs the whole chain under checkpoint
     and the others pass their input through. Groups of other shapes are checkpointed module by module
     (a note says so)."""
-    import torch.utils.checkpoint as cp
+    from .recompute import wrap_chain, wrap_each
 
     notes = []
     per_module = []
@@ -221,21 +221,11 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
             len(facts.calls[n].inputs) == 1 and len(facts.calls[n].outputs) == 1 for n in group
         ) and all(facts.calls[a].output == facts.calls[b].inputs[0] for a, b in zip(group, group[1:]))
         if chain_ok:
-            forwards = [m.forward for m in mods]
-
-            def chain(x, _fwds=tuple(forwards)):
-                for f in _fwds:
-                    x = f(x)
-                return x
-
-            mods[0].forward = lambda x, _chain=chain: cp.checkpoint(_chain, x, use_reentrant=False)
-            for m in mods[1:]:
-                m.forward = lambda x: x
+            wrap_chain(mods)
         else:
             if len(group) > 1:
                 per_module.append(group)
-            for m in mods:
-                m.forward = (lambda f: lambda *a, **k: cp.checkpoint(f, *a, use_reentrant=False, **k))(m.forward)
+            wrap_each(mods)
     if per_module:
         notes.append(f"{len(per_module)} checkpoint group(s) ({per_module[0][0]}..{per_module[0][-1]}, ...) "
                      "estimated module by module: their modules take more than one tensor")

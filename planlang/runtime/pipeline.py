@@ -598,7 +598,7 @@ def wrap_checkpoints(stage: nn.Module, groups: list[list[str]]) -> list[list[str
     Any other group is checkpointed module by module (the same numerics; each module's input is kept).
     A group module the stage does not call as a whole (a stage selects a module inside it, so its code
     is inlined) cannot be recomputed and is refused."""
-    import torch.utils.checkpoint as cp
+    from planlang.model.recompute import wrap_chain, wrap_each
 
     calls = {str(n.target): n for n in stage.graph.nodes if n.op == "call_module"}  # type: ignore[union-attr]
     done = []
@@ -620,16 +620,8 @@ def wrap_checkpoints(stage: nn.Module, groups: list[list[str]]) -> list[list[str
         chain = len(group) > 1 and all(n is not None for n in nodes) and all(
             b.args == (a,) and not b.kwargs and list(a.users) == [b] for a, b in zip(nodes, nodes[1:]))
         if chain:
-            def run_chain(x, _fwds=tuple(m.forward for m in mods)):
-                for f in _fwds:
-                    x = f(x)
-                return x
-
-            mods[0].forward = lambda x, _run=run_chain: cp.checkpoint(_run, x, use_reentrant=False)
-            for m in mods[1:]:
-                m.forward = lambda x: x
+            wrap_chain(mods)
         else:
-            for m in mods:
-                m.forward = (lambda f: lambda *a, **k: cp.checkpoint(f, *a, use_reentrant=False, **k))(m.forward)
+            wrap_each(mods)
         done.append(group)
     return done
