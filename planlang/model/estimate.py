@@ -235,6 +235,32 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
 GRAD_SYNC = ("flat", "ddp")
 
 
+_FACTS: dict[tuple, object] = {}  # (model, path, inputs) -> ModuleFacts of the whole model
+_SIMULATED: dict[tuple, tuple] = {}  # what a simulation depends on -> (sim, profile, trained, notes)
+
+
+def _simulate_local(plan: T.Plan, facts, params: dict[str, _Param], divide: int, micro: int, stage_of):
+    """One simulated step and profile of the local model (parameters replaced by their shards, the
+    batch divided by `divide`, the plan's checkpoint groups wrapped); the parameters that got a gradient."""
+    module = build_model(plan.model, plan.path)
+    _with_local_params(module, params)
+    notes = _wrap_checkpoints(module, plan, facts)
+    local_in = _local_inputs(plan, divide)
+    loss = model_loss(plan.model)
+    stage_map = stage_of or None
+    try:
+        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
+        prof = profile_model(module, local_in, loss)
+    except Exception as err:  # a model whose code does not follow its local parameter shapes
+        notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
+        module = build_model(plan.model, plan.path)
+        notes += _wrap_checkpoints(module, plan, facts)
+        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
+        prof = profile_model(module, local_in, loss)
+    trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
+    return sim, prof, trained, tuple(notes)
+
+
 def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "flat") -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
 
@@ -246,8 +272,10 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "fl
     if plan.model is None:
         raise ValueError("the plan declares no model")
     mesh = plan.mesh
-    module = build_model(plan.model, plan.path)
-    facts = probe_modules(module, meta_inputs(plan.inputs))
+    model_key = (str(plan.model), plan.path, tuple(str(i) for i in plan.inputs))
+    facts = _FACTS.get(model_key)
+    if facts is None:
+        facts = _FACTS[model_key] = probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs))
     dp, data_axes = _data_factor(plan)
     micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else 1
     stage_of = _stage_of_modules(plan, facts.all_modules)
@@ -264,25 +292,21 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "fl
     zero_n = _axis_product(mesh, [opt.zero_axis]) if opt and isinstance(opt.zero_axis, str) else 1
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
 
-    # one simulated step of the local model for one microbatch (the whole model; stages split below)
-    _with_local_params(module, params)
-    notes = _wrap_checkpoints(module, plan, facts)
-    local_in = _local_inputs(plan, dp * micro)
-    loss = model_loss(plan.model)
-    stage_map = stage_of or None
-    try:
-        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
-        prof = profile_model(module, local_in, loss)
-    except Exception as err:  # a model whose code does not follow its local parameter shapes
-        notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
-        module = build_model(plan.model, plan.path)
-        notes += _wrap_checkpoints(module, plan, facts)
-        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
-        prof = profile_model(module, local_in, loss)
+    # one simulated step of the local model for one microbatch (the whole model; stages split below).
+    # It depends only on the local shapes, the checkpoint groups and the stages, not on the optimizer or
+    # ZeRO: plans that differ only there (the solver prices many) share one simulation
+    sim_key = (model_key, tuple((n, p.local) for n, p in params.items()), dp * micro, micro > 1,
+               tuple(tuple(g) for g in checkpoint_groups(plan, facts)), tuple(sorted(stage_of.items())))
+    cached = _SIMULATED.get(sim_key)
+    if cached is None:
+        cached = _SIMULATED[sim_key] = _simulate_local(plan, facts, params, dp * micro, micro, stage_of)
+        while len(_SIMULATED) > 32:  # bounded: the oldest goes first
+            _SIMULATED.pop(next(iter(_SIMULATED)))
+    sim, prof, trained, sim_notes = cached
+    notes = list(sim_notes)
 
     # parameters the loss does not reach (BERT's pooler under an MLM loss) get no gradient in the
     # simulated backward; torch's optimizers keep no state for a parameter whose .grad is None
-    trained = {n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None}
     if not trained:  # no backward was simulated: assume every parameter trains
         trained = set(params)
     stages = sorted(set(stage_of.values())) if stage_of else [None]

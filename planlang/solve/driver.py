@@ -140,6 +140,7 @@ def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
 # ------------------------------------------------------------------------------ the search
 ALPHA = 0.25  # map §5.3's expansion coefficient: budgets M, 1.25 M, ..., 1.25^9 M (about 7.5 M)
 SWEEP = 10
+MAX_SPEC_SETS = 3  # spec sets of the sweep refined per mesh (each costs a round of estimates)
 REFINED = 4  # meshes stage 2 refines: the stage-1 ranking prices replicated specs, which hides what
 #             tensor parallelism gains, so more than the top two go on
 
@@ -606,6 +607,8 @@ class _Search:
                           + f"; {sol.result.metrics.time * 1e3:.3g} ms, peak {sol.result.metrics.peak / 2**20:.4g} MiB")
             if specs not in out:
                 out.append(specs)
+        if len(out) > MAX_SPEC_SETS:  # the tightest, the unconstrained optimum, and one between
+            out = [out[0], out[len(out) // 2], out[-1]]
         return out
 
     def _spec_text(self, rule: T.ShardRule, sol) -> str:
