@@ -53,22 +53,12 @@ def measure(ref, kwargs, inp, extra):
     shape = [int(d.split("=")[1]) for d in dims.rstrip("]").split(",")]
     x = (torch.randint(0, 1000, shape) if dtype.startswith("i") else torch.randn(shape)).cuda()
     if "checkpoint" in extra:
-        import torch.utils.checkpoint as cp
+        from planlang.model.recompute import wrap_chain
 
         every = int(extra.split()[-1])
         blocks = list(model.h)
         for i in range(0, len(blocks), every):
-            group = blocks[i:i + every]
-            fwds = [b.forward for b in group]
-
-            def chain(h, _f=tuple(fwds)):
-                for f in _f:
-                    h = f(h)
-                return h
-
-            group[0].forward = lambda h, _c=chain: cp.checkpoint(_c, h, use_reentrant=False)
-            for b in group[1:]:
-                b.forward = lambda h: h
+            wrap_chain(blocks[i:i + every])
     loss_fn = getattr(mod, "loss")
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
 
