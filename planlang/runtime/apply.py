@@ -177,6 +177,7 @@ class ParallelModel(nn.Module):
         self.fsdp_axes: tuple[str, ...] = ()  # the axes FSDP2 shards over (ZeRO-2/3), set by shard_optimizer
         self.grad_scale: dict[str, float] = {}  # parameter -> factor on its gradient (ZeRO-2/3, shard_optimizer)
         self._grad_sync = None  # planlang.runtime.grad_sync.GradSync, made at the first forward
+        self._pending_loss = None  # the last global loss, its all-reduce possibly still in flight
 
     @property
     def mesh(self) -> T.Mesh:
@@ -204,7 +205,18 @@ class ParallelModel(nn.Module):
         loss = self._step(self.rt, params, *local)
         self.rt.step_index += 1
         axes = self.program.layouts[self.program.loss].partial
-        return _GlobalLoss.apply(loss, tuple(axes), self.groups) if axes else loss
+        if not axes:
+            return loss
+        self._wait_loss()
+        self._pending_loss = _GlobalLoss.apply(loss, tuple(axes), self.groups)
+        return self._pending_loss
+
+    def _wait_loss(self) -> None:
+        """Complete the previous step's loss all-reduce if nobody read the loss: a collective must not be
+        left pending (at exit, gloo aborts on an unfinished one)."""
+        pending, self._pending_loss = self._pending_loss, None
+        if pending is not None and hasattr(pending, "wait"):
+            pending.wait()
 
     def step(self, *args: torch.Tensor) -> torch.Tensor:
         """One training step's forward and backward (`args` = inputs then targets, as for forward) and
@@ -232,6 +244,7 @@ class ParallelModel(nn.Module):
         backward already; the other axes are summed here on the local shard (a sum is linear, so summing
         shards equals sharding the sum)."""
         self._gradient_sums().finish()
+        self._wait_loss()
 
     @contextlib.contextmanager
     def no_sync(self):
