@@ -13,7 +13,6 @@ throughput, so the DP trades recomputed flops against memory exactly as the esti
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from planlang.plan import types as T
@@ -157,7 +156,3 @@ def no_recompute_peak(linear) -> float:
     from .rotor import group_ops, simulate
 
     return simulate(group_ops(linear.chain.length, ()), linear.chain).peak
-
-
-def finite(x: float) -> bool:
-    return isinstance(x, (int, float)) and math.isfinite(x)

@@ -477,7 +477,8 @@ class _Search:
                         choice = choose_checkpoints(linear, max(room, 1), head)
                     except ChainTooBig as e:  # the leanest grouping, to report how close it comes
                         choice = leanest_checkpoints(linear, head, e.exact_min_budget)
-                    self.progress(f"rotor: {choice} for {room / 2**20:.3g} MiB of activations")
+                    self.progress(f"rotor: {choice} for {room / 2**20:.3g} MiB of activations "
+                                  f"(+{choice.recompute_seconds * 1e3:.3g} ms recomputation)")
                     if choice.lines in seen:
                         break
                     seen.add(choice.lines)
