@@ -19,8 +19,10 @@ the solver.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import re
+import sys
 import tempfile
 import warnings
 from dataclasses import dataclass, field
@@ -329,6 +331,49 @@ def _highs_model(model: _Model, highspy):
     return lp
 
 
+def _new_highs(highspy):
+    """A Highs instance, HiGHS's banner kept off stdout.
+
+    highspy (1.16) prints "Running HiGHS ... Copyright" from C++ on the process's stdout the first
+    time a Highs is constructed, before `output_flag` can be set; `planlang solve PLAN > out.plan`
+    would write it into the plan. So file descriptor 1 points at /dev/null while one is built."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 1)
+            try:
+                return highspy.Highs()
+            finally:
+                _flush_c_stdout()
+                os.dup2(saved, 1)
+    finally:
+        os.close(saved)
+
+
+def _flush_c_stdout() -> None:
+    """Flush C's stdout buffer, so what HiGHS printed goes where fd 1 pointed when it printed."""
+    try:
+        ctypes.CDLL(None).fflush(None)
+    except (OSError, AttributeError):  # no C runtime to reach (not expected on Linux/macOS)
+        pass
+
+
+# HiGHS runs on one scheduler per process, started by the first run with that run's `threads` option;
+# a later run asking another count fails with kError (highspy 1.16) unless the scheduler is reset.
+_scheduler_threads: int | None = None
+
+
+def _use_scheduler(highspy, threads: int) -> None:
+    """Restart HiGHS's global scheduler when this run asks another thread count (0: HiGHS's default)."""
+    global _scheduler_threads
+    if _scheduler_threads is not None and _scheduler_threads != threads:
+        reset = getattr(highspy.Highs, "resetGlobalScheduler", None)
+        if reset is not None:  # older highspy versions have neither the method nor the failure
+            reset(True)
+    _scheduler_threads = threads
+
+
 def _solve_highs(model: _Model, mip: bool, options: SolveOptions) -> tuple[str, float | None]:
     try:
         import highspy
@@ -336,7 +381,7 @@ def _solve_highs(model: _Model, mip: bool, options: SolveOptions) -> tuple[str, 
         raise _Unavailable("highspy is not installed") from e
     h = model.solver_state.get("highs")
     if h is None:
-        h = highspy.Highs()
+        h = _new_highs(highspy)
         h.setOptionValue("output_flag", bool(options.msg))
         if options.time_limit is not None:
             h.setOptionValue("time_limit", float(options.time_limit))
@@ -353,6 +398,7 @@ def _solve_highs(model: _Model, mip: bool, options: SolveOptions) -> tuple[str, 
         kind = highspy.HighsVarType.kInteger if mip else highspy.HighsVarType.kContinuous
         h.changeColsIntegrality(len(idx), idx, np.full(len(idx), int(kind), dtype=np.uint8))
         model.solver_state["highs_mip"] = mip
+    _use_scheduler(highspy, int(options.threads or 0))
     if h.run() == highspy.HighsStatus.kError:
         raise SolverFailed("HiGHS failed while solving")
     ms = h.getModelStatus()

@@ -6,6 +6,9 @@ import dataclasses
 import itertools
 import math
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +20,7 @@ from planlang.solve.ilp import (
 )
 
 ALPHA = 0.1
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------------------ instances and reference
@@ -343,6 +347,27 @@ def test_result_records_the_solve():
     assert r.solver == "HiGHS" and r.status == "optimal" and r.wall > 0 and r.objective == "time"
     assert r.bound == pytest.approx(r.value) and r.metrics.time == pytest.approx(r.value)
     assert "optimal time" in str(r)
+
+
+@pytest.mark.parametrize("order", [(None, 1, 2, None, 1), (1, None, 3, 1)])
+def test_highs_solves_again_with_another_thread_count(order):
+    # HiGHS's scheduler is per process and started by the first run's thread count (highspy 1.16 fails a
+    # later run with another count unless it is reset); every solve here must still be optimal.
+    for threads in order:
+        r = solve(_chain(11), "time", SolveOptions(backend="highs", threads=threads, lp_first=False))
+        assert r.solver == "HiGHS" and r.status == "optimal" and r.choice == {"a": 0, "b": 1}
+
+
+def test_highs_writes_nothing_to_stdout(tmp_path):
+    # A fresh process: highspy prints its banner on the first Highs() it constructs, from C++.
+    script = ("from planlang.solve.ilp import solve, SolveOptions\n"
+              "from tests.solve.test_ilp import _chain\n"
+              "r = solve(_chain(11), 'time', SolveOptions(backend='highs', threads=1))\n"
+              "import sys; print(r.solver, r.status, file=sys.stderr)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "HiGHS optimal" in out.stderr
+    assert out.stdout == ""
 
 
 def test_falls_back_to_cbc_when_highs_fails(monkeypatch):
