@@ -19,7 +19,8 @@ from .diagnostics import Diagnostic, Severity
 from .source import SourceFile, Span
 from .syntax_errors import describe_unexpected_token
 
-GRAMMAR_PATH = FsPath(__file__).resolve().parents[2] / "grammar" / "planlang.lark"
+# package data (in the wheel too); `grammar/` at the top of the checkout links here
+GRAMMAR_PATH = FsPath(__file__).resolve().parents[1] / "grammar" / "planlang.lark"
 MAX_SYNTAX_ERRORS = 20
 
 

@@ -21,7 +21,8 @@ from . import types as T
 from .selection import Selection
 from .units import Kind, UNITS, example_units, unit_kind
 
-STDLIB_DIR = FsPath(__file__).resolve().parents[2] / "stdlib"
+# package data (in the wheel too); `stdlib/` at the top of the checkout links here
+STDLIB_DIR = FsPath(__file__).resolve().parents[1] / "stdlib"
 MAX_EXPANSION_DEPTH = 32
 
 DTYPES = {
