@@ -1,2 +1,33 @@
-"""planlang: a declarative language and toolchain for distributed-training plans."""
+"""planlang: a declarative language and toolchain for distributed-training plans.
+
+The public API for training scripts is `planlang.apply(model, plan)` (see docs/byom.md): the model
+under the plan on this rank. It is imported on first use, so `import planlang` stays torch-free and
+the language tools (check, lint, fmt, explain, the language server) start without torch.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+__all__ = ["apply", "PlanError", "__version__"]
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time these come from __getattr__
+    from planlang.runtime.apply import PlanError, apply
+
+# public name -> the module that defines it (imported when the name is first read)
+_LAZY = {"apply": "planlang.runtime.apply", "PlanError": "planlang.runtime.apply"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'planlang' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later reads skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -33,8 +33,22 @@ class OutputFormat(str, Enum):
     github = "github"
 
 
+class TableFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Objective(str, Enum):
+    time = "time"
+    memory = "memory"
+    balanced = "balanced"
+
+
 class UsageError(Exception):
     pass
+
+
+STDIN = "-"
 
 
 def _version(value: bool) -> None:
@@ -46,16 +60,39 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    color: Optional[bool] = typer.Option(None, "--color/--no-color",
+                                         help="Colour for every command (default: NO_COLOR, FORCE_COLOR, a terminal)."),
 ) -> None:
-    pass
+    if color is not None:  # rich (progress, tables) reads these too
+        os.environ.pop("NO_COLOR" if color else "FORCE_COLOR", None)
+        os.environ["FORCE_COLOR" if color else "NO_COLOR"] = "1"
 
 
-def plan_files(paths: List[Path]) -> list[str]:
-    """Expand arguments: files as given, folders to every *.plan below them (sorted)."""
+def _config(config: Optional[Path], isolated: bool, select=(), extend_select=(), ignore=()):
+    """The project configuration (planlang.toml / pyproject.toml [tool.planlang]) with the command line on top."""
+    from planlang.lang.config import Config, ConfigError, load_config
+
+    try:
+        base = Config(root=Path.cwd()) if isolated else load_config(config)
+        return base.with_options(select, extend_select, ignore)
+    except ConfigError as err:
+        _fail_usage(str(err))
+
+
+def plan_files(paths: List[Path], config=None) -> list[str]:
+    """Expand arguments: files as given, folders to every *.plan below them (sorted; less what the
+    configuration excludes and git ignores), `-` for standard input."""
+    from planlang.lang.config import Config
+
+    config = config or Config(root=Path.cwd(), respect_gitignore=False)
     out: list[str] = []
     for p in paths:
-        if p.is_dir():
-            out += sorted(str(f) for f in p.rglob("*.plan"))
+        if str(p) == STDIN:
+            if STDIN in out:
+                raise UsageError("`-` (standard input) is given twice")
+            out.append(STDIN)
+        elif p.is_dir():
+            out += [str(f) for f in config.plan_files(p)]
         elif p.is_file():
             out.append(str(p))
         else:
@@ -65,12 +102,15 @@ def plan_files(paths: List[Path]) -> list[str]:
     return out
 
 
-def _use_color(flag: Optional[bool]) -> bool:
+def _use_color(flag: Optional[bool], stream=None) -> bool:
+    """--color/--no-color, else NO_COLOR (off), else FORCE_COLOR (on), else whether `stream` is a terminal."""
     if flag is not None:
         return flag
     if os.environ.get("NO_COLOR"):
         return False
-    return sys.stdout.isatty()
+    if os.environ.get("FORCE_COLOR"):
+        return True
+    return (stream or sys.stdout).isatty()
 
 
 def _fail_usage(msg: str) -> None:
@@ -78,94 +118,176 @@ def _fail_usage(msg: str) -> None:
     raise typer.Exit(2)
 
 
+def _read_plan(name: str, stdin_filename: Optional[str]) -> tuple[str, str]:
+    """(the name diagnostics use, the text) of a file argument; `-` reads standard input once."""
+    if name == STDIN:
+        return stdin_filename or "<stdin>", sys.stdin.read()
+    try:
+        data = Path(name).read_bytes()
+    except OSError as err:
+        _fail_usage(f"cannot read {name}: {err.strerror or err}")
+    try:
+        return name, data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        _fail_usage(f"cannot read {name}: it is not UTF-8 text (byte {err.start}); save it as UTF-8")
+
+
+def _check_one(name: str, text: str, model: bool):
+    """Check one plan given as text: its `use "file"` imports resolve next to `name`."""
+    if model:  # imports torch: only on request
+        from planlang.model.checks import check_with_model
+
+        return check_with_model(name, text=text)
+    from planlang.plan.checker import check_text
+
+    return check_text(text, name)
+
+
+def _statistics(diags) -> str:
+    from collections import Counter
+
+    from planlang.lang.codes import CODES
+
+    counts = Counter(d.code for d in diags)
+    width = len(str(max(counts.values(), default=0)))
+    rows = [f"{n:>{width}}  {code}  {CODES[code].name if code in CODES else ''}".rstrip()
+            for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return "".join(r + "\n" for r in rows) + f"Found {sum(counts.values())} finding{'s' if len(diags) != 1 else ''}.\n"
+
+
 def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fail_on_warnings: bool,
-                model: bool = False) -> int:
+                model: bool = False, *, config=None, stdin_filename: Optional[str] = None,
+                exit_zero: bool = False, statistics: bool = False) -> int:
     from planlang.lang.codes import CODES
     from planlang.lang.render import render, summary_line
-    from planlang.plan.checker import check_file
-
-    if model:  # imports torch: only on request
-        from planlang.model.checks import check_with_model as check_file  # noqa: F811
 
     try:
-        files = plan_files(paths)
+        files = plan_files(paths, config)
     except UsageError as err:
         _fail_usage(str(err))
     diags, sources = [], {}
     for f in files:
-        try:
-            res = check_file(f)
-        except (OSError, UnicodeDecodeError) as err:
-            _fail_usage(f"cannot read {f}: {err}")
-        diags.extend(res.diagnostics)
+        name, text = _read_plan(f, stdin_filename)
+        res = _check_one(name, text, model)
+        diags.extend(config.keep(res.diagnostics) if config is not None else res.diagnostics)
         sources.update(res.sources)
-    extra = {"rule_titles": {c: e.title for c, e in CODES.items()}} if fmt is OutputFormat.sarif else {}
-    out = render(diags, sources, fmt.value, color=_use_color(color) if fmt is OutputFormat.human else False, **extra)
-    if out:
-        sys.stdout.write(out if out.endswith("\n") else out + "\n")
+    if statistics:
+        sys.stdout.write(_statistics(diags))
+    else:
+        extra = {"rule_titles": {c: e.title for c, e in CODES.items()}} if fmt is OutputFormat.sarif else {}
+        out = render(diags, sources, fmt.value, color=_use_color(color) if fmt is OutputFormat.human else False,
+                     **extra)
+        if out:
+            sys.stdout.write(out if out.endswith("\n") else out + "\n")
     if fmt is OutputFormat.human:
         label = f"{len(files)} file{'s' if len(files) != 1 else ''}"
         typer.echo(f"{label}: {summary_line(diags)}", err=True)
     bad = {"error"} | ({"warning"} if fail_on_warnings else set())
-    return 1 if any(d.severity.value in bad for d in diags) else 0
+    return 1 if not exit_zero and any(d.severity.value in bad for d in diags) else 0
+
+
+# Options `check` and `lint` share (ruff's names).
+_PATHS = typer.Argument(..., help="Plan files or folders (every *.plan below), or - for standard input.")
+_STDIN_NAME = typer.Option(None, "--stdin-filename", help="The name of the plan read from - (for locations, "
+                           "per-file-ignores and `use` of files next to it).")
+_SELECT = typer.Option([], "--select", help="Codes or prefixes to report, replacing the configuration's "
+                       "(comma-separated, repeatable): --select PL3,PL501.")
+_EXTEND = typer.Option([], "--extend-select", help="Codes or prefixes to report in addition.")
+_IGNORE = typer.Option([], "--ignore", help="Codes or prefixes not to report.")
+_CONFIG = typer.Option(None, "--config", help="A planlang.toml or pyproject.toml to read (default: the nearest one).")
+_ISOLATED = typer.Option(False, "--isolated", help="Read no configuration file.")
+_EXIT_ZERO = typer.Option(False, "--exit-zero", help="Exit 0 even when something is found.")
+_STATS = typer.Option(False, "--statistics", help="Print the number of findings per code instead of the findings.")
+_COLOR = typer.Option(None, "--color/--no-color", help="Colour (default: NO_COLOR, FORCE_COLOR, a terminal).")
+_MODEL = typer.Option(False, "--model", help="Also load the model on meta and check paths and shapes.")
 
 
 @app.command()
 def check(
-    paths: List[Path] = typer.Argument(..., help="Plan files or folders (every *.plan below)."),
+    paths: List[Path] = _PATHS,
     format: OutputFormat = typer.Option(OutputFormat.human, "--format", "-f", help="Output format."),
-    color: Optional[bool] = typer.Option(None, "--color/--no-color", help="Colour (default: on a terminal)."),
-    model: bool = typer.Option(False, "--model", help="Also load the model on meta and check paths and shapes."),
+    color: Optional[bool] = _COLOR,
+    model: bool = _MODEL,
+    stdin_filename: Optional[str] = _STDIN_NAME,
+    select: List[str] = _SELECT,
+    extend_select: List[str] = _EXTEND,
+    ignore: List[str] = _IGNORE,
+    config: Optional[Path] = _CONFIG,
+    isolated: bool = _ISOLATED,
+    exit_zero: bool = _EXIT_ZERO,
+    statistics: bool = _STATS,
 ) -> None:
     """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors."""
-    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=False, model=model))
+    cfg = _config(config, isolated, select, extend_select, ignore)
+    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=False, model=model, config=cfg,
+                                 stdin_filename=stdin_filename, exit_zero=exit_zero, statistics=statistics))
 
 
 @app.command()
 def lint(
-    paths: List[Path] = typer.Argument(..., help="Plan files or folders."),
+    paths: List[Path] = _PATHS,
     format: OutputFormat = typer.Option(OutputFormat.concise, "--format", "-f", help="Output format."),
-    model: bool = typer.Option(False, "--model", help="Also load the model on meta and check paths and shapes."),
+    color: Optional[bool] = _COLOR,
+    model: bool = _MODEL,
+    stdin_filename: Optional[str] = _STDIN_NAME,
+    select: List[str] = _SELECT,
+    extend_select: List[str] = _EXTEND,
+    ignore: List[str] = _IGNORE,
+    config: Optional[Path] = _CONFIG,
+    isolated: bool = _ISOLATED,
+    exit_zero: bool = _EXIT_ZERO,
+    statistics: bool = _STATS,
 ) -> None:
     """Check plans for CI: concise output by default; exit 1 on errors or warnings."""
-    raise typer.Exit(_run_checks(paths, format, False, fail_on_warnings=True, model=model))
+    cfg = _config(config, isolated, select, extend_select, ignore)
+    raise typer.Exit(_run_checks(paths, format, color if format is OutputFormat.human else False,
+                                 fail_on_warnings=True, model=model, config=cfg, stdin_filename=stdin_filename,
+                                 exit_zero=exit_zero, statistics=statistics))
 
 
 @app.command()
 def fmt(
-    paths: List[Path] = typer.Argument(..., help="Plan files or folders."),
+    paths: List[Path] = typer.Argument(..., help="Plan files or folders, or - (standard input to standard output)."),
     check_only: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if a file would change."),
     diff: bool = typer.Option(False, "--diff", help="Write nothing; print a unified diff of the changes."),
+    stdin_filename: Optional[str] = _STDIN_NAME,
+    config: Optional[Path] = _CONFIG,
+    isolated: bool = _ISOLATED,
 ) -> None:
-    """Format plans in place (canonical layout, comments kept)."""
+    """Format plans in place (canonical layout, comments kept); `planlang fmt -` formats standard input to
+    standard output (a plan with syntax errors is written back unchanged, the errors on stderr)."""
     from planlang.lang.fmt import FormatError, format_text, unified_diff
     from planlang.lang.render import render
+    from planlang.lang.source import SourceFile
 
     try:
-        files = plan_files(paths)
+        files = plan_files(paths, _config(config, isolated))
     except UsageError as err:
         _fail_usage(str(err))
     changed, broken = [], 0
     for f in files:
-        text = Path(f).read_text(encoding="utf-8")
+        name, text = _read_plan(f, stdin_filename)
         try:
-            new = format_text(text, f)
+            new = format_text(text, name)
         except FormatError as err:
-            from planlang.lang.source import SourceFile
-
-            sys.stderr.write(render(list(err.diagnostics), {f: SourceFile(f, text)}, "human"))
+            sys.stderr.write(render(list(err.diagnostics), {name: SourceFile(name, text)}, "human",
+                                    color=_use_color(None, sys.stderr)))
             broken += 1
+            if f == STDIN and not (check_only or diff):
+                sys.stdout.write(text)  # a filter (vim's formatprg) must not lose the buffer
             continue
+        if f == STDIN and not (check_only or diff):
+            sys.stdout.write(new)
         if new == text:
             continue
-        changed.append(f)
+        changed.append(name)
         if diff:
-            sys.stdout.write(unified_diff(text, new, f))
+            sys.stdout.write(unified_diff(text, new, name))
         elif check_only:
-            typer.echo(f"would reformat {f}")
-        else:
+            typer.echo(f"would reformat {name}")
+        elif f != STDIN:
             Path(f).write_text(new, encoding="utf-8")
-            typer.echo(f"reformatted {f}")
+            typer.echo(f"reformatted {name}", err=True)
     verb = "would be reformatted" if (check_only or diff) else "reformatted"
     typer.echo(f"{len(changed)} file{'s' if len(changed) != 1 else ''} {verb}, "
                f"{len(files) - len(changed) - broken} unchanged" + (f", {broken} with syntax errors" if broken else ""),
@@ -181,7 +303,7 @@ def inspect(
     arg: List[str] = typer.Option([], "--arg", "-a", help="Factory keyword argument NAME=VALUE (repeatable)."),
     input: List[str] = typer.Option([], "--input", "-i", help="An input, e.g. idx:i64[batch=4,seq=128]."),
     depth: Optional[int] = typer.Option(None, "--depth", help="Show modules down to this nesting depth."),
-    format: str = typer.Option("table", "--format", "-f", help="table or json."),
+    format: TableFormat = typer.Option(TableFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Show a model's modules in execution order: parameters, shapes, flops, saved activations."""
     import ast as pyast
@@ -222,13 +344,13 @@ def inspect(
         _fail_usage(f"{err.message}\n  help: {err.help}")
     except Exception as err:  # the forward failed on these inputs: the user's inputs, not our bug
         _fail_usage(f"running the model on {', '.join(map(str, inputs))} raised {type(err).__name__}: {err}")
-    sys.stdout.write(render_json(info) if format == "json" else render_text(info))
+    sys.stdout.write(render_json(info) if format is TableFormat.json else render_text(info))
 
 
 @app.command()
 def estimate(
     plan: Path = typer.Argument(..., help="A plan file with a model."),
-    format: str = typer.Option("table", "--format", "-f", help="table or json."),
+    format: TableFormat = typer.Option(TableFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Estimate per-device peak memory (by class) and step time of a plan, from its model on meta."""
     import json
@@ -241,7 +363,7 @@ def estimate(
         rows = estimate_plan(checked)
     except ModelLoadError as err:
         _fail_usage(f"{err.message}\n  help: {err.help}")
-    if format == "json":
+    if format is TableFormat.json:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
     else:
         sys.stdout.write(render_table(checked, rows))
@@ -346,7 +468,7 @@ def run(
 def solve(
     plan: Path = typer.Argument(..., help="A plan with holes (`?`)."),
     output: str = typer.Option("-", "--output", "-o", help="Where to write the complete plan (- = stdout)."),
-    objective: str = typer.Option("time", "--objective", help="time, memory or balanced."),
+    objective: Objective = typer.Option(Objective.time, "--objective", help="What the solver minimises."),
     time_limit: float = typer.Option(600.0, "--time-limit", help="Seconds for the search (checked between candidates)."),
 ) -> None:
     """Fill every hole of PLAN (fixed choices are constraints) and write a complete, formatted plan with
@@ -372,7 +494,7 @@ def solve(
 
     try:
         # candidates' communication: every collective the lowered plan issues, priced by the cost model
-        res = run_solve(str(plan), objective, progress, comm_time=step_comm_seconds, time_limit=time_limit)
+        res = run_solve(str(plan), objective.value, progress, comm_time=step_comm_seconds, time_limit=time_limit)
     except Infeasible as e:
         sys.stderr.write(f"error[PL505]: {e}\n")
         raise typer.Exit(1)
@@ -453,6 +575,10 @@ def explain(code: str = typer.Argument(..., help="A diagnostic code such as PL30
     typer.echo(text, nl=False)
 
 
+# What the `torch` extra brings (pyproject.toml): commands that price or run a model import them.
+TORCH_EXTRA = {"torch", "numpy", "networkx", "pulp", "highspy", "matplotlib"}
+
+
 def main() -> None:
     try:
         app()
@@ -461,6 +587,11 @@ def main() -> None:
     except SystemExit:
         raise
     except Exception as err:  # an internal error: a bug in planlang, never the user's input
+        missing = err.name.split(".")[0] if isinstance(err, ModuleNotFoundError) and err.name else None
+        if missing in TORCH_EXTRA:  # the language-only install: a missing extra, not a bug
+            typer.echo(f"planlang: error: this command needs {missing}, which is not installed; install "
+                       f"planlang's torch extra: pip install 'planlang[torch]'", err=True)
+            sys.exit(2)
         import traceback
 
         traceback.print_exc()
