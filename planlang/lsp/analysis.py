@@ -1,5 +1,11 @@
 """One analysis of one document: parse, resolve and run the model-free checks, under one lock.
 
+A text that does not parse also has a *recovered* analysis (`Analysis.recovered`, computed on first
+use): the same text with its broken lines blanked (offsets kept: every character becomes a space) and
+the blocks left open at the end closed, analysed again. Its names and spans stand for the current text
+wherever a line was not blanked, so completion and hover work in a file that has never parsed (a new
+plan being typed), not only while an earlier version that parsed can stand in.
+
 The parser keeps a module-level comment sink, so parsing is not thread-safe: every call into
 planlang.lang / planlang.plan that parses (check, format, resolve) takes `PARSE_LOCK`. The server runs
 its handlers on the event-loop thread and only the model-aware checks on a worker thread; the lock
@@ -7,8 +13,10 @@ keeps the two from parsing at the same time.
 """
 from __future__ import annotations
 
+import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -19,6 +27,7 @@ from planlang.plan.checker import CheckResult, check_text
 from planlang.plan.types import Plan
 
 PARSE_LOCK = threading.RLock()
+MAX_RECOVERY_ROUNDS = 12
 
 
 @dataclass(frozen=True)
@@ -28,6 +37,7 @@ class Analysis:
     path: str
     text: str
     result: CheckResult
+    read: Callable[[str], str] | None = field(default=None, compare=False, repr=False)
 
     @property
     def module(self) -> A.Module:
@@ -53,13 +63,19 @@ class Analysis:
         """A parsed used module (by the path the resolver found it at)."""
         return self.result.modules.get(path)
 
+    @cached_property
+    def recovered(self) -> "Analysis | None":
+        """This analysis when the text parses; else the analysis of the text with its broken lines
+        blanked and its open blocks closed (same offsets), or None when that does not parse either."""
+        return self if self.parses else recover(self)
+
 
 def analyze(text: str, path: str, read: Callable[[str], str] | None = None) -> Analysis:
     """Check `text` as the plan file `path` (used modules are read with `read`, default: from disk)."""
     kw = {"read": read} if read is not None else {}
     with PARSE_LOCK:
         result = check_text(text, path, **kw)
-    return Analysis(path, text, result)
+    return Analysis(path, text, result, read)
 
 
 def reader(open_documents: Callable[[str], str | None]) -> Callable[[str], str]:
@@ -87,3 +103,140 @@ def stand_in(current: Analysis, good: Analysis | None, offset: int) -> tuple[Ana
     col = offset - (current.text.rfind("\n", 0, offset) + 1)
     start = sum(len(s) + 1 for s in good_lines[:line])
     return good, start + col
+
+
+def references(current: Analysis, good: Analysis | None = None) -> list[Analysis]:
+    """The analyses whose names stand for the current text's, best first: the current one when it
+    parses; else its recovered version (same offsets, less the broken lines) and the last version that
+    parsed; else the current one (no names)."""
+    if current.parses:
+        return [current]
+    refs = [r for r in (current.recovered, good) if r is not None]
+    return refs or [current]
+
+
+def stand_in_for(current: Analysis, good: Analysis | None, offset: int) -> tuple[Analysis, int]:
+    """Like `stand_in`, trying the recovered text first: it is the current text less its broken lines,
+    so it answers at the same offset wherever the cursor's line was kept."""
+    if current.parses:
+        return current, offset
+    rec = current.recovered
+    if rec is not None and same_line(current.text, rec.text, offset):
+        return rec, offset
+    return stand_in(current, good, offset)
+
+
+def same_line(text: str, other: str, offset: int) -> bool:
+    """Whether the line of `text` at `offset` reads the same in `other` (at the same offsets)."""
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    end = len(text) if end < 0 else end
+    return other[start:end] == text[start:end] and bool(text[start:end].strip())
+
+
+# ------------------------------------------------------------------------------ recovery
+def recover(current: Analysis) -> Analysis | None:
+    """The analysis of `current`'s text made to parse: statements whose `(` or `[` never closes and the
+    lines the parser reports are blanked (a line that opens a block that closes: the whole block, as the
+    parser's own recovery does), blocks left open at the end are closed on lines after the text.
+    Offsets in the text are unchanged. None when no version parses within a few rounds."""
+    lines = current.text.split("\n")
+    _blank_unclosed_brackets(lines)
+    n = len(lines)
+    blanked: dict[int, int] = {}
+    for _ in range(MAX_RECOVERY_ROUNDS):
+        depth = 0
+        for line in lines:
+            code = code_of(line)
+            depth = max(0, depth + code.count("{") - code.count("}"))
+        work = "\n".join(lines) + ("\n" + "}\n" * depth if depth else "")
+        a = analyze(work, current.path, current.read)
+        bad = sorted({d.span.line for d in a.diagnostics if d.code.startswith("PL1") and d.span.file == current.path})
+        if not bad:
+            return a
+        progress = False
+        for line in bad:
+            if line > n:  # at a closing brace of ours: the text's last statement is unfinished
+                line = _last_code_line(lines)
+                if line is None:
+                    return None
+            level = blanked.get(line, 0) + 1
+            if level > 2:
+                continue
+            blanked[line] = level
+            _blank_at(lines, line - 1, whole_block=level == 1)
+            progress = True
+        if not progress:
+            return None
+    return None
+
+
+STATEMENT_START = re.compile(
+    r"^\s*(use|model|input|device|link|mesh|budget|optimizer|data|shard|pipeline|checkpoint|template|apply"
+    r"|for|stage)\s+[\w\"?]")
+
+
+def _blank_unclosed_brackets(lines: list[str]) -> None:
+    """Blank the statements whose `(` or `[` is still open when the next statement (or a `}`, or the
+    end) starts: a list may span lines, but an unclosed one swallows what follows."""
+    depth, opened_at = 0, 0
+    for i, line in enumerate(lines + [""]):
+        code = code_of(line)
+        if depth > 0 and (i == len(lines) or STATEMENT_START.match(code) or code.lstrip().startswith("}")):
+            for k in range(opened_at, i):
+                lines[k] = _blank(lines[k], "{}")
+            depth = 0
+        for ch in code:
+            if ch in "([":
+                if depth == 0:
+                    opened_at = i
+                depth += 1
+            elif ch in ")]":
+                depth = max(0, depth - 1)
+
+
+def code_of(line: str) -> str:
+    """A line without its comment and the contents of its strings (for counting brackets)."""
+    out, in_str = [], False
+    for i, ch in enumerate(line):
+        if in_str:
+            in_str = not (ch == '"' and line[i - 1] != "\\")
+            continue
+        if ch == '"':
+            in_str = True
+        elif ch == "#":
+            break
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def _blank(line: str, keep: str = "") -> str:
+    return "".join(c if c in keep else " " for c in line)
+
+
+def _last_code_line(lines: list[str]) -> int | None:
+    for i in range(len(lines) - 1, -1, -1):
+        if code_of(lines[i]).strip():
+            return i + 1
+    return None
+
+
+def _blank_at(lines: list[str], i: int, whole_block: bool) -> None:
+    """Blank line `i` (0-based). First time: a line that opens a block that closes takes the block with
+    it; otherwise the braces stay (the block's body keeps its context). Second time: braces too."""
+    if not 0 <= i < len(lines):
+        return
+    before = lines[i]
+    code = code_of(before)
+    opened = code.count("{") - code.count("}")
+    if whole_block and opened > 0:
+        depth = opened
+        for j in range(i + 1, len(lines)):
+            c = code_of(lines[j])
+            depth += c.count("{") - c.count("}")
+            if depth <= 0:
+                for k in range(i, j + 1):
+                    lines[k] = _blank(lines[k])
+                return
+    lines[i] = _blank(before, "{}" if whole_block else "")

@@ -4,8 +4,11 @@ The context is read from the current line and the blocks open above it: a statem
 start of a line, stdlib modules after `use`, templates after `apply`, axes inside a spec, `partial(`,
 `over` (outside a mesh) and template arguments, links after `over` in a mesh, module paths after
 `shard` / `stage` / `checkpoint` / `for x in` / `to` (the model's names when it has been probed, else the
-paths already written in the file), codes inside `# plan: ignore[`. Names come from the current analysis
-when the text parses, else from the last version that did.
+paths already written in the file), inputs after `data`, units after a quantity's number, the keyword
+that comes next in a statement (`mesh m of`, `pipeline over pp schedule`, ...), codes inside
+`# plan: ignore[`. Names come from the current analysis when the text parses, else from its recovered
+version (the text less its broken lines, `Analysis.recovered`) and the last version that parsed, so a
+file that has never parsed (a new plan being typed) completes too.
 """
 from __future__ import annotations
 
@@ -18,8 +21,9 @@ from planlang.lang import ast as A
 from planlang.lang.codes import CODES
 from planlang.plan.resolve import DTYPES, Resolver
 from planlang.plan.types import OPTIMIZERS
+from planlang.plan.units import UNITS, Kind
 
-from .analysis import Analysis
+from .analysis import Analysis, references
 from .keywords import KEYWORDS, SCHEDULES, STATEMENT_KEYWORDS
 from .model_checks import ModelInsight
 from .positions import UTF16, LineIndex
@@ -28,6 +32,36 @@ from .symbols import contains, mesh_decl, module_at, uses, walk
 K = L.CompletionItemKind
 PATH_CHARS = r"[\w.\[\]:*]*"
 MAX_ITEMS = 2000
+
+# what a quantity's unit measures, by the field or statement it is the value of
+UNIT_KINDS = (
+    (re.compile(r"^\s*budget\s+[\d.]+\s*\w*$"), Kind.MEMORY),
+    (re.compile(r"^\s*memory\s*=\s*[\d.]+\s*\w*$"), Kind.MEMORY),
+    (re.compile(r"^\s*bandwidth\s*=\s*[\d.]+\s*\w*$"), Kind.BANDWIDTH),
+    (re.compile(r"^\s*latency\s*=\s*[\d.]+\s*\w*$"), Kind.TIME),
+    (re.compile(r"^\s*flops(\.\w+)?\s*=\s*[\d.]+\s*\w*$"), Kind.THROUGHPUT),
+)
+COMMON_UNITS = ("GiB", "MiB", "GB", "GB/s", "GiB/s", "Gb/s", "us", "ms", "ns", "TFLOPS", "GFLOPS")
+
+# the keyword that comes next once the text before the cursor is a complete prefix of a statement
+NEXT_KEYWORDS = (
+    (re.compile(r"^\s*use\s+(\w+(\.\w+)*|\"[^\"]*\")\s+\w*$"), ("as",)),
+    (re.compile(r"^\s*mesh\s+\w+\s+\w*$"), ("of",)),
+    (re.compile(r"^\s*mesh\s+\w+\s+of\s+\d+\s+\w*$"), ("x",)),
+    (re.compile(r"^\s*budget\s+[\d.]+\s*[A-Za-z]+\s+\w*$"), ("per device",)),
+    (re.compile(r"^\s*budget\s+[\d.]+\s*[A-Za-z]+\s+per\s+\w*$"), ("device",)),
+    (re.compile(r"^\s*pipeline\s+\w*$"), ("over",)),
+    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+\w*$"), ("schedule",)),
+    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+(gpipe|1f1b|\?)\s+\w*$"), ("microbatches",)),
+    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+interleaved\s+\w*$"), ("chunks",)),
+    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+interleaved\s+chunks\s+[\d?]+\s+\w*$"),
+     ("microbatches",)),
+    (re.compile(r"^\s*for\s+\w+\s+\w*$"), ("in",)),
+    (re.compile(r"^\s*shard\s+(output|input)\s+\w*$"), ("of",)),
+    (re.compile(r"^\s*checkpoint\s+[\w.\[\]:*]+(\s*,\s*[\w.\[\]:*]+)*\s+\w*$"), ("every",)),
+    (re.compile(r"^\s*stage\s+[\w.\[\]:*]+(\s*,\s*[\w.\[\]:*]+)*\s+\w*$"), ("with",)),
+    (re.compile(r"^\s*apply\s+[\w.]+\s*(\([^)]*\))?\s+\w*$"), ("to",)),
+)
 
 
 # ------------------------------------------------------------------------------ context from text
@@ -73,15 +107,36 @@ def _in_comment_or_string(prefix: str) -> str | None:
 
 
 # ------------------------------------------------------------------------------ candidates
-def axis_names(ref: Analysis) -> list[str]:
-    if ref.plan is not None and ref.plan.mesh is not None:
-        return list(ref.plan.mesh.names)
-    place = mesh_decl(ref)
-    if place is not None and isinstance(place.node, A.MeshDecl):
-        return [a.name.text for a in place.node.axes]
-    # no version has parsed yet: the axes of the first mesh block, read from the text
-    m = re.search(r"^\s*mesh\s+\w+\s+of\b[^{\n]*\{([^}]*)\}", ref.text, re.M)
-    return re.findall(r"^\s*(\w+)\s*=", m.group(1).replace(";", "\n"), re.M) if m else []
+def axis_names(ref: Analysis | list[Analysis], text: str | None = None) -> list[str]:
+    """The plan's mesh axes: from the first reference analysis that has a mesh; but from `text` (the
+    current text) when it has a mesh block and does not parse, since it may declare an axis on a line
+    the references lack (the line being typed)."""
+    refs = ref if isinstance(ref, list) else [ref]
+    current = text if text is not None else refs[0].text
+    if not (refs[0].parses and refs[0].text == current):
+        found = _text_axes(current)
+        if found:
+            return found
+    for r in refs:
+        if r.plan is not None and r.plan.mesh is not None:
+            return list(r.plan.mesh.names)
+        place = mesh_decl(r)
+        if place is not None and isinstance(place.node, A.MeshDecl):
+            return [a.name.text for a in place.node.axes]
+    return []
+
+
+def _text_axes(text: str) -> list[str]:
+    """The axes of the first mesh block, read from the text (an unclosed block too: to its end)."""
+    m = re.search(r"^\s*mesh\s+\w+\s+of\b[^{\n]*\{([^}]*)(\}|$)", text, re.M)
+    return list(dict.fromkeys(re.findall(r"^\s*(\w+)\s*=", m.group(1).replace(";", "\n"), re.M))) if m else []
+
+
+def input_names(refs: list[Analysis], text: str) -> list[str]:
+    """The inputs the plan declares (from the text too: the line being typed may be the only one)."""
+    out = [st.name.text for r in refs for st in r.module.statements if isinstance(st, A.InputDecl)]
+    out += re.findall(r"^\s*input\s+(\w+)\s*:", text, re.M)
+    return list(dict.fromkeys(out))
 
 
 def template_params(headers: list[str]) -> list[str]:
@@ -93,15 +148,20 @@ def template_params(headers: list[str]) -> list[str]:
     return out
 
 
-def declarations(ref: Analysis, kind: type) -> list[tuple[str, str]]:
-    """(name as the plan writes it, detail) for declarations of one kind: local, then `alias.name`."""
-    out = [(st.name.text, _decl_detail(st)) for st in ref.module.statements if isinstance(st, kind)]
-    for alias, (_, path) in uses(ref.module, ref.path).items():
-        mod = module_at(ref, path) if path else None
-        for st in mod.statements if mod else ():
+def declarations(ref: Analysis | list[Analysis], kind: type) -> list[tuple[str, str]]:
+    """(name as the plan writes it, detail) for declarations of one kind: local, then `alias.name`
+    (of every reference analysis, the first's first)."""
+    out: dict[str, str] = {}
+    for r in ref if isinstance(ref, list) else [ref]:
+        for st in r.module.statements:
             if isinstance(st, kind):
-                out.append((f"{alias}.{st.name.text}", _decl_detail(st)))
-    return out
+                out.setdefault(st.name.text, _decl_detail(st))
+        for alias, (_, path) in uses(r.module, r.path).items():
+            mod = module_at(r, path) if path else None
+            for st in mod.statements if mod else ():
+                if isinstance(st, kind):
+                    out.setdefault(f"{alias}.{st.name.text}", _decl_detail(st))
+    return list(out.items())
 
 
 def _decl_detail(st) -> str:
@@ -122,11 +182,11 @@ def stdlib_modules(plan_path: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def module_paths(ref: Analysis, insight: ModelInsight | None, loopvars: list[str],
+def module_paths(ref: Analysis | list[Analysis], insight: ModelInsight | None, loopvars: list[str],
                  typing_at: int | None = None) -> list[tuple[str, str]]:
     """(path, detail): the model's modules and parameters (with `[*]` forms of indexed containers) when
-    it has been probed, else every path written in the plan and its prefixes (except the one being typed,
-    at `typing_at`); loop variables first."""
+    it has been probed, else every path written in the plan (in the reference analyses) and its prefixes
+    (except the one being typed, at `typing_at` of the first); loop variables first."""
     out: dict[str, str] = {v: "loop variable" for v in loopvars}
     facts = insight.facts if insight else None
     if facts is not None:
@@ -142,18 +202,20 @@ def module_paths(ref: Analysis, insight: ModelInsight | None, loopvars: list[str
             if star != name:
                 out.setdefault(star, "every index")
     else:
-        for node, _ in walk(ref.module):
-            if isinstance(node, A.Path) and not (typing_at is not None and contains(node, typing_at)):
-                parts = str(node).split(".")
-                for k in range(1, len(parts) + 1):
-                    out.setdefault(".".join(parts[:k]), "in this plan")
+        for i, r in enumerate(ref if isinstance(ref, list) else [ref]):
+            for node, _ in walk(r.module):
+                if isinstance(node, A.Path) and not (i == 0 and typing_at is not None and contains(node, typing_at)):
+                    parts = str(node).split(".")
+                    for k in range(1, len(parts) + 1):
+                        out.setdefault(".".join(parts[:k]), "in this plan")
     return list(out.items())[:MAX_ITEMS]
 
 
 # ------------------------------------------------------------------------------ the feature
 def completion(analysis: Analysis, offset: int, good: Analysis | None = None, insight: ModelInsight | None = None,
                encoding: str = UTF16) -> L.CompletionList:
-    ref = analysis if analysis.parses or good is None else good
+    refs = references(analysis, good)
+    same_offsets = refs[0] is analysis or refs[0] is analysis.recovered
     text = analysis.text
     line_start = text.rfind("\n", 0, offset) + 1
     prefix = text[line_start:offset]
@@ -180,11 +242,13 @@ def completion(analysis: Analysis, offset: int, good: Analysis | None = None, in
     if where == "string":
         return L.CompletionList(False, items)
 
-    axes = axis_names(ref) + template_params(headers)  # inside a template: its axis parameters too
+    axes = axis_names(refs, text) + template_params(headers)  # inside a template: its axis parameters too
+    unit_kind = next((k for pattern, k in UNIT_KINDS if pattern.match(prefix)), None)
+    next_words = next((w for pattern, w in NEXT_KEYWORDS if pattern.match(prefix)), None)
     if re.match(r"^\s*use\s+[\w.]*$", prefix):
         add(stdlib_modules(analysis.path), K.Module, r"[\w.]*", "plan module")
     elif re.search(r"\bapply\s+[\w.]*$", prefix):
-        add(declarations(ref, A.TemplateDecl), K.Function, r"[\w.]*")
+        add(declarations(refs, A.TemplateDecl), K.Function, r"[\w.]*")
     elif re.search(r"\bschedule\s+\w*$", prefix):
         add(SCHEDULES, K.EnumMember, detail="pipeline schedule")
     elif re.match(r"^\s*optimizer\s+\w*$", prefix):
@@ -192,12 +256,12 @@ def completion(analysis: Analysis, offset: int, good: Analysis | None = None, in
     elif re.match(r"^\s*input\s+\w+\s*:\s*\w*$", prefix):
         add(sorted(DTYPES), K.TypeParameter, detail="dtype")
     elif re.match(r"^\s*mesh\s+\w+\s+of\s+(\d+\s+x\s+)?[\w.]*$", prefix):
-        add(declarations(ref, A.DeviceDecl), K.Class, r"[\w.]*")
+        add(declarations(refs, A.DeviceDecl), K.Class, r"[\w.]*")
     elif re.match(r"^\s*mesh\s+\w+\s*=\s*[\w.]*$", prefix):
-        add(declarations(ref, (A.MeshDecl, A.MeshAlias)), K.Class, r"[\w.]*")
+        add(declarations(refs, (A.MeshDecl, A.MeshAlias)), K.Class, r"[\w.]*")
     elif re.search(r"\bover\s+[\w.]*$", prefix):
         if block == "mesh":
-            add(declarations(ref, A.LinkDecl), K.Class, r"[\w.]*")
+            add(declarations(refs, A.LinkDecl), K.Class, r"[\w.]*")
         else:
             add(axes, K.Variable, detail="mesh axis")
     elif (re.match(r"^\s*(shard|data)\b[^:]*:\s*\[[^\]]*$", prefix) or re.search(r"\bpartial\s*\([^)]*$", prefix)
@@ -210,9 +274,17 @@ def completion(analysis: Analysis, offset: int, good: Analysis | None = None, in
           or re.match(rf"^\s*(stage|checkpoint)\s+(?:{PATH_CHARS}\s*,\s*)*{PATH_CHARS}$", prefix)
           or re.match(rf"^\s*for\s+\w+\s+in\s+{PATH_CHARS}$", prefix)
           or re.search(rf"\bapply\b.*\bto\s+{PATH_CHARS}$", prefix)):
-        add(module_paths(ref, insight, loopvars, offset if ref is analysis else None), K.Field, PATH_CHARS)
+        add(module_paths(refs, insight, loopvars, offset if same_offsets else None), K.Field, PATH_CHARS)
         if re.match(r"^\s*shard\s+\w*$", prefix):
             add(["output of", "input of"], K.Keyword, detail="an activation")
+    elif re.match(r"^\s*data\s+\w*$", prefix):
+        add(input_names(refs, text), K.Variable, detail="input")
+    elif unit_kind is not None and re.search(r"\d\s+\w*$|\d[A-Za-z]+$", prefix):
+        units = [u for u in COMMON_UNITS if UNITS[u][0] is unit_kind]
+        units += sorted(u for u, (k, _) in UNITS.items() if k is unit_kind and u not in units)
+        add(units, K.Unit, r"[\w/]*", f"{unit_kind.value} unit")
+    elif next_words is not None:
+        add(next_words, K.Keyword)
     elif re.match(r"^\s*\w*$", prefix):
         words = STATEMENT_KEYWORDS.get(block, STATEMENT_KEYWORDS[""])
         add(words, K.Keyword if words and words[0] in KEYWORDS else K.Property)

@@ -4,6 +4,10 @@ Axes show their size and link; module paths show, once the model has been probed
 the tensor shape and the local shard shape under the statement's spec; a stage shows the estimator's
 per-device memory for it; templates their signature and doc comment; diagnostic codes in a comment
 (`# plan: ignore[PL303]`) the text of `planlang explain`.
+
+A text that does not parse is answered from its recovered version (`Analysis.recovered`) where the
+cursor's line was kept, else from the words around the cursor (`symbols.word_symbol`): keywords, codes,
+units, schedules, and names the recovered text or the last version that parsed can look up.
 """
 from __future__ import annotations
 
@@ -17,11 +21,11 @@ from planlang.plan import types as T
 from planlang.plan.selection import Selection
 from planlang.plan.units import UNITS, format_bytes
 
-from .analysis import Analysis
+from .analysis import Analysis, references, same_line
 from .keywords import describe
 from .model_checks import ModelInsight
 from .positions import UTF16, LineIndex
-from .symbols import Symbol, definition, loop_vars, lookup, module_at, symbol_at, template_of
+from .symbols import Symbol, definition, loop_vars, lookup, module_at, symbol_at, template_of, word_symbol
 
 SCHEDULE_TEXT = {
     "gpipe": "GPipe: all forwards, then all backwards; every stage holds the activations of all microbatches.",
@@ -32,11 +36,25 @@ MODEL_HINT = "_Shapes and memory appear here when model checks are on (setting `
 
 
 def hover(analysis: Analysis, offset: int, insight: ModelInsight | None = None, encoding: str = UTF16,
-          model_checks: bool = False) -> L.Hover | None:
+          model_checks: bool = False, names: list[Analysis] | None = None) -> L.Hover | None:
+    """The hover at `offset` of `analysis`'s text. `names`: analyses that stand in for its names when
+    it does not parse (default: its recovered version)."""
+    if not analysis.parses:
+        rec = analysis.recovered
+        if rec is not None and same_line(analysis.text, rec.text, offset):
+            analysis = rec  # same offsets: the tree of the text less its broken lines
     sym = symbol_at(analysis, offset)
-    if sym is None:
-        return None
-    text = hover_text(analysis, sym, insight, model_checks)
+    text = hover_text(analysis, sym, insight, model_checks) if sym is not None else None
+    if not text and not analysis.parses:
+        refs = names if names is not None else references(analysis)
+        for ref in refs:  # a line no tree covers: read the words
+            sym = word_symbol(analysis.text, offset, [ref], analysis.source)
+            text = hover_text(ref, sym, insight, model_checks) if sym is not None else None
+            if text:
+                break
+        else:
+            sym = word_symbol(analysis.text, offset, [], analysis.source)
+            text = hover_text(analysis, sym, insight, model_checks) if sym is not None else None
     if not text:
         return None
     rng = LineIndex(analysis.text, encoding).range(sym.span) if sym.span.line >= 1 else None

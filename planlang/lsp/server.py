@@ -25,14 +25,14 @@ from pygls.lsp.server import LanguageServer
 from planlang import __version__
 from planlang.lang.diagnostics import Diagnostic
 
-from .analysis import Analysis, analyze, reader, stand_in
+from .analysis import Analysis, analyze, reader, references, stand_in_for
 from .completion import completion
 from .diagnostics import to_lsp, uri
 from .formatting import format_edits
 from .hover import hover
 from .model_checks import ModelChecker, ModelInsight, model_layer_available
 from .positions import UTF16, LineIndex
-from .symbols import definition, symbol_at
+from .symbols import definition, symbol_at, word_symbol
 from .tokens import LEGEND, semantic_tokens
 
 log = logging.getLogger("planlang.lsp")
@@ -269,18 +269,25 @@ def build_server() -> PlanServer:
     @server.feature(L.TEXT_DOCUMENT_HOVER)
     def on_hover(ls: PlanServer, params: L.HoverParams):
         st = ls.state(params.text_document.uri)
-        analysis, offset = stand_in(st.analysis, st.good, ls.offset(st, params.position))
-        h = hover(analysis, offset, st.insight, ls.encoding, ls.settings.model_checks)
-        if h is not None and analysis is not st.analysis:
+        analysis, offset = stand_in_for(st.analysis, st.good, ls.offset(st, params.position))
+        h = hover(analysis, offset, st.insight, ls.encoding, ls.settings.model_checks,
+                  references(st.analysis, st.good))
+        if h is not None and analysis is not st.analysis and analysis is not st.analysis.recovered:
             h.range = None  # the range was computed on the stand-in's text
         return h
 
     @server.feature(L.TEXT_DOCUMENT_DEFINITION)
     def on_definition(ls: PlanServer, params: L.DefinitionParams):
         st = ls.state(params.text_document.uri)
-        analysis, offset = stand_in(st.analysis, st.good, ls.offset(st, params.position))
+        analysis, offset = stand_in_for(st.analysis, st.good, ls.offset(st, params.position))
         sym = symbol_at(analysis, offset)
         place = definition(analysis, sym) if sym is not None else None
+        if place is None and not analysis.parses:  # a line no tree covers: the name under the cursor
+            for ref in references(st.analysis, st.good):
+                sym = word_symbol(analysis.text, offset, [ref], analysis.source)
+                place = definition(ref, sym) if sym is not None else None
+                if place is not None:
+                    break
         if place is None:
             return None
         same = place.path == st.path

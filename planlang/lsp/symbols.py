@@ -156,6 +156,75 @@ def symbol_at(analysis: Analysis, offset: int) -> Symbol | None:
     return None
 
 
+DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+DECL_KINDS = {A.TemplateDecl: "template", A.DeviceDecl: "device", A.LinkDecl: "link", A.MeshDecl: "mesh",
+              A.MeshAlias: "mesh"}
+
+
+def word_symbol(text: str, offset: int, refs: list[Analysis], source=None) -> Symbol | None:
+    """A symbol read from the text alone, for a line no syntax tree covers (a file that has never
+    parsed, a line being typed): a code in a comment, a name declared where `refs` (analyses standing
+    in for this text) can look it up (`alias.name`, a used module's alias, an axis, an input), a
+    schedule, a unit, a keyword. `source` makes the span (default: a SourceFile of `text`)."""
+    from planlang.lang.source import SourceFile
+    from planlang.plan.units import UNITS
+
+    source = source or SourceFile(refs[0].path if refs else "<plan>", text)
+    start = text.rfind("\n", 0, offset) + 1
+    end = text.find("\n", offset)
+    line = text[start:len(text) if end < 0 else end]
+    col = offset - start
+    in_str, comment_at_col = False, None
+    for i, ch in enumerate(line):
+        if in_str:
+            in_str = not (ch == '"' and line[i - 1] != "\\")
+        elif ch == '"':
+            in_str = True
+        elif ch == "#":
+            comment_at_col = i
+            break
+    w = word_at(text, offset)
+    if comment_at_col is not None and col > comment_at_col:
+        if w and re.fullmatch(r"PL\d{3}", w[0].upper()):
+            return Symbol("code", w[0].upper(), source.span(w[1], w[2]))
+        return None
+    m = next((m for m in DOTTED.finditer(line) if m.start() <= col <= m.end()), None)
+    if m is None or w is None:
+        return None
+    # the dotted name up to the part under the cursor
+    upto = m.group(0)[:w[2] - start - m.start()]
+    parts = upto.split(".")
+    name_span = source.span(start + m.start(), w[2])
+    for ref in refs:
+        if len(parts) > 1 or parts[0] in uses(ref.module, ref.path):
+            place = lookup(ref, parts)
+            if place is not None:
+                kind = DECL_KINDS.get(type(place.node), "use")
+                return Symbol(kind, upto, name_span)
+    word = w[0]
+    span = source.span(w[1], w[2])
+    before = line[:w[1] - start]
+    if re.search(r"\bschedule\s+$", before):
+        return Symbol("schedule", word, span)
+    if re.match(r"^\s*optimizer\s+$", before):
+        return Symbol("optimizer", word, span)
+    if re.search(r"\d\s*$", before) and word in UNITS:
+        return Symbol("unit", word, span)
+    if word in KEYWORDS:
+        return Symbol("keyword", word, span)
+    for ref in refs:
+        plan = ref.plan
+        if plan is not None and plan.mesh is not None and word in plan.mesh.names and len(parts) == 1:
+            return Symbol("axis", word, span)
+        if plan is not None and len(parts) == 1 and plan.input(word) is not None:
+            return Symbol("input", word, span)
+        if len(parts) == 1:
+            place = lookup(ref, parts)
+            if place is not None:
+                return Symbol(DECL_KINDS.get(type(place.node), "use"), word, span)
+    return None
+
+
 def _classify_name(node: A.Name, parent, grand, chain) -> Symbol | None:
     n, text = node, node.text
     if isinstance(parent, (A.AxisEntry, A.AxisTuple, A.Spec, A.Degree)):
