@@ -15,7 +15,7 @@ from planlang.plan import types as T
 from planlang.plan.checker import Rule, register_rule
 from planlang.plan.resolve import diag
 from planlang.plan.rules import site_and_labels
-from planlang.plan.selection import Selection
+from planlang.plan.selection import Selection, covered_modules
 
 from .trace import ModuleFacts
 
@@ -151,14 +151,6 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
                                help=f"split dim {d} over axes whose sizes divide {n}, or leave it `_`")
 
 
-def covered_modules(order: list[str], sels: tuple[Selection, ...], names: list[str]) -> set[str]:
-    """Modules selected by `sels` and all their descendants."""
-    picked = set()
-    for s in sels:
-        picked |= set(s.select(names))
-    return {m for m in names if m in picked or any(m.startswith(p + ".") for p in picked)}
-
-
 def pipeline_stages(ctx) -> Iterator[Diagnostic]:
     """PL360 unknown stage paths, PL460 coverage, PL461 overlap, PL462 order, PL463 shared params."""
     facts, p = _facts(ctx), ctx.plan.pipeline
@@ -171,7 +163,7 @@ def pipeline_stages(ctx) -> Iterator[Diagnostic]:
             if not sel.select(names):
                 yield diag("PL360", f"stage {st.index}: `{sel}` matches no module of the model", sel.span or st.span,
                            help=_suggest(sel, names))
-        for m in covered_modules(facts.order, st.modules, names):
+        for m in covered_modules(st.modules, names):
             if m in stage_of and stage_of[m] != st.index:
                 yield diag("PL461", f"`{to_plan_name(m)}` is in stages {stage_of[m]} and {st.index}", st.span,
                            help="give each module to one stage")
@@ -212,7 +204,7 @@ def checkpoint_paths(ctx) -> Iterator[Diagnostic]:
     stage_of: dict[str, int] = {}
     if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
         for st in plan.pipeline.stages:
-            for m in covered_modules(facts.order, st.modules, names):
+            for m in covered_modules(st.modules, names):
                 stage_of[m] = st.index
     for g in plan.checkpoints:
         where, labels = site_and_labels(g.span, g.origin)

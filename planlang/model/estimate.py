@@ -41,6 +41,7 @@ from dataclasses import dataclass
 import torch
 
 from planlang.plan import types as T
+from planlang.plan.selection import covered_modules
 from planlang.plan.units import format_bytes
 
 from .load import build_model, meta_inputs, model_loss
@@ -129,14 +130,12 @@ def _local_inputs(plan: T.Plan, divide: int) -> dict[str, torch.Tensor]:
 
 
 def _stage_of_modules(plan: T.Plan, names: list[str]) -> dict[str, int]:
-    from .checks import covered_modules
-
     out: dict[str, int] = {}
     p = plan.pipeline
     if p is None or not isinstance(p.stages, tuple):
         return out
     for st in p.stages:
-        for m in covered_modules([], st.modules, names):
+        for m in covered_modules(st.modules, names):
             out[m] = st.index
     return out
 

@@ -39,8 +39,8 @@ import torch
 from torch import fx, nn
 
 from planlang.cost.ops.base import OpSpec
-from planlang.model.opgraph import (DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value,
-                                    _loss_step, _rename_inputs, dtype_name)
+from planlang.model.graph_values import (DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value,
+                                         dtype_name, loss_step, rename_inputs)
 
 aten = torch.ops.aten
 
@@ -78,7 +78,7 @@ def aten_name(target) -> str:
 def export_step(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callable | None,
                 targets: tuple[torch.Tensor, ...]) -> tuple[torch.export.ExportedProgram, nn.Module]:
     """torch.export of the model (with its loss when given) and the module exported."""
-    root = _loss_step(model, loss_fn, len(inputs)) if loss_fn is not None else model
+    root = loss_step(model, loss_fn, len(inputs)) if loss_fn is not None else model
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     # fresh tensors on the model's device: export works on fakes of them (nothing is read), and two
     # arguments that are one tensor (an LM's input and its target) would be traced as one input
@@ -110,7 +110,7 @@ def export_op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: 
         raise UnsupportedGraph("the exported step has no tensor output computed from the inputs")
     g = OpGraph(b.values, b.nodes, outs, b.consts)
     names = list(inputs) + [f"target{i}" if len(targets) > 1 else "target" for i in range(len(targets))]
-    return _rename_inputs(g, dict(zip(b.user_inputs, names)))
+    return rename_inputs(g, dict(zip(b.user_inputs, names)))
 
 
 def inline_wrappers(gm: fx.GraphModule) -> None:

@@ -175,3 +175,12 @@ def index_range(sel: Selection) -> tuple[str, int | None, int | None] | None:
     if s.kind == "slice":
         return prefix, s.a if s.a is not None else 0, s.b
     return prefix, 0, None
+
+
+def covered_modules(sels, names: list[str]) -> set[str]:
+    """The modules of `names` that `sels` select, and all their descendants (what a stage or a
+    checkpoint group holds)."""
+    picked: set[str] = set()
+    for s in sels:
+        picked |= set(s.select(names))
+    return {m for m in names if m in picked or any(m.startswith(p + ".") for p in picked)}

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .ilp import Form, Reduced, SolverFailed, SolveOptions, SolveTimeout
+from .ilp_forms import Form, Reduced, SolverFailed, SolveOptions, SolveTimeout
 
 INTEGRAL_TOL = 1e-6
 INF = float("inf")

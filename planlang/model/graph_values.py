@@ -1,0 +1,156 @@
+"""The values of an op graph (planlang.model.opgraph builds it from torch.fx, planlang.model.export_graph
+from torch.export): tensors, op nodes, opaque calls, the graph, and the model-with-loss module both
+front ends trace. A module of its own so that the two front ends share it without importing each other."""
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from planlang.cost.ops.base import OpSpec
+
+DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16",
+          torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8", torch.uint8: "u8",
+          torch.bool: "bool"}
+
+
+def dtype_name(dt: torch.dtype) -> str:
+    return DTYPES.get(dt, str(dt).replace("torch.", ""))
+
+
+@dataclass(frozen=True)
+class Value:
+    """One tensor of the step."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str  # "input" | "param" | "const" | "op"
+    module: str = ""
+    ref: str = ""  # parameter FQN, input name, or buffer FQN
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.dtype}{list(self.shape)} ({self.kind}{' ' + self.ref if self.ref else ''})"
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """One op: produces the Value of the same name from `inputs` (Value names, one per `op.inputs`)."""
+
+    name: str
+    module: str
+    op: OpSpec
+    inputs: tuple[str, ...]
+    # how to run an "opaque" op: the original fx call with tensor arguments replaced by positions
+    call: "OpaqueCall | None" = field(default=None, compare=False, repr=False)
+
+    def __str__(self) -> str:
+        return f"{self.name} = {self.op.kind}({', '.join(self.inputs)})  # {list(self.op.output)}"
+
+
+@dataclass(frozen=True)
+class OpaqueCall:
+    """An fx call (`op` is call_function/call_method/call_module) with its arguments, where tensor
+    arguments are `TensorArg(i)` placeholders for the i-th input Value."""
+
+    op: str
+    target: Any
+    args: tuple
+    kwargs: tuple[tuple[str, Any], ...]
+
+
+@dataclass(frozen=True)
+class TensorArg:
+    index: int
+
+
+@dataclass
+class OpGraph:
+    values: dict[str, Value]
+    nodes: list[OpNode]  # topological order
+    outputs: tuple[str, ...]
+    consts: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # const Value name -> tensor
+
+    def consumers(self, value: str) -> list[tuple[OpNode, int]]:
+        return [(n, i) for n in self.nodes for i, v in enumerate(n.inputs) if v == value]
+
+    def params(self) -> list[Value]:
+        return [v for v in self.values.values() if v.kind == "param"]
+
+    def module_outputs(self) -> dict[str, str]:
+        """Module path -> the Value its call returns (the last op inside it, in execution order)."""
+        out: dict[str, str] = {}
+        for n in self.nodes:
+            parts = n.module.split(".") if n.module else []
+            for k in range(1, len(parts) + 1):
+                out[".".join(parts[:k])] = n.name
+        return out
+
+    def node(self, name: str) -> OpNode:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        return "\n".join(str(n) for n in self.nodes)
+
+
+class UnsupportedGraph(ValueError):
+    """The model's forward cannot be turned into an op graph (the message says what and where)."""
+
+
+
+# ------------------------------------------------------------------------------ the model with its loss
+class LossStep(nn.Module):
+    """The model and its loss as one module, so they trace as one graph."""
+
+    def __init__(self, model: nn.Module, loss_fn: Callable) -> None:
+        super().__init__()
+        self.model = model
+        self.loss_fn = loss_fn
+
+
+def loss_step(model: nn.Module, loss_fn: Callable, n_inputs: int) -> nn.Module:
+    """A `LossStep` whose forward takes `n_inputs` inputs then the loss' targets as named arguments
+    (fx cannot trace *args)."""
+    ins = [f"arg{i}" for i in range(n_inputs)]
+    tgts = [f"target{i}" for i in range(n_targets(loss_fn))]
+    src = (f"def forward(self, {', '.join(ins + tgts)}):\n"
+           f"    return self.loss_fn(self.model({', '.join(ins)}), {', '.join(tgts)})\n")
+    scope: dict = {}
+    exec(compile(src, "<planlang loss step>", "exec"), scope)  # noqa: S102 - generated from counts only
+    cls = type("LossStep", (LossStep,), {"forward": scope["forward"]})
+    return cls(model, loss_fn)
+
+
+def n_targets(loss_fn: Callable) -> int:
+    """How many targets `loss_fn(output, *targets)` takes (its positional parameters without defaults, less one)."""
+    try:
+        params = list(inspect.signature(loss_fn).parameters.values())
+    except (TypeError, ValueError):
+        return 1
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty]
+    return max(len(positional) - 1, 0)
+
+
+
+def rename_inputs(g: OpGraph, renames: dict[str, str]) -> OpGraph:
+    if all(k == v for k, v in renames.items()):
+        return g
+    clash = set(renames.values()) & (set(g.values) - set(renames))
+    if clash:
+        renames = {k: v + "_in" if v in clash else v for k, v in renames.items()}
+
+    def r(n: str) -> str:
+        return renames.get(n, n)
+
+    values = {}
+    for k, v in g.values.items():
+        nv = Value(r(v.name), v.shape, v.dtype, v.kind, v.module, r(v.ref) if v.kind == "input" else v.ref)
+        values[r(k)] = nv
+    nodes = [OpNode(n.name, n.module, n.op, tuple(r(i) for i in n.inputs), n.call) for n in g.nodes]
+    return OpGraph(values, nodes, tuple(r(o) for o in g.outputs), g.consts)
