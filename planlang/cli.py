@@ -369,22 +369,28 @@ def estimate(
         sys.stdout.write(render_table(checked, rows))
 
 
-def _runnable_plan(plan: Path):
-    """The checked plan, or a usage error naming what to fix (errors, holes, no model)."""
+def _validated_plan(plan: Path, *, complete: bool = True):
+    """The plan checked against its model — the checks of `planlang check --model`, so every command that
+    runs or prices a plan rejects what `check --model` rejects, with the same codes — or an error naming
+    what to fix (its diagnostics, holes left for `solve`, no model). Warnings are shown and do not stop."""
     from planlang.lang.render import render
-    from planlang.plan.checker import check_file
+    from planlang.model.checks import check_with_model
 
     if not plan.is_file():
         _fail_usage(f"no such file: {plan}")
-    res = check_file(str(plan))
+    res = check_with_model(str(plan))
+    if res.diagnostics:
+        sys.stderr.write(render(list(res.diagnostics), res.sources, "human", color=_use_color(None, sys.stderr)))
     if res.errors or res.plan is None:
-        sys.stderr.write(render(list(res.diagnostics), res.sources, "human"))
-        _fail_usage(f"{plan} has errors; fix them first")
+        _fail_usage(f"{plan} has errors; fix them first (`planlang check --model {plan}` shows the same)")
     if res.plan.model is None:
         _fail_usage(f"{plan} declares no model")
-    if res.plan.holes():
+    if complete and res.plan.holes():
         _fail_usage(f"{plan} has {len(res.plan.holes())} holes (`?`); run `planlang solve {plan}` first")
     return res.plan
+
+
+_runnable_plan = _validated_plan  # the commands that run or price a complete plan
 
 
 @app.command()
@@ -480,8 +486,7 @@ def solve(
     from planlang.model.load import ModelLoadError
     from planlang.solve.driver import Infeasible, SolveError, solve as run_solve
 
-    if not plan.is_file():
-        _fail_usage(f"no such file: {plan}")
+    _validated_plan(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
     err = Console(stderr=True, highlight=False)
     t0 = time.monotonic()
 
