@@ -7,6 +7,7 @@ reports several independent syntax errors.
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path as FsPath
@@ -49,8 +50,20 @@ class PlanPostLex:
 
 
 class _CommentSink:
-    def __init__(self):
-        self.tokens: list[Token] = []
+    """The COMMENT tokens of the parse running in this thread. Lark's lexer callbacks belong to the one
+    cached parser, so the list is thread-local: parses in several threads (the language server's) do
+    not see each other's comments, and need no lock."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    @property
+    def tokens(self) -> list[Token]:
+        return self._local.__dict__.setdefault("tokens", [])
+
+    @tokens.setter
+    def tokens(self, value: list[Token]) -> None:
+        self._local.tokens = value
 
     def __call__(self, tok: Token) -> Token:
         self.tokens.append(tok)

@@ -580,3 +580,28 @@ def test_trees_without_spans_print_and_parse_back(module):
     assert reparsed.ok, (out, reparsed.diagnostics)
     assert reparsed.module == module
     assert format_text(out) == out
+
+
+
+def test_a_parse_in_another_thread_leaves_this_parses_comments(monkeypatch):
+    # the language server parses in threads; the parser (and its comment callback) is shared. Force the
+    # worst interleaving: a whole parse in another thread while this one is between two comments.
+    import threading
+
+    from planlang.lang import parser as P
+
+    outer, inner = "# a\ndevice d { memory = 1 GiB }  # b\n", "# x\n"
+    original, seen = P._CommentSink.__call__, {}
+
+    def interleaved(self, tok):
+        out = original(self, tok)
+        if threading.current_thread() is threading.main_thread() and "inner" not in seen:
+            seen["inner"] = None
+            t = threading.Thread(target=lambda: seen.update(inner=P.parse(inner).module.comments))
+            t.start()
+            t.join()
+        return out
+
+    monkeypatch.setattr(P._CommentSink, "__call__", interleaved)
+    assert [c.text for c in P.parse(outer).module.comments] == ["# a", "# b"]
+    assert [c.text for c in seen["inner"]] == ["# x"]
