@@ -33,6 +33,7 @@ SCHEDULE_TEXT = {
     "interleaved": "Interleaved 1F1B: each device runs `chunks` model chunks; needs microbatches % stages == 0.",
 }
 MODEL_HINT = "_Shapes and memory appear here when model checks are on (setting `planlang.modelChecks`)._"
+MODEL_STALE = "_The model's source changed since it was probed: model checks are running again._"
 
 
 def hover(analysis: Analysis, offset: int, insight: ModelInsight | None = None, encoding: str = UTF16,
@@ -225,7 +226,8 @@ def _path(analysis: Analysis, sym: Symbol, insight: ModelInsight | None, model_c
     facts = insight.facts if insight else None
     plan = analysis.plan
     if facts is None:
-        out = head + "\n\n" + (MODEL_HINT if not model_checks else "_Model not probed yet._")
+        out = head + "\n\n" + (MODEL_HINT if not model_checks else
+                               MODEL_STALE if insight is not None and insight.stale else "_Model not probed yet._")
     else:
         rules = [r for r in plan.shards if r.span == stmt.span] if plan and isinstance(stmt, A.ShardStmt) else []
         if rules:
@@ -314,6 +316,8 @@ def _stage(analysis: Analysis, sym: Symbol, insight: ModelInsight | None, model_
     if est is None:
         if not model_checks:
             return head + "\n\n" + MODEL_HINT
+        if insight is not None and insight.stale:
+            return head + "\n\n" + MODEL_STALE
         return head + "\n\n_No estimate (model checks run after a pause; a plan with errors or holes is not " \
                       "estimated)._"
     rows = [("peak", est.peak), ("parameters", est.parameters), ("gradients", est.gradients),

@@ -6,6 +6,10 @@ once after each change. Model-aware checks (opt-in: initializationOptions {"mode
 setting `planlang.modelChecks`) build the model on the meta device, which takes seconds: they run on
 one worker thread after a pause in typing (`planlang.modelCheckDelay`, default 0.5 s), their result is
 published only if the document has not changed meanwhile, and parsing is serialised by PARSE_LOCK.
+They run again when the model's source changes (a file the model was built from reads differently):
+on a `workspace/didChangeWatchedFiles` notification (the server asks for `**/*.py` when the client can
+register watchers dynamically), and when a hover or completion finds the source changed, which until
+then answers without the outdated model facts.
 The protocol owns stdout: `main` moves everything else that writes to fd 1 (a model factory's
 print) to stderr. Logs go to stderr.
 """
@@ -90,6 +94,7 @@ class PlanServer(LanguageServer):
         self.model_checker: ModelChecker | None = None
         self.model_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="planlang-model")
         self._warned_no_model = False
+        self._watching = False
 
     # ------------------------------------------------------------------ helpers
     @property
@@ -124,8 +129,53 @@ class PlanServer(LanguageServer):
         before, self.settings = self.settings, settings
         if settings != before:
             log.info("settings: %s", settings)
+            if settings.model_checks and _loop_running():
+                asyncio.ensure_future(self.watch_model_sources())
             for doc_uri in list(self.docs):
                 self.refresh(doc_uri)
+
+    async def watch_model_sources(self) -> None:
+        """Ask the client to report changes of Python files (the model's source), once, when it can."""
+        if self._watching or not self.settings.model_checks:
+            return
+        ws = self.client_capabilities.workspace if self.client_capabilities else None
+        watched = ws.did_change_watched_files if ws is not None else None
+        if watched is None or not watched.dynamic_registration:
+            return
+        self._watching = True
+        try:
+            await self.client_register_capability_async(L.RegistrationParams([L.Registration(
+                "planlang-model-sources", L.WORKSPACE_DID_CHANGE_WATCHED_FILES,
+                L.DidChangeWatchedFilesRegistrationOptions([L.FileSystemWatcher(glob_pattern="**/*.py")]))]))
+        except Exception as err:  # noqa: BLE001 - no watcher: hovers still notice a changed model
+            log.info("could not register the file watcher: %r", err)
+
+    def current_insight(self, st: DocState, quick: bool = True) -> ModelInsight | None:
+        """The latest model insight, unless the model's source changed since it was built: then the
+        insight without its model facts (marked stale), and the model checks are scheduled again.
+        `quick`: files whose size and mtime_ns are unchanged are not read again (every request asks)."""
+        ins = st.insight
+        if ins is None or ins.stale or not self.model_checks_on():
+            return ins
+        if ins.source_changed(quick):
+            log.info("the model's source changed: checking %s again", st.uri)
+            st.insight = ins = ins.without_model()
+            self.schedule_model_check(st)
+        return ins
+
+    def model_sources_changed(self) -> None:
+        """Python files changed: check again every document whose model was built from one of them,
+        or whose model did not build (a fix may have landed)."""
+        if not self.model_checks_on():
+            return
+        for st in list(self.docs.values()):
+            ins = st.insight
+            if ins is None or ins.stale:
+                continue
+            if ins.facts is None and ins.plan is not None and ins.plan.model is not None:
+                self.schedule_model_check(st)
+            else:
+                self.current_insight(st, quick=False)
 
     # ------------------------------------------------------------------ analysis and diagnostics
     def refresh(self, uri: str) -> DocState:
@@ -218,6 +268,14 @@ class PlanServer(LanguageServer):
         return LineIndex(st.analysis.text, self.encoding).offset(pos)
 
 
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _key(d: Diagnostic) -> tuple:
     return d.code, d.span, d.message
 
@@ -242,6 +300,11 @@ def build_server() -> PlanServer:
         ws = ls.client_capabilities.workspace
         if ws is not None and ws.configuration:
             await pull_configuration(ls)
+        await ls.watch_model_sources()
+
+    @server.feature(L.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    def did_change_watched_files(ls: PlanServer, params: L.DidChangeWatchedFilesParams):
+        ls.model_sources_changed()
 
     @server.feature(L.WORKSPACE_DID_CHANGE_CONFIGURATION)
     async def did_change_configuration(ls: PlanServer, params: L.DidChangeConfigurationParams):
@@ -270,7 +333,7 @@ def build_server() -> PlanServer:
     def on_hover(ls: PlanServer, params: L.HoverParams):
         st = ls.state(params.text_document.uri)
         analysis, offset = stand_in_for(st.analysis, st.good, ls.offset(st, params.position))
-        h = hover(analysis, offset, st.insight, ls.encoding, ls.settings.model_checks,
+        h = hover(analysis, offset, ls.current_insight(st), ls.encoding, ls.settings.model_checks,
                   references(st.analysis, st.good))
         if h is not None and analysis is not st.analysis and analysis is not st.analysis.recovered:
             h.range = None  # the range was computed on the stand-in's text
@@ -303,7 +366,7 @@ def build_server() -> PlanServer:
     @server.feature(L.TEXT_DOCUMENT_COMPLETION, L.CompletionOptions(trigger_characters=TRIGGER_CHARACTERS))
     def on_completion(ls: PlanServer, params: L.CompletionParams):
         st = ls.state(params.text_document.uri)
-        return completion(st.analysis, ls.offset(st, params.position), st.good, st.insight, ls.encoding)
+        return completion(st.analysis, ls.offset(st, params.position), st.good, ls.current_insight(st), ls.encoding)
 
     @server.feature(L.TEXT_DOCUMENT_SEMANTIC_TOKENS_FULL, LEGEND)
     def on_semantic_tokens(ls: PlanServer, params: L.SemanticTokensParams):
