@@ -84,7 +84,11 @@ def enumerate_layouts(shape: tuple[int, ...], mesh: Mesh, partial: bool = True) 
 
 
 def local_shape(shape: tuple[int, ...], spec: Spec, mesh: Mesh) -> tuple[int, ...]:
-    return tuple(n // _factor(spec.dims[i], mesh) for i, n in enumerate(shape))  # type: ignore[arg-type]
+    """The per-device shape (Spec.local_shape's rule); the spec and mesh must be complete."""
+    out = spec.local_shape(tuple(shape), mesh)
+    if out is None:
+        raise ValueError(f"the local shape of {list(shape)} under {spec} is unknown (rank or mesh holes)")
+    return out
 
 
 def local_numel(shape: tuple[int, ...], spec: Spec, mesh: Mesh) -> int:
@@ -101,6 +105,8 @@ def local_slices(shape: tuple[int, ...], spec: Spec, mesh: Mesh, coords: dict[st
             size = mesh.axis_size(a)
             index = index * size + coords[a]
             count *= size
+        if n % count:  # the runtime holds even pieces only (the checker refuses uneven splits)
+            raise ValueError(f"dim {i} of {list(shape)} does not split evenly over {count} devices under {spec}")
         chunk = n // count
         out.append(slice(index * chunk, (index + 1) * chunk))
     return tuple(out)

@@ -269,6 +269,8 @@ def _shard_rule(rule: T.ShardRule, facts, mesh: T.Mesh | None) -> str:
         line = f"- `{name}`: {dtype + ' ' if dtype else ''}{_shape(shape)}"
         if spec is not None and mesh is not None:
             local = spec.local_shape(tuple(shape), mesh)
+            if local is not None and any(n % (spec.shard_factor(i, mesh) or 1) for i, n in enumerate(shape)):
+                local = None  # an uneven split: the checker refuses it (PL361)
             if local is not None:
                 line += f" → local {_shape(local)} per device under `{spec}`"
             elif spec.rank != len(shape):

@@ -41,6 +41,9 @@ from dataclasses import dataclass
 import torch
 
 from planlang.plan import types as T
+from planlang.plan.checkpoints import checkpoint_groups
+from planlang.plan.data import batch_dim, data_axes, data_degree
+from planlang.plan.schedule import in_flight
 from planlang.plan.selection import covered_modules
 from planlang.plan.units import format_bytes
 
@@ -97,11 +100,7 @@ def _spec_for(name: str, plan: T.Plan) -> T.Spec | None:
 def _local_shape(shape: tuple[int, ...], spec: T.Spec | None, mesh: T.Mesh | None) -> tuple[int, ...]:
     if spec is None or mesh is None or spec.rank != len(shape):
         return shape
-    out = []
-    for d, n in enumerate(shape):
-        f = spec.shard_factor(d, mesh) or 1
-        out.append(n // f if n % f == 0 else math.ceil(n / f))
-    return tuple(out)
+    return spec.local_shape(shape, mesh) or shape
 
 
 def _axis_product(mesh: T.Mesh | None, axes) -> int:
@@ -110,20 +109,12 @@ def _axis_product(mesh: T.Mesh | None, axes) -> int:
     return math.prod(mesh.axis_size(a) or 1 for a in axes)
 
 
-def _data_factor(plan: T.Plan) -> tuple[int, set[str]]:
-    axes: set[str] = set()
-    for d in plan.data:
-        if isinstance(d.spec, T.Spec) and d.spec.dims and isinstance(d.spec.dims[0], tuple):
-            axes |= set(d.spec.dims[0])
-    return _axis_product(plan.mesh, axes), axes
-
-
 def _local_inputs(plan: T.Plan, divide: int) -> dict[str, torch.Tensor]:
     inputs = []
     for inp in plan.inputs:
         dims = list(inp.dims)
         if dims:
-            i = next((k for k, (n, _) in enumerate(dims) if n == "batch"), 0)
+            i = batch_dim(inp)
             dims[i] = (dims[i][0], max(1, dims[i][1] // divide))
         inputs.append(T.Input(inp.name, inp.dtype, tuple(dims)))
     return meta_inputs(tuple(inputs))
@@ -144,16 +135,10 @@ def _in_flight(plan: T.Plan, stage: int) -> int:
     p = plan.pipeline
     if p is None or not isinstance(p.microbatches, int):
         return 1
-    m = p.microbatches
     pp = len(p.stages) if isinstance(p.stages, tuple) else 1
     kind = p.schedule.kind if isinstance(p.schedule, T.Schedule) else "1f1b"
-    if kind == "gpipe":
-        return m
-    if kind == "interleaved":  # Narayanan et al. 2021: the first stage holds p microbatches per chunk round
-        return min(m, pp + (pp - 1 - stage) // max(1, p.schedule.chunks if isinstance(p.schedule.chunks, int) else 1))
-    # 1F1B keeps p - i microbatches in flight on stage i (Narayanan et al. 2021): torch's Schedule1F1B
-    # runs p - i warm-up forwards, then each backward is followed by the next forward
-    return min(pp - stage, m)
+    chunks = p.schedule.chunks if isinstance(p.schedule, T.Schedule) and isinstance(p.schedule.chunks, int) else 1
+    return in_flight(kind, pp, min(stage, pp - 1), p.microbatches, chunks=chunks)
 
 
 def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> None:
@@ -168,26 +153,9 @@ def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> No
                                                 requires_grad=old.requires_grad))
 
 
-def checkpoint_groups(plan: T.Plan, facts) -> list[list[str]]:
-    """The plan's checkpoint groups as lists of module names in execution order (`every N` cut into
-    consecutive runs of N; a `for`/pattern scope gives one group per scope match)."""
-    names = facts.all_modules
-    order = {n: i for i, n in enumerate(facts.order)}
-    groups: list[list[str]] = []
-    for g in plan.checkpoints:
-        picked: list[str] = []
-        for sel in g.modules:
-            picked += [n for n in sel.select(names) if n in order]
-        picked = sorted(set(picked), key=order.__getitem__)
-        # keep the outermost selected modules only
-        picked = [n for n in picked if not any(n.startswith(o + ".") for o in picked)]
-        scopes = [[n for n in picked if n == s or n.startswith(s + ".")] for s in (g.per.select(names) if g.per else [])]
-        for run in ([r for r in scopes if r] if g.per is not None else [picked]):
-            if isinstance(g.every, int) and g.every >= 1:
-                groups += [run[i:i + g.every] for i in range(0, len(run), g.every)]
-            elif run:
-                groups.append(run)
-    return groups
+def plan_checkpoint_groups(plan: T.Plan, facts) -> list[list[str]]:
+    """The plan's checkpoint groups over a probed model (planlang.plan.checkpoints)."""
+    return checkpoint_groups(plan.checkpoints, facts.all_modules, facts.order)
 
 
 def _consecutive_items(names: list[str]) -> bool:
@@ -211,7 +179,7 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
 
     notes = []
     per_module = []
-    for group in checkpoint_groups(plan, facts):
+    for group in plan_checkpoint_groups(plan, facts):
         mods = [module.get_submodule(n) for n in group]
         # a chain: consecutive items of one container (`h.2`, `h.3`, ...), each taking one tensor of the
         # shape the one before returns; equal shapes alone are not enough (`attn`, `mlp` of a block have
@@ -275,7 +243,7 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "fl
     facts = _FACTS.get(model_key)
     if facts is None:
         facts = _FACTS[model_key] = probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs))
-    dp, data_axes = _data_factor(plan)
+    dp = data_degree(plan)
     micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else 1
     stage_of = _stage_of_modules(plan, facts.all_modules)
     params: dict[str, _Param] = {}
@@ -295,7 +263,7 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "fl
     # It depends only on the local shapes, the checkpoint groups and the stages, not on the optimizer or
     # ZeRO: plans that differ only there (the solver prices many) share one simulation
     sim_key = (model_key, tuple((n, p.local) for n, p in params.items()), dp * micro, micro > 1,
-               tuple(tuple(g) for g in checkpoint_groups(plan, facts)), tuple(sorted(stage_of.items())))
+               tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)), tuple(sorted(stage_of.items())))
     cached = _SIMULATED.get(sim_key)
     if cached is None:
         cached = _SIMULATED[sim_key] = _simulate_local(plan, facts, params, dp * micro, micro, stage_of)
@@ -434,8 +402,7 @@ def _step_time(plan: T.Plan, flops: float, grad_bytes: int, efficiency: float) -
     if mesh is None or mesh.device is None or not mesh.device.flops:
         return float("nan")
     t = compute_time(flops, mesh, "f32", efficiency)
-    _, data_axes = _data_factor(plan)
-    axes = [a for a in data_axes if (mesh.axis_size(a) or 1) > 1]
+    axes = data_axes(plan, trivial=False)
     if axes:
         t += price(Collective.ALL_REDUCE, mesh, axes, grad_bytes).seconds
     return t

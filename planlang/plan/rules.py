@@ -12,6 +12,7 @@ from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.source import Span
 
 from . import types as T
+from .data import batch_dim, data_axes
 from .resolve import diag
 from .selection import Selection, index_range
 from .units import format_bytes
@@ -175,12 +176,12 @@ def data_specs(ctx) -> Diags:
             continue
         if mesh is None:
             continue
-        batch_dim = next((i for i, (k, _) in enumerate(inp.dims) if k == "batch"), 0)
+        batch = batch_dim(inp)
         for i, (dim, size) in enumerate(inp.dims):
             factors = [(ax, mesh.axis_size(ax)) for ax in d.spec.axes_of(i)]
             if any(f is None for _, f in factors):
                 continue
-            if i == batch_dim and micro:
+            if i == batch and micro:
                 factors.append(("microbatches", micro))
             total = math.prod(f for _, f in factors)
             if factors and size % total:
@@ -306,7 +307,7 @@ def stage_degrees(ctx) -> Diags:
                    help="adjust the `with` degrees so the stages' devices add up to the mesh")
 
 
-def checkpoint_groups(ctx) -> Diags:
+def checkpoint_statements(ctx) -> Diags:
     """PL409 every >= 1; PL405 groups inside one stage; PL413 disjoint groups (index ranges)."""
     plan = ctx.plan
     stage_of: dict[str, list[tuple[int, int | None, int]]] = {}
@@ -373,10 +374,10 @@ def zero_sharding(ctx) -> Diags:
         yield diag("PL503", f"ZeRO stage {opt.zero_stage} has no axis", opt.span,
                    help=f"write `zero = {opt.zero_stage} over dp`")
     if isinstance(opt.zero_axis, str) and ctx.plan.data and ctx.plan.mesh and ctx.plan.mesh.axis(opt.zero_axis):
-        data_axes = {ax for d in ctx.plan.data if isinstance(d.spec, T.Spec) for ax in d.spec.used_axes()}
-        if opt.zero_axis not in data_axes:
-            yield diag("PL504", f"ZeRO over `{opt.zero_axis}`, which splits no input", opt.span,
-                       help=f"shard optimizer state over a data axis: {', '.join(sorted(data_axes)) or 'none'}")
+        axes = data_axes(ctx.plan)
+        if opt.zero_axis not in axes:
+            yield diag("PL504", f"ZeRO over `{opt.zero_axis}`, which splits no input's batch", opt.span,
+                       help=f"shard optimizer state over a data axis: {', '.join(axes) or 'none'}")
 
 
 RULES = [
@@ -391,7 +392,7 @@ RULES = [
     (stage_ranges, ("PL406", "PL407")),
     (empty_selections, ("PL408",)),
     (stage_degrees, ("PL410",)),
-    (checkpoint_groups, ("PL405", "PL409", "PL413")),
+    (checkpoint_statements, ("PL405", "PL409", "PL413")),
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),
 ]

@@ -36,14 +36,14 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from planlang.cost.comm import Collective
 from planlang.cost.layout import local_shape, local_slices
-from planlang.model.opgraph import OpGraph, op_graph
+from planlang.model.opgraph import op_graph
 from planlang.plan import types as T
+from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
 from planlang.runtime.executor import Runtime
-from planlang.runtime.lowering import LoweringError, Program, Run, lower
+from planlang.runtime.lowering import LoweringError, Program, Run, data_axes, lower
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.redistribute import MeshGroups
 
@@ -67,20 +67,11 @@ def load_plan(plan: T.Plan | str | Path) -> T.Plan:
 
 
 # ------------------------------------------------------------------------------ passes
-class _Facts:
-    """The module names and execution order of the op graph (for checkpoint group expansion)."""
-
-    def __init__(self, graph: OpGraph) -> None:
-        self.order = list(graph.module_outputs())  # a dict keeps the order modules first appear in
-        self.all_modules = self.order
-
-
 def mark_checkpoints(prog: Program, plan: T.Plan) -> list[tuple[int, int]]:
     """Each checkpoint group as the range of instructions from its first op to its last."""
-    from planlang.model.estimate import checkpoint_groups
-
+    modules = list(prog.graph.module_outputs())  # a dict keeps the order modules first appear in
     ranges = []
-    for group in checkpoint_groups(plan, _Facts(prog.graph)):
+    for group in checkpoint_groups(plan.checkpoints, modules, modules):
         idx = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Run)
                and any(ins.node.module == m or ins.node.module.startswith(m + ".") for m in group)]
         if idx:
@@ -354,7 +345,7 @@ def shard_optimizer(pm: ParallelModel, plan: T.Plan, groups: MeshGroups) -> None
         raise PlanError(str(e)) from e
     if z is None or groups.size(z) == 1 or stage == 1:
         return
-    axes = tuple(a for a in plan.mesh.names if a in set(lowered_data_axes(plan)))
+    axes = data_axes(plan)
     try:
         mesh, mesh_axes = fsdp_mesh(groups, axes, z, stage)
     except DataParallelError as e:
@@ -378,12 +369,6 @@ def shard_optimizer(pm: ParallelModel, plan: T.Plan, groups: MeshGroups) -> None
     pm.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
     pm.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - a plain SUM (gloo has no PREMUL_SUM)
     pm.fsdp_axes = mesh_axes
-
-
-def lowered_data_axes(plan: T.Plan) -> tuple[str, ...]:
-    from planlang.runtime.lowering import data_axes
-
-    return data_axes(plan)
 
 
 def _sum_loss(out):

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping
 from torch import nn
 
 from planlang.plan import types as T
+from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes
 
 from .placement import ParamLayout
 
@@ -35,35 +36,13 @@ class DataParallelError(ValueError):
     """The plan asks for a data-parallel setup this runtime cannot build."""
 
 
-def _batch_dim(inp: T.Input | None) -> int:
-    """The batch dim of an input: the dim named `batch`, else dim 0."""
-    if inp is not None:
-        for i, (name, _) in enumerate(inp.dims):
-            if name == "batch":
-                return i
-    return 0
-
-
 def data_axes(plan: T.Plan) -> tuple[str, ...]:
-    """The mesh axes the batch dim of the inputs is split over, in mesh order (empty: no data parallelism).
-
-    Every `data` statement must split its batch dim over the same axes; axes splitting other dims (e.g.
-    a sequence over `sp`) are not data-parallel axes for gradient synchronisation."""
-    if plan.mesh is None:
-        return ()
-    found: dict[frozenset, str] = {}
-    for d in plan.data:
-        if not isinstance(d.spec, T.Spec) or d.spec.has_holes:
-            raise DataParallelError(f"`{d}` has holes; run `planlang solve` first")
-        bd = _batch_dim(plan.input(d.input))
-        axes = d.spec.axes_of(bd) if bd < d.spec.rank else ()
-        found.setdefault(frozenset(axes), d.input)
-    if len(found) > 1:
-        desc = "; ".join(f"{name}: {', '.join(sorted(a)) or 'none'}" for a, name in found.items())
-        raise DataParallelError(f"the inputs split their batch dims over different axes ({desc}); "
-                                "split every input's batch dim over the same data axes")
-    axes = next(iter(found), frozenset())
-    return tuple(a for a in plan.mesh.names if a in axes)
+    """The mesh axes the batch is split over (planlang.plan.data), in mesh order; inputs that split
+    their batch over different axes are refused here."""
+    conflict = batch_split_conflict(plan)
+    if conflict:
+        raise DataParallelError(conflict)
+    return plan_data_axes(plan)
 
 
 def _zero(plan: T.Plan) -> tuple[int, str | None]:

@@ -86,7 +86,8 @@ class Program:
 
 # ------------------------------------------------------------------------------ plan facts
 def data_axes(plan: T.Plan) -> tuple[str, ...]:
-    """The mesh axes the batch is split over (planlang.runtime.data_parallel), without axes of size 1."""
+    """The axes the lowering splits the batch over: the plan's data axes (planlang.runtime.data_parallel,
+    which refuses inputs that disagree) less those of size 1 (a split over one device is none)."""
     from planlang.runtime.data_parallel import data_axes as batch_axes
 
     return tuple(a for a in batch_axes(plan) if (plan.mesh.axis_size(a) or 1) > 1)

@@ -39,6 +39,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.types import Plan, Schedule, is_hole
 
 from planlang.model.load import plan_loss  # noqa: F401 - the plan's loss (re-exported for callers)
@@ -578,14 +579,14 @@ def apply_pipeline(model: nn.Module, plan: Plan, groups, *, loss_fn: Callable | 
 
 def plan_checkpoint_groups(plan: Plan) -> list[list[str]]:
     """The plan's checkpoint groups as module names in execution order (planlang.model.estimate's
-    expansion of `every`, `for` scopes), the order found by running the model on meta."""
-    from planlang.model.estimate import checkpoint_groups
+    expansion: planlang.plan.checkpoints), the order found by running the model on meta."""
     from planlang.model.load import build_model, meta_inputs
     from planlang.model.trace import probe_modules
 
     if not plan.checkpoints or plan.model is None:
         return []
-    return checkpoint_groups(plan, probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs)))
+    facts = probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs))
+    return checkpoint_groups(plan.checkpoints, facts.all_modules, facts.order)
 
 
 def wrap_checkpoints(stage: nn.Module, groups: list[list[str]]) -> list[list[str]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planlang.plan import types as T
+from planlang.plan.data import data_degree
 
 
 class NoChain(ValueError):
@@ -81,7 +82,7 @@ def plan_chain(plan: T.Plan, efficiency: float = 0.5):
         itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
         params[name] = E._Param(name, shape, itemsize, E._local_shape(shape, E._spec_for(name, plan), plan.mesh), None)
     E._with_local_params(module, params)
-    dp, _ = E._data_factor(plan)
+    dp = data_degree(plan)
     micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else 1
     inputs = E._local_inputs(plan, dp * micro)
     from planlang.cost.comm import compute_time
@@ -104,7 +105,7 @@ def choose_checkpoints(linear, budget: float, head: str) -> CheckpointChoice:
     """rotor's fastest contiguous grouping of the blocks of `head` within `budget` bytes of activations
     (no groups when the chain fits without recomputation); raises planlang.solve.rotor.InfeasibleBudget
     when even the leanest grouping does not fit."""
-    from .linearize import checkpoint_groups, checkpoint_lines
+    from .linearize import group_modules, checkpoint_lines
     from .rotor import group_ops, simulate, solve_groups
 
     chain = linear.chain
@@ -115,7 +116,7 @@ def choose_checkpoints(linear, budget: float, head: str) -> CheckpointChoice:
     # torch.utils.checkpoint (and the estimator) would recompute module by module, not as rotor's group
     blocks = tuple(bool(s.modules) and all(m.startswith(head + ".") for m in s.modules) for s in linear.stages[:-1])
     found = solve_groups(chain, budget, checkpointable=blocks)
-    lines = _every(found.groups, linear, head) or tuple(checkpoint_lines(checkpoint_groups(found.groups, linear)))
+    lines = _every(found.groups, linear, head) or tuple(checkpoint_lines(group_modules(found.groups, linear)))
     return CheckpointChoice(lines, found.groups, max(0.0, found.schedule.makespan - base.makespan),
                             found.schedule.peak)
 
@@ -138,11 +139,11 @@ def leanest_checkpoints(linear, head: str, least: float) -> CheckpointChoice:
 def _every(groups, linear, head: str) -> tuple[str, ...]:
     """One `checkpoint h[a:b] every k` line when the groups are consecutive runs of k blocks (a plan
     reads better with one line than with one per group); () otherwise."""
-    from .linearize import checkpoint_groups, plan_path
+    from .linearize import group_modules, plan_path
 
     if len(groups) < 2:
         return ()
-    mods = checkpoint_groups(groups, linear)
+    mods = group_modules(groups, linear)
     sizes = {len(g) for g in mods}
     flat = [m for g in mods for m in g]
     idx = [int(m.rpartition(".")[2]) for m in flat]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from planlang.plan import types as T
+from planlang.plan.data import batch_axes, batch_dim, data_axes
 from planlang.solve.holes import Fill, fill_holes
 
 OBJECTIVES = ("time", "memory", "balanced")
@@ -240,15 +241,13 @@ class _Search:
 
     def mesh_options(self) -> list[dict[str, int]]:
         names = [n for n, _ in self.holes.axes]
-        batch = {i.name: i.shape[0] for i in self.plan.inputs if i.shape}
-        data_axes = {d.input: [a for a in (d.spec.dims[0] if isinstance(d.spec, T.Spec) and d.spec.dims
-                                           and not T.is_hole(d.spec.dims[0]) else ())]
-                     for d in self.plan.data}
+        batch = {i.name: i.shape[batch_dim(i)] for i in self.plan.inputs if i.shape}
+        split = batch_axes(self.plan)
         out = []
         for sizes in factorizations(self.device_count(), len(names)):
             assign = dict(zip(names, sizes))
             size = {a.name: assign.get(a.name, a.size) for a in self.plan.mesh.axes}
-            ok = all(batch.get(inp, 1) % math.prod(size[a] for a in axes) == 0 for inp, axes in data_axes.items())
+            ok = all(batch.get(inp, 1) % math.prod(size[a] for a in axes) == 0 for inp, axes in split.items())
             if ok:
                 out.append(assign)
         return out
@@ -647,13 +646,10 @@ def _estimated_sync(plan: T.Plan, row) -> float:
     """The data-parallel gradient all-reduce the estimator adds to a row's step time (estimate._step_time:
     the stage's local parameter bytes over the data axes of size > 1)."""
     from planlang.cost.comm import Collective, price
-    from planlang.model.estimate import _data_factor
-
     mesh = plan.mesh
     if mesh is None or mesh.device is None or not mesh.device.flops:
         return 0.0
-    _, data_axes = _data_factor(plan)
-    axes = [a for a in data_axes if (mesh.axis_size(a) or 1) > 1]
+    axes = data_axes(plan, trivial=False)
     if not axes:
         return 0.0
     opt = plan.optimizer

@@ -12,7 +12,7 @@
   same for stages given as modules (GPT-2's blocks `h.0` .. `h.11`, plus everything before and after
   them as two end stages) — the form the plan language can checkpoint, and what the plan-level solver
   uses for `checkpoint ?`.
-* `checkpoint_groups` / `checkpoint_lines` turn the groups of a solved chain (rotor.solve_groups, or
+* `group_modules` / `checkpoint_lines` turn the groups of a solved chain (rotor.solve_groups, or
   rotor.top_level_groups of a rotor schedule) into module paths and `checkpoint h[2:5]` lines.
 
 Measurement: one forward + loss + backward on the meta device (planlang.model.simulate.LiveBytes follows
@@ -507,7 +507,7 @@ def chain_for_graph(module: torch.nn.Module, inputs: dict[str, torch.Tensor], *,
 # back to the plan: checkpoint groups
 
 
-def checkpoint_groups(groups: Sequence[tuple[int, int]], linear: LinearChain) -> list[tuple[str, ...]]:
+def group_modules(groups: Sequence[tuple[int, int]], linear: LinearChain) -> list[tuple[str, ...]]:
     """The modules of each checkpoint group [a, b) of stages (rotor.solve_groups / top_level_groups), in
     execution order. Raises ValueError for a group containing a stage that runs no module (no
     `checkpoint` line can name it; pass `checkpointable=linear.checkpointable` to solve_groups). An end

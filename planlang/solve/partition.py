@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from planlang.plan.schedule import in_flight as plan_in_flight
+
 
 class PartitionError(ValueError):
     """An input a partition kernel cannot work with; the message names the cause and the fix."""
@@ -117,17 +119,11 @@ def min_max_partition(costs: Sequence[float], k: int) -> Partition:
 
 # ------------------------------------------------------------------------------ microbatches in flight
 def in_flight(schedule: str, stages: int, stage: int, microbatches: int, extra: int = 0) -> int:
-    """Microbatches whose activations stage `stage` (0-based) of `stages` holds at once.
-
-    GPipe runs every forward before any backward: all `m`. 1F1B (PipeDream-Flush, Narayanan et al. 2021)
-    warms stage i up with p − i forwards before its first backward and then alternates, so it holds
-    min(p − i, m) in the steady state (stage 0 holds p, the last stage 1). `extra` adds microbatches at
-    the peak: torch.distributed.pipelining's Schedule1F1B runs the next forward before the backward that
-    frees one, and planlang.model.estimate counts min(p − i + 1, m) for that reason (extra=1)."""
+    """Microbatches stage `stage` of `stages` holds at once (planlang.plan.schedule.in_flight), for the
+    schedules the partitioners model: gpipe and 1f1b."""
     if schedule not in ("gpipe", "1f1b"):
         raise PartitionError(f"schedule {schedule!r} is not supported here; use gpipe or 1f1b")
-    if not 0 <= stage < stages or microbatches < 1:
-        raise PartitionError(f"stage {stage} of {stages} with {microbatches} microbatches is out of range")
-    if schedule == "gpipe":
-        return microbatches
-    return min(stages - stage + extra, microbatches)
+    try:
+        return plan_in_flight(schedule, stages, stage, microbatches, extra=extra)
+    except ValueError as err:
+        raise PartitionError(str(err)) from None

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from planlang.plan import types as T
+from planlang.plan.data import batch_dim
 from planlang.plan.selection import Selection
 
 from .capture import MemoryModel, capture_search, default_configs
@@ -95,7 +96,7 @@ def _microbatch_inputs(plan: T.Plan, divide: int):
     for inp in plan.inputs:
         dims = list(inp.dims)
         if dims:
-            i = next((k for k, (n, _) in enumerate(dims) if n == "batch"), 0)
+            i = batch_dim(inp)
             if dims[i][1] % divide:
                 raise PartitionError(f"input `{inp.name}`: batch {dims[i][1]} does not divide into {divide} "
                                      "microbatches; change the batch or the microbatch count")

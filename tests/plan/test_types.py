@@ -13,7 +13,7 @@ def test_spec_placements_and_local_shape():
     both = Spec((("dp", "tp"), ()))
     assert both.placements(mesh()) == (Shard(0), Shard(0))
     assert both.shard_factor(0, mesh()) == 8
-    assert both.local_shape((12, 3), mesh()) is None  # 12 % 8 != 0
+    assert both.local_shape((12, 3), mesh()) == (2, 3)  # uneven: the largest piece, ceil(12 / 8) (local_size)
     p = Spec((("dp",), (), ()), ("tp",))
     assert p.placements(mesh()) == (Shard(0), Partial())
     assert str(p) == "[dp, _, _] partial(tp)"

@@ -11,7 +11,7 @@ from planlang.lang.parser import parse
 from planlang.model.profile import profile_model
 from planlang.model.simulate import simulate_step
 from planlang.model.trace import trace_graph
-from planlang.solve.linearize import (GraphNode, chain_for_graph, chain_for_modules, checkpoint_groups,
+from planlang.solve.linearize import (GraphNode, chain_for_graph, chain_for_modules, group_modules,
                                       checkpoint_lines, common_nodes, graph_nodes, linearize, plan_path)
 from planlang.solve.rotor import (InfeasibleBudget, discretise, min_peak, simulate, solve, solve_groups,
                                   top_level_groups)
@@ -176,14 +176,14 @@ def test_gpt2_groups_as_plan_lines(gpt2_chain):
     budget = err.value.exact_min_budget * 1.05  # tight: something must be checkpointed
     g = solve_groups(chain, budget, 500, checkpointable=gpt2_chain.checkpointable)
     assert g.groups
-    mods = checkpoint_groups(g.groups, gpt2_chain)
+    mods = group_modules(g.groups, gpt2_chain)
     lines = checkpoint_lines(mods)
     assert len(lines) == len(g.groups)
     result = parse("\n".join(lines) + "\n")
     assert not result.diagnostics
     # the rotor schedule's own top-level groups are expressible too
     r = solve(chain, budget, 500)
-    assert checkpoint_lines(checkpoint_groups(top_level_groups(r.ops, chain.length), gpt2_chain))
+    assert checkpoint_lines(group_modules(top_level_groups(r.ops, chain.length), gpt2_chain))
 
 
 def test_gpt2_graph_linearization(gpt2):

@@ -1,0 +1,65 @@
+"""The data axes of a plan: the mesh axes that split the batch, defined once for the checker, the
+estimator, the solver and the runtime.
+
+An input's batch dim is the dim its `input` declaration names `batch`, else dim 0. An axis splitting
+another dim (a sequence over `sp`) is not a data axis: gradients are not summed over it for data
+parallelism and ZeRO does not shard over it. Every input must split its batch over the same axes.
+"""
+from __future__ import annotations
+
+import math
+
+from . import types as T
+
+
+def batch_dim(inp: T.Input | None) -> int:
+    """The batch dim of an input: the dim named `batch`, else dim 0."""
+    if inp is not None:
+        for i, (name, _) in enumerate(inp.dims):
+            if name == "batch":
+                return i
+    return 0
+
+
+def batch_axes(plan: T.Plan) -> dict[str, tuple[str, ...]]:
+    """Each `data` statement's input -> the axes its batch dim is split over (in the spec's order).
+    Statements whose batch entry is still a hole `?` are left out."""
+    out: dict[str, tuple[str, ...]] = {}
+    for d in plan.data:
+        if not isinstance(d.spec, T.Spec):
+            continue
+        bd = batch_dim(plan.input(d.input))
+        if bd >= d.spec.rank or T.is_hole(d.spec.dims[bd]):
+            continue
+        out[d.input] = d.spec.axes_of(bd)
+    return out
+
+
+def batch_split_conflict(plan: T.Plan) -> str | None:
+    """Why the inputs' batch splits disagree (None when they agree)."""
+    found: dict[frozenset, str] = {}
+    for name, axes in batch_axes(plan).items():
+        found.setdefault(frozenset(axes), name)
+    if len(found) <= 1:
+        return None
+    desc = "; ".join(f"{name}: {', '.join(sorted(a)) or 'none'}" for a, name in found.items())
+    return (f"the inputs split their batch dims over different axes ({desc}); "
+            "split every input's batch dim over the same data axes")
+
+
+def data_axes(plan: T.Plan, *, trivial: bool = True) -> tuple[str, ...]:
+    """The axes the batch is split over, in mesh order (empty: no data parallelism). `trivial=False`
+    leaves out axes of size 1 (splitting over one device is no split). When inputs disagree (see
+    `batch_split_conflict`) the union is returned."""
+    if plan.mesh is None:
+        return ()
+    axes = {a for split in batch_axes(plan).values() for a in split}
+    return tuple(a for a in plan.mesh.names if a in axes and (trivial or (plan.mesh.axis_size(a) or 1) > 1))
+
+
+def data_degree(plan: T.Plan) -> int:
+    """How many ways the batch is split: the product of the data axes' sizes (1 where a size is a hole)."""
+    if plan.mesh is None:
+        return 1
+    sizes = [plan.mesh.axis_size(a) for a in data_axes(plan)]
+    return math.prod(s for s in sizes if isinstance(s, int))
