@@ -439,14 +439,48 @@ def verify(
     plan: Path = typer.Argument(..., help="A complete plan file with a model."),
     steps: int = typer.Option(3, "--steps", help="Training steps to compare."),
     tol: float = typer.Option(1e-5, "--tol", help="Largest relative error accepted (loss, gradients, parameters)."),
+    nnodes: Optional[str] = typer.Option(None, "--nnodes", envvar="PET_NNODES", rich_help_panel="torchrun",
+                                         help="Nodes (default 1); nnodes × nproc-per-node = the plan's devices."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", envvar="PET_NODE_RANK", rich_help_panel="torchrun",
+                                            help="This node's rank, 0..nnodes-1 (static rendezvous)."),
+    nproc_per_node: Optional[str] = typer.Option(None, "--nproc-per-node", envvar="PET_NPROC_PER_NODE",
+                                                 rich_help_panel="torchrun",
+                                                 help="Processes on this node (default: devices / nnodes)."),
+    rdzv_backend: Optional[str] = typer.Option(None, "--rdzv-backend", envvar="PET_RDZV_BACKEND",
+                                               rich_help_panel="torchrun", help="static (default) or c10d."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", envvar="PET_RDZV_ENDPOINT",
+                                                rich_help_panel="torchrun", help="HOST:PORT of the rendezvous."),
+    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", envvar="PET_RDZV_ID", rich_help_panel="torchrun",
+                                          help="The job's id at the rendezvous (c10d)."),
+    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", envvar="PET_MAX_RESTARTS",
+                                               rich_help_panel="torchrun", help="Worker restarts on failure."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", envvar="PET_MASTER_ADDR",
+                                              rich_help_panel="torchrun", help="Node 0's address (static)."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", envvar="PET_MASTER_PORT",
+                                              rich_help_panel="torchrun", help="Node 0's port (default 29500)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
 ) -> None:
     """Train a few steps under the plan (torchrun, one process per device) and in one process from the
-    same seed; print loss, gradient and parameter errors per step. Exit 1 when an error exceeds --tol."""
-    from planlang.runtime.launch import torchrun, world_size
+    same seed; print loss, gradient and parameter errors per step. Exit 1 when an error exceeds --tol.
+    Progress (checking, launching, each step) goes to stderr; the table to stdout. Several nodes: see
+    docs/launch.md (exit 2 when nnodes × nproc-per-node is not the plan's device count)."""
+    from planlang.runtime.launch import LaunchError, Progress, mesh_words, plan_launch, torchrun, world_size
 
+    say = Progress("verify", quiet)
+    say(f"checking {plan} with its model")
     p = _runnable_plan(plan)
+    try:
+        launch = plan_launch(world_size(p), mesh=mesh_words(p), nnodes=nnodes, node_rank=node_rank,
+                             nproc_per_node=nproc_per_node, rdzv_backend=rdzv_backend, rdzv_endpoint=rdzv_endpoint,
+                             rdzv_id=rdzv_id, max_restarts=max_restarts, master_addr=master_addr,
+                             master_port=master_port)
+    except LaunchError as err:
+        _fail_usage(str(err))
+    say("checking what the runtime supports")
     _preflight(plan)
-    code = torchrun(world_size(p), ["planlang.runtime.verify", str(plan), str(steps), str(tol)], module=True)
+    say(f"launching {launch}")
+    code = torchrun(launch, ["planlang.runtime.verify", str(plan), str(steps), str(tol)], env=say.env(),
+                    module=True)
     raise typer.Exit(code)
 
 
@@ -454,19 +488,52 @@ def verify(
 def run(
     ctx: typer.Context,
     plan: Path = typer.Argument(..., help="A complete plan file."),
+    nnodes: Optional[str] = typer.Option(None, "--nnodes", envvar="PET_NNODES", rich_help_panel="torchrun",
+                                         help="Nodes (default 1); nnodes × nproc-per-node = the plan's devices."),
+    node_rank: Optional[int] = typer.Option(None, "--node-rank", envvar="PET_NODE_RANK", rich_help_panel="torchrun",
+                                            help="This node's rank, 0..nnodes-1 (static rendezvous)."),
+    nproc_per_node: Optional[str] = typer.Option(None, "--nproc-per-node", envvar="PET_NPROC_PER_NODE",
+                                                 rich_help_panel="torchrun",
+                                                 help="Processes on this node (default: devices / nnodes)."),
+    rdzv_backend: Optional[str] = typer.Option(None, "--rdzv-backend", envvar="PET_RDZV_BACKEND",
+                                               rich_help_panel="torchrun", help="static (default) or c10d."),
+    rdzv_endpoint: Optional[str] = typer.Option(None, "--rdzv-endpoint", envvar="PET_RDZV_ENDPOINT",
+                                                rich_help_panel="torchrun", help="HOST:PORT of the rendezvous."),
+    rdzv_id: Optional[str] = typer.Option(None, "--rdzv-id", envvar="PET_RDZV_ID", rich_help_panel="torchrun",
+                                          help="The job's id at the rendezvous (c10d)."),
+    max_restarts: Optional[int] = typer.Option(None, "--max-restarts", envvar="PET_MAX_RESTARTS",
+                                               rich_help_panel="torchrun", help="Worker restarts on failure."),
+    master_addr: Optional[str] = typer.Option(None, "--master-addr", envvar="PET_MASTER_ADDR",
+                                              rich_help_panel="torchrun", help="Node 0's address (static)."),
+    master_port: Optional[int] = typer.Option(None, "--master-port", envvar="PET_MASTER_PORT",
+                                              rich_help_panel="torchrun", help="Node 0's port (default 29500)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
 ) -> None:
     """Launch `SCRIPT ARGS` (after `--`) with torchrun on the plan's world size; the script reads the plan
-    from $PLANLANG_PLAN (e.g. `planlang.apply(model, os.environ["PLANLANG_PLAN"])`)."""
-    from planlang.runtime.launch import torchrun, world_size
+    from $PLANLANG_PLAN (e.g. `planlang.apply(model, os.environ["PLANLANG_PLAN"])`). Several nodes: see
+    docs/launch.md (exit 2 when nnodes × nproc-per-node is not the plan's device count)."""
+    from planlang.runtime.launch import LaunchError, Progress, mesh_words, plan_launch, torchrun, world_size
 
+    say = Progress("run", quiet)
+    say(f"checking {plan} with its model")
     p = _runnable_plan(plan)
-    _preflight(plan)
     args = list(ctx.args)
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
         _fail_usage("give the training script after `--`: planlang run PLAN -- train.py [ARGS]")
-    code = torchrun(world_size(p), args, env={"PLANLANG_PLAN": str(plan)})
+    try:
+        launch = plan_launch(world_size(p), mesh=mesh_words(p), nnodes=nnodes, node_rank=node_rank,
+                             nproc_per_node=nproc_per_node, rdzv_backend=rdzv_backend, rdzv_endpoint=rdzv_endpoint,
+                             rdzv_id=rdzv_id, max_restarts=max_restarts, master_addr=master_addr,
+                             master_port=master_port)
+    except LaunchError as err:
+        _fail_usage(str(err))
+    say("checking what the runtime supports")
+    _preflight(plan)
+    say(f"launching {' '.join(args)}: {launch}")
+    code = torchrun(launch, args, env={"PLANLANG_PLAN": str(plan), **say.env()})
+    say("done" if code == 0 else f"torchrun exited with status {code}")
     raise typer.Exit(code)
 
 
@@ -530,7 +597,9 @@ def report(
     format: str = typer.Option("png,svg", "--format", "-f", help="Image formats: png, svg, pdf (comma-separated)."),
 ) -> None:
     """Charts of a plan's per-device memory (by class, with the budget) and pipeline schedule (bubble
-    ratio), and an HTML page with both and the plan's summary."""
+    ratio), and an HTML page with both and the plan's summary. Prints each device's estimated peak against
+    the budget, and a warning on stderr for each over it (exit 0 all the same: the report was written;
+    `planlang check --model` is the check that fails)."""
     from planlang.report import report_command
 
     raise typer.Exit(report_command(str(plan), str(output), format))

@@ -14,6 +14,7 @@ import math
 import os
 import sys
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -140,19 +141,24 @@ def preflight(plan_path) -> None:
 
 
 def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | None = None,
-           report: dict | None = None) -> list[StepRow]:
+           report: dict | None = None, progress: Callable[[str], None] | None = None) -> list[StepRow]:
     """Run on every rank (process group initialised); returns the same rows on every rank. Pipeline
     plans run through the same `apply` (a PipelinedModel). `report`, when given, receives `describe`'s
-    facts after the last step."""
+    facts after the last step; `progress`, when given, each phase and each step as it completes (main
+    passes one on rank 0 only)."""
     from planlang.model.load import build_model, plan_loss
     from planlang.runtime.apply import apply, load_plan
 
+    say = progress or (lambda msg: None)
     plan = load_plan(plan_path)
     torch.manual_seed(seed)
-    model = model if model is not None else build_model(plan.model, plan.path, device="cpu")
+    if model is None:
+        say(f"building the model {plan.model.factory if plan.model else ''} on the CPU")
+        model = build_model(plan.model, plan.path, device="cpu")
     loss_fn = plan_loss(plan)
     ref = copy.deepcopy(model)
     batches = [make_batch(ref, plan, loss_fn, seed + 1 + s) for s in range(steps)]
+    say("applying the plan: tracing the model, lowering it, placing this rank's pieces")
     pm = apply(model, plan, loss_fn=loss_fn,
                targets=tuple(t.to("meta") for t in batches[0][1]) if batches[0][1] else None)
     opt = plan_optimizer(pm, plan)
@@ -181,6 +187,10 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
         lv, rv = float(loss.detach()), float(ref_loss.detach())
         rows.append(StepRow(s, lv, rv, abs(lv - rv) / max(abs(rv), 1e-30), errs.get(worst, 0.0), worst,
                             perrs.get(pworst, 0.0), pworst))
+        r = rows[-1]
+        say(f"step {s + 1}/{len(batches)}: loss {lv:.8g} under the plan, {rv:.8g} in one process "
+            f"(relative error {r.loss_rel_err:.1e}); worst gradient error {r.grad_rel_err:.1e}"
+            + (f" ({worst})" if worst else ""))
     return rows
 
 
@@ -207,16 +217,20 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend)
     from planlang.runtime.apply import PlanError
+    from planlang.runtime.launch import Progress
 
+    say = Progress("verify", quiet=None if dist.get_rank() == 0 else True)  # rank 0 speaks for all
+    say(f"{dist.get_world_size()} processes joined the process group ({backend})")
     report: dict = {}
     try:
-        rows = verify(plan_path, steps, report=report)
+        rows = verify(plan_path, steps, report=report, progress=say)
     except PlanError as e:  # the plan cannot run here: every rank found the same, rank 0 says why
         if dist.get_rank() == 0:
             sys.stderr.write(f"error: {e}\n")
         dist.destroy_process_group()
         return 2
     ok = all(r.ok(tol) for r in rows)
+    say(f"compared {len(rows)} steps with one process: " + ("PASS" if ok else f"FAIL (an error above {tol:g})"))
     if dist.get_rank() == 0:
         sys.stdout.write(f"{report['model']} with {report['optimizer']}"
                          + (f" (FSDP2 over {', '.join(report['fsdp_axes'])})" if report["fsdp_axes"] else "")
