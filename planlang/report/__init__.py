@@ -8,6 +8,11 @@
   times, with its bubble; not drawn for a plan without a pipeline (the page says so);
 - report.json: the numbers behind both charts; index.html: the plan's summary, the charts and the tables.
 
+`report_command` (the CLI) also prints one line per device class (estimated peak against the budget, or
+the device's memory) and, on stderr, a warning for each over it. The exit code stays 0: the report was
+written, and showing where too much memory goes is its point; `planlang check --model` is the gate that
+fails (PL560).
+
 Layers: this sits on top of planlang.model (like the CLI); matplotlib is imported only to draw.
 """
 from __future__ import annotations
@@ -19,7 +24,8 @@ from typing import Iterable
 
 from .build import ReportData, ReportError, build_report_data
 
-__all__ = ["FORMATS", "ReportData", "ReportError", "build_report_data", "report_command", "write_report"]
+__all__ = ["FORMATS", "ReportData", "ReportError", "build_report_data", "memory_summary", "report_command",
+           "write_report"]
 
 FORMATS = ("png", "svg", "pdf")
 
@@ -57,7 +63,10 @@ def write_report(plan_path: str, out_dir: str, formats=("png", "svg")) -> list[P
     `out_dir` (created if needed). Returns the files written. Raises ReportError for a plan that fails to
     check, has holes or whose model fails to load."""
     fmts = _formats(formats)
-    data = build_report_data(plan_path)
+    return _write_into(build_report_data(plan_path), out_dir, fmts)
+
+
+def _write_into(data: ReportData, out_dir: str, fmts: tuple[str, ...]) -> list[Path]:
     out = Path(out_dir)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -106,11 +115,43 @@ def _write(data: ReportData, out: Path, fmts: tuple[str, ...]) -> list[Path]:
     return written + [out / "report.json", out / "index.html"]
 
 
+def _device_labels(data: ReportData) -> list[str]:
+    """The bars' labels on one line (`stage 1 (rank 1)`, `each of the 4 devices`)."""
+    return [label.replace("\n", " ") for label in _bar_labels(data)]
+
+
+def memory_summary(data: ReportData) -> tuple[list[str], list[str]]:
+    """One line per device class (its estimated peak against the limit the chart draws: the budget, else
+    the device's memory), and a warning for each device class over that limit."""
+    from planlang.plan.units import format_bytes as fb
+
+    from .page import memory_limit
+
+    limit, what = memory_limit(data.plan)
+    lines, warnings = [], []
+    for label, bar in zip(_device_labels(data), data.bars):
+        head = f"{label}: estimated peak {fb(bar.peak)} (in the {bar.phase})"
+        if limit is None:
+            lines.append(f"{head}; no budget or device memory to compare with")
+        elif bar.peak <= limit:
+            share = bar.peak / limit
+            lines.append(f"{head}, {what} {fb(limit)}: fits ({'under 1%' if share < 0.01 else f'{share:.0%}'} of it)")
+        else:
+            over = f"over by {fb(bar.peak - limit)} (+{(bar.peak - limit) / limit:.0%})"
+            lines.append(f"{head}, {what} {fb(limit)}: {over}")
+            warnings.append(f"{label} is over its {what}: estimated peak {fb(bar.peak)} against {fb(limit)}, {over}")
+    return lines, warnings
+
+
 def report_command(plan: str, out_dir: str, formats: str | Iterable[str] = "png,svg") -> int:
-    """The body of `planlang report PLAN -o DIR [--format png,svg]`: prints what it wrote, or a clear
-    error (diagnostics first) on stderr. Returns the exit code: 0 written, 2 not written."""
+    """The body of `planlang report PLAN -o DIR [--format png,svg]`: prints what it wrote and each device
+    class's estimated peak against the budget on stdout, a warning per device class over it on stderr;
+    or a clear error (diagnostics first) on stderr. Returns the exit code: 0 written (over budget or
+    not: `planlang check --model` is the gate), 2 not written."""
     try:
-        files = write_report(str(plan), str(out_dir), formats)
+        fmts = _formats(formats)
+        data = build_report_data(str(plan))
+        files = _write_into(data, str(out_dir), fmts)
     except ReportError as err:
         if err.details:
             sys.stderr.write(err.details if err.details.endswith("\n") else err.details + "\n")
@@ -118,4 +159,10 @@ def report_command(plan: str, out_dir: str, formats: str | Iterable[str] = "png,
         return 2
     for f in files:
         sys.stdout.write(f"wrote {f}\n")
+    lines, warnings = memory_summary(data)
+    for line in lines:
+        sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+    for w in warnings:
+        sys.stderr.write(f"planlang: warning: {w}; {Path(out_dir) / 'index.html'} shows where the memory goes\n")
     return 0

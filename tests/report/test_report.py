@@ -212,3 +212,30 @@ def test_unknown_format_and_missing_file(plans, tmp_path, capsys):
         write_report(plans["tiny"], str(tmp_path), formats=("png", "gif"))
     assert report_command(str(tmp_path / "nope.plan"), str(tmp_path)) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_report_command_prints_each_devices_peak_and_warns_over_budget(plans, tmp_path, capsys):
+    """A plan whose stages are estimated at 1.9 and 2.2 times the budget: the report is written (exit
+    0, as for any report), with one line per stage on stdout and a warning per stage on stderr."""
+    assert report_command(plans["over"], str(tmp_path), "svg") == 0
+    out, err = capsys.readouterr()
+    data = json.loads((tmp_path / "report.json").read_text())
+    lines = [line for line in out.splitlines() if not line.startswith("wrote ")]
+    assert len(lines) == 2 and len(out.splitlines()) == 2 + 4  # memory.svg, schedule.svg, report.json, index.html
+    warnings = err.splitlines()
+    assert len(warnings) == 2
+    for i, (line, warning, dev) in enumerate(zip(lines, warnings, data["devices"])):
+        over = (dev["peak"] - data["budget"]) / data["budget"]
+        assert line.startswith(f"stage {i}: estimated peak ") and "budget 1 MiB: over by " in line
+        assert f"(+{over:.0%})" in line
+        assert warning.startswith(f"planlang: warning: stage {i} is over its budget: estimated peak ")
+        assert f"(+{over:.0%})" in warning and str(tmp_path / "index.html") in warning
+
+
+def test_memory_summary_of_a_plan_that_fits(tiny_data):
+    from planlang.report import memory_summary
+
+    lines, warnings = memory_summary(tiny_data)
+    assert warnings == []
+    assert lines == [f"stage {i}: estimated peak {b.peak / 2**20:.2f} MiB (in the backward), budget 1 GiB: "
+                     "fits (under 1% of it)" for i, b in enumerate(tiny_data.bars)]
