@@ -1,7 +1,11 @@
-"""Generate docs/diagnostics.md from the code registry (planlang.lang.codes).
+"""Generate docs/diagnostics.md from the table of codes (planlang.lang.codes).
 
 Run `python scripts/gen_diagnostics_doc.py` after adding or changing a code; tests/test_diagnostics_doc.py
-fails while the file and the registry disagree.
+fails while the file and the table disagree. The table is complete on import (model-aware codes too), so
+this needs neither torch nor the model layer.
+
+Each code gets a `### PLxxx` heading; GitHub renders it with the anchor `Code.anchor` (`#pl301`), which
+the summary table links to and SARIF rules' `helpUri` points at.
 """
 from __future__ import annotations
 
@@ -10,7 +14,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import planlang.model.checks  # noqa: E402,F401  (registers the model-aware codes)
 from planlang.lang.codes import CODES  # noqa: E402
 
 RANGES = [
@@ -40,13 +43,13 @@ def render() -> str:
         "| --- | --- | --- | --- |",
     ]
     for c in sorted(CODES.values(), key=lambda c: c.code):
-        out.append(f"| [{c.code}](#{c.code.lower()}) | {c.name} | {c.severity.value} | {c.title} |")
+        out.append(f"| [{c.code}](#{c.anchor}) | {c.name} | {c.severity.value} | {c.title} |")
     for prefix, title in RANGES:
         out += ["", f"## {prefix}xx — {title}"]
         for c in sorted((c for c in CODES.values() if c.code.startswith(prefix)), key=lambda c: c.code):
             out += ["", f"### {c.code}", "", f"**{c.name}** ({c.severity.value}): {c.title}."]
             if c.explanation:
-                out += ["", c.explanation.replace("\n", " ")]
+                out += ["", c.explanation_text]
     return "\n".join(out) + "\n"
 
 

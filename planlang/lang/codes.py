@@ -1,9 +1,11 @@
-"""The registry of diagnostic codes: stable ids, default severity, a title and an explanation.
+"""The table of diagnostic codes: stable ids, default severity, a title and an explanation.
 
 Ranges: PL1xx syntax · PL2xx names, values and units · PL3xx mesh and sharding specs ·
 PL4xx pipeline and checkpointing · PL5xx memory and optimizer. Within each range, x60–x89 are reserved
-for the model-aware rules (module paths, tensor shapes, stage coverage, estimated memory), which are
-registered by `planlang.model` through `register_code`.
+for the model-aware rules (module paths, tensor shapes, stage coverage, estimated memory) that
+`planlang.model.checks` runs. Their entries live in this table too, like every other code: the table
+is plain data, complete on import, so `planlang explain`, the docs and the SARIF rules know every code
+without importing the model layer (or torch).
 
 `docs/diagnostics.md` is generated from this table (`python scripts/gen_diagnostics_doc.py`) and a test
 keeps the two in sync; `planlang explain CODE` prints an entry.
@@ -16,6 +18,11 @@ from .diagnostics import Severity
 
 E, W, N = Severity.ERROR, Severity.WARNING, Severity.NOTE
 
+#: Where planlang lives; links into its docs (e.g. SARIF rules' `helpUri`) are built from this.
+REPOSITORY_URL = "https://github.com/planlang/planlang"
+#: The generated reference of every code, relative to the repository root.
+DIAGNOSTICS_DOC = "docs/diagnostics.md"
+
 
 @dataclass(frozen=True)
 class Code:
@@ -27,6 +34,26 @@ class Code:
 
     def __str__(self) -> str:
         return f"{self.code} {self.name}"
+
+    @property
+    def model_aware(self) -> bool:
+        """In a model-aware slot (x60–x89): reported only when the plan is checked against its model."""
+        return 60 <= int(self.code[3:]) <= 89
+
+    @property
+    def explanation_text(self) -> str:
+        """The explanation as one paragraph (the table wraps it at about 100 columns)."""
+        return " ".join(line.strip() for line in self.explanation.splitlines()).strip()
+
+    @property
+    def anchor(self) -> str:
+        """The fragment of this code's heading (`### PL301`) in docs/diagnostics.md, as GitHub renders it."""
+        return self.code.lower()
+
+    @property
+    def doc_url(self) -> str:
+        """This code's entry in docs/diagnostics.md on the repository's default branch."""
+        return f"{REPOSITORY_URL}/blob/main/{DIAGNOSTICS_DOC}#{self.anchor}"
 
 
 _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
@@ -112,6 +139,13 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL253", "decimal-memory-unit", N, "decimal memory unit",
      "GB means 10^9 bytes and GiB 2^30 bytes (7% more). Accelerator memory is sold in GiB: an\n"
      "\"80 GB\" A100 has 80 GiB. This note reminds you which one you wrote; suppress it if you meant it."),
+    # model-aware (planlang.model.checks)
+    ("PL260", "model-import", E, "model cannot be imported",
+     "The `model` statement's factory (\"package.module:callable\") cannot be imported. planlang looks on\n"
+     "sys.path, then in the plan's folder and the folders above it, then the current directory."),
+    ("PL261", "model-build", E, "model factory failed",
+     "Calling the factory with the plan's arguments (on the meta device) raised an error, or returned\n"
+     "something that is not an nn.Module."),
     # ------------------------------------------------------------------ PL3xx mesh and specs
     ("PL301", "mesh-size-mismatch", E, "mesh axes do not multiply to the device count",
      "With `mesh m of N x device { ... }`, the axis sizes must multiply to N. The message shows the\n"
@@ -144,6 +178,19 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "The plan shards, splits data or pipelines over axes but declares no mesh."),
     ("PL312", "mesh-count-indivisible", E, "device count not divisible by the fixed axis sizes",
      "With holes in the mesh, the fixed sizes must divide the device count so the holes can be filled."),
+    # model-aware (planlang.model.checks)
+    ("PL360", "unknown-module-path", E, "path names nothing in the model",
+     "A shard, stage or checkpoint path matches no module or parameter of the model. The diagnostic\n"
+     "suggests the closest real name; `planlang inspect` lists them all."),
+    ("PL361", "spec-rank-mismatch", E, "spec has the wrong number of entries for the tensor",
+     "A spec needs one entry per dim of the tensor it shards (parameter, or the activation a module\n"
+     "returns or receives)."),
+    ("PL362", "dim-not-divisible", E, "sharded dim not divisible by its axes",
+     "Every dim split over mesh axes must be divisible by the product of their sizes; the message shows\n"
+     "the tensor, the dim and the arithmetic (`3072 is not divisible by tp(5) = 5`)."),
+    ("PL363", "shard-target-is-module", E, "shard target is a module, not a parameter",
+     "`shard PATH : SPEC` shards parameters; PATH matched modules only. Name the parameters\n"
+     "(`fc1.weight`), or shard the module's activation with `output of PATH`."),
     # ------------------------------------------------------------------ PL4xx pipeline and checkpoint
     ("PL401", "stage-count", E, "number of stages does not match the pipeline axis",
      "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved schedule)."),
@@ -167,9 +214,26 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL410", "stage-degrees", E, "per-stage degrees are inconsistent",
      "`stage ... with tp = 4` sets the sub-mesh of one stage: it may name only non-pipeline axes, and\n"
      "the stages' device counts must add up to the mesh's device count."),
-    ("PL411", "microbatches-invalid", E, "microbatches must be at least 1", ""),
+    ("PL411", "microbatches-invalid", E, "microbatches must be at least 1",
+     "`microbatches N` splits each step's batch into N microbatches that go through the pipeline one\n"
+     "after another; N = 0 leaves nothing to run. Write a whole number of at least 1 (at least the\n"
+     "number of stages to keep every stage busy), or `?` and let `planlang solve` choose."),
     ("PL413", "checkpoint-overlap", E, "a module is in two checkpoint groups",
      "Checkpoint groups must be disjoint."),
+    # model-aware (planlang.model.checks)
+    ("PL460", "stage-coverage", E, "module in no stage",
+     "With explicit stages, every module that holds parameters or runs computation must belong to\n"
+     "exactly one stage."),
+    ("PL461", "module-in-two-stages", E, "module in two stages", "A module is selected by two stages."),
+    ("PL462", "stage-order", E, "stages out of execution order",
+     "Stage i+1 must run after stage i: a module of a later stage runs before a module of an earlier one."),
+    ("PL463", "shared-parameter-split", E, "shared parameter split across stages",
+     "Two modules share one parameter (e.g. tied input and output embeddings) but sit in different\n"
+     "stages. Put them in one stage, or untie the parameter in the model."),
+    ("PL464", "checkpoint-not-contiguous", E, "checkpoint group not contiguous",
+     "A checkpoint group (without `every`) must be consecutive modules in execution order."),
+    ("PL465", "checkpoint-crosses-stage", E, "checkpoint group crosses a stage boundary",
+     "A checkpoint group must lie inside one pipeline stage."),
     # ------------------------------------------------------------------ PL5xx memory and optimizer
     ("PL501", "budget-exceeds-device", E, "budget exceeds the device's memory",
      "The per-device budget is larger than the memory of the mesh's device."),
@@ -182,17 +246,14 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "the replicas hold different gradients."),
     ("PL505", "no-budget", N, "no memory budget",
      "Without `budget N GiB per device` the memory checks use the device's full memory."),
+    # model-aware (planlang.model.checks)
+    ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
+     "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"
+     "the plan's budget. The message gives the breakdown; shard more (tp, ZeRO), checkpoint, or use more\n"
+     "microbatches or pipeline stages."),
 ]
 
 CODES: dict[str, Code] = {c: Code(c, n, s, t, x) for c, n, s, t, x in _ENTRIES}
-
-
-def register_code(code: str, name: str, severity: Severity, title: str, explanation: str) -> Code:
-    """Add a code (used by model-aware rules). Re-registering the same code is an error."""
-    if code in CODES:
-        raise ValueError(f"diagnostic code {code} is already registered")
-    CODES[code] = Code(code, name, severity, title, explanation)
-    return CODES[code]
 
 
 def lookup(code: str) -> Code | None:

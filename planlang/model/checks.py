@@ -2,14 +2,14 @@
 
 Registered into the checker's rule list with `needs_model=True`; they read `ctx.facts["model"]`, a
 `ModuleFacts` (planlang.model.trace). `model_facts_for(plan)` builds it, or returns a load diagnostic.
-Codes live in the model-aware slots (x60–x89) of each range and are registered here.
+Their codes sit in the model-aware slots (x60–x89) of each range; like every code, their entries (name,
+severity, title, explanation) are in the table of planlang.lang.codes.
 """
 from __future__ import annotations
 
 import math
 from typing import Iterator
 
-from planlang.lang.codes import CODES, register_code
 from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
 from planlang.plan import types as T
 from planlang.plan.checker import Rule, register_rule
@@ -18,48 +18,6 @@ from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
 
 from .trace import ModuleFacts
-
-E, W = Severity.ERROR, Severity.WARNING
-_CODES = [
-    ("PL260", "model-import", E, "model cannot be imported",
-     "The `model` statement's factory (\"package.module:callable\") cannot be imported. planlang looks on\n"
-     "sys.path, then in the plan's folder and the folders above it, then the current directory."),
-    ("PL261", "model-build", E, "model factory failed",
-     "Calling the factory with the plan's arguments (on the meta device) raised an error, or returned\n"
-     "something that is not an nn.Module."),
-    ("PL360", "unknown-module-path", E, "path names nothing in the model",
-     "A shard, stage or checkpoint path matches no module or parameter of the model. The diagnostic\n"
-     "suggests the closest real name; `planlang inspect` lists them all."),
-    ("PL361", "spec-rank-mismatch", E, "spec has the wrong number of entries for the tensor",
-     "A spec needs one entry per dim of the tensor it shards (parameter, or the activation a module\n"
-     "returns or receives)."),
-    ("PL362", "dim-not-divisible", E, "sharded dim not divisible by its axes",
-     "Every dim split over mesh axes must be divisible by the product of their sizes; the message shows\n"
-     "the tensor, the dim and the arithmetic (`3072 is not divisible by tp(5) = 5`)."),
-    ("PL363", "shard-target-is-module", E, "shard target is a module, not a parameter",
-     "`shard PATH : SPEC` shards parameters; PATH matched modules only. Name the parameters\n"
-     "(`fc1.weight`), or shard the module's activation with `output of PATH`."),
-    ("PL460", "stage-coverage", E, "module in no stage",
-     "With explicit stages, every module that holds parameters or runs computation must belong to\n"
-     "exactly one stage."),
-    ("PL461", "module-in-two-stages", E, "module in two stages", "A module is selected by two stages."),
-    ("PL462", "stage-order", E, "stages out of execution order",
-     "Stage i+1 must run after stage i: a module of a later stage runs before a module of an earlier one."),
-    ("PL463", "shared-parameter-split", E, "shared parameter split across stages",
-     "Two modules share one parameter (e.g. tied input and output embeddings) but sit in different\n"
-     "stages. Put them in one stage, or untie the parameter in the model."),
-    ("PL464", "checkpoint-not-contiguous", E, "checkpoint group not contiguous",
-     "A checkpoint group (without `every`) must be consecutive modules in execution order."),
-    ("PL465", "checkpoint-crosses-stage", E, "checkpoint group crosses a stage boundary",
-     "A checkpoint group must lie inside one pipeline stage."),
-    ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
-     "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"
-     "the plan's budget. The message gives the breakdown; shard more (tp, ZeRO), checkpoint, or use more\n"
-     "microbatches or pipeline stages."),
-]
-for _c in _CODES:
-    if _c[0] not in CODES:
-        register_code(*_c)
 
 
 def to_plan_name(name: str) -> str:

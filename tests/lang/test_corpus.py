@@ -107,7 +107,7 @@ def test_recovery_reports_two_syntax_errors():
 
 
 def _pristine_codes() -> set[str]:
-    """The codes of `planlang.lang.codes` as imported on its own (without rules registered later)."""
+    """The codes of `planlang.lang.codes` as imported on its own (the table is complete without any layer above)."""
     out = subprocess.run(
         [sys.executable, "-c", "import json; from planlang.lang.codes import CODES; print(json.dumps(sorted(CODES)))"],
         capture_output=True, text=True, check=True, cwd=REPO,
@@ -121,6 +121,8 @@ def test_every_code_has_a_corpus_file():
         covered |= {code for _, code, _, _ in expectations(path)}
     codes = _pristine_codes()
     assert codes <= set(CODES)
+    # model-aware codes (x60–x89) need the model; the corpus is checked without one, so cannot report them
+    codes = {c for c in codes if not CODES[c].model_aware}
     missing = sorted(codes - covered)
     assert not missing, f"codes without a corpus file in {CORPUS_REL}: {', '.join(missing)}"
     unknown = sorted(covered - set(CODES))
