@@ -14,12 +14,18 @@ from pathlib import Path
 import pytest
 
 from planlang import __version__
+from planlang.lang.codes import CODES, REPOSITORY_URL
 from planlang.lang.diagnostics import Diagnostic, Label, Severity
 from planlang.lang.render import FORMATS, render, summary_line
 from planlang.lang.render.github import escape_data, escape_property
+from planlang.lang.render.sarif import rule_descriptor
 from planlang.lang.source import SourceFile, Span
 
+from .github_anchors import heading_anchors
+
 GOLDEN_DIR = Path(__file__).parent / "golden" / "render"
+REPO = Path(__file__).resolve().parents[2]
+DIAGNOSTICS_DOC_URL = f"{REPOSITORY_URL}/blob/main/docs/diagnostics.md"
 UPDATE = os.environ.get("PLANLANG_UPDATE_GOLDEN") == "1"
 
 MAIN_TEXT = (
@@ -460,13 +466,11 @@ def validate_sarif(doc: dict) -> None:
     run = doc["runs"][0]
     driver = run["tool"]["driver"]
     assert driver["name"] == "planlang" and driver["version"] == __version__
-    assert driver["informationUri"].startswith("https://")
+    assert driver["informationUri"] == REPOSITORY_URL
     rule_ids = [r["id"] for r in driver["rules"]]
     assert len(rule_ids) == len(set(rule_ids))
     for rule in driver["rules"]:
-        assert isinstance(rule["shortDescription"]["text"], str) and rule["shortDescription"]["text"]
-        assert rule["helpUri"] == f"https://planlang.dev/docs/diagnostics#{rule['id'].lower()}"
-        assert rule["defaultConfiguration"]["level"] in ("error", "warning", "note", "none")
+        validate_rule(rule)
     assert run["columnKind"] in ("utf16CodeUnits", "unicodeCodePoints")
 
     def check_location(loc):
@@ -498,6 +502,33 @@ def validate_sarif(doc: dict) -> None:
         assert fps and all(isinstance(v, str) and v for v in fps.values())
 
 
+def _text(message: dict) -> str:
+    """A multiformatMessageString: `text` is required, `markdown` optional; both non-empty strings."""
+    assert set(message) <= {"text", "markdown"}
+    assert isinstance(message["text"], str) and message["text"].strip()
+    if "markdown" in message:
+        assert isinstance(message["markdown"], str) and message["markdown"].strip()
+    return message["text"]
+
+
+def validate_rule(rule: dict) -> None:
+    """A reportingDescriptor with every field planlang fills in."""
+    assert set(rule) <= {"id", "name", "shortDescription", "fullDescription", "help", "helpUri",
+                         "defaultConfiguration"}
+    assert isinstance(rule["id"], str) and rule["id"]
+    _text(rule["shortDescription"])
+    _text(rule["fullDescription"])
+    _text(rule["help"])
+    assert "markdown" in rule["help"]
+    entry = CODES.get(rule["id"])
+    if entry is not None:
+        assert rule["helpUri"] == f"{DIAGNOSTICS_DOC_URL}#{rule['id'].lower()}"
+        assert rule["name"] == entry.name
+    else:
+        assert rule["helpUri"] == DIAGNOSTICS_DOC_URL and "name" not in rule
+    assert rule["defaultConfiguration"]["level"] in ("error", "warning", "note", "none")
+
+
 def test_sarif_structure():
     doc = json.loads(render(all_diagnostics(), SOURCES, "sarif"))
     validate_sarif(doc)
@@ -518,15 +549,73 @@ def test_sarif_structure():
 
 
 def test_sarif_rule_titles_and_default_level():
+    """Titles come from the table of codes; `rule_titles` (what the CLI passes) only names codes it lacks."""
     d = mesh_size()
-    doc = json.loads(
-        render([d, d.with_severity(Severity.WARNING)], SOURCES, "sarif", rule_titles={"PL301": "mesh size mismatch"})
-    )
+    unknown = Diagnostic("PL999", Severity.NOTE, "m", d.span)
+    doc = json.loads(render([d, d.with_severity(Severity.WARNING), unknown], SOURCES, "sarif",
+                            rule_titles={"PL301": "mesh size mismatch", "PL999": "a code of another version"}))
     validate_sarif(doc)
-    (rule,) = doc["runs"][0]["tool"]["driver"]["rules"]
-    assert rule["shortDescription"]["text"] == "mesh size mismatch"
+    rule, other = doc["runs"][0]["tool"]["driver"]["rules"]
+    assert rule["shortDescription"]["text"] == CODES["PL301"].title
     assert rule["defaultConfiguration"]["level"] == "error"
-    assert [r["level"] for r in doc["runs"][0]["results"]] == ["error", "warning"]
+    assert other["shortDescription"]["text"] == "a code of another version"
+    assert [r["level"] for r in doc["runs"][0]["results"]] == ["error", "warning", "note"]
+    same = {c: e.title for c, e in CODES.items()}  # what the CLI passes: redundant, changes nothing
+    assert render([d], SOURCES, "sarif", rule_titles=same) == render([d], SOURCES, "sarif")
+
+
+def test_sarif_rules_are_described_from_the_table():
+    diags = [
+        mesh_size(),                                                                     # PL301 error
+        Diagnostic("PL218", Severity.WARNING, "unused use", sp(MAIN, 1, 1, 1, 13)),       # warning
+        Diagnostic("PL253", Severity.NOTE, "decimal unit", sp(MAIN, 12, 11, 12, 16)),     # note
+        Diagnostic("PL101", Severity.ERROR, "unexpected token", sp(MAIN, 3, 1, 3, 6)),    # syntax
+        Diagnostic("PL362", Severity.ERROR, "not divisible", sp(MAIN, 8, 5, 8, 11)),      # model-aware
+    ]
+    doc = json.loads(render(diags, SOURCES, "sarif"))
+    validate_sarif(doc)
+    rules = {r["id"]: r for r in doc["runs"][0]["tool"]["driver"]["rules"]}
+    assert sorted(rules) == ["PL101", "PL218", "PL253", "PL301", "PL362"]
+    for code, rule in rules.items():
+        entry = CODES[code]
+        one_paragraph = " ".join(entry.explanation.split("\n"))
+        assert rule["name"] == entry.name
+        assert rule["shortDescription"] == {"text": entry.title}
+        assert rule["fullDescription"] == {"text": one_paragraph}
+        assert rule["helpUri"] == f"{REPOSITORY_URL}/blob/main/docs/diagnostics.md#{code.lower()}"
+        text, md = rule["help"]["text"], rule["help"]["markdown"]
+        for body in (text, md):
+            assert one_paragraph in body and entry.title in body
+            assert f"planlang explain {code}" in body and rule["helpUri"] in body
+        assert "How to fix:" in text and "#### How to fix" in md
+        assert f"]({rule['helpUri']})" in md  # a markdown link to the entry
+    assert "planlang check --model PLAN" in rules["PL362"]["help"]["markdown"]
+    assert "planlang check PLAN" in rules["PL301"]["help"]["markdown"]
+    assert "cannot be suppressed" in rules["PL101"]["help"]["text"]
+    for code in ("PL218", "PL253"):  # warnings and notes may be meant: say how to suppress them
+        assert f"`# plan: ignore[{code}]`" in rules[code]["help"]["markdown"]
+        assert f"`# plan: ignore-file[{code}]`" in rules[code]["help"]["markdown"]
+
+
+def test_sarif_every_code_of_the_table_gets_a_full_rule():
+    for code, entry in CODES.items():
+        rule = rule_descriptor(code, entry.severity.value)
+        validate_rule(rule)
+        assert rule["shortDescription"]["text"] == entry.title
+
+
+def test_sarif_help_uris_reach_the_headings_of_the_docs():
+    """helpUri is `<repo>/blob/main/docs/diagnostics.md#plxxx`: the file exists in this repository and its
+    `### PLxxx` heading gets exactly that anchor when GitHub renders it."""
+    doc = REPO / "docs" / "diagnostics.md"
+    anchors = heading_anchors(doc.read_text(encoding="utf-8"))
+    for code, entry in CODES.items():
+        uri = rule_descriptor(code, "error")["helpUri"]
+        base, _, fragment = uri.partition("#")
+        assert base == f"{REPOSITORY_URL}/blob/main/docs/diagnostics.md"
+        assert (REPO / base.removeprefix(f"{REPOSITORY_URL}/blob/main/")).is_file()
+        assert fragment in anchors, f"{code}: no heading with anchor #{fragment} in docs/diagnostics.md"
+    assert "planlang.dev" not in json.dumps(json.loads(render([mesh_size()], SOURCES, "sarif")))
 
 
 def test_sarif_fingerprints_are_stable_and_position_independent():

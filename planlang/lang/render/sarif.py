@@ -3,6 +3,10 @@
 One run; one rule per distinct code; results point at `%SRCROOT%`-relative URIs. Columns are
 counted in Unicode code points (``columnKind``), as planlang spans are; ``endColumn`` is exclusive,
 as in SARIF.
+
+Rules are described from the table of codes (planlang.lang.codes): ``shortDescription`` is the title,
+``fullDescription`` the explanation, ``help`` the explanation plus how to fix it (text and markdown),
+and ``helpUri`` the code's entry in docs/diagnostics.md in the repository (`REPOSITORY_URL`).
 """
 from __future__ import annotations
 
@@ -13,12 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from ..codes import CODES, DIAGNOSTICS_DOC, REPOSITORY_URL, Code
 from ._common import severity_name, sorted_diagnostics, to_posix
 
 SCHEMA_URI = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
-INFORMATION_URI = "https://planlang.dev"
-HELP_URI = "https://planlang.dev/docs/diagnostics#{code}"
+INFORMATION_URI = REPOSITORY_URL
+DOC_URI = f"{REPOSITORY_URL}/blob/main/{DIAGNOSTICS_DOC}"
 SRCROOT = "%SRCROOT%"
 
 _LEVELS = {"error": "error", "warning": "warning", "note": "note"}
@@ -81,7 +86,67 @@ def _message_text(diag: Any) -> str:
     return text
 
 
+def _how_to_fix(entry: Code) -> list[str]:
+    """Paragraphs (markdown) on fixing, or deliberately silencing, a diagnostic of this code."""
+    c = entry.code
+    check = "`planlang check --model PLAN`" if entry.model_aware else "`planlang check PLAN`"
+    out = [
+        "Fix the cause described above. When a result's message has a `help:` line, it suggests a fix for "
+        f"that occurrence. Run {check} again to confirm the diagnostic is gone.",
+    ]
+    if c.startswith("PL1"):
+        out.append("Syntax errors cannot be suppressed: a file that does not parse is never clean.")
+    elif entry.severity.value == "error":
+        out.append(f"An error fails `planlang check`. A `# plan: ignore[{c}]` comment hides the report, not "
+                   "the problem: fix the plan instead.")
+    else:
+        fails = "fails `planlang lint`" if entry.severity.value == "warning" else "never fails a command"
+        out.append(f"A {entry.severity.value} {fails}. If the plan is right as written, suppress it on one line "
+                   f"with `# plan: ignore[{c}]` (at the end of the line, or on the line before) or in a whole "
+                   f"file with `# plan: ignore-file[{c}]`.")
+    return out
+
+
+def rule_descriptor(code: str, level: str, title: str | None = None) -> dict[str, Any]:
+    """The `reportingDescriptor` of one code. `title` is used only for a code the table lacks."""
+    entry = CODES.get(code)
+    if entry is None:
+        short = title or code
+        text = f"{code} is not in planlang's table of diagnostic codes."
+        return {
+            "id": code,
+            "shortDescription": {"text": short},
+            "fullDescription": {"text": text},
+            "help": {"text": f"{short}\n\n{text} Every code is listed in {DOC_URI}",
+                     "markdown": f"{short}\n\n{text} Every code is listed in [{DIAGNOSTICS_DOC}]({DOC_URI})."},
+            "helpUri": DOC_URI,
+            "defaultConfiguration": {"level": level},
+        }
+    explanation = entry.explanation_text or entry.title
+    head = f"{entry.code} ({entry.name}, {entry.severity.value}): {entry.title}."
+    fix = _how_to_fix(entry)
+    more = f"`planlang explain {entry.code}` prints this entry."
+    text = "\n\n".join([head, explanation, "How to fix:", *fix, f"{more} See {entry.doc_url}"])
+    markdown = "\n\n".join([f"**{entry.code} `{entry.name}`** ({entry.severity.value}): {entry.title}.",
+                             explanation, "#### How to fix", *fix,
+                             f"{more} See [{entry.code} in {DIAGNOSTICS_DOC}]({entry.doc_url})."])
+    return {
+        "id": entry.code,
+        "name": entry.name,
+        "shortDescription": {"text": entry.title},
+        "fullDescription": {"text": explanation},
+        "help": {"text": text, "markdown": markdown},
+        "helpUri": entry.doc_url,
+        "defaultConfiguration": {"level": level},
+    }
+
+
 def to_sarif(diagnostics: list[Any], rule_titles: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The SARIF log of `diagnostics`.
+
+    Rules are described from the table of codes; `rule_titles` (code -> title) is still accepted but only
+    names codes the table lacks: for the table's codes it would be redundant.
+    """
     diags = sorted_diagnostics(diagnostics)
     titles = rule_titles or {}
 
@@ -92,15 +157,7 @@ def to_sarif(diagnostics: list[Any], rule_titles: Mapping[str, str] | None = Non
             levels[d.code] = level
     codes = sorted(levels)
     rule_index = {code: i for i, code in enumerate(codes)}
-    rules = [
-        {
-            "id": code,
-            "shortDescription": {"text": titles.get(code) or code},
-            "helpUri": HELP_URI.format(code=code.lower()),
-            "defaultConfiguration": {"level": levels[code]},
-        }
-        for code in codes
-    ]
+    rules = [rule_descriptor(code, levels[code], titles.get(code)) for code in codes]
 
     results = []
     for d in diags:
