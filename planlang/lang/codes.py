@@ -178,6 +178,10 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "The plan shards, splits data or pipelines over axes but declares no mesh."),
     ("PL312", "mesh-count-indivisible", E, "device count not divisible by the fixed axis sizes",
      "With holes in the mesh, the fixed sizes must divide the device count so the holes can be filled."),
+    ("PL313", "batch-split-conflict", E, "inputs split their batch over different axes",
+     "Every input's batch dim (the dim named `batch`, else the first) must be split over the same mesh\n"
+     "axes: they are the plan's data axes, over which gradients are summed and ZeRO shards. Example:\n"
+     "`data x : [dp, _]` and `data y : [tp]`. Split both over `dp`."),
     # model-aware (planlang.model.checks)
     ("PL360", "unknown-module-path", E, "path names nothing in the model",
      "A shard, stage or checkpoint path matches no module or parameter of the model. The diagnostic\n"
@@ -220,6 +224,19 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "number of stages to keep every stage busy), or `?` and let `planlang solve` choose."),
     ("PL413", "checkpoint-overlap", E, "a module is in two checkpoint groups",
      "Checkpoint groups must be disjoint."),
+    ("PL414", "pipeline-tensor-parallel", E, "tensor parallelism inside a pipeline",
+     "A `shard` (or `apply megatron...`) splits parameters over an axis that is not a data axis in a plan\n"
+     "with a pipeline. The runtime does not run pipeline x tensor parallelism yet; `planlang lower` and\n"
+     "`verify` would refuse the plan. Remove the shard statements from the pipeline plan, or drop the\n"
+     "pipeline and run the tensor-parallel plan."),
+    ("PL415", "pipeline-zero-batch-axes", E, "ZeRO-2/3 in a pipeline with the batch over several axes",
+     "In a pipeline, ZeRO-2/3 shard each stage with FSDP2 over the one ZeRO axis, which must then be the\n"
+     "only axis of size > 1 the batch is split over. Split the batch over the ZeRO axis only, or use\n"
+     "ZeRO-1."),
+    ("PL416", "1f1b-microbatches", E, "1F1B with fewer microbatches than stages",
+     "1F1B warms stage i up with p - i forwards before its first backward, so it needs at least as many\n"
+     "microbatches as stages (torch.distributed.pipelining refuses fewer). Use more microbatches, or\n"
+     "`schedule gpipe`."),
     # model-aware (planlang.model.checks)
     ("PL460", "stage-coverage", E, "module in no stage",
      "With explicit stages, every module that holds parameters or runs computation must belong to\n"
@@ -241,9 +258,10 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "1 shards optimizer state, 2 also gradients, 3 also parameters."),
     ("PL503", "zero-axis-missing", E, "ZeRO needs an axis",
      "Write `zero = 1 over dp`: the axis whose ranks share the optimizer state."),
-    ("PL504", "zero-axis-not-data", W, "ZeRO over an axis that does not split the data",
-     "ZeRO shards state across data-parallel replicas; over an axis that does not split any input\n"
-     "the replicas hold different gradients."),
+    ("PL504", "zero-axis-not-data", E, "ZeRO over an axis that does not split the data",
+     "ZeRO shards state across data-parallel replicas; over an axis that does not split any input's\n"
+     "batch dim the replicas hold different gradients, so the runtime refuses it. Name a data axis:\n"
+     "one the `data` statements split the batch over."),
     ("PL505", "no-budget", N, "no memory budget",
      "Without `budget N GiB per device` the memory checks use the device's full memory."),
     # model-aware (planlang.model.checks)

@@ -12,7 +12,7 @@ from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.source import Span
 
 from . import types as T
-from .data import batch_dim, data_axes
+from .data import batch_dim, batch_split_conflict, data_axes
 from .resolve import diag
 from .selection import Selection, index_range
 from .units import format_bytes
@@ -193,7 +193,8 @@ def data_specs(ctx) -> Diags:
 
 # ------------------------------------------------------------------------------ pipeline
 def pipeline_schedule(ctx) -> Diags:
-    """PL401 stages vs axis size; PL402 interleaved divisibility; PL403 bubbles; PL404 chunks; PL411."""
+    """PL401 stages vs axis size; PL402 interleaved divisibility; PL403 bubbles; PL404 chunks; PL411;
+    PL416 1F1B with fewer microbatches than stages (the runtime refuses it)."""
     plan = ctx.plan
     p = plan.pipeline
     if p is None:
@@ -226,6 +227,9 @@ def pipeline_schedule(ctx) -> Diags:
             yield diag("PL402", f"interleaved needs microbatches divisible by {p.axis}({size}), "
                        f"but {m} % {size} = {m % size}", p.span,
                        help=f"use {((m // size) + 1) * size} microbatches")
+        elif m < size and sched.kind == "1f1b":
+            yield diag("PL416", f"1f1b needs at least as many microbatches as stages ({m} < {size})", p.span,
+                       help=f"use `microbatches {size}` or more, or `schedule gpipe`")
         elif m < size:
             yield diag("PL403", f"{m} microbatch{'' if m == 1 else 'es'} for {size} stages: every step idles "
                        f"{size - 1}/{m + size - 1} of the time", p.span,
@@ -380,6 +384,42 @@ def zero_sharding(ctx) -> Diags:
                        help=f"shard optimizer state over a data axis: {', '.join(axes) or 'none'}")
 
 
+
+def data_parallel_support(ctx) -> Diags:
+    """What the runtime runs of data parallelism in a pipeline: PL313 inputs that split their batch over
+    different axes; PL414 tensor parallelism inside a pipeline (not run yet); PL415 ZeRO-2/3 in a
+    pipeline with the batch over more than its ZeRO axis."""
+    plan = ctx.plan
+    conflict = batch_split_conflict(plan)
+    if conflict:
+        first = next(d for d in plan.data if isinstance(d.spec, T.Spec))
+        yield diag("PL313", conflict, first.spec.span or first.span,
+                   help="split every input's batch dim over the same axes (the data axes)")
+    if plan.pipeline is None or plan.mesh is None:
+        return
+    data = data_axes(plan)
+    big = {a for a in plan.mesh.names if (plan.mesh.axis_size(a) or 1) > 1} - {plan.pipeline.axis}  # PL308's
+    for rule in plan.shards:
+        if not isinstance(rule.spec, T.Spec):
+            continue
+        if plan.pipeline.axis in rule.spec.used_axes():
+            continue  # PL308: a spec may not split over the pipeline axis at all
+        other = [a for a in rule.spec.used_axes() if a in big and a not in data]
+        if other:
+            site, labels = site_and_labels(rule.span, rule.origin)
+            yield diag("PL414", f"`{rule}` splits over `{other[0]}` inside a pipeline: pipeline x tensor "
+                       "parallelism is not run by planlang.apply yet", site, labels=labels,
+                       help="remove the `shard` statements (and `apply megatron...`) from the pipeline plan, "
+                            "or drop the pipeline and run the tensor-parallel plan")
+            break
+    opt = plan.optimizer
+    if opt is not None and opt.zero_stage in (2, 3) and isinstance(opt.zero_axis, str) and opt.zero_axis in big:
+        big_data = [a for a in data if a in big]
+        if opt.zero_axis in data and big_data != [opt.zero_axis]:
+            yield diag("PL415", f"ZeRO-{opt.zero_stage} in a pipeline shards each stage with FSDP2 over "
+                       f"`{opt.zero_axis}` alone; this plan splits the batch over {', '.join(big_data)}", opt.span,
+                       help=f"split the batch over `{opt.zero_axis}` only, or use `zero = 1 over {opt.zero_axis}`")
+
 RULES = [
     # (function, codes it may emit) — run in this order
     (mesh_shape, ("PL301", "PL302", "PL304", "PL312")),
@@ -388,11 +428,12 @@ RULES = [
     (spec_axes, ("PL303", "PL307", "PL308")),
     (conflicting_shards, ("PL310",)),
     (data_specs, ("PL305", "PL306")),
-    (pipeline_schedule, ("PL401", "PL402", "PL403", "PL404", "PL411")),
+    (pipeline_schedule, ("PL401", "PL402", "PL403", "PL404", "PL411", "PL416")),
     (stage_ranges, ("PL406", "PL407")),
     (empty_selections, ("PL408",)),
     (stage_degrees, ("PL410",)),
     (checkpoint_statements, ("PL405", "PL409", "PL413")),
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),
+    (data_parallel_support, ("PL313", "PL414", "PL415")),
 ]

@@ -38,6 +38,7 @@ from torch import nn
 
 from planlang.cost.layout import local_shape, local_slices
 from planlang.model.opgraph import op_graph
+from planlang.lang.diagnostics import Severity
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.types import Spec
@@ -60,7 +61,9 @@ def load_plan(plan: T.Plan | str | Path) -> T.Plan:
 
     res = check_file(str(plan))
     if res.errors or res.plan is None:
-        raise PlanError(f"{plan} has errors:\n" + render(list(res.diagnostics), res.sources, "concise"))
+        errors = [d for d in res.diagnostics if d.severity is Severity.ERROR]
+        raise PlanError(f"{plan} has errors:\n" + "".join(
+            render([d], res.sources, "concise") + (f"  help: {d.help}\n" if d.help else "") for d in errors))
     if res.plan.holes():
         raise PlanError(f"{plan} has {len(res.plan.holes())} holes (`?`); run `planlang solve {plan}` first")
     return res.plan

@@ -19,7 +19,7 @@ WORLD = 4
 TP_DP = ["mlp_dp4", "mlp_tp4", "mlp_dp2_tp2", "gpt2_tp4", "gpt2_dp2_tp2_ckpt", "bert_tp2_dp2", "gpt2_dp4_tied"]
 ZERO = ["gpt2_dp2_tp2_zero1", "gpt2_dp2_tp2_zero2", "gpt2_dp4_zero3", "gpt2_dp2_fs2_hsdp"]
 PIPELINE = ["gpt2_pp4_1f1b", "gpt2_pp4_gpipe", "gpt2_pp2_dp2_zero1", "gpt2_pp2_dp2_zero2", "gpt2_pp4_1f1b_ckpt"]
-REFUSED = {"gpt2_pp2_tp2": "pipeline x tensor parallelism is not supported"}
+REFUSED = {"gpt2_pp2_tp2": "pipeline x tensor parallelism is not run"}
 
 
 def _port() -> int:

@@ -28,7 +28,7 @@ def test_unsupported_combinations_name_the_cause_and_fix(config):
 def test_zero_over_a_non_data_axis_is_refused(tmp_path):
     text = (PLANS / "gpt2_dp2_tp2_zero1.plan").read_text().replace("zero = 1 over dp", "zero = 1 over tp")
     (tmp_path / "p.plan").write_text(text)
-    with pytest.raises(PlanError, match="ZeRO is over `tp`, which does not split the batch"):
+    with pytest.raises(PlanError, match=r"error\[PL504\] ZeRO over `tp`, which splits no input's batch"):
         preflight(tmp_path / "p.plan")
 
 
@@ -41,7 +41,7 @@ def _variant(tmp_path, config: str, old: str, new: str):
 
 def test_pipeline_schedule_rules_are_checked_before_launch(tmp_path):
     plan = _variant(tmp_path, "gpt2_pp4_1f1b", "microbatches 4", "microbatches 2")
-    with pytest.raises(PlanError, match=r"1f1b needs at least as many microbatches as stages \(2 < 4\)"):
+    with pytest.raises(PlanError, match=r"PL416\] 1f1b needs at least as many microbatches as stages \(2 < 4\)"):
         preflight(plan)
 
 
