@@ -282,15 +282,14 @@ class ModelChecker:
         self._estimates = _Lru()
 
     def run(self, text: str, path: str, read: Callable[[str], str] | None = None) -> ModelInsight:
-        from planlang.model.checks import model_facts_for  # torch; registers the model-aware rules
-        from planlang.plan.checker import check_resolution
+        from planlang.model.checks import model_facts_for, validate  # torch
         from planlang.plan.resolve import Resolver
 
         with PARSE_LOCK:
             res = (Resolver(read=read) if read else Resolver()).resolve_text(text, path)
         plan = res.plan
         if plan is None or plan.model is None:
-            return ModelInsight(check_resolution(res, path).diagnostics, plan)
+            return ModelInsight(validate(res, path).diagnostics, plan)
         src = factory_source(plan.model.factory, path)
         source = SOURCES.current(plan.model.module, src.path if src else None)
         base = (plan.model, plan.inputs, os.path.dirname(os.path.abspath(path)))
@@ -309,7 +308,7 @@ class ModelChecker:
             except Exception as err:  # noqa: BLE001 - an estimate is optional; the other checks still run
                 notes.append(f"estimate failed: {type(err).__name__}: {err}")
                 log.info("estimate failed for %s: %r", path, err)
-        result = check_resolution(res, path, {"model": facts, **extra} if facts is not None else None)
+        result = validate(res, path, facts, extra.get("estimate"))
         return ModelInsight(tuple(load_diags) + result.diagnostics, plan, facts,
                             tuple(extra.get("estimate") or ()), tuple(notes), source)
 

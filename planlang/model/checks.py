@@ -12,8 +12,8 @@ from typing import Iterator
 
 from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
 from planlang.plan import types as T
-from planlang.plan.checker import Rule, register_rule
-from planlang.plan.resolve import diag
+from planlang.plan.checker import RULES, Rule, check_resolution
+from planlang.plan.resolve import Resolution, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
 
@@ -209,14 +209,22 @@ def memory_budget(ctx) -> Iterator[Diagnostic]:
                        span, notes=[parts], help="shard more (tp, ZeRO), checkpoint, or add pipeline stages")
 
 
-MODEL_RULES = [
+MODEL_RULES = (
     Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs_model=True),
     Rule("pipeline_stages", ("PL360", "PL460", "PL461", "PL462", "PL463"), pipeline_stages, needs_model=True),
     Rule("checkpoint_paths", ("PL360", "PL464", "PL465"), checkpoint_paths, needs_model=True),
     Rule("memory_budget", ("PL560",), memory_budget, needs_model=True),
-]
-for _r in MODEL_RULES:
-    register_rule(_r)
+)
+ALL_RULES = RULES + MODEL_RULES  # the model-free rules first, in their order, then the model-aware ones
+
+
+def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estimate=None):
+    """The one validation of a resolved plan, for every command and the language server: every rule,
+    the model-aware ones when the model's `facts` are given (and PL560 when its `estimate` is)."""
+    extra = {"model": facts} if facts is not None else {}
+    if facts is not None and estimate is not None:
+        extra["estimate"] = estimate
+    return check_resolution(res, path, extra or None, ALL_RULES)
 
 
 def model_facts_for(plan: T.Plan) -> tuple[ModuleFacts | None, list[Diagnostic]]:
@@ -241,12 +249,12 @@ def model_facts_for(plan: T.Plan) -> tuple[ModuleFacts | None, list[Diagnostic]]
 def check_with_model(path: str, text: str | None = None):
     """`planlang check --model`: the model-free checks plus the model-aware ones (of `text`, named
     `path`, when given: standard input)."""
-    from planlang.plan.checker import CheckResult, check_resolution
+    from planlang.plan.checker import CheckResult
     from planlang.plan.resolve import Resolver
 
     res = Resolver().resolve_file(path) if text is None else Resolver().resolve_text(text, path)
     if res.plan is None or res.plan.model is None:
-        return check_resolution(res, path)
+        return validate(res, path)
     facts, diags = model_facts_for(res.plan)
     extra = {}
     if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not any(
@@ -257,7 +265,7 @@ def check_with_model(path: str, text: str | None = None):
             extra["estimate"] = estimate_plan(res.plan)
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
-    result = check_resolution(res, path, {"model": facts, **extra} if facts else None)
+    result = validate(res, path, facts, extra.get("estimate"))
     if diags:
         result = CheckResult(result.path, tuple(diags) + result.diagnostics, result.sources, result.plan,
                              result.modules, result.suppressed)

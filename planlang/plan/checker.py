@@ -1,14 +1,15 @@
 """Run the checks: resolve a plan file, apply the ordered rule list, honour suppression comments.
 
-Extension point for model-aware rules (planlang.model): `register_rule(Rule(...))`. A rule is a pure
-function of a `CheckContext`; rules that need the model set `needs_model=True` and read
-`ctx.facts["model"]`, which the caller fills (the model layer); they are skipped when it is absent.
+Rule lists are passed explicitly, never registered on import: `RULES` are the model-free rules
+(planlang.plan.rules, in their order); the model layer's `planlang.model.checks.validate` runs
+`RULES + MODEL_RULES`. A rule is a pure function of a `CheckContext`; rules that need the model set
+`needs_model=True` and read `ctx.facts["model"]`; they are skipped when it is absent.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Severity
@@ -38,18 +39,7 @@ class CheckContext:
     facts: dict = field(default_factory=dict)  # e.g. {"model": ModelFacts} from planlang.model
 
 
-RULES: list[Rule] = [Rule(f.__name__, codes, f) for f, codes in R.RULES]
-
-
-def register_rule(rule: Rule, *, before: str | None = None) -> None:
-    """Add a rule to the registry (at the end, or before the rule named `before`). Idempotent by name."""
-    if any(r.name == rule.name for r in RULES):
-        return
-    if before is None:
-        RULES.append(rule)
-    else:
-        idx = next(i for i, r in enumerate(RULES) if r.name == before)
-        RULES.insert(idx, rule)
+RULES: tuple[Rule, ...] = tuple(Rule(f.__name__, codes, f) for f, codes in R.RULES)
 
 
 @dataclass(frozen=True)
@@ -70,20 +60,23 @@ class CheckResult:
         return sum(d.severity is Severity.WARNING for d in self.diagnostics)
 
 
-def run_rules(ctx: CheckContext, rules: list[Rule] | None = None) -> list[Diagnostic]:
+def run_rules(ctx: CheckContext, rules: Sequence[Rule] = RULES) -> list[Diagnostic]:
     out: list[Diagnostic] = []
-    for rule in RULES if rules is None else rules:
+    for rule in rules:
         if rule.needs_model and "model" not in ctx.facts:
             continue
         out.extend(rule.func(ctx))
     return out
 
 
-def check_resolution(res: Resolution, path: str, facts: dict | None = None) -> CheckResult:
+def check_resolution(res: Resolution, path: str, facts: dict | None = None,
+                     rules: Sequence[Rule] = RULES) -> CheckResult:
+    """The one place a resolved plan is checked: `rules` in order, then suppression comments. Without
+    model facts (`facts["model"]`) the model-aware rules among `rules` are skipped."""
     diags = list(res.diagnostics)
     if res.plan is not None and not any(d.code.startswith("PL1") for d in diags):
         ctx = CheckContext(res.plan, res.sources, res.modules, dict(facts or {}))
-        diags.extend(run_rules(ctx))
+        diags.extend(run_rules(ctx, rules))
     kept, dropped = apply_suppressions(diags, res.modules, res.sources)
     kept = _dedupe(kept)
     kept.sort(key=lambda d: (d.span.file != path, d.sort_key))

@@ -1,7 +1,7 @@
 """The model-free checks of a resolved plan, each a pure function `CheckContext -> diagnostics`.
 
 The order of `RULES` (bottom of this file) is the order diagnostics are produced in; each rule states
-the codes it may emit. Model-aware rules are added by `planlang.model` through `checker.register_rule`.
+the codes it may emit. The model-aware rules are planlang.model.checks.MODEL_RULES (run with these by its `validate`).
 """
 from __future__ import annotations
 

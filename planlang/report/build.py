@@ -155,9 +155,8 @@ def _schedule(plan: T.Plan, rows) -> tuple[SimulatedSchedule | None, StageTimes 
 def build_report_data(path: str) -> ReportData:
     """Check `path` (with its model), estimate it and simulate its pipeline schedule."""
     resolution, plan = _checked_plan(path)
-    from planlang.model.checks import model_facts_for
+    from planlang.model.checks import model_facts_for, validate
     from planlang.model.load import ModelLoadError
-    from planlang.plan.checker import check_resolution
 
     facts, load_diags = model_facts_for(plan)
     if load_diags or facts is None:
@@ -170,7 +169,7 @@ def build_report_data(path: str) -> ReportData:
         raise ReportError(f"estimating {path} failed: the model raised {type(err).__name__}: {err}\n"
                           f"  help: `planlang check --model {path}` and `planlang inspect {path}` show what the "
                           "model sees") from err
-    checked = check_resolution(resolution, path, {"model": facts, "estimate": rows})
+    checked = validate(resolution, path, facts, rows)
     blocking = [d for d in checked.diagnostics if d.severity is Severity.ERROR and d.code != OVER_BUDGET]
     if blocking:
         raise ReportError(f"{path} has errors; fix them first (`planlang check --model {path}`)",
