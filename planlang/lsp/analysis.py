@@ -1,4 +1,4 @@
-"""One analysis of one document: parse, resolve and run the model-free checks, under one lock.
+"""One analysis of one document: parse, resolve and run the model-free checks.
 
 A text that does not parse also has a *recovered* analysis (`Analysis.recovered`, computed on first
 use): the same text with its broken lines blanked (offsets kept: every character becomes a space) and
@@ -6,15 +6,12 @@ the blocks left open at the end closed, analysed again. Its names and spans stan
 wherever a line was not blanked, so completion and hover work in a file that has never parsed (a new
 plan being typed), not only while an earlier version that parsed can stand in.
 
-The parser keeps a module-level comment sink, so parsing is not thread-safe: every call into
-planlang.lang / planlang.plan that parses (check, format, resolve) takes `PARSE_LOCK`. The server runs
-its handlers on the event-loop thread and only the model-aware checks on a worker thread; the lock
-keeps the two from parsing at the same time.
+Parsing is re-entrant (the parser collects comments per thread), so the event-loop thread and the
+model-checks worker parse at the same time without a lock.
 """
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -26,7 +23,6 @@ from planlang.lang.source import SourceFile
 from planlang.plan.checker import CheckResult, check_text
 from planlang.plan.types import Plan
 
-PARSE_LOCK = threading.RLock()
 MAX_RECOVERY_ROUNDS = 12
 
 
@@ -73,8 +69,7 @@ class Analysis:
 def analyze(text: str, path: str, read: Callable[[str], str] | None = None) -> Analysis:
     """Check `text` as the plan file `path` (used modules are read with `read`, default: from disk)."""
     kw = {"read": read} if read is not None else {}
-    with PARSE_LOCK:
-        result = check_text(text, path, **kw)
+    result = check_text(text, path, **kw)
     return Analysis(path, text, result, read)
 
 

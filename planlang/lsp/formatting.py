@@ -5,7 +5,6 @@ from lsprotocol import types as L
 
 from planlang.lang.fmt import FormatError, format_text
 
-from .analysis import PARSE_LOCK
 from .positions import UTF16, LineIndex
 
 
@@ -13,8 +12,7 @@ def format_edits(text: str, path: str = "<plan>", encoding: str = UTF16) -> list
     """One edit replacing the whole text with its canonical form; none when it is already canonical or
     does not parse (a syntax error is reported as a diagnostic, never by mangling the text)."""
     try:
-        with PARSE_LOCK:
-            new = format_text(text, path)
+        new = format_text(text, path)
     except FormatError:
         return []
     if new == text:

@@ -30,7 +30,6 @@ from typing import Callable
 from planlang.lang.diagnostics import Diagnostic, Severity
 from planlang.plan.types import Plan
 
-from .analysis import PARSE_LOCK
 from .symbols import factory_source
 
 log = logging.getLogger(__name__)
@@ -285,8 +284,7 @@ class ModelChecker:
         from planlang.model.checks import model_facts_for, validate  # torch
         from planlang.plan.resolve import Resolver
 
-        with PARSE_LOCK:
-            res = (Resolver(read=read) if read else Resolver()).resolve_text(text, path)
+        res = (Resolver(read=read) if read else Resolver()).resolve_text(text, path)
         plan = res.plan
         if plan is None or plan.model is None:
             return ModelInsight(validate(res, path).diagnostics, plan)

@@ -5,7 +5,7 @@ Threads: every handler runs on the event-loop thread, so model-free analysis (mi
 once after each change. Model-aware checks (opt-in: initializationOptions {"modelChecks": true} or the
 setting `planlang.modelChecks`) build the model on the meta device, which takes seconds: they run on
 one worker thread after a pause in typing (`planlang.modelCheckDelay`, default 0.5 s), their result is
-published only if the document has not changed meanwhile, and parsing is serialised by PARSE_LOCK.
+published only if the document has not changed meanwhile (parsing is re-entrant: no lock).
 They run again when the model's source changes (a file the model was built from reads differently):
 on a `workspace/didChangeWatchedFiles` notification (the server asks for `**/*.py` when the client can
 register watchers dynamically), and when a hover or completion finds the source changed, which until

@@ -17,7 +17,7 @@ from planlang.lang.parser import parse
 from planlang.lang.source import Span
 from planlang.plan.resolve import STDLIB_DIR
 
-from .analysis import PARSE_LOCK, Analysis
+from .analysis import Analysis
 from .keywords import KEYWORDS
 
 DECLS = (A.TemplateDecl, A.DeviceDecl, A.LinkDecl, A.MeshDecl, A.MeshAlias)
@@ -323,8 +323,7 @@ def module_at(analysis: Analysis, path: str) -> A.Module | None:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return None
-    with PARSE_LOCK:
-        return parse(text, path).module
+    return parse(text, path).module
 
 
 def uses(module: A.Module, from_path: str) -> dict[str, tuple[A.Use, str | None]]:
