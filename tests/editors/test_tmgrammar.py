@@ -195,7 +195,8 @@ def test_units_dtypes_schedules_optimizers_and_kinds_match_the_checker(node_modu
 
 
 def test_install_editors_does_nothing_without_npm(tmp_path):
-    """Without node and npm on PATH the install script exits 0 and touches nothing."""
+    """Without node and npm on PATH the npm step is skipped: exit 0, no output, node_modules untouched
+    (PLANLANG_PYTHON points nowhere, so the tree-sitter bindings' step is skipped too)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     for tool in ("dirname", "sha256sum", "cut", "cat", "mktemp", "rm"):
@@ -205,10 +206,28 @@ def test_install_editors_does_nothing_without_npm(tmp_path):
     stamp = VSCODE_DIR / "node_modules" / ".planlang-lock.sha256"
     before = stamp.stat().st_mtime_ns if stamp.exists() else None
     proc = subprocess.run([shutil.which("bash"), str(ROOT / "scripts" / "install_editors.sh")],
-                          env={"PATH": str(bin_dir)}, capture_output=True, text=True, timeout=30)
+                          env={"PATH": str(bin_dir), "PLANLANG_PYTHON": str(tmp_path / "no-python")},
+                          capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "" and proc.stderr == ""
     assert (stamp.stat().st_mtime_ns if stamp.exists() else None) == before
+    assert not (tmp_path / "no-python").exists()
+
+
+def test_install_editors_is_quiet_and_idempotent_when_installed(tmp_path):
+    """Run again over a finished install (what CI's install step did), the script changes nothing and
+    prints nothing: both stamps match their pinned files."""
+    py_stamp = ROOT / "build" / "editors" / "python" / ".planlang-requirements.sha256"
+    npm_stamp = VSCODE_DIR / "node_modules" / ".planlang-lock.sha256"
+    if not py_stamp.exists() or (shutil.which("npm") and not npm_stamp.exists()):
+        if os.environ.get("CI"):
+            pytest.fail("scripts/install_editors.sh has not run")
+        pytest.skip("scripts/install_editors.sh has not run")
+    before = {p: p.stat().st_mtime_ns for p in (py_stamp, npm_stamp) if p.exists()}
+    proc = subprocess.run([str(ROOT / "scripts" / "install_editors.sh")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
+    assert {p: p.stat().st_mtime_ns for p in before} == before
 
 
 def test_install_editors_is_executable_and_called_by_install():

@@ -1,0 +1,3 @@
+; TODO/FIXME/NOTE highlighting in comments (Helix's `comment` grammar)
+((comment) @injection.content
+  (#set! injection.language "comment"))

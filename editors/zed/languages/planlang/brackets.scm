@@ -1,0 +1,4 @@
+; bracket matching and rainbow brackets
+("(" @open ")" @close)
+("[" @open "]" @close)
+("{" @open "}" @close)
