@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Install the editor tooling that tests/editors uses, each from a pinned file:
+# Install the editor tooling that tests/editors and scripts/package_vscode.sh use, each from a pinned file:
 #   * the tree-sitter Python bindings (tests/editors/requirements-tree-sitter.txt, hash-checked) into
 #     build/editors/python, with .venv's python (PLANLANG_PYTHON overrides; skipped when it is missing).
 #     They load the committed parser of editors/tree-sitter-planlang for its tests: no tree-sitter CLI.
 #   * the npm packages of the VS Code extension (editors/vscode/package-lock.json): vscode-tmgrammar-test
-#     (the TextMate grammar tests) and vscode-languageclient (the extension's).
+#     (the TextMate grammar tests), @vscode/vsce (packaging) and vscode-languageclient (the extension's).
 #     Skipped without node and npm (the tests that need them then skip, except under CI=true).
 # Each step runs only when its pinned file changed since it last ran (a stamp records the file's hash).
 # Quiet on success; prints the tool's log on failure. ./scripts/install.sh calls this.
@@ -37,7 +37,7 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
 fi
 cd "$root/editors/vscode"
 stamp=node_modules/.planlang-lock.sha256
-if [ -x node_modules/.bin/vscode-tmgrammar-test ] && current "$stamp" package-lock.json; then
+if [ -x node_modules/.bin/vscode-tmgrammar-test ] && [ -x node_modules/.bin/vsce ] && current "$stamp" package-lock.json; then
     exit 0
 fi
 if ! npm ci --no-audit --no-fund --loglevel=error >"$log" 2>&1; then

@@ -3,7 +3,11 @@
 ;; Version: 0.1.0
 ;; Package-Requires: ((emacs "26.1"))
 ;; Keywords: languages
-;; URL: editors/emacs in the planlang repository
+;; URL: https://github.com/planlang/planlang (editors/emacs)
+;; SPDX-License-Identifier: Apache-2.0
+
+;; This file is part of planlang, licensed under the Apache License, Version 2.0
+;; (http://www.apache.org/licenses/LICENSE-2.0).
 
 ;;; Commentary:
 

@@ -1,4 +1,5 @@
 " Vim filetype plugin for planlang (*.plan): comments, indentation width, matching brackets.
+" License: Apache-2.0 (SPDX-License-Identifier: Apache-2.0), as the rest of planlang.
 if exists('b:did_ftplugin')
   finish
 endif

@@ -1,5 +1,6 @@
 " Vim indent file for planlang (*.plan): one shiftwidth per open { [ ( ; a line that starts with a
 " closing bracket goes back one level. Brackets in strings and comments do not count.
+" License: Apache-2.0 (SPDX-License-Identifier: Apache-2.0), as the rest of planlang.
 if exists('b:did_indent')
   finish
 endif

@@ -4,6 +4,7 @@
 " All keywords are soft: each is also a name (`attention.output.dense`, `for x in ...`), so a keyword is
 " only highlighted where the grammar puts it: statement keywords at the start of a line or after `;`
 " or `{`, the others after the words they follow, and never next to a `.` or before `=`, `:` or `[`.
+" License: Apache-2.0 (SPDX-License-Identifier: Apache-2.0), as the rest of planlang.
 if exists('b:current_syntax')
   finish
 endif
