@@ -447,3 +447,67 @@ def test_requirements_pin_the_bindings_with_hashes():
     assert re.search(r"^tree-sitter==\d+\.\d+\.\d+ \\$", text, re.M)
     assert len(re.findall(r"--hash=sha256:[0-9a-f]{64}", text)) >= 5
     assert "requirements-tree-sitter.txt" in (ROOT / "scripts" / "install_editors.sh").read_text()
+
+
+# ------------------------------------------------------------------ the Zed extension and the Helix configuration
+
+ZED_DIR = ROOT / "editors" / "zed"
+HELIX_LANGUAGES = ROOT / "editors" / "helix" / "languages.toml"
+
+
+def _toml(path):
+    import tomllib
+    return tomllib.loads(path.read_text())
+
+
+def test_zed_extension_manifest_and_language_config():
+    manifest = _toml(ZED_DIR / "extension.toml")
+    assert manifest["id"] == "planlang" and manifest["schema_version"] == 1
+    assert re.fullmatch(r"\d+\.\d+\.\d+", manifest["version"])
+    grammar = manifest["grammars"]["planlang"]
+    assert re.fullmatch(r"[0-9a-f]{40}", grammar["rev"])
+    assert (ROOT / grammar["path"] / "src" / "parser.c").is_file()
+    config = _toml(ZED_LANGUAGE / "config.toml")
+    assert config["grammar"] in manifest["grammars"] and config["name"] == "planlang"
+    assert config["path_suffixes"] == ["plan"] and config["line_comments"] == ["# "]
+    assert config["tab_size"] == 4 and config["hard_tabs"] is False
+    assert {(b["start"], b["end"]) for b in config["brackets"]} == {("{", "}"), ("[", "]"), ("(", ")"), ('"', '"')}
+    overrides = (ZED_LANGUAGE / "overrides.scm").read_text()
+    for bracket in config["brackets"]:
+        for scope in bracket.get("not_in", []):
+            assert f"@{scope}" in overrides, scope
+
+
+def test_helix_languages_toml():
+    config = _toml(HELIX_LANGUAGES)
+    (language,) = config["language"]
+    (grammar,) = config["grammar"]
+    assert language["name"] == grammar["name"] == HELIX_QUERIES.name == "planlang"
+    assert language["file-types"] == ["plan"] and language["comment-token"] == "#"
+    assert language["scope"] == "source.plan" and language["indent"] == {"tab-width": 4, "unit": "    "}
+    assert config["language-server"][language["language-servers"][0]] == {"command": "planlang", "args": ["lsp"]}
+    zed = _toml(ZED_DIR / "extension.toml")["grammars"]["planlang"]
+    assert grammar["source"]["git"] == zed["repository"] and grammar["source"]["rev"] == zed["rev"]
+    assert grammar["source"]["subpath"] == zed["path"]
+
+
+def test_pinned_grammar_revision_serves_the_editor_queries(ts_module, tmp_path):
+    """Zed and Helix build the grammar from the commit pinned in editors/zed/extension.toml and
+    editors/helix/languages.toml, and use this checkout's queries with it: every query must compile against
+    the parser of that commit. (A grammar change that renames nodes needs the pin moved to a commit that has
+    it, after that commit exists.)"""
+    zed = _toml(ZED_DIR / "extension.toml")["grammars"]["planlang"]
+    if shutil.which("git") is None or subprocess.run(
+            ["git", "cat-file", "-e", zed["rev"] + "^{commit}"], cwd=ROOT, capture_output=True).returncode != 0:
+        pytest.skip(f"commit {zed['rev']} is not in this clone (shallow, or not a git checkout)")
+    src = tmp_path / "src"
+    (src / "tree_sitter").mkdir(parents=True)
+    for rel in ("src/parser.c", "src/tree_sitter/parser.h"):
+        blob = subprocess.run(["git", "show", f"{zed['rev']}:{zed['path']}/{rel}"], cwd=ROOT, capture_output=True)
+        assert blob.returncode == 0, blob.stderr.decode()
+        (tmp_path / rel).write_bytes(blob.stdout)
+    if TS.compiler() is None:
+        _missing("no C compiler (cc, gcc or clang) on PATH")
+    pinned = TS.load_language(TS.build_library(tmp_path / "build", src))
+    for path in sorted(HELIX_QUERIES.glob("*.scm")) + sorted(ZED_LANGUAGE.glob("*.scm")):
+        ts_module.Query(pinned, path.read_text())

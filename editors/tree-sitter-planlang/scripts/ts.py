@@ -56,21 +56,22 @@ def import_tree_sitter():
     return tree_sitter
 
 
-def c_sources() -> list[Path]:
-    return [SRC / "parser.c"] + [p for p in (SRC / "scanner.c",) if p.exists()]
+def c_sources(src: Path = SRC) -> list[Path]:
+    return [src / "parser.c"] + [p for p in (src / "scanner.c",) if p.exists()]
 
 
 def compiler() -> str | None:
     return os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
 
 
-def build_library(out_dir: Path = BUILD_DIR) -> Path:
-    """Compile src/ into a shared library, cached by the content of the sources."""
+def build_library(out_dir: Path = BUILD_DIR, src: Path = SRC) -> Path:
+    """Compile a generated parser (src/: parser.c, tree_sitter/parser.h) into a shared library, cached
+    by the content of the sources."""
     cc = compiler()
     if cc is None:
         raise RuntimeError("no C compiler (cc, gcc or clang) on PATH")
     digest = hashlib.sha256()
-    for path in c_sources():
+    for path in c_sources(src) + [src / "tree_sitter" / "parser.h"]:
         digest.update(path.read_bytes())
     out = out_dir / f"{LANGUAGE_NAME}-{digest.hexdigest()[:16]}.so"
     if out.exists():
@@ -78,7 +79,7 @@ def build_library(out_dir: Path = BUILD_DIR) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out_dir) as tmp:
         tmp_out = Path(tmp) / out.name
-        cmd = [cc, "-shared", "-fPIC", "-O1", "-std=c11", "-I", str(SRC), *map(str, c_sources()), "-o", str(tmp_out)]
+        cmd = [cc, "-shared", "-fPIC", "-O1", "-std=c11", "-I", str(src), *map(str, c_sources(src)), "-o", str(tmp_out)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stderr}")
