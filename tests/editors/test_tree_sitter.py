@@ -511,3 +511,37 @@ def test_pinned_grammar_revision_serves_the_editor_queries(ts_module, tmp_path):
     pinned = TS.load_language(TS.build_library(tmp_path / "build", src))
     for path in sorted(HELIX_QUERIES.glob("*.scm")) + sorted(ZED_LANGUAGE.glob("*.scm")):
         ts_module.Query(pinned, path.read_text())
+
+
+NVIM_CHECK = r"""
+local so, plan, qdir = _G.arg_so, _G.arg_plan, _G.arg_qdir
+if vim.treesitter.language and vim.treesitter.language.add then
+  vim.treesitter.language.add("planlang", { path = so })            -- Neovim 0.9+
+else
+  vim.treesitter.require_language("planlang", so)                  -- Neovim 0.7, 0.8
+end
+local parse_query = (vim.treesitter.query and vim.treesitter.query.parse) or vim.treesitter.parse_query
+local src = table.concat(vim.fn.readfile(plan), "\n")
+local root = vim.treesitter.get_string_parser(src, "planlang"):parse()[1]:root()
+io.stdout:write("error=" .. tostring(root:has_error()) .. "\n")
+for _, file in ipairs(vim.fn.glob(qdir .. "/*.scm", false, true)) do
+  local ok, err = pcall(parse_query, "planlang", table.concat(vim.fn.readfile(file), "\n"))
+  io.stdout:write(vim.fn.fnamemodify(file, ":t") .. "=" .. (ok and "ok" or tostring(err)) .. "\n")
+end
+"""
+
+
+@pytest.mark.skipif(shutil.which("nvim") is None, reason="Neovim is not installed")
+def test_neovim_loads_the_parser_and_its_queries(language, tmp_path):
+    """Neovim's own tree-sitter (whatever version is installed) loads the compiled parser, parses a plan
+    without errors and compiles every query of queries/ (with Neovim's predicates and directives)."""
+    script = tmp_path / "check.lua"
+    args = {"arg_so": str(TS.build_library()), "arg_plan": str(ROOT / "examples" / "gpt2" / "gpt2_3d.plan"),
+            "arg_qdir": str(GRAMMAR_DIR / "queries")}
+    script.write_text("".join(f"_G.{k} = {json.dumps(v)}\n" for k, v in args.items()) + NVIM_CHECK)
+    proc = subprocess.run(["nvim", "--headless", "-u", "NONE", "-i", "NONE", "-c", f"luafile {script}", "-c", "qa!"],
+                          capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    lines = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    assert lines.get("error") == "false", proc.stdout + proc.stderr
+    queries = {p.name for p in (GRAMMAR_DIR / "queries").glob("*.scm")}
+    assert {k: v for k, v in lines.items() if k in queries} == {q: "ok" for q in queries}, proc.stdout + proc.stderr
