@@ -132,15 +132,15 @@ def _read_plan(name: str, stdin_filename: Optional[str]) -> tuple[str, str]:
         _fail_usage(f"cannot read {name}: it is not UTF-8 text (byte {err.start}); save it as UTF-8")
 
 
-def _check_one(name: str, text: str, model: bool):
-    """Check one plan given as text: its `use "file"` imports resolve next to `name`."""
+def _check_one(name: str, text: str, model: bool, use_paths: tuple[str, ...] = ()):
+    """Check one plan given as text: its `use "file"` imports resolve next to `name` (and in `use_paths`)."""
     if model:  # imports torch: only on request
         from planlang.model.checks import check_with_model
 
-        return check_with_model(name, text=text)
+        return check_with_model(name, text=text, search_paths=use_paths)
     from planlang.plan.checker import check_text
 
-    return check_text(text, name)
+    return check_text(text, name, search_paths=use_paths)
 
 
 def _statistics(diags) -> str:
@@ -167,7 +167,7 @@ def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fai
     diags, sources = [], {}
     for f in files:
         name, text = _read_plan(f, stdin_filename)
-        res = _check_one(name, text, model)
+        res = _check_one(name, text, model, config.use_paths if config is not None else ())
         diags.extend(config.keep(res.diagnostics) if config is not None else res.diagnostics)
         sources.update(res.sources)
     if statistics:

@@ -128,6 +128,11 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL221", "invalid-value", E, "value of the wrong kind",
      "A field or argument got a value of the wrong kind, for example a string for `memory` or a\n"
      "quantity where a plain number is expected."),
+    ("PL222", "use-outside-project", E, "`use` reaches outside the plan's folders",
+     "A plan may `use` the standard library, `.plan` files in its own folder and below, and files in\n"
+     "the folders named by `use-paths` in planlang.toml (or `[tool.planlang]` of pyproject.toml). A\n"
+     "target anywhere else (an absolute path, `../..`, a link out of the folder) or a file that is not a\n"
+     "`.plan` file is refused before it is read, so a plan cannot show the content of other files."),
     ("PL250", "unknown-unit", E, "unknown unit",
      "Units: memory B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB; bandwidth B/s, GB/s, GiB/s, Gb/s, Gbps;\n"
      "time ns, us, ms, s; throughput GFLOPS, TFLOPS, PFLOPS. Units are case-sensitive (GiB, not gib)."),

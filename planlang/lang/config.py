@@ -11,6 +11,7 @@ found in the current folder or the nearest one above it (`planlang.toml` first),
     exclude = ["generated/"]        # files and folders skipped when a folder is expanded
     extend-exclude = []             # added to `exclude` (whose default skips .git, .venv, build, ...)
     respect-gitignore = true        # skip what git ignores when a folder is expanded
+    use-paths = ["../shared-plans"] # folders `use` may read besides the stdlib and the plan's own (PL222)
 
 A code is reported when its most specific matching selector comes from `select`/`extend-select`
 rather than from `ignore` (at equal length `ignore` wins): `select = ["PL3"]`, `ignore = ["PL30"]`,
@@ -33,7 +34,7 @@ CONFIG_FILES = ("planlang.toml", "pyproject.toml")
 DEFAULT_EXCLUDE = (".git", ".hg", ".svn", ".venv", "venv", ".tox", ".nox", "node_modules", "build", "dist",
                    "__pycache__", "site-packages", ".mypy_cache", ".pytest_cache")
 KEYS = ("select", "extend-select", "ignore", "per-file-ignores", "exclude", "extend-exclude",
-        "respect-gitignore")
+        "respect-gitignore", "use-paths")
 
 
 class ConfigError(ValueError):
@@ -50,6 +51,7 @@ class Config:
     per_file_ignores: tuple[tuple[str, tuple[str, ...]], ...] = ()
     exclude: tuple[str, ...] = DEFAULT_EXCLUDE
     respect_gitignore: bool = True
+    use_paths: tuple[str, ...] = ()  # absolute folders `use` may read from (planlang.plan.resolve, PL222)
 
     def __str__(self) -> str:
         return f"config {self.source or '(defaults)'}"
@@ -206,4 +208,5 @@ def load_config(path: Path | None = None, cwd: Path | None = None) -> Config:
                                for glob in pfi),
         exclude=exclude + tuple(_list(table, "extend-exclude", where)),
         respect_gitignore=respect,
+        use_paths=tuple(str((path.parent / p).resolve()) for p in _list(table, "use-paths", where)),
     )

@@ -246,13 +246,14 @@ def model_facts_for(plan: T.Plan) -> tuple[ModuleFacts | None, list[Diagnostic]]
     return facts, []
 
 
-def check_with_model(path: str, text: str | None = None):
+def check_with_model(path: str, text: str | None = None, search_paths: tuple[str, ...] = ()):
     """`planlang check --model`: the model-free checks plus the model-aware ones (of `text`, named
     `path`, when given: standard input)."""
     from planlang.plan.checker import CheckResult
     from planlang.plan.resolve import Resolver
 
-    res = Resolver().resolve_file(path) if text is None else Resolver().resolve_text(text, path)
+    resolver = Resolver(search_paths=search_paths)
+    res = resolver.resolve_file(path) if text is None else resolver.resolve_text(text, path)
     if res.plan is None or res.plan.model is None:
         return validate(res, path)
     facts, diags = model_facts_for(res.plan)

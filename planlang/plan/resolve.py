@@ -76,9 +76,15 @@ class _Ctx:
 
 
 class Resolver:
-    def __init__(self, read: Callable[[str], str] | None = None, stdlib: FsPath = STDLIB_DIR):
+    """Resolves one plan file and the modules it uses. `use` is confined (PL222): to the standard library,
+    the root plan's folder and below, and the `search_paths` the user configured (`use-paths`)."""
+
+    def __init__(self, read: Callable[[str], str] | None = None, stdlib: FsPath = STDLIB_DIR,
+                 search_paths: tuple[str, ...] = ()):
         self.read = read or (lambda p: FsPath(p).read_text(encoding="utf-8"))
         self.stdlib = stdlib
+        self.search_paths = tuple(FsPath(p) for p in search_paths)
+        self.root: FsPath | None = None  # the root plan's folder, set by the first resolve_text
         self.diags: list[Diagnostic] = []
         self.sources: dict[str, SourceFile] = {}
         self.modules: dict[str, A.Module] = {}
@@ -87,6 +93,8 @@ class Resolver:
 
     # ------------------------------------------------------------------ entry points
     def resolve_text(self, text: str, path: str) -> Resolution:
+        if self.root is None:
+            self.root = FsPath(path).parent.resolve()
         result = parse(text, path)
         self.sources[path] = result.source
         self.modules[path] = result.module
@@ -112,15 +120,32 @@ class Resolver:
             cand = base / use.target.value
             return str(cand) if cand.is_file() else None
         rel = FsPath(*[p.text for p in use.target.parts]).with_suffix(".plan")
-        for root in (self.stdlib, base):
+        for root in (self.stdlib, base, *self.search_paths):
             cand = root / rel
             if cand.is_file():
                 return str(cand)
         return None
 
+    def allowed(self, path: str) -> bool:
+        """Whether `use` may read `path`: a .plan file (links followed) inside the standard library, the
+        root plan's folder or a configured search path."""
+        real = FsPath(path).resolve()
+        roots = [self.stdlib.resolve(), *(p.resolve() for p in self.search_paths)]
+        roots.append(self.root if self.root is not None else FsPath.cwd().resolve())
+        return real.suffix == ".plan" and any(real == r or r in real.parents for r in roots)
+
     def _load(self, use: A.Use, from_path: str) -> Namespace | None:
         found = self._find_module(use, from_path)
         target = str(use.target.value) if isinstance(use.target, A.Str) else str(use.target)
+        if found is not None and not self.allowed(found):  # checked before the file is read
+            shown = f'"{target}"' if isinstance(use.target, A.Str) else target
+            inside = self.allowed(str(FsPath(found).resolve().with_suffix(".plan")))
+            why = "is not a .plan file" if inside else "reaches outside the plan's folders"
+            self.diags.append(diag(
+                "PL222", f"`use {shown}` {why}", use.target.span,
+                help="use stdlib modules, .plan files in the plan's folder or below, or add the folder to "
+                     "`use-paths` in planlang.toml"))
+            return None
         if found is None:
             where = "next to the plan" if isinstance(use.target, A.Str) else "in stdlib/ or next to the plan"
             self.diags.append(diag(
