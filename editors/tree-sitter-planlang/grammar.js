@@ -222,8 +222,9 @@ module.exports = grammar({
       $.hole,
     ),
 
-    // SCHEDULE: any word, digits first allowed (`1f1b`); lexed only after `schedule`
-    schedule_name: _ => /[A-Za-z0-9_]+/,
+    // SCHEDULE: /(?!(microbatches|chunks)\b)[A-Za-z0-9_]+/, a word that may start with a digit (`1f1b`),
+    // lexed only after `schedule`
+    schedule_name: _ => wordExcept(['microbatches', 'chunks']),
 
     stage_block: $ => choice(
       seq('{', lines($, $.stage), '}'),
@@ -347,4 +348,31 @@ function lines($, rule) {
     repeat(seq(rule, $._terminators)),
     optional(rule),
   );
+}
+
+/**
+ * A regex for the words of [A-Za-z0-9_]+ other than `excluded` (tree-sitter's regexes have no
+ * look-ahead). A word is not excluded when it starts with none of their first characters, or, for an
+ * excluded word it starts like, when it leaves that word at some character, stops inside it or runs past
+ * it. (Lexing takes the longest match, so an excluded word itself lexes as a shorter token and an error.)
+ */
+function wordExcept(excluded) {
+  const word = '[A-Za-z0-9_]';
+  const wordWithout = chars => {
+    const kept = [];
+    for (const [first, last] of [['A', 'Z'], ['a', 'z'], ['0', '9']]) {
+      for (let c = first.charCodeAt(0); c <= last.charCodeAt(0); c++) kept.push(String.fromCharCode(c));
+    }
+    kept.push('_');
+    return '[' + kept.filter(c => !chars.includes(c)).join('') + ']';
+  };
+  const alternatives = [wordWithout(excluded.map(w => w[0])) + word + '*'];
+  for (const w of excluded) {
+    for (let k = 1; k < w.length; k++) {
+      alternatives.push(w.slice(0, k)); // stops inside it
+      alternatives.push(w.slice(0, k) + wordWithout([w[k]]) + word + '*'); // leaves it
+    }
+    alternatives.push(w + word + '+'); // runs past it
+  }
+  return new RegExp(alternatives.join('|'));
 }

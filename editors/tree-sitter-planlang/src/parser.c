@@ -1562,32 +1562,32 @@ static bool ts_lex(TSLexer *lexer, TSStateId state) {
   eof = lexer->eof(lexer);
   switch (state) {
     case 0:
-      if (eof) ADVANCE(22);
+      if (eof) ADVANCE(23);
       if (lookahead == '"') ADVANCE(7);
-      if (lookahead == '#') ADVANCE(49);
-      if (lookahead == '(') ADVANCE(26);
-      if (lookahead == ')') ADVANCE(28);
-      if (lookahead == '*') ADVANCE(37);
-      if (lookahead == ',') ADVANCE(27);
-      if (lookahead == '.') ADVANCE(35);
-      if (lookahead == '/') ADVANCE(40);
-      if (lookahead == ':') ADVANCE(29);
-      if (lookahead == ';') ADVANCE(23);
-      if (lookahead == '=') ADVANCE(25);
-      if (lookahead == '?') ADVANCE(41);
-      if (lookahead == '[') ADVANCE(30);
-      if (lookahead == '\\') SKIP(18)
-      if (lookahead == ']') ADVANCE(31);
-      if (lookahead == '{') ADVANCE(32);
-      if (lookahead == '}') ADVANCE(33);
+      if (lookahead == '#') ADVANCE(65);
+      if (lookahead == '(') ADVANCE(27);
+      if (lookahead == ')') ADVANCE(29);
+      if (lookahead == '*') ADVANCE(53);
+      if (lookahead == ',') ADVANCE(28);
+      if (lookahead == '.') ADVANCE(51);
+      if (lookahead == '/') ADVANCE(56);
+      if (lookahead == ':') ADVANCE(30);
+      if (lookahead == ';') ADVANCE(24);
+      if (lookahead == '=') ADVANCE(26);
+      if (lookahead == '?') ADVANCE(57);
+      if (lookahead == '[') ADVANCE(31);
+      if (lookahead == '\\') SKIP(19)
+      if (lookahead == ']') ADVANCE(32);
+      if (lookahead == '{') ADVANCE(33);
+      if (lookahead == '}') ADVANCE(34);
       if (lookahead == '\t' ||
           lookahead == '\n' ||
           lookahead == '\r' ||
           lookahead == ' ') SKIP(0)
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(44);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(60);
       if (('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(42);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(58);
       END_STATE();
     case 1:
       if (lookahead == '\n') SKIP(8)
@@ -1617,42 +1617,44 @@ static bool ts_lex(TSLexer *lexer, TSStateId state) {
           lookahead == ' ') SKIP(6)
       END_STATE();
     case 7:
-      if (lookahead == '"') ADVANCE(48);
-      if (lookahead == '\\') ADVANCE(16);
+      if (lookahead == '"') ADVANCE(64);
+      if (lookahead == '\\') ADVANCE(17);
       if (lookahead != 0 &&
           lookahead != '\n') ADVANCE(7);
       END_STATE();
     case 8:
-      if (lookahead == '#') ADVANCE(49);
-      if (lookahead == '*') ADVANCE(38);
-      if (lookahead == '?') ADVANCE(41);
-      if (lookahead == '[') ADVANCE(30);
+      if (lookahead == '#') ADVANCE(65);
+      if (lookahead == '*') ADVANCE(54);
+      if (lookahead == '?') ADVANCE(57);
+      if (lookahead == '[') ADVANCE(31);
       if (lookahead == '\\') SKIP(2)
-      if (lookahead == ']') ADVANCE(31);
+      if (lookahead == ']') ADVANCE(32);
       if (lookahead == '\t' ||
           lookahead == '\n' ||
           lookahead == '\r' ||
           lookahead == ' ') SKIP(8)
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(45);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(61);
       if (('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(42);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(58);
       END_STATE();
     case 9:
-      if (lookahead == '#') ADVANCE(49);
-      if (lookahead == '*') ADVANCE(36);
-      if (lookahead == ':') ADVANCE(29);
+      if (lookahead == '#') ADVANCE(65);
+      if (lookahead == '*') ADVANCE(52);
+      if (lookahead == ':') ADVANCE(30);
       if (lookahead == '\\') SKIP(4)
       if (lookahead == '\t' ||
           lookahead == '\n' ||
           lookahead == '\r' ||
           lookahead == ' ') SKIP(9)
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(45);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(61);
       END_STATE();
     case 10:
-      if (lookahead == '#') ADVANCE(49);
-      if (lookahead == '?') ADVANCE(41);
+      if (lookahead == '#') ADVANCE(65);
+      if (lookahead == '?') ADVANCE(57);
       if (lookahead == '\\') SKIP(6)
+      if (lookahead == 'c') ADVANCE(40);
+      if (lookahead == 'm') ADVANCE(42);
       if (lookahead == '\t' ||
           lookahead == '\n' ||
           lookahead == '\r' ||
@@ -1660,198 +1662,324 @@ static bool ts_lex(TSLexer *lexer, TSStateId state) {
       if (('0' <= lookahead && lookahead <= '9') ||
           ('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(34);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
       END_STATE();
     case 11:
       if (lookahead == '+' ||
           lookahead == '-') ADVANCE(14);
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(47);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(63);
       END_STATE();
     case 12:
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(44);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(60);
       END_STATE();
     case 13:
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(46);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(62);
       END_STATE();
     case 14:
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(47);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(63);
       END_STATE();
     case 15:
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(45);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(61);
       END_STATE();
     case 16:
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 17:
       if (lookahead != 0 &&
           lookahead != '\n') ADVANCE(7);
       END_STATE();
-    case 17:
-      if (eof) ADVANCE(22);
-      if (lookahead == '\n') SKIP(0)
-      END_STATE();
     case 18:
-      if (eof) ADVANCE(22);
+      if (eof) ADVANCE(23);
       if (lookahead == '\n') SKIP(0)
-      if (lookahead == '\r') SKIP(17)
-      if (lookahead == '\t' ||
-          lookahead == ' ') SKIP(18)
       END_STATE();
     case 19:
-      if (eof) ADVANCE(22);
-      if (lookahead == '\n') SKIP(21)
+      if (eof) ADVANCE(23);
+      if (lookahead == '\n') SKIP(0)
+      if (lookahead == '\r') SKIP(18)
+      if (lookahead == '\t' ||
+          lookahead == ' ') SKIP(19)
       END_STATE();
     case 20:
-      if (eof) ADVANCE(22);
-      if (lookahead == '\n') SKIP(21)
-      if (lookahead == '\r') SKIP(19)
-      if (lookahead == '\t' ||
-          lookahead == ' ') SKIP(20)
+      if (eof) ADVANCE(23);
+      if (lookahead == '\n') SKIP(22)
       END_STATE();
     case 21:
-      if (eof) ADVANCE(22);
-      if (lookahead == '\n') ADVANCE(24);
-      if (lookahead == '#') ADVANCE(49);
-      if (lookahead == '(') ADVANCE(26);
-      if (lookahead == ',') ADVANCE(27);
-      if (lookahead == '.') ADVANCE(35);
-      if (lookahead == '/') ADVANCE(40);
-      if (lookahead == ';') ADVANCE(23);
-      if (lookahead == '?') ADVANCE(41);
-      if (lookahead == '[') ADVANCE(30);
-      if (lookahead == '\\') SKIP(20)
-      if (lookahead == '{') ADVANCE(32);
-      if (lookahead == '}') ADVANCE(33);
+      if (eof) ADVANCE(23);
+      if (lookahead == '\n') SKIP(22)
+      if (lookahead == '\r') SKIP(20)
       if (lookahead == '\t' ||
-          lookahead == '\r' ||
           lookahead == ' ') SKIP(21)
-      if (('A' <= lookahead && lookahead <= 'Z') ||
-          lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(43);
       END_STATE();
     case 22:
-      ACCEPT_TOKEN(ts_builtin_sym_end);
+      if (eof) ADVANCE(23);
+      if (lookahead == '\n') ADVANCE(25);
+      if (lookahead == '#') ADVANCE(65);
+      if (lookahead == '(') ADVANCE(27);
+      if (lookahead == ',') ADVANCE(28);
+      if (lookahead == '.') ADVANCE(51);
+      if (lookahead == '/') ADVANCE(56);
+      if (lookahead == ';') ADVANCE(24);
+      if (lookahead == '?') ADVANCE(57);
+      if (lookahead == '[') ADVANCE(31);
+      if (lookahead == '\\') SKIP(21)
+      if (lookahead == '{') ADVANCE(33);
+      if (lookahead == '}') ADVANCE(34);
+      if (lookahead == '\t' ||
+          lookahead == '\r' ||
+          lookahead == ' ') SKIP(22)
+      if (('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(59);
       END_STATE();
     case 23:
-      ACCEPT_TOKEN(anon_sym_SEMI);
+      ACCEPT_TOKEN(ts_builtin_sym_end);
       END_STATE();
     case 24:
-      ACCEPT_TOKEN(sym__newline);
-      if (lookahead == '\n') ADVANCE(24);
+      ACCEPT_TOKEN(anon_sym_SEMI);
       END_STATE();
     case 25:
-      ACCEPT_TOKEN(anon_sym_EQ);
+      ACCEPT_TOKEN(sym__newline);
+      if (lookahead == '\n') ADVANCE(25);
       END_STATE();
     case 26:
-      ACCEPT_TOKEN(anon_sym_LPAREN);
+      ACCEPT_TOKEN(anon_sym_EQ);
       END_STATE();
     case 27:
-      ACCEPT_TOKEN(anon_sym_COMMA);
+      ACCEPT_TOKEN(anon_sym_LPAREN);
       END_STATE();
     case 28:
-      ACCEPT_TOKEN(anon_sym_RPAREN);
+      ACCEPT_TOKEN(anon_sym_COMMA);
       END_STATE();
     case 29:
-      ACCEPT_TOKEN(anon_sym_COLON);
+      ACCEPT_TOKEN(anon_sym_RPAREN);
       END_STATE();
     case 30:
-      ACCEPT_TOKEN(anon_sym_LBRACK);
+      ACCEPT_TOKEN(anon_sym_COLON);
       END_STATE();
     case 31:
-      ACCEPT_TOKEN(anon_sym_RBRACK);
+      ACCEPT_TOKEN(anon_sym_LBRACK);
       END_STATE();
     case 32:
-      ACCEPT_TOKEN(anon_sym_LBRACE);
+      ACCEPT_TOKEN(anon_sym_RBRACK);
       END_STATE();
     case 33:
-      ACCEPT_TOKEN(anon_sym_RBRACE);
+      ACCEPT_TOKEN(anon_sym_LBRACE);
       END_STATE();
     case 34:
+      ACCEPT_TOKEN(anon_sym_RBRACE);
+      END_STATE();
+    case 35:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'a') ADVANCE(48);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('b' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 36:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'b') ADVANCE(35);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 37:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'c') ADVANCE(46);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 38:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'c') ADVANCE(41);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 39:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'e') ADVANCE(47);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 40:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'h') ADVANCE(49);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 41:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'h') ADVANCE(39);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 42:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'i') ADVANCE(37);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 43:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'k') ADVANCE(47);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 44:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'n') ADVANCE(43);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 45:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'o') ADVANCE(36);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 46:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'r') ADVANCE(45);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 47:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 's') ADVANCE(16);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 48:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 't') ADVANCE(38);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 49:
+      ACCEPT_TOKEN(sym_schedule_name);
+      if (lookahead == 'u') ADVANCE(44);
+      if (('0' <= lookahead && lookahead <= '9') ||
+          ('A' <= lookahead && lookahead <= 'Z') ||
+          lookahead == '_' ||
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
+      END_STATE();
+    case 50:
       ACCEPT_TOKEN(sym_schedule_name);
       if (('0' <= lookahead && lookahead <= '9') ||
           ('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(34);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(50);
       END_STATE();
-    case 35:
+    case 51:
       ACCEPT_TOKEN(anon_sym_DOT);
       END_STATE();
-    case 36:
+    case 52:
       ACCEPT_TOKEN(anon_sym_STAR);
       END_STATE();
-    case 37:
+    case 53:
       ACCEPT_TOKEN(anon_sym_STAR);
-      if (lookahead == '*') ADVANCE(39);
+      if (lookahead == '*') ADVANCE(55);
       if (('0' <= lookahead && lookahead <= '9') ||
           ('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(39);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(55);
       END_STATE();
-    case 38:
+    case 54:
       ACCEPT_TOKEN(sym_glob);
-      if (lookahead == '*') ADVANCE(39);
+      if (lookahead == '*') ADVANCE(55);
       if (('0' <= lookahead && lookahead <= '9') ||
           ('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(39);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(55);
       END_STATE();
-    case 39:
+    case 55:
       ACCEPT_TOKEN(sym_glob);
       if (lookahead == '*' ||
           ('0' <= lookahead && lookahead <= '9') ||
           ('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(39);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(55);
       END_STATE();
-    case 40:
+    case 56:
       ACCEPT_TOKEN(anon_sym_SLASH);
       END_STATE();
-    case 41:
+    case 57:
       ACCEPT_TOKEN(sym_hole);
       END_STATE();
-    case 42:
+    case 58:
       ACCEPT_TOKEN(sym_identifier);
-      if (lookahead == '*') ADVANCE(39);
+      if (lookahead == '*') ADVANCE(55);
       if (('0' <= lookahead && lookahead <= '9') ||
           ('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(42);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(58);
       END_STATE();
-    case 43:
+    case 59:
       ACCEPT_TOKEN(sym_identifier);
       if (('0' <= lookahead && lookahead <= '9') ||
           ('A' <= lookahead && lookahead <= 'Z') ||
           lookahead == '_' ||
-          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(43);
+          ('a' <= lookahead && lookahead <= 'z')) ADVANCE(59);
       END_STATE();
-    case 44:
+    case 60:
       ACCEPT_TOKEN(sym_integer);
       if (lookahead == '.') ADVANCE(13);
       if (lookahead == '_') ADVANCE(12);
       if (lookahead == 'E' ||
           lookahead == 'e') ADVANCE(11);
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(44);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(60);
       END_STATE();
-    case 45:
+    case 61:
       ACCEPT_TOKEN(sym_integer);
       if (lookahead == '_') ADVANCE(15);
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(45);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(61);
       END_STATE();
-    case 46:
+    case 62:
       ACCEPT_TOKEN(sym_float);
       if (lookahead == '_') ADVANCE(13);
       if (lookahead == 'E' ||
           lookahead == 'e') ADVANCE(11);
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(46);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(62);
       END_STATE();
-    case 47:
+    case 63:
       ACCEPT_TOKEN(sym_float);
-      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(47);
+      if (('0' <= lookahead && lookahead <= '9')) ADVANCE(63);
       END_STATE();
-    case 48:
+    case 64:
       ACCEPT_TOKEN(sym_string);
       END_STATE();
-    case 49:
+    case 65:
       ACCEPT_TOKEN(sym_comment);
       if (lookahead != 0 &&
-          lookahead != '\n') ADVANCE(49);
+          lookahead != '\n') ADVANCE(65);
       END_STATE();
     default:
       return false;
@@ -2333,7 +2461,7 @@ static bool ts_lex_keywords(TSLexer *lexer, TSStateId state) {
 
 static const TSLexMode ts_lex_modes[STATE_COUNT] = {
   [0] = {.lex_state = 0},
-  [1] = {.lex_state = 21},
+  [1] = {.lex_state = 22},
   [2] = {.lex_state = 8},
   [3] = {.lex_state = 0},
   [4] = {.lex_state = 0},
@@ -2355,25 +2483,25 @@ static const TSLexMode ts_lex_modes[STATE_COUNT] = {
   [20] = {.lex_state = 0},
   [21] = {.lex_state = 0},
   [22] = {.lex_state = 8},
-  [23] = {.lex_state = 21},
-  [24] = {.lex_state = 21},
-  [25] = {.lex_state = 21},
-  [26] = {.lex_state = 21},
-  [27] = {.lex_state = 21},
+  [23] = {.lex_state = 22},
+  [24] = {.lex_state = 22},
+  [25] = {.lex_state = 22},
+  [26] = {.lex_state = 22},
+  [27] = {.lex_state = 22},
   [28] = {.lex_state = 0},
-  [29] = {.lex_state = 21},
+  [29] = {.lex_state = 22},
   [30] = {.lex_state = 0},
   [31] = {.lex_state = 0},
   [32] = {.lex_state = 0},
   [33] = {.lex_state = 0},
   [34] = {.lex_state = 0},
   [35] = {.lex_state = 0},
-  [36] = {.lex_state = 21},
+  [36] = {.lex_state = 22},
   [37] = {.lex_state = 8},
   [38] = {.lex_state = 8},
   [39] = {.lex_state = 0},
   [40] = {.lex_state = 0},
-  [41] = {.lex_state = 21},
+  [41] = {.lex_state = 22},
   [42] = {.lex_state = 0},
   [43] = {.lex_state = 0},
   [44] = {.lex_state = 0},
@@ -2424,208 +2552,208 @@ static const TSLexMode ts_lex_modes[STATE_COUNT] = {
   [89] = {.lex_state = 0},
   [90] = {.lex_state = 0},
   [91] = {.lex_state = 0},
-  [92] = {.lex_state = 21},
-  [93] = {.lex_state = 21},
-  [94] = {.lex_state = 21},
-  [95] = {.lex_state = 21},
-  [96] = {.lex_state = 21},
-  [97] = {.lex_state = 21},
-  [98] = {.lex_state = 21},
-  [99] = {.lex_state = 21},
+  [92] = {.lex_state = 22},
+  [93] = {.lex_state = 22},
+  [94] = {.lex_state = 22},
+  [95] = {.lex_state = 22},
+  [96] = {.lex_state = 22},
+  [97] = {.lex_state = 22},
+  [98] = {.lex_state = 22},
+  [99] = {.lex_state = 22},
   [100] = {.lex_state = 0},
   [101] = {.lex_state = 0},
   [102] = {.lex_state = 0},
   [103] = {.lex_state = 0},
   [104] = {.lex_state = 0},
-  [105] = {.lex_state = 21},
-  [106] = {.lex_state = 21},
+  [105] = {.lex_state = 22},
+  [106] = {.lex_state = 22},
   [107] = {.lex_state = 0},
   [108] = {.lex_state = 0},
-  [109] = {.lex_state = 21},
-  [110] = {.lex_state = 21},
+  [109] = {.lex_state = 22},
+  [110] = {.lex_state = 22},
   [111] = {.lex_state = 0},
-  [112] = {.lex_state = 21},
+  [112] = {.lex_state = 22},
   [113] = {.lex_state = 0},
-  [114] = {.lex_state = 21},
+  [114] = {.lex_state = 22},
   [115] = {.lex_state = 0},
-  [116] = {.lex_state = 21},
+  [116] = {.lex_state = 22},
   [117] = {.lex_state = 0},
-  [118] = {.lex_state = 21},
-  [119] = {.lex_state = 21},
-  [120] = {.lex_state = 21},
-  [121] = {.lex_state = 21},
-  [122] = {.lex_state = 21},
-  [123] = {.lex_state = 21},
-  [124] = {.lex_state = 21},
-  [125] = {.lex_state = 21},
-  [126] = {.lex_state = 21},
-  [127] = {.lex_state = 21},
-  [128] = {.lex_state = 21},
-  [129] = {.lex_state = 21},
+  [118] = {.lex_state = 22},
+  [119] = {.lex_state = 22},
+  [120] = {.lex_state = 22},
+  [121] = {.lex_state = 22},
+  [122] = {.lex_state = 22},
+  [123] = {.lex_state = 22},
+  [124] = {.lex_state = 22},
+  [125] = {.lex_state = 22},
+  [126] = {.lex_state = 22},
+  [127] = {.lex_state = 22},
+  [128] = {.lex_state = 22},
+  [129] = {.lex_state = 22},
   [130] = {.lex_state = 0},
-  [131] = {.lex_state = 21},
-  [132] = {.lex_state = 21},
-  [133] = {.lex_state = 21},
-  [134] = {.lex_state = 21},
-  [135] = {.lex_state = 21},
-  [136] = {.lex_state = 21},
-  [137] = {.lex_state = 21},
-  [138] = {.lex_state = 21},
-  [139] = {.lex_state = 21},
-  [140] = {.lex_state = 21},
-  [141] = {.lex_state = 21},
-  [142] = {.lex_state = 21},
-  [143] = {.lex_state = 21},
-  [144] = {.lex_state = 21},
-  [145] = {.lex_state = 21},
-  [146] = {.lex_state = 21},
-  [147] = {.lex_state = 21},
-  [148] = {.lex_state = 21},
-  [149] = {.lex_state = 21},
-  [150] = {.lex_state = 21},
-  [151] = {.lex_state = 21},
-  [152] = {.lex_state = 21},
-  [153] = {.lex_state = 21},
-  [154] = {.lex_state = 21},
-  [155] = {.lex_state = 21},
-  [156] = {.lex_state = 21},
-  [157] = {.lex_state = 21},
+  [131] = {.lex_state = 22},
+  [132] = {.lex_state = 22},
+  [133] = {.lex_state = 22},
+  [134] = {.lex_state = 22},
+  [135] = {.lex_state = 22},
+  [136] = {.lex_state = 22},
+  [137] = {.lex_state = 22},
+  [138] = {.lex_state = 22},
+  [139] = {.lex_state = 22},
+  [140] = {.lex_state = 22},
+  [141] = {.lex_state = 22},
+  [142] = {.lex_state = 22},
+  [143] = {.lex_state = 22},
+  [144] = {.lex_state = 22},
+  [145] = {.lex_state = 22},
+  [146] = {.lex_state = 22},
+  [147] = {.lex_state = 22},
+  [148] = {.lex_state = 22},
+  [149] = {.lex_state = 22},
+  [150] = {.lex_state = 22},
+  [151] = {.lex_state = 22},
+  [152] = {.lex_state = 22},
+  [153] = {.lex_state = 22},
+  [154] = {.lex_state = 22},
+  [155] = {.lex_state = 22},
+  [156] = {.lex_state = 22},
+  [157] = {.lex_state = 22},
   [158] = {.lex_state = 0},
-  [159] = {.lex_state = 21},
-  [160] = {.lex_state = 21},
-  [161] = {.lex_state = 21},
+  [159] = {.lex_state = 22},
+  [160] = {.lex_state = 22},
+  [161] = {.lex_state = 22},
   [162] = {.lex_state = 0},
-  [163] = {.lex_state = 21},
-  [164] = {.lex_state = 21},
+  [163] = {.lex_state = 22},
+  [164] = {.lex_state = 22},
   [165] = {.lex_state = 0},
-  [166] = {.lex_state = 21},
-  [167] = {.lex_state = 21},
-  [168] = {.lex_state = 21},
+  [166] = {.lex_state = 22},
+  [167] = {.lex_state = 22},
+  [168] = {.lex_state = 22},
   [169] = {.lex_state = 0},
-  [170] = {.lex_state = 21},
+  [170] = {.lex_state = 22},
   [171] = {.lex_state = 0},
-  [172] = {.lex_state = 21},
-  [173] = {.lex_state = 21},
-  [174] = {.lex_state = 21},
-  [175] = {.lex_state = 21},
-  [176] = {.lex_state = 21},
-  [177] = {.lex_state = 21},
+  [172] = {.lex_state = 22},
+  [173] = {.lex_state = 22},
+  [174] = {.lex_state = 22},
+  [175] = {.lex_state = 22},
+  [176] = {.lex_state = 22},
+  [177] = {.lex_state = 22},
   [178] = {.lex_state = 0},
-  [179] = {.lex_state = 21},
+  [179] = {.lex_state = 22},
   [180] = {.lex_state = 0},
-  [181] = {.lex_state = 21},
-  [182] = {.lex_state = 21},
-  [183] = {.lex_state = 21},
-  [184] = {.lex_state = 21},
-  [185] = {.lex_state = 21},
+  [181] = {.lex_state = 22},
+  [182] = {.lex_state = 22},
+  [183] = {.lex_state = 22},
+  [184] = {.lex_state = 22},
+  [185] = {.lex_state = 22},
   [186] = {.lex_state = 0},
-  [187] = {.lex_state = 21},
-  [188] = {.lex_state = 21},
+  [187] = {.lex_state = 22},
+  [188] = {.lex_state = 22},
   [189] = {.lex_state = 0},
   [190] = {.lex_state = 0},
-  [191] = {.lex_state = 21},
-  [192] = {.lex_state = 21},
-  [193] = {.lex_state = 21},
-  [194] = {.lex_state = 21},
-  [195] = {.lex_state = 21},
-  [196] = {.lex_state = 21},
-  [197] = {.lex_state = 21},
-  [198] = {.lex_state = 21},
-  [199] = {.lex_state = 21},
-  [200] = {.lex_state = 21},
+  [191] = {.lex_state = 22},
+  [192] = {.lex_state = 22},
+  [193] = {.lex_state = 22},
+  [194] = {.lex_state = 22},
+  [195] = {.lex_state = 22},
+  [196] = {.lex_state = 22},
+  [197] = {.lex_state = 22},
+  [198] = {.lex_state = 22},
+  [199] = {.lex_state = 22},
+  [200] = {.lex_state = 22},
   [201] = {.lex_state = 0},
-  [202] = {.lex_state = 21},
+  [202] = {.lex_state = 22},
   [203] = {.lex_state = 0},
   [204] = {.lex_state = 0},
-  [205] = {.lex_state = 21},
-  [206] = {.lex_state = 21},
-  [207] = {.lex_state = 21},
-  [208] = {.lex_state = 21},
-  [209] = {.lex_state = 21},
-  [210] = {.lex_state = 21},
-  [211] = {.lex_state = 21},
-  [212] = {.lex_state = 21},
-  [213] = {.lex_state = 21},
-  [214] = {.lex_state = 21},
+  [205] = {.lex_state = 22},
+  [206] = {.lex_state = 22},
+  [207] = {.lex_state = 22},
+  [208] = {.lex_state = 22},
+  [209] = {.lex_state = 22},
+  [210] = {.lex_state = 22},
+  [211] = {.lex_state = 22},
+  [212] = {.lex_state = 22},
+  [213] = {.lex_state = 22},
+  [214] = {.lex_state = 22},
   [215] = {.lex_state = 0},
-  [216] = {.lex_state = 21},
+  [216] = {.lex_state = 22},
   [217] = {.lex_state = 0},
-  [218] = {.lex_state = 21},
+  [218] = {.lex_state = 22},
   [219] = {.lex_state = 0},
   [220] = {.lex_state = 0},
   [221] = {.lex_state = 0},
   [222] = {.lex_state = 0},
   [223] = {.lex_state = 0},
-  [224] = {.lex_state = 21},
+  [224] = {.lex_state = 22},
   [225] = {.lex_state = 0},
-  [226] = {.lex_state = 21},
-  [227] = {.lex_state = 21},
-  [228] = {.lex_state = 21},
-  [229] = {.lex_state = 21},
+  [226] = {.lex_state = 22},
+  [227] = {.lex_state = 22},
+  [228] = {.lex_state = 22},
+  [229] = {.lex_state = 22},
   [230] = {.lex_state = 8},
-  [231] = {.lex_state = 21},
-  [232] = {.lex_state = 21},
+  [231] = {.lex_state = 22},
+  [232] = {.lex_state = 22},
   [233] = {.lex_state = 0},
   [234] = {.lex_state = 0},
   [235] = {.lex_state = 0},
-  [236] = {.lex_state = 21},
+  [236] = {.lex_state = 22},
   [237] = {.lex_state = 0},
-  [238] = {.lex_state = 21},
-  [239] = {.lex_state = 21},
-  [240] = {.lex_state = 21},
-  [241] = {.lex_state = 21},
+  [238] = {.lex_state = 22},
+  [239] = {.lex_state = 22},
+  [240] = {.lex_state = 22},
+  [241] = {.lex_state = 22},
   [242] = {.lex_state = 0},
-  [243] = {.lex_state = 21},
-  [244] = {.lex_state = 21},
+  [243] = {.lex_state = 22},
+  [244] = {.lex_state = 22},
   [245] = {.lex_state = 0},
-  [246] = {.lex_state = 21},
-  [247] = {.lex_state = 21},
+  [246] = {.lex_state = 22},
+  [247] = {.lex_state = 22},
   [248] = {.lex_state = 0},
   [249] = {.lex_state = 0},
-  [250] = {.lex_state = 21},
+  [250] = {.lex_state = 22},
   [251] = {.lex_state = 0},
-  [252] = {.lex_state = 21},
-  [253] = {.lex_state = 21},
-  [254] = {.lex_state = 21},
-  [255] = {.lex_state = 21},
-  [256] = {.lex_state = 21},
+  [252] = {.lex_state = 22},
+  [253] = {.lex_state = 22},
+  [254] = {.lex_state = 22},
+  [255] = {.lex_state = 22},
+  [256] = {.lex_state = 22},
   [257] = {.lex_state = 0},
   [258] = {.lex_state = 0},
-  [259] = {.lex_state = 21},
+  [259] = {.lex_state = 22},
   [260] = {.lex_state = 9},
-  [261] = {.lex_state = 21},
-  [262] = {.lex_state = 21},
+  [261] = {.lex_state = 22},
+  [262] = {.lex_state = 22},
   [263] = {.lex_state = 0},
-  [264] = {.lex_state = 21},
-  [265] = {.lex_state = 21},
+  [264] = {.lex_state = 22},
+  [265] = {.lex_state = 22},
   [266] = {.lex_state = 0},
   [267] = {.lex_state = 0},
-  [268] = {.lex_state = 21},
-  [269] = {.lex_state = 21},
-  [270] = {.lex_state = 21},
+  [268] = {.lex_state = 22},
+  [269] = {.lex_state = 22},
+  [270] = {.lex_state = 22},
   [271] = {.lex_state = 0},
-  [272] = {.lex_state = 21},
-  [273] = {.lex_state = 21},
-  [274] = {.lex_state = 21},
-  [275] = {.lex_state = 21},
+  [272] = {.lex_state = 22},
+  [273] = {.lex_state = 22},
+  [274] = {.lex_state = 22},
+  [275] = {.lex_state = 22},
   [276] = {.lex_state = 8},
-  [277] = {.lex_state = 21},
-  [278] = {.lex_state = 21},
+  [277] = {.lex_state = 22},
+  [278] = {.lex_state = 22},
   [279] = {.lex_state = 0},
   [280] = {.lex_state = 0},
   [281] = {.lex_state = 0},
   [282] = {.lex_state = 0},
   [283] = {.lex_state = 0},
   [284] = {.lex_state = 10},
-  [285] = {.lex_state = 21},
+  [285] = {.lex_state = 22},
   [286] = {.lex_state = 0},
   [287] = {.lex_state = 0},
   [288] = {.lex_state = 8},
   [289] = {.lex_state = 8},
-  [290] = {.lex_state = 21},
+  [290] = {.lex_state = 22},
   [291] = {.lex_state = 0},
   [292] = {.lex_state = 0},
-  [293] = {.lex_state = 21},
+  [293] = {.lex_state = 22},
   [294] = {.lex_state = 0},
   [295] = {.lex_state = 0},
   [296] = {.lex_state = 0},
