@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -118,18 +119,36 @@ def _fail_usage(msg: str) -> None:
     raise typer.Exit(2)
 
 
-def _read_plan(name: str, stdin_filename: Optional[str]) -> tuple[str, str]:
-    """(the name diagnostics use, the text) of a file argument; `-` reads standard input once."""
+@dataclass(frozen=True)
+class _PlanInput:
+    """A file argument as read: the name diagnostics use, its text, its bytes, and PL105 when they are
+    not UTF-8 (the text then shows U+FFFD for the bad bytes)."""
+
+    name: str
+    text: str
+    data: bytes
+    undecodable: object = None  # a Diagnostic
+
+
+def _read_plan(name: str, stdin_filename: Optional[str]) -> _PlanInput:
+    """A file argument; `-` reads standard input once. A file that cannot be read at all is a usage error."""
+    from planlang.lang.codes import CODES
+    from planlang.lang.diagnostics import Diagnostic
+    from planlang.lang.source import decode_plan
+
     if name == STDIN:
-        return stdin_filename or "<stdin>", sys.stdin.read()
-    try:
-        data = Path(name).read_bytes()
-    except OSError as err:
-        _fail_usage(f"cannot read {name}: {err.strerror or err}")
-    try:
-        return name, data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        _fail_usage(f"cannot read {name}: it is not UTF-8 text (byte {err.start}); save it as UTF-8")
+        data, name = sys.stdin.buffer.read(), stdin_filename or "<stdin>"
+    else:
+        try:
+            data = Path(name).read_bytes()
+        except OSError as err:
+            _fail_usage(f"cannot read {name}: {err.strerror or err}")
+    source, bad = decode_plan(data, name)
+    if bad is None:
+        return _PlanInput(name, source.text, data)
+    return _PlanInput(name, source.text, data, Diagnostic(
+        "PL105", CODES["PL105"].severity, "the file is not UTF-8 text: this byte is not valid UTF-8",
+        source.span(*bad), help="save the file as UTF-8"))
 
 
 def _check_one(name: str, text: str, model: bool, use_paths: tuple[str, ...] = ()):
@@ -165,9 +184,15 @@ def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fai
     except UsageError as err:
         _fail_usage(str(err))
     diags, sources = [], {}
+    from planlang.lang.source import SourceFile
+
     for f in files:
-        name, text = _read_plan(f, stdin_filename)
-        res = _check_one(name, text, model, config.use_paths if config is not None else ())
+        plan = _read_plan(f, stdin_filename)
+        if plan.undecodable is not None:  # reported where it is; the other files are still checked
+            diags.append(plan.undecodable)
+            sources[plan.name] = SourceFile(plan.name, plan.text)
+            continue
+        res = _check_one(plan.name, plan.text, model, config.use_paths if config is not None else ())
         diags.extend(config.keep(res.diagnostics) if config is not None else res.diagnostics)
         sources.update(res.sources)
     if statistics:
@@ -263,7 +288,16 @@ def fmt(
         _fail_usage(str(err))
     changed, broken = [], 0
     for f in files:
-        name, text = _read_plan(f, stdin_filename)
+        plan = _read_plan(f, stdin_filename)
+        name, text = plan.name, plan.text
+        if plan.undecodable is not None:
+            sys.stderr.write(render([plan.undecodable], {name: SourceFile(name, text)}, "human",
+                                    color=_use_color(None, sys.stderr)))
+            broken += 1
+            if f == STDIN and not (check_only or diff):
+                sys.stdout.flush()
+                sys.stdout.buffer.write(plan.data)  # a filter gives back what it got, byte for byte
+            continue
         try:
             new = format_text(text, name)
         except FormatError as err:

@@ -171,3 +171,18 @@ def test_colour_follows_force_color_no_color_and_the_flag(tmp_path):
 def test_unknown_option_values_are_usage_errors(args):
     out = planlang(*args, stdin="")
     assert out.returncode == 2 and "Invalid value" in out.stderr
+
+
+def test_a_file_that_is_not_utf8_is_pl105_and_the_others_are_still_checked(tmp_path):
+    (tmp_path / "a.plan").write_bytes(b"device g { memory = 8 GiB }\n# caf\xe9\n")
+    (tmp_path / "b.plan").write_text(TWO_FINDINGS)
+    out = planlang("lint", ".", cwd=tmp_path)
+    assert out.returncode == 1
+    assert "a.plan:2:6: error[PL105]" in out.stdout and codes(out.stdout) == ["PL105", "PL309", "PL501"]
+    json_out = json.loads(planlang("check", "a.plan", "--format", "json", cwd=tmp_path).stdout)
+    assert [(d["code"], d["line"], d["column"]) for d in json_out] == [("PL105", 2, 6)]
+    # a formatter filter gives the bytes back unchanged
+    raw = (tmp_path / "a.plan").read_bytes()
+    filt = subprocess.run([sys.executable, "-m", "planlang.cli", "fmt", "-"], input=raw, capture_output=True,
+                          cwd=tmp_path, timeout=60)
+    assert filt.returncode == 1 and filt.stdout == raw and b"PL105" in filt.stderr

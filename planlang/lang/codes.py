@@ -70,6 +70,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL104", "unexpected-eof", E, "unexpected end of file",
      "The file ends inside a statement, usually because a `{`, `(` or `[` is never closed. The\n"
      "diagnostic points at the opening bracket."),
+    ("PL105", "not-utf8", E, "the file is not UTF-8 text",
+     "Plans are UTF-8 text. The diagnostic points at the first byte that is not valid UTF-8 (shown as\n"
+     "U+FFFD); the file is not checked further. Save it as UTF-8 (most editors: \"Save with encoding\")."),
     # ------------------------------------------------------------------ PL2xx names and values
     ("PL201", "unknown-axis", E, "unknown mesh axis",
      "A spec, data spec, pipeline, optimizer or stage names an axis the mesh does not declare.\n"

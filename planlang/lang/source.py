@@ -70,3 +70,14 @@ class SourceFile:
         line, col = self.position(start)
         end_line, end_col = self.position(end)
         return Span(self.path, line, col, end_line, end_col, start, end)
+
+
+def decode_plan(data: bytes, path: str) -> tuple[SourceFile, "tuple[int, int] | None"]:
+    """The file's text, and the (start, end) character offsets of its first undecodable bytes when it
+    is not UTF-8 (the text then has U+FFFD in their place, so a diagnostic can point at them)."""
+    try:
+        return SourceFile(path, data.decode("utf-8")), None
+    except UnicodeDecodeError as err:
+        before = data[:err.start].decode("utf-8")
+        text = data.decode("utf-8", errors="replace")
+        return SourceFile(path, text), (len(before), len(before) + 1)

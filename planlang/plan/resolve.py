@@ -15,7 +15,7 @@ from planlang.lang import ast as A
 from planlang.lang.codes import CODES
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.parser import ParseResult, parse
-from planlang.lang.source import SourceFile, Span
+from planlang.lang.source import SourceFile, Span, decode_plan
 
 from . import types as T
 from .selection import Selection
@@ -111,7 +111,15 @@ class Resolver:
         return Resolution(plan, tuple(self.diags), self.sources, self.modules)
 
     def resolve_file(self, path: str) -> Resolution:
-        return self.resolve_text(self.read(path), path)
+        try:
+            text = self.read(path)
+        except UnicodeDecodeError:  # PL105 at the first bad byte; nothing else can be said of the file
+            source, bad = decode_plan(FsPath(path).read_bytes(), path)
+            self.sources[path] = source
+            return Resolution(None, (diag("PL105", "the file is not UTF-8 text: this byte is not valid UTF-8",
+                                          source.span(*(bad or (0, 0))), help="save the file as UTF-8"),),
+                              self.sources, self.modules)
+        return self.resolve_text(text, path)
 
     # ------------------------------------------------------------------ modules
     def _find_module(self, use: A.Use, from_path: str) -> str | None:

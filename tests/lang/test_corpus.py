@@ -45,7 +45,7 @@ _EXPECT = re.compile(r"^#\s*expect:\s*(PL\d{3})\s+(?:(\S+):)?(\d+):(\d+)\s*$")
 def expectations(path: Path) -> set[tuple[str, str, int, int]]:
     """(file relative to the corpus, code, line, column) from the header comments of `path`."""
     out = set()
-    for raw in path.read_text(encoding="utf-8").splitlines():
+    for raw in path.read_bytes().decode("utf-8", errors="replace").splitlines():  # PL105 is not UTF-8
         line = raw.strip()
         if not line.startswith("#"):
             break  # the header ends at the first line that is not a comment
