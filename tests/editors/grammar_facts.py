@@ -129,5 +129,14 @@ def parseable_corpus() -> tuple[tuple[str, str], ...]:
     only texts without syntax errors (the files of tests/lang/corpus/invalid mostly break semantic
     rules; the grammar tests are full of soft keywords used as names)."""
     extra = sorted(GRAMMAR_TESTS_DIR.glob("*.plan")) + sorted((ROOT / "tests" / "lang" / "corpus").rglob("*.plan"))
-    items = list(plan_corpus()) + [(str(p.relative_to(ROOT)), p.read_text()) for p in extra]
+    items = list(plan_corpus()) + [(str(p.relative_to(ROOT)), text) for p in extra if (text := utf8_text(p)) is not None]
     return tuple((name, text) for name, text in items if parse(text, name).ok)
+
+
+def utf8_text(path: Path) -> str | None:
+    """The file's text, or None when it is not UTF-8 (the checker's corpus has such a file on purpose:
+    it is an encoding error, PL105, not a plan an editor could highlight)."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return None
