@@ -131,6 +131,10 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL221", "invalid-value", E, "value of the wrong kind",
      "A field or argument got a value of the wrong kind, for example a string for `memory` or a\n"
      "quantity where a plain number is expected."),
+    ("PL223", "quantity-out-of-range", E, "a quantity is zero or too large",
+     "Memory, bandwidth, latency and throughput must be more than zero (a zero bandwidth would divide by\n"
+     "zero when collectives are priced) and below 1e30 base units (bytes, B/s, seconds, FLOP/s): a\n"
+     "number that large is a typo, and it would overflow the estimator's arithmetic."),
     ("PL222", "use-outside-project", E, "`use` reaches outside the plan's folders",
      "A plan may `use` the standard library, `.plan` files in its own folder and below, and files in\n"
      "the folders named by `use-paths` in planlang.toml (or `[tool.planlang]` of pyproject.toml). A\n"

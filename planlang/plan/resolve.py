@@ -6,6 +6,7 @@ still be resolved is, so the checker sees as much of the plan as possible.
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path as FsPath
@@ -24,6 +25,7 @@ from .units import Kind, UNITS, example_units, unit_kind
 # package data (in the wheel too); `stdlib/` at the top of the checkout links here
 STDLIB_DIR = FsPath(__file__).resolve().parents[1] / "stdlib"
 MAX_EXPANSION_DEPTH = 32
+MAX_QUANTITY = 1e30  # base units (bytes, B/s, s, FLOP/s): far beyond any machine, below float overflow
 
 DTYPES = {
     "f64": "f64", "float64": "f64", "f32": "f32", "float32": "f32", "fp32": "f32", "f16": "f16",
@@ -259,6 +261,23 @@ class Resolver:
             seen[p.name.text] = p.name.span
 
     # ------------------------------------------------------------------ values
+    def _in_range(self, value: A.Quantity, kind: Kind, what: str) -> float | None:
+        """The quantity in base units when it is a positive, finite amount below MAX_QUANTITY; else PL223."""
+        try:
+            amount = float(value.number.value) * UNITS[value.unit.text][1]
+        except OverflowError:  # an integer of hundreds of digits
+            amount = math.inf
+        if not amount < MAX_QUANTITY:
+            self.diags.append(diag("PL223", f"{what} `{value}` is too large", value.span,
+                                   help=f"a {kind.value} is at most {MAX_QUANTITY:.0e} base units; check the "
+                                        "number and the unit"))
+            return None
+        if amount <= 0:
+            self.diags.append(diag("PL223", f"{what} `{value}` is zero", value.span,
+                                   help=f"a {kind.value} must be more than zero"))
+            return None
+        return amount
+
     def _quantity(self, value: A.Value, kind: Kind, what: str) -> float | None:
         """A quantity of the given kind in base units, or None after reporting why not."""
         if isinstance(value, A.Quantity):
@@ -281,7 +300,7 @@ class Resolver:
                     "PL253", f"`{value}` is {value.number.value} x 10^{3 * 'KMGTP'.index(unit[0]) + 3} bytes",
                     value.unit.span, help=f"write `{value.number} {unit[0]}iB` for binary units (as device memory is sold)",
                 ))
-            return float(value.number.value) * UNITS[unit][1]
+            return self._in_range(value, kind, what)
         if isinstance(value, (A.Int, A.Float)):
             self.diags.append(diag(
                 "PL252", f"{what} `{value}` has no unit", value.span,
