@@ -33,6 +33,7 @@ TORCH_OPTIMIZERS: dict[str, tuple[str, dict]] = {
     "adagrad": ("Adagrad", {}),
     "rmsprop": ("RMSprop", {}),
     "adafactor": ("Adafactor", {}),
+    "lion": ("Lion", {}),
 }
 
 
@@ -46,6 +47,10 @@ def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict]:
         what = f"optimizer `{name}` has no torch implementation" if name in T.OPTIMIZERS else f"unknown optimizer `{name}`"
         raise OptimizerError(f"{what}; known: {', '.join(TORCH_OPTIMIZERS)}")
     cls_name, defaults = TORCH_OPTIMIZERS[name]
+    if cls_name == "Lion":  # not in torch.optim: planlang's own (planlang/runtime/lion.py)
+        from planlang.runtime.lion import Lion
+
+        return Lion, dict(defaults)
     cls = getattr(torch.optim, cls_name, None)
     if cls is None:
         raise OptimizerError(f"optimizer `{name}` needs torch.optim.{cls_name}, which this torch lacks")
