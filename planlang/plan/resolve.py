@@ -158,9 +158,16 @@ class Resolver:
             return None
         if found is None:
             where = "next to the plan" if isinstance(use.target, A.Str) else "in stdlib/ or next to the plan"
+            modules = self.stdlib_modules()
+            by_last = {m.rpartition(".")[2]: m for m in modules}  # `use megatorn` means patterns.megatron
+            guess = None if isinstance(use.target, A.Str) else did_you_mean(target, modules)
+            if guess is None and not isinstance(use.target, A.Str):
+                last = did_you_mean(target.rpartition(".")[2], by_last)
+                guess = by_last.get(last) if last else None
             self.diags.append(diag(
                 "PL203", f"module `{target}` not found", use.target.span,
-                help=f"no file {where}; available stdlib modules: {', '.join(self.stdlib_modules()) or 'none'}",
+                help=f"did you mean `use {guess}`?" if guess else
+                f"no file {where}; available stdlib modules: {', '.join(modules) or 'none'}",
             ))
             return None
         key = _key(found)

@@ -1,6 +1,8 @@
 """Resolver: templates, loops, use, and the plan it produces."""
 from pathlib import Path
 
+import pytest
+
 from planlang.plan.checker import check_text
 from planlang.plan.resolve import resolve_text
 from planlang.plan.types import Hole, Spec
@@ -117,9 +119,16 @@ def test_used_module_declarations_and_mesh_preset(tmp_path: Path):
 
 
 def test_stdlib_module_not_found_lists_available():
-    res = resolve_text("use hardwre\n", "t.plan")
+    res = resolve_text("use sharding.tools\n", "t.plan")
     assert codes(res) == ["PL203"]
     assert "patterns.megatron" in res.diagnostics[0].help
+
+
+@pytest.mark.parametrize("typo, meant", [("hardwre", "hardware"), ("megatorn", "patterns.megatron"),
+                                         ("patterns.megatorn", "patterns.megatron")])
+def test_a_misspelt_module_gets_did_you_mean(typo, meant):
+    res = resolve_text(f"use {typo}\n", "t.plan")
+    assert codes(res) == ["PL203"] and res.diagnostics[0].help == f"did you mean `use {meant}`?"
 
 
 def test_quantities_resolve_to_base_units():
