@@ -6,35 +6,28 @@ document's text, builds and probes the model, estimates per-device memory, and r
 `planlang check --model` does for a file on disk, for the editor's unsaved text.
 
 Caches are keyed by content. The probed model is cached per model declaration (factory, arguments,
-inputs, the plan's folder) and the *source* of the model: a digest of the factory's file and of every
-Python module it brought in from the plan's folder or its own package (`ModelSource`). When one of
-those files changes, the next run imports them all afresh (their entries in sys.modules, and stale
-bytecode, are dropped), probes the model anew and drops the estimator's own caches of that model, so
-nothing computed from the old code is shown. The estimate is cached per plan and model source. Both
-caches are bounded (least recently used first out).
+inputs, the plan's folder) and the *source* of the model (planlang.model.source.ModelSource, torch-free):
+a digest of the factory's file and of every Python module it brought in from the plan's folder or its
+own package. When one of those files changes, the key changes: the next run builds the model again, and
+the model layer imports the current code (planlang.model.load.build_model); the estimator keys its own
+caches by the same source, so nothing computed from the old code is shown. The estimate is cached per
+plan and model source. Both caches are bounded (least recently used first out).
 """
 from __future__ import annotations
 
-import hashlib
-import importlib
 import importlib.util
 import logging
 import os
-import sys
-import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 from planlang.lang.diagnostics import Diagnostic, Severity
+from planlang.model.source import ModelSource, imported_source, model_source  # torch-free
 from planlang.plan.types import Plan
-
-from .symbols import factory_source
 
 log = logging.getLogger(__name__)
 CACHE_SIZE = 4
-SOURCES_SIZE = 32  # model modules whose source files are remembered
 
 
 def model_layer_available() -> bool:
@@ -69,45 +62,6 @@ class ModelInsight:
         return replace(self, facts=None, estimates=(), stale=True)
 
 
-@dataclass(frozen=True)
-class ModelSource:
-    """The Python files one model was built from, each with a digest of its content (None: unreadable)."""
-
-    module: str  # the factory's module
-    files: tuple[tuple[str, str | None], ...]
-
-    @property
-    def paths(self) -> tuple[str, ...]:
-        return tuple(p for p, _ in self.files)
-
-    def changed(self, quick: bool = False) -> bool:
-        """Whether a file reads differently now. `quick`: trust a file whose size and modification
-        time (in nanoseconds) are those it had when last read (for a check on every request)."""
-        return any(digest(p, quick) != d for p, d in self.files)
-
-
-_DIGESTS: dict[str, tuple[tuple[int, int, int], str]] = {}  # path -> ((mtime_ns, size, inode), digest)
-DIGESTS_SIZE = 4096
-
-
-def digest(path: str, quick: bool = False) -> str | None:
-    """A digest of a file's content (not its modification time: a same-size edit in the same second
-    counts). `quick`: the last digest of the file while its mtime_ns, size and inode are unchanged."""
-    try:
-        st = os.stat(path)
-        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        known = _DIGESTS.get(path)
-        if quick and known is not None and known[0] == stamp:
-            return known[1]
-        value = hashlib.sha1(Path(path).read_bytes()).hexdigest()
-    except OSError:
-        return None
-    if len(_DIGESTS) >= DIGESTS_SIZE:
-        _DIGESTS.clear()
-    _DIGESTS[path] = (stamp, value)
-    return value
-
-
 class _Lru(OrderedDict):
     """A small least-recently-used cache; unhashable keys are never cached."""
 
@@ -139,140 +93,6 @@ class _Lru(OrderedDict):
 _MISSING = object()
 
 
-class _Sources:
-    """What this process imported for each model module, and from which files (with their digests as
-    imported). One per process, like sys.modules and the estimator's caches it keeps in step."""
-
-    def __init__(self):
-        self.lock = threading.RLock()
-        self.seen: OrderedDict[str, tuple[tuple[tuple[str, str | None], ...], tuple[str, ...]]] = OrderedDict()
-
-    def current(self, module: str, factory_file: str | None) -> ModelSource:
-        """The source of `module` now. When a file of it changed since it was imported (or it was
-        imported before this tracker saw it), its modules are dropped from sys.modules, with their stale
-        bytecode, and the estimator forgets the model: the next build imports the current code."""
-        with self.lock:
-            known = self.seen.get(module)
-            paths = [p for p, _ in known[0]] if known else []
-            if factory_file is not None and factory_file not in paths:
-                paths.insert(0, factory_file)
-            files = tuple((p, digest(p)) for p in paths)
-            if known is None:
-                if module in sys.modules:  # imported before we kept track: we cannot tell how old it is
-                    _reimport((module,), ())
-            elif files != known[0]:
-                old = dict(known[0])
-                _reimport(known[1] + (module,), [p for p, d in files if old.get(p, d) != d or p not in old])
-                del self.seen[module]  # recorded again once it is built
-            else:
-                self.seen.move_to_end(module)
-            return ModelSource(module, files)
-
-    def loaded(self, before: ModelSource, plan_path: str) -> ModelSource:
-        """After a build: `before` with the local modules now imported (the plan's folder and the
-        factory's package), remembered for the next `current`."""
-        with self.lock:
-            if not before.files:  # not found next to the plan: where the import found it
-                f = getattr(sys.modules.get(before.module), "__file__", None)
-                if f:
-                    before = ModelSource(before.module, ((str(Path(f).resolve()), digest(f)),))
-            local = _local_modules(before, plan_path)
-            known = dict(before.files)
-            files = tuple(before.files) + tuple(sorted((f, digest(f)) for f in set(local.values()) if f not in known))
-            names = tuple(sorted(n for n in local if n != before.module))
-            self.seen[before.module] = (files, names)
-            self.seen.move_to_end(before.module)
-            while len(self.seen) > SOURCES_SIZE:
-                self.seen.popitem(last=False)
-            return ModelSource(before.module, files)
-
-
-SOURCES = _Sources()
-
-
-def _local_roots(source: ModelSource, plan_path: str) -> list[Path]:
-    """Where the model's own modules live: the plan's folder, and the top folder of the factory's
-    package (the factory's folder for a top-level module)."""
-    roots = [Path(plan_path).resolve().parent]
-    if source.files:
-        factory = Path(source.files[0][0]).resolve()
-        depth = source.module.count(".") + (1 if factory.name == "__init__.py" else 0)
-        top = factory.parents[depth] if depth < len(factory.parents) else factory.parent
-        roots.append(top / source.module.split(".")[0] if depth else factory.parent)
-    return roots
-
-
-def _foreign_roots() -> list[Path]:
-    """Folders whose modules are never the model's own: this package, the interpreter's."""
-    import planlang
-
-    out = [Path(planlang.__file__).resolve().parent]
-    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
-        out.append(Path(p).resolve())
-    return out
-
-
-def _local_modules(source: ModelSource, plan_path: str) -> dict[str, str]:
-    """module name -> file, for the imported modules under the model's local roots."""
-    roots, foreign = _local_roots(source, plan_path), _foreign_roots()
-    out: dict[str, str] = {}
-    for name, mod in list(sys.modules.items()):
-        if name in ("__main__", "__mp_main__"):  # the program itself (a script next to the plan)
-            continue
-        f = getattr(mod, "__file__", None)
-        if not f or not f.endswith(".py"):
-            continue
-        try:
-            path = Path(f).resolve()
-        except OSError:
-            continue
-        if any(path.is_relative_to(r) for r in foreign):
-            continue
-        if any(path.is_relative_to(r) for r in roots):
-            out[name] = str(path)
-    return out
-
-
-def _reimport(modules, changed_files) -> None:
-    """Make the next import of `modules` read their source again: drop them from sys.modules, drop the
-    bytecode of the changed files (its check is by whole-second mtime and size, which an edit can keep),
-    forget the import system's directory listings and the estimator's caches of these models."""
-    for name in modules:
-        sys.modules.pop(name, None)
-    for f in changed_files:
-        try:
-            os.remove(importlib.util.cache_from_source(f))
-        except (OSError, ValueError, NotImplementedError):
-            pass
-    importlib.invalidate_caches()
-    _forget_estimates(set(modules))
-
-
-def _estimator_caches() -> tuple[dict | None, dict | None]:
-    """The estimator's module-level caches (facts per model, simulations), when it is loaded. They are
-    keyed by the model declaration, not its source, so the editor keeps them in step with the source."""
-    est = sys.modules.get("planlang.model.estimate")
-    facts, sims = getattr(est, "_FACTS", None), getattr(est, "_SIMULATED", None)
-    return (facts if isinstance(facts, dict) else None), (sims if isinstance(sims, dict) else None)
-
-
-def _model_key_module(key) -> str | None:
-    """The factory module of an estimator cache key ((str(model), path, inputs) first)."""
-    while isinstance(key, tuple) and key and isinstance(key[0], tuple):
-        key = key[0]
-    if isinstance(key, tuple) and key and isinstance(key[0], str):
-        return key[0].split(":", 1)[0]
-    return None
-
-
-def _forget_estimates(modules: set[str]) -> None:
-    for cache in _estimator_caches():
-        if cache is None:
-            continue
-        for k in [k for k in list(cache) if _model_key_module(k) in modules]:
-            cache.pop(k, None)
-
-
 class ModelChecker:
     """Runs model-aware checks; keeps the probed model and the estimates between runs."""
 
@@ -288,13 +108,12 @@ class ModelChecker:
         plan = res.plan
         if plan is None or plan.model is None:
             return ModelInsight(validate(res, path).diagnostics, plan)
-        src = factory_source(plan.model.factory, path)
-        source = SOURCES.current(plan.model.module, src.path if src else None)
+        source = model_source(plan.model, path)  # the files of its last build, as they read now
         base = (plan.model, plan.inputs, os.path.dirname(os.path.abspath(path)))
         facts, load_diags = self._facts.get(base + (source.files,)), []
         if facts is None:  # failures are not cached: their diagnostics point at this version's lines
-            facts, load_diags = model_facts_for(plan)
-            source = SOURCES.loaded(source, path)
+            facts, load_diags = model_facts_for(plan)  # builds the current code
+            source = imported_source(plan.model) or source  # the files that build read
             if facts is not None:
                 self._facts.put(base + (source.files,), facts)
         extra: dict = {}
@@ -314,8 +133,4 @@ class ModelChecker:
 def _estimate(plan: Plan, facts):
     from planlang.model.estimate import estimate_plan
 
-    cache, _ = _estimator_caches()
-    if cache is not None:  # the estimator probes the model itself unless it has it: give it ours
-        cache[(str(plan.model), plan.path, tuple(str(i) for i in plan.inputs))] = facts
-    return estimate_plan(plan)
-
+    return estimate_plan(plan, facts=facts)  # the facts just probed: the estimator need not probe again

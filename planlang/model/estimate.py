@@ -36,6 +36,8 @@ torch.utils.checkpoint. Step time: flops / device throughput plus the alpha-beta
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
@@ -50,6 +52,7 @@ from planlang.plan.units import format_bytes
 from .load import build_model, meta_inputs, model_loss
 from .profile import profile_model
 from .simulate import simulate_step
+from .source import imported_source, model_source
 from .trace import probe_modules
 
 STATE_ELEMENTS = {  # optimizer state elements per parameter element (fp32)
@@ -202,8 +205,49 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]
 GRAD_SYNC = ("flat", "ddp")
 
 
-_FACTS: dict[tuple, object] = {}  # (model, path, inputs) -> ModuleFacts of the whole model
-_SIMULATED: dict[tuple, tuple] = {}  # what a simulation depends on -> (sim, profile, trained, notes)
+# Caches for commands that estimate many plans of one model in one process (solve, the language server),
+# keyed by the model's source (planlang.model.source: the content of its files), so an edited model is
+# probed and simulated again; least recently used first out.
+FACTS_SIZE = 8
+SIMULATED_SIZE = 32
+_FACTS: OrderedDict[tuple, object] = OrderedDict()  # (source, model, path, inputs) -> ModuleFacts
+_SIMULATED: OrderedDict[tuple, tuple] = OrderedDict()  # what a simulation depends on -> (sim, profile, trained, notes)
+
+
+_CACHE_LOCK = threading.Lock()
+
+
+def _cache_get(cache: OrderedDict, key):
+    with _CACHE_LOCK:
+        value = cache.get(key)
+        if value is not None:
+            cache.move_to_end(key)
+        return value
+
+
+def _cache_put(cache: OrderedDict, key, value, size: int):
+    with _CACHE_LOCK:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > size:
+            cache.popitem(last=False)
+        return value
+
+
+def _model_key(plan: T.Plan, source) -> tuple:
+    return (source.files, str(plan.model), plan.path, tuple(str(i) for i in plan.inputs))
+
+
+def _model_facts(plan: T.Plan, facts=None) -> tuple[object, tuple]:
+    """The probed model of `plan` and its cache key (the model's source as read now). `facts`: the
+    caller's, probed from that source; kept for the next call."""
+    key = _model_key(plan, model_source(plan.model, plan.path))
+    if facts is None:
+        facts = _cache_get(_FACTS, key)
+    if facts is None:
+        facts = probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs))
+        key = _model_key(plan, imported_source(plan.model) or model_source(plan.model, plan.path))
+    return _cache_put(_FACTS, key, facts, FACTS_SIZE), key
 
 
 def _simulate_local(plan: T.Plan, facts, params: dict[str, _Param], divide: int, micro: int, stage_of):
@@ -228,21 +272,21 @@ def _simulate_local(plan: T.Plan, facts, params: dict[str, _Param], divide: int,
     return sim, prof, trained, tuple(notes)
 
 
-def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "flat") -> list[DeviceEstimate]:
+def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "flat",
+                  facts=None) -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
 
     `grad_sync` is how data-parallel gradients are summed: "flat" is the planlang runtime (one flat
     all-reduce after backward: a transient copy of the gradients), "ddp" torch's DistributedDataParallel
-    (persistent gradient buckets as large as the gradients, gradient_as_bucket_view=False)."""
+    (persistent gradient buckets as large as the gradients, gradient_as_bucket_view=False). `facts`: the
+    plan's model as the caller probed it from its current source (planlang.model.checks.model_facts_for),
+    spares probing it again."""
     if grad_sync not in GRAD_SYNC:
         raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC)}, not {grad_sync!r}")
     if plan.model is None:
         raise ValueError("the plan declares no model")
     mesh = plan.mesh
-    model_key = (str(plan.model), plan.path, tuple(str(i) for i in plan.inputs))
-    facts = _FACTS.get(model_key)
-    if facts is None:
-        facts = _FACTS[model_key] = probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs))
+    facts, model_key = _model_facts(plan, facts)
     dp = data_degree(plan)
     micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else 1
     stage_of = _stage_of_modules(plan, facts.all_modules)
@@ -264,11 +308,10 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "fl
     # ZeRO: plans that differ only there (the solver prices many) share one simulation
     sim_key = (model_key, tuple((n, p.local) for n, p in params.items()), dp * micro, micro > 1,
                tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)), tuple(sorted(stage_of.items())))
-    cached = _SIMULATED.get(sim_key)
+    cached = _cache_get(_SIMULATED, sim_key)
     if cached is None:
-        cached = _SIMULATED[sim_key] = _simulate_local(plan, facts, params, dp * micro, micro, stage_of)
-        while len(_SIMULATED) > 32:  # bounded: the oldest goes first
-            _SIMULATED.pop(next(iter(_SIMULATED)))
+        cached = _cache_put(_SIMULATED, sim_key, _simulate_local(plan, facts, params, dp * micro, micro, stage_of),
+                            SIMULATED_SIZE)
     sim, prof, trained, sim_notes = cached
     notes = list(sim_notes)
 

@@ -3,7 +3,8 @@
 `model gpt2 = "examples.gpt2.model:build"(layers = 12)` imports `examples.gpt2.model` and calls
 `build(layers=12)` under `torch.device("meta")`, so no parameter memory is allocated. The module is
 looked up on sys.path, then from the plan's folder and each folder above it (a plan inside a project
-finds the project's packages), then the current directory.
+finds the project's packages), then the current directory. A build follows the model's source: a file
+of it edited since an earlier build in the same process is imported again (planlang.model.source).
 """
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ import importlib
 import sys
 import traceback
 from contextlib import contextmanager
-from pathlib import Path
 
 import torch
 
 from planlang.plan.types import Input, ModelRef
+
+from .source import model_source, record, refresh, search_roots
 
 TORCH_DTYPES = {
     "f64": torch.float64, "f32": torch.float32, "tf32": torch.float32, "f16": torch.float16,
@@ -30,15 +32,6 @@ class ModelLoadError(Exception):
     def __init__(self, code: str, message: str, help: str, detail: str = ""):
         super().__init__(message)
         self.code, self.message, self.help, self.detail = code, message, help, detail
-
-
-def _search_roots(plan_path: str | None) -> list[str]:
-    roots = []
-    if plan_path:
-        p = Path(plan_path).resolve().parent
-        roots += [str(d) for d in [p, *p.parents]]
-    roots.append(str(Path.cwd()))
-    return roots
 
 
 @contextmanager
@@ -61,7 +54,7 @@ def import_factory(ref: ModelRef, plan_path: str | None = None):
     try:
         mod = importlib.import_module(ref.module)
     except ModuleNotFoundError:
-        with _extra_path(_search_roots(plan_path)):
+        with _extra_path(search_roots(plan_path)):
             try:
                 mod = importlib.import_module(ref.module)
             except ModuleNotFoundError as err:
@@ -87,16 +80,24 @@ def import_factory(ref: ModelRef, plan_path: str | None = None):
 
 
 def build_model(ref: ModelRef, plan_path: str | None = None, device: str | torch.device = "meta") -> torch.nn.Module:
-    """Import and call the factory under `device` (meta by default: shapes only, no memory)."""
-    fn = import_factory(ref, plan_path)
+    """Import and call the factory under `device` (meta by default: shapes only, no memory).
+
+    The build runs the model's current code: modules of it whose files changed since an earlier build in
+    this process are imported again, and the local modules the build imports are remembered
+    (planlang.model.source)."""
+    before = refresh(model_source(ref, plan_path))
     try:
-        with torch.device(device):
-            model = fn(**dict(ref.kwargs))
-    except Exception as err:
-        raise ModelLoadError(
-            "PL261", f"`{ref.factory}({', '.join(f'{k}={v!r}' for k, v in ref.kwargs)})` raised "
-            f"{type(err).__name__}: {err}", "check the model arguments in the plan", traceback.format_exc(),
-        ) from err
+        fn = import_factory(ref, plan_path)
+        try:
+            with torch.device(device):
+                model = fn(**dict(ref.kwargs))
+        except Exception as err:
+            raise ModelLoadError(
+                "PL261", f"`{ref.factory}({', '.join(f'{k}={v!r}' for k, v in ref.kwargs)})` raised "
+                f"{type(err).__name__}: {err}", "check the model arguments in the plan", traceback.format_exc(),
+            ) from err
+    finally:
+        record(before, plan_path)
     if not isinstance(model, torch.nn.Module):
         raise ModelLoadError("PL261", f"`{ref.factory}` returned {type(model).__name__}, not an nn.Module",
                              "the factory must return the model (an nn.Module)")
@@ -139,7 +140,7 @@ def model_loss(ref: ModelRef):
 def loss_function(ref: ModelRef, plan_path: str | None = None):
     """The factory module's own `loss(output, *targets)` (the bundled examples' convention), or None."""
     try:
-        with _extra_path(_search_roots(plan_path)):
+        with _extra_path(search_roots(plan_path)):
             fn = getattr(importlib.import_module(ref.module), "loss", None)
     except Exception:  # noqa: BLE001 - no importable loss: the caller's default applies
         return None

@@ -1,6 +1,6 @@
 """Model facts follow the model's source: when the factory's file, or a module it imports from the
 plan's folder or its package, changes, the next model check builds the current code, and the server's
-hover never shows numbers of the old model (planlang.lsp.model_checks.ModelSource)."""
+hover never shows numbers of the old model (planlang.model.source.ModelSource)."""
 import sys
 import time
 
@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 
 from planlang.lsp.analysis import analyze  # noqa: E402
 from planlang.lsp.hover import hover  # noqa: E402
-from planlang.lsp.model_checks import CACHE_SIZE, SOURCES, SOURCES_SIZE, ModelChecker  # noqa: E402
+from planlang.lsp.model_checks import CACHE_SIZE, ModelChecker  # noqa: E402
+from planlang.model.source import SOURCES, SOURCES_SIZE  # noqa: E402
 from planlang.lsp.positions import LineIndex  # noqa: E402
 from planlang.plan.units import format_bytes  # noqa: E402
 
