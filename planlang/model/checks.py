@@ -263,7 +263,7 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
         from .estimate import estimate_plan
 
         try:
-            extra["estimate"] = estimate_plan(res.plan)
+            extra["estimate"] = estimate_plan(res.plan, facts=facts)  # the model probed once
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
     result = validate(res, path, facts, extra.get("estimate"))

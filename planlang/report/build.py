@@ -96,7 +96,7 @@ def _checked_plan(path: str):
     return resolution, plan
 
 
-def estimate_with_optimizer_temporaries(plan: T.Plan) -> tuple[list, list[int]]:
+def estimate_with_optimizer_temporaries(plan: T.Plan, facts=None) -> tuple[list, list[int]]:
     """`estimate_plan(plan)` and, per device class, the optimizer step's temporaries that its `transient`
     includes: the estimator sums them with the backward transient, and the memory bar must know which
     phase (backward or optimizer step) holds the peak. Read by wrapping the estimator's own function for
@@ -113,7 +113,7 @@ def estimate_with_optimizer_temporaries(plan: T.Plan) -> tuple[list, list[int]]:
 
     E._optimizer_temporaries = recording
     try:
-        rows = E.estimate_plan(plan)
+        rows = E.estimate_plan(plan, facts=facts)
     finally:
         E._optimizer_temporaries = original
     if len(recorded) != len(rows):
@@ -162,7 +162,7 @@ def build_report_data(path: str) -> ReportData:
     if load_diags or facts is None:
         raise ReportError(f"the model of {path} cannot be loaded", _render(load_diags, resolution.sources))
     try:
-        rows, temporaries = estimate_with_optimizer_temporaries(plan)
+        rows, temporaries = estimate_with_optimizer_temporaries(plan, facts)
     except ModelLoadError as err:
         raise ReportError(f"the model of {path} cannot be loaded: {err.message}\n  help: {err.help}") from err
     except Exception as err:  # the model's own code failed on the plan's local shapes: the user's to fix
