@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from planlang.lang.diagnostics import Diagnostic, Severity
+from planlang.plan.complete import complete
 from planlang.plan.types import Plan
 
 from .analysis import PARSE_LOCK
@@ -320,5 +321,5 @@ def _estimate(plan: Plan, facts):
     cache, _ = _estimator_caches()
     if cache is not None:  # the estimator probes the model itself unless it has it: give it ours
         cache[(str(plan.model), plan.path, tuple(str(i) for i in plan.inputs))] = facts
-    return estimate_plan(plan)
+    return estimate_plan(complete(plan))
 

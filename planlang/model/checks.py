@@ -13,6 +13,7 @@ from planlang.lang.codes import CODES, register_code
 from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
 from planlang.plan import types as T
 from planlang.plan.checker import Rule, register_rule
+from planlang.plan.complete import complete
 from planlang.plan.resolve import diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
@@ -296,7 +297,7 @@ def check_with_model(path: str, text: str | None = None):
         from .estimate import estimate_plan
 
         try:
-            extra["estimate"] = estimate_plan(res.plan)
+            extra["estimate"] = estimate_plan(complete(res.plan))
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
     result = check_resolution(res, path, {"model": facts, **extra} if facts else None)

@@ -50,6 +50,13 @@ class CompleteMesh(Mesh):
     def axis(self, name: str) -> CompleteAxis | None:
         return next((a for a in self.axes if a.name == name), None)
 
+    def size_of(self, name: str) -> int:
+        """The size of axis `name`; KeyError when the mesh has no such axis (the checker refuses one, PL201)."""
+        a = self.axis(name)
+        if a is None:
+            raise KeyError(f"mesh {self.name} has no axis `{name}`")
+        return a.size
+
 
 @dataclass(frozen=True)
 class CompleteDataSpec(DataSpec):
@@ -122,7 +129,7 @@ _C = TypeVar("_C")
 def _as(cls: type[_C], value, **narrowed) -> _C:
     """`value` (a dataclass) as `cls`, a narrowed subclass of its class: every field kept, `narrowed`
     replacing some."""
-    return cls(**{f.name: getattr(value, f.name) for f in fields(value)} | narrowed)  # type: ignore[call-arg]
+    return cls(**{f.name: getattr(value, f.name) for f in fields(value)} | narrowed)
 
 
 def complete(plan: Plan) -> CompletePlan:
@@ -133,7 +140,7 @@ def complete(plan: Plan) -> CompletePlan:
     holes = plan.holes()
     if holes:
         raise IncompletePlan(plan, holes)
-    # below, no value is a Hole (plan.holes() visits every place one can be): the narrowing is checked
+    # below, no value is a Hole (plan.holes() visits every place one can be), so the narrowing holds
     mesh = None
     if plan.mesh is not None:
         mesh = _as(CompleteMesh, plan.mesh, axes=tuple(_as(CompleteAxis, a) for a in plan.mesh.axes))
