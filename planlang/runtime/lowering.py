@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, normalize
 from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
 from planlang.model.opgraph import OpGraph, OpNode
-from planlang.plan.complete import CompletePlan
+from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.types import Mesh, Spec
 
 
@@ -74,7 +74,7 @@ class Program:
     """The lowered step: layouts, instructions in order, per-parameter gradient reductions."""
 
     graph: OpGraph
-    mesh: Mesh
+    mesh: CompleteMesh
     param_specs: dict[str, Spec]  # param FQN -> layout
     input_specs: dict[str, Spec]  # input Value name -> layout
     instructions: list[Convert | Run]

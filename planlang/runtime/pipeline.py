@@ -325,7 +325,8 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     axes of the plan's `data` statements). The other stages' modules are dropped; their parameters are
     freed once the caller drops `model`."""
     layout = pipeline_layout(plan, _axis_size(groups, plan))
-    axis = plan.pipeline.axis  # type: ignore[union-attr] - pipeline_layout refuses a plan without one
+    assert plan.pipeline is not None  # pipeline_layout refused a plan without one
+    axis = plan.pipeline.axis
     if loss_fn is None:
         loss_fn = plan_loss(plan)
         if loss_fn is None:

@@ -35,7 +35,7 @@ from planlang.cost.comm import Collective, bytes_sent
 from planlang.cost.layout import local_numel
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.cost.ops.einsum import INT_DTYPES
-from planlang.plan.complete import CompletePlan
+from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.types import Mesh
 
 PHASES = ("forward", "loss", "recompute", "backward", "grad_sync")
@@ -347,7 +347,7 @@ class CollectiveSpy:
     def __init__(self, groups) -> None:
         import torch.distributed as dist
 
-        self.mesh: Mesh = groups.mesh
+        self.mesh: CompleteMesh = groups.mesh
         self._by_name: dict[str, tuple[str, ...]] = {}
         self._by_ranks: dict[tuple[int, ...], tuple[str, ...]] = {}
         for a in self.mesh.names:
