@@ -403,9 +403,11 @@ def estimate(
 def _validated_plan(plan: Path, *, complete: bool = True):
     """The plan checked against its model — the checks of `planlang check --model`, so every command that
     runs or prices a plan rejects what `check --model` rejects, with the same codes — or an error naming
-    what to fix (its diagnostics, holes left for `solve`, no model). Warnings are shown and do not stop."""
+    what to fix (its diagnostics, holes left for `solve`, no model). Warnings are shown and do not stop.
+    With `complete` (the default) it is a planlang.plan.complete.CompletePlan: no holes, concrete fields."""
     from planlang.lang.render import render
     from planlang.model.checks import check_with_model
+    from planlang.plan.complete import IncompletePlan, complete as as_complete
 
     if not plan.is_file():
         _fail_usage(f"no such file: {plan}")
@@ -416,9 +418,13 @@ def _validated_plan(plan: Path, *, complete: bool = True):
         _fail_usage(f"{plan} has errors; fix them first (`planlang check --model {plan}` shows the same)")
     if res.plan.model is None:
         _fail_usage(f"{plan} declares no model")
-    if complete and res.plan.holes():
-        _fail_usage(f"{plan} has {len(res.plan.holes())} holes (`?`); run `planlang solve {plan}` first")
-    return res.plan
+    if not complete:
+        return res.plan
+    try:
+        return as_complete(res.plan)
+    except IncompletePlan as err:
+        where = ", ".join(f"{h.what} at {h.span.line}:{h.span.col}" for h in err.holes)
+        _fail_usage(f"{plan} has {len(err.holes)} holes (`?`: {where}); run `planlang solve {plan}` first")
 
 
 _runnable_plan = _validated_plan  # the commands that run or price a complete plan

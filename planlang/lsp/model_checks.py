@@ -24,6 +24,7 @@ from typing import Callable
 
 from planlang.lang.diagnostics import Diagnostic, Severity
 from planlang.model.source import ModelSource, imported_source, model_source  # torch-free
+from planlang.plan.complete import complete
 from planlang.plan.types import Plan
 
 log = logging.getLogger(__name__)
@@ -133,4 +134,4 @@ class ModelChecker:
 def _estimate(plan: Plan, facts):
     from planlang.model.estimate import estimate_plan
 
-    return estimate_plan(plan, facts=facts)  # the facts just probed: the estimator need not probe again
+    return estimate_plan(complete(plan), facts=facts)  # the facts just probed: the estimator need not probe again

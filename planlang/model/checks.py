@@ -13,6 +13,7 @@ from typing import Iterator
 from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
 from planlang.plan import types as T
 from planlang.plan.checker import RULES, Rule, check_resolution
+from planlang.plan.complete import complete
 from planlang.plan.resolve import Resolution, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
@@ -263,7 +264,7 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
         from .estimate import estimate_plan
 
         try:
-            extra["estimate"] = estimate_plan(res.plan, facts=facts)  # the model probed once
+            extra["estimate"] = estimate_plan(complete(res.plan), facts=facts)  # the model probed once
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
     result = validate(res, path, facts, extra.get("estimate"))

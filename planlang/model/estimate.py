@@ -44,6 +44,7 @@ import torch
 
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups
+from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim, data_axes, data_degree
 from planlang.plan.schedule import in_flight
 from planlang.plan.selection import covered_modules
@@ -92,10 +93,10 @@ class _Param:
     stage: int | None
 
 
-def _spec_for(name: str, plan: T.Plan) -> T.Spec | None:
+def _spec_for(name: str, plan: CompletePlan) -> T.Spec | None:
     found = None
     for r in plan.shards:
-        if r.kind == "param" and isinstance(r.spec, T.Spec) and r.target.matches(name):
+        if r.kind == "param" and r.target.matches(name):
             found = r.spec
     return found
 
@@ -112,7 +113,7 @@ def _axis_product(mesh: T.Mesh | None, axes) -> int:
     return math.prod(mesh.axis_size(a) or 1 for a in axes)
 
 
-def _local_inputs(plan: T.Plan, divide: int) -> dict[str, torch.Tensor]:
+def _local_inputs(plan: CompletePlan, divide: int) -> dict[str, torch.Tensor]:
     inputs = []
     for inp in plan.inputs:
         dims = list(inp.dims)
@@ -123,10 +124,10 @@ def _local_inputs(plan: T.Plan, divide: int) -> dict[str, torch.Tensor]:
     return meta_inputs(tuple(inputs))
 
 
-def _stage_of_modules(plan: T.Plan, names: list[str]) -> dict[str, int]:
+def _stage_of_modules(plan: CompletePlan, names: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     p = plan.pipeline
-    if p is None or not isinstance(p.stages, tuple):
+    if p is None:
         return out
     for st in p.stages:
         for m in covered_modules(st.modules, names):
@@ -134,14 +135,12 @@ def _stage_of_modules(plan: T.Plan, names: list[str]) -> dict[str, int]:
     return out
 
 
-def _in_flight(plan: T.Plan, stage: int) -> int:
+def _in_flight(plan: CompletePlan, stage: int) -> int:
     p = plan.pipeline
-    if p is None or not isinstance(p.microbatches, int):
+    if p is None:
         return 1
-    pp = len(p.stages) if isinstance(p.stages, tuple) else 1
-    kind = p.schedule.kind if isinstance(p.schedule, T.Schedule) else "1f1b"
-    chunks = p.schedule.chunks if isinstance(p.schedule, T.Schedule) and isinstance(p.schedule.chunks, int) else 1
-    return in_flight(kind, pp, min(stage, pp - 1), p.microbatches, chunks=chunks)
+    pp = len(p.stages)
+    return in_flight(p.schedule.kind, pp, min(stage, pp - 1), p.microbatches, chunks=p.schedule.chunks)
 
 
 def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> None:
@@ -156,7 +155,7 @@ def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> No
                                                 requires_grad=old.requires_grad))
 
 
-def plan_checkpoint_groups(plan: T.Plan, facts) -> list[list[str]]:
+def plan_checkpoint_groups(plan: CompletePlan, facts) -> list[list[str]]:
     """The plan's checkpoint groups over a probed model (planlang.plan.checkpoints)."""
     return checkpoint_groups(plan.checkpoints, facts.all_modules, facts.order)
 
@@ -171,7 +170,7 @@ def _consecutive_items(names: list[str]) -> bool:
     return idx == list(range(idx[0], idx[0] + len(idx)))
 
 
-def _wrap_checkpoints(module: torch.nn.Module, plan: T.Plan, facts) -> list[str]:
+def _wrap_checkpoints(module: torch.nn.Module, plan: CompletePlan, facts) -> list[str]:
     """Apply the plan's checkpoint groups with non-reentrant torch.utils.checkpoint, as the runtime will.
 
     A group of several modules that the model calls one after another on a single tensor (blocks of a
@@ -250,7 +249,7 @@ def _model_facts(plan: T.Plan, facts=None) -> tuple[object, tuple]:
     return _cache_put(_FACTS, key, facts, FACTS_SIZE), key
 
 
-def _simulate_local(plan: T.Plan, facts, params: dict[str, _Param], divide: int, micro: int, stage_of):
+def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide: int, micro: int, stage_of):
     """One simulated step and profile of the local model (parameters replaced by their shards, the
     batch divided by `divide`, the plan's checkpoint groups wrapped); the parameters that got a gradient."""
     module = build_model(plan.model, plan.path)
@@ -272,7 +271,7 @@ def _simulate_local(plan: T.Plan, facts, params: dict[str, _Param], divide: int,
     return sim, prof, trained, tuple(notes)
 
 
-def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "flat",
+def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str = "flat",
                   facts=None) -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
 
@@ -288,7 +287,7 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "fl
     mesh = plan.mesh
     facts, model_key = _model_facts(plan, facts)
     dp = data_degree(plan)
-    micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else 1
+    micro = plan.pipeline.microbatches if plan.pipeline else 1
     stage_of = _stage_of_modules(plan, facts.all_modules)
     params: dict[str, _Param] = {}
     for name, (shape, dtype) in facts.params.items():
@@ -299,8 +298,8 @@ def estimate_plan(plan: T.Plan, efficiency: float = 0.5, *, grad_sync: str = "fl
         params[name] = _Param(name, shape, itemsize, _local_shape(shape, _spec_for(name, plan), mesh),
                               stage_of.get(owner))
     opt = plan.optimizer
-    zero = opt.zero_stage if opt and isinstance(opt.zero_stage, int) else 0
-    zero_n = _axis_product(mesh, [opt.zero_axis]) if opt and isinstance(opt.zero_axis, str) else 1
+    zero = opt.zero_stage if opt else 0
+    zero_n = _axis_product(mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
 
     # one simulated step of the local model for one microbatch (the whole model; stages split below).
@@ -413,7 +412,7 @@ def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, si
     return math.prod(shape) * 4 // max(1, divide)
 
 
-def _optimizer_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards: int, whole: bool = False,
+def _optimizer_temporaries(plan: CompletePlan, mine: list[_Param], states: int, shards: int, whole: bool = False,
                            gradient_copy: int = 0) -> int:
     """Bytes the optimizer step allocates on top of its states. torch's Adam-family optimizers run the
     per-tensor implementation on CPU (two temporaries of one parameter's size at a time: sqrt of the
@@ -429,7 +428,7 @@ def _optimizer_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards
     return max(gradient_copy, _step_temporaries(plan, mine, states, shards, whole))
 
 
-def _step_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards: int, whole: bool) -> int:
+def _step_temporaries(plan: CompletePlan, mine: list[_Param], states: int, shards: int, whole: bool) -> int:
     if not states or not mine:
         return 0
     dev = plan.mesh.device.name if plan.mesh and plan.mesh.device else ""
@@ -438,7 +437,7 @@ def _step_temporaries(plan: T.Plan, mine: list[_Param], states: int, shards: int
     return sum(math.prod(p.local) * 4 for p in mine) // shards
 
 
-def _step_time(plan: T.Plan, flops: float, grad_bytes: int, efficiency: float) -> float:
+def _step_time(plan: CompletePlan, flops: float, grad_bytes: int, efficiency: float) -> float:
     from planlang.cost.comm import Collective, compute_time, price
 
     mesh = plan.mesh
@@ -451,7 +450,7 @@ def _step_time(plan: T.Plan, flops: float, grad_bytes: int, efficiency: float) -
     return t
 
 
-def render_table(plan: T.Plan, rows: list[DeviceEstimate]) -> str:
+def render_table(plan: CompletePlan, rows: list[DeviceEstimate]) -> str:
     budget = plan.budget.bytes if plan.budget else None
     head = (f"{'device':12} {'params':>11} {'grads':>11} {'optimizer':>11} {'buffers':>11} {'activations':>12} "
             f"{'transient':>11} {'peak':>11} {'budget':>8} {'step':>10}")

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from planlang.lang.diagnostics import Diagnostic, Severity
-from planlang.plan import types as T
+from planlang.plan.complete import CompletePlan, IncompletePlan, complete
 
 from .memory import MemoryBar, memory_bar
 from .schedule import ScheduleError, SimulatedSchedule, simulate
@@ -49,7 +49,7 @@ class StageTimes:
 
 @dataclass(frozen=True)
 class ReportData:
-    plan: T.Plan
+    plan: CompletePlan
     estimates: tuple  # planlang.model.estimate.DeviceEstimate, one per device class
     bars: tuple[MemoryBar, ...]
     schedule: SimulatedSchedule | None
@@ -91,12 +91,13 @@ def _checked_plan(path: str):
     plan = result.plan
     if plan.model is None:
         raise ReportError(f"{path} declares no model; a report needs one (add a `model` statement)")
-    if plan.holes():
-        raise ReportError(f"{path} has {len(plan.holes())} holes (`?`); solve it first (`planlang solve {path}`)")
-    return resolution, plan
+    try:
+        return resolution, complete(plan)
+    except IncompletePlan as err:
+        raise ReportError(f"{path} has {len(err.holes)} holes (`?`); solve it first (`planlang solve {path}`)") from err
 
 
-def estimate_with_optimizer_temporaries(plan: T.Plan, facts=None) -> tuple[list, list[int]]:
+def estimate_with_optimizer_temporaries(plan: CompletePlan, facts=None) -> tuple[list, list[int]]:
     """`estimate_plan(plan)` and, per device class, the optimizer step's temporaries that its `transient`
     includes: the estimator sums them with the backward transient, and the memory bar must know which
     phase (backward or optimizer step) holds the peak. Read by wrapping the estimator's own function for
@@ -122,11 +123,11 @@ def estimate_with_optimizer_temporaries(plan: T.Plan, facts=None) -> tuple[list,
     return rows, recorded
 
 
-def stage_times(plan: T.Plan, rows) -> StageTimes:
+def stage_times(microbatches: int, rows) -> StageTimes:
     """Per-microbatch forward/backward time of each stage from the estimator's per-stage compute time
     (its step time covers all microbatches), split FORWARD_SHARE : rest; equal times when the estimate
     has no usable time."""
-    m = plan.pipeline.microbatches  # type: ignore[union-attr]
+    m = microbatches
     steps = [r.step_time for r in rows]
     measured = all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in steps)
     per_micro = [t / m for t in steps] if measured else [1 / FORWARD_SHARE] * len(rows)
@@ -134,19 +135,18 @@ def stage_times(plan: T.Plan, rows) -> StageTimes:
                       tuple(t * (1 - FORWARD_SHARE) for t in per_micro), measured)
 
 
-def _schedule(plan: T.Plan, rows) -> tuple[SimulatedSchedule | None, StageTimes | None, str]:
+def _schedule(plan: CompletePlan, rows) -> tuple[SimulatedSchedule | None, StageTimes | None, str]:
     p = plan.pipeline
     if p is None:
         return None, None, "The plan has no pipeline, so there is no schedule to draw."
-    sched = p.schedule
-    kind = sched.kind if isinstance(sched, T.Schedule) else "1f1b"
-    chunks = sched.chunks if isinstance(sched, T.Schedule) and kind == "interleaved" else 1
-    if not isinstance(p.stages, tuple) or len(rows) != len(p.stages) or not all(
+    kind = p.schedule.kind
+    chunks = p.schedule.chunks if kind == "interleaved" else 1
+    if len(rows) != len(p.stages) or not all(
             r.device == f"stage {i}" for i, r in enumerate(rows)):
         return None, None, "The estimate has no per-stage figures, so the schedule cannot be simulated."
-    times = stage_times(plan, rows)
+    times = stage_times(p.microbatches, rows)
     try:
-        sim = simulate(kind, list(times.forward), list(times.backward), p.microbatches, chunks)  # type: ignore[arg-type]
+        sim = simulate(kind, list(times.forward), list(times.backward), p.microbatches, chunks)
     except ScheduleError as err:
         return None, times, f"The schedule cannot be simulated: {err}."
     return sim, times, ""

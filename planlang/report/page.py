@@ -99,7 +99,7 @@ def _memory_table(data: ReportData) -> str:
 
 def _stage_table(data: ReportData) -> str:
     p = data.plan.pipeline
-    if p is None or not isinstance(p.stages, tuple):
+    if p is None:
         return ""
     ranks = data.schedule.ranks if data.schedule else len(p.stages)
     times = data.stage_times

@@ -41,6 +41,7 @@ from planlang.model.opgraph import op_graph
 from planlang.lang.diagnostics import Severity
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups
+from planlang.plan.complete import CompleteOptimizer, CompletePlan, IncompletePlan, complete
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
 from planlang.runtime.executor import Runtime
@@ -53,24 +54,26 @@ class PlanError(ValueError):
     """The plan cannot run: it has errors, holes, or does not fit this world (message says how to fix)."""
 
 
-def load_plan(plan: T.Plan | str | Path) -> T.Plan:
-    if isinstance(plan, T.Plan):
-        return plan
-    from planlang.lang.render import render
-    from planlang.plan.checker import check_file
+def load_plan(plan: T.Plan | str | Path) -> CompletePlan:
+    """The plan (a Plan, or a file checked here) as a CompletePlan; a PlanError when it has errors or holes."""
+    if not isinstance(plan, T.Plan):
+        from planlang.lang.render import render
+        from planlang.plan.checker import check_file
 
-    res = check_file(str(plan))
-    if res.errors or res.plan is None:
-        errors = [d for d in res.diagnostics if d.severity is Severity.ERROR]
-        raise PlanError(f"{plan} has errors:\n" + "".join(
-            render([d], res.sources, "concise") + (f"  help: {d.help}\n" if d.help else "") for d in errors))
-    if res.plan.holes():
-        raise PlanError(f"{plan} has {len(res.plan.holes())} holes (`?`); run `planlang solve {plan}` first")
-    return res.plan
+        res = check_file(str(plan))
+        if res.errors or res.plan is None:
+            errors = [d for d in res.diagnostics if d.severity is Severity.ERROR]
+            raise PlanError(f"{plan} has errors:\n" + "".join(
+                render([d], res.sources, "concise") + (f"  help: {d.help}\n" if d.help else "") for d in errors))
+        plan = res.plan
+    try:
+        return complete(plan)
+    except IncompletePlan as e:
+        raise PlanError(str(e)) from e
 
 
 # ------------------------------------------------------------------------------ passes
-def mark_checkpoints(prog: Program, plan: T.Plan) -> list[tuple[int, int]]:
+def mark_checkpoints(prog: Program, plan: CompletePlan) -> list[tuple[int, int]]:
     """Each checkpoint group as the range of instructions from its first op to its last."""
     modules = list(prog.graph.module_outputs())  # a dict keeps the order modules first appear in
     ranges = []
@@ -167,7 +170,7 @@ class ParallelModel(nn.Module):
         exec(compile(code, f"<planlang rank {dist.get_rank()}>", "exec"), scope)  # noqa: S102 - our codegen
         self._step = scope["step"]
         self._inputs = [v for v in prog.graph.values.values() if v.kind == "input"]
-        self.plan_optimizer: T.Optimizer | None = None  # set by apply
+        self.plan_optimizer: CompleteOptimizer | None = None  # set by apply
         self.fsdp_axes: tuple[str, ...] = ()  # the axes FSDP2 shards over (ZeRO-2/3), set by shard_optimizer
         self.grad_scale: dict[str, float] = {}  # parameter -> factor on its gradient (ZeRO-2/3, shard_optimizer)
         self._grad_sync = None  # planlang.runtime.grad_sync.GradSync, made at the first forward
@@ -288,7 +291,7 @@ class ParallelModel(nn.Module):
         return out
 
 
-def lower_plan(model: nn.Module, plan: T.Plan, loss_fn: Callable | None = None,
+def lower_plan(model: nn.Module, plan: CompletePlan, loss_fn: Callable | None = None,
                targets: tuple[torch.Tensor, ...] | None = None) -> Program:
     """Passes 2–4 (no process group needed): the program every rank runs."""
     from planlang.model.load import guess_targets, meta_inputs, plan_loss
@@ -311,7 +314,7 @@ def lower_plan(model: nn.Module, plan: T.Plan, loss_fn: Callable | None = None,
     return prog
 
 
-def _lower_once(model: nn.Module, plan: T.Plan, loss_fn, targets) -> Program:
+def _lower_once(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Program:
     """`lower_plan` on rank 0, the program sent to every rank: lowering does not depend on the rank
     (codegen does), so the other ranks need not repeat the strategy search. A failure on rank 0 is
     raised there as it is and on the other ranks as a PlanError carrying its message."""
@@ -330,7 +333,7 @@ def _lower_once(model: nn.Module, plan: T.Plan, loss_fn, targets) -> Program:
     return box[0]
 
 
-def shard_optimizer(pm: ParallelModel, plan: T.Plan, groups: MeshGroups) -> None:
+def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -> None:
     """Pass 7, ZeRO-2/3: FSDP2 `fully_shard` of `pm` as one unit over the ZeRO axis (with one more data
     axis before it in the mesh: HSDP). FSDP2 gathers the parameters before forward and reduce-scatters
     the gradients after backward; its sum replaces `sync_grads`' all-reduce over those axes, so the
@@ -389,7 +392,7 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     if not dist.is_initialized():
         raise PlanError("torch.distributed is not initialised: launch with `planlang run` or torchrun and call "
                         "torch.distributed.init_process_group first")
-    world = math.prod(plan.mesh.shape)  # type: ignore[arg-type]
+    world = math.prod(plan.mesh.shape)
     if world != dist.get_world_size():
         raise PlanError(f"the plan's mesh has {world} devices but {dist.get_world_size()} processes were "
                         f"launched; run with --nproc-per-node {world}")

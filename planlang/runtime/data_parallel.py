@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 
 from torch import nn
 
-from planlang.plan import types as T
+from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes
 
 from .placement import ParamLayout
@@ -36,7 +36,7 @@ class DataParallelError(ValueError):
     """The plan asks for a data-parallel setup this runtime cannot build."""
 
 
-def data_axes(plan: T.Plan) -> tuple[str, ...]:
+def data_axes(plan: CompletePlan) -> tuple[str, ...]:
     """The mesh axes the batch is split over (planlang.plan.data), in mesh order; inputs that split
     their batch over different axes are refused here."""
     conflict = batch_split_conflict(plan)
@@ -45,20 +45,18 @@ def data_axes(plan: T.Plan) -> tuple[str, ...]:
     return plan_data_axes(plan)
 
 
-def _zero(plan: T.Plan) -> tuple[int, str | None]:
+def _zero(plan: CompletePlan) -> tuple[int, str | None]:
     opt = plan.optimizer
     if opt is None:
         return 0, None
-    if not isinstance(opt.zero_stage, int) or T.is_hole(opt.zero_axis):
-        raise DataParallelError(f"optimizer `{opt}` has holes; run `planlang solve` first")
     if opt.zero_stage not in (0, 1, 2, 3):
         raise DataParallelError(f"ZeRO stage {opt.zero_stage} does not exist (use 0-3)")
     if opt.zero_stage and opt.zero_axis is None:
         raise DataParallelError(f"ZeRO stage {opt.zero_stage} needs an axis: write `zero = {opt.zero_stage} over dp`")
-    return opt.zero_stage, opt.zero_axis  # type: ignore[return-value]
+    return opt.zero_stage, opt.zero_axis
 
 
-def zero_axis(plan: T.Plan) -> str | None:
+def zero_axis(plan: CompletePlan) -> str | None:
     """The axis the optimizer state is sharded over (None without ZeRO); it must be a data axis."""
     stage, axis = _zero(plan)
     if not stage:
@@ -111,7 +109,7 @@ def _local_size(groups, axes) -> int:
     return math.prod(groups.size(a) for a in axes)
 
 
-def wrap_data_parallel(module: nn.Module, plan: T.Plan, groups, *,
+def wrap_data_parallel(module: nn.Module, plan: CompletePlan, groups, *,
                        layouts: Mapping[str, ParamLayout] | None = None,
                        units: Iterable[str] | None = None,
                        bucket_cap_mb: float = 25.0,

@@ -14,16 +14,16 @@ import sys
 import time
 from dataclasses import dataclass
 
-from planlang.plan import types as T
+from planlang.plan.complete import CompleteMesh, CompletePlan
 
 
-def world_size(plan: T.Plan) -> int:
-    if plan.mesh is None or plan.mesh.has_holes:
-        raise ValueError("the plan's mesh has holes; run `planlang solve` first")
-    return math.prod(plan.mesh.shape)  # type: ignore[arg-type]
+def world_size(plan: CompletePlan) -> int:
+    if plan.mesh is None:
+        raise ValueError("the plan declares no mesh; add `mesh NAME of N x DEVICE { AXIS = N ... }`")
+    return math.prod(plan.mesh.shape)
 
 
-def mesh_words(plan: T.Plan) -> str:
+def mesh_words(plan: CompletePlan) -> str:
     """The mesh as messages name it: `ranks (dp=2 × tp=2)`."""
     m = plan.mesh
     if m is None:
@@ -239,16 +239,16 @@ class Progress:
         return {T0_ENV: repr(self.t0), QUIET_ENV: "1" if self.quiet else "0"}
 
 
-def coords_of(rank: int, mesh: T.Mesh) -> dict[str, int]:
+def coords_of(rank: int, mesh: CompleteMesh) -> dict[str, int]:
     """Row-major coordinates of `rank` (DeviceMesh's layout)."""
     out = {}
     for name, size in reversed(list(zip(mesh.names, mesh.shape))):
-        out[name] = rank % size  # type: ignore[operator]
-        rank //= size  # type: ignore[operator]
+        out[name] = rank % size
+        rank //= size
     return dict(reversed(list(out.items())))
 
 
-def lower_source(plan: T.Plan, rank: int) -> str:
+def lower_source(plan: CompletePlan, rank: int) -> str:
     """The generated per-rank Python for `rank`, from the model built on meta (no processes)."""
     from planlang.model.load import build_model
     from planlang.runtime.apply import lower_plan
@@ -265,17 +265,18 @@ def lower_source(plan: T.Plan, rank: int) -> str:
     return generate(prog, rank, coords, title=os.path.relpath(plan.path))
 
 
-def pipeline_source(model, plan: T.Plan, rank: int, coords: dict[str, int]) -> str:
+def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]) -> str:
     """For a pipeline plan: the stages `rank` holds, what crosses each boundary, and each stage's
     forward as torch.fx prints it (the pipeline runs the model's own modules inside the stages)."""
     from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
     from planlang.runtime.stages import split_stages, stage_values
 
     check_pipeline_plan(plan)
-    axis = str(plan.pipeline.axis)  # type: ignore[union-attr]
-    layout = pipeline_layout(plan, int(plan.mesh.axis_size(axis)))  # type: ignore[arg-type]
-    mine = layout.stages_of(coords[axis])
-    sels = [st.modules for st in plan.pipeline.stages]  # type: ignore[union-attr]
+    p, mesh = plan.pipeline, plan.mesh
+    assert p is not None and mesh is not None  # lower_source's pipeline branch; world_size found the mesh
+    layout = pipeline_layout(plan, mesh.size_of(p.axis))
+    mine = layout.stages_of(coords[p.axis])
+    sels = [st.modules for st in p.stages]
     values = stage_values(model, sels)
     stages = split_stages(model, plan)
     where = ", ".join(f"{a}={c}" for a, c in coords.items())

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, normalize
 from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
 from planlang.model.opgraph import OpGraph, OpNode
-from planlang.plan import types as T
+from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.types import Mesh, Spec
 
 
@@ -74,7 +74,7 @@ class Program:
     """The lowered step: layouts, instructions in order, per-parameter gradient reductions."""
 
     graph: OpGraph
-    mesh: Mesh
+    mesh: CompleteMesh
     param_specs: dict[str, Spec]  # param FQN -> layout
     input_specs: dict[str, Spec]  # input Value name -> layout
     instructions: list[Convert | Run]
@@ -85,7 +85,7 @@ class Program:
 
 
 # ------------------------------------------------------------------------------ plan facts
-def data_axes(plan: T.Plan) -> tuple[str, ...]:
+def data_axes(plan: CompletePlan) -> tuple[str, ...]:
     """The axes the lowering splits the batch over: the plan's data axes (planlang.runtime.data_parallel,
     which refuses inputs that disagree) less those of size 1 (a split over one device is none)."""
     from planlang.runtime.data_parallel import data_axes as batch_axes
@@ -101,18 +101,15 @@ def with_data_axes(spec: Spec, axes: tuple[str, ...]) -> Spec:
     return Spec((first,) + tuple(spec.dims[1:]), spec.partial)
 
 
-def _concrete(spec, what: str, mesh: Mesh | None = None) -> Spec:
-    """The spec without holes and without axes of size 1 (splitting over one device is no split)."""
-    if not isinstance(spec, Spec) or spec.has_holes:
-        raise LoweringError(f"{what} has a hole `?`; run `planlang solve` first (or write the spec)")
-
+def _without_unit_axes(spec: Spec, mesh: Mesh | None = None) -> Spec:
+    """The spec without axes of size 1 (splitting over one device is no split)."""
     def keep(a: str) -> bool:
         return mesh is None or (mesh.axis_size(a) or 1) > 1
 
     return Spec(tuple(tuple(a for a in d if keep(a)) for d in spec.dims), tuple(a for a in spec.partial if keep(a)))
 
 
-def param_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
+def param_specs(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
     """The plan's layout of every parameter (later rules win, as in the checker); replicated default."""
     params = {v.ref: v for v in graph.params()}
     names = list(params)
@@ -121,7 +118,7 @@ def param_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
         if rule.kind != "param":
             continue
         for hit in rule.target.select(names):
-            spec = _concrete(rule.spec, f"`{rule}`", plan.mesh)
+            spec = _without_unit_axes(rule.spec, plan.mesh)
             if spec.rank != len(params[hit].shape):
                 raise LoweringError(f"`{rule}`: {hit} has {len(params[hit].shape)} dims; fix the spec "
                                     "(`planlang check --model` reports this as PL361)")
@@ -129,10 +126,10 @@ def param_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
     return out
 
 
-def input_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
+def input_specs(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
     specs: dict[str, Spec] = {}
     inputs = [v for v in graph.values.values() if v.kind == "input"]
-    declared = {d.input: _concrete(d.spec, f"`{d}`", plan.mesh) for d in plan.data}
+    declared = {d.input: _without_unit_axes(d.spec, plan.mesh) for d in plan.data}
     for v in inputs:
         if v.ref in declared:
             specs[v.name] = declared[v.ref]
@@ -149,7 +146,7 @@ def input_specs(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
     return specs
 
 
-def output_pins(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
+def output_pins(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
     """Value name -> layout an `output of MODULE` rule requires (data axes added on the batch dim)."""
     outs = graph.module_outputs()
     names = list(outs)
@@ -159,7 +156,7 @@ def output_pins(plan: T.Plan, graph: OpGraph) -> dict[str, Spec]:
         if rule.kind != "output":
             continue
         for hit in rule.target.select(names):
-            pins[outs[hit]] = with_data_axes(_concrete(rule.spec, f"`{rule}`", plan.mesh), axes)
+            pins[outs[hit]] = with_data_axes(_without_unit_axes(rule.spec, plan.mesh), axes)
     return pins
 
 
@@ -187,10 +184,10 @@ class _Pricer:
         return math.inf if p is None else p.cost
 
 
-def lower(graph: OpGraph, plan: T.Plan) -> Program:
+def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     mesh = plan.mesh
-    if mesh is None or mesh.has_holes:
-        raise LoweringError("the plan's mesh has holes or is missing; solve it first")
+    if mesh is None:
+        raise LoweringError("the plan declares no mesh")
     pricer = _Pricer(mesh)
     pspecs = param_specs(plan, graph)
     ispecs = input_specs(plan, graph)

@@ -40,7 +40,7 @@ import torch.distributed as dist
 from torch import nn
 
 from planlang.plan.checkpoints import checkpoint_groups
-from planlang.plan.types import Plan, Schedule, is_hole
+from planlang.plan.complete import CompletePlan
 
 from planlang.model.load import plan_loss  # noqa: F401 - the plan's loss (re-exported for callers)
 
@@ -79,21 +79,15 @@ class PipelineLayout:
         return list(range(pp_rank, self.num_stages, self.pp_size))
 
 
-def pipeline_layout(plan: Plan, pp_size: int) -> PipelineLayout:
+def pipeline_layout(plan: CompletePlan, pp_size: int) -> PipelineLayout:
     """Check the plan's pipeline against the pipeline axis' size; raise PipelineError when it cannot run."""
     p = plan.pipeline
     if p is None:
         raise PipelineError("the plan has no `pipeline` block", "add `pipeline over AXIS schedule ... { stage ... }`")
-    for value, what in ((p.axis, "axis"), (p.schedule, "schedule"), (p.microbatches, "microbatches"),
-                        (p.stages, "stages")):
-        if is_hole(value):
-            raise PipelineError(f"the pipeline's {what} is a hole `?`", "run `planlang solve` first")
-    sched: Schedule = p.schedule  # type: ignore[assignment]
-    n, m = len(p.stages), int(p.microbatches)  # type: ignore[arg-type]
+    sched = p.schedule
+    n, m = len(p.stages), p.microbatches
     if sched.kind == "interleaved":
-        if is_hole(sched.chunks):
-            raise PipelineError("the interleaved schedule's chunks are a hole `?`", "run `planlang solve` first")
-        v = int(sched.chunks)  # type: ignore[arg-type]
+        v = sched.chunks
         if n != pp_size * v:
             raise PipelineError(
                 f"interleaved with chunks {v} on {p.axis}({pp_size}) needs {pp_size} * {v} = {pp_size * v} stages, "
@@ -319,7 +313,7 @@ def _batch_size(inputs, target) -> int:
                         "pass the model inputs (and the target) on every rank of the pipeline")
 
 
-def build_pipeline(model: nn.Module, plan: Plan, groups, *, device: torch.device | str | None = None,
+def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torch.device | str | None = None,
                    loss_fn: Callable[..., torch.Tensor] | None = None,
                    transform_stage: StageTransform | None = None,
                    grad_axes: Sequence[str] | None = None, reduce_grads: bool = True) -> PipelineRunner:
@@ -331,7 +325,8 @@ def build_pipeline(model: nn.Module, plan: Plan, groups, *, device: torch.device
     axes of the plan's `data` statements). The other stages' modules are dropped; their parameters are
     freed once the caller drops `model`."""
     layout = pipeline_layout(plan, _axis_size(groups, plan))
-    axis = str(plan.pipeline.axis)  # type: ignore[union-attr]
+    assert plan.pipeline is not None  # pipeline_layout refused a plan without one
+    axis = plan.pipeline.axis
     if loss_fn is None:
         loss_fn = plan_loss(plan)
         if loss_fn is None:
@@ -360,14 +355,14 @@ def build_pipeline(model: nn.Module, plan: Plan, groups, *, device: torch.device
                           [groups.group(a) for a in axes], reduce_grads)
 
 
-def _axis_size(groups, plan: Plan) -> int:
+def _axis_size(groups, plan: CompletePlan) -> int:
     p = plan.pipeline
-    if p is None or is_hole(p.axis):
+    if p is None:
         raise PipelineError("the plan has no pipeline axis", "write `pipeline over AXIS ...`")
     if p.axis not in groups.coords:
         raise PipelineError(f"pipeline axis `{p.axis}` is not an axis of the mesh ({', '.join(groups.coords)})",
                             "name a mesh axis after `pipeline over`")
-    return groups.size(str(p.axis))
+    return groups.size(p.axis)
 
 
 
@@ -383,7 +378,8 @@ class PipelinedModel:
     `full_parameters()` / `full_grads()` gather every parameter of the model from the stage that holds
     it (for tests and export)."""
 
-    def __init__(self, runner: PipelineRunner, plan: Plan, groups, shapes: dict[str, tuple[torch.Size, torch.dtype]],
+    def __init__(self, runner: PipelineRunner, plan: CompletePlan, groups,
+                 shapes: dict[str, tuple[torch.Size, torch.dtype]],
                  fsdp_axes: tuple[str, ...] = ()):
         from planlang.cost.layout import local_shape
 
@@ -504,7 +500,7 @@ class PipelinedModel:
         return out
 
 
-def check_pipeline_plan(plan: Plan) -> None:
+def check_pipeline_plan(plan: CompletePlan) -> None:
     """What `apply` cannot run yet in a pipeline plan, found without processes: a PipelineError naming the
     statement and the fix (pipeline x tensor parallelism, ZeRO-2/3 with the batch over several axes, a
     ZeRO axis that does not split the batch), and the schedule's own rules (`pipeline_layout`)."""
@@ -514,7 +510,7 @@ def check_pipeline_plan(plan: Plan) -> None:
     big = {a for a in plan.mesh.names if (plan.mesh.axis_size(a) or 1) > 1}
     for rule in plan.shards:
         spec = rule.spec
-        other = [a for a in (spec.used_axes() if not is_hole(spec) else []) if a in big and a not in data]
+        other = [a for a in spec.used_axes() if a in big and a not in data]
         if other:
             raise PipelineError(
                 f"`{rule}` splits over `{other[0]}` inside a pipeline: pipeline x tensor parallelism is not "
@@ -533,11 +529,12 @@ def check_pipeline_plan(plan: Plan) -> None:
                 f"plan splits the batch over {', '.join(big_data)}",
                 f"split the batch over `{z}` only, or use `zero = 1 over {z}`")
     p = plan.pipeline
-    if p is not None and not is_hole(p.axis) and p.axis in plan.mesh.names:
-        pipeline_layout(plan, int(plan.mesh.axis_size(p.axis)))  # type: ignore[arg-type]
+    pp_axis = plan.mesh.axis(p.axis) if p is not None else None
+    if pp_axis is not None:
+        pipeline_layout(plan, pp_axis.size)
 
 
-def apply_pipeline(model: nn.Module, plan: Plan, groups, *, loss_fn: Callable | None = None,
+def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Callable | None = None,
                    device: torch.device | None = None) -> PipelinedModel:
     """`planlang.apply` for a pipeline plan: `check_pipeline_plan`, then `build_pipeline` and the
     PipelinedModel around it (pp, pp x dp, ZeRO-1 over a data axis)."""
@@ -577,7 +574,7 @@ def apply_pipeline(model: nn.Module, plan: Plan, groups, *, loss_fn: Callable | 
     return pm
 
 
-def plan_checkpoint_groups(plan: Plan) -> list[list[str]]:
+def plan_checkpoint_groups(plan: CompletePlan) -> list[list[str]]:
     """The plan's checkpoint groups as module names in execution order (planlang.model.estimate's
     expansion: planlang.plan.checkpoints), the order found by running the model on meta."""
     from planlang.model.load import build_model, meta_inputs

@@ -47,6 +47,7 @@ from torch.distributed import _functional_collectives as funcol
 
 from planlang.cost.comm import Collective
 from planlang.cost.layout import Path, Step, apply_step, conversion_path, is_valid, local_shape, step_comms
+from planlang.plan.complete import CompleteMesh
 from planlang.plan.types import Mesh, Spec
 
 # torch 2.13 renamed the *_tensor functional collectives to *_single (the old names warn)
@@ -80,25 +81,25 @@ class ByteRecorder:
 
 # ------------------------------------------------------------------------------ process groups
 class MeshGroups:
-    """The process groups of a planlang `Mesh` for the current process (one per axis, via DeviceMesh).
+    """The process groups of a planlang mesh for the current process (one per axis, via DeviceMesh).
 
     The default process group must be initialised with world size = the product of the axis sizes;
     ranks are laid out row-major over the axes in mesh order (DeviceMesh's convention)."""
 
-    def __init__(self, mesh: Mesh, device_type: str | None = None) -> None:
+    def __init__(self, mesh: CompleteMesh, device_type: str | None = None) -> None:
         from torch.distributed.device_mesh import init_device_mesh
 
         sizes = mesh.shape
-        if not all(isinstance(s, int) and s >= 1 for s in sizes):
-            raise ValueError(f"mesh {mesh} has axis sizes that are not positive integers (solve it first)")
+        if not all(s >= 1 for s in sizes):
+            raise ValueError(f"mesh {mesh} has axis sizes that are not positive integers")
         if not dist.is_available() or not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised (call init_process_group first)")
-        if math.prod(sizes) != dist.get_world_size():  # type: ignore[arg-type]
+        if math.prod(sizes) != dist.get_world_size():
             raise ValueError(f"mesh {mesh} has {math.prod(sizes)} devices, the world has {dist.get_world_size()}")
         if device_type is None:
             device_type = "cuda" if dist.get_backend() == "nccl" else "cpu"
         self.mesh = mesh
-        self.device_mesh = init_device_mesh(device_type, tuple(sizes), mesh_dim_names=mesh.names)  # type: ignore[arg-type]
+        self.device_mesh = init_device_mesh(device_type, sizes, mesh_dim_names=mesh.names)
         coord = self.device_mesh.get_coordinate()
         if coord is None:
             raise RuntimeError(f"rank {dist.get_rank()} is not part of mesh {mesh}")
@@ -114,7 +115,7 @@ class MeshGroups:
         return self._groups[axis]
 
     def size(self, axis: str) -> int:
-        return self._sizes[axis]  # type: ignore[return-value]
+        return self._sizes[axis]
 
     def __repr__(self) -> str:
         return f"MeshGroups({self.mesh}, coords={self.coords})"

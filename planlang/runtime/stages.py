@@ -38,7 +38,7 @@ import torch.fx as fx
 from torch import nn
 
 from planlang.plan.selection import Selection
-from planlang.plan.types import Plan, is_hole
+from planlang.plan.complete import CompletePlan
 
 
 class StageSplitError(ValueError):
@@ -71,14 +71,12 @@ class StageValues:
 
 
 # ------------------------------------------------------------------------------ public API
-def split_stages(model: nn.Module, plan: Plan) -> list[fx.GraphModule]:
+def split_stages(model: nn.Module, plan: CompletePlan) -> list[fx.GraphModule]:
     """The plan's pipeline stages cut out of `model`, in order (see the module docstring)."""
     p = plan.pipeline
     if p is None:
         raise StageSplitError("the plan has no `pipeline` block", "add `pipeline over AXIS ... { stage ... }`")
-    if is_hole(p.stages):
-        raise StageSplitError("the pipeline's stages are a hole `?`", "run `planlang solve` first, or list the stages")
-    return split_model(model, [st.modules for st in p.stages])  # type: ignore[union-attr]
+    return split_model(model, [st.modules for st in p.stages])
 
 
 def split_model(model: nn.Module, stages: Sequence[Sequence[Selection | str]]) -> list[fx.GraphModule]:

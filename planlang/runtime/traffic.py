@@ -35,7 +35,7 @@ from planlang.cost.comm import Collective, bytes_sent
 from planlang.cost.layout import local_numel
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.cost.ops.einsum import INT_DTYPES
-from planlang.plan import types as T
+from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.types import Mesh
 
 PHASES = ("forward", "loss", "recompute", "backward", "grad_sync")
@@ -220,19 +220,19 @@ def _origin(prog) -> dict[str, str]:
     return base
 
 
-def unsupported(plan: T.Plan) -> str:
+def unsupported(plan: CompletePlan) -> str:
     """Why the prediction does not cover `plan` ("" when it does): pipelines and ZeRO-2/3 (FSDP2's
     parameter all-gathers and gradient reduce-scatters) are not modelled."""
     if plan.pipeline is not None:
         return "the plan has a pipeline; per-step traffic is predicted for plans without one (remove `pipeline`)"
     stage = plan.optimizer.zero_stage if plan.optimizer is not None else 0
-    if isinstance(stage, int) and stage >= 2:
+    if stage >= 2:
         return (f"the plan uses ZeRO-{stage}, whose FSDP2 collectives the prediction does not model; "
                 "predict with `zero = 1` or without ZeRO")
     return ""
 
 
-def predict_step_traffic(plan: T.Plan, graph_or_program) -> Traffic:
+def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     """The collectives one training step issues under `plan` (forward, loss, recomputation, backward,
     parameter-gradient sums), priced by planlang.cost. `graph_or_program` is an OpGraph (lowered here,
     with the plan's checkpoint groups) or an already lowered Program."""
@@ -347,7 +347,7 @@ class CollectiveSpy:
     def __init__(self, groups) -> None:
         import torch.distributed as dist
 
-        self.mesh: Mesh = groups.mesh
+        self.mesh: CompleteMesh = groups.mesh
         self._by_name: dict[str, tuple[str, ...]] = {}
         self._by_ranks: dict[tuple[int, ...], tuple[str, ...]] = {}
         for a in self.mesh.names:
@@ -524,7 +524,7 @@ def traffic_table(plan_path: str) -> str:
 _GRAPHS: dict[tuple, object] = {}
 
 
-def _graph_of(plan: T.Plan):
+def _graph_of(plan: CompletePlan):
     """The op graph of the plan's model with its loss, traced once per (model, inputs, loss)."""
     from planlang.model.load import build_model, guess_targets, meta_inputs, plan_loss
     from planlang.model.opgraph import op_graph
@@ -539,7 +539,7 @@ def _graph_of(plan: T.Plan):
     return _GRAPHS[key]
 
 
-def step_comm_seconds(plan: T.Plan) -> float:
+def step_comm_seconds(plan: CompletePlan) -> float:
     """Seconds one step spends in collectives under `plan` by the cost model's alpha-beta prices (the
     traffic `predict_step_traffic` predicts, not overlapped with compute): the `comm_time` hook
     `planlang solve` prices candidates with. Raises ValueError for plans the prediction does not cover

@@ -32,6 +32,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from planlang.plan.complete import CompletePlan
+
 
 # How many times one process's own rounding error (against float64) the plan's error may be.
 NOISE_FACTOR = 10.0
@@ -85,7 +87,8 @@ def rel(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> float:
 GRAD_FLOOR = 1e-3
 
 
-def make_batch(model: nn.Module, plan, loss_fn, seed: int) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
+def make_batch(model: nn.Module, plan: CompletePlan, loss_fn,
+               seed: int) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
     from planlang.model.load import guess_targets, meta_inputs
 
     g = torch.Generator().manual_seed(seed)
@@ -111,7 +114,7 @@ def make_batch(model: nn.Module, plan, loss_fn, seed: int) -> tuple[list[torch.T
     return inputs, tuple(targets)
 
 
-def reference_optimizer(params, plan) -> torch.optim.Optimizer:
+def reference_optimizer(params, plan: CompletePlan) -> torch.optim.Optimizer:
     """The plan's optimizer class and arguments without ZeRO (one process holds everything);
     AdamW(lr=1e-3) when the plan names none."""
     import dataclasses
@@ -123,7 +126,7 @@ def reference_optimizer(params, plan) -> torch.optim.Optimizer:
     return build_optimizer(params, dataclasses.replace(plan.optimizer, zero_stage=0, zero_axis=None))
 
 
-def plan_optimizer(pm, plan) -> torch.optim.Optimizer:
+def plan_optimizer(pm, plan: CompletePlan) -> torch.optim.Optimizer:
     """`pm.optimizer()`, the plan's own (ZeRO included); AdamW(lr=1e-3) when the plan names none."""
     return pm.optimizer() if plan.optimizer is not None else pm.optimizer(torch.optim.AdamW, lr=1e-3)
 

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from planlang.plan import types as T
+from planlang.plan.complete import CompleteOptimizer
 
 # plan optimizer name -> (torch.optim class name, defaults the plan name implies)
 TORCH_OPTIMIZERS: dict[str, tuple[str, dict]] = {
@@ -82,7 +83,7 @@ def _params(params) -> list[nn.Parameter]:
     return out
 
 
-def build_optimizer(params: nn.Module | Iterable, opt: T.Optimizer | None, groups=None, *,
+def build_optimizer(params: nn.Module | Iterable, opt: CompleteOptimizer | None, groups=None, *,
                     cls: type[torch.optim.Optimizer] | None = None, **overrides) -> torch.optim.Optimizer:
     """The plan's optimizer over `params` (a module, (name, param) pairs or parameters).
 
@@ -94,9 +95,7 @@ def build_optimizer(params: nn.Module | Iterable, opt: T.Optimizer | None, group
         if cls is None:
             raise OptimizerError("the plan declares no optimizer; add `optimizer adamw(lr = 0.001)` to the plan "
                                  "or pass the class: optimizer(torch.optim.AdamW, lr=1e-3)")
-        opt = T.Optimizer(cls.__name__.lower())
-    if not isinstance(opt.zero_stage, int) or T.is_hole(opt.zero_axis):
-        raise OptimizerError(f"optimizer `{opt}` has holes; run `planlang solve` first")
+        opt = CompleteOptimizer(cls.__name__.lower())
     if cls is None:
         cls, _ = optimizer_class(opt.name)
         kwargs = optimizer_kwargs(opt)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planlang.plan import types as T
+from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_degree
 
 
@@ -54,7 +54,7 @@ def repeated_blocks(module_names: list[str]) -> tuple[str, int] | None:
     return head, lists[head]
 
 
-def plan_chain(plan: T.Plan, efficiency: float = 0.5):
+def plan_chain(plan: CompletePlan, efficiency: float = 0.5):
     """The LinearChain of the plan's local model over its repeated blocks (one microbatch)."""
     import torch
 
@@ -83,7 +83,7 @@ def plan_chain(plan: T.Plan, efficiency: float = 0.5):
         params[name] = E._Param(name, shape, itemsize, E._local_shape(shape, E._spec_for(name, plan), plan.mesh), None)
     E._with_local_params(module, params)
     dp = data_degree(plan)
-    micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else 1
+    micro = plan.pipeline.microbatches if plan.pipeline else 1
     inputs = E._local_inputs(plan, dp * micro)
     from planlang.cost.comm import compute_time
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from planlang.plan import types as T
+from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.data import batch_axes, batch_dim, data_axes
 from planlang.solve.holes import Fill, fill_holes
 
@@ -148,7 +149,7 @@ REFINED = 4  # meshes stage 2 refines: the stage-1 ranking prices replicated spe
 
 class _Search:
     def __init__(self, path: str, objective: str, progress: Callable[[str], None],
-                 comm_time: Callable[[T.Plan], float] | None = None, alpha: float = ALPHA,
+                 comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
                  time_limit: float | None = None) -> None:
         import time
 
@@ -195,21 +196,22 @@ class _Search:
         res = check_text(text, self.path)
         if res.errors or res.plan is None:
             return None
+        plan = complete(res.plan)  # every hole is filled (classify refused the holes it cannot fill)
         try:
-            rows = estimate_plan(res.plan)
+            rows = estimate_plan(plan)
         except Exception as e:  # noqa: BLE001 - a candidate the model cannot run: skip it, say why
             self.notes.append(f"skipped {', '.join(f'{k}={v}' for k, v in choices)}: {type(e).__name__}: {e}")
             return None
-        budget = res.plan.budget.bytes if res.plan.budget is not None else None
+        budget = plan.budget.bytes if plan.budget is not None else None
         peak = max(r.peak for r in rows)
-        step = self.step_time(res.plan, rows)
+        step = self.step_time(plan, rows)
         c = Candidate(choices, text, peak, step, budget is None or peak <= budget, tuple(rows))
         self.tried.append(c)
         self._priced[text] = c
         self.progress(str(c))
         return c
 
-    def step_time(self, plan: T.Plan, rows) -> float:
+    def step_time(self, plan: CompletePlan, rows) -> float:
         """The slowest device's step: the estimator's, or its compute plus the caller's per-step
         communication (`comm_time`) in place of the estimator's data-parallel all-reduce."""
         step = max(r.step_time for r in rows)
@@ -464,7 +466,7 @@ class _Search:
         budget = self.plan.budget.bytes if self.plan.budget is not None else None
         if self.plan.pipeline is None and budget is not None:
             try:
-                plan = check_text(base.text, self.path).plan
+                plan = complete(check_text(base.text, self.path).plan)  # a priced candidate: no holes
                 linear, head = plan_chain(plan)
                 # the chain holds activations only: what the budget leaves after parameters, gradients,
                 # optimizer states and buffers, and never more than the chain needs without recomputation
@@ -642,7 +644,7 @@ class _Search:
                                ch.get("stages", "flops"))
 
 
-def _estimated_sync(plan: T.Plan, row) -> float:
+def _estimated_sync(plan: CompletePlan, row) -> float:
     """The data-parallel gradient all-reduce the estimator adds to a row's step time (estimate._step_time:
     the stage's local parameter bytes over the data axes of size > 1)."""
     from planlang.cost.comm import Collective, price
@@ -653,8 +655,8 @@ def _estimated_sync(plan: T.Plan, row) -> float:
     if not axes:
         return 0.0
     opt = plan.optimizer
-    zero = opt.zero_stage if opt and isinstance(opt.zero_stage, int) else 0
-    zero_n = (mesh.axis_size(opt.zero_axis) or 1) if opt and isinstance(opt.zero_axis, str) else 1
+    zero = opt.zero_stage if opt else 0
+    zero_n = (mesh.axis_size(opt.zero_axis) or 1) if opt and opt.zero_axis is not None else 1
     p_bytes = row.parameters * (zero_n if zero >= 3 else 1)
     return price(Collective.ALL_REDUCE, mesh, axes, p_bytes).seconds
 
@@ -674,7 +676,7 @@ def _choices(assign, micro, zero, specs, ckpt, stages="flops") -> tuple[tuple[st
 
 
 def solve(path: str, objective: str = "time", progress: Callable[[str], None] = lambda s: None, *,
-          comm_time: Callable[[T.Plan], float] | None = None, alpha: float = ALPHA,
+          comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
           time_limit: float | None = None) -> Result:
     """Fill every hole of the plan at `path` (see the module docstring). `comm_time(plan)`, when given,
     prices a candidate's per-step communication in seconds (the slowest device); `time_limit` bounds
