@@ -28,4 +28,5 @@ for step in range(args.steps):
     if dist.get_rank() == 0:
         print(f"step {step}: loss {loss.item():.4f}", flush=True)
 
+dist.barrier()  # every rank done with its collectives before any tears down (gloo aborts otherwise)
 dist.destroy_process_group()
