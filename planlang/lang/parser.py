@@ -150,11 +150,11 @@ def _blank_line(text: str, line: int, keep_braces: bool) -> str:
     so one broken statement yields one error rather than one per line of its body."""
     lines = text.split("\n")
     if keep_braces and 1 <= line <= len(lines):
-        opened = _code(lines[line - 1]).count("{") - _code(lines[line - 1]).count("}")
+        opened = code_of(lines[line - 1]).count("{") - code_of(lines[line - 1]).count("}")
         if opened > 0:
             depth, last = opened, line
             for j in range(line, len(lines)):
-                code = _code(lines[j])
+                code = code_of(lines[j])
                 depth += code.count("{") - code.count("}")
                 last = j + 1
                 if depth <= 0:
@@ -169,8 +169,8 @@ def _blank_line(text: str, line: int, keep_braces: bool) -> str:
     return "\n".join(lines)
 
 
-def _code(line: str) -> str:
-    """A line without its comment and string contents (for counting braces)."""
+def code_of(line: str) -> str:
+    """A line without its comment and the contents of its strings (for counting braces and brackets)."""
     out, in_str = [], False
     for i, ch in enumerate(line):
         if in_str:

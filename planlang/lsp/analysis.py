@@ -19,6 +19,7 @@ from typing import Callable
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic
+from planlang.lang.parser import code_of
 from planlang.lang.source import SourceFile
 from planlang.plan.checker import CheckResult, check_text
 from planlang.plan.types import Plan
@@ -188,22 +189,6 @@ def _blank_unclosed_brackets(lines: list[str]) -> None:
                 depth += 1
             elif ch in ")]":
                 depth = max(0, depth - 1)
-
-
-def code_of(line: str) -> str:
-    """A line without its comment and the contents of its strings (for counting brackets)."""
-    out, in_str = [], False
-    for i, ch in enumerate(line):
-        if in_str:
-            in_str = not (ch == '"' and line[i - 1] != "\\")
-            continue
-        if ch == '"':
-            in_str = True
-        elif ch == "#":
-            break
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 def _blank(line: str, keep: str = "") -> str:

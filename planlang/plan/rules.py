@@ -12,7 +12,7 @@ from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.source import Span
 
 from . import types as T
-from .data import batch_dim, batch_split_conflict, data_axes
+from .data import batch_axes, batch_dim, batch_split_conflict, data_axes
 from .resolve import diag
 from .selection import Selection, index_range
 from .units import format_bytes
@@ -379,7 +379,8 @@ def zero_sharding(ctx) -> Diags:
                    help=f"write `zero = {opt.zero_stage} over dp`")
     if isinstance(opt.zero_axis, str) and ctx.plan.data and ctx.plan.mesh and ctx.plan.mesh.axis(opt.zero_axis):
         axes = data_axes(ctx.plan)
-        if opt.zero_axis not in axes:
+        known = len(batch_axes(ctx.plan)) == len(ctx.plan.data)  # a `?` batch split: the solver's to choose
+        if known and opt.zero_axis not in axes:
             yield diag("PL504", f"ZeRO over `{opt.zero_axis}`, which splits no input's batch", opt.span,
                        help=f"shard optimizer state over a data axis: {', '.join(axes) or 'none'}")
 
