@@ -79,17 +79,20 @@ def plan(tmp_path) -> Path:
     return path
 
 
-def test_run_on_two_nodes_over_c10d(plan, tmp_path):
+def test_run_on_two_nodes_over_the_static_rendezvous(plan, tmp_path):
+    # static, not c10d: two c10d agents on one loaded machine hung now and then at the rendezvous
+    # (both may try to host its store); the c10d arguments are tested without processes (test_launch.py)
     (tmp_path / "train.py").write_text(TRAIN)
     out = tmp_path / "out"
     out.mkdir()
-    node = ["run", str(plan), "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-            "--rdzv-endpoint", f"127.0.0.1:{_port()}", "--rdzv-id", "planlang-test", "--",
-            str(tmp_path / "train.py"), str(out)]
-    results = _agents(node, node)
+    port = str(_port())
+    node0, node1 = (["run", str(plan), "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(r),
+                     "--master-addr", "127.0.0.1", "--master-port", port, "--", str(tmp_path / "train.py"),
+                     str(out)] for r in (0, 1))
+    results = _agents(node0, node1)
     for code, _, err in results:
         assert code == 0, err
-        assert "planlang run: launching" in err and "1 process on this node, one of 2 (2 in all), c10d" in err
+        assert "planlang run: launching" in err and "1 process on node" in err and "static rendezvous" in err
         assert "planlang run: done" in err
     facts = [json.loads((out / f"rank{r}.json").read_text()) for r in range(2)]
     assert [f["RANK"] for f in facts] == ["0", "1"]
