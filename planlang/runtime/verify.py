@@ -33,6 +33,7 @@ import torch.distributed as dist
 from torch import nn
 
 from planlang.plan.complete import CompletePlan
+from planlang.runtime.teardown import leave
 
 
 # How many times one process's own rounding error (against float64) the plan's error may be.
@@ -325,5 +326,5 @@ def _verdict(word: str, code: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    leave(main())
 

@@ -69,4 +69,6 @@ def run(rank: int, world: int, port: int, plans: list[str], out_dir: str) -> Non
     name = "results.json" if rank == 0 else f"results{rank}.json"
     with open(os.path.join(out_dir, name), "w") as f:
         json.dump(out, f)
-    dist.destroy_process_group()
+    from planlang.runtime.teardown import leave
+
+    leave()  # barrier, destroy, exit without finalization (see teardown.py)

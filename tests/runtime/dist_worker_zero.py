@@ -394,8 +394,9 @@ def _entry(rank: int, world: int, port: int, fn_name: str, outdir: str, ckdir: s
     res["seconds"] = time.time() - t0
     with open(os.path.join(outdir, f"{fn_name}.rank{rank}.json"), "w") as f:
         json.dump(res, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    from planlang.runtime.teardown import leave
+
+    leave()  # barrier, destroy, exit without finalization (see teardown.py)
 
 
 def _free_port() -> int:

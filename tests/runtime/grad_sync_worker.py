@@ -77,5 +77,6 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     if rank == 0:
         with open(os.path.join(out_dir, "grad_sync.json"), "w") as f:
             json.dump(every, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    from planlang.runtime.teardown import leave
+
+    leave()  # barrier, destroy, exit without finalization (see teardown.py)

@@ -75,4 +75,6 @@ def run(rank: int, world: int, port: int, plans: list[str], out_dir: str) -> Non
     if rank == 0:
         with open(os.path.join(out_dir, "results.json"), "w") as f:
             json.dump(out, f)
-    dist.destroy_process_group()
+    from planlang.runtime.teardown import leave
+
+    leave()  # barrier, destroy, exit without finalization (see teardown.py)

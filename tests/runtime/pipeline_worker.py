@@ -220,5 +220,6 @@ def worker(rank: int, port: int, outdir: str, launched: float) -> None:
     results["total_s"] = round(time.time() - launched, 1)
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
         json.dump(results, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    from planlang.runtime.teardown import leave
+
+    leave()  # barrier, destroy, exit without finalization (see teardown.py)

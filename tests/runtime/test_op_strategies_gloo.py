@@ -220,8 +220,9 @@ def _worker(rank: int, port: int, outdir: str, launched: float) -> None:
     res["seconds"] = time.time() - t0
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
         json.dump(res, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    from planlang.runtime.teardown import leave
+
+    leave()  # barrier, destroy, exit without finalization (see teardown.py)
 
 
 def _free_port() -> int:

@@ -182,8 +182,9 @@ def _worker(rank: int, port: int, out_dir: str) -> None:
     finally:
         stats["seconds"] = time.perf_counter() - t0
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps({"failures": failures, "stats": stats}))
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        from planlang.runtime.teardown import leave
+
+        leave()  # barrier, destroy, exit without finalization (see teardown.py)
 
 
 def _free_port() -> int:

@@ -61,4 +61,6 @@ def run(rank: int, world: int, port: int, jobs: list, out_dir: str) -> None:
     if rank == 0:
         with open(os.path.join(out_dir, "traffic.json"), "w") as f:
             json.dump(results, f)
-    dist.destroy_process_group()
+    from planlang.runtime.teardown import leave
+
+    leave()  # barrier, destroy, exit without finalization (see teardown.py)
