@@ -6,6 +6,7 @@ the language tools (check, lint, fmt, explain, the language server) start withou
 """
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
@@ -22,7 +23,6 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'planlang' has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later reads skip this function

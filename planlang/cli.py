@@ -5,8 +5,17 @@ files), 2 usage errors and internal errors. `check`, `lint`, `fmt` and `explain`
 """
 from __future__ import annotations
 
+import ast as pyast
+import json
+import math
 import os
+import socket
+import subprocess
 import sys
+import tempfile
+import time
+import traceback
+from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -15,6 +24,13 @@ from typing import List, Optional
 import typer
 
 from planlang import __version__
+from planlang.lang.codes import CODES, explain as explain_code
+from planlang.lang.config import Config, ConfigError, load_config
+from planlang.lang.diagnostics import Diagnostic, did_you_mean
+from planlang.lang.render import render, summary_line
+from planlang.lang.source import SourceFile, decode_plan
+from planlang.plan.complete import IncompletePlan, complete as as_complete
+from planlang.plan.types import ModelRef
 
 app = typer.Typer(
     name="planlang",
@@ -71,7 +87,6 @@ def _root(
 
 def _config(config: Optional[Path], isolated: bool, select=(), extend_select=(), ignore=()):
     """The project configuration (planlang.toml / pyproject.toml [tool.planlang]) with the command line on top."""
-    from planlang.lang.config import Config, ConfigError, load_config
 
     try:
         base = Config(root=Path.cwd()) if isolated else load_config(config)
@@ -83,7 +98,6 @@ def _config(config: Optional[Path], isolated: bool, select=(), extend_select=(),
 def plan_files(paths: List[Path], config=None) -> list[str]:
     """Expand arguments: files as given, folders to every *.plan below them (sorted; less what the
     configuration excludes and git ignores), `-` for standard input."""
-    from planlang.lang.config import Config
 
     config = config or Config(root=Path.cwd(), respect_gitignore=False)
     out: list[str] = []
@@ -132,9 +146,6 @@ class _PlanInput:
 
 def _read_plan(name: str, stdin_filename: Optional[str]) -> _PlanInput:
     """A file argument; `-` reads standard input once. A file that cannot be read at all is a usage error."""
-    from planlang.lang.codes import CODES
-    from planlang.lang.diagnostics import Diagnostic
-    from planlang.lang.source import decode_plan
 
     if name == STDIN:
         data, name = sys.stdin.buffer.read(), stdin_filename or "<stdin>"
@@ -154,19 +165,17 @@ def _read_plan(name: str, stdin_filename: Optional[str]) -> _PlanInput:
 def _check_one(name: str, text: str, model: bool, use_paths: tuple[str, ...] = ()):
     """Check one plan given as text: its `use "file"` imports resolve next to `name` (and in `use_paths`)."""
     if model:  # imports torch: only on request
+        # lazy: torch loads only when this runs
         from planlang.model.checks import check_with_model
 
         return check_with_model(name, text=text, search_paths=use_paths)
+    # lazy: lark loads only when this runs
     from planlang.plan.checker import check_text
 
     return check_text(text, name, search_paths=use_paths)
 
 
 def _statistics(diags) -> str:
-    from collections import Counter
-
-    from planlang.lang.codes import CODES
-
     counts = Counter(d.code for d in diags)
     width = len(str(max(counts.values(), default=0)))
     rows = [f"{n:>{width}}  {code}  {CODES[code].name if code in CODES else ''}".rstrip()
@@ -177,14 +186,11 @@ def _statistics(diags) -> str:
 def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fail_on_warnings: bool,
                 model: bool = False, *, config=None, stdin_filename: Optional[str] = None,
                 exit_zero: bool = False, statistics: bool = False) -> int:
-    from planlang.lang.render import render, summary_line
-
     try:
         files = plan_files(paths, config)
     except UsageError as err:
         _fail_usage(str(err))
     diags, sources = [], {}
-    from planlang.lang.source import SourceFile
 
     for f in files:
         plan = _read_plan(f, stdin_filename)
@@ -278,9 +284,8 @@ def fmt(
 ) -> None:
     """Format plans in place (canonical layout, comments kept); `planlang fmt -` formats standard input to
     standard output (a plan with syntax errors is written back unchanged, the errors on stderr)."""
+    # lazy: lark loads only when this runs
     from planlang.lang.fmt import FormatError, format_text, unified_diff
-    from planlang.lang.render import render
-    from planlang.lang.source import SourceFile
 
     try:
         files = plan_files(paths, _config(config, isolated))
@@ -337,12 +342,10 @@ def inspect(
     format: TableFormat = typer.Option(TableFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Show a model's modules in execution order: parameters, shapes, flops, saved activations."""
-    import ast as pyast
-
-    from planlang.plan.types import ModelRef
 
     plan_path = None
     if model.endswith(".plan"):
+        # lazy: lark loads only when this runs
         from planlang.plan.checker import check_file
 
         res = check_file(model)
@@ -350,6 +353,7 @@ def inspect(
             _fail_usage(f"{model} declares no model (or does not parse: run `planlang check {model}`)")
         ref, inputs, plan_path = res.plan.model, res.plan.inputs, model
     else:
+        # lazy: torch loads only when this runs
         from planlang.model.inspect import parse_input
 
         kwargs = []
@@ -366,6 +370,7 @@ def inspect(
         ref = ModelRef("model", model, tuple(kwargs))
         if not inputs:
             _fail_usage("give the model's inputs with --input, e.g. --input 'idx:i64[batch=4,seq=128]'")
+    # lazy: torch loads only when this runs
     from planlang.model.inspect import inspect_model, render_json, render_text
     from planlang.model.load import ModelLoadError
 
@@ -384,9 +389,9 @@ def estimate(
     format: TableFormat = typer.Option(TableFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Estimate per-device peak memory (by class) and step time of a plan, from its model on meta."""
-    import json
 
     checked = _runnable_plan(plan)
+    # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_plan, render_table
     from planlang.model.load import ModelLoadError
 
@@ -405,9 +410,8 @@ def _validated_plan(plan: Path, *, complete: bool = True):
     runs or prices a plan rejects what `check --model` rejects, with the same codes — or an error naming
     what to fix (its diagnostics, holes left for `solve`, no model). Warnings are shown and do not stop.
     With `complete` (the default) it is a planlang.plan.complete.CompletePlan: no holes, concrete fields."""
-    from planlang.lang.render import render
+    # lazy: torch loads only when this runs
     from planlang.model.checks import check_with_model
-    from planlang.plan.complete import IncompletePlan, complete as as_complete
 
     if not plan.is_file():
         _fail_usage(f"no such file: {plan}")
@@ -438,6 +442,7 @@ def lower(
                                  "(kind, mesh axes, bytes sent per rank, the cost model's time)."),
 ) -> None:
     """Print the per-rank Python the runtime generates and runs for this plan."""
+    # lazy: torch loads only when this runs
     from planlang.model.load import ModelLoadError
     from planlang.runtime.apply import PlanError
     from planlang.runtime.launch import lower_source
@@ -445,6 +450,7 @@ def lower(
     p = _runnable_plan(plan)
     try:
         if traffic:
+            # lazy: loaded by this command only, so `check` and `fmt` start fast
             from planlang.runtime.traffic import traffic_table
 
             sys.stdout.write(traffic_table(str(plan)))
@@ -459,6 +465,7 @@ def lower(
 def _preflight(plan: Path) -> None:
     """The runtime's checks that need no processes (combinations it refuses, ZeRO and schedule rules),
     reported before torchrun starts anything."""
+    # lazy: torch loads only when this runs
     from planlang.model.load import ModelLoadError
     from planlang.runtime.apply import PlanError
     from planlang.runtime.verify import preflight
@@ -503,6 +510,7 @@ def verify(
     Exit 1 (after the table) when an error exceeds its bound.
     Progress (checking, launching, each step) goes to stderr; the table to stdout. Several nodes: see
     docs/launch.md (exit 2 when nnodes × nproc-per-node is not the plan's device count)."""
+    # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.runtime.launch import LaunchError, Progress, mesh_words, plan_launch, torchrun, world_size
 
     say = Progress("verify", quiet)
@@ -518,8 +526,8 @@ def verify(
     say("checking what the runtime supports")
     _preflight(plan)
     say(f"launching {launch}")
-    import tempfile
 
+    # lazy: torch loads only when this runs
     from planlang.runtime.verify import VERDICT_ENV
 
     with tempfile.TemporaryDirectory(prefix="planlang-verify-") as tmp:
@@ -558,6 +566,7 @@ def run(
     """Launch `SCRIPT ARGS` (after `--`) with torchrun on the plan's world size; the script reads the plan
     from $PLANLANG_PLAN (e.g. `planlang.apply(model, os.environ["PLANLANG_PLAN"])`). Several nodes: see
     docs/launch.md (exit 2 when nnodes × nproc-per-node is not the plan's device count)."""
+    # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.runtime.launch import LaunchError, Progress, mesh_words, plan_launch, torchrun, world_size
 
     say = Progress("run", quiet)
@@ -592,10 +601,11 @@ def solve(
 ) -> None:
     """Fill every hole of PLAN (fixed choices are constraints) and write a complete, formatted plan with
     the predicted memory and step time per device; `planlang check` accepts it."""
-    import time
 
+    # lazy: rich loads only when this runs
     from rich.console import Console
 
+    # lazy: torch loads only when this runs
     from planlang.model.load import ModelLoadError
     from planlang.solve.driver import Infeasible, SolveError, solve as run_solve
 
@@ -608,6 +618,7 @@ def solve(
             raise SolveError(f"the search ran past --time-limit {time_limit:g} s; raise it or fix more choices")
         err.print(msg, style="dim", markup=False)
 
+    # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.runtime.traffic import step_comm_seconds
 
     try:
@@ -631,6 +642,7 @@ def lsp(
     log_level: str = typer.Option("WARNING", "--log-level", help="stderr log level: DEBUG, INFO, WARNING, ERROR."),
 ) -> None:
     """Run the language server on stdio (for editors)."""
+    # lazy: the language server's packages load only for `planlang lsp`
     from planlang.lsp.server import main as serve
 
     serve(["--log-level", log_level])
@@ -646,6 +658,7 @@ def report(
     ratio), and an HTML page with both and the plan's summary. Prints each device's estimated peak against
     the budget, and a warning on stderr for each over it (exit 0 all the same: the report was written;
     `planlang check --model` is the check that fails)."""
+    # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.report import report_command
 
     raise typer.Exit(report_command(str(plan), str(output), format))
@@ -660,10 +673,8 @@ def probe(
     output: str = typer.Option("-", "--output", "-o", help="Where to write the planlang module (- = stdout)."),
 ) -> None:
     """Measure latency and bandwidth per mesh axis with torchrun and write links in planlang syntax."""
-    import math
-    import socket
-    import subprocess
 
+    # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.cost.probe import parse_mesh
 
     try:
@@ -684,12 +695,9 @@ def probe(
 @app.command()
 def explain(code: str = typer.Argument(..., help="A diagnostic code such as PL301.")) -> None:
     """Explain a diagnostic code."""
-    from planlang.lang.codes import CODES, explain as explain_code
 
     text = explain_code(code)
     if text is None:
-        from planlang.lang.diagnostics import did_you_mean
-
         guess = did_you_mean(code.upper(), CODES)
         _fail_usage(f"unknown code {code}" + (f"; did you mean {guess}?" if guess else
                                               f"; codes are {min(CODES)} ... {max(CODES)} (docs/diagnostics.md)"))
@@ -713,7 +721,6 @@ def main() -> None:
             typer.echo(f"planlang: error: this command needs {missing}, which is not installed; install "
                        f"planlang's torch extra: pip install 'planlang[torch]'", err=True)
             sys.exit(2)
-        import traceback
 
         traceback.print_exc()
         typer.echo(f"planlang: internal error: {err!r} — please report this with the plan that caused it", err=True)

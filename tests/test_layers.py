@@ -33,21 +33,23 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
+def _imports_of(name: str, path: Path, node) -> list[tuple[str, int]]:
+    """(imported module, line) for one import statement of module `name`."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    if isinstance(node, ast.Import):
+        return [(a.name, node.lineno) for a in node.names]
+    base = node.module or ""
+    if node.level:
+        up = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(up + ([node.module] if node.module else []))
+    return [(base, node.lineno)] + [(f"{base}.{a.name}", node.lineno) for a in node.names
+                                    if f"{base}.{a.name}" in MODULES]
+
+
 def _imports(name: str, path: Path) -> list[tuple[str, int]]:
     """(imported module, line) for every import statement anywhere in the file."""
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = []
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out += [(a.name, node.lineno) for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                up = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(up + ([node.module] if node.module else []))
-            out.append((base, node.lineno))
-            out += [(f"{base}.{a.name}", node.lineno) for a in node.names if f"{base}.{a.name}" in MODULES]
-    return out
+    return [hit for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, (ast.Import, ast.ImportFrom))
+            for hit in _imports_of(name, path, node)]
 
 
 GRAPH = nx.DiGraph()
@@ -99,3 +101,98 @@ def test_language_tools_load_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# ------------------------------------------------------------------ function-local imports
+# An import inside a function is there for one reason: importing its module at the top would load a
+# third-party package (torch, matplotlib, the solver backend, the language server's packages) that this
+# module otherwise does not load, on a path that must start without it. `planlang.cli` also loads each
+# command's own modules when that command runs, so `check` and `fmt` start fast; an import that must sit
+# under a warning filter (`with warnings.catch_warnings()`) stays where the filter is. Every such import
+# says why in a `# lazy:` comment on its line or the line above its group.
+STDLIB = set(sys.stdlib_module_names)
+COMMAND_LAYERS = {"cost", "model", "solve", "runtime", "report", "lsp"}
+
+
+def _split_imports(name: str, path: Path):
+    """(top-level targets, [(import node, targets, under a `with`)] for imports inside functions)."""
+    tree = ast.parse(path.read_text())
+    parents = {c: p for p in ast.walk(tree) for c in ast.iter_child_nodes(p)}
+    top, local = [], []
+    for node in ast.walk(tree):
+        if not isinstance(node, (ast.Import, ast.ImportFrom)):
+            continue
+        targets = [t for t, _ in _imports_of(name, path, node)]
+        p, in_function, in_with, type_only = parents.get(node), False, False, False
+        while p is not None:
+            in_function |= isinstance(p, (ast.FunctionDef, ast.AsyncFunctionDef))
+            in_with |= isinstance(p, ast.With) and not in_function
+            type_only |= isinstance(p, ast.If) and "TYPE_CHECKING" in ast.unparse(p.test)
+            p = parents.get(p)
+        if in_function:
+            local.append((node, targets, in_with))
+        elif not type_only:
+            top.append(targets)
+    parts = name.split(".")
+    top.append([".".join(parts[:i]) for i in range(1, len(parts))])  # a module's packages load first
+    return [t for ts in top for t in ts], local
+
+
+SPLIT = {n: _split_imports(n, p) for n, p in MODULES.items()}
+
+
+def _third_party(targets, seen=None) -> set[str]:
+    """The third-party packages importing `targets` loads (through planlang modules' top-level imports)."""
+    seen = set() if seen is None else seen
+    out = set()
+    for t in targets:
+        root = t.split(".")[0]
+        if root not in ("planlang", "__future__") and root not in STDLIB:
+            out.add(root)
+        elif t in MODULES and t not in seen:
+            seen.add(t)
+            out |= _third_party(SPLIT[t][0], seen)
+    return out
+
+
+def _lazy_reason(name: str, node, targets, in_with) -> str | None:
+    """Why this function-local import is not at the top; None when nothing keeps it there."""
+    if _third_party(targets) - _third_party(SPLIT[name][0] + [name]):
+        return "loads a package the module does not"
+    if name == "planlang.cli" and any(_layer(t) in COMMAND_LAYERS for t in targets):
+        return "a command's own module"
+    if in_with:
+        return "under a warning filter"
+    return None
+
+
+def test_function_local_imports_keep_a_package_out():
+    wrong = []
+    for name, (_, local) in sorted(SPLIT.items()):
+        for node, targets, in_with in local:
+            if _lazy_reason(name, node, targets, in_with) is None:
+                wrong.append(f"{MODULES[name].relative_to(PKG.parent)}:{node.lineno} {ast.unparse(node)}")
+    assert wrong == [], ("function-local imports that load nothing the module does not already load; "
+                         "move them to the top of the module:\n" + "\n".join(wrong))
+
+
+def test_function_local_imports_say_why():
+    silent = []
+    for name, (_, local) in sorted(SPLIT.items()):
+        lines = MODULES[name].read_text().splitlines()
+        for node, _, _ in local:
+            i = node.lineno - 1
+            while i > 0 and lines[i - 1].lstrip().startswith(("from ", "import ")) and "# lazy:" not in lines[i]:
+                i -= 1  # the comment may head a group of imports
+            if "# lazy:" not in lines[i] and "# lazy:" not in lines[i - 1]:
+                silent.append(f"{MODULES[name].relative_to(PKG.parent)}:{node.lineno} {ast.unparse(node)}")
+    assert silent == [], "function-local imports without a `# lazy:` comment:\n" + "\n".join(silent)
+
+
+def test_a_needless_local_import_is_found():
+    """The check above is not vacuous: a stdlib import inside a function has no reason to be there."""
+    src = "import os\n\ndef f():\n    import json\n    return json\n"
+    tree = ast.parse(src)
+    node = tree.body[1].body[0]
+    assert _lazy_reason("planlang.lang.codes", node, ["json"], False) is None
+    assert _lazy_reason("planlang.lang.codes", node, ["torch"], False) is not None

@@ -54,6 +54,7 @@ def sizes(min_bytes: int, max_bytes: int) -> list[int]:
 def measure(mesh_axes: list[tuple[str, int]], max_bytes: int = 16 << 20, repeats: int = 5,
             warmup: int = 2) -> list[AxisMeasurement]:
     """Run inside an initialised process group whose world size is the product of the axis sizes."""
+    # lazy: torch loads only when this runs
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
@@ -158,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("-o", "--output", default="-")
     args = ap.parse_args(argv)
+    # lazy: torch loads only when this runs
     import torch
     import torch.distributed as dist
 

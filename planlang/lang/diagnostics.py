@@ -5,6 +5,7 @@ Every output format (human, concise, json, sarif, github) is a renderer over the
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -60,7 +61,6 @@ def has_errors(diags) -> bool:
 
 def did_you_mean(word: str, candidates) -> str | None:
     """The closest candidate by edit distance, if it is close enough to be a likely typo."""
-    import difflib
 
     cands = sorted(set(candidates))
     if not cands:

@@ -190,6 +190,7 @@ def module_paths(ref: Analysis | list[Analysis], insight: ModelInsight | None, l
     out: dict[str, str] = {v: "loop variable" for v in loopvars}
     facts = insight.facts if insight else None
     if facts is not None:
+        # lazy: torch loads only when this runs
         from planlang.model.checks import to_plan_name  # the model layer is loaded when facts exist
 
         for name in facts.all_modules:

@@ -243,6 +243,7 @@ def _path(analysis: Analysis, sym: Symbol, insight: ModelInsight | None, model_c
 
 
 def _shard_rule(rule: T.ShardRule, facts, mesh: T.Mesh | None) -> str:
+    # lazy: torch loads only when this runs
     from planlang.model.checks import to_plan_name  # facts exist: the model layer is loaded
 
     spec = rule.spec if isinstance(rule.spec, T.Spec) else None
@@ -284,6 +285,7 @@ def _shard_rule(rule: T.ShardRule, facts, mesh: T.Mesh | None) -> str:
 
 
 def _selection_info(sel: Selection, facts) -> str:
+    # lazy: torch loads only when this runs
     from planlang.model.checks import to_plan_name
 
     params = sel.select(list(facts.params))

@@ -19,7 +19,7 @@ import importlib.util
 import logging
 import os
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from planlang.lang.diagnostics import Diagnostic, Severity
@@ -58,7 +58,6 @@ class ModelInsight:
 
     def without_model(self) -> "ModelInsight":
         """This insight without what came from the model (its source changed): marked stale."""
-        from dataclasses import replace
 
         return replace(self, facts=None, estimates=(), stale=True)
 
@@ -102,6 +101,7 @@ class ModelChecker:
         self._estimates = _Lru()
 
     def run(self, text: str, path: str, read: Callable[[str], str] | None = None) -> ModelInsight:
+        # lazy: torch loads only when this runs
         from planlang.model.checks import model_facts_for, validate  # torch
         from planlang.plan.resolve import Resolver
 
@@ -132,6 +132,7 @@ class ModelChecker:
 
 
 def _estimate(plan: Plan, facts):
+    # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_plan
 
     return estimate_plan(complete(plan), facts=facts)  # the facts just probed: the estimator need not probe again

@@ -15,6 +15,7 @@ print) to stderr. Logs go to stderr.
 """
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
@@ -410,7 +411,6 @@ def main(argv: list[str] | None = None) -> None:
     `--stdio` is accepted and changes nothing (stdio is the only transport; VS Code's client adds the
     flag); `--log-level` sets the stderr log level (default: $PLANLANG_LSP_LOG, else WARNING).
     """
-    import argparse
 
     parser = argparse.ArgumentParser(prog="planlang lsp", description="The planlang language server (stdio).")
     parser.add_argument("--stdio", action="store_true", help="serve on stdin/stdout (the default)")

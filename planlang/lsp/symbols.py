@@ -14,11 +14,12 @@ from typing import Iterator
 
 from planlang.lang import ast as A
 from planlang.lang.parser import parse
-from planlang.lang.source import Span
+from planlang.lang.source import SourceFile, Span
 from planlang.plan.resolve import STDLIB_DIR
 
 from .analysis import Analysis
 from .keywords import KEYWORDS
+from planlang.plan.units import UNITS
 
 DECLS = (A.TemplateDecl, A.DeviceDecl, A.LinkDecl, A.MeshDecl, A.MeshAlias)
 MAX_ALIAS_HOPS = 16
@@ -166,8 +167,6 @@ def word_symbol(text: str, offset: int, refs: list[Analysis], source=None) -> Sy
     parsed, a line being typed): a code in a comment, a name declared where `refs` (analyses standing
     in for this text) can look it up (`alias.name`, a used module's alias, an axis, an input), a
     schedule, a unit, a keyword. `source` makes the span (default: a SourceFile of `text`)."""
-    from planlang.lang.source import SourceFile
-    from planlang.plan.units import UNITS
 
     source = source or SourceFile(refs[0].path if refs else "<plan>", text)
     start = text.rfind("\n", 0, offset) + 1

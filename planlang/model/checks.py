@@ -12,13 +12,16 @@ from typing import Iterator
 
 from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
 from planlang.plan import types as T
-from planlang.plan.checker import RULES, Rule, check_resolution
+from planlang.plan.checker import CheckResult, RULES, Rule, check_resolution
 from planlang.plan.complete import complete
-from planlang.plan.resolve import Resolution, diag
+from planlang.plan.resolve import Resolution, Resolver, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
 
-from .trace import ModuleFacts
+from .estimate import estimate_plan
+from .load import ModelLoadError, build_model, meta_inputs
+from .trace import ModuleFacts, probe_modules
+from planlang.plan.units import format_bytes
 
 
 def to_plan_name(name: str) -> str:
@@ -193,7 +196,6 @@ def checkpoint_paths(ctx) -> Iterator[Diagnostic]:
 
 def memory_budget(ctx) -> Iterator[Diagnostic]:
     """PL560: every device's estimated peak within the budget (or the device memory)."""
-    from planlang.plan.units import format_bytes
 
     plan = ctx.plan
     estimates = ctx.facts.get("estimate") or []
@@ -230,8 +232,6 @@ def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estim
 
 def model_facts_for(plan: T.Plan) -> tuple[ModuleFacts | None, list[Diagnostic]]:
     """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails."""
-    from .load import ModelLoadError, build_model, meta_inputs
-    from .trace import probe_modules
 
     if plan.model is None:
         return None, []
@@ -250,8 +250,6 @@ def model_facts_for(plan: T.Plan) -> tuple[ModuleFacts | None, list[Diagnostic]]
 def check_with_model(path: str, text: str | None = None, search_paths: tuple[str, ...] = ()):
     """`planlang check --model`: the model-free checks plus the model-aware ones (of `text`, named
     `path`, when given: standard input)."""
-    from planlang.plan.checker import CheckResult
-    from planlang.plan.resolve import Resolver
 
     resolver = Resolver(search_paths=search_paths)
     res = resolver.resolve_file(path) if text is None else resolver.resolve_text(text, path)
@@ -261,8 +259,6 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
     extra = {}
     if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not any(
             d.severity is Severity.ERROR for d in res.diagnostics):
-        from .estimate import estimate_plan
-
         try:
             extra["estimate"] = estimate_plan(complete(res.plan), facts=facts)  # the model probed once
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run

@@ -52,9 +52,11 @@ from planlang.plan.units import format_bytes
 
 from .load import build_model, meta_inputs, model_loss
 from .profile import profile_model
+from .recompute import wrap_chain, wrap_each
 from .simulate import simulate_step
 from .source import imported_source, model_source
 from .trace import probe_modules
+from planlang.cost.comm import Collective, compute_time, price
 
 STATE_ELEMENTS = {  # optimizer state elements per parameter element (fp32)
     "adam": 2, "adamw": 2, "lion": 1, "momentum": 1, "rmsprop": 1, "adagrad": 1, "sgd": 0, "adafactor": 0,
@@ -177,7 +179,6 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: CompletePlan, facts) -> lis
     ModuleList) is recomputed as one function: its first module runs the whole chain under checkpoint
     and the others pass their input through. Groups of other shapes are checkpointed module by module
     (a note says so)."""
-    from .recompute import wrap_chain, wrap_each
 
     notes = []
     per_module = []
@@ -438,8 +439,6 @@ def _step_temporaries(plan: CompletePlan, mine: list[_Param], states: int, shard
 
 
 def _step_time(plan: CompletePlan, flops: float, grad_bytes: int, efficiency: float) -> float:
-    from planlang.cost.comm import Collective, compute_time, price
-
     mesh = plan.mesh
     if mesh is None or mesh.device is None or not mesh.device.flops:
         return float("nan")

@@ -11,13 +11,17 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
+import warnings
 from contextlib import contextmanager
 
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils._pytree import tree_flatten
 
 from planlang.plan.types import Input, ModelRef
 
 from .source import model_source, record, refresh, search_roots
+from planlang.lang.diagnostics import did_you_mean
 
 TORCH_DTYPES = {
     "f64": torch.float64, "f32": torch.float32, "tf32": torch.float32, "f16": torch.float16,
@@ -71,7 +75,6 @@ def import_factory(ref: ModelRef, plan_path: str | None = None):
     fn = getattr(mod, ref.attr, None)
     if fn is None or not callable(fn):
         names = [n for n in dir(mod) if not n.startswith("_") and callable(getattr(mod, n))]
-        from planlang.lang.diagnostics import did_you_mean
 
         guess = did_you_mean(ref.attr, names)
         raise ModelLoadError("PL260", f"`{ref.module}` has no callable `{ref.attr}`",
@@ -116,10 +119,7 @@ def model_loss(ref: ModelRef):
         return None
 
     def loss(out, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
-        from torch.utils._pytree import tree_flatten
-
         y = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
-        import warnings
 
         for targets in target_candidates(out, inputs):
             if not targets:
@@ -155,9 +155,6 @@ def plan_loss(plan):
 def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
     """Meta targets of the shapes `loss_fn` accepts (`target_candidates`' order), found by running the
     model under FakeTensorMode (nothing is allocated); None when no candidate fits."""
-    import warnings
-
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     with FakeTensorMode(allow_non_fake_inputs=True):
@@ -177,7 +174,6 @@ def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tenso
 
 def target_candidates(out, inputs: dict[str, torch.Tensor]) -> list[list[torch.Tensor]]:
     """Targets to try, in order, for a loss over `out` (see `model_loss`)."""
-    from torch.utils._pytree import tree_flatten
 
     y = next(t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
     ints = [t for t in inputs.values() if not t.is_floating_point()]

@@ -19,6 +19,8 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 from torch import fx, nn
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.shape_prop import ShapeProp
 
 from planlang.cost.ops.base import OpSpec
 from planlang.model.export_graph import export_op_graph
@@ -476,12 +478,10 @@ def _opaque_module(b: _Builder, node: fx.Node, mod: nn.Module) -> None:
 def build_op_graph(gm: fx.GraphModule, example_inputs: list[torch.Tensor], prefix: str = "",
                    training: bool = True) -> OpGraph:
     """Shape-propagate `gm` on `example_inputs` (meta tensors are fine) and lower every node."""
-    from torch.fx.passes.shape_prop import ShapeProp
 
     devices = {t.device.type for t in gm.parameters()} | {t.device.type for t in gm.buffers()}
     try:
         if devices - {"meta"}:  # a real model: propagate fake tensors, allocating nothing
-            from torch._subclasses.fake_tensor import FakeTensorMode
 
             mode = FakeTensorMode(allow_non_fake_inputs=True)
             dev = next(iter(devices - {"meta"}))

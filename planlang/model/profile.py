@@ -17,15 +17,16 @@ after), which bounds the temporaries of composite ops from below.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from .simulate import fused_attention
-from .trace import bind_inputs
+from .trace import bind_inputs, meta_or_fake
 
 
 @dataclass
@@ -82,7 +83,6 @@ _FLOP_ALIASES = {
 def _cpu_flash_backward_flops(args) -> int:
     # a fused attention backward recomputes QK^T and runs 4 more matmuls (dV, dP, dQ, dK): 5 bmms in all,
     # torch.utils.flop_counter's count for the fused backward ops
-    from torch.utils.flop_counter import sdpa_backward_flop_count
 
     grad_out, q, k, v = args[:4]
     return int(sdpa_backward_flop_count(tuple(grad_out.shape), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
@@ -104,8 +104,6 @@ class _FlopMode(TorchDispatchMode):
         if fn is not None:
             q, k, v = args[:3] if packet is _aten._scaled_dot_product_flash_attention_for_cpu else (None,) * 3
             if q is not None:
-                from torch.utils.flop_counter import sdpa_flop_count
-
                 self.sink(int(sdpa_flop_count(tuple(q.shape), tuple(k.shape), tuple(v.shape))))
             else:
                 self.sink(int(fn(*args, **kwargs, out_val=out)))
@@ -118,7 +116,6 @@ def profile_model(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
     `loss(output, inputs) -> scalar` defaults to the sum of the first output. Models that modify a module's
     output in place (ReLU(inplace=True) after a BatchNorm) cannot take module backward hooks; for them
     backward flops are attributed to the root module (totals unchanged), with a note."""
-    from .trace import meta_or_fake
 
     try:
         return meta_or_fake(lambda: _profile(module, inputs, loss, backward_hooks=True))
@@ -196,7 +193,6 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
         scalar = loss(out, inputs) if loss is not None else (first.float().sum() if first is not None else None)
         if scalar is not None and scalar.requires_grad:
             phase["bwd"] = True
-            import warnings
 
             with _FlopMode(count), warnings.catch_warnings(), fused_attention():
                 # the first module sees no input that requires grad; its hook still reports, as intended

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Sequence
 
 import torch
+import torch.utils.checkpoint as cp
 
 
 def wrap_chain(mods: Sequence[torch.nn.Module]) -> None:
     """Modules called one after another on a single tensor (blocks of a ModuleList): the first runs the
     whole chain under one checkpoint, the others pass their input through (recomputed as one group)."""
-    import torch.utils.checkpoint as cp
 
     def run_chain(x, _fwds=tuple(m.forward for m in mods)):
         for f in _fwds:
@@ -24,7 +24,6 @@ def wrap_chain(mods: Sequence[torch.nn.Module]) -> None:
 
 def wrap_each(mods: Sequence[torch.nn.Module]) -> None:
     """Every module checkpointed on its own (a group whose modules take more than one tensor)."""
-    import torch.utils.checkpoint as cp
 
     for m in mods:
         m.forward = (lambda f: lambda *a, **k: cp.checkpoint(f, *a, use_reentrant=False, **k))(m.forward)

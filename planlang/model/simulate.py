@@ -8,6 +8,7 @@ memory allocated (map-memory-aware-auto-parallel §4.1's meta execution, measure
 from __future__ import annotations
 
 import contextlib
+import warnings
 import weakref
 from dataclasses import dataclass, field, replace
 
@@ -201,7 +202,6 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> S
         stage_saved = dict(mode.owner_live)
         output = scalar.untyped_storage().nbytes()
         mode.reset_peak()
-        import warnings
 
         with mode, warnings.catch_warnings():
             # with stage hooks, the first module sees no input that requires grad; that is expected

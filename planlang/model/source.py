@@ -30,6 +30,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+import planlang
+
 DIGESTS_SIZE = 4096  # files whose last digest is remembered
 SOURCES_SIZE = 128  # model modules whose imported files are remembered
 RACY_NS = 2_000_000_000  # a stamp this close to its read is not trusted (coarse file system clocks)
@@ -240,7 +242,6 @@ def _local_roots(module: str, factory: str | None, plan_path: str | None) -> lis
 @functools.cache
 def _foreign_roots() -> tuple[str, ...]:
     """Folders whose modules are never the model's own: this package, the interpreter's."""
-    import planlang
 
     out = [str(Path(planlang.__file__).resolve().parent)]
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}:

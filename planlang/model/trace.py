@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.passes.shape_prop import ShapeProp
 from torch.utils._pytree import tree_flatten
 
 
@@ -28,7 +30,6 @@ def meta_or_fake(fn):
     except RuntimeError as err:
         if "meta tensors" not in str(err):
             raise
-    from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode(allow_non_fake_inputs=True):
         return fn()
@@ -158,7 +159,6 @@ def _clean_export_path(path: str) -> str:
 
 def trace_graph(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> GraphFacts:
     """The op graph with module paths and output shapes. symbolic_trace first, torch.export if it fails."""
-    from torch.fx.passes.shape_prop import ShapeProp
 
     args, kwargs = bind_inputs(module, inputs)
     try:

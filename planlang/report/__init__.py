@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Iterable
 
 from .build import ReportData, ReportError, build_report_data
+from .charts import draw_memory, draw_schedule
+from .page import memory_limit, render_page
+from planlang.plan.units import format_bytes as fb
 
 __all__ = ["FORMATS", "ReportData", "ReportError", "build_report_data", "memory_summary", "report_command",
            "write_report"]
@@ -90,9 +93,6 @@ def _bar_labels(data: ReportData) -> list[str]:
 
 
 def _write(data: ReportData, out: Path, fmts: tuple[str, ...]) -> list[Path]:
-    from .charts import draw_memory, draw_schedule
-    from .page import memory_limit, render_page
-
     sim = data.schedule
     limit, what = memory_limit(data.plan)
     note = "" if sim is None or sim.chunks == 1 else (
@@ -123,9 +123,6 @@ def _device_labels(data: ReportData) -> list[str]:
 def memory_summary(data: ReportData) -> tuple[list[str], list[str]]:
     """One line per device class (its estimated peak against the limit the chart draws: the budget, else
     the device's memory), and a warning for each device class over that limit."""
-    from planlang.plan.units import format_bytes as fb
-
-    from .page import memory_limit
 
     limit, what = memory_limit(data.plan)
     lines, warnings = [], []

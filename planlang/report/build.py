@@ -15,6 +15,7 @@ from planlang.plan.complete import CompletePlan, IncompletePlan, complete
 
 from .memory import MemoryBar, memory_bar
 from .schedule import ScheduleError, SimulatedSchedule, simulate
+from planlang.lang.render import render
 
 # A backward pass needs about twice the forward's FLOPs (gradients for both the input and the weights;
 # Narayanan et al. 2021's FLOP count). The estimator gives one compute time per stage, so the schedule
@@ -68,13 +69,12 @@ class ReportData:
 
 
 def _render(diags, sources) -> str:
-    from planlang.lang.render import render
-
     return render(list(diags), sources, "human") if diags else ""
 
 
 def _checked_plan(path: str):
     """Resolve and run the model-free checks; a ReportError unless the plan is complete and clean."""
+    # lazy: lark loads only when this runs
     from planlang.plan.checker import check_resolution
     from planlang.plan.resolve import Resolver
 
@@ -102,6 +102,7 @@ def estimate_with_optimizer_temporaries(plan: CompletePlan, facts=None) -> tuple
     includes: the estimator sums them with the backward transient, and the memory bar must know which
     phase (backward or optimizer step) holds the peak. Read by wrapping the estimator's own function for
     the duration of the call, so the split is the estimator's, not a second model of it."""
+    # lazy: torch loads only when this runs
     from planlang.model import estimate as E
 
     recorded: list[int] = []
@@ -155,6 +156,7 @@ def _schedule(plan: CompletePlan, rows) -> tuple[SimulatedSchedule | None, Stage
 def build_report_data(path: str) -> ReportData:
     """Check `path` (with its model), estimate it and simulate its pipeline schedule."""
     resolution, plan = _checked_plan(path)
+    # lazy: torch loads only when this runs
     from planlang.model.checks import model_facts_for, validate
     from planlang.model.load import ModelLoadError
 

@@ -23,6 +23,7 @@ RC = {"svg.fonttype": "none", "svg.hashsalt": "planlang-report", "font.size": 10
 
 
 def _save(fig, base: Path, formats) -> list[Path]:
+    # lazy: matplotlib loads only when a chart is drawn
     import matplotlib
 
     out = []
@@ -48,6 +49,7 @@ def draw_memory(bars: tuple[MemoryBar, ...], limit: int | None, limit_label: str
 
     When every peak is far below the budget the y axis is broken: a short upper panel carries the
     budget line, and the bars keep the rest of the height, so their segments stay readable."""
+    # lazy: matplotlib loads only when a chart is drawn
     import matplotlib
     from matplotlib.figure import Figure
 
@@ -127,6 +129,7 @@ def _time_unit(span: float, measured: bool) -> tuple[str, str, float]:
 
 def draw_schedule(sim: SimulatedSchedule, measured: bool, title: str, base: Path, formats) -> list[Path]:
     """One row per pipeline rank; a box per forward and backward of a microbatch, numbered, over time."""
+    # lazy: matplotlib loads only when a chart is drawn
     import matplotlib
     from matplotlib.figure import Figure
     from matplotlib.patches import Patch

@@ -12,6 +12,7 @@ from planlang.plan import types as T
 from planlang.plan.units import format_bytes
 
 from .build import FORWARD_SHARE, ReportData
+from planlang.lang.render import render
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto; max-width: 1150px;
@@ -161,8 +162,6 @@ def render_page(data: ReportData, images: dict[str, str], formats) -> str:
     if notes:
         parts.append("<h2>Estimator notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     if data.diagnostics:
-        from planlang.lang.render import render
-
         text = render(list(data.diagnostics), data.sources, "human")
         parts.append(f"<h2>Check findings</h2><pre>{_e(text)}</pre>")
     parts.append("</body>\n</html>\n")

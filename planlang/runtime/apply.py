@@ -34,20 +34,29 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 
 from planlang.cost.layout import local_shape, local_slices
-from planlang.model.opgraph import op_graph
 from planlang.lang.diagnostics import Severity
+from planlang.lang.render import render
+from planlang.model.load import guess_targets, meta_inputs, plan_loss
+from planlang.model.opgraph import dtype_name, op_graph
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompleteOptimizer, CompletePlan, IncompletePlan, complete
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
+from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 from planlang.runtime.executor import Runtime
+from planlang.runtime.grad_sync import GradSync
 from planlang.runtime.lowering import LoweringError, Program, Run, data_axes, lower
+from planlang.runtime.pipeline import PipelineError, apply_pipeline
 from planlang.runtime.placement import ParamLayout
-from planlang.runtime.redistribute import MeshGroups
+from planlang.runtime.redistribute import MeshGroups, redistribute
+from planlang.runtime.zero import OptimizerError, build_optimizer
 
 
 class PlanError(ValueError):
@@ -57,7 +66,7 @@ class PlanError(ValueError):
 def load_plan(plan: T.Plan | str | Path) -> CompletePlan:
     """The plan (a Plan, or a file checked here) as a CompletePlan; a PlanError when it has errors or holes."""
     if not isinstance(plan, T.Plan):
-        from planlang.lang.render import render
+        # lazy: lark loads only when this runs
         from planlang.plan.checker import check_file
 
         res = check_file(str(plan))
@@ -112,8 +121,6 @@ def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], de
 
 
 def _dtype(t: torch.Tensor) -> str:
-    from planlang.model.opgraph import dtype_name
-
     return dtype_name(t.dtype)
 
 
@@ -126,7 +133,6 @@ class _GlobalLoss(torch.autograd.Function):
     def forward(ctx, x, axes, groups):
         # a functional all-reduce: its result waits for the collective only when first read (loss.item()),
         # so no rank blocks here on the slowest one's forward before its own backward starts
-        import torch.distributed._functional_collectives as funcol
 
         y = x.detach()
         for a in axes:
@@ -227,7 +233,6 @@ class ParallelModel(nn.Module):
         """The plan's optimizer over this rank's parameters: ZeroRedundancyOptimizer over the ZeRO axis
         for `zero = 1`, a plain optimizer over FSDP2's shards for `zero = 2 | 3` (apply sharded them),
         the torch class otherwise. `cls` and `kwargs` replace the plan's class and arguments."""
-        from planlang.runtime.zero import OptimizerError, build_optimizer
 
         try:
             return build_optimizer(self.parameters(), self.plan_optimizer, self.groups, cls=cls, **kwargs)
@@ -256,8 +261,6 @@ class ParallelModel(nn.Module):
 
     def _gradient_sums(self):
         if self._grad_sync is None:
-            from planlang.runtime.grad_sync import GradSync
-
             sync = {fqn: tuple(a for a in self.program.grad_sync.get(fqn, ()) if a not in self.fsdp_axes)
                     for fqn, _ in self.module.named_parameters()}
             # FSDP2 (ZeRO-2/3) runs its own hooks on its sharded parameters: sum after backward there
@@ -274,10 +277,6 @@ class ParallelModel(nn.Module):
         return self._gathered(lambda p: p.grad)
 
     def _gathered(self, pick) -> dict[str, torch.Tensor]:
-        from torch.distributed.tensor import DTensor
-
-        from planlang.runtime.redistribute import redistribute
-
         out = {}
         for fqn, p in self.module.named_parameters():
             t = pick(p)
@@ -294,7 +293,6 @@ class ParallelModel(nn.Module):
 def lower_plan(model: nn.Module, plan: CompletePlan, loss_fn: Callable | None = None,
                targets: tuple[torch.Tensor, ...] | None = None) -> Program:
     """Passes 2–4 (no process group needed): the program every rank runs."""
-    from planlang.model.load import guess_targets, meta_inputs, plan_loss
 
     loss_fn = loss_fn or plan_loss(plan)
     inputs = meta_inputs(plan.inputs)
@@ -339,7 +337,6 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
     the gradients after backward; its sum replaces `sync_grads`' all-reduce over those axes, so the
     gradient divide factor is 1 (the lowering's loss is already the global one). ZeRO-1 needs nothing
     here: `pm.optimizer()` shards the optimizer state with ZeroRedundancyOptimizer."""
-    from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 
     opt = plan.optimizer
     stage = opt.zero_stage if opt is not None else 0
@@ -369,7 +366,6 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
         done = [a for a in mesh_axes if a not in pm.program.grad_sync.get(fqn, ())]
         if done:
             pm.grad_scale[fqn] = 1.0 / math.prod(groups.size(a) for a in done)
-    from torch.distributed.fsdp import fully_shard
 
     fully_shard(pm, mesh=mesh, reshard_after_forward=(stage == 3))
     pm.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
@@ -401,8 +397,6 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     device = torch.device(device)
     groups = MeshGroups(plan.mesh, device.type)
     if plan.pipeline is not None:
-        from planlang.runtime.pipeline import PipelineError, apply_pipeline
-
         try:
             return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)
         except PipelineError as e:

@@ -38,6 +38,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.tensor import DTensor, Shard
 from torch.distributed.tensor.placement_types import _StridedShard  # FSDP2 + TP's dim-0 convention
 
@@ -425,7 +426,6 @@ def _check_saved(saved: dict, key: tuple, shape) -> None:
 def load_full_state(path) -> dict:
     """Read a whole checkpoint in this process into unsharded tensors (no process group used):
     {"model": {fqn: tensor}, "optim": {"state": {fqn: {name: tensor}}, "param_groups": [...]}}."""
-    from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
     buf = io.BytesIO()
     dcp_to_torch_save(str(path), buf)

@@ -25,6 +25,9 @@ import math
 from collections.abc import Iterable, Mapping
 
 from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes
@@ -129,8 +132,6 @@ def wrap_data_parallel(module: nn.Module, plan: CompletePlan, groups, *,
     if not axes or _local_size(groups, axes) == 1:
         return module
     if stage < 2:
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
         return DDP(module, process_group=data_group(groups, axes), bucket_cap_mb=bucket_cap_mb,
                    gradient_as_bucket_view=gradient_as_bucket_view)
     return _fully_shard(module, groups, axes, z, reshard=(stage == 3),
@@ -154,8 +155,6 @@ def fsdp_mesh(groups, axes: tuple[str, ...], z: str, stage: int):
 
 
 def _fully_shard(module: nn.Module, groups, axes: tuple[str, ...], z: str, reshard: bool, units: list[str]):
-    from torch.distributed.fsdp import fully_shard
-
     mesh, _ = fsdp_mesh(groups, axes, z, 3 if reshard else 2)
     for name in units:
         fully_shard(module.get_submodule(name), mesh=mesh, reshard_after_forward=reshard)
@@ -165,14 +164,11 @@ def _fully_shard(module: nn.Module, groups, axes: tuple[str, ...], z: str, resha
 
 def unwrap(module: nn.Module) -> nn.Module:
     """The user's module inside a DDP wrapper (FSDP2 shards in place: nothing to unwrap)."""
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
     return module.module if isinstance(module, DDP) else module
 
 
 def is_fsdp_sharded(module: nn.Module) -> bool:
-    from torch.distributed.tensor import DTensor
-
     return any(isinstance(p, DTensor) for p in unwrap(module).parameters())
 
 

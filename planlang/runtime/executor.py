@@ -14,6 +14,7 @@ import zlib
 import torch
 import torch.distributed as dist
 import torch.utils.checkpoint as torch_checkpoint
+from torch.fx.node import map_aggregate
 
 from planlang.cost.comm import Collective
 from planlang.model.opgraph import OpaqueCall, TensorArg
@@ -86,8 +87,6 @@ class Runtime:
         return run_local(op, ins.strategy, xs, self.groups.coords, self.prog.mesh, self.groups.group)
 
     def _opaque(self, call: OpaqueCall, xs: list[torch.Tensor]) -> torch.Tensor:
-        from torch.fx.node import map_aggregate
-
         def sub(a):
             return xs[a.index] if isinstance(a, TensorArg) else a
 

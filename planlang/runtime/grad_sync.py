@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planlang.cost.comm import Collective
+
 FIRST_BUCKET = 1 << 20  # bytes; DDP's first bucket
 BUCKET = 25 << 20  # bytes; DDP's bucket_cap_mb default
 
@@ -81,10 +83,9 @@ class GradSync:
             self._launch(b, async_op=True)
 
     def _launch(self, b: Bucket, async_op: bool) -> None:
+        # lazy: torch loads only when this runs
         import torch
         import torch.distributed as dist
-
-        from planlang.cost.comm import Collective
 
         b.members = [self._local(self.params[n].grad) for n in b.names if self.params[n].grad is not None]
         if not b.members:
@@ -101,6 +102,7 @@ class GradSync:
 
     @staticmethod
     def _local(g):
+        # lazy: torch loads only when this runs
         from torch.distributed.tensor import DTensor
 
         return g.to_local() if isinstance(g, DTensor) else g

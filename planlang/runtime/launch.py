@@ -250,6 +250,7 @@ def coords_of(rank: int, mesh: CompleteMesh) -> dict[str, int]:
 
 def lower_source(plan: CompletePlan, rank: int) -> str:
     """The generated per-rank Python for `rank`, from the model built on meta (no processes)."""
+    # lazy: torch loads only when this runs
     from planlang.model.load import build_model
     from planlang.runtime.apply import lower_plan
     from planlang.runtime.codegen import generate
@@ -268,6 +269,7 @@ def lower_source(plan: CompletePlan, rank: int) -> str:
 def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]) -> str:
     """For a pipeline plan: the stages `rank` holds, what crosses each boundary, and each stage's
     forward as torch.fx prints it (the pipeline runs the model's own modules inside the stages)."""
+    # lazy: torch loads only when this runs
     from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
     from planlang.runtime.stages import split_stages, stage_values
 

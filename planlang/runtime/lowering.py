@@ -30,6 +30,7 @@ from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
 from planlang.model.opgraph import OpGraph, OpNode
 from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.types import Mesh, Spec
+from planlang.runtime.data_parallel import data_axes as batch_axes
 
 
 class LoweringError(ValueError):
@@ -88,7 +89,6 @@ class Program:
 def data_axes(plan: CompletePlan) -> tuple[str, ...]:
     """The axes the lowering splits the batch over: the plan's data axes (planlang.runtime.data_parallel,
     which refuses inputs that disagree) less those of size 1 (a split over one device is none)."""
-    from planlang.runtime.data_parallel import data_axes as batch_axes
 
     return tuple(a for a in batch_axes(plan) if (plan.mesh.axis_size(a) or 1) > 1)
 

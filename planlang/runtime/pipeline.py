@@ -38,14 +38,22 @@ from typing import Callable, Sequence
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.tensor import DTensor
 
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
 
-from planlang.model.load import plan_loss  # noqa: F401 - the plan's loss (re-exported for callers)
+from planlang.model.load import build_model, meta_inputs, plan_loss
 
-from .data_parallel import data_axes  # noqa: F401 - the batch axes (re-exported for callers)
+from .data_parallel import DataParallelError, data_axes, zero_axis
 from .stages import split_stages
+from .zero import OptimizerError, build_optimizer
+from planlang.cost.layout import local_shape, local_slices
+from planlang.model.recompute import wrap_chain, wrap_each
+from planlang.model.trace import probe_modules
+from planlang.plan.types import Spec
 
 StageTransform = Callable[[int, nn.Module], nn.Module]
 
@@ -235,9 +243,6 @@ class PipelineRunner:
 
     # ------------------------------------------------------------------ building
     def _build(self, microbatch: tuple[torch.Tensor, ...]) -> None:
-        from torch.distributed.pipelining import (PipelineStage, Schedule1F1B, ScheduleGPipe,
-                                                  ScheduleInterleaved1F1B)
-
         metas = self._infer_metas(microbatch)
         lay, dev = self.layout, self.device
         self.stages = [
@@ -381,8 +386,6 @@ class PipelinedModel:
     def __init__(self, runner: PipelineRunner, plan: CompletePlan, groups,
                  shapes: dict[str, tuple[torch.Size, torch.dtype]],
                  fsdp_axes: tuple[str, ...] = ()):
-        from planlang.cost.layout import local_shape
-
         self.runner, self.plan, self.groups = runner, plan, groups
         self.fsdp_axes = fsdp_axes  # ZeRO-2/3: the stage modules are FSDP2 units over these axes
         self.checkpoint_groups: list[list[str]] = []  # the plan's checkpoint groups, as wrapped
@@ -417,7 +420,6 @@ class PipelinedModel:
 
     def optimizer(self, cls: type[torch.optim.Optimizer] | None = None, **kwargs) -> torch.optim.Optimizer:
         """The plan's optimizer over this rank's stage parameters (`cls`, `kwargs` replace the plan's)."""
-        from .zero import OptimizerError, build_optimizer
 
         try:
             return build_optimizer(self.parameters(), self.plan.optimizer, self.groups, cls=cls, **kwargs)
@@ -426,14 +428,10 @@ class PipelinedModel:
 
     # ------------------------------------------------------------------ a step
     def _spec(self, inp):
-        from planlang.plan.types import Spec
-
         spec = self._specs.get(inp.name)
         return spec if spec is not None else Spec(tuple(() for _ in inp.shape))
 
     def _piece(self, inp, t: torch.Tensor) -> torch.Tensor:
-        from planlang.cost.layout import local_slices
-
         if tuple(t.shape) == tuple(inp.shape):
             return t[local_slices(tuple(inp.shape), self._spec(inp), self.mesh, self.groups.coords)]
         if tuple(t.shape) == tuple(self._local_shape(inp)):
@@ -444,8 +442,6 @@ class PipelinedModel:
 
     def _target_piece(self, t: torch.Tensor) -> torch.Tensor:
         """A target split like the first input's batch dim (dim 0) when given for the global batch."""
-        from planlang.cost.layout import local_slices
-        from planlang.plan.types import Spec
 
         first = self.plan.inputs[0]
         spec = self._spec(first)
@@ -480,8 +476,6 @@ class PipelinedModel:
         return self._gathered(lambda p: p.grad)
 
     def _gathered(self, pick) -> dict[str, torch.Tensor]:
-        from torch.distributed.tensor import DTensor
-
         mine = {n: pick(p) for n, p in self.runner.named_parameters()}
         mine = {n: t.full_tensor() if isinstance(t, DTensor) else t for n, t in mine.items()}  # ZeRO-2/3 shards
         have: list = [None] * dist.get_world_size(self.pp_group)
@@ -504,7 +498,6 @@ def check_pipeline_plan(plan: CompletePlan) -> None:
     """What `apply` cannot run yet in a pipeline plan, found without processes: a PipelineError naming the
     statement and the fix (pipeline x tensor parallelism, ZeRO-2/3 with the batch over several axes, a
     ZeRO axis that does not split the batch), and the schedule's own rules (`pipeline_layout`)."""
-    from .data_parallel import DataParallelError, zero_axis
 
     data = data_axes(plan)
     big = {a for a in plan.mesh.names if (plan.mesh.axis_size(a) or 1) > 1}
@@ -559,7 +552,6 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     # ZeRO-2/3: each stage module is one FSDP2 unit over the data axis. torch's pipeline stages drive it
     # (no gradient sync until the last microbatch, then one reduce-scatter); FSDP2 averages over the
     # replicas, which replaces average_gradients (a plain SUM then a division: gloo has no AVG).
-    from torch.distributed.fsdp import fully_shard
 
     def shard(_index: int, module: nn.Module) -> nn.Module:
         module = ckpt(module)  # FSDP2 goes around the wrapped modules
@@ -577,8 +569,6 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
 def plan_checkpoint_groups(plan: CompletePlan) -> list[list[str]]:
     """The plan's checkpoint groups as module names in execution order (planlang.model.estimate's
     expansion: planlang.plan.checkpoints), the order found by running the model on meta."""
-    from planlang.model.load import build_model, meta_inputs
-    from planlang.model.trace import probe_modules
 
     if not plan.checkpoints or plan.model is None:
         return []
@@ -596,7 +586,6 @@ def wrap_checkpoints(stage: nn.Module, groups: list[list[str]]) -> list[list[str
     Any other group is checkpointed module by module (the same numerics; each module's input is kept).
     A group module the stage does not call as a whole (a stage selects a module inside it, so its code
     is inlined) cannot be recomputed and is refused."""
-    from planlang.model.recompute import wrap_chain, wrap_each
 
     calls = {str(n.target): n for n in stage.graph.nodes if n.op == "call_module"}  # type: ignore[union-attr]
     done = []

@@ -31,6 +31,7 @@ class PlacementError(ValueError):
 
 def to_placements(spec: Spec, mesh: Mesh) -> tuple:
     """DTensor placements (one per mesh axis, in mesh order) for `spec`."""
+    # lazy: torch loads only when this runs
     from torch.distributed.tensor import Partial, Replicate, Shard
 
     by_axis: dict[str, object] = {}
@@ -48,6 +49,7 @@ def to_placements(spec: Spec, mesh: Mesh) -> tuple:
 
 def from_placements(placements, mesh: Mesh, rank: int) -> Spec:
     """The Spec of a DTensor with `placements` on a mesh with axes `mesh.names` (inverse of to_placements)."""
+    # lazy: torch loads only when this runs
     from torch.distributed.tensor import Partial, Shard
 
     dims: list[list[str]] = [[] for _ in range(rank)]

@@ -44,6 +44,7 @@ import torch
 import torch.distributed as dist
 from torch.autograd.function import once_differentiable
 from torch.distributed import _functional_collectives as funcol
+from torch.distributed.device_mesh import init_device_mesh
 
 from planlang.cost.comm import Collective
 from planlang.cost.layout import Path, Step, apply_step, conversion_path, is_valid, local_shape, step_comms
@@ -87,8 +88,6 @@ class MeshGroups:
     ranks are laid out row-major over the axes in mesh order (DeviceMesh's convention)."""
 
     def __init__(self, mesh: CompleteMesh, device_type: str | None = None) -> None:
-        from torch.distributed.device_mesh import init_device_mesh
-
         sizes = mesh.shape
         if not all(s >= 1 for s in sizes):
             raise ValueError(f"mesh {mesh} has axis sizes that are not positive integers")

@@ -28,15 +28,17 @@ backward), whoever issues them, and maps each call's process group to the mesh a
 """
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from planlang.cost.comm import Collective, bytes_sent
+from planlang.cost.comm import Collective, bytes_sent, collective_time, group
 from planlang.cost.layout import local_numel
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.cost.ops.einsum import INT_DTYPES
 from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.types import Mesh
+from planlang.runtime.launch import coords_of
 
 PHASES = ("forward", "loss", "recompute", "backward", "grad_sync")
 
@@ -135,6 +137,7 @@ def _per_axis(kind: Collective, axes, full: int, mesh: Mesh, phase: str, what: s
 
 def _gradient_flow(prog) -> tuple[dict[str, bool], set[str]]:
     """(value -> requires grad, the values that receive a gradient in backward)."""
+    # lazy: torch loads only when this runs
     from planlang.runtime.lowering import Convert
 
     g = prog.graph
@@ -169,6 +172,7 @@ _SAVES_NOTHING = frozenset({"add", "sub", "neg", "sum", "mean", "view", "reshape
 
 def _saves_tensors(ins, req: dict[str, bool]) -> bool:
     """Whether running `ins` records a tensor for backward (what torch's checkpoint counts)."""
+    # lazy: torch loads only when this runs
     from planlang.runtime.lowering import Convert
 
     if isinstance(ins, Convert) or not any(req.get(a, False) for a in ins.args):
@@ -187,6 +191,7 @@ def recomputed(prog, start: int, end: int, req: dict[str, bool], grad: set[str])
     torch.utils.checkpoint (non-reentrant) recomputes when backward first unpacks a tensor the group
     saved, and with early stop (its default) stops as soon as every saved tensor is back: the trailing
     instructions after the last one that saves a tensor are not rerun, nor their collectives."""
+    # lazy: torch loads only when this runs
     from planlang.runtime.lowering import Run
 
     block = prog.instructions[start:end]
@@ -197,6 +202,7 @@ def recomputed(prog, start: int, end: int, req: dict[str, bool], grad: set[str])
 
 
 def _forward_of(ins, prog, phase: str) -> list[Transfer]:
+    # lazy: torch loads only when this runs
     from planlang.runtime.lowering import Convert
 
     mesh = prog.mesh
@@ -211,6 +217,7 @@ def _forward_of(ins, prog, phase: str) -> list[Transfer]:
 
 
 def _origin(prog) -> dict[str, str]:
+    # lazy: torch loads only when this runs
     from planlang.runtime.lowering import Convert
 
     base: dict[str, str] = {}
@@ -236,10 +243,12 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     """The collectives one training step issues under `plan` (forward, loss, recomputation, backward,
     parameter-gradient sums), priced by planlang.cost. `graph_or_program` is an OpGraph (lowered here,
     with the plan's checkpoint groups) or an already lowered Program."""
+    # lazy: torch loads only when this runs
     from planlang.model.opgraph import OpGraph
     from planlang.runtime.lowering import Convert, lower
 
     if isinstance(graph_or_program, OpGraph):
+        # lazy: torch loads only when this runs
         from planlang.runtime.apply import mark_checkpoints
 
         prog = lower(graph_or_program, plan)
@@ -311,6 +320,7 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
 def multi_axis_sums(prog) -> list[tuple[str, tuple[str, ...]]]:
     """(what, axes) of every sum the runtime splits into one all-reduce per axis where the cost model's
     op rule prices one collective over the product group (see the module docstring)."""
+    # lazy: torch loads only when this runs
     from planlang.runtime.lowering import Run
 
     out = [(ins.args[k], axes) for ins in prog.instructions if isinstance(ins, Run)
@@ -322,6 +332,7 @@ def multi_axis_sums(prog) -> list[tuple[str, tuple[str, ...]]]:
 # ------------------------------------------------------------------------------ measurement
 # op name (c10d eager ops, functional collectives) -> (kind, how to get S from the call's arguments)
 def _tensors(a) -> list:
+    # lazy: torch loads only when this runs
     import torch
 
     if isinstance(a, torch.Tensor):
@@ -345,6 +356,7 @@ class CollectiveSpy:
     names by setting `spy.phase` ("forward", "backward", "grad_sync") as the step goes on."""
 
     def __init__(self, groups) -> None:
+        # lazy: torch loads only when this runs
         import torch.distributed as dist
 
         self.mesh: CompleteMesh = groups.mesh
@@ -360,12 +372,14 @@ class CollectiveSpy:
         self._mode = None
 
     def _axes(self, pg) -> tuple[str, ...] | None:
+        # lazy: torch loads only when this runs
         import torch.distributed as dist
 
         if isinstance(pg, str):
             name = pg
             if name in self._by_name:
                 return self._by_name[name]
+            # lazy: torch loads only when this runs
             from torch.distributed.distributed_c10d import _resolve_process_group
 
             pg = _resolve_process_group(name)
@@ -377,7 +391,6 @@ class CollectiveSpy:
         if ranks in self._by_ranks:
             return self._by_ranks[ranks]
         # a group over several axes: the axes whose coordinates vary within it
-        from planlang.runtime.launch import coords_of
 
         cs = [coords_of(r, self.mesh) for r in ranks]
         axes = tuple(a for a in self.mesh.names if len({c[a] for c in cs}) > 1)
@@ -427,6 +440,7 @@ class CollectiveSpy:
         self.traffic.add(transfer(kind, axes, full, self.mesh, self.phase, f"{ns}.{name}"))
 
     def __enter__(self) -> "CollectiveSpy":
+        # lazy: torch loads only when this runs
         from torch.utils._python_dispatch import TorchDispatchMode
 
         spy = self
@@ -448,6 +462,7 @@ class CollectiveSpy:
 
 
 def _is_pg(a) -> bool:
+    # lazy: torch loads only when this runs
     import torch
     import torch.distributed as dist
 
@@ -467,7 +482,6 @@ def _size(b: float) -> str:
 def render_traffic(traffic: Traffic, mesh: Mesh, title: str = "") -> str:
     """The per-step traffic as a text table: one row per (phase, kind, axes), then totals per kind and
     per axes, with the cost model's time for the collectives (planlang.cost.comm.collective_time)."""
-    from planlang.cost.comm import collective_time, group
 
     def seconds(t: Transfer) -> float:
         return collective_time(t.kind, group(mesh, t.axes), t.full_bytes)
@@ -502,8 +516,8 @@ def render_traffic(traffic: Traffic, mesh: Mesh, title: str = "") -> str:
 def traffic_table(plan_path: str) -> str:
     """`planlang lower PLAN --traffic`: the predicted collective traffic of one step of the plan (the model
     is built on meta and lowered; nothing runs)."""
-    import os
 
+    # lazy: torch loads only when this runs
     from planlang.model.load import build_model
     from planlang.runtime.apply import load_plan, lower_plan
 
@@ -526,6 +540,7 @@ _GRAPHS: dict[tuple, object] = {}
 
 def _graph_of(plan: CompletePlan):
     """The op graph of the plan's model with its loss, traced once per (model, inputs, loss)."""
+    # lazy: torch loads only when this runs
     from planlang.model.load import build_model, guess_targets, meta_inputs, plan_loss
     from planlang.model.opgraph import op_graph
 
@@ -544,7 +559,6 @@ def step_comm_seconds(plan: CompletePlan) -> float:
     traffic `predict_step_traffic` predicts, not overlapped with compute): the `comm_time` hook
     `planlang solve` prices candidates with. Raises ValueError for plans the prediction does not cover
     (pipelines, ZeRO-2/3)."""
-    from planlang.cost.comm import collective_time, group
 
     why = unsupported(plan)
     if why:

@@ -21,6 +21,7 @@ error is judged against `tol` alone.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -31,9 +32,17 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.tensor import DTensor
 
+from planlang.cost.layout import local_shape
+from planlang.model.load import build_model, guess_targets, meta_inputs, plan_loss
 from planlang.plan.complete import CompletePlan
+from planlang.runtime.apply import PlanError, apply, load_plan
+from planlang.runtime.data_parallel import DataParallelError, zero_axis
+from planlang.runtime.launch import Progress
+from planlang.runtime.pipeline import PipelineError, check_pipeline_plan
 from planlang.runtime.teardown import leave
+from planlang.runtime.zero import build_optimizer
 
 
 # How many times one process's own rounding error (against float64) the plan's error may be.
@@ -90,8 +99,6 @@ GRAD_FLOOR = 1e-3
 
 def make_batch(model: nn.Module, plan: CompletePlan, loss_fn,
                seed: int) -> tuple[list[torch.Tensor], tuple[torch.Tensor, ...]]:
-    from planlang.model.load import guess_targets, meta_inputs
-
     g = torch.Generator().manual_seed(seed)
     vocab = min([m.num_embeddings for m in model.modules() if isinstance(m, nn.Embedding)] or [2])
     metas = meta_inputs(plan.inputs)
@@ -118,9 +125,6 @@ def make_batch(model: nn.Module, plan: CompletePlan, loss_fn,
 def reference_optimizer(params, plan: CompletePlan) -> torch.optim.Optimizer:
     """The plan's optimizer class and arguments without ZeRO (one process holds everything);
     AdamW(lr=1e-3) when the plan names none."""
-    import dataclasses
-
-    from planlang.runtime.zero import build_optimizer
 
     if plan.optimizer is None:
         return torch.optim.AdamW(params, lr=1e-3)
@@ -136,7 +140,6 @@ def describe(pm, opt) -> dict:
     """What ran, for reports and tests: the model and optimizer classes, and how much of the gradients
     and of the optimizer state this rank holds (local elements) against its parameters' local elements
     before ZeRO sharding (a ZeRO-2/3 gradient is an FSDP2 shard; ZeRO-1 state covers some parameters)."""
-    from torch.distributed.tensor import DTensor
 
     def local(t):
         return t.to_local() if isinstance(t, DTensor) else t
@@ -155,7 +158,6 @@ def describe(pm, opt) -> dict:
 
 def _piece_shapes(pm):
     """The local piece shape of every parameter under the plan's specs (before any FSDP2 sharding)."""
-    from planlang.cost.layout import local_shape
 
     return [local_shape(lay.shape, lay.spec, pm.mesh) for lay in pm.layouts.values()]
 
@@ -164,9 +166,6 @@ def preflight(plan_path) -> None:
     """The checks `apply` makes that need no processes (for the CLI, before it launches torchrun): the
     plan loads without errors or holes, its ZeRO axis splits the batch, and a pipeline plan is one the
     pipeline runtime runs. Raises PlanError naming the cause and the fix."""
-    from planlang.runtime.apply import PlanError, load_plan
-    from planlang.runtime.data_parallel import DataParallelError, zero_axis
-    from planlang.runtime.pipeline import PipelineError, check_pipeline_plan
 
     plan = load_plan(plan_path)
     try:
@@ -184,8 +183,6 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     plans run through the same `apply` (a PipelinedModel). `report`, when given, receives `describe`'s
     facts after the last step; `progress`, when given, each phase and each step as it completes (main
     passes one on rank 0 only)."""
-    from planlang.model.load import build_model, plan_loss
-    from planlang.runtime.apply import apply, load_plan
 
     say = progress or (lambda msg: None)
     plan = load_plan(plan_path)
@@ -282,8 +279,6 @@ def main(argv: list[str] | None = None) -> int:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", 0)))
     dist.init_process_group(backend)
-    from planlang.runtime.apply import PlanError
-    from planlang.runtime.launch import Progress
 
     say = Progress("verify", quiet=None if dist.get_rank() == 0 else True)  # rank 0 speaks for all
     say(f"{dist.get_world_size()} processes joined the process group ({backend})")

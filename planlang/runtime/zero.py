@@ -21,9 +21,11 @@ from collections.abc import Iterable
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from planlang.plan import types as T
 from planlang.plan.complete import CompleteOptimizer
+from planlang.runtime.lion import Lion
 
 # plan optimizer name -> (torch.optim class name, defaults the plan name implies)
 TORCH_OPTIMIZERS: dict[str, tuple[str, dict]] = {
@@ -49,7 +51,6 @@ def optimizer_class(name: str) -> tuple[type[torch.optim.Optimizer], dict]:
         raise OptimizerError(f"{what}; known: {', '.join(TORCH_OPTIMIZERS)}")
     cls_name, defaults = TORCH_OPTIMIZERS[name]
     if cls_name == "Lion":  # not in torch.optim: planlang's own (planlang/runtime/lion.py)
-        from planlang.runtime.lion import Lion
 
         return Lion, dict(defaults)
     cls = getattr(torch.optim, cls_name, None)
@@ -118,7 +119,6 @@ def build_optimizer(params: nn.Module | Iterable, opt: CompleteOptimizer | None,
         return cls(ps, **kwargs)
     if stage == 1:
         return _zero_redundancy_optimizer()(ps, optimizer_class=cls, process_group=groups.group(axis), **kwargs)
-    from torch.distributed.tensor import DTensor
 
     if not all(isinstance(p, DTensor) for p in ps):
         raise OptimizerError(f"ZeRO-{stage} steps FSDP2's sharded parameters: call wrap_data_parallel on the "
@@ -129,6 +129,7 @@ def build_optimizer(params: nn.Module | Iterable, opt: CompleteOptimizer | None,
 def _zero_redundancy_optimizer():
     with warnings.catch_warnings():  # torch.distributed.optim scripts functions at import (deprecated torch.jit)
         warnings.simplefilter("ignore", DeprecationWarning)
+        # lazy: imported under the warning filter above
         from torch.distributed.optim import ZeroRedundancyOptimizer
     return ZeroRedundancyOptimizer
 

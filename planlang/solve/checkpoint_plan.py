@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from planlang.cost.comm import compute_time
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_degree
 
@@ -56,12 +57,15 @@ def repeated_blocks(module_names: list[str]) -> tuple[str, int] | None:
 
 def plan_chain(plan: CompletePlan, efficiency: float = 0.5):
     """The LinearChain of the plan's local model over its repeated blocks (one microbatch)."""
+    # lazy: torch loads only when this runs
     import torch
 
+    # lazy: torch loads only when this runs
     from planlang.model import estimate as E
     from planlang.model.load import build_model, meta_inputs, model_loss
     from planlang.model.trace import probe_modules
 
+    # lazy: torch loads only when this runs
     from .linearize import chain_for_modules
 
     if plan.model is None or plan.mesh is None:
@@ -85,7 +89,6 @@ def plan_chain(plan: CompletePlan, efficiency: float = 0.5):
     dp = data_degree(plan)
     micro = plan.pipeline.microbatches if plan.pipeline else 1
     inputs = E._local_inputs(plan, dp * micro)
-    from planlang.cost.comm import compute_time
 
     throughput = 1.0 / compute_time(1.0, plan.mesh, "f32", efficiency)
     stages = [f"{head}.{i}" for i in range(n)]
@@ -105,6 +108,7 @@ def choose_checkpoints(linear, budget: float, head: str) -> CheckpointChoice:
     """rotor's fastest contiguous grouping of the blocks of `head` within `budget` bytes of activations
     (no groups when the chain fits without recomputation); raises planlang.solve.rotor.InfeasibleBudget
     when even the leanest grouping does not fit."""
+    # lazy: torch loads only when this runs
     from .linearize import group_modules, checkpoint_lines
     from .rotor import group_ops, simulate, solve_groups
 
@@ -124,6 +128,7 @@ def choose_checkpoints(linear, budget: float, head: str) -> CheckpointChoice:
 def leanest_checkpoints(linear, head: str, least: float) -> CheckpointChoice:
     """The grouping with the least memory: rotor at the least feasible budget `least` (exact bytes),
     loosened a little at a time for the discretisation's rounding (sizes round up to slots)."""
+    # lazy: numpy loads only when this runs
     from .rotor import InfeasibleBudget
 
     budget = least
@@ -139,6 +144,7 @@ def leanest_checkpoints(linear, head: str, least: float) -> CheckpointChoice:
 def _every(groups, linear, head: str) -> tuple[str, ...]:
     """One `checkpoint h[a:b] every k` line when the groups are consecutive runs of k blocks (a plan
     reads better with one line than with one per group); () otherwise."""
+    # lazy: torch loads only when this runs
     from .linearize import group_modules, plan_path
 
     if len(groups) < 2:
@@ -154,6 +160,7 @@ def _every(groups, linear, head: str) -> tuple[str, ...]:
 
 
 def no_recompute_peak(linear) -> float:
+    # lazy: numpy loads only when this runs
     from .rotor import group_ops, simulate
 
     return simulate(group_ops(linear.chain.length, ()), linear.chain).peak

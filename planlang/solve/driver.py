@@ -26,13 +26,19 @@ enumerated and ties broken in a fixed order.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+from planlang.cost.comm import Collective, price
+from planlang.lang.render import render
 from planlang.plan import types as T
+from planlang.plan.checker import check_file, check_text
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.data import batch_axes, batch_dim, data_axes
-from planlang.solve.holes import Fill, fill_holes
+from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
+                                            no_recompute_peak, plan_chain, repeated_blocks)
+from planlang.solve.holes import Fill, HoleOutsidePlan, fill_holes
 
 OBJECTIVES = ("time", "memory", "balanced")
 
@@ -65,6 +71,7 @@ class Candidate:
 
     def __str__(self) -> str:
         what = ", ".join(f"{k}={v}" for k, v in self.choices)
+        # lazy: torch loads only when this runs
         from planlang.model.estimate import format_bytes
 
         return f"{what}: peak {format_bytes(self.peak)}, step {self.step_time * 1e3:.2f} ms" + ("" if self.fits else " (over budget)")
@@ -151,10 +158,6 @@ class _Search:
     def __init__(self, path: str, objective: str, progress: Callable[[str], None],
                  comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
                  time_limit: float | None = None) -> None:
-        import time
-
-        from planlang.plan.checker import check_file
-
         self.deadline = None if time_limit is None else time.monotonic() + time_limit
 
         self.path = path
@@ -164,8 +167,6 @@ class _Search:
         self.alpha = alpha
         res = check_file(path)
         if res.errors or res.plan is None:
-            from planlang.lang.render import render
-
             raise SolveError(f"{path} has errors; fix them first:\n"
                              + render(list(res.diagnostics), res.sources, "concise"))
         self.plan = res.plan
@@ -186,8 +187,8 @@ class _Search:
 
     # -- pricing
     def price(self, fills: dict[str, Fill], choices: tuple[tuple[str, str], ...]) -> Candidate | None:
+        # lazy: torch loads only when this runs
         from planlang.model.estimate import estimate_plan
-        from planlang.plan.checker import check_text
 
         text = fill_holes(self.source, self.path, list(fills.values()))
         if text in self._priced:  # the same plan reached by another route: priced once
@@ -280,6 +281,7 @@ class _Search:
 
     def parts(self):
         if self._parts is None:
+            # lazy: torch loads only when this runs
             from planlang.solve.pipeline_stages import plan_layers
 
             self._parts = plan_layers(self.plan, divide=1)
@@ -290,6 +292,7 @@ class _Search:
     def stage_text(self, assign: dict[str, int], micro: int, method: str = "flops") -> str:
         """Stage lines for the pipeline hole: the min–max partition of per-layer flops or saved
         activations (planlang.solve.partition), or SageMaker's tree partition of the module hierarchy."""
+        # lazy: torch loads only when this runs
         from planlang.solve.pipeline_stages import balanced_stages, tree_stages
 
         p = self.plan.pipeline
@@ -353,8 +356,8 @@ class _Search:
     def ckpt_options(self) -> list[str]:
         """`every k` groups over the model's longest list of repeated blocks (pipeline plans, whose
         activations the chain of the whole model does not describe per stage)."""
+        # lazy: torch loads only when this runs
         from planlang.model.checks import to_plan_name
-        from planlang.solve.checkpoint_plan import repeated_blocks
 
         found = repeated_blocks([n for n in self.parts().facts.all_modules if n])
         if found is None:
@@ -365,8 +368,6 @@ class _Search:
 
     # -- the two stages
     def run(self) -> Result:
-        from planlang.solve.holes import HoleOutsidePlan
-
         try:
             return self._run()
         except HoleOutsidePlan as e:
@@ -391,6 +392,7 @@ class _Search:
             self.progress(f"stage 2: {', '.join(f'{k}={v}' for k, v in assign.items()) or 'the mesh as written'}")
             finals.append(self.refine(assign))
         best = self.best(finals + ranked)
+        # lazy: torch loads only when this runs
         from planlang.model.estimate import format_bytes
 
         if not best.fits:
@@ -452,10 +454,7 @@ class _Search:
         checkpoint_plan) for the activation budget the estimator leaves, tightened by the estimator's
         overshoot until the plan fits (three tries); pipeline plans and models without a chain of
         blocks take the `every k` grid."""
-        from planlang.plan.checker import check_text
-        from planlang.solve.checkpoint_plan import (
-            NoChain, activation_budget, choose_checkpoints, leanest_checkpoints, no_recompute_peak, plan_chain,
-        )
+        # lazy: numpy loads only when this runs
         from planlang.solve.rotor import InfeasibleBudget as ChainTooBig
 
         def price(ckpt):
@@ -522,9 +521,9 @@ class _Search:
 
     def _ilp_problem(self, assign: dict[str, int]):
         """The intra-op problem for this mesh (the graph is traced once per solve)."""
+        # lazy: torch loads only when this runs
         from planlang.model.load import guess_targets, meta_inputs, plan_loss
         from planlang.model.opgraph import op_graph
-        from planlang.plan.checker import check_text
         from planlang.solve.intra_op import build_problem, problem_args
 
         fills = self.base_fills(assign, 1 if self.holes.micro is not None else None, 0, {}, None)
@@ -545,8 +544,8 @@ class _Search:
 
     def _ilp_options(self):
         """Solver options: the time left before the solve's deadline bounds each ILP call."""
-        import time
 
+        # lazy: numpy loads only when this runs
         from planlang.solve.ilp import SolveOptions
 
         if self.deadline is None:
@@ -557,6 +556,7 @@ class _Search:
         return SolveOptions(time_limit=max(1.0, left))
 
     def _ilp_spec_sets(self, assign: dict[str, int]) -> list[dict[int, str]]:
+        # lazy: numpy loads only when this runs
         from planlang.solve.ilp import InfeasibleBudget, SolveTimeout, solve as ilp_solve
         from planlang.solve.intra_op import decode
 
@@ -647,7 +647,6 @@ class _Search:
 def _estimated_sync(plan: CompletePlan, row) -> float:
     """The data-parallel gradient all-reduce the estimator adds to a row's step time (estimate._step_time:
     the stage's local parameter bytes over the data axes of size > 1)."""
-    from planlang.cost.comm import Collective, price
     mesh = plan.mesh
     if mesh is None or mesh.device is None or not mesh.device.flops:
         return 0.0

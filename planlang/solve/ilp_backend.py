@@ -24,6 +24,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import warnings
 from dataclasses import dataclass, field
 
@@ -376,6 +377,7 @@ def _use_scheduler(highspy, threads: int) -> None:
 
 def _solve_highs(model: _Model, mip: bool, options: SolveOptions) -> tuple[str, float | None]:
     try:
+        # lazy: the solver backend loads only when an ILP is solved
         import highspy
     except ImportError as e:
         raise _Unavailable("highspy is not installed") from e
@@ -449,6 +451,7 @@ def _pulp_model(model: _Model, pulp, mip: bool):
 
 
 def _solve_cbc(model: _Model, mip: bool, options: SolveOptions) -> tuple[str, float | None]:
+    # lazy: the solver backend loads only when an ILP is solved
     import pulp
 
     with warnings.catch_warnings():  # PuLP 3.3 flags its bundled CBC as going away in 4.0
@@ -532,7 +535,6 @@ def _solve_with(name: str, model: _Model, red: Reduced, goal: Goal, options: Sol
 def run(red: Reduced, goal: Goal, budget: float | None, options: SolveOptions) -> Raw:
     """Solve; `options.backend` "auto" tries HiGHS and falls back to CBC when HiGHS is missing or
     fails (an infeasible model or a time-out is an answer, not a failure)."""
-    import time
 
     if not any(n > 1 for n in red.sizes):
         picks = [0] * len(red.sizes)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import heapq
 import math
 import re
+import time
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import TYPE_CHECKING
@@ -86,6 +87,7 @@ def optimizer_state_elements(name: str | None) -> float:
     """fp32 state elements per parameter element (Adam: 2 moments); the estimator's table."""
     if not name:
         return 0.0
+    # lazy: torch loads only when this runs
     from planlang.model.estimate import STATE_ELEMENTS
 
     return float(STATE_ELEMENTS.get(name, 2))
@@ -182,7 +184,6 @@ def build_problem(graph: "OpGraph", mesh: Mesh, *, budget: float | None = None,
     `data`: input name -> Spec (the plan's `data` statements); `fixed`: parameter FQN, input name or
     activation (value) name -> Spec the user wrote (`shard ... : spec`); `share_blocks`: nodes of
     repeated blocks (`h.0...`, `h.1...`) with the same op choose alike (one variable)."""
-    import time
 
     t0 = time.perf_counter()
     if mesh.has_holes:
@@ -194,8 +195,6 @@ def build_problem(graph: "OpGraph", mesh: Mesh, *, budget: float | None = None,
 
 
 def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks, base_memory, t0) -> Problem:
-    import time
-
     ndev = math.prod(a.size for a in mesh.axes)
     states = optimizer_state_elements(optimizer)
     values = graph.values

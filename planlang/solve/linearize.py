@@ -35,6 +35,7 @@ keeps, btmp[L] its transient peak, bw[L] its forward and backward flops.
 from __future__ import annotations
 
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Iterable, Sequence
 
@@ -44,7 +45,7 @@ from torch.utils._pytree import tree_flatten
 
 from planlang.model.profile import _FlopMode
 from planlang.model.simulate import LiveBytes, fused_attention
-from planlang.model.trace import bind_inputs, meta_or_fake
+from planlang.model.trace import bind_inputs, meta_or_fake, trace_graph
 
 from .rotor import Chain
 
@@ -305,7 +306,6 @@ def _measure(module: torch.nn.Module, run_forward: Callable[[_Stages], object], 
     mode = _Counting(ignore)
     st = _Stages(mode)
     L = n_stages
-    import warnings
 
     with fused_attention(), _FlopMode(st.count), mode, torch.enable_grad():
         out = run_forward(st)
@@ -450,8 +450,6 @@ def chain_for_graph(module: torch.nn.Module, inputs: dict[str, torch.Tensor], *,
     and last nodes; `modules` lists the modules each group's nodes run in (for information: a group may
     hold ops of a parent module, such as a residual add, that no `checkpoint` line can name)."""
     if facts is None:
-        from planlang.model.trace import trace_graph
-
         facts = trace_graph(module, inputs)
     gm = facts.graph_module
     nodes = graph_nodes(facts)

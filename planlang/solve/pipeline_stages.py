@@ -29,6 +29,11 @@ from .partition import PartitionError, min_max_partition
 from .pipeline_layers import LayerSequence, layer_sequence, model_tree, stage_selections, tree_selections
 from .throughput_stages import Submesh, throughput_stages
 from .tree_partition import tree_partition
+from planlang.cost.comm import Collective, DEFAULT_LINK, Group, collective_time, compute_time
+from planlang.model.estimate import STATE_ELEMENTS
+from planlang.model.load import build_model, meta_inputs, model_loss
+from planlang.model.profile import profile_model
+from planlang.model.trace import probe_modules
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,6 @@ def _schedule(plan: T.Plan) -> str:
 
 def _microbatch_inputs(plan: T.Plan, divide: int):
     """Meta inputs of one microbatch: the batch dim (named `batch`, else the first) divided by `divide`."""
-    from planlang.model.load import meta_inputs
 
     inputs = []
     for inp in plan.inputs:
@@ -120,9 +124,6 @@ class ModelParts:
 def plan_layers(plan: T.Plan, stages: int = 0, divide: int | None = None) -> ModelParts:
     """Build the plan's model on meta, profile one microbatch (batch / microbatches, or / `divide`) and
     list its layers for a cut into `stages` (`pipeline_layers.layer_sequence`)."""
-    from planlang.model.load import build_model, model_loss
-    from planlang.model.profile import profile_model
-    from planlang.model.trace import probe_modules
 
     if plan.model is None:
         raise PartitionError("the plan declares no model; add `model NAME = \"package.module:factory\"(...)`")
@@ -178,8 +179,6 @@ def balanced_stages(plan: T.Plan, stages: int | None = None, cost: str = "flops"
 
 
 def _optimizer_model(plan: T.Plan) -> MemoryModel:
-    from planlang.model.estimate import STATE_ELEMENTS
-
     states = STATE_ELEMENTS.get(plan.optimizer.name, 2) if plan.optimizer else 0
     return MemoryModel(grad=1.0, optimizer=float(states))  # f32 parameters: a state element per element
 
@@ -244,7 +243,6 @@ def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
     intra-op solver's latencies (Alpa's t_intra). Memory per device: states / tt (+ DDP buckets when
     dd > 1) and saved activations / d, times the microbatches in flight (`extra_in_flight` as in
     `memory_stages`). The stage count is `stages`, else the plan's."""
-    from planlang.cost.comm import DEFAULT_LINK, Collective, Group, collective_time, compute_time
 
     mesh = plan.mesh
     if mesh is None or mesh.size is None:

@@ -31,6 +31,7 @@ The result maps every node to a device; `loads` sums the nodes' own costs per de
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence, Union
 
@@ -157,8 +158,6 @@ def _preorder(node: TreeNode, key: tuple[int, ...], path: str):
 
 
 def _check(node: TreeNode) -> None:
-    import math
-
     if not math.isfinite(node.cost) or node.cost < 0:
         raise PartitionError(f"node `{node.name}` has cost {node.cost}; costs must be finite and >= 0")
     for c in node.children:

@@ -1,6 +1,7 @@
 """Helpers shared by the renderers: ordering, severity names, counting, display widths."""
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
 from typing import Any
 
@@ -49,7 +50,6 @@ def char_width(ch: str) -> int:
         return TAB_WIDTH
     if ch < "\u0300":  # ASCII and Latin: the common case, no table look-up
         return 1
-    import unicodedata
 
     if unicodedata.combining(ch):
         return 0

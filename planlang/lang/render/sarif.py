@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+from planlang import __version__
+
 from ..codes import CODES, DIAGNOSTICS_DOC, REPOSITORY_URL, Code
 from ._common import severity_name, sorted_diagnostics, to_posix
 
@@ -28,14 +30,6 @@ SRCROOT = "%SRCROOT%"
 
 _LEVELS = {"error": "error", "warning": "warning", "note": "note"}
 _RANK = {"error": 0, "warning": 1, "note": 2}
-
-
-def _version() -> str:
-    try:
-        from planlang import __version__
-    except ImportError:  # pragma: no cover
-        return "0.0.0"
-    return __version__
 
 
 def artifact_location(path: str) -> dict[str, str]:
@@ -188,7 +182,7 @@ def to_sarif(diagnostics: list[Any], rule_titles: Mapping[str, str] | None = Non
                     "driver": {
                         "name": "planlang",
                         "informationUri": INFORMATION_URI,
-                        "version": _version(),
+                        "version": __version__,
                         "rules": rules,
                     }
                 },
