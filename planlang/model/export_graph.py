@@ -414,6 +414,12 @@ def _unary(kind: str):
     return rule
 
 
+def _expand(b: _ExportBuilder, node: fx.Node):
+    if node.kwargs.get("implicit", False):
+        return False
+    b.emit(node, "expand", [b.tensor(node.args[0], node)])
+
+
 def _identity(b: _ExportBuilder, node: fx.Node):
     x = node.args[0]
     v = b.tensor(x, node)
@@ -441,9 +447,32 @@ def _permute(b, node):
 
 def _embedding(b, node):
     # aten.embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False)
-    if _a(node, 2, "padding_idx", -1) != -1 or _a(node, 3, "scale_grad_by_freq", False) or _a(node, 4, "sparse", False):
+    if _a(node, 3, "scale_grad_by_freq", False) or _a(node, 4, "sparse", False):
         return False
-    b.emit(node, "embedding", [b.tensor(node.args[1], node), b.tensor(node.args[0], node)])
+    pad = _a(node, 2, "padding_idx", -1)
+    b.emit(node, "embedding", [b.tensor(node.args[1], node), b.tensor(node.args[0], node)],
+           {"padding_idx": pad} if pad is not None and pad >= 0 else None)
+
+
+def _conv2d(b, node):
+    # aten.conv2d(input, weight, bias=None, stride=[1, 1], padding=[0, 0], dilation=[1, 1], groups=1)
+    pair = lambda v: tuple(v) if isinstance(v, (list, tuple)) else (v, v)  # noqa: E731
+    bias = _a(node, 2, "bias")
+    ins = [b.tensor(node.args[0], node), b.tensor(node.args[1], node)] + ([b.tensor(bias, node)] if bias is not None else [])
+    b.emit(node, "conv2d", ins, {"stride": pair(_a(node, 3, "stride", 1)), "padding": pair(_a(node, 4, "padding", 0)),
+                                 "dilation": pair(_a(node, 5, "dilation", 1)), "groups": _a(node, 6, "groups", 1)})
+
+
+def _select(b, node):
+    # aten.select(x, dim, index): the length-1 slice at `index`, then that dim dropped (a reshape)
+    x = b.tensor(node.args[0], node)
+    shape = b.values[x].shape
+    d = node.args[1] % len(shape)
+    i = node.args[2] % shape[d]
+    val = node.meta["val"]
+    piece = torch.empty(shape[:d] + (1,) + shape[d + 1:], dtype=val.dtype, device="meta")
+    s = b.emit(node, "slice", [x], {"dim": d, "start": i, "end": i + 1}, out=piece, name=b.fresh(f"{node.name}_piece"))
+    b.emit(node, "reshape", [s])
 
 
 def _addmm(b, node):
@@ -588,6 +617,13 @@ def causal_mask(mask: torch.Tensor, s: int, t: int) -> bool:
     return False
 
 
+def keeps_all(mask: torch.Tensor) -> bool:
+    """Whether an SDPA mask (bool: keep; float: added) masks nothing."""
+    if mask.dtype == torch.bool:
+        return bool(mask.all())
+    return bool(mask.is_floating_point() and (mask == 0).all())
+
+
 def _sdpa(b, node):
     # aten.scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *,
     #                                   scale=None, enable_gqa=False)
@@ -598,9 +634,12 @@ def _sdpa(b, node):
     causal = bool(_a(node, 5, "is_causal", False))
     if mask is not None:
         m = b.folded.get(mask.name) if isinstance(mask, fx.Node) else None
-        if causal or not _is_tensor(m) or not causal_mask(m, q.shape[2], k.shape[2]):
+        if not causal and _is_tensor(m) and keeps_all(m):
+            pass  # a mask that keeps every key (HF's default without an attention mask) is no mask
+        elif causal or not _is_tensor(m) or not causal_mask(m, q.shape[2], k.shape[2]):
             return False  # a mask from the data (padding) or not causal: opaque, with the mask as input
-        causal = True
+        else:
+            causal = True
     ins = [b.tensor(a, node) for a in node.args[:3]]
     b.emit(node, "scaled_dot_product_attention", ins, {"is_causal": causal, "scale": node.kwargs.get("scale")})
 
@@ -624,6 +663,14 @@ RULES: dict[Any, Callable] = {
     aten.tanh.default: _unary("tanh"),
     aten.exp.default: _unary("exp"),
     aten.neg.default: _unary("neg"),
+    aten.rsqrt.default: _unary("rsqrt"),
+    aten.sqrt.default: _unary("sqrt"),
+    aten.sigmoid.default: _unary("sigmoid"),
+    aten.sin.default: _unary("sin"),
+    aten.cos.default: _unary("cos"),
+    aten.expand.default: _expand,
+    aten.conv2d.default: _conv2d,
+    aten.select.int: _select,
     aten.add.Tensor: _binary("add"), aten.add.Scalar: _binary("add"),
     aten.sub.Tensor: _binary("sub"), aten.sub.Scalar: _binary("sub"),
     aten.mul.Tensor: _binary("mul"), aten.mul.Scalar: _binary("mul"),

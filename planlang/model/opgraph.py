@@ -163,9 +163,11 @@ def _arg(node: fx.Node, i: int, name: str, default=None):
 
 
 UNARY_FN = {F.gelu: "gelu", torch.relu: "relu", F.relu: "relu", F.silu: "silu", torch.tanh: "tanh",
-            torch.exp: "exp", torch.neg: "neg", operator.neg: "neg"}
-UNARY_METHOD = {"relu": "relu", "tanh": "tanh", "exp": "exp", "neg": "neg"}
-UNARY_MODULE = {nn.GELU: "gelu", nn.ReLU: "relu", nn.SiLU: "silu", nn.Tanh: "tanh"}
+            torch.exp: "exp", torch.neg: "neg", operator.neg: "neg", torch.rsqrt: "rsqrt", torch.sqrt: "sqrt",
+            torch.sigmoid: "sigmoid", F.sigmoid: "sigmoid", torch.sin: "sin", torch.cos: "cos"}
+UNARY_METHOD = {"relu": "relu", "tanh": "tanh", "exp": "exp", "neg": "neg", "rsqrt": "rsqrt", "sqrt": "sqrt",
+                "sigmoid": "sigmoid", "sin": "sin", "cos": "cos"}
+UNARY_MODULE = {nn.GELU: "gelu", nn.ReLU: "relu", nn.SiLU: "silu", nn.Tanh: "tanh", nn.Sigmoid: "sigmoid"}
 BINARY_FN = {operator.add: "add", torch.add: "add", operator.sub: "sub", torch.sub: "sub",
              operator.mul: "mul", torch.mul: "mul", operator.truediv: "div", torch.div: "div"}
 BINARY_METHOD = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}
@@ -211,8 +213,9 @@ def _lower_node(b: _Builder, node: fx.Node) -> None:  # noqa: C901 - one dispatc
         if type(mod) is nn.Linear:
             ins = [x(0), p("weight")] + ([p("bias")] if mod.bias is not None else [])
             b.env[node.name] = b.emit(node, "linear", ins)
-        elif type(mod) is nn.Embedding and mod.padding_idx is None and mod.max_norm is None:
-            b.env[node.name] = b.emit(node, "embedding", [x(0), p("weight")])
+        elif type(mod) is nn.Embedding and mod.max_norm is None and not mod.scale_grad_by_freq and not mod.sparse:
+            attrs = {"padding_idx": mod.padding_idx} if mod.padding_idx is not None else None
+            b.env[node.name] = b.emit(node, "embedding", [x(0), p("weight")], attrs)
         elif type(mod) is nn.LayerNorm and mod.elementwise_affine:
             ins = [x(0), p("weight")] + ([p("bias")] if mod.bias is not None else [])
             b.env[node.name] = b.emit(node, "layer_norm", ins,
@@ -248,6 +251,8 @@ def _lower_node(b: _Builder, node: fx.Node) -> None:  # noqa: C901 - one dispatc
                                       {"dims": tuple(_static(b, d) for d in dims)})
         elif name in ("chunk", "split"):
             b.static[node.name] = ("pieces", node)
+        elif name in ("expand", "expand_as"):
+            b.env[node.name] = b.emit(node, "expand", [b.tensor_of(x0, node, 0)])
         elif name in UNARY_METHOD:
             b.env[node.name] = b.emit(node, UNARY_METHOD[name], [b.tensor_of(x0, node, 0)])
         elif name in BINARY_METHOD and len(node.args) == 2 and not node.kwargs:

@@ -27,7 +27,8 @@ from planlang.cost.ops.base import OpSpec, Strategy
 from planlang.cost.ops.rules import dims_attr, slice_bounds
 from planlang.plan.types import Mesh, Spec
 
-UNARY = {"gelu": F.gelu, "relu": torch.relu, "silu": F.silu, "tanh": torch.tanh, "exp": torch.exp, "neg": torch.neg}
+UNARY = {"gelu": F.gelu, "relu": torch.relu, "silu": F.silu, "tanh": torch.tanh, "exp": torch.exp, "neg": torch.neg,
+         "rsqrt": torch.rsqrt, "sqrt": torch.sqrt, "sigmoid": torch.sigmoid, "sin": torch.sin, "cos": torch.cos}
 BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
 
 
@@ -139,6 +140,8 @@ def run_local(op: OpSpec, strategy: Strategy, local_inputs: list[torch.Tensor], 
         return y
     if k in ("view", "reshape", "flatten", "unflatten"):
         return x.reshape(local_shape(op.output, strategy.output, mesh))
+    if k == "expand":
+        return x.expand(local_shape(op.output, strategy.output, mesh))
     if k == "transpose":
         return x.transpose(op.attr("dim0", 0), op.attr("dim1", 1))
     if k == "permute":
@@ -165,11 +168,13 @@ def run_local(op: OpSpec, strategy: Strategy, local_inputs: list[torch.Tensor], 
 def _embedding(op, strategy, xs, coords, mesh):
     idx, w = xs
     vaxes = strategy.inputs[1].dims[0]
+    pad = op.attr("padding_idx")  # that row gets no gradient (nn.Embedding's padding_idx)
     if not vaxes:
-        return F.embedding(idx, w)
+        return F.embedding(idx, w, padding_idx=pad)
     lo, n = chunk(op.inputs[1][0], vaxes, mesh, coords)
     inside = (idx >= lo) & (idx < lo + n)
-    out = F.embedding(torch.where(inside, idx - lo, torch.zeros_like(idx)), w)
+    local_pad = pad - lo if pad is not None and lo <= pad < lo + n else None
+    out = F.embedding(torch.where(inside, idx - lo, torch.zeros_like(idx)), w, padding_idx=local_pad)
     return out * inside.unsqueeze(-1).to(out.dtype)
 
 

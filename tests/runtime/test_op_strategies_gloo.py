@@ -83,6 +83,14 @@ def _cases() -> list[Case]:
     for u, fn in {"gelu": F.gelu, "relu": torch.relu, "silu": F.silu, "tanh": torch.tanh, "exp": torch.exp,
                   "neg": torch.neg}.items():
         add(u, op(u, [(4, 8)], (4, 8)), fn, dtensor=fn if u in ("relu", "neg") else None)
+    for u, fn in {"rsqrt": torch.rsqrt, "sqrt": torch.sqrt, "sigmoid": torch.sigmoid, "sin": torch.sin,
+                  "cos": torch.cos}.items():
+        add(u, op(u, [(4, 8)], (4, 8)), fn, pos=(0,) if u in ("rsqrt", "sqrt") else ())
+    add("expand-dim0", op("expand", [(1, 8)], (4, 8)), lambda x: x.expand(4, 8))
+    add("expand-middle", op("expand", [(4, 1, 8)], (4, 4, 8)), lambda x: x.expand(4, 4, 8))
+    add("expand-new-dim", op("expand", [(8,)], (4, 8)), lambda x: x.expand(4, 8))
+    add("embedding-padding", op("embedding", [(4, 8), (16, 8)], (4, 8, 8), ints=(0,), padding_idx=5),
+        lambda i, w: F.embedding(i, w, padding_idx=5), ints={0: (0, 16)})
     add("add-bcast", op("add", [(4, 8), (8,)], (4, 8)), torch.add, dtensor=torch.add)
     add("sub-bcast", op("sub", [(4, 1, 8), (4, 4, 8)], (4, 4, 8)), torch.sub)
     add("mul", op("mul", [(4, 8), (4, 8)], (4, 8)), torch.mul, dtensor=torch.mul)

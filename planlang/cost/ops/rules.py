@@ -11,10 +11,11 @@ Input conventions (what `planlang.model` must produce and `planlang.runtime.loca
     layer_norm             x[..., *norm], weight[*norm]?, bias[*norm]?     attrs normalized_ndim (default 1), eps
     rms_norm               x[..., *norm], weight[*norm]?                   attrs normalized_ndim, eps
     softmax, log_softmax   x                                               attr dim
-    gelu relu silu tanh exp neg   x                                        (neg is linear)
+    gelu relu silu tanh exp neg rsqrt sqrt sigmoid sin cos   x             (neg is linear)
     add sub mul div        a, b broadcasting to the output
     sum mean amax          x                                               attrs dim (int | tuple | None), keepdim
     view reshape flatten unflatten   x -> output shape
+    expand                 x -> output shape (x broadcast: size-1 or missing leading dims grow)
     transpose              x                                               attrs dim0, dim1
     permute                x                                               attr dims
     cat                    x1, x2, ...                                     attr dim
@@ -143,7 +144,8 @@ def softmax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 
 # ------------------------------------------------------------------------------ elementwise
-UNARY = {"gelu": 8.0, "relu": 1.0, "silu": 4.0, "tanh": 4.0, "exp": 1.0, "neg": 1.0}
+UNARY = {"gelu": 8.0, "relu": 1.0, "silu": 4.0, "tanh": 4.0, "exp": 1.0, "neg": 1.0, "rsqrt": 2.0, "sqrt": 2.0,
+         "sigmoid": 4.0, "sin": 4.0, "cos": 4.0}
 LINEAR_UNARY = {"neg"}
 
 
@@ -283,6 +285,16 @@ def reshape_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
         out.append(Strategy(name, (Spec(tuple(map(tuple, din)), part),), ospec, flops=0.0,
                             memory=local_numel(y, ospec, mesh) * op.itemsize))
     return out
+
+
+@rule("expand")
+def expand_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """x broadcast to the output shape: a dim x keeps passes its split through; a dim that grows from 1
+    (or is new) may be split on the output with x whole there (each device expands to its local size).
+    Linear; the gradient of a grown dim is a sum over it, partial where the output is split."""
+    ins, o, un = broadcast_equation(op.inputs, op.output)
+    eq = Equation(tuple(ins), o, frozenset(un), passthrough="one", linear=(0,))
+    return einsum_strategies(op, mesh, eq, 0.0)
 
 
 # ------------------------------------------------------------------------------ cat, split, slice
