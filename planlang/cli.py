@@ -418,6 +418,8 @@ def _validated_plan(plan: Path, *, complete: bool = True):
     res = check_with_model(str(plan))
     if res.diagnostics:
         sys.stderr.write(render(list(res.diagnostics), res.sources, "human", color=_use_color(None, sys.stderr)))
+    if any(d.code == "PL364" for d in res.diagnostics):
+        os.environ["PLANLANG_PL364_SHOWN"] = "1"  # shown here: the runtime (this process, the workers) stays quiet
     if res.errors or res.plan is None:
         _fail_usage(f"{plan} has errors; fix them first (`planlang check --model {plan}` shows the same)")
     if res.plan.model is None:
@@ -440,6 +442,8 @@ def lower(
     rank: int = typer.Option(0, "--rank", "-r", help="The rank whose program to print."),
     traffic: bool = typer.Option(False, "--traffic", help="Print the collectives one step issues instead "
                                  "(kind, mesh axes, bytes sent per rank, the cost model's time)."),
+    strict: bool = typer.Option(False, "--strict", envvar="PLANLANG_STRICT",
+                                help="Stop when an op must run on the whole batch the plan splits (PL364)."),
 ) -> None:
     """Print the per-rank Python the runtime generates and runs for this plan."""
     # lazy: torch loads only when this runs
@@ -455,7 +459,7 @@ def lower(
 
             sys.stdout.write(traffic_table(str(plan)))
             return
-        sys.stdout.write(lower_source(p, rank))
+        sys.stdout.write(lower_source(p, rank, strict))
     except ModelLoadError as err:
         _fail_usage(f"{err.message}\n  help: {err.help}")
     except (PlanError, ValueError) as err:
@@ -504,6 +508,8 @@ def verify(
     master_port: Optional[int] = typer.Option(None, "--master-port", envvar="PET_MASTER_PORT",
                                               rich_help_panel="torchrun", help="Node 0's port (default 29500)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
+    strict: bool = typer.Option(False, "--strict", envvar="PLANLANG_STRICT",
+                                help="Stop when an op must run on the whole batch the plan splits (PL364)."),
 ) -> None:
     """Train a few steps under the plan (torchrun, one process per device) and in one process from the
     same seed; print loss, gradient and parameter errors per step with the bound each is judged against.
@@ -513,6 +519,8 @@ def verify(
     # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.runtime.launch import LaunchError, Progress, mesh_words, plan_launch, torchrun, world_size
 
+    if strict:  # the workers read it (planlang.apply)
+        os.environ["PLANLANG_STRICT"] = "1"
     say = Progress("verify", quiet)
     say(f"checking {plan} with its model")
     p = _runnable_plan(plan)
@@ -562,6 +570,8 @@ def run(
     master_port: Optional[int] = typer.Option(None, "--master-port", envvar="PET_MASTER_PORT",
                                               rich_help_panel="torchrun", help="Node 0's port (default 29500)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
+    strict: bool = typer.Option(False, "--strict", envvar="PLANLANG_STRICT",
+                                help="Stop when an op must run on the whole batch the plan splits (PL364)."),
 ) -> None:
     """Launch `SCRIPT ARGS` (after `--`) with torchrun on the plan's world size; the script reads the plan
     from $PLANLANG_PLAN (e.g. `planlang.apply(model, os.environ["PLANLANG_PLAN"])`). Several nodes: see
@@ -569,6 +579,8 @@ def run(
     # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.runtime.launch import LaunchError, Progress, mesh_words, plan_launch, torchrun, world_size
 
+    if strict:  # the workers read it (planlang.apply)
+        os.environ["PLANLANG_STRICT"] = "1"
     say = Progress("run", quiet)
     say(f"checking {plan} with its model")
     p = _runnable_plan(plan)

@@ -207,6 +207,13 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL363", "shard-target-is-module", E, "shard target is a module, not a parameter",
      "`shard PATH : SPEC` shards parameters; PATH matched modules only. Name the parameters\n"
      "(`fc1.weight`), or shard the module's activation with `output of PATH`."),
+    ("PL364", "batch-gathered", W, "an op runs on the whole batch under data parallelism",
+     "An op of the model has no sharding rule and is not known to act on each sample alone, so the\n"
+     "runtime runs it on the whole batch: its inputs are gathered over the data axes and it is repeated\n"
+     "on every rank there, which costs the bytes and the compute the message names, and the memory of\n"
+     "whole activations. `planlang lower` marks the line. `check --fail-on-warnings` and\n"
+     "`lower/verify/run --strict` turn it into an error. Rewrite the op with one planlang has a rule for,\n"
+     "or report it: planlang/cost/ops/per_sample.py lists the opaque calls run per sample."),
     # ------------------------------------------------------------------ PL4xx pipeline and checkpoint
     ("PL401", "stage-count", E, "number of stages does not match the pipeline axis",
      "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved schedule)."),
@@ -250,6 +257,11 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "microbatches as stages (torch.distributed.pipelining refuses fewer). Use more microbatches, or\n"
      "`schedule gpipe`."),
     # model-aware (planlang.model.checks)
+    ("PL466", "batch-norm-microbatches", W, "BatchNorm inside a pipeline normalizes each microbatch",
+     "A pipeline runs each microbatch through a stage on its own, so a BatchNorm in training computes\n"
+     "its statistics over one microbatch, not the batch: training differs from one process (GPipe's\n"
+     "behaviour), and `planlang verify` will report it. Use one microbatch, replace BatchNorm with\n"
+     "GroupNorm or LayerNorm, or accept per-microbatch statistics."),
     ("PL460", "stage-coverage", E, "module in no stage",
      "With explicit stages, every module that holds parameters or runs computation must belong to\n"
      "exactly one stage."),

@@ -18,10 +18,14 @@ from planlang.plan.resolve import Resolution, Resolver, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
 
-from .estimate import estimate_plan
-from .load import ModelLoadError, build_model, meta_inputs
-from .trace import ModuleFacts, probe_modules
+from planlang.plan.data import data_axes
 from planlang.plan.units import format_bytes
+
+from .estimate import estimate_plan
+from .load import ModelLoadError, build_model, guess_targets, meta_inputs, plan_loss
+from .lowering import Fallback, lower
+from .opgraph import op_graph
+from .trace import ModuleFacts, probe_modules
 
 
 def to_plan_name(name: str) -> str:
@@ -212,21 +216,56 @@ def memory_budget(ctx) -> Iterator[Diagnostic]:
                        span, notes=[parts], help="shard more (tp, ZeRO), checkpoint, or add pipeline stages")
 
 
+def batch_split(ctx) -> Iterator[Diagnostic]:
+    """PL364: ops the lowering runs on the whole batch although the plan splits it (facts["lowering"]: the
+    program's fallbacks, when the plan was lowered)."""
+    fallbacks = ctx.facts.get("lowering") or []
+    data = [d for d in ctx.plan.data if d.span is not None]
+    span = data[0].span if data else ctx.plan.model.span  # type: ignore[union-attr]
+    for fb in fallbacks:
+        where = f"in `{to_plan_name(fb.module)}`" if fb.module else "at the model's top level"
+        yield diag("PL364", f"`{fb.target}` {where} runs on the whole batch: its inputs are gathered over "
+                            f"{', '.join(fb.axes)} ({format_bytes(fb.gathered_bytes)} per rank per step) and it "
+                            f"is repeated on every rank there", span,
+                   help="rewrite the op with one planlang has a rule for, or run it outside data parallelism; "
+                        "`planlang explain PL364`")
+
+
+def batch_norm_microbatches(ctx) -> Iterator[Diagnostic]:
+    """PL466: a BatchNorm in a pipeline that runs more than one microbatch."""
+    p = ctx.plan.pipeline
+    norms = _facts(ctx).batch_norms
+    mb = p.microbatches if p is not None else None
+    if p is None or not norms or not isinstance(mb, int) or mb <= 1:
+        return
+    names = ", ".join(f"`{to_plan_name(n)}`" for n in norms[:3]) + (f" and {len(norms) - 3} more" if len(norms) > 3 else "")
+    yield diag("PL466", f"{len(norms)} BatchNorm module(s) ({names}) normalize each of the {mb} microbatches "
+                        "on its own, not the batch", p.span,
+               help="use `microbatches 1`, replace BatchNorm with GroupNorm or LayerNorm, or accept "
+                    "per-microbatch statistics")
+
+
 MODEL_RULES = (
     Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs_model=True),
     Rule("pipeline_stages", ("PL360", "PL460", "PL461", "PL462", "PL463"), pipeline_stages, needs_model=True),
     Rule("checkpoint_paths", ("PL360", "PL464", "PL465"), checkpoint_paths, needs_model=True),
     Rule("memory_budget", ("PL560",), memory_budget, needs_model=True),
+    Rule("batch_split", ("PL364",), batch_split, needs_model=True),
+    Rule("batch_norm_microbatches", ("PL466",), batch_norm_microbatches, needs_model=True),
 )
 ALL_RULES = RULES + MODEL_RULES  # the model-free rules first, in their order, then the model-aware ones
 
 
-def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estimate=None):
+def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estimate=None,
+             fallbacks: list[Fallback] | None = None):
     """The one validation of a resolved plan, for every command and the language server: every rule,
-    the model-aware ones when the model's `facts` are given (and PL560 when its `estimate` is)."""
+    the model-aware ones when the model's `facts` are given (PL560 when its `estimate` is, PL364 when
+    the lowering's `fallbacks` are)."""
     extra = {"model": facts} if facts is not None else {}
     if facts is not None and estimate is not None:
         extra["estimate"] = estimate
+    if facts is not None and fallbacks is not None:
+        extra["lowering"] = fallbacks
     return check_resolution(res, path, extra or None, ALL_RULES)
 
 
@@ -247,6 +286,25 @@ def model_facts_for(plan: T.Plan) -> tuple[ModuleFacts | None, list[Diagnostic]]
     return facts, []
 
 
+def lowering_fallbacks(plan) -> list[Fallback] | None:
+    """The ops the runtime's lowering of this complete plan runs on the whole batch (PL364), from the same
+    op graph and lowering `planlang.apply` runs; None when the plan has no data axes or a pipeline (whose
+    stages run module code, not the lowering) or when lowering fails (the run reports why)."""
+    if not data_axes(plan, trivial=False) or plan.pipeline is not None:
+        return None
+    try:
+        model = build_model(plan.model, plan.path)
+        inputs = meta_inputs(plan.inputs)
+        loss = plan_loss(plan)
+        targets = guess_targets(model, loss, inputs) if loss is not None else ()
+        if targets is None:
+            return None
+        graph = op_graph(model, inputs, loss, tuple(targets)) if loss is not None else op_graph(model, inputs)
+        return lower(graph, plan).fallbacks
+    except Exception:  # noqa: BLE001 - lowering failures are the runtime's to report, with their own message
+        return None
+
+
 def check_with_model(path: str, text: str | None = None, search_paths: tuple[str, ...] = ()):
     """`planlang check --model`: the model-free checks plus the model-aware ones (of `text`, named
     `path`, when given: standard input)."""
@@ -263,7 +321,8 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
             extra["estimate"] = estimate_plan(complete(res.plan), facts=facts)  # the model probed once
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
-    result = validate(res, path, facts, extra.get("estimate"))
+        extra["fallbacks"] = lowering_fallbacks(complete(res.plan))
+    result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"))
     if diags:
         result = CheckResult(result.path, tuple(diags) + result.diagnostics, result.sources, result.plan,
                              result.modules, result.suppressed)

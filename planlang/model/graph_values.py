@@ -3,7 +3,9 @@ from torch.export): tensors, op nodes, opaque calls, the graph, and the model-wi
 front ends trace. A module of its own so that the two front ends share it without importing each other."""
 from __future__ import annotations
 
+import importlib
 import inspect
+import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -60,6 +62,35 @@ class OpaqueCall:
     target: Any
     args: tuple
     kwargs: tuple[tuple[str, Any], ...]
+
+    def __reduce__(self):
+        # rank 0 sends the lowered program to the others (pickle): a function pickle cannot name by its
+        # qualified name (torch's boolean_dispatch wrappers such as F.max_pool2d are local closures) goes
+        # by the public name its module exports it under
+        return (_opaque_call, (self.op, _by_name(self.target), self.args, self.kwargs))
+
+
+def _by_name(target):
+    try:
+        pickle.dumps(target)
+        return target
+    except Exception:  # noqa: BLE001 - any pickling failure: try the module's public name
+        module, name = getattr(target, "__module__", None), getattr(target, "__name__", None)
+        if module and name and getattr(importlib.import_module(module), name, None) is target:
+            return _Named(module, name)
+        raise
+
+
+@dataclass(frozen=True)
+class _Named:
+    module: str
+    name: str
+
+
+def _opaque_call(op, target, args, kwargs) -> OpaqueCall:
+    if isinstance(target, _Named):
+        target = getattr(importlib.import_module(target.module), target.name)
+    return OpaqueCall(op, target, args, kwargs)
 
 
 @dataclass(frozen=True)

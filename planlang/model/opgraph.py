@@ -431,12 +431,15 @@ def _getitem(b: _Builder, node: fx.Node) -> None:
         else:
             b.static[node.name] = v[_static(b, idx)] if not isinstance(v, tuple) or v[:1] != ("pieces",) else None
         return
-    # tensor indexing: only plain slices (and Ellipsis-free full slices) become "slice" ops
+    # tensor indexing: plain slices become "slice" ops; an integer index is the length-1 slice at it,
+    # then the dims it drops go in a reshape (x[:, 0] of a pooler)
     x = b.env[src.name]
     idx = _static(b, idx)
     items = idx if isinstance(idx, tuple) else (idx,)
     shape = b.shape_of(x)
-    if all(isinstance(s, slice) for s in items) and all(s.step in (None, 1) for s in items):
+    ints = [isinstance(s, int) and not isinstance(s, bool) for s in items]
+    if len(items) <= len(shape) and all(isinstance(s, slice) and s.step in (None, 1) or i for s, i in zip(items, ints)):
+        items = tuple(slice(s % shape[d], s % shape[d] + 1) if ints[d] else s for d, s in enumerate(items))
         cur = x
         for d, s in enumerate(items):
             if s == slice(None):
@@ -445,9 +448,12 @@ def _getitem(b: _Builder, node: fx.Node) -> None:
             end = shape[d] if s.stop is None else s.stop
             out = torch.empty(shape[:d] + (len(range(*slice(start, end).indices(shape[d]))),) + shape[d + 1:],
                               device="meta", dtype=_TORCH_DTYPE.get(b.values[x].dtype, torch.float32))
-            name = node.name if all(t == slice(None) for t in items[d + 1:]) else f"{node.name}_d{d}"
+            last = all(t == slice(None) for t in items[d + 1:]) and not any(ints)
+            name = node.name if last else f"{node.name}_d{d}"
             cur = b.emit(node, "slice", [cur], {"dim": d, "start": start, "end": end}, out=out, name=name)
             shape = b.shape_of(cur)
+        if any(ints):
+            cur = b.emit(node, "reshape", [cur])
         b.env[node.name] = cur
         return
     b.env[node.name] = b.opaque(node)

@@ -14,6 +14,7 @@ import torch
 import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_flatten
 
 
@@ -65,6 +66,7 @@ class ModuleFacts:
     params: dict[str, tuple[tuple[int, ...], str]]  # every parameter name (aliases included) -> shape, dtype
     shared: list[tuple[str, ...]] = field(default_factory=list)  # names of one shared parameter
     all_modules: list[str] = field(default_factory=list)  # named_modules() order, root excluded
+    batch_norms: list[str] = field(default_factory=list)  # BatchNorm modules (statistics over the batch)
 
     def canonical(self, name: str) -> str:
         for group in self.shared:
@@ -116,7 +118,8 @@ def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> M
         by_id.setdefault(id(p), []).append(n)
     shared = [tuple(v) for v in by_id.values() if len(v) > 1]
     all_modules = [n for n, _ in module.named_modules(remove_duplicate=False) if n]
-    return ModuleFacts(order, calls, params, shared, all_modules)
+    batch_norms = [n for n, m in module.named_modules() if n and isinstance(m, _BatchNorm)]
+    return ModuleFacts(order, calls, params, shared, all_modules, batch_norms)
 
 
 @dataclass

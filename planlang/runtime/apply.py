@@ -16,7 +16,7 @@ The passes, in order (each a function of this module or the modules it names):
 
 1. `load_plan`           resolve and check the plan (errors stop here, rendered);
 2. `op_graph`            trace model + loss with torch.fx into the op graph (planlang.model.opgraph);
-3. `lower`               layouts, strategies, conversions, gradient reductions (planlang.runtime.lowering);
+3. `lower`               layouts, strategies, conversions, gradient reductions (planlang.model.lowering);
 4. `mark_checkpoints`    the plan's checkpoint groups as instruction ranges;
 5. `shard_parameters`    each parameter replaced by its local piece (initial values = the single-process
                          model's, whatever the seed);
@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -52,7 +54,7 @@ from planlang.runtime.codegen import generate
 from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 from planlang.runtime.executor import Runtime
 from planlang.runtime.grad_sync import GradSync
-from planlang.runtime.lowering import LoweringError, Program, Run, data_axes, lower
+from planlang.model.lowering import LoweringError, Program, Run, data_axes, lower
 from planlang.runtime.pipeline import PipelineError, apply_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.redistribute import MeshGroups, redistribute
@@ -312,6 +314,23 @@ def lower_plan(model: nn.Module, plan: CompletePlan, loss_fn: Callable | None = 
     return prog
 
 
+STRICT_ENV = "PLANLANG_STRICT"  # "1": an op that gathers the batch (PL364) stops the run
+SHOWN_ENV = "PLANLANG_PL364_SHOWN"  # "1": the launcher's check already showed PL364; the workers stay quiet
+
+
+def report_fallbacks(prog: Program, strict: bool) -> None:
+    """PL364 for every op the program runs on the whole batch: a warning on rank 0 (every rank lowered
+    the same program), or with `strict` a PlanError on every rank."""
+    if not prog.fallbacks:
+        return
+    lines = [f"warning[PL364]: {fb}" for fb in prog.fallbacks]
+    if strict:
+        raise PlanError("the plan's batch is gathered by ops without a per-sample rule (--strict):\n"
+                        + "\n".join(lines) + "\n`planlang explain PL364` says what to do")
+    if os.environ.get(SHOWN_ENV) != "1" and (not dist.is_initialized() or dist.get_rank() == 0):
+        sys.stderr.write("\n".join(lines) + "\n")
+
+
 def _lower_once(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Program:
     """`lower_plan` on rank 0, the program sent to every rank: lowering does not depend on the rank
     (codegen does), so the other ranks need not repeat the strategy search. A failure on rank 0 is
@@ -379,11 +398,14 @@ def _sum_loss(out):
 
 def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,
           targets: tuple[torch.Tensor, ...] | None = None, device: torch.device | str | None = None,
-          recorder=None):
+          recorder=None, strict: bool | None = None):
     """Parallelise `model` (built the same way on every rank) under `plan` on this rank: a
     `ParallelModel`, or for a plan with a `pipeline` a planlang.runtime.pipeline `PipelinedModel`. Both
     have `step(*inputs, *targets) -> global loss`, `optimizer(cls=None, **kwargs)`, `parameters()`,
-    `full_parameters()` and `full_grads()`."""
+    `full_parameters()` and `full_grads()`.
+
+    An op that must run on the whole batch although the plan splits it (PL364) is a warning on rank 0's
+    stderr; with `strict` (default: the environment's PLANLANG_STRICT=1, which `--strict` sets) a PlanError."""
     plan = load_plan(plan)
     if not dist.is_initialized():
         raise PlanError("torch.distributed is not initialised: launch with `planlang run` or torchrun and call "
@@ -402,6 +424,7 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         except PipelineError as e:
             raise PlanError(str(e)) from e
     prog = _lower_once(model, plan, loss_fn, targets)
+    report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
     layouts = shard_parameters(model, prog, groups.coords, device)
     code = generate(prog, dist.get_rank(), groups.coords, title=plan.path)
     pm = ParallelModel(model, prog, groups, layouts, code, device, recorder)

@@ -18,7 +18,7 @@ import keyword
 import re
 
 from planlang.cost.layout import local_shape
-from planlang.runtime.lowering import Convert, Program
+from planlang.model.lowering import Convert, Program
 
 
 def ident(name: str) -> str:
@@ -126,6 +126,9 @@ def _line(prog: Program, ins) -> str:
     args = ", ".join(ident(a) for a in ins.args)
     how = "opaque, replicated" if ins.strategy is None else ins.strategy.name
     extra = "".join(f"; grad of arg {i} summed over {', '.join(a)}" for i, a in ins.grad_reduce)
+    gathered = next((fb for fb in prog.fallbacks if fb.node == ins.node.name), None)
+    if gathered is not None:
+        extra += f"; PL364: the batch gathered over {', '.join(gathered.axes)}"
     target = dict(node.op.attrs).get("target", "") if node.op.kind == "opaque" else ""
     kind = f"{node.op.kind}:{target}" if target else node.op.kind
     return (f"{ident(node.name)} = rt.run({node.name!r}, {args})"

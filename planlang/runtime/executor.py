@@ -15,11 +15,12 @@ import torch
 import torch.distributed as dist
 import torch.utils.checkpoint as torch_checkpoint
 from torch.fx.node import map_aggregate
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from planlang.cost.comm import Collective
 from planlang.model.opgraph import OpaqueCall, TensorArg
 from planlang.runtime.local_ops import run_local
-from planlang.runtime.lowering import Convert, Program, Run
+from planlang.model.lowering import Convert, Program, Run
 from planlang.runtime.redistribute import MeshGroups, run_path
 
 
@@ -39,6 +40,58 @@ class GradSum(torch.autograd.Function):
             if ctx.recorder is not None:
                 ctx.recorder.record(Collective.ALL_REDUCE, (a,), g.numel() * g.element_size())
         return g, None, None, None
+
+
+class _SumOfShares(torch.autograd.Function):
+    """All-reduce (sum) forward and backward: a statistic of the whole batch, summed from each rank's share,
+    then used on each rank's own samples, so each rank's gradient of it is a share too."""
+
+    @staticmethod
+    def forward(ctx, t, group):
+        ctx.group = group
+        t = t.clone()
+        dist.all_reduce(t, group=group)
+        return t
+
+    @staticmethod
+    def backward(ctx, g):
+        g = g.contiguous().clone()
+        dist.all_reduce(g, group=ctx.group)
+        return g, None
+
+
+def _sum_over(t: torch.Tensor, groups) -> torch.Tensor:
+    """Sum over the ranks of every group in turn (a sum over several axes is one over their product)."""
+    for g in groups:
+        t = _SumOfShares.apply(t, g)
+    return t
+
+
+def sync_batch_norm(x: torch.Tensor, weight, bias, bn: _BatchNorm, groups) -> torch.Tensor:
+    """BatchNorm in training on this rank's samples with the statistics of the whole batch: the per-channel
+    sum, then the sum of squared deviations, all-reduced over the data axes (two passes, as stable as one
+    process's). Equal to one process's BatchNorm on the global batch, forward, backward and running stats:
+    SyncBatchNorm's semantics, which torch implements for accelerators only."""
+    dims = [0] + list(range(2, x.dim()))
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    n = torch.tensor(float(x.numel() // x.shape[1]), dtype=x.dtype, device=x.device)
+    for g in groups:
+        n = n * dist.get_world_size(g)
+    mean = _sum_over(x.sum(dims), groups) / n
+    centred = x - mean.reshape(shape)
+    var = _sum_over((centred * centred).sum(dims), groups) / n
+    y = centred * torch.rsqrt(var + bn.eps).reshape(shape)
+    if weight is not None:
+        y = y * weight.reshape(shape)
+    if bias is not None:
+        y = y + bias.reshape(shape)
+    if bn.training and bn.track_running_stats:
+        with torch.no_grad():
+            bn.num_batches_tracked.add_(1)
+            m = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
+            bn.running_mean.mul_(1 - m).add_(mean.detach(), alpha=m)
+            bn.running_var.mul_(1 - m).add_(var.detach() * (n / (n - 1)), alpha=m)
+    return y
 
 
 class Runtime:
@@ -79,6 +132,8 @@ class Runtime:
                 xs[i] = GradSum.apply(xs[i], axes, self.groups, self.recorder)
         if ins.strategy is None:
             return self._opaque(ins.node.call, xs)
+        if ins.node.op.kind == "opaque":  # per sample on the local batch (planlang.cost.ops.per_sample)
+            return self._opaque(ins.node.call, xs, ins.strategy.output.axes_of(0))
         op = ins.node.op
         if op.kind == "dropout" and op.attr("training", True) and op.attr("p", 0.0) > 0:
             # a fresh global mask every step, the same on every rank (sliced to the local piece)
@@ -86,7 +141,7 @@ class Runtime:
             op = dataclasses.replace(op, attrs=tuple(sorted(dict(op.attrs, seed=seed).items())))
         return run_local(op, ins.strategy, xs, self.groups.coords, self.prog.mesh, self.groups.group)
 
-    def _opaque(self, call: OpaqueCall, xs: list[torch.Tensor]) -> torch.Tensor:
+    def _opaque(self, call: OpaqueCall, xs: list[torch.Tensor], batch_axes: tuple[str, ...] = ()) -> torch.Tensor:
         def sub(a):
             return xs[a.index] if isinstance(a, TensorArg) else a
 
@@ -102,4 +157,7 @@ class Runtime:
         module = self.modules.get_submodule(call.target)
         n_params = len(pnames)
         params = dict(zip(pnames, xs[len(xs) - n_params:])) if n_params else {}
+        if batch_axes and isinstance(module, _BatchNorm) and (module.training or not module.track_running_stats):
+            groups = [self.groups.group(a) for a in batch_axes]
+            return sync_batch_norm(args[0], params.get("weight"), params.get("bias"), module, groups)
         return torch.func.functional_call(module, params, tuple(args), kwargs)

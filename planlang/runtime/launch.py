@@ -248,11 +248,12 @@ def coords_of(rank: int, mesh: CompleteMesh) -> dict[str, int]:
     return dict(reversed(list(out.items())))
 
 
-def lower_source(plan: CompletePlan, rank: int) -> str:
-    """The generated per-rank Python for `rank`, from the model built on meta (no processes)."""
+def lower_source(plan: CompletePlan, rank: int, strict: bool = False) -> str:
+    """The generated per-rank Python for `rank`, from the model built on meta (no processes). Ops that run
+    on the whole batch (PL364) are warnings on stderr, or with `strict` a PlanError."""
     # lazy: torch loads only when this runs
     from planlang.model.load import build_model
-    from planlang.runtime.apply import lower_plan
+    from planlang.runtime.apply import lower_plan, report_fallbacks
     from planlang.runtime.codegen import generate
 
     n = world_size(plan)
@@ -263,6 +264,7 @@ def lower_source(plan: CompletePlan, rank: int) -> str:
     if plan.pipeline is not None:
         return pipeline_source(model, plan, rank, coords)
     prog = lower_plan(model, plan)
+    report_fallbacks(prog, strict)
     return generate(prog, rank, coords, title=os.path.relpath(plan.path))
 
 

@@ -138,7 +138,7 @@ def _per_axis(kind: Collective, axes, full: int, mesh: Mesh, phase: str, what: s
 def _gradient_flow(prog) -> tuple[dict[str, bool], set[str]]:
     """(value -> requires grad, the values that receive a gradient in backward)."""
     # lazy: torch loads only when this runs
-    from planlang.runtime.lowering import Convert
+    from planlang.model.lowering import Convert
 
     g = prog.graph
     req: dict[str, bool] = {}
@@ -173,7 +173,7 @@ _SAVES_NOTHING = frozenset({"add", "sub", "neg", "sum", "mean", "view", "reshape
 def _saves_tensors(ins, req: dict[str, bool]) -> bool:
     """Whether running `ins` records a tensor for backward (what torch's checkpoint counts)."""
     # lazy: torch loads only when this runs
-    from planlang.runtime.lowering import Convert
+    from planlang.model.lowering import Convert
 
     if isinstance(ins, Convert) or not any(req.get(a, False) for a in ins.args):
         return False  # conversions are autograd Functions that keep no tensors; no grad, no graph
@@ -192,7 +192,7 @@ def recomputed(prog, start: int, end: int, req: dict[str, bool], grad: set[str])
     saved, and with early stop (its default) stops as soon as every saved tensor is back: the trailing
     instructions after the last one that saves a tensor are not rerun, nor their collectives."""
     # lazy: torch loads only when this runs
-    from planlang.runtime.lowering import Run
+    from planlang.model.lowering import Run
 
     block = prog.instructions[start:end]
     saving = [k for k, b in enumerate(block) if _saves_tensors(b, req)]
@@ -203,7 +203,7 @@ def recomputed(prog, start: int, end: int, req: dict[str, bool], grad: set[str])
 
 def _forward_of(ins, prog, phase: str) -> list[Transfer]:
     # lazy: torch loads only when this runs
-    from planlang.runtime.lowering import Convert
+    from planlang.model.lowering import Convert
 
     mesh = prog.mesh
     out: list[Transfer] = []
@@ -218,7 +218,7 @@ def _forward_of(ins, prog, phase: str) -> list[Transfer]:
 
 def _origin(prog) -> dict[str, str]:
     # lazy: torch loads only when this runs
-    from planlang.runtime.lowering import Convert
+    from planlang.model.lowering import Convert
 
     base: dict[str, str] = {}
     for ins in prog.instructions:
@@ -245,7 +245,7 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     with the plan's checkpoint groups) or an already lowered Program."""
     # lazy: torch loads only when this runs
     from planlang.model.opgraph import OpGraph
-    from planlang.runtime.lowering import Convert, lower
+    from planlang.model.lowering import Convert, lower
 
     if isinstance(graph_or_program, OpGraph):
         # lazy: torch loads only when this runs
@@ -321,7 +321,7 @@ def multi_axis_sums(prog) -> list[tuple[str, tuple[str, ...]]]:
     """(what, axes) of every sum the runtime splits into one all-reduce per axis where the cost model's
     op rule prices one collective over the product group (see the module docstring)."""
     # lazy: torch loads only when this runs
-    from planlang.runtime.lowering import Run
+    from planlang.model.lowering import Run
 
     out = [(ins.args[k], axes) for ins in prog.instructions if isinstance(ins, Run)
            for k, axes in ins.grad_reduce if len(axes) > 1]

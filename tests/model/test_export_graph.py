@@ -297,3 +297,15 @@ def test_aten_call_pickles_and_runs():
     top = AtenCall("aten::topk.default", 1)
     assert torch.equal(top(torch.tensor([1.0, 7.0, 3.0]), 2), torch.tensor([1, 2]))
     assert top.__name__ == "topk[1]"
+
+
+def test_an_opaque_call_of_a_torch_dispatch_wrapper_pickles():
+    """Rank 0 sends the lowered program to the other ranks: F.max_pool2d (a boolean_dispatch closure that
+    pickle cannot name) goes by its public name and comes back as the same function."""
+    import pickle
+
+    from planlang.model.graph_values import OpaqueCall
+
+    call = OpaqueCall("call_function", F.max_pool2d, (2,), (("stride", 2),))
+    back = pickle.loads(pickle.dumps(call))
+    assert back.target is F.max_pool2d and back.args == (2,) and back.kwargs == (("stride", 2),)

@@ -186,7 +186,7 @@ def test_traffic_table():
 def test_derived_plans_exercise_their_case(results, tmp_path):
     """The derived plans test what they are for: a checkpoint group whose trailing collective is not
     recomputed, and cross-entropy's own collectives."""
-    from planlang.runtime.lowering import Convert
+    from planlang.model.lowering import Convert
     from planlang.runtime.traffic import _gradient_flow, recomputed
 
     plan, _, prog = _lowered("", _plan_path("gpt2_tp4_ckpt_pinned", tmp_path))

@@ -27,10 +27,12 @@ from dataclasses import dataclass, field
 
 from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, normalize
 from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
+from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
 from planlang.model.opgraph import OpGraph, OpNode
 from planlang.plan.complete import CompleteMesh, CompletePlan
+from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes
 from planlang.plan.types import Mesh, Spec
-from planlang.runtime.data_parallel import data_axes as batch_axes
+from planlang.plan.units import format_bytes
 
 
 class LoweringError(ValueError):
@@ -70,6 +72,24 @@ class Run:
         return self.strategy.output
 
 
+@dataclass(frozen=True)
+class Fallback:
+    """An op the lowering runs on whole values where the plan splits them (PL364): an opaque op with no
+    rule and not known to act per sample gathers its inputs over the data axes and is repeated there."""
+
+    node: str
+    module: str
+    target: str
+    axes: tuple[str, ...]  # the data axes its inputs are gathered over
+    gathered_bytes: int  # bytes one rank receives per step for the gather (forward)
+
+    def __str__(self) -> str:
+        where = f"in `{self.module}`" if self.module else "at the model's top level"
+        return (f"`{self.target}` {where} runs on the whole batch: its inputs are gathered over "
+                f"{', '.join(self.axes)} ({format_bytes(self.gathered_bytes)} per rank per step) and it is "
+                f"repeated on every rank there")
+
+
 @dataclass
 class Program:
     """The lowered step: layouts, instructions in order, per-parameter gradient reductions."""
@@ -83,14 +103,17 @@ class Program:
     grad_sync: dict[str, tuple[str, ...]]  # param FQN -> axes its gradient is summed over after backward
     loss: str = ""
     checkpoint_groups: list[tuple[int, int]] = field(default_factory=list)  # instruction index ranges
+    fallbacks: list[Fallback] = field(default_factory=list)  # ops that gather the batch (PL364)
 
 
 # ------------------------------------------------------------------------------ plan facts
 def data_axes(plan: CompletePlan) -> tuple[str, ...]:
-    """The axes the lowering splits the batch over: the plan's data axes (planlang.runtime.data_parallel,
-    which refuses inputs that disagree) less those of size 1 (a split over one device is none)."""
-
-    return tuple(a for a in batch_axes(plan) if (plan.mesh.axis_size(a) or 1) > 1)
+    """The axes the lowering splits the batch over: the plan's data axes (planlang.plan.data; inputs that
+    disagree are PL313) less those of size 1 (a split over one device is none)."""
+    conflict = batch_split_conflict(plan)
+    if conflict:
+        raise LoweringError(conflict)
+    return tuple(a for a in plan_data_axes(plan) if (plan.mesh.axis_size(a) or 1) > 1)
 
 
 def with_data_axes(spec: Spec, axes: tuple[str, ...]) -> Spec:
@@ -233,11 +256,24 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
         base_of[out] = v.name
         return out
 
+    fallbacks: list[Fallback] = []
+    batch_sizes = {graph.values[n].shape[0] for n, s in ispecs.items() if s.dims and daxes & set(s.axes_of(0))}
     for node in graph.nodes:
         in_vals = [graph.values[i] for i in node.inputs]
         if node.op.kind == "opaque":
-            args = tuple(convert(i, Spec(tuple(() for _ in graph.values[i].shape))) for i in node.inputs)
-            run = Run(node, None, args)
+            now = [layouts[current.get(v.name, v.name)] for v in in_vals]
+            per_sample = per_sample_strategy(node, in_vals, now, mesh)
+            if per_sample is None:
+                args = tuple(convert(i, Spec(tuple(() for _ in graph.values[i].shape))) for i in node.inputs)
+                run = Run(node, None, args)
+                gathered = _gathered(in_vals, now, daxes, mesh)
+                if gathered:
+                    fallbacks.append(Fallback(node.name, node.module, str(node.op.attr("target", "?")),
+                                              tuple(a for a in mesh.names if a in gathered[0]), gathered[1]))
+            else:
+                args = tuple(convert(i, want) for i, want in zip(node.inputs, per_sample.inputs))
+                grad = dict(per_sample.extra).get("grad_partial", ())
+                run = Run(node, per_sample, args, tuple((i, axes) for i, axes in grad if axes))
         else:
             try:
                 cands = strategies(node.op, mesh)
@@ -254,8 +290,12 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
             keeps_data = [s for s in faithful if not any(
                 k not in fixed and _touches(pricer, v, layouts[current.get(v.name, v.name)], s.inputs[k], daxes)
                 for k, v in enumerate(in_vals))]
+            # an output whose dim 0 is the batch is split over the data axes wherever a strategy can: after
+            # an op that had to gather the batch, and where whole values (a parameter) grow a batch dim
+            resplit = [s for s in keeps_data if _splits_batch(s.output, daxes)] \
+                if node.op.output and node.op.output[0] in batch_sizes else []
             best, best_cost = None, math.inf
-            for s in keeps_data or faithful or cands:
+            for s in resplit or keeps_data or faithful or cands:
                 c = s.flops / pricer.peak + s.comm_seconds
                 for v, want in zip(in_vals, s.inputs):
                     c += pricer.cost(v.shape, layouts[current.get(v.name, v.name)], want, DTYPE_BYTES.get(v.dtype, 4))
@@ -280,7 +320,57 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     grad_sync = _param_grad_sync(graph, instructions, origin, mesh)
     instructions = [_drop_deferred(ins, graph, origin, grad_sync) for ins in instructions]
     loss = current.get(graph.outputs[0], graph.outputs[0]) if graph.outputs else ""
-    return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss)
+    return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss, fallbacks=fallbacks)
+
+
+def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: Mesh) -> Strategy | None:
+    """The local-batch strategy of an opaque op known to act per sample (planlang.cost.ops.per_sample):
+    dim 0 of the output and of every activation input of the output's rank that has the output's dim 0
+    split as the first such input is now; lower-rank and size-1 inputs (broadcast), parameters and
+    constants whole; every other dim whole. None when the op is not known per-sample, the batch is not
+    split, or an activation input has another leading size."""
+    target = str(node.op.attr("target", ""))
+    if not (is_per_sample(target) or has_batch_statistics(target)) or not node.op.output:
+        return None
+    out = node.op.output
+    batch = [k for k, v in enumerate(in_vals)
+             if v.kind not in ("param", "const") and len(v.shape) == len(out) and v.shape and v.shape[0] == out[0]]
+    if not batch:
+        return None
+    axes = tuple(a for a in layouts[batch[0]].axes_of(0) if (mesh.axis_size(a) or 1) > 1)
+    if not axes:
+        return None
+    for v in in_vals:
+        if v.kind not in ("param", "const") and len(v.shape) == len(out) and v.shape and v.shape[0] not in (1, out[0]):
+            return None
+    specs = tuple(Spec((axes,) + tuple(() for _ in v.shape[1:])) if k in batch else Spec(tuple(() for _ in v.shape))
+                  for k, v in enumerate(in_vals))
+    ospec = Spec((axes,) + tuple(() for _ in out[1:]))
+    # whole inputs used on every rank's own samples: their gradients are partial sums over the axes
+    grad = tuple((k, axes) for k in range(len(in_vals)) if k not in batch)
+    name = "batch statistics over " + ", ".join(axes) if has_batch_statistics(target) else "per sample"
+    return Strategy(f"{name} ({call_name(target)})", specs, ospec, extra=(("grad_partial", grad),))
+
+
+def _gathered(in_vals, layouts: list[Spec], daxes: set[str], mesh: Mesh) -> tuple[set[str], int] | None:
+    """The data axes an opaque op's activation inputs are split over, and the bytes one rank receives to
+    make them whole; None when no input is split over a data axis."""
+    axes: set[str] = set()
+    received = 0
+    for v, spec in zip(in_vals, layouts):
+        if v.kind in ("param", "const"):
+            continue
+        mine = {a for d in spec.dims for a in d} & daxes
+        if mine:
+            axes |= mine
+            whole = math.prod(v.shape) * DTYPE_BYTES.get(v.dtype, 4)
+            received += whole - whole // math.prod(mesh.axis_size(a) or 1 for a in mine)
+    return (axes, received) if axes else None
+
+
+def _splits_batch(spec: Spec, daxes: set[str]) -> bool:
+    """Whether dim 0 of a layout is split over every data axis."""
+    return bool(spec.dims) and daxes <= set(spec.axes_of(0))
 
 
 def _touches(pricer: _Pricer, v, src: Spec, dst: Spec, axes: set[str]) -> bool:
@@ -288,7 +378,8 @@ def _touches(pricer: _Pricer, v, src: Spec, dst: Spec, axes: set[str]) -> bool:
     if not axes or normalize(src, pricer.mesh) == normalize(dst, pricer.mesh):
         return False
     p = pricer.path(v.shape, src, dst, DTYPE_BYTES.get(v.dtype, 4))
-    return p is None or any(st.axis in axes for st in p.steps)
+    # splitting a whole value again (a local slice) keeps the batch split; gathering it does not
+    return p is None or any(st.axis in axes and st.kind != "shard" for st in p.steps)
 
 
 def _uses_as_stored(stored: Spec, wanted: Spec, mesh: Mesh) -> bool:

@@ -1,0 +1,68 @@
+"""Model-zoo conformance without processes: every architecture of examples/zoo (Hugging Face Llama,
+Qwen2, Mistral, GPT-2, BERT and ViT from configs, a CNN with BatchNorm and GroupNorm) under data
+parallelism over 4 devices checks clean against its model, and its lowered per-rank program keeps the
+batch split: no op runs on the whole batch (PL364), every activation whose dim 0 is the batch holds
+batch / 4 samples on a rank, and no conversion gathers over the data axis."""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("transformers", reason="the zoo's Hugging Face models need transformers")
+
+from planlang.model.checks import check_with_model  # noqa: E402
+from planlang.model.load import build_model  # noqa: E402
+from planlang.model.lowering import Convert, Run  # noqa: E402
+from planlang.plan.complete import complete  # noqa: E402
+from planlang.runtime.apply import lower_plan  # noqa: E402
+from tests.zoo.plans import BATCH, ZOO, plan_text  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def zoo_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("zoo")
+    for model in ZOO:
+        (d / f"{model}_dp4.plan").write_text(plan_text(model, "dp4"))
+    return d
+
+
+@pytest.mark.parametrize("model", list(ZOO))
+def test_dp4_checks_clean_and_keeps_the_batch_split(zoo_dir, model):
+    res = check_with_model(str(zoo_dir / f"{model}_dp4.plan"))
+    assert [str(d) for d in res.diagnostics] == []
+    plan = complete(res.plan)
+    prog = lower_plan(build_model(plan.model, plan.path), plan)
+    assert prog.fallbacks == []
+    batch_values = 0
+    for ins in prog.instructions:
+        if isinstance(ins, Run) and ins.node.op.output and ins.node.op.output[0] == BATCH:
+            batch_values += 1
+            assert ins.output.axes_of(0) == ("dp",), f"{ins.node.name} ({ins.node.op.kind}) is {ins.output}"
+        if isinstance(ins, Convert):
+            gathers = [s for s in ins.path.steps if s.axis == "dp" and s.kind in ("all_gather", "all_to_all")]
+            assert gathers == [], f"{ins} gathers over the data axis"
+    assert batch_values >= 10  # the check above saw the model's activations
+
+
+def test_a_model_op_without_a_rule_is_reported_not_silent(tmp_path):
+    """cumsum has no rule and is not per sample: PL364 names it and what it costs, the program marks it,
+    and the lowering splits the batch again right after it."""
+    (tmp_path / "cum.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Cum(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.fc1 = nn.Linear(16, 32)\n"
+        "        self.fc2 = nn.Linear(32, 4)\n\n    def forward(self, x):\n"
+        "        return self.fc2(torch.cumsum(torch.relu(self.fc1(x)), dim=-1))\n\n\n"
+        "def build():\n    return Cum()\n")
+    (tmp_path / "cum.plan").write_text(
+        'use hardware\nmodel cum = "cum:build"()\ninput x : f32[batch = 8, features = 16]\n'
+        "mesh cluster of 2 x hardware.cpu {\n    dp = 2 over hardware.loopback\n}\nbudget 1 GiB per device\n"
+        "optimizer sgd(lr = 0.1)\ndata x : [dp, _]\n")
+    res = check_with_model(str(tmp_path / "cum.plan"))
+    assert [d.code for d in res.diagnostics] == ["PL364"]
+    d = res.diagnostics[0]
+    assert "`cumsum`" in d.message and "gathered over dp" in d.message and "per rank per step" in d.message
+    assert d.span.line == 9  # the data line
+    plan = complete(res.plan)
+    prog = lower_plan(build_model(plan.model, plan.path), plan)
+    assert [fb.target for fb in prog.fallbacks] == ["cumsum"]
+    fc2 = next(i for i in prog.instructions if isinstance(i, Run) and i.node.name == "model_fc2")
+    assert fc2.output.axes_of(0) == ("dp",)  # split again after the gather
