@@ -235,6 +235,13 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
         perrs = {n: rel(params[n], p.detach()) for n, p in ref.named_parameters() if n in params}
         pnoise = {n: rel(p.detach(), exact_params[n].detach()) for n, p in ref.named_parameters()
                   if yardstick and n in params}
+        if plan.pipeline is None:  # and the state forward keeps: BatchNorm's running statistics
+            mine, exact_bufs = dict(model.named_buffers()), dict(exact.named_buffers())
+            for n, b in ref.named_buffers():
+                if b.is_floating_point() and n in mine:
+                    perrs[n] = rel(mine[n].detach().cpu(), b)
+                    if yardstick:
+                        pnoise[n] = rel(b, exact_bufs[n])
         pworst, perr, pbound = judged(perrs, pnoise, tol)
         lnoise = abs(rv - xv) / max(abs(xv), 1e-30) if yardstick else 0.0
         rows.append(StepRow(s, lv, rv, abs(lv - rv) / max(abs(rv), 1e-30), gerr, worst, perr, pworst,

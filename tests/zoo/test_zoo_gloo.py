@@ -1,0 +1,29 @@
+"""Model-zoo conformance on 4 gloo processes: `planlang verify` trains each architecture under data
+parallelism over 4 ranks and compares every step's loss, gradients, parameters and BatchNorm running
+statistics with one process (the table's bounds). bench/model_zoo.py runs the whole matrix."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="the zoo's Hugging Face models need transformers")
+
+from tests.zoo.plans import plan_text  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("model,layout", [("llama", "dp4"), ("bert", "dp4"), ("vit", "dp4"), ("resnet", "dp4"),
+                                          ("resnet", "zero3")])
+def test_trains_like_one_process(tmp_path, model, layout):
+    plan = tmp_path / f"{model}_{layout}.plan"
+    plan.write_text(plan_text(model, layout))
+    out = subprocess.run([sys.executable, "-m", "planlang.cli", "verify", str(plan), "--steps", "2", "--quiet"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PLANLANG_BACKEND": "gloo"})
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "PASS" in out.stdout and "PL364" not in out.stderr
