@@ -262,6 +262,12 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "its statistics over one microbatch, not the batch: training differs from one process (GPipe's\n"
      "behaviour), and `planlang verify` will report it. Use one microbatch, replace BatchNorm with\n"
      "GroupNorm or LayerNorm, or accept per-microbatch statistics."),
+    ("PL467", "stages-not-cut", E, "the model cannot be cut into the plan's stages",
+     "planlang cuts the model into its pipeline stages with torch.fx before anything is launched; this\n"
+     "model's code cannot be traced between the stage modules (Hugging Face models' forwards are not\n"
+     "symbolically traceable), or a value other than a tensor would cross a stage boundary. The message\n"
+     "says which. Move the stage boundaries, or run the model without a pipeline (data, tensor and ZeRO\n"
+     "parallelism trace it with torch.export)."),
     ("PL460", "stage-coverage", E, "module in no stage",
      "With explicit stages, every module that holds parameters or runs computation must belong to\n"
      "exactly one stage."),

@@ -25,6 +25,7 @@ from .estimate import estimate_plan
 from .load import ModelLoadError, build_model, guess_targets, meta_inputs, plan_loss
 from .lowering import Fallback, lower
 from .opgraph import op_graph
+from .stages import StageSplitError, split_stages
 from .trace import ModuleFacts, probe_modules
 
 
@@ -305,6 +306,21 @@ def lowering_fallbacks(plan) -> list[Fallback] | None:
         return None
 
 
+def stage_split_diagnostics(plan) -> list[Diagnostic]:
+    """The pipeline's stages cut out of the model (on meta) as the runtime will cut them; a failure is a
+    diagnostic now instead of an error after launch (PL467, or the checker's code for the same cause)."""
+    p = plan.pipeline
+    if p is None:
+        return []
+    try:
+        split_stages(build_model(plan.model, plan.path), plan)
+    except StageSplitError as err:
+        return [diag(err.code or "PL467", err.message, p.span, help=err.help)]
+    except ModelLoadError:
+        return []  # reported by the model facts
+    return []
+
+
 def check_with_model(path: str, text: str | None = None, search_paths: tuple[str, ...] = ()):
     """`planlang check --model`: the model-free checks plus the model-aware ones (of `text`, named
     `path`, when given: standard input)."""
@@ -322,6 +338,7 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
         extra["fallbacks"] = lowering_fallbacks(complete(res.plan))
+        diags = diags + stage_split_diagnostics(complete(res.plan))
     result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"))
     if diags:
         result = CheckResult(result.path, tuple(diags) + result.diagnostics, result.sources, result.plan,

@@ -186,7 +186,11 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
     notes: list[str] = []
     try:
         args, kwargs = bind_inputs(module, inputs)
-        with _FlopMode(count), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fused_attention():
+        with _FlopMode(count), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fused_attention(), \
+                warnings.catch_warnings():
+            # a module returning a ModelOutput (Hugging Face) gets no backward hook call: its backward is
+            # counted in the enclosing module's, and torch's warning about it is not the user's concern
+            warnings.filterwarnings("ignore", message="For backward hooks to be called")
             out = module(*args, **kwargs)
         first = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
         profiles[""].out_bytes = _nbytes(first) if first is not None else 0

@@ -169,7 +169,10 @@ def _simulate_once(module, inputs, loss, stage_of, backward_hooks: bool, accumul
     handles = _stage_hooks(module, mode, stage_of, backward_hooks) if stage_of else []
     last_stage = max(stage_of.values()) if stage_of else None
     try:
-        with fused_attention():
+        with fused_attention(), warnings.catch_warnings():
+            # a module returning a ModelOutput (Hugging Face) gets no backward hook call; its backward is
+            # the enclosing stage's, and torch's warning about it is not the user's concern
+            warnings.filterwarnings("ignore", message="For backward hooks to be called")
             first = _run(module, args, kwargs, inputs, loss, mode, last_stage)
             if not accumulate:
                 return first

@@ -273,7 +273,7 @@ def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]
     forward as torch.fx prints it (the pipeline runs the model's own modules inside the stages)."""
     # lazy: torch loads only when this runs
     from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
-    from planlang.runtime.stages import split_stages, stage_values
+    from planlang.model.stages import split_stages, stage_values
 
     check_pipeline_plan(plan)
     p, mesh = plan.pipeline, plan.mesh

@@ -1,6 +1,6 @@
 """Pipeline parallelism: the plan's stages driven by torch.distributed.pipelining schedules.
 
-`build_pipeline(model, plan, groups)` cuts the model into the plan's stages (planlang.runtime.stages),
+`build_pipeline(model, plan, groups)` cuts the model into the plan's stages (planlang.model.stages),
 keeps the stages this rank owns, wraps each in a `PipelineStage` over the pipeline axis' process group
 and builds the schedule the plan names:
 
@@ -48,7 +48,7 @@ from planlang.plan.complete import CompletePlan
 from planlang.model.load import build_model, meta_inputs, plan_loss
 
 from .data_parallel import DataParallelError, data_axes, zero_axis
-from .stages import split_stages
+from planlang.model.stages import split_stages
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
 from planlang.model.recompute import wrap_chain, wrap_each

@@ -66,3 +66,35 @@ def test_a_model_op_without_a_rule_is_reported_not_silent(tmp_path):
     assert [fb.target for fb in prog.fallbacks] == ["cumsum"]
     fc2 = next(i for i in prog.instructions if isinstance(i, Run) and i.node.name == "model_fc2")
     assert fc2.output.axes_of(0) == ("dp",)  # split again after the gather
+
+
+def test_batch_norm_in_a_pipeline_with_microbatches_is_reported(tmp_path):
+    """Each microbatch goes through a stage alone, so BatchNorm's statistics would be per microbatch:
+    PL466 before anything runs (one microbatch: no PL466, only the idle-stage warning PL403)."""
+    def plan(microbatches: int) -> str:
+        return ('use hardware\nmodel cnn = "examples.zoo.cnn:resnet"()\n'
+                "input images : f32[batch = 8, c = 3, h = 16, w = 16]\n"
+                "mesh cluster of 2 x hardware.cpu {\n    pp = 2 over hardware.loopback\n}\n"
+                "budget 1 GiB per device\noptimizer sgd(lr = 0.1)\n"
+                f"pipeline over pp schedule gpipe microbatches {microbatches} {{\n"
+                "    stage stem, bn, blocks[0]\n    stage blocks[1], pool, fc\n}\n")
+    (tmp_path / "four.plan").write_text(plan(4))
+    (tmp_path / "one.plan").write_text(plan(1))
+    found = check_with_model(str(tmp_path / "four.plan")).diagnostics
+    assert [d.code for d in found] == ["PL466"]
+    assert "3 BatchNorm module(s) (`bn`, `blocks[0].bn`, `blocks[1].bn`)" in found[0].message
+    assert [d.code for d in check_with_model(str(tmp_path / "one.plan")).diagnostics] == ["PL403"]
+
+
+def test_a_pipeline_the_model_cannot_be_cut_into_is_refused_before_launch(tmp_path):
+    """Hugging Face forwards are not symbolically traceable between stage modules: `check --model` (and so
+    every command that runs a plan) reports PL467 instead of a StageSplitError after launch."""
+    (tmp_path / "pp.plan").write_text(
+        'use hardware\nmodel llama = "examples.zoo.causal_lm:llama"()\ninput input_ids : i64[batch = 8, seq = 16]\n'
+        "mesh cluster of 2 x hardware.cpu {\n    pp = 2 over hardware.loopback\n}\nbudget 1 GiB per device\n"
+        "optimizer sgd(lr = 0.1)\npipeline over pp schedule gpipe microbatches 2 {\n"
+        "    stage model.embed_tokens, model.rotary_emb, model.layers[0]\n"
+        "    stage model.layers[1], model.norm, lm_head\n}\n")
+    found = check_with_model(str(tmp_path / "pp.plan")).diagnostics
+    assert [d.code for d in found] == ["PL467"]
+    assert "cannot trace the model between its stage modules" in found[0].message and found[0].span.line == 9
