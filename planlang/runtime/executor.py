@@ -9,6 +9,7 @@ all-reduce of the gradient in backward.
 from __future__ import annotations
 
 import dataclasses
+import math
 import zlib
 
 import torch
@@ -42,55 +43,69 @@ class GradSum(torch.autograd.Function):
         return g, None, None, None
 
 
-class _SumOfShares(torch.autograd.Function):
-    """All-reduce (sum) forward and backward: a statistic of the whole batch, summed from each rank's share,
-    then used on each rank's own samples, so each rank's gradient of it is a share too."""
-
-    @staticmethod
-    def forward(ctx, t, group):
-        ctx.group = group
-        t = t.clone()
-        dist.all_reduce(t, group=group)
-        return t
-
-    @staticmethod
-    def backward(ctx, g):
-        g = g.contiguous().clone()
-        dist.all_reduce(g, group=ctx.group)
-        return g, None
-
-
 def _sum_over(t: torch.Tensor, groups) -> torch.Tensor:
     """Sum over the ranks of every group in turn (a sum over several axes is one over their product)."""
+    t = t.clone()
     for g in groups:
-        t = _SumOfShares.apply(t, g)
+        dist.all_reduce(t, group=g)
     return t
 
 
+class _SyncBatchNorm(torch.autograd.Function):
+    """BatchNorm's training forward and backward with the statistics of the whole batch: each rank holds its
+    own samples, the per-channel sums are all-reduced over the data axes. Saves what torch's own batch_norm
+    saves (the input, the mean and 1/std per channel), so memory is one process's; the backward all-reduces
+    the two per-channel sums its input gradient needs. Weight and bias gradients are this rank's share (the
+    lowering sums them over the data axes once per step, as every parameter's)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, eps, groups, count, stats):
+        dims = [0] + list(range(2, x.dim()))
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        mean = _sum_over(x.sum(dims), groups) / count
+        var = _sum_over((x - mean.reshape(shape)).pow(2).sum(dims), groups) / count  # two passes: stable
+        invstd = torch.rsqrt(var + eps)
+        y = (x - mean.reshape(shape)) * invstd.reshape(shape)
+        if weight is not None:
+            y = y * weight.reshape(shape)
+        if bias is not None:
+            y = y + bias.reshape(shape)
+        ctx.save_for_backward(x, weight, mean, invstd)
+        ctx.groups, ctx.count, ctx.has_bias = groups, count, bias is not None
+        stats += [mean.detach(), var.detach()]  # for the running statistics
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, weight, mean, invstd = ctx.saved_tensors
+        dims = [0] + list(range(2, x.dim()))
+        shape = [1, -1] + [1] * (x.dim() - 2)
+        # one input-sized buffer, reused in place (xhat, then dx), as torch's own backward keeps it to one
+        dx = (x - mean.reshape(shape)).mul_(invstd.reshape(shape))  # xhat
+        local = torch.stack([dy.sum(dims), torch.einsum("nc...,nc...->c", dy, dx)])
+        total = _sum_over(local, ctx.groups)
+        scale = invstd if weight is None else invstd * weight
+        dx.mul_(-(total[1] / ctx.count).reshape(shape)).add_(dy).sub_((total[0] / ctx.count).reshape(shape))
+        dx.mul_(scale.reshape(shape))
+        dw = local[1] if weight is not None and ctx.needs_input_grad[1] else None
+        db = local[0] if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return dx, dw, db, None, None, None, None
+
+
 def sync_batch_norm(x: torch.Tensor, weight, bias, bn: _BatchNorm, groups) -> torch.Tensor:
-    """BatchNorm in training on this rank's samples with the statistics of the whole batch: the per-channel
-    sum, then the sum of squared deviations, all-reduced over the data axes (two passes, as stable as one
-    process's). Equal to one process's BatchNorm on the global batch, forward, backward and running stats:
-    SyncBatchNorm's semantics, which torch implements for accelerators only."""
-    dims = [0] + list(range(2, x.dim()))
-    shape = [1, -1] + [1] * (x.dim() - 2)
-    n = torch.tensor(float(x.numel() // x.shape[1]), dtype=x.dtype, device=x.device)
-    for g in groups:
-        n = n * dist.get_world_size(g)
-    mean = _sum_over(x.sum(dims), groups) / n
-    centred = x - mean.reshape(shape)
-    var = _sum_over((centred * centred).sum(dims), groups) / n
-    y = centred * torch.rsqrt(var + bn.eps).reshape(shape)
-    if weight is not None:
-        y = y * weight.reshape(shape)
-    if bias is not None:
-        y = y + bias.reshape(shape)
+    """BatchNorm in training on this rank's samples with the statistics of the whole batch (all-reduced
+    over the data axes): equal to one process's BatchNorm on the global batch, forward, backward and
+    running statistics - SyncBatchNorm's semantics, which torch implements for accelerators only."""
+    count = float(x.numel() // x.shape[1]) * math.prod(dist.get_world_size(g) for g in groups)
+    stats: list[torch.Tensor] = []
+    y = _SyncBatchNorm.apply(x, weight, bias, bn.eps, groups, count, stats)
     if bn.training and bn.track_running_stats:
+        mean, var = stats
         with torch.no_grad():
             bn.num_batches_tracked.add_(1)
             m = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
-            bn.running_mean.mul_(1 - m).add_(mean.detach(), alpha=m)
-            bn.running_var.mul_(1 - m).add_(var.detach() * (n / (n - 1)), alpha=m)
+            bn.running_mean.mul_(1 - m).add_(mean, alpha=m)
+            bn.running_var.mul_(1 - m).add_(var * (count / (count - 1)), alpha=m)
     return y
 
 

@@ -1,0 +1,128 @@
+"""Estimated against measured per-rank peak memory for the model zoo on the planlang runtime.
+
+Run: .venv/bin/python bench/zoo_memory.py [--models llama,resnet] [--layouts dp4,zero3] [--out FILE]
+
+For each (model, layout) of tests/zoo/plans.py: `planlang.model.estimate.estimate_plan` predicts the
+per-device peak (the planlang runtime's gradient sync, "flat"); 4 gloo ranks then run the plan through
+`planlang.apply` (the plan's optimizer, ZeRO as it says) - two untracked warm-up steps, then one step
+(forward, loss, backward, gradient sync, optimizer step, zero_grad) under torch's MemTracker with the
+model, the optimizer and the batch registered (bench/memory_measure.py's method). The table gives each
+rank's measured peak, the estimate, and the error (estimate / measured - 1).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+from memory_measure import _categories, _tracker  # noqa: E402
+
+from planlang.model.estimate import estimate_plan  # noqa: E402
+from planlang.model.load import build_model, plan_loss  # noqa: E402
+from planlang.plan.checker import check_file  # noqa: E402
+from planlang.plan.complete import complete  # noqa: E402
+from tests.zoo.plans import LAYOUTS, ZOO, plan_text  # noqa: E402
+
+WORLD = 4
+
+
+def _worker(rank: int, path: str, port: int, out: str) -> None:
+    import os
+
+    from planlang.runtime.apply import apply
+    from planlang.runtime.teardown import leave
+    from planlang.runtime.verify import make_batch
+
+    warnings.filterwarnings("ignore")
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    plan = complete(check_file(path).plan)
+    torch.manual_seed(0)
+    model = build_model(plan.model, plan.path, device="cpu")
+    loss_fn = plan_loss(plan)
+    inputs, targets = make_batch(model, plan, loss_fn, 1)
+    pm = apply(model, plan, loss_fn=loss_fn, targets=tuple(t.to("meta") for t in targets))
+    del model
+    opt = pm.optimizer()
+
+    def step():
+        loss = pm.step(*inputs, *targets)
+        del loss
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    step()
+    step()
+    mt = _tracker()
+    mt.track_external(pm, opt, *inputs, *targets)
+    with mt:
+        step()
+    peak = _categories(mt.get_tracker_snapshot("peak"))
+    Path(out, f"rank{rank}.json").write_text(json.dumps(peak))
+    leave()
+
+
+def measure(path: Path) -> list[dict]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with tempfile.TemporaryDirectory() as out:
+        mp.start_processes(_worker, args=(str(path), port, out), nprocs=WORLD, join=True, start_method="spawn")
+        return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(WORLD)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default=",".join(ZOO))
+    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--by-category", action="store_true", help="also print rank 0's peak and the estimate by category")
+    args = ap.parse_args()
+    lines = [f"zoo memory: estimate vs MemTracker on the planlang runtime (bench/zoo_memory.py), {WORLD} gloo "
+             f"ranks, torch {torch.__version__}",
+             f"{'model':8} {'layout':6} {'rank':>4} {'measured MiB':>13} {'estimate MiB':>13} {'error':>8}"]
+    print("\n".join(lines), flush=True)
+    errors = []
+    with tempfile.TemporaryDirectory() as d:
+        for model in args.models.split(","):
+            for layout in args.layouts.split(","):
+                path = Path(d, f"{model}_{layout}.plan")
+                path.write_text(plan_text(model, layout))
+                plan = complete(check_file(str(path)).plan)
+                estimates = estimate_plan(plan)
+                est = max(e.peak for e in estimates)
+                measured = measure(path)
+                if args.by_category:
+                    mib = lambda b: f"{b / 2**20:.3f}"  # noqa: E731
+                    print("  measured:", {k: mib(v) for k, v in measured[0].items()})
+                    print("  estimate:", {k: mib(getattr(estimates[0], k)) for k in
+                                          ("parameters", "gradients", "optimizer", "buffers", "activations", "peak")})
+                for r, peak in enumerate(measured):
+                    err = est / peak["Total"] - 1
+                    errors.append(err)
+                    line = (f"{model:8} {layout:6} {r:>4} {peak['Total'] / 2**20:>13.2f} {est / 2**20:>13.2f} "
+                            f"{err:>+8.1%}")
+                    print(line, flush=True)
+                    lines.append(line)
+    within = sum(abs(e) <= 0.05 for e in errors)
+    tail = f"{within} of {len(errors)} (case, rank) pairs within 5 %; worst {max(errors, key=abs):+.1%}"
+    print(tail)
+    lines.append(tail)
+    if args.out:
+        Path(args.out).write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
