@@ -8,6 +8,7 @@ reports several independent syntax errors.
 from __future__ import annotations
 
 import threading
+import unicodedata
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path as FsPath
@@ -17,6 +18,7 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput
 
 from . import ast as A
 from .diagnostics import Diagnostic, Severity
+from .render._common import escape_char
 from .source import SourceFile, Span
 from .syntax_errors import describe_unexpected_token
 
@@ -203,7 +205,7 @@ def _diagnostic_for(err: UnexpectedInput, source: SourceFile, work: str) -> Diag
                 help='close the string with `"` on the same line',
             )
         return Diagnostic(
-            "PL102", Severity.ERROR, f"unexpected character `{ch}`", source.span(pos, pos + 1),
+            "PL102", Severity.ERROR, f"unexpected character {_describe_char(ch)}", source.span(pos, pos + 1),
             help=_char_help(ch),
         )
     if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
@@ -228,6 +230,16 @@ def _accepted(err: UnexpectedToken) -> set[str]:
     except Exception:  # accepts() replays the parser; fall back to Lark's own set
         acc = set()
     return acc or set(err.expected or ())
+
+
+def _describe_char(ch: str) -> str:
+    """`@`, or `\\u200b` (ZERO WIDTH SPACE): a character that is not plain ASCII is escaped if it prints
+    nothing or passes for a space, and named (a Cyrillic `а` looks like a Latin `a`)."""
+    if " " <= ch < "\x7f":
+        return f"`{ch}`"
+    shown = escape_char(ch) or ch
+    name = unicodedata.name(ch, "")
+    return f"`{shown}` ({name})" if name else f"`{shown}` (U+{ord(ch):04X})"
 
 
 def _char_help(ch: str) -> str:

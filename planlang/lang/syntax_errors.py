@@ -4,6 +4,7 @@ from __future__ import annotations
 from lark import Token
 
 from .diagnostics import did_you_mean
+from .render._common import escape_text
 
 STATEMENT_KEYWORDS = (
     "use", "model", "input", "device", "link", "mesh", "budget", "optimizer", "data", "shard",
@@ -42,8 +43,18 @@ def describe_token(tok: Token) -> str:
         return "line break"
     if tok.type == "$END":
         return "end of file"
-    text = str(tok)
-    return f"`{text}`"
+    return f"`{quote_source(str(tok))}`"
+
+
+QUOTE_LIMIT = 40
+
+
+def quote_source(text: str, limit: int = QUOTE_LIMIT) -> str:
+    """Source text for a message: invisible characters escaped (`\\u200b`), cut to `limit` characters
+    with `...` (a token can be a 30,000-character name or string)."""
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return escape_text(text, newlines=True)
 
 
 def _join(words: list[str]) -> str:

@@ -338,8 +338,9 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
         extra["fallbacks"] = lowering_fallbacks(complete(res.plan))
-        diags = diags + stage_split_diagnostics(complete(res.plan))
     result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"))
+    if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not result.errors:
+        diags = diags + stage_split_diagnostics(complete(res.plan))  # only what the checks could not tell
     if diags:
         result = CheckResult(result.path, tuple(diags) + result.diagnostics, result.sources, result.plan,
                              result.modules, result.suppressed)

@@ -327,7 +327,12 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         learn = [p for p in mine if p.name in trained]
         p_bytes = sum(math.prod(p.local) * p.itemsize for p in mine)
         g_bytes = sum(math.prod(p.local) * p.itemsize for p in learn)
-        params_b = p_bytes // zero_n if zero >= 3 else p_bytes
+        # ZeRO-2/3 run as FSDP2 over the ZeRO axis with the whole model (a pipeline: the stage) as one unit:
+        # parameters rest as shards (both stages), and the unit's whole parameters are gathered while its
+        # forward and backward run (ZeRO-2 keeps them from forward to backward, ZeRO-3 gathers again)
+        fsdp = zero >= 2 and zero_n > 1
+        params_b = p_bytes // zero_n if fsdp else p_bytes
+        gathered = p_bytes if fsdp else 0
         grads_b = g_bytes // zero_n if zero >= 2 else g_bytes
         if zero == 1 and zero_n > 1:
             opt_b = _zero1_state_bytes(mine, trained, states, counter, zero_n)
@@ -373,7 +378,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                             - saved_s)
                 later = min(inflight, micro - 1)
                 transient = max(transient, again - (inflight - later) * saved_s)
-        backward_phase = acts + transient
+        backward_phase = acts + transient + gathered
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
         flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro

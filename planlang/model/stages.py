@@ -30,6 +30,7 @@ cause and a `help` naming the fix.
 from __future__ import annotations
 
 import inspect
+import warnings
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -37,16 +38,24 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from planlang.plan.selection import Selection
+from torch.distributed.pipelining import SplitPoint, pipeline
+from torch.utils._pytree import tree_flatten
+
 from planlang.plan.complete import CompletePlan
+from planlang.plan.data import batch_dim, data_degree
+from planlang.plan.selection import Selection
+
+from .load import TORCH_DTYPES
+from .trace import meta_or_fake, probe_modules
 
 
 class StageSplitError(ValueError):
     """The plan's stages cannot be cut out of the model. `code` is the checker's code for the same
-    problem when there is one (PL360, PL460, PL461, PL462, PL463), else None."""
+    problem when there is one (PL360, PL460, PL461, PL462, PL463), else None. `untraceable`: torch.fx
+    could not trace the model between the stage modules (the cut is then made from torch.export)."""
 
-    def __init__(self, message: str, help: str, code: str | None = None) -> None:
-        self.code, self.message, self.help = code, message, help
+    def __init__(self, message: str, help: str, code: str | None = None, untraceable: bool = False) -> None:
+        self.code, self.message, self.help, self.untraceable = code, message, help, untraceable
         super().__init__(f"{code + ': ' if code else ''}{message} (help: {help})")
 
 
@@ -72,11 +81,70 @@ class StageValues:
 
 # ------------------------------------------------------------------------------ public API
 def split_stages(model: nn.Module, plan: CompletePlan) -> list[fx.GraphModule]:
-    """The plan's pipeline stages cut out of `model`, in order (see the module docstring)."""
+    """The plan's pipeline stages cut out of `model`, in order (see the module docstring). A model torch.fx
+    cannot trace between its stage modules (Hugging Face forwards) is cut from its torch.export graph
+    instead (`split_exported`), for the microbatch the plan runs."""
     p = plan.pipeline
     if p is None:
         raise StageSplitError("the plan has no `pipeline` block", "add `pipeline over AXIS ... { stage ... }`")
-    return split_model(model, [st.modules for st in p.stages])
+    stages = [st.modules for st in p.stages]
+    try:
+        return split_model(model, stages)
+    except StageSplitError as err:
+        if not err.untraceable:
+            raise
+        try:
+            return split_exported(model, stages, microbatch_inputs(plan, model))
+        except StageSplitError:
+            raise
+        except Exception as exported:  # noqa: BLE001 - both tracers failed: say both why
+            raise StageSplitError(f"{err.message}; torch.export could not cut it either: "
+                                  f"{type(exported).__name__}: {exported}", err.help) from exported
+
+
+# the output structure of an exported cut's last stage: its loss gets the model's own output back
+OUT_SPEC = "planlang_out_spec"
+
+
+def microbatch_inputs(plan: CompletePlan, model: nn.Module) -> tuple[torch.Tensor, ...]:
+    """Zero-filled inputs of one microbatch (batch / data degree / microbatches) on the model's device."""
+    p = plan.pipeline
+    divide = data_degree(plan) * (p.microbatches if p is not None else 1)
+    device = next((t.device for t in model.parameters()), torch.device("cpu"))
+    out = []
+    for inp in plan.inputs:
+        shape = [size for _, size in inp.dims]
+        b = batch_dim(inp)
+        shape[b] = max(1, shape[b] // divide)
+        out.append(torch.zeros(shape, dtype=TORCH_DTYPES[inp.dtype], device=device))
+    return tuple(out)
+
+
+def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...]) -> list[nn.Module]:
+    """Cut `model` with torch.distributed.pipelining's tracer (torch.export) at the first module, in
+    execution order, of every stage after the first. The stage modules keep the model's parameter names
+    and compose like the fx cut's; the last one returns the flattened output (tensors), and carries the
+    output's pytree spec (`OUT_SPEC`) so that the loss sees the model's own output object."""
+    stage_of, _ = _stage_of_modules(model, stages)
+    order = probe_modules(model, {f"in{i}": x for i, x in enumerate(example)}).order
+    firsts = []
+    for i in range(1, len(stages)):
+        mine = [m for m in order if stage_of.get(m) == i]
+        if not mine:
+            raise StageSplitError(f"stage {i} computes nothing: its modules never run in forward",
+                                  "give the stage modules that run, or remove it")
+        firsts.append(mine[0])
+    with warnings.catch_warnings():  # torch.export's own deprecation notices are not the user's
+        warnings.simplefilter("ignore", FutureWarning)
+        pipe = pipeline(model, mb_args=example, split_spec={m: SplitPoint.BEGINNING for m in firsts})
+    if pipe.num_stages != len(stages):
+        raise StageSplitError(f"torch.export cut the model into {pipe.num_stages} stages, not {len(stages)}",
+                              "start each stage at a module the model calls at its top level or in a block list")
+    modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
+    with torch.no_grad():
+        out = meta_or_fake(lambda: model(*example))
+    setattr(modules[-1], OUT_SPEC, tree_flatten(out)[1])
+    return modules
 
 
 def split_model(model: nn.Module, stages: Sequence[Sequence[Selection | str]]) -> list[fx.GraphModule]:
@@ -154,7 +222,7 @@ def _trace(model: nn.Module, leaves: set[str]) -> fx.Graph:
         raise StageSplitError(
             f"torch.fx cannot trace the model between its stage modules: {type(err).__name__}: {err}",
             "the code outside the modules the stages select must be traceable (no data-dependent control "
-            "flow); select the module that holds such code as a whole") from err
+            "flow); select the module that holds such code as a whole", untraceable=True) from err
 
 
 # ------------------------------------------------------------------------------ placing nodes

@@ -41,6 +41,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
+from torch.utils._pytree import tree_unflatten
 
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
@@ -48,7 +49,7 @@ from planlang.plan.complete import CompletePlan
 from planlang.model.load import build_model, meta_inputs, plan_loss
 
 from .data_parallel import DataParallelError, data_axes, zero_axis
-from planlang.model.stages import split_stages
+from planlang.model.stages import OUT_SPEC, split_stages
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
 from planlang.model.recompute import wrap_chain, wrap_each
@@ -296,6 +297,14 @@ class PipelineRunner:
         return out
 
 
+def _with_output(loss_fn: Callable, spec) -> Callable:
+    """The loss of the model's own output (a Hugging Face ModelOutput) from the last stage's tensors."""
+    def loss(output, *targets):
+        leaves = list(output) if isinstance(output, tuple) else [output]
+        return loss_fn(tree_unflatten(leaves, spec), *targets)
+    return loss
+
+
 class _ScaledLoss:
     """loss(output, target) / m; without a target, loss(output) / m (the dummy target is ignored)."""
 
@@ -345,6 +354,9 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     device = torch.device(device)
     mine = layout.stages_of(groups.coords[axis])
     all_stages = split_stages(model, plan)
+    spec = getattr(all_stages[-1], OUT_SPEC, None)
+    if spec is not None:  # cut from torch.export: the last stage returns the output's tensors
+        loss_fn = _with_output(loss_fn, spec)
     modules = {}
     for i in mine:
         mod = all_stages[i]

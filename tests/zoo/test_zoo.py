@@ -86,15 +86,41 @@ def test_batch_norm_in_a_pipeline_with_microbatches_is_reported(tmp_path):
     assert [d.code for d in check_with_model(str(tmp_path / "one.plan")).diagnostics] == ["PL403"]
 
 
-def test_a_pipeline_the_model_cannot_be_cut_into_is_refused_before_launch(tmp_path):
-    """Hugging Face forwards are not symbolically traceable between stage modules: `check --model` (and so
-    every command that runs a plan) reports PL467 instead of a StageSplitError after launch."""
-    (tmp_path / "pp.plan").write_text(
-        'use hardware\nmodel llama = "examples.zoo.causal_lm:llama"()\ninput input_ids : i64[batch = 8, seq = 16]\n'
-        "mesh cluster of 2 x hardware.cpu {\n    pp = 2 over hardware.loopback\n}\nbudget 1 GiB per device\n"
-        "optimizer sgd(lr = 0.1)\npipeline over pp schedule gpipe microbatches 2 {\n"
-        "    stage model.embed_tokens, model.rotary_emb, model.layers[0]\n"
-        "    stage model.layers[1], model.norm, lm_head\n}\n")
+def test_a_hugging_face_pipeline_is_cut_from_torch_export(tmp_path):
+    """fx cannot trace Hugging Face forwards between stage modules; the stages are cut from torch.export
+    instead (torch.distributed.pipelining's tracer), keeping the model's parameter names, and compose to
+    the model; the last stage returns the logits, which the loss gets back as the model's output."""
+    import torch
+
+    from planlang.model.stages import OUT_SPEC, split_stages
+    from torch.utils._pytree import tree_unflatten
+
+    (tmp_path / "pp.plan").write_text(plan_text("llama", "pp2dp2"))
+    res = check_with_model(str(tmp_path / "pp.plan"))
+    assert [d.code for d in res.diagnostics] == []
+    plan = complete(res.plan)
+    torch.manual_seed(0)
+    model = build_model(plan.model, plan.path, device="cpu")
+    first, last = split_stages(model, plan)
+    assert {n for n, _ in first.named_parameters()} >= {"model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight"}
+    assert "lm_head.weight" in {n for n, _ in last.named_parameters()}
+    ids = torch.randint(0, 256, (2, 16))  # one microbatch: 8 / dp 2 / 2 microbatches
+    out = tree_unflatten([last(*first(ids))], getattr(last, OUT_SPEC))
+    assert torch.allclose(out.logits, model(ids).logits, atol=1e-6)
+
+
+def test_a_pipeline_the_model_cannot_be_cut_into_is_refused_before_launch(tmp_path, monkeypatch):
+    """When torch.export cannot cut the model either (here its tracer is made to fail), `check --model`
+    (so every command that runs a plan) says so with PL467, naming both tracers' reasons, instead of an
+    error after launch."""
+    import planlang.model.stages as stages
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("no split for you")
+
+    monkeypatch.setattr(stages, "pipeline", refuse)
+    (tmp_path / "pp.plan").write_text(plan_text("llama", "pp2dp2"))
     found = check_with_model(str(tmp_path / "pp.plan")).diagnostics
     assert [d.code for d in found] == ["PL467"]
-    assert "cannot trace the model between its stage modules" in found[0].message and found[0].span.line == 9
+    assert "torch.fx cannot trace the model between its stage modules" in found[0].message
+    assert "torch.export could not cut it either: RuntimeError: no split for you" in found[0].message

@@ -1,5 +1,5 @@
 """Model-zoo conformance on 4 gloo processes: `planlang verify` trains each architecture under data
-parallelism over 4 ranks and compares every step's loss, gradients, parameters and BatchNorm running
+parallelism over 4 ranks (and HF Llama as a 1F1B pipeline of 2 stages x 2 data replicas) and compares every step's loss, gradients, parameters and BatchNorm running
 statistics with one process (the table's bounds). bench/model_zoo.py runs the whole matrix."""
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize("model,layout", [("llama", "dp4"), ("bert", "dp4"), ("vit", "dp4"), ("resnet", "dp4"),
-                                          ("resnet", "zero3")])
+                                          ("resnet", "zero3"), ("llama", "pp2dp2")])
 def test_trains_like_one_process(tmp_path, model, layout):
     plan = tmp_path / f"{model}_{layout}.plan"
     plan.write_text(plan_text(model, layout))

@@ -1,10 +1,11 @@
-"""One line per diagnostic: ``file:line:col: severity[CODE] message``."""
+"""One line per diagnostic: ``file:line:col: severity[CODE] message`` (control and format characters of
+the message, newlines included, shown escaped: ``\\n``, ``\\u200b``)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from ._common import severity_name, sorted_diagnostics
+from ._common import escape_text, severity_name, sorted_diagnostics
 
 _COLORS = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "note": "\x1b[1;36m"}
 _RESET = "\x1b[0m"
@@ -16,7 +17,7 @@ def format_one(diag: Any, color: bool = False) -> str:
     tag = f"{sev}[{diag.code}]"
     if color:
         tag = f"{_COLORS.get(sev, '')}{tag}{_RESET}"
-    return f"{s.file}:{s.line}:{s.col}: {tag} {diag.message}"
+    return f"{escape_text(s.file, newlines=True)}:{s.line}:{s.col}: {tag} {escape_text(diag.message, newlines=True)}"
 
 
 def render(diagnostics: list[Any], sources: Mapping[str, Any], color: bool = False) -> str:

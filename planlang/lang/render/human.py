@@ -13,7 +13,11 @@
 The primary span is underlined with ``^`` (its message is that of the first label whose span equals
 the primary span, if any); other labels with ``-``. Labels in another file get their own ``-->``
 block. A multi-line span is underlined from its start column to the end of its first line. Tabs are
-shown as four spaces and the underlines follow. Colour is plain ANSI escapes, only when asked for.
+shown as four spaces and the underlines follow. Characters that print nothing or pass for another
+(controls, NUL, BOM, zero-width and bidi characters, other Cc/Cf, spaces but U+0020) are shown escaped
+(``\u200b``), in source lines and in messages alike, and underlined at the width of the escape. A line
+longer than `MAX_LINE` columns is shown as a window of `MAX_LINE` columns around the underlined part,
+with ``...`` where it is cut. Colour is plain ANSI escapes, only when asked for.
 """
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._common import expand_tabs, severity_name, sorted_diagnostics, text_width
+from ._common import ELLIPSIS, display_text, escape_text, severity_name, sorted_diagnostics, text_width, window
 
 _RESET = "\x1b[0m"
 _SEVERITY_STYLE = {"error": "\x1b[1;31m", "warning": "\x1b[1;33m", "note": "\x1b[1;36m"}
@@ -59,16 +63,40 @@ class _Annotation:
     primary: bool
 
 
-def _mark_for(span: Any, line_text: str, message: str, style: str, primary: bool) -> _Mark:
+def _column(text: str, lo: int, hi: int, i: int, end: bool) -> int:
+    """The display column (0-based) of character offset `i` of `text` on a row that shows `text[lo:hi]`
+    (with an ellipsis on each side that is cut). An offset in a cut part maps onto its ellipsis; one
+    past the end of the line to the columns after it."""
+    n = len(text)
+    head = len(ELLIPSIS) if lo > 0 else 0
+    if i < lo:
+        return 0
+    if i <= hi:
+        return head + text_width(text[lo:i])
+    inner = head + text_width(text[lo:hi])
+    if hi < n:
+        return inner + len(ELLIPSIS) if end else inner
+    return inner + (i - n)
+
+
+def _mark_for(span: Any, line_text: str, message: str, style: str, primary: bool,
+              shown: tuple[int, int] | None = None) -> _Mark:
     n = len(line_text)
+    lo, hi = shown if shown is not None else (0, n)
     begin = max(span.col - 1, 0)
-    start = text_width(line_text[:begin]) + max(0, begin - n)
     if span.end_line > span.line:
         end = max(n, begin + 1)  # to the end of the first line
     else:
         end = max(span.end_col - 1, begin)
-    width = text_width(line_text[begin:min(end, n)]) + max(0, end - max(n, begin))
-    return _Mark(start, max(width, 1), "^" if primary else "-", message, style, primary)
+    start = _column(line_text, lo, hi, begin, end=False)
+    stop = _column(line_text, lo, hi, end, end=True)
+    return _Mark(start, max(stop - start, 1), "^" if primary else "-", escape_text(message, newlines=True),
+                 style, primary)
+
+
+def _excerpt(text: str, lo: int, hi: int) -> str:
+    """`text[lo:hi]` as shown: tabs expanded, invisible characters escaped, an ellipsis where cut."""
+    return (ELLIPSIS if lo > 0 else "") + display_text(text[lo:hi]) + (ELLIPSIS if hi < len(text) else "")
 
 
 def _compose(items: list[tuple[int, str, str]], pal: _Palette) -> str:
@@ -130,7 +158,7 @@ class _Writer:
         self.lines.append(self.gutter(number) + (" " + text if text else ""))
 
     def arrow(self, file: str, line: int, col: int) -> None:
-        self.lines.append(" " * (self.width + 1) + self.pal.paint("-->", _GUTTER_STYLE) + f" {file}:{line}:{col}")
+        self.lines.append(" " * (self.width + 1) + self.pal.paint("-->", _GUTTER_STYLE) + f" {escape_text(file, newlines=True)}:{line}:{col}")
 
     def equals(self, kind: str, text: str, sep: str = ": ") -> None:
         indent = " " * (self.width + 2)
@@ -151,14 +179,18 @@ def _source_block(w: _Writer, src: Any, annotations: list[_Annotation], sev_styl
         if prev is not None:
             gap = number - prev
             if gap == 2:
-                w.row(prev + 1, expand_tabs(src.line_text(prev + 1)))
+                between = src.line_text(prev + 1)
+                w.row(prev + 1, _excerpt(between, *window(between, 0)))
             elif gap > 2:
                 w.lines.append(pal.paint("...", _GUTTER_STYLE))
         text = src.line_text(number)
-        w.row(number, expand_tabs(text))
+        anns = by_line[number]
+        focus = next((a for a in anns if a.primary), min(anns, key=lambda a: a.span.col))
+        shown = window(text, focus.span.col - 1)
+        w.row(number, _excerpt(text, *shown))
         marks = [
-            _mark_for(a.span, text, a.message, sev_style if a.primary else _SECONDARY_STYLE, a.primary)
-            for a in by_line[number]
+            _mark_for(a.span, text, a.message, sev_style if a.primary else _SECONDARY_STYLE, a.primary, shown)
+            for a in anns
         ]
         for r in _mark_rows(marks, pal):
             w.row(None, r)
@@ -170,7 +202,7 @@ def _missing_block(w: _Writer, annotations: list[_Annotation]) -> None:
     if labelled:
         w.blank()
         for a in labelled:
-            w.equals("at", f"{a.span.line}:{a.span.col}: {a.message}", sep=" ")
+            w.equals("at", f"{a.span.line}:{a.span.col}: {escape_text(a.message, newlines=True)}", sep=" ")
 
 
 def format_one(diag: Any, sources: Mapping[str, Any], pal: _Palette) -> str:
@@ -197,7 +229,7 @@ def format_one(diag: Any, sources: Mapping[str, Any], pal: _Palette) -> str:
     width = max((len(str(n)) for n in shown_lines), default=1)
     w = _Writer(width, pal)
 
-    header = pal.paint(f"{sev}[{diag.code}]", sev_style) + pal.paint(f": {diag.message}", _BOLD)
+    header = pal.paint(f"{sev}[{diag.code}]", sev_style) + pal.paint(f": {escape_text(diag.message, newlines=True)}", _BOLD)
     w.lines.append(header)
 
     for i, (file, anns) in enumerate(groups.items()):
@@ -214,9 +246,9 @@ def format_one(diag: Any, sources: Mapping[str, Any], pal: _Palette) -> str:
     if diag.help or diag.notes:
         w.blank()
         if diag.help:
-            w.equals("help", diag.help)
+            w.equals("help", escape_text(diag.help))
         for note in diag.notes:
-            w.equals("note", note)
+            w.equals("note", escape_text(note))
     return "\n".join(w.lines) + "\n"
 
 
