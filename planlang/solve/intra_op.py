@@ -68,11 +68,12 @@ if TYPE_CHECKING:
 SAVES: dict[str, tuple[int, ...]] = {
     "linear": (0, 1), "matmul": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "conv2d": (0, 1), "embedding": (0,),
     "layer_norm": (0, 1), "rms_norm": (0, 1), "gelu": (0,), "silu": (0,), "tanh": (0,), "mul": (0, 1),
-    "sin": (0,), "cos": (0,),
+    "sin": (0,), "cos": (0,), "amax": (0,),
+    "dropout": (0,),  # the mask it multiplies by: the input's size and dtype (local_ops)
     "div": (0, 1), "scaled_dot_product_attention": (0, 1, 2), "cross_entropy": (0, 1),
 }
 SAVES_OUTPUT = {"relu", "softmax", "log_softmax", "exp", "scaled_dot_product_attention", "tanh", "rsqrt", "sqrt",
-                "sigmoid"}
+                "sigmoid", "amax"}
 ALIASES = {"view", "reshape", "flatten", "unflatten", "transpose", "permute", "split", "slice", "getitem", "expand"}
 # backward flops / forward flops: two matmuls per matmul (input and weight gradients), one pass otherwise
 BACKWARD_RATIO = {"linear": 2.0, "matmul": 2.0, "bmm": 2.0, "addmm": 2.0, "conv2d": 2.0, "embedding": 1.0,

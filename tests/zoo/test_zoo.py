@@ -9,6 +9,7 @@ import pytest
 
 pytest.importorskip("transformers", reason="the zoo's Hugging Face models need transformers")
 
+from planlang.cost.ops import registry  # noqa: E402
 from planlang.model.checks import check_with_model  # noqa: E402
 from planlang.model.load import build_model  # noqa: E402
 from planlang.model.lowering import Convert, Run  # noqa: E402
@@ -32,6 +33,7 @@ def test_dp4_checks_clean_and_keeps_the_batch_split(zoo_dir, model):
     plan = complete(res.plan)
     prog = lower_plan(build_model(plan.model, plan.path), plan)
     assert prog.fallbacks == []
+    assert {n.op.kind for n in prog.graph.nodes} - set(registry()) <= {"opaque"}  # the front end's kinds have rules
     batch_values = 0
     for ins in prog.instructions:
         if isinstance(ins, Run) and ins.node.op.output and ins.node.op.output[0] == BATCH:
