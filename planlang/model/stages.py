@@ -141,6 +141,8 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...]) 
         raise StageSplitError(f"torch.export cut the model into {pipe.num_stages} stages, not {len(stages)}",
                               "start each stage at a module the model calls at its top level or in a block list")
     modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
+    for m in modules[:-1]:
+        m.register_forward_hook(_contiguous_outputs)
     with torch.no_grad():
         out = meta_or_fake(lambda: model(*example))
     setattr(modules[-1], OUT_SPEC, tree_flatten(out)[1])
@@ -389,9 +391,18 @@ def _split(model: nn.Module, stages) -> tuple[list[fx.GraphModule], list[StageVa
         gm = fx.GraphModule(model, g, class_name=f"PipelineStage{i}")
         if i < n - 1:
             gm.register_forward_hook(_tensor_outputs_hook(i, outs))
+            gm.register_forward_hook(_contiguous_outputs)
         modules.append(gm)
         values.append(StageValues(i, tuple(v.name for v in carried[i]), outs))
     return modules, values
+
+
+def _contiguous_outputs(_module, _args, out):
+    """What a stage sends is contiguous (point-to-point sends take contiguous tensors only; a transposed
+    view, ViT's attention output, would be refused)."""
+    if isinstance(out, tuple):
+        return tuple(o.contiguous() if isinstance(o, torch.Tensor) else o for o in out)
+    return out.contiguous() if isinstance(out, torch.Tensor) else out
 
 
 def _tensor_outputs_hook(index: int, names: Iterable[str]):
