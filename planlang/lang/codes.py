@@ -73,6 +73,14 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL105", "not-utf8", E, "the file is not UTF-8 text",
      "Plans are UTF-8 text. The diagnostic points at the first byte that is not valid UTF-8 (shown as\n"
      "U+FFFD); the file is not checked further. Save it as UTF-8 (most editors: \"Save with encoding\")."),
+    ("PL106", "nesting-too-deep", E, "brackets nested too deeply",
+     "At most 64 brackets (`{`, `(`, `[`, counted together) may be open at once. Plans nest a few\n"
+     "levels; a deeper nest is a generated or damaged file, and checking it would exhaust the checker's\n"
+     "stack. The diagnostic points at the first bracket past the limit; the file is not checked further."),
+    ("PL107", "number-too-long", E, "a number has too many digits",
+     "A number literal has at most 100 digits. Every count, size and quantity in a plan is far smaller\n"
+     "(quantities stay below 1e30 base units, PL223), so a longer literal is a typo or a damaged file.\n"
+     "The file is not checked further."),
     # ------------------------------------------------------------------ PL2xx names and values
     ("PL201", "unknown-axis", E, "unknown mesh axis",
      "A spec, data spec, pipeline, optimizer or stage names an axis the mesh does not declare.\n"

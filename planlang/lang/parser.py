@@ -25,6 +25,8 @@ from .syntax_errors import describe_unexpected_token
 # package data (in the wheel too); `grammar/` at the top of the checkout links here
 GRAMMAR_PATH = FsPath(__file__).resolve().parents[1] / "grammar" / "planlang.lark"
 MAX_SYNTAX_ERRORS = 20
+MAX_NESTING = 64  # brackets open at once (PL106); every pass over the tree recurses once per level
+MAX_DIGITS = 100  # digits of one number literal (PL107); int() refuses more than 4300
 
 
 class PlanPostLex:
@@ -103,6 +105,10 @@ class ParseResult:
 def parse(text: str, path: str = "<plan>") -> ParseResult:
     """Parse one file. Never raises for bad input: syntax errors come back as diagnostics."""
     source = SourceFile(path, text)
+    empty = A.Module((), (), path, span=source.span(0, len(text)))
+    too_deep = _nesting_diagnostic(source)
+    if too_deep is not None:
+        return ParseResult(empty, (too_deep,), source)
     parser = _lark()
     diags: list[Diagnostic] = []
     work = text
@@ -129,10 +135,13 @@ def parse(text: str, path: str = "<plan>") -> ParseResult:
         )
         if diags:
             return ParseResult(A.Module((), comments, path, span=source.span(0, len(text))), tuple(diags), source)
+        builder = _ToAst(source)
         try:
-            module = _ToAst(source).transform(tree)
+            module = builder.transform(tree)
         except VisitError as err:  # a bug in the transformer, not the user's input
             raise err.orig_exc from err
+        if builder.diags:
+            return ParseResult(A.Module((), comments, path, span=empty.span), tuple(builder.diags), source)
         module = A.Module(module.statements, comments, path, span=source.span(0, len(text)))
         return ParseResult(module, (), source)
     return ParseResult(A.Module((), (), path, span=source.span(0, len(text))), tuple(diags), source)
@@ -185,6 +194,37 @@ def code_of(line: str) -> str:
         else:
             out.append(ch)
     return "".join(out)
+
+
+def _nesting_diagnostic(source: SourceFile) -> Diagnostic | None:
+    """PL106 at the first bracket opened while MAX_NESTING are open (outside strings and comments), so
+    that no later pass (the tree transformer, the resolver, the formatter) recurses without bound."""
+    text = source.text
+    if text.count("{") + text.count("(") + text.count("[") <= MAX_NESTING:
+        return None
+    depth = 0
+    in_str = in_comment = False
+    for i, ch in enumerate(text):
+        if in_comment:
+            in_comment = ch != "\n"
+        elif in_str:
+            if ch == "\n" or (ch == '"' and text[i - 1] != "\\"):
+                in_str = False
+        elif ch == "#":
+            in_comment = True
+        elif ch == '"':
+            in_str = True
+        elif ch in "{([":
+            depth += 1
+            if depth > MAX_NESTING:
+                return Diagnostic(
+                    "PL106", Severity.ERROR, f"brackets nested more than {MAX_NESTING} deep",
+                    source.span(i, i + 1),
+                    help=f"a plan nests a few levels; flatten this to at most {MAX_NESTING} open brackets",
+                )
+        elif ch in "})]" and depth > 0:
+            depth -= 1
+    return None
 
 
 def _tok_span(source: SourceFile, tok: Token) -> Span:
@@ -303,16 +343,28 @@ def _unescape(raw: str) -> str:
     return "".join(out)
 
 
-def _int(text: str) -> int:
-    return int(text.replace("_", ""))
-
-
 class _ToAst(Transformer):
     """Lark tree → AST. Every node gets the span of the text it came from."""
 
     def __init__(self, source: SourceFile):
         super().__init__(visit_tokens=False)
         self.src = source
+        self.diags: list[Diagnostic] = []  # PL107
+
+    def _number(self, tok: Token, convert):
+        """`convert` of the literal's digits; PL107 (and 0) for a literal of more than MAX_DIGITS digits."""
+        digits = str(tok).replace("_", "")
+        mantissa = digits.lower().partition("e")[0] if convert is float else digits
+        if sum(c.isdigit() for c in mantissa) > MAX_DIGITS:
+            self.diags.append(Diagnostic(
+                "PL107", Severity.ERROR, f"a number with {sum(c.isdigit() for c in mantissa)} digits",
+                self._tspan(tok), help=f"a number literal has at most {MAX_DIGITS} digits",
+            ))
+            return convert(0)
+        return convert(digits)
+
+    def _int(self, tok: Token) -> int:
+        return self._number(tok, int)
 
     # helpers -----------------------------------------------------------------------
     def _span(self, meta) -> Span:
@@ -331,7 +383,7 @@ class _ToAst(Transformer):
     def _intnode(self, tok) -> A.Int:
         if isinstance(tok, A.Int):
             return tok
-        return A.Int(_int(str(tok)), text=str(tok), span=self._tspan(tok))
+        return A.Int(self._int(tok), text=str(tok), span=self._tspan(tok))
 
     def _coerce_every(self, x):
         if isinstance(x, Token):
@@ -362,7 +414,7 @@ class _ToAst(Transformer):
     @v_args(meta=True)
     def float(self, meta, items):
         tok = items[0]
-        return A.Float(float(str(tok).replace("_", "")), text=str(tok), span=self._tspan(tok))
+        return A.Float(self._number(tok, float), text=str(tok), span=self._tspan(tok))
 
     @v_args(meta=True)
     def string(self, meta, items):
@@ -389,12 +441,12 @@ class _ToAst(Transformer):
     # paths ----------------------------------------------------------------------------
     @v_args(meta=True)
     def index(self, meta, items):
-        return A.Index(_int(str(items[0])), span=self._span(meta))
+        return A.Index(self._int(items[0]), span=self._span(meta))
 
     @v_args(meta=True)
     def slice(self, meta, items):
         a, b = items
-        return A.Slice(None if a is None else _int(str(a)), None if b is None else _int(str(b)), span=self._span(meta))
+        return A.Slice(None if a is None else self._int(a), None if b is None else self._int(b), span=self._span(meta))
 
     @v_args(meta=True)
     def star(self, meta, items):

@@ -77,6 +77,14 @@ class _Ctx:
     scope: Selection | None = None  # the innermost `for` selection or pattern `apply` target
 
 
+def _is_file(path: FsPath) -> bool:
+    """`path.is_file()`, False where the name cannot be looked up at all (too long, a NUL in it)."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 class Resolver:
     """Resolves one plan file and the modules it uses. `use` is confined (PL222): to the standard library,
     the root plan's folder and below, and the `search_paths` the user configured (`use-paths`)."""
@@ -128,11 +136,11 @@ class Resolver:
         base = FsPath(from_path).parent
         if isinstance(use.target, A.Str):
             cand = base / use.target.value
-            return str(cand) if cand.is_file() else None
+            return str(cand) if _is_file(cand) else None
         rel = FsPath(*[p.text for p in use.target.parts]).with_suffix(".plan")
         for root in (self.stdlib, base, *self.search_paths):
             cand = root / rel
-            if cand.is_file():
+            if _is_file(cand):
                 return str(cand)
         return None
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -672,6 +673,170 @@ def test_github_severities_and_escaping_in_output():
     assert render([w], {}, "github").startswith("::warning ")
 
 
-def test_github_multi_line_span_leaves_out_columns():
+def test_github_multi_line_span_is_annotated_on_its_first_line():
+    """The runner drops an annotation with columns over several lines (actions/runner#4167): a span over
+    lines 5-9 is annotated from its column to the end of line 5 (endColumn only when the source is known)."""
     out = render([multi_line()], SOURCES, "github")
-    assert out == "::error file=plans/gpt.plan,line=5,endLine=9,title=PL120::mesh block is empty of links\n"
+    width = len("mesh cluster of 8 x hardware.a100_80g {")
+    assert out == (f"::error file=plans/gpt.plan,line=5,col=1,endLine=5,endColumn={width + 1},title=PL120::"
+                   "mesh block is empty of links\n")
+    assert render([multi_line()], {}, "github") == (
+        "::error file=plans/gpt.plan,line=5,col=1,endLine=5,title=PL120::mesh block is empty of links\n")
+
+
+# ---- invisible characters and long lines -------------------------------------------------------
+
+LONG_LINE = "stage " + "h[0], " * 5000 + "h[1]"  # 30,010 characters
+ODD_TEXT = (
+    "\ufeffuse hardware\n"                         # 1: a byte order mark first
+    "mesh m\u200bain of 8 x gpu {\n"               # 2: a zero-width space inside a name
+    "    tp = 8 # \u202eevil\u202c\n"              # 3: a bidi override in a comment
+    "budget\x00 80 GiB\x1b[31m\n"                  # 4: NUL, an ANSI escape
+    "model\u00a0m = \"x\"\u2028\n"                 # 5: a no-break space, a line separator
+    + LONG_LINE + "\n"                             # 6
+    "\tx\u0085 = 1\n"                              # 7: a tab and a C1 control (NEL)
+)
+ODD = SourceFile("plans/odd.plan", ODD_TEXT)
+ODD_SOURCES = {ODD.path: ODD}
+N6 = len(LONG_LINE)
+
+
+def odd_diagnostics() -> list[Diagnostic]:
+    s = lambda *a: sp(ODD, *a)  # noqa: E731
+    return [
+        Diagnostic("PL102", Severity.ERROR, "unexpected character `\ufeff`", s(1, 1, 1, 2)),
+        Diagnostic("PL102", Severity.ERROR, "unexpected character `\u200b`", s(2, 7, 2, 8),
+                   labels=(Label(s(2, 6, 2, 11), "name `m\u200bain`"),)),
+        Diagnostic("PL999", Severity.WARNING, "bidi control \u202e in a comment", s(3, 14, 3, 15),
+                   labels=(Label(s(3, 14, 3, 15), "reorders the text after it"),)),
+        Diagnostic("PL102", Severity.ERROR, "unexpected character `\x00`", s(4, 7, 4, 8),
+                   labels=(Label(s(4, 16, 4, 21), "escape \x1b[31m"),), help="remove it\x1b[0m"),
+        Diagnostic("PL102", Severity.ERROR, "unexpected character `\u00a0`", s(5, 6, 5, 7),
+                   notes=("the line ends in \u2028",)),
+        Diagnostic("PL408", Severity.ERROR, "in the middle of a long line", s(6, 15001, 6, 15005),
+                   labels=(Label(s(6, 7, 6, 11), "far left"), Label(s(6, N6 - 3, 6, N6 + 1), "far right"))),
+        Diagnostic("PL408", Severity.NOTE, "at the start of a long line", s(6, 1, 6, 6)),
+        Diagnostic("PL408", Severity.NOTE, "at the end of a long line", s(6, N6 - 3, 6, N6 + 1)),
+        Diagnostic("PL120", Severity.ERROR, "over two lines, the first long", s(6, 1, 7, 3)),
+        Diagnostic("PL102", Severity.ERROR, "unexpected character `\x85`", s(7, 3, 7, 4)),
+    ]
+
+
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u00a0\u200b-\u200f\u2028-\u202e\u2066-\u2069\ufeff]")
+
+ODD_GOLDEN = [("human", "odd_human.txt"), ("concise", "odd_concise.txt"), ("github", "odd_github.txt")]
+
+
+@pytest.mark.parametrize("fmt,name", ODD_GOLDEN, ids=[g[1] for g in ODD_GOLDEN])
+def test_golden_invisible_characters_and_long_lines(fmt, name):
+    out = render(odd_diagnostics(), ODD_SOURCES, fmt)
+    assert not RAW.search(out.replace("\n", "")), "a control or format character is shown raw"
+    check_golden(name, out)
+
+
+def _excerpt_rows(out: str) -> list[str]:
+    return [line for line in out.splitlines() if re.match(r" +\d+ \| ", line)]
+
+
+def _row_and_marks(out: str) -> tuple[str, str]:
+    lines = out.splitlines()
+    i = next(i for i, line in enumerate(lines) if re.match(r" +\d+ \| ", line))
+    gutter = lines[i].index("| ") + 2
+    return lines[i][gutter:], lines[i + 1][gutter:]
+
+
+@pytest.mark.parametrize("ch,shown", [
+    ("\x00", "\\x00"), ("\x07", "\\x07"), ("\x1b", "\\x1b"), ("\x7f", "\\x7f"), ("\x85", "\\x85"),
+    ("\r", "\\x0d"), ("\ufeff", "\\ufeff"), ("\u200b", "\\u200b"), ("\u200d", "\\u200d"), ("\u2060", "\\u2060"),
+    ("\u00ad", "\\xad"), ("\u202e", "\\u202e"), ("\u2066", "\\u2066"), ("\u200f", "\\u200f"), ("\u061c", "\\u061c"),
+    ("\u2028", "\\u2028"), ("\u2029", "\\u2029"), ("\u00a0", "\\xa0"), ("\u3000", "\\u3000"),
+    ("\U000e0041", "\\U000e0041"), ("\ue000", "\\ue000"), ("\u0378", "\\u0378"),
+])
+def test_human_escapes_invisible_characters_and_underlines_them(ch, shown):
+    src = SourceFile("c.plan", f"budget{ch} 8 GiB\n")
+    d = Diagnostic("PL102", Severity.ERROR, f"unexpected character `{ch}`", sp(src, 1, 7, 1, 8),
+                   labels=(Label(sp(src, 1, 9, 1, 10), "after"),))
+    out = render([d], {src.path: src}, "human")
+    assert ch not in out
+    row, marks = _row_and_marks(out)
+    assert row == f"budget{shown} 8 GiB"
+    assert marks.startswith(" " * 6 + "^" * len(shown) + " -")  # the escape is underlined, what follows aligns
+    assert row[marks.index("-")] == "8"
+    assert f"error[PL102]: unexpected character `{shown}`" in out
+
+
+@pytest.mark.parametrize("ch", ["a", "é", "模", "\u0301", "\t", "→", "\ufffd", "\U0001f600"])
+def test_human_shows_printing_characters_as_they_are(ch):
+    src = SourceFile("c.plan", f"x{ch}y\n")
+    out = render([Diagnostic("PL1", Severity.ERROR, "m", sp(src, 1, 3, 1, 4))], {src.path: src}, "human")
+    assert _row_and_marks(out)[0] == f"x{ch}y".replace("\t", "    ")
+
+
+def test_messages_are_escaped_in_text_formats_and_kept_in_data_formats():
+    d = odd_diagnostics()[3]  # NUL in the message, ESC in a label and in the help
+    human = render([d], ODD_SOURCES, "human")
+    assert "\x1b" not in human and "\x00" not in human
+    assert "`\\x00`" in human and "escape \\x1b[31m" in human and "help: remove it\\x1b[0m" in human
+    assert "`\\x00`" in render([d], ODD_SOURCES, "concise")
+    assert "`\\x00`" in render([d], ODD_SOURCES, "github")
+    data = json.loads(render([d], ODD_SOURCES, "json"))[0]
+    assert data["message"] == "unexpected character `\x00`" and data["help"] == "remove it\x1b[0m"
+    sarif = json.loads(render([d], ODD_SOURCES, "sarif"))
+    assert sarif["runs"][0]["results"][0]["message"]["text"].startswith("unexpected character `\x00`")
+
+
+def test_concise_keeps_one_line_per_diagnostic():
+    d = Diagnostic("PL1", Severity.ERROR, "two\nlines\r", sp(MAIN, 1, 1, 1, 2))
+    assert render([d], SOURCES, "concise") == "plans/gpt.plan:1:1: error[PL1] two\\nlines\\x0d\n"
+
+
+def test_human_long_line_shows_a_window_around_the_span():
+    from planlang.lang.render._common import MAX_LINE
+
+    d = odd_diagnostics()[5]
+    out = render([d], ODD_SOURCES, "human")
+    rows = _excerpt_rows(out)
+    assert len(rows) == 1 and len(out) < 1000
+    row, marks = _row_and_marks(out)
+    assert row.startswith("...") and row.endswith("...")
+    assert len(row) <= MAX_LINE + 6
+    caret = marks.index("^")
+    assert marks.count("^") == 4 and row[caret:caret + 4] == LONG_LINE[15000:15004]
+    assert marks.startswith("-")  # the label left of the window points at the leading ellipsis
+    assert marks.rstrip().endswith("--- far right")  # the one right of it at the trailing ellipsis
+    assert marks.index("---") == len(row) - 3
+
+
+def test_human_long_line_window_at_its_start_and_end():
+    start, end = odd_diagnostics()[6:8]
+    row, marks = _row_and_marks(render([start], ODD_SOURCES, "human"))
+    assert row.startswith("stage h[0]") and row.endswith("...") and marks == "^^^^^"
+    row, marks = _row_and_marks(render([end], ODD_SOURCES, "human"))
+    assert row.startswith("...") and row.endswith(", h[1]")
+    assert row[marks.index("^"):] == "h[1]" and marks.count("^") == 4
+
+
+def test_human_window_counts_columns_of_wide_characters_and_escapes():
+    from planlang.lang.render._common import MAX_LINE, text_width
+
+    for filler in ("模", "\u200b", "\t"):
+        text = "x = " + filler * 20000 + " ?"
+        src = SourceFile("w.plan", text)
+        d = Diagnostic("PL1", Severity.ERROR, "m", sp(src, 1, 20006, 1, 20007))
+        row, marks = _row_and_marks(render([d], {src.path: src}, "human"))
+        assert row.startswith("...") and row.endswith("?")
+        assert text_width(row) <= MAX_LINE + 3 and len(row) <= MAX_LINE + 3
+        assert marks.endswith("^") and len(marks) == text_width(row)  # the caret is under the `?`
+
+
+def test_human_span_past_the_end_of_a_cut_line():
+    src = SourceFile("e.plan", "a" * 1000)
+    d = Diagnostic("PL104", Severity.ERROR, "end", src.span(1000, 1000))
+    row, marks = _row_and_marks(render([d], {src.path: src}, "human"))
+    assert row.startswith("...") and not row.endswith("...") and marks == " " * len(row) + "^"
+
+
+def test_github_always_has_col():
+    out = render(all_diagnostics() + odd_diagnostics(), {**SOURCES, **ODD_SOURCES}, "github")
+    assert out and all(",col=" in line for line in out.splitlines())
+    assert render(all_diagnostics(), {}, "github").count(",col=") == len(all_diagnostics())
