@@ -68,7 +68,9 @@ def _worker(rank: int, path: str, port: int, out: str) -> None:
     step()
     step()
     mt = _tracker()
-    mt.track_external(pm, opt, *inputs, *targets)
+    runner = getattr(pm, "runner", None)  # a pipeline: this rank's stage modules
+    mt.track_external(torch.nn.ModuleList(runner.stage_modules.values()) if runner is not None else pm, opt,
+                      *inputs, *targets)
     with mt:
         step()
     peak = _categories(mt.get_tracker_snapshot("peak"))
@@ -104,7 +106,6 @@ def main() -> None:
                 path.write_text(plan_text(model, layout))
                 plan = complete(check_file(str(path)).plan)
                 estimates = estimate_plan(plan)
-                est = max(e.peak for e in estimates)
                 measured = measure(path)
                 if args.by_category:
                     mib = lambda b: f"{b / 2**20:.3f}"  # noqa: E731
@@ -112,6 +113,8 @@ def main() -> None:
                     print("  estimate:", {k: mib(getattr(estimates[0], k)) for k in
                                           ("parameters", "gradients", "optimizer", "buffers", "activations", "peak")})
                 for r, peak in enumerate(measured):
+                    # a pipeline's estimate is per stage; rank r holds stage r // (ranks per stage) (pp first)
+                    est = estimates[r * len(estimates) // WORLD].peak
                     meas = peak["Total"] - peak["inputs"]
                     err = est / meas - 1
                     errors.append(err)
