@@ -59,6 +59,7 @@ The formatter works from the tree alone: comment placement and blank lines are r
 """
 from __future__ import annotations
 
+import bisect
 import difflib
 from collections import defaultdict
 from dataclasses import dataclass
@@ -323,20 +324,74 @@ def line_text(node, shard_width: int = 0) -> str:
 
 
 def _block_of(node):
-    """(items, span of the last header node) for a statement with a `{ }` block of items, else None."""
+    """(items, the last header node) for a statement with a `{ }` block of items, else None."""
     if isinstance(node, (A.DeviceDecl, A.LinkDecl)):
-        return node.fields, node.name.span
+        return node.fields, node.name
     if isinstance(node, A.MeshDecl):
-        return node.axes, node.device.span
+        return node.axes, node.device
     if isinstance(node, A.OptimizerDecl) and node.fields is not None:
-        return node.fields, (node.args[-1].span if node.args else node.name.span)
+        return node.fields, (node.args[-1] if node.args else node.name)
     if isinstance(node, A.PipelineDecl) and not isinstance(node.stages, A.Hole):
-        return node.stages, node.microbatches.span
+        return node.stages, node.microbatches
     if isinstance(node, A.TemplateDecl):
-        return node.body, (node.params[-1].span if node.params else node.name.span)
+        return node.body, (node.params[-1] if node.params else node.name)
     if isinstance(node, A.ForStmt):
-        return node.body, node.selection.span
+        return node.body, node.selection
     return None
+
+
+def _offsets(node) -> tuple[int, int]:
+    """(start, end) of a node's span, read without building a `Span` (see `ast.pack_span`)."""
+    return A.span_offsets(A.raw_span(node))
+
+
+def _lines(node) -> tuple[int, int]:
+    """(line, end_line) of a node's span, read without building a `Span`."""
+    return A.span_lines(A.raw_span(node))
+
+
+class _Index:
+    """The items of one block (or the module) by position, for finding a comment's place in O(log n).
+    Items of a parsed block follow each other without overlapping, so their starts, ends and end lines
+    all increase; `ordered` is False otherwise (a hand-built tree) and the callers then scan."""
+
+    def __init__(self, items: Sequence):
+        self.items = items
+        spans = [_offsets(it) for it in items]
+        self.starts = [a for a, _ in spans]
+        self.ends = [b for _, b in spans]
+        self.end_lines = [_lines(it)[1] for it in items]
+        self.ordered = all(
+            self.starts[k] <= self.ends[k] <= self.starts[k + 1] and self.end_lines[k] <= self.end_lines[k + 1]
+            for k in range(len(items) - 1)
+        ) and all(self._header_inside(it, a, b) for it, a, b in zip(items, self.starts, self.ends))
+
+    @staticmethod
+    def _header_inside(it, start: int, end: int) -> bool:
+        blk = _block_of(it)
+        return blk is None or start <= _offsets(blk[1])[1] <= end
+
+    def holding(self, pos: int):
+        """The item whose span holds `pos` (the first such in order), or None."""
+        if not self.ordered:
+            return next((it for it, a, b in zip(self.items, self.starts, self.ends) if a <= pos < b), None)
+        k = bisect.bisect_right(self.starts, pos) - 1
+        # an empty span at `pos` does not hold it, but one before it may not either: ordered ends say no
+        return self.items[k] if k >= 0 and pos < self.ends[k] else None
+
+    def last_ending_by(self, pos: int):
+        """The last item (in order) whose span ends at or before `pos`, or None."""
+        if not self.ordered:
+            return next((it for it, b in zip(reversed(self.items), reversed(self.ends)) if b <= pos), None)
+        k = bisect.bisect_right(self.ends, pos) - 1
+        return self.items[k] if k >= 0 else None
+
+    def first_starting_after(self, pos: int):
+        """The first item (in order) whose span starts after `pos`, or None."""
+        if not self.ordered:
+            return next((it for it, a in zip(self.items, self.starts) if a > pos), None)
+        k = bisect.bisect_right(self.starts, pos)
+        return self.items[k] if k < len(self.items) else None
 
 
 # --------------------------------------------------------------------------------------------- comments
@@ -352,36 +407,57 @@ class _Placement:
         self.trailing: dict[int, A.Comment] = {}
         self.header: dict[int, A.Comment] = {}
         self.dangling: dict[int, list[A.Comment]] = defaultdict(list)
-        for c in sorted(module.comments, key=lambda c: (c.span.start, c.span.line, c.span.col)):
-            self._place(c, module)
+        self._indexes: dict[int, _Index] = {}  # id(container) -> its items by position
+        comments = [(c.span, c) for c in module.comments]
+        comments.sort(key=lambda sc: (sc[0].start, sc[0].line, sc[0].col))
+        for span, c in comments:
+            self._place(c, span, module)
 
-    def _place(self, c: A.Comment, module: A.Module) -> None:
-        pos, line = c.span.start, c.span.line
+    def _index(self, cont, items) -> _Index:
+        index = self._indexes.get(id(cont))
+        if index is None:
+            index = self._indexes[id(cont)] = _Index(items)
+        return index
+
+    def _place(self, c: A.Comment, span, module: A.Module) -> None:
+        pos, line = span.start, span.line
         cont, items, head_line = module, module.statements, None
-        descended = True
-        while descended:  # find the innermost block holding the comment
-            descended = False
-            for it in items:
+        while True:  # find the innermost block holding the comment
+            index = self._index(cont, items)
+            if index.ordered:  # the only item whose span can hold `pos`
+                it = index.holding(pos)
+                candidates = () if it is None else (it,)
+            else:
+                candidates = items
+            for it in candidates:
                 blk = _block_of(it)
-                if blk is not None and blk[1].end <= pos < it.span.end:
-                    cont, items, head_line = it, blk[0], blk[1].end_line
-                    descended = True
+                if blk is not None and _offsets(blk[1])[1] <= pos < _offsets(it)[1]:
+                    cont, items, head_line = it, blk[0], _lines(blk[1])[1]
                     break
-        for it in items:
-            if it.span.start <= pos < it.span.end:
-                self.interior[id(it)].append(c)
-                return
-        before = [it for it in items if it.span.end <= pos and it.span.end_line == line]
-        if before and id(before[-1]) not in self.trailing:
-            self.trailing[id(before[-1])] = c
+            else:
+                break
+        index = self._index(cont, items)
+        it = index.holding(pos)
+        if it is not None:
+            self.interior[id(it)].append(c)
             return
-        if head_line is not None and line == head_line and id(cont) not in self.header and not before:
+        # the items ending on the comment's line before it: the last item ending before it, if on that line
+        last = index.last_ending_by(pos)
+        if not index.ordered or (last is not None and _lines(last)[1] > line):  # not a parsed tree: scan
+            before = [it for it in items if _offsets(it)[1] <= pos and _lines(it)[1] == line]
+            last = before[-1] if before else None
+        elif last is not None and _lines(last)[1] != line:
+            last = None
+        if last is not None and id(last) not in self.trailing:
+            self.trailing[id(last)] = c
+            return
+        if head_line is not None and line == head_line and id(cont) not in self.header and last is None:
             self.header[id(cont)] = c
             return
-        for it in items:
-            if it.span.start > pos:
-                self.leading[id(it)].append(c)
-                return
+        it = index.first_starting_after(pos)
+        if it is not None:
+            self.leading[id(it)].append(c)
+            return
         self.dangling[id(cont)].append(c)
 
 
@@ -451,18 +527,21 @@ class _Formatter:
 
         for it in items:
             for c in where.leading.get(id(it), ()):
-                gap(c.span.line)
+                c_line = _lines(c)[0]
+                gap(c_line)
                 entries.append(("comment", c))
-                prev, first = c.span.line, False
-            gap(it.span.line)
+                prev, first = c_line, False
+            it_line, it_end_line = _lines(it)
+            gap(it_line)
             for c in where.interior.get(id(it), ()):
                 entries.append(("comment", c))
             entries.append(("item", it))
-            prev, first = it.span.end_line, False
+            prev, first = it_end_line, False
         for c in where.dangling.get(id(cont), ()):
-            gap(c.span.line)
+            c_line = _lines(c)[0]
+            gap(c_line)
             entries.append(("comment", c))
-            prev, first = c.span.line, False
+            prev, first = c_line, False
 
         # gofmt-style alignment of `shard ... : spec` runs (widths by entry index)
         widths = [0] * len(entries)

@@ -585,12 +585,13 @@ def test_trees_without_spans_print_and_parse_back(module):
 
 def test_a_parse_in_another_thread_leaves_this_parses_comments(monkeypatch):
     # the language server parses in threads; the parser (and its comment callback) is shared. Force the
-    # worst interleaving: a whole parse in another thread while this one is between two comments.
+    # worst interleaving: a whole parse in another thread while this one is between two comments. (Text
+    # with a syntax error: only Lark's parser, which reports it, collects comments with that callback.)
     import threading
 
     from planlang.lang import parser as P
 
-    outer, inner = "# a\ndevice d { memory = 1 GiB }  # b\n", "# x\n"
+    outer, inner = "# a\ndevice d { memory = 1 GiB }  # b\n)\n", "# x\n)\n"
     original, seen = P._CommentSink.__call__, {}
 
     def interleaved(self, tok):
@@ -605,3 +606,32 @@ def test_a_parse_in_another_thread_leaves_this_parses_comments(monkeypatch):
     monkeypatch.setattr(P._CommentSink, "__call__", interleaved)
     assert [c.text for c in P.parse(outer).module.comments] == ["# a", "# b"]
     assert [c.text for c in seen["inner"]] == ["# x"]
+
+
+def test_a_parse_in_another_thread_leaves_this_parses_tree(monkeypatch):
+    # the parser's reductions build the tree with the builder of the parse running in their thread:
+    # a whole parse in another thread between two reductions of this one changes neither tree
+    import threading
+
+    from planlang.lang import parser as P
+
+    outer = "# a\ndevice d { memory = 1 GiB }  # b\nshard h[0].w : [dp, _]\n"
+    inner = "# x\nmesh m of 4 x d { tp = 4 }\n"
+    paths = {outer: "outer.plan", inner: "inner.plan"}
+    alone = {text: P.parse(text, path) for text, path in paths.items()}
+    original, seen = P.A.pack_span, {}
+
+    def interleaved(*args):
+        out = original(*args)
+        if threading.current_thread() is threading.main_thread() and "inner" not in seen:
+            seen["inner"] = None
+            t = threading.Thread(target=lambda: seen.update(inner=P.parse(inner, paths[inner])))
+            t.start()
+            t.join()
+        return out
+
+    monkeypatch.setattr(P.A, "pack_span", interleaved)
+    for got, text in ((P.parse(outer, paths[outer]), outer), (seen["inner"], inner)):
+        assert got.ok and got.module == alone[text].module
+        assert [c.text for c in got.module.comments] == [c.text for c in alone[text].module.comments]
+        assert [s.span for s in got.module.statements] == [s.span for s in alone[text].module.statements]
