@@ -30,6 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from memory_measure import _categories, _tracker  # noqa: E402
 
+from planlang.model.checks import check_with_model  # noqa: E402
 from planlang.model.estimate import estimate_plan  # noqa: E402
 from planlang.model.load import build_model, plan_loss  # noqa: E402
 from planlang.plan.checker import check_file  # noqa: E402
@@ -104,7 +105,13 @@ def main() -> None:
             for layout in args.layouts.split(","):
                 path = Path(d, f"{model}_{layout}.plan")
                 path.write_text(plan_text(model, layout))
-                plan = complete(check_file(str(path)).plan)
+                checked = check_with_model(str(path))
+                if checked.errors:
+                    line = f"{model:8} {layout:6}    - not run: {', '.join(sorted({d.code for d in checked.errors}))}"
+                    print(line, flush=True)
+                    lines.append(line)
+                    continue
+                plan = complete(checked.plan)
                 estimates = estimate_plan(plan)
                 measured = measure(path)
                 if args.by_category:
