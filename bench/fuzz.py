@@ -7,7 +7,7 @@ Each input is a file's bytes. It goes the way `planlang check FILE` takes it (pl
 then rendered in every output format (human with and without colour, concise, json, sarif, github) and
 as `--statistics`; the formatter runs on every FMT_EVERY-th input and must be idempotent on what it
 accepts. Diagnostics are the expected outcome; an uncaught exception is a bug, and so is a human
-rendering that shows a control or format character raw, or more than `MAX_LINE` columns of a line.
+rendering that shows a control or format character raw, or more than `MAX_LINE` characters of a line.
 
 Input families (`--inputs` is shared out among them by `WEIGHTS`):
 
@@ -107,12 +107,12 @@ _SOURCE_ROW = re.compile(r" +\d+ \| ")
 
 def check_human(out: str) -> None:
     """No line of the human rendering holds a raw control or format character, and no source line it
-    shows is longer than the window (MAX_LINE columns and two ellipses)."""
+    shows is longer than the window (MAX_LINE characters and two ellipses)."""
     for line in out.split("\n"):
         if _RAW_CONTROL.search(line):
             raise AssertionError(f"human output shows a raw control character: {line[:200]!r}")
         m = _SOURCE_ROW.match(line)
-        if m and len(line) - m.end() > MAX_LINE + 6:
+        if m and len(line) - m.end() > MAX_LINE + 6:  # characters; columns are fewer (combining marks)
             raise AssertionError(f"human output shows {len(line) - m.end()} characters of one source line")
 
 

@@ -829,6 +829,18 @@ def test_human_window_counts_columns_of_wide_characters_and_escapes():
         assert marks.endswith("^") and len(marks) == text_width(row)  # the caret is under the `?`
 
 
+def test_human_window_cuts_a_run_of_combining_marks():
+    """Combining marks take no column; the window still counts each as one, or a 30,000-mark line would
+    be shown whole (found by bench/fuzz.py)."""
+    from planlang.lang.render._common import MAX_LINE
+
+    src = SourceFile("m.plan", "x = a" + "\u0301" * 30000 + " ?")
+    d = Diagnostic("PL1", Severity.ERROR, "m", sp(src, 1, 30007, 1, 30008))
+    row, marks = _row_and_marks(render([d], {src.path: src}, "human"))
+    assert row.startswith("...") and row.endswith("?") and len(row) <= MAX_LINE + 3
+    assert marks.endswith("^")
+
+
 def test_human_span_past_the_end_of_a_cut_line():
     src = SourceFile("e.plan", "a" * 1000)
     d = Diagnostic("PL104", Severity.ERROR, "end", src.span(1000, 1000))

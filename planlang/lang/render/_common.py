@@ -124,20 +124,25 @@ def escape_text(text: str, newlines: bool = False) -> str:
 
 def window(text: str, focus: int, width: int = MAX_LINE, before: int = CONTEXT) -> tuple[int, int]:
     """The character range [lo, hi) of `text` to show: all of it when it fits in `width` columns, else
-    at most `width` columns starting about `before` columns ahead of character `focus`."""
+    at most `width` columns starting about `before` columns ahead of character `focus`. A character
+    counts at least one column here, so that a run of combining marks (no width) is cut too."""
     n = len(text)
-    if len(text) <= width and text_width(text) <= width:
+    if n <= width and text_width(text) <= width:
         return 0, n
+
+    def cost(ch: str) -> int:
+        return max(char_width(ch), 1)
+
     focus = max(0, min(focus, n))
     lo, w = focus, 0
-    while lo > 0 and w + char_width(text[lo - 1]) <= before:
+    while lo > 0 and w + cost(text[lo - 1]) <= before:
         lo -= 1
-        w += char_width(text[lo])
+        w += cost(text[lo])
     hi, w = lo, 0
-    while hi < n and w + char_width(text[hi]) <= width:
-        w += char_width(text[hi])
+    while hi < n and w + cost(text[hi]) <= width:
+        w += cost(text[hi])
         hi += 1
-    while lo > 0 and w + char_width(text[lo - 1]) <= width:  # at the end of the line: widen to the left
+    while lo > 0 and w + cost(text[lo - 1]) <= width:  # at the end of the line: widen to the left
         lo -= 1
-        w += char_width(text[lo])
+        w += cost(text[lo])
     return lo, hi
