@@ -60,6 +60,11 @@ def unpack_span(v: int) -> Span:
     return Span(_FILES[fid], v >> _FIELD, v & _MASK, end_line, end_col, start, end)
 
 
+def as_span(v) -> Span:
+    """A span, packed or not, as a `Span`."""
+    return unpack_span(v) if v.__class__ is int else v
+
+
 def span_lines(v) -> tuple[int, int]:
     """(line, end_line) of a span, packed or not, without building a Span."""
     if v.__class__ is int:
@@ -89,20 +94,36 @@ class Node:
     span: Span = _span()
 
 
-_SPAN_SLOT = Node.__dict__["span"]
+def lazy_span_field(cls, name: str = "span", many: bool = False) -> None:
+    """Make the slot `name` of the slotted dataclass `cls` (a span, or with `many` a tuple of spans) hold
+    packed spans as well as `Span`s: reading the attribute gives `Span`s, `raw_span` the stored value."""
+    slot = cls.__dict__[name]
+    get = slot.__get__
+    if many:
+        def read(obj):
+            return tuple(unpack_span(v) if v.__class__ is int else v for v in get(obj))
+    else:
+        def read(obj):
+            v = get(obj)
+            return unpack_span(v) if v.__class__ is int else v
+    setattr(cls, name, property(read, slot.__set__, doc=f"`{name}` as `Span`s (stored packed or not)."))
+    _RAW[cls, name] = get
 
 
-def raw_span(node) -> "Span | int":
-    """A node's span as stored: a `Span`, or an int from `pack_span` (pass it on as `span=` unchanged)."""
-    return _SPAN_SLOT.__get__(node)
+_RAW: dict = {}  # (class, attribute) -> the slot's getter: the stored value
+lazy_span_field(Node)
 
 
-def _get_span(node, _get=_SPAN_SLOT.__get__) -> Span:
-    v = _get(node)
-    return unpack_span(v) if v.__class__ is int else v
-
-
-Node.span = property(_get_span, _SPAN_SLOT.__set__, doc="Where the node came from (a `Span`).")
+def raw_span(obj, name: str = "span", _node=Node, _get=_RAW[Node, "span"]) -> "Span | int":
+    """A span as stored, a `Span` or an int from `pack_span`: pass it on as `span=` unchanged, without
+    building a `Span` (for `Node`s and the plan's types that store spans packed)."""
+    if name == "span" and isinstance(obj, _node):
+        return _get(obj)
+    for klass in type(obj).__mro__:
+        get = _RAW.get((klass, name))
+        if get is not None:
+            return get(obj)
+    return getattr(obj, name)
 
 
 # ------------------------------------------------------------------ names and values

@@ -114,8 +114,10 @@ def suppressions(module: A.Module, source_text: str | None = None) -> tuple[dict
     """
     per_line: dict[int, set[str]] = {}
     whole: set[str] = set()
-    comment_lines = {c.span.line for c in module.comments if c.span.col == _first_col(source_text, c.span.line)}
-    for c in module.comments:
+    spans = [(c, c.span) for c in module.comments]
+    comment_lines = {sp.line for _, sp in spans if _own_line(source_text, sp)}
+    lines = _NextCode(source_text, comment_lines)
+    for c, sp in spans:
         m = _SUPPRESS.search(c.text)
         if not m:
             continue
@@ -123,30 +125,54 @@ def suppressions(module: A.Module, source_text: str | None = None) -> tuple[dict
         if m.group(1) == "ignore-file":
             whole |= codes
             continue
-        line = c.span.line
+        line = sp.line
         if line in comment_lines:  # own line: applies to the next line with code
-            blank = _blank_lines(source_text)
-            line += 1
-            while line in comment_lines or line in blank:
-                line += 1
+            line = lines.after(line, sp.start)
         per_line.setdefault(line, set()).update(codes)
     return per_line, whole
 
 
-def _blank_lines(text: str | None) -> set[int]:
+def _own_line(text: str | None, span) -> bool:
+    """Whether a comment is the first thing on its line (only whitespace before it)."""
     if text is None:
-        return set()
-    return {i + 1 for i, s in enumerate(text.split("\n")) if not s.strip()}
+        return span.col == 1
+    line_start = span.start - (span.col - 1)
+    return line_start == span.start or text[line_start:span.start].isspace()
 
 
-def _first_col(text: str | None, line: int) -> int:
-    if text is None:
-        return 1
-    lines = text.split("\n")
-    if line - 1 >= len(lines):
-        return 1
-    s = lines[line - 1]
-    return len(s) - len(s.lstrip()) + 1
+class _NextCode:
+    """For an own-line comment, the next line that is neither blank nor an own-line comment (or the line
+    after the last). Walks the text from the comment, not the whole file, and remembers the walk."""
+
+    def __init__(self, text: str | None, comment_lines: set[int]):
+        self.text = text
+        self.comment_lines = comment_lines
+        self.memo: dict[int, int] = {}  # line -> the answer for any comment just above it
+
+    def after(self, line: int, offset: int) -> int:
+        text, memo = self.text, self.memo
+        walked: list[int] = []
+        line += 1
+        pos = -1 if text is None else text.find("\n", offset) + 1  # start of `line`; 0: past the end
+        while True:
+            if line in memo:
+                line = memo[line]
+                break
+            if line in self.comment_lines:
+                pass
+            elif text is None or pos == 0 or not self._blank(pos):
+                break
+            walked.append(line)
+            line += 1
+            if text is not None and pos:
+                pos = text.find("\n", pos) + 1
+        for k in walked:
+            memo[k] = line
+        return line
+
+    def _blank(self, pos: int) -> bool:
+        end = self.text.find("\n", pos)
+        return not self.text[pos:len(self.text) if end < 0 else end].strip()
 
 
 def apply_suppressions(diags: list[Diagnostic], modules: dict[str, A.Module],

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path as FsPath
 from typing import Callable
 
@@ -75,6 +76,11 @@ class _Ctx:
     origin: tuple[Span, ...] = ()
     depth: int = 0
     scope: Selection | None = None  # the innermost `for` selection or pattern `apply` target
+
+    @cached_property
+    def bound(self) -> dict[str, object]:
+        """`params` as a dict (looked up for every axis name of every spec)."""
+        return dict(self.params)
 
 
 def _is_file(path: FsPath) -> bool:
@@ -621,13 +627,13 @@ class Resolver:
                     (d.axis.text, T.Hole("stage degree", span=d.size.span) if isinstance(d.size, A.Hole) else d.size.value)
                     for d in sd.degrees
                 )
-                out.append(T.Stage(i, tuple(Selection.from_path(p) for p in sd.paths), degrees, span=sd.span))
+                out.append(T.Stage(i, tuple(Selection.from_path(p) for p in sd.paths), degrees, span=A.raw_span(sd)))
             stages = tuple(out)
         return T.Pipeline(axis, schedule, micro, stages, span=st.span)
 
     # ------------------------------------------------------------------ specs and bodies
     def _axis_name(self, name: A.Name, ctx: _Ctx) -> str | T.Hole:
-        bound = dict(ctx.params).get(name.text)
+        bound = ctx.bound.get(name.text)
         if bound is None:
             return name.text
         if isinstance(bound, (str, T.Hole)):
@@ -636,30 +642,33 @@ class Resolver:
         return T.Hole("spec entry", span=name.span)  # reported once; not also an unknown axis
 
     def _spec(self, spec, ctx: _Ctx, what: str) -> T.Spec | T.Hole:
+        # spans are passed on as the parser stored them (A.raw_span): a big plan has millions
         if isinstance(spec, A.Hole):
-            return T.Hole(what, span=spec.span)
+            return T.Hole(what, span=A.raw_span(spec))
         dims: list[tuple[str, ...] | T.Hole] = []
         for e in spec.entries:
             if isinstance(e, A.Replicated):
                 dims.append(())
             elif isinstance(e, A.Hole):
-                dims.append(T.Hole("spec entry", span=e.span))
+                dims.append(T.Hole("spec entry", span=A.raw_span(e)))
             elif isinstance(e, A.AxisEntry):
                 v = self._axis_name(e.axis, ctx)
-                dims.append(T.Hole("spec entry", span=e.span) if isinstance(v, T.Hole) else (v,))
+                dims.append(T.Hole("spec entry", span=A.raw_span(e)) if isinstance(v, T.Hole) else (v,))
             else:
                 vs = [self._axis_name(a, ctx) for a in e.axes]
-                dims.append(T.Hole("spec entry", span=e.span) if any(isinstance(v, T.Hole) for v in vs) else tuple(vs))
+                dims.append(T.Hole("spec entry", span=A.raw_span(e)) if any(isinstance(v, T.Hole) for v in vs)
+                            else tuple(vs))
         partial = []
         for p in spec.partial:
             v = self._axis_name(p, ctx)
             if isinstance(v, str):
                 partial.append(v)
-            elif dict(ctx.params).get(p.text) is not None and isinstance(dict(ctx.params)[p.text], T.Hole):
+            elif ctx.bound.get(p.text) is not None and isinstance(ctx.bound[p.text], T.Hole):
                 self.diags.append(diag("PL221", f"`partial({p.text})` needs an axis, but `{p.text}` is a hole here",
                                        p.span, help="pass an axis name to the template; partial sums are not solved"))
-        return T.Spec(tuple(dims), tuple(partial), span=spec.span, dim_spans=tuple(e.span for e in spec.entries),
-                      partial_spans=tuple(p.span for p in spec.partial))
+        return T.Spec(tuple(dims), tuple(partial), span=A.raw_span(spec),
+                      dim_spans=tuple([A.raw_span(e) for e in spec.entries]),
+                      partial_spans=tuple([A.raw_span(p) for p in spec.partial]))
 
     def _selection(self, path: A.Path, ctx: _Ctx) -> Selection:
         sel = Selection.from_path(path)
@@ -683,14 +692,14 @@ class Resolver:
             else:
                 target, kind = self._selection(st.target, ctx), "param"
             spec = self._spec(st.spec, ctx, "spec")
-            shards.append(T.ShardRule(target, spec, kind, span=st.span, origin=ctx.origin))
+            shards.append(T.ShardRule(target, spec, kind, span=A.raw_span(st), origin=ctx.origin))
         elif isinstance(st, A.CheckpointStmt):
             if isinstance(st.paths, A.Hole):
                 self.diags.append(diag("PL221", "`checkpoint ?` can only stand at the top level of a plan", st.span))
                 return
             every = st.every
             if isinstance(every, A.Name):
-                bound = dict(ctx.params).get(every.text)
+                bound = ctx.bound.get(every.text)
                 if isinstance(bound, (int, T.Hole)) and not isinstance(bound, bool):
                     every_v: int | T.Hole | None = bound
                 else:
@@ -698,11 +707,11 @@ class Resolver:
                                            every.span))
                     every_v = None
             elif isinstance(every, A.Hole):
-                every_v = T.Hole("checkpoint every", span=every.span)
+                every_v = T.Hole("checkpoint every", span=A.raw_span(every))
             else:
                 every_v = every.value if every is not None else None
             mods = tuple(self._selection(p, ctx) for p in st.paths)
-            checkpoints.append(T.CheckpointGroup(mods, every_v, per=ctx.scope, span=st.span, origin=ctx.origin))
+            checkpoints.append(T.CheckpointGroup(mods, every_v, per=ctx.scope, span=A.raw_span(st), origin=ctx.origin))
         elif isinstance(st, A.ForStmt):
             sel = self._selection(st.selection, ctx)
             inner = _Ctx(ctx.ns, ctx.prefix, ctx.loopvars + ((st.var.text, sel),), ctx.params,
@@ -731,7 +740,7 @@ class Resolver:
             ))
             return
         params: list[tuple[str, object]] = []
-        outer = dict(ctx.params)
+        outer = ctx.bound
         for p, a in zip(tdecl.params, args):
             value = self._argument(p, a, outer)
             if value is None:

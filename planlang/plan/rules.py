@@ -5,9 +5,11 @@ the codes it may emit. The model-aware rules are planlang.model.checks.MODEL_RUL
 """
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Iterator
 
+from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.source import Span
 
@@ -31,17 +33,32 @@ def site_and_labels(span: Span, origin: tuple[Span, ...]) -> tuple[Span, list[La
 
 
 def _spec_sites(plan: T.Plan):
-    """(spec, statement span, origin, what) for every spec in the plan."""
+    """(spec, statement, origin, kind) for every spec in the plan: a `DataSpec` or a `ShardRule`.
+    A plan has a spec per line of a big file: the statement's span (`.span`) and `_what` are only
+    worked out for a diagnostic."""
     for d in plan.data:
         if isinstance(d.spec, T.Spec):
-            yield d.spec, d.span, (), f"data spec of `{d.input}`", "data"
+            yield d.spec, d, (), "data"
     for r in plan.shards:
         if isinstance(r.spec, T.Spec):
-            yield r.spec, r.span, r.origin, f"spec of `{r.target}`", r.kind
+            yield r.spec, r, r.origin, r.kind
+
+
+def _what(statement) -> str:
+    """How a diagnostic names the spec of a `DataSpec` or `ShardRule`."""
+    if isinstance(statement, T.DataSpec):
+        return f"data spec of `{statement.input}`"
+    return f"spec of `{statement.target}`"
 
 
 def _entry_span(spec: T.Spec, i: int) -> Span:
-    return spec.dim_spans[i] if i < len(spec.dim_spans) else spec.span
+    dim_spans = A.raw_span(spec, "dim_spans")
+    return A.as_span(dim_spans[i]) if i < len(dim_spans) else spec.span
+
+
+def _partial_span(spec: T.Spec, j: int) -> Span:
+    partial_spans = A.raw_span(spec, "partial_spans")
+    return A.as_span(partial_spans[j]) if j < len(partial_spans) else spec.span
 
 
 # ------------------------------------------------------------------------------ mesh
@@ -84,35 +101,51 @@ def axis_links(ctx) -> Diags:
                        help=f"write `{a.name} = {a.size} over hardware.nvlink3` (or another link)")
 
 
-def axis_names(ctx) -> Diags:
-    """PL311 no mesh at all; PL201 every axis named anywhere must be a mesh axis."""
-    plan, mesh = ctx.plan, ctx.plan.mesh
-    refs: list[tuple[str, Span, tuple[Span, ...]]] = []
-    for spec, span, origin, _, _ in _spec_sites(plan):
+def _axis_refs(plan: T.Plan):
+    """Every axis the plan names, in order, as (axis, owner, which, origin): the name stands in entry
+    `which` of the spec `owner`, in its partial(...) list at `-1 - which` when negative, or `which` is
+    None and the span is the owner's. A big plan names an axis per spec entry: spans are only worked
+    out (`_ref_span`) for a diagnostic."""
+    for spec, _, origin, _ in _spec_sites(plan):
         for i, d in enumerate(spec.dims):
             if isinstance(d, tuple):
-                refs += [(ax, _entry_span(spec, i), origin) for ax in d]
+                for ax in d:
+                    yield ax, spec, i, origin
         for j, ax in enumerate(spec.partial):
-            refs.append((ax, spec.partial_spans[j] if j < len(spec.partial_spans) else spec.span, origin))
+            yield ax, spec, -1 - j, origin
     p = plan.pipeline
     if p is not None:
         if isinstance(p.axis, str):
-            refs.append((p.axis, p.span, ()))
+            yield p.axis, p, None, ()
         if isinstance(p.stages, tuple):
             for st in p.stages:
-                refs += [(ax, st.span, ()) for ax, _ in st.degrees]
+                for ax, _ in st.degrees:
+                    yield ax, st, None, ()
     if plan.optimizer is not None and isinstance(plan.optimizer.zero_axis, str):
-        refs.append((plan.optimizer.zero_axis, plan.optimizer.span, ()))
+        yield plan.optimizer.zero_axis, plan.optimizer, None, ()
+
+
+def _ref_span(owner, which: int | None) -> Span:
+    if which is None:
+        return owner.span
+    return _entry_span(owner, which) if which >= 0 else _partial_span(owner, -1 - which)
+
+
+def axis_names(ctx) -> Diags:
+    """PL311 no mesh at all; PL201 every axis named anywhere must be a mesh axis."""
+    plan, mesh = ctx.plan, ctx.plan.mesh
+    refs = _axis_refs(plan)
     if mesh is None:
-        if refs:
-            ax, span, origin = refs[0]
-            where, labels = site_and_labels(span, origin)
+        for ax, owner, which, origin in refs:
+            where, labels = site_and_labels(_ref_span(owner, which), origin)
             yield diag("PL311", f"axis `{ax}` is used but the plan declares no mesh", where, labels=labels,
                        help="declare one: `mesh cluster of 8 x hardware.a100_80g { dp = 2; tp = 4 }`")
+            break
         return
-    for ax, span, origin in refs:
-        if mesh.axis(ax) is None:
-            where, labels = site_and_labels(span, origin)
+    names = set(mesh.names)
+    for ax, owner, which, origin in refs:
+        if ax not in names:
+            where, labels = site_and_labels(_ref_span(owner, which), origin)
             guess = did_you_mean(ax, mesh.names)
             yield diag("PL201", f"unknown axis `{ax}`", where, labels=labels,
                        help=(f"did you mean `{guess}`?" if guess else "") +
@@ -124,17 +157,23 @@ def spec_axes(ctx) -> Diags:
     """PL303 an axis twice in one spec; PL307 partial outside activations; PL308 the pipeline axis."""
     plan = ctx.plan
     pp = plan.pipeline.axis if plan.pipeline and isinstance(plan.pipeline.axis, str) else None
-    for spec, span, origin, what, kind in _spec_sites(plan):
-        where, labels = site_and_labels(span, origin)
+    for spec, statement, origin, kind in _spec_sites(plan):
         used = spec.used_axes()
+        twice = len(set(used)) < len(used)
+        partial_param = bool(spec.partial) and kind not in ("output", "input")
+        over_pp = pp is not None and pp in used and pp not in spec.partial
+        if not (twice or partial_param or over_pp):
+            continue
+        where, labels = site_and_labels(statement.span, origin)
+        what = _what(statement)
         for ax in sorted({a for a in used if used.count(a) > 1}):
             yield diag("PL303", f"axis `{ax}` appears twice in the {what}: {spec}", where if origin else spec.span,
                        labels=labels, help="name each axis once; split one dim over two axes with a tuple `(dp, tp)`")
-        if spec.partial and kind not in ("output", "input"):
+        if partial_param:
             yield diag("PL307", f"the {what} is partial over {', '.join(spec.partial)}, but only activations can be",
                        where if origin else spec.span, labels=labels,
                        help="remove `partial(...)`; write it on `output of MODULE` instead")
-        if pp is not None and pp in used and pp not in spec.partial:
+        if over_pp:
             yield diag("PL308", f"the {what} splits a dim over the pipeline axis `{pp}`",
                        where if origin else spec.span, labels=labels,
                        help="the pipeline axis separates stages; use another axis")
@@ -266,19 +305,19 @@ def stage_ranges(ctx) -> Diags:
 def empty_selections(ctx) -> Diags:
     """PL408: `h[a:b]` with a >= b selects nothing."""
     plan = ctx.plan
-    sels: list[tuple[Selection, Span, tuple]] = []
+    sels: list[tuple[Selection, object, tuple]] = []  # (selection, its statement, origin)
     for r in plan.shards:
-        sels.append((r.target, r.span, r.origin))
+        sels.append((r.target, r, r.origin))
     for g in plan.checkpoints:
-        sels += [(m, g.span, g.origin) for m in g.modules]
+        sels += [(m, g, g.origin) for m in g.modules]
     if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
         for st in plan.pipeline.stages:
-            sels += [(m, st.span, ()) for m in st.modules]
-    for sel, span, origin in sels:
+            sels += [(m, st, ()) for m in st.modules]
+    for sel, statement, origin in sels:
         for seg in sel.segments:
             for s in seg.sels:
                 if s.kind == "slice" and s.a is not None and s.b is not None and s.a >= s.b:
-                    where, labels = site_and_labels(sel.span if sel.span.line else span, origin)
+                    where, labels = site_and_labels(sel.span if sel.span.line else statement.span, origin)
                     yield diag("PL408", f"`{seg}` selects nothing: {s.a} >= {s.b}", where, labels=labels,
                                help=f"write `[{s.a}:{s.a + 1}]` or a larger range")
 
@@ -321,7 +360,7 @@ def checkpoint_statements(ctx) -> Diags:
                 rng = index_range(sel)
                 if rng:
                     stage_of.setdefault(rng[0], []).append((rng[1], rng[2], st.index))
-    seen: dict[str, list[tuple[int, int | None, T.CheckpointGroup]]] = {}
+    seen: dict[str, _Ranges] = {}
     for g in plan.checkpoints:
         if isinstance(g.every, int) and g.every < 1:
             yield diag("PL409", f"`every {g.every}` groups nothing", g.site, help="use `every 1` or more")
@@ -337,18 +376,58 @@ def checkpoint_statements(ctx) -> Diags:
                     yield diag("PL405", f"checkpoint group `{sel}` spans stages {', '.join(map(str, sorted(hits)))}",
                                where, labels=labels,
                                help="split the group at the stage boundary, or use `every N`")
-            for (pa, pb, pg) in seen.get(prefix, []):
+            ranges = seen.get(prefix)
+            if ranges is None:
+                ranges = seen[prefix] = _Ranges()
+            pg = ranges.first_overlap(a, b)
+            if pg is not None:
+                where, labels = site_and_labels(g.span, g.origin)
+                if pg is g:
+                    yield diag("PL413", f"`{sel}` overlaps another selection of the same checkpoint group",
+                               where, labels=labels, help="make the selections disjoint")
+                else:
+                    yield diag("PL413", f"`{sel}` is already in the checkpoint group at line {pg.site.line}",
+                               where, labels=labels + [Label(pg.site, "first group")],
+                               help="make the groups disjoint")
+            ranges.add(a, b, g, overlapped=pg is not None)
+
+
+class _Ranges:
+    """The index ranges [a, b) (b None: to the end) of one container that checkpoint groups hold, in the
+    order they were added, and the first added that overlaps a new one. While they are disjoint (as in a
+    valid plan, however many) that is a bisect over them sorted by start; after an overlap, a scan."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[int, int | None, T.CheckpointGroup]] = []
+        self.disjoint = True
+        self.starts: list[int] = []  # while disjoint: the ranges sorted; their ends increase too
+        self.ends: list[float] = []  # b, or infinity
+        self.order: list[int] = []  # index in `added`
+
+    def first_overlap(self, a: int, b: int | None) -> T.CheckpointGroup | None:
+        """The group of the first range added that overlaps [a, b) (by the test below), or None."""
+        if not self.disjoint:
+            for pa, pb, pg in self.added:
                 if (pb is None or a < pb) and (b is None or pa < b):
-                    where, labels = site_and_labels(g.span, g.origin)
-                    if pg is g:
-                        yield diag("PL413", f"`{sel}` overlaps another selection of the same checkpoint group",
-                                   where, labels=labels, help="make the selections disjoint")
-                    else:
-                        yield diag("PL413", f"`{sel}` is already in the checkpoint group at line {pg.site.line}",
-                                   where, labels=labels + [Label(pg.site, "first group")],
-                                   help="make the groups disjoint")
-                    break
-            seen.setdefault(prefix, []).append((a, b, g))
+                    return pg
+            return None
+        hi = len(self.starts) if b is None else bisect.bisect_left(self.starts, b)  # the ranges starting before b
+        lo = bisect.bisect_right(self.ends, a, 0, hi)  # of those, the ones ending after a
+        if lo >= hi:
+            return None
+        return self.added[min(self.order[lo:hi])][2]
+
+    def add(self, a: int, b: int | None, g: T.CheckpointGroup, overlapped: bool) -> None:
+        self.added.append((a, b, g))
+        if not self.disjoint:
+            return
+        if overlapped or (b is not None and a >= b):  # an empty range overlaps by the test above too
+            self.disjoint = False
+            return
+        k = bisect.bisect_left(self.starts, a)
+        self.starts.insert(k, a)
+        self.ends.insert(k, math.inf if b is None else b)
+        self.order.insert(k, len(self.added) - 1)
 
 
 # ------------------------------------------------------------------------------ memory and optimizer

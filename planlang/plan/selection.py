@@ -16,7 +16,7 @@ from planlang.lang.source import Span
 _NO_SPAN = A.NO_SPAN
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sel:
     """One selector on a segment: ("index", i), ("slice", start, stop) or ("star",)."""
 
@@ -39,7 +39,7 @@ class Sel:
         return (self.a is None or i >= self.a) and (self.b is None or i < self.b)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SelSegment:
     name: str  # "" for a rooted selector-only segment; may contain * globs; "**" matches any depth
     sels: tuple[Sel, ...] = ()
@@ -48,7 +48,32 @@ class SelSegment:
         return self.name + "".join(str(s) for s in self.sels)
 
 
-@dataclass(frozen=True)
+# A big plan names the same segments over and over (`attn`, `h[3]`): `Selection.from_path` shares one
+# SelSegment (and its text) per distinct segment. Bounded: cleared when it grows past _SHARED_MAX.
+_SHARED: dict = {}
+_SHARED_MAX = 100_000
+
+
+def _shared_segment(seg: A.Segment) -> tuple[SelSegment, str]:
+    key = (seg.name, seg.selectors)  # AST equality: name and selector values, not spans
+    hit = _SHARED.get(key)
+    if hit is None:
+        sels = []
+        for s in seg.selectors:
+            if isinstance(s, A.Index):
+                sels.append(Sel("index", s.index))
+            elif isinstance(s, A.Slice):
+                sels.append(Sel("slice", s.start, s.stop))
+            else:
+                sels.append(Sel("star"))
+        out = SelSegment(seg.name, tuple(sels))
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        hit = _SHARED[key] = (out, str(out))
+    return hit
+
+
+@dataclass(frozen=True, slots=True)
 class Selection:
     segments: tuple[SelSegment, ...]
     span: Span = field(default=_NO_SPAN, compare=False, repr=False)
@@ -58,18 +83,7 @@ class Selection:
 
     @staticmethod
     def from_path(path: A.Path) -> "Selection":
-        segs = []
-        for seg in path.segments:
-            sels = []
-            for s in seg.selectors:
-                if isinstance(s, A.Index):
-                    sels.append(Sel("index", s.index))
-                elif isinstance(s, A.Slice):
-                    sels.append(Sel("slice", s.start, s.stop))
-                else:
-                    sels.append(Sel("star"))
-            segs.append(SelSegment(seg.name, tuple(sels)))
-        return Selection(tuple(segs), span=path.span)
+        return Selection(tuple(_shared_segment(seg)[0] for seg in path.segments), span=A.raw_span(path))
 
     @staticmethod
     def parse(text: str) -> "Selection":
@@ -92,12 +106,12 @@ class Selection:
         return Selection(tuple(segs))
 
     def prefixed(self, prefix: "Selection") -> "Selection":
-        return Selection(prefix.segments + self.segments, span=self.span)
+        return Selection(prefix.segments + self.segments, span=A.raw_span(self))
 
     def replace_head(self, var: str, value: "Selection") -> "Selection | None":
         """If the first segment is the loop variable `var` (without selectors), substitute `value`."""
         if self.segments and self.segments[0].name == var and not self.segments[0].sels:
-            return Selection(value.segments + self.segments[1:], span=self.span)
+            return Selection(value.segments + self.segments[1:], span=A.raw_span(self))
         return None
 
     @property
@@ -123,6 +137,9 @@ class Selection:
         """The names (in the given order) that the selection matches."""
         toks = self.tokens()
         return [n for n in names if _match(toks, n.split(".") if n else [])]
+
+
+A.lazy_span_field(Selection)
 
 
 def _split_dots(text: str) -> list[str]:

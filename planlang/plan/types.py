@@ -3,7 +3,9 @@
 Vocabulary: an *axis* is a mesh axis, a *dim* is a tensor dimension. A `Spec` has one entry per dim
 (the axes that split it, major to minor) plus the axes over which the value is a partial sum; its
 `placements(mesh)` view gives DTensor's per-axis vocabulary (Shard(dim) / Replicate / Partial).
-Spans never take part in equality.
+Spans never take part in equality. The types a plan has one of per statement (and per expansion of a
+template or loop) have `__slots__` and keep their spans as the parser packed them (`ast.pack_span`):
+reading `.span` (or `dim_spans`, ...) gives `Span`s, `ast.raw_span` what is stored.
 """
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Union
 
-from planlang.lang.ast import NO_SPAN
+from planlang.lang.ast import NO_SPAN, lazy_span_field
 from planlang.lang.source import Span
 
 from .selection import Selection
@@ -30,7 +32,7 @@ def user_site(span: Span, origin: tuple[Span, ...]) -> Span:
     return [s for s in origin if s.file == origin[0].file][-1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Hole:
     """A value left for the solver (`?` in the plan)."""
 
@@ -39,6 +41,9 @@ class Hole:
 
     def __str__(self) -> str:
         return "?"
+
+
+lazy_span_field(Hole)
 
 
 def is_hole(x) -> bool:
@@ -151,7 +156,7 @@ class Partial:
 Placement = Union[Shard, Replicate, Partial]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Spec:
     """One entry per tensor dim: the axes that split it (major to minor; () = replicated) or a Hole."""
 
@@ -227,6 +232,11 @@ class Spec:
         return tuple(local_size(n, f) for n, f in zip(shape, factors))  # type: ignore[arg-type]
 
 
+lazy_span_field(Spec)
+lazy_span_field(Spec, "dim_spans", many=True)
+lazy_span_field(Spec, "partial_spans", many=True)
+
+
 def local_size(n: int, factor: int) -> int:
     """The one rounding rule for a dim of size `n` split `factor` ways: the largest piece, ceil(n / f)
     (torch.chunk's and DTensor's). The checker refuses uneven splits of parameters and inputs (PL305,
@@ -271,7 +281,7 @@ class Input:
         return tuple(v for _, v in self.dims)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DataSpec:
     input: str
     spec: Union[Spec, Hole]
@@ -281,7 +291,7 @@ class DataSpec:
         return f"data {self.input} : {self.spec}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ShardRule:
     """`shard TARGET : SPEC` after template and loop expansion.
 
@@ -304,6 +314,10 @@ class ShardRule:
         return user_site(self.span, self.origin)
 
 
+for _cls in (DataSpec, ShardRule):
+    lazy_span_field(_cls)
+
+
 # ------------------------------------------------------------------------------ schedule
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
@@ -318,7 +332,7 @@ class Schedule:
         return self.kind + (f" chunks {self.chunks}" if self.kind == "interleaved" else "")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Stage:
     index: int
     modules: tuple[Selection, ...]
@@ -345,7 +359,7 @@ class Pipeline:
         return f"pipeline over {self.axis}: {self.schedule}, {self.microbatches} microbatches, {n} stages"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CheckpointGroup:
     """Consecutive modules recomputed together in backward. With `every`, the selection is cut into
     consecutive groups of that many modules once the model is known (the last group holds the rest).
@@ -366,6 +380,10 @@ class CheckpointGroup:
     @property
     def site(self) -> Span:
         return user_site(self.span, self.origin)
+
+
+for _cls in (Stage, CheckpointGroup):
+    lazy_span_field(_cls)
 
 
 @dataclass(frozen=True)
