@@ -30,6 +30,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from memory_measure import _categories, _tracker  # noqa: E402
 
+from planlang.lang.diagnostics import Severity  # noqa: E402
 from planlang.model.checks import check_with_model  # noqa: E402
 from planlang.model.estimate import estimate_plan  # noqa: E402
 from planlang.model.load import build_model, plan_loss  # noqa: E402
@@ -107,7 +108,7 @@ def main() -> None:
                 path.write_text(plan_text(model, layout))
                 checked = check_with_model(str(path))
                 if checked.errors:
-                    line = f"{model:8} {layout:6}    - not run: {', '.join(sorted({d.code for d in checked.errors}))}"
+                    line = f"{model:8} {layout:6}    - not run: {', '.join(sorted({d.code for d in checked.diagnostics if d.severity is Severity.ERROR}))}"
                     print(line, flush=True)
                     lines.append(line)
                     continue
