@@ -279,10 +279,15 @@ def nesting(text: str, rng: random.Random, depths: tuple[int, ...] = DEPTHS) -> 
     elif kind == 4:  # many statements
         piece = "\n".join(rng.choice(["budget 1 GiB", "checkpoint h[0]", "use hardware", "x", "}"])
                           for _ in range(min(depth, 5000)))
-    elif kind == 5:  # a template applying itself, or many templates in a chain
+    elif kind == 5 and rng.random() < 0.5:  # a cycle through many templates
         d = min(depth, 500)
         piece = "\n".join(f"template t{k}(a : axis) {{ apply t{k + 1}(a) to h }}" for k in range(d))
         piece += f"\ntemplate t{d}(a : axis) {{ apply t0(a) to h }}\napply t0(tp) to h"
+    elif kind == 5:  # a chain applying the next template twice per level: 2^levels applications
+        levels = min(depth.bit_length(), 20)  # 100,000 -> 17 levels, past the 100,000 applications of PL224
+        piece = "\n".join(f"template t{k}(a : axis) {{ apply t{k + 1}(a) to h; apply t{k + 1}(a) to h }}"
+                          for k in range(levels))
+        piece += f"\ntemplate t{levels}(a : axis) {{ shard w : [a] }}\napply t0(tp) to h"
     elif kind == 6:  # long strings, names and comments
         piece = rng.choice(['model m = "' + "a" * depth + '"()', "n" * depth + " = 1", "#" * depth,
                             '"' + "\\" * depth + '"', "use \"" + "../" * min(depth, 2000) + "x.plan\""])

@@ -26,6 +26,8 @@ from .units import Kind, UNITS, example_units, unit_kind
 # package data (in the wheel too); `stdlib/` at the top of the checkout links here
 STDLIB_DIR = FsPath(__file__).resolve().parents[1] / "stdlib"
 MAX_EXPANSION_DEPTH = 32
+MAX_EXPANSIONS = 100_000  # template applications in one plan (PL224): a chain that applies twice per level
+                          # doubles at each level; real plans apply a few thousand at most
 MAX_QUANTITY = 1e30  # base units (bytes, B/s, s, FLOP/s): far beyond any machine, below float overflow
 
 DTYPES = {
@@ -76,6 +78,7 @@ class _Ctx:
     origin: tuple[Span, ...] = ()
     depth: int = 0
     scope: Selection | None = None  # the innermost `for` selection or pattern `apply` target
+    active: tuple[int, ...] = ()  # id() of each template being expanded, outermost first
 
     @cached_property
     def bound(self) -> dict[str, object]:
@@ -106,6 +109,7 @@ class Resolver:
         self.modules: dict[str, A.Module] = {}
         self.cache: dict[str, Namespace] = {}
         self.stack: list[str] = []
+        self.expansions = 0  # template applications so far (PL224)
 
     # ------------------------------------------------------------------ entry points
     def resolve_text(self, text: str, path: str) -> Resolution:
@@ -715,7 +719,7 @@ class Resolver:
         elif isinstance(st, A.ForStmt):
             sel = self._selection(st.selection, ctx)
             inner = _Ctx(ctx.ns, ctx.prefix, ctx.loopvars + ((st.var.text, sel),), ctx.params,
-                         ctx.origin + (st.span,), ctx.depth, scope=sel)
+                         ctx.origin + (st.span,), ctx.depth, scope=sel, active=ctx.active)
             for b in st.body:
                 self._body(b, inner, shards, checkpoints)
         elif isinstance(st, A.ApplyStmt):
@@ -726,7 +730,10 @@ class Resolver:
         if found is None:
             return
         tdecl, tns = found
-        if ctx.depth >= MAX_EXPANSION_DEPTH:
+        # no template may apply itself, directly or through others (there are no conditions: it would
+        # never end); caught at its first recursive `apply`, not after 2^32 expansions of a template
+        # that applies itself twice
+        if ctx.depth >= MAX_EXPANSION_DEPTH or id(tdecl) in ctx.active:
             self.diags.append(diag("PL219", f"template `{st.template}` expands without end", st.span,
                                    help="a template applies itself directly or through other templates"))
             return
@@ -746,9 +753,20 @@ class Resolver:
             if value is None:
                 return
             params.append((p.name.text, value))
+        self.expansions += 1
+        if self.expansions > MAX_EXPANSIONS:
+            if self.expansions == MAX_EXPANSIONS + 1:  # reported once, at the outermost `apply`
+                top = ctx.origin[0] if ctx.origin else st.span
+                self.diags.append(diag(
+                    "PL224", f"templates expand to more than {MAX_EXPANSIONS:,} applications", top,
+                    labels=[Label(st.span, f"application {MAX_EXPANSIONS + 1:,}")] if top != st.span else [],
+                    help="a template that applies others k times multiplies the count by k at every level; "
+                         "apply fewer templates per level, or flatten the chain"))
+            return
         target = self._selection(st.target, ctx)
         scope = target if target.is_pattern else ctx.scope
-        inner = _Ctx(tns, target, (), tuple(params), ctx.origin + (st.span,), ctx.depth + 1, scope=scope)
+        inner = _Ctx(tns, target, (), tuple(params), ctx.origin + (st.span,), ctx.depth + 1, scope=scope,
+                     active=ctx.active + (id(tdecl),))
         for b in tdecl.body:
             self._body(b, inner, shards, checkpoints)
 

@@ -123,3 +123,41 @@ def test_unexpected_token_message_is_cut():
     assert d.code == "PL101" and len(d.message) < 100
     assert d.message.startswith("unexpected `xxx") and "...`" in d.message
     assert (d.span.col, d.span.end_col) == (1, 30_001)  # the span is still the whole token
+
+
+# ---- template expansion ------------------------------------------------------------------------
+
+MESH = DEVICE + "link nv { bandwidth = 300 GB/s }\nmesh m of 8 x gpu { tp = 8 over nv }\n"
+
+
+def test_template_applying_itself_twice_is_pl219_at_once():
+    # used to expand 2^32 times before the depth limit (12 GB of memory, found by bench/fuzz.py)
+    text = MESH + "template deep(tp: axis) {\n    apply deep(tp) to inner\n    apply deep(tp) to inner\n}\n" \
+        "apply deep(tp) to h[0]\n"
+    diags = check(text)
+    assert [(d.code, d.span.line, d.span.col) for d in diags] == [("PL219", 5, 5), ("PL219", 6, 5)]
+
+
+def test_templates_applying_each_other_are_pl219_at_the_first_repeat():
+    text = MESH + "template a(x: axis) { apply b(x) to p; apply b(x) to q }\n" \
+        "template b(x: axis) { apply a(x) to r; apply a(x) to s }\napply a(tp) to h\n"
+    diags = check(text)
+    assert {d.code for d in diags} == {"PL219"}
+    assert {d.span.line for d in diags} == {5}  # in `b`, where `a` would be applied again
+
+
+def test_exponential_template_chain_is_pl224_once():
+    levels = 18  # 2^19 - 1 applications; stopped after 100,000
+    lines = [f"template t{k}(a: axis) {{ apply t{k + 1}(a) to x; apply t{k + 1}(a) to x }}" for k in range(levels)]
+    text = MESH + "\n".join(lines) + f"\ntemplate t{levels}(a: axis) {{ shard w : [a] }}\napply t0(tp) to h\n"
+    diags = check(text)
+    assert [d.code for d in diags] == ["PL224"]
+    (d,) = diags
+    assert d.span.line == 4 + levels + 1 and d.span.col == 1  # the outermost `apply`
+    assert d.labels and d.labels[0].message == "application 100,001"
+
+
+def test_a_wide_but_finite_template_tree_is_fine():
+    lines = [f"template t{k}(a: axis) {{ apply t{k + 1}(a) to x; apply t{k + 1}(a) to y }}" for k in range(10)]
+    text = MESH + "\n".join(lines) + "\ntemplate t10(a: axis) { shard w : [a] }\napply t0(tp) to h\n"
+    assert not [c for c in codes(text) if c in ("PL219", "PL224")]  # 2,047 applications
