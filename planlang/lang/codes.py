@@ -151,9 +151,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL224", "expansion-too-large", E, "templates expand to too many applications",
      "Templates applied inside templates multiply: one that applies another twice, which applies a\n"
      "third twice, and so on, doubles at every level. A plan may make at most 100,000 template\n"
-     "applications in all (real plans make a few thousand at most). The diagnostic points at the\n"
-     "outermost `apply` (or `for`) of the expansion, and the expansion stops there. Apply fewer\n"
-     "templates per level, or flatten the chain."),
+     "applications, plus 100 for each `apply` written in it and the files it uses (so a big plan's\n"
+     "budget grows with its text). The diagnostic points at the outermost `apply` (or `for`) of the\n"
+     "expansion, and the expansion stops there. Apply fewer templates per level, or flatten the chain."),
     ("PL250", "unknown-unit", E, "unknown unit",
      "Units: memory B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB; bandwidth B/s, GB/s, GiB/s, Gb/s, Gbps;\n"
      "time ns, us, ms, s; throughput GFLOPS, TFLOPS, PFLOPS. Units are case-sensitive (GiB, not gib)."),

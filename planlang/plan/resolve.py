@@ -26,8 +26,9 @@ from .units import Kind, UNITS, example_units, unit_kind
 # package data (in the wheel too); `stdlib/` at the top of the checkout links here
 STDLIB_DIR = FsPath(__file__).resolve().parents[1] / "stdlib"
 MAX_EXPANSION_DEPTH = 32
-MAX_EXPANSIONS = 100_000  # template applications in one plan (PL224): a chain that applies twice per level
-                          # doubles at each level; real plans apply a few thousand at most
+MAX_EXPANSIONS = 100_000  # template applications in one plan (PL224), plus EXPANSIONS_PER_APPLY for each
+EXPANSIONS_PER_APPLY = 100  # `apply` written in it: a chain applying the next twice per level doubles at
+                            # each level, while a big plan's applications grow with its text
 MAX_QUANTITY = 1e30  # base units (bytes, B/s, s, FLOP/s): far beyond any machine, below float overflow
 
 DTYPES = {
@@ -110,6 +111,7 @@ class Resolver:
         self.cache: dict[str, Namespace] = {}
         self.stack: list[str] = []
         self.expansions = 0  # template applications so far (PL224)
+        self.expansion_budget: int | None = None  # set at the first application, when every file is read
 
     # ------------------------------------------------------------------ entry points
     def resolve_text(self, text: str, path: str) -> Resolution:
@@ -753,13 +755,17 @@ class Resolver:
             if value is None:
                 return
             params.append((p.name.text, value))
+        if self.expansion_budget is None:
+            written = sum(src.text.count("apply") for src in self.sources.values())  # a bound is enough
+            self.expansion_budget = MAX_EXPANSIONS + EXPANSIONS_PER_APPLY * written
+        budget = self.expansion_budget
         self.expansions += 1
-        if self.expansions > MAX_EXPANSIONS:
-            if self.expansions == MAX_EXPANSIONS + 1:  # reported once, at the outermost `apply`
+        if self.expansions > budget:
+            if self.expansions == budget + 1:  # reported once, at the outermost `apply`
                 top = ctx.origin[0] if ctx.origin else st.span
                 self.diags.append(diag(
-                    "PL224", f"templates expand to more than {MAX_EXPANSIONS:,} applications", top,
-                    labels=[Label(st.span, f"application {MAX_EXPANSIONS + 1:,}")] if top != st.span else [],
+                    "PL224", f"templates expand to more than {budget:,} applications", top,
+                    labels=[Label(st.span, f"application {budget + 1:,}")] if top != st.span else [],
                     help="a template that applies others k times multiplies the count by k at every level; "
                          "apply fewer templates per level, or flatten the chain"))
             return

@@ -147,14 +147,26 @@ def test_templates_applying_each_other_are_pl219_at_the_first_repeat():
 
 
 def test_exponential_template_chain_is_pl224_once():
-    levels = 18  # 2^19 - 1 applications; stopped after 100,000
+    from planlang.plan.resolve import EXPANSIONS_PER_APPLY, MAX_EXPANSIONS
+
+    levels = 18  # 2^19 - 1 applications; stopped after 100,000 + 100 per `apply` written
     lines = [f"template t{k}(a: axis) {{ apply t{k + 1}(a) to x; apply t{k + 1}(a) to x }}" for k in range(levels)]
     text = MESH + "\n".join(lines) + f"\ntemplate t{levels}(a: axis) {{ shard w : [a] }}\napply t0(tp) to h\n"
     diags = check(text)
     assert [d.code for d in diags] == ["PL224"]
     (d,) = diags
     assert d.span.line == 4 + levels + 1 and d.span.col == 1  # the outermost `apply`
-    assert d.labels and d.labels[0].message == "application 100,001"
+    budget = MAX_EXPANSIONS + EXPANSIONS_PER_APPLY * (2 * levels + 1)
+    assert d.message == f"templates expand to more than {budget:,} applications"
+    assert d.labels and d.labels[0].message == f"application {budget + 1:,}"
+
+
+def test_expansion_budget_grows_with_the_applications_written():
+    # a big plan: 1,500 `apply` lines of a template that applies 99 others (150,000 applications)
+    inner = "; ".join("apply leaf(a) to x" for _ in range(99))
+    text = (MESH + "template leaf(a: axis) { shard w : [a] }\n" + f"template wide(a: axis) {{ {inner} }}\n"
+            + "".join(f"apply wide(tp) to h[{i}]\n" for i in range(1500)))
+    assert "PL224" not in codes(text)
 
 
 def test_a_wide_but_finite_template_tree_is_fine():
