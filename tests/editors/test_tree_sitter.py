@@ -225,11 +225,21 @@ def test_every_parseable_plan_parses_without_errors(parser):
     assert {k: v for k, v in failures.items() if v} == {}
 
 
+# the parser's resource limits, not syntax: brackets nested deeper than 64 (PL106) and number literals over
+# 100 digits (PL107) are well-formed to a grammar, so an editor's highlighter rightly accepts them
+LIMITS = {"PL106", "PL107"}
+
+
 def _rejected_texts() -> list[tuple[str, str]]:
     items = [(str(p.relative_to(ROOT)), text) for p in sorted((ROOT / "tests" / "lang" / "corpus").rglob("*.plan"))
              if (text := utf8_text(p)) is not None]
     items += doc_blocks(ROOT / "docs" / "language.md", "plan-invalid")
-    return [(name, text) for name, text in items if not parse(text, name).ok]
+    out = []
+    for name, text in items:
+        res = parse(text, name)
+        if not res.ok and not {d.code for d in res.diagnostics} <= LIMITS:
+            out.append((name, text))
+    return out
 
 
 def test_texts_the_parser_rejects_are_errors(parser):
