@@ -20,8 +20,15 @@ from .source import Span
 NO_SPAN = Span("<none>", 0, 0, 0, 0)
 
 # ------------------------------------------------------------------ packed spans
-_FIELD = 32  # bits per field: offsets, lines and columns below 2**32 (a 4 GiB file)
+# A span packed into one int, in one of two forms told apart by the lowest bit:
+#   short (1): a span on one line (end_col = col + its length) in the first 16 MiB of a file, at most 16383
+#              characters long and starting before column 16384: bits tag 1 | file 12 | start 24 |
+#              length 14 | col 14 | line (the rest) -- 36 bytes as a Python int for any plan under 4M lines
+#   long (0):  anything: tag 1 | file 32 | end 32 | start 32 | end_col 32 | end_line 32 | col 32 | line
+_FIELD = 32  # bits per field of the long form: offsets, lines and columns below 2**32 (a 4 GiB file)
 _MASK = (1 << _FIELD) - 1
+_FID_S, _START_S, _LEN_S, _COL_S = 12, 24, 14, 14  # field widths of the short form
+_LINE_SHIFT_S = 1 + _FID_S + _START_S + _LEN_S + _COL_S
 _FILES: list[str] = []  # file names of packed spans, by number (one per distinct file name)
 _FILE_IDS: dict[str, int] = {}
 _FILES_LOCK = threading.Lock()
@@ -40,13 +47,29 @@ def file_id(path: str) -> int:
 
 
 def pack_span(fid: int, line: int, col: int, end_line: int, end_col: int, start: int, end: int) -> int:
-    """`Span(file, line, col, end_line, end_col, start, end)` as one int (about 50 bytes instead of about
-    200 for a Span and its offsets); `fid` is `file_id(file)`."""
-    return (((((line << _FIELD | col) << _FIELD | end_line) << _FIELD | end_col) << _FIELD | start)
-            << _FIELD | end) << _FIELD | fid
+    """`Span(file, line, col, end_line, end_col, start, end)` as one int (36 or about 56 bytes instead of
+    about 200 for a Span and its offsets); `fid` is `file_id(file)`."""
+    n = end - start
+    if (end_line == line and end_col == col + n and 0 <= n < 1 << _LEN_S and 0 <= col < 1 << _COL_S
+            and 0 <= start < 1 << _START_S and fid < 1 << _FID_S and line >= 0):
+        return ((((line << _COL_S | col) << _LEN_S | n) << _START_S | start) << _FID_S | fid) << 1 | 1
+    return ((((((line << _FIELD | col) << _FIELD | end_line) << _FIELD | end_col) << _FIELD | start)
+             << _FIELD | end) << _FIELD | fid) << 1
 
 
 def unpack_span(v: int) -> Span:
+    if v & 1:
+        v >>= 1
+        fid = v & ((1 << _FID_S) - 1)
+        v >>= _FID_S
+        start = v & ((1 << _START_S) - 1)
+        v >>= _START_S
+        n = v & ((1 << _LEN_S) - 1)
+        v >>= _LEN_S
+        col = v & ((1 << _COL_S) - 1)
+        line = v >> _COL_S
+        return Span(_FILES[fid], line, col, line, col + n, start, start + n)
+    v >>= 1
     fid = v & _MASK
     v >>= _FIELD
     end = v & _MASK
@@ -68,7 +91,10 @@ def as_span(v) -> Span:
 def span_lines(v) -> tuple[int, int]:
     """(line, end_line) of a span, packed or not, without building a Span."""
     if v.__class__ is int:
-        v >>= 4 * _FIELD
+        if v & 1:
+            line = v >> _LINE_SHIFT_S
+            return line, line
+        v >>= 1 + 4 * _FIELD
         return v >> 2 * _FIELD, v & _MASK
     return v.line, v.end_line
 
@@ -76,7 +102,11 @@ def span_lines(v) -> tuple[int, int]:
 def span_offsets(v) -> tuple[int, int]:
     """(start, end) character offsets of a span, packed or not, without building a Span."""
     if v.__class__ is int:
-        v >>= _FIELD
+        if v & 1:
+            v >>= 1 + _FID_S
+            start = v & ((1 << _START_S) - 1)
+            return start, start + ((v >> _START_S) & ((1 << _LEN_S) - 1))
+        v >>= 1 + _FIELD
         return (v >> _FIELD) & _MASK, v & _MASK
     return v.start, v.end
 
@@ -261,10 +291,70 @@ class Segment(Node):
 
 @dataclass(frozen=True, slots=True)
 class Path(Node):
+    """A module path. The parser stores a path written as `str(path)` prints it (`h[3].attn`, no spaces,
+    on one line) as that text, and `segments` builds the Segment nodes (spans included) from it when first
+    read: a big plan has a path per line, and its segments are most of its memory. `path_text` and the
+    resolver read the text without building them."""
+
     segments: tuple[Segment, ...]
 
     def __str__(self) -> str:
-        return ".".join(str(s) for s in self.segments)
+        return path_text(self)
+
+
+_PATH_SEGMENTS = Path.__dict__["segments"]
+_get_segments, _set_segments = _PATH_SEGMENTS.__get__, _PATH_SEGMENTS.__set__
+
+
+def path_text(path: Path) -> str:
+    """`str(path)`: its segments joined with `.`, each a name and its selectors (`h[0:6].mlp`, `[0].w`)."""
+    v = _get_segments(path)
+    return v if v.__class__ is str else ".".join(str(s) for s in v)
+
+
+def path_compact(path: Path) -> str | None:
+    """The text a parsed path is stored as, or None when it holds Segment nodes."""
+    v = _get_segments(path)
+    return v if v.__class__ is str else None
+
+
+def _read_segments(path: Path) -> tuple[Segment, ...]:
+    v = _get_segments(path)
+    if v.__class__ is not str:
+        return v
+    segments = _segments_of_text(v, raw_span(path))
+    if _get_segments(path) is v:  # kept: later reads give the same nodes
+        _set_segments(path, segments)
+    return _get_segments(path)
+
+
+Path.segments = property(_read_segments, _set_segments, doc="The segments (built from the text when stored so).")
+
+
+def _segments_of_text(text: str, span: int) -> tuple[Segment, ...]:
+    """The segments of a path written `text` (as `path_text` prints it) whose span is the short packed
+    span `span`: the spans the parser gives them, from their offsets in the text."""
+    at = _spans_at(span)
+    out = []
+    pos = 0
+    for part in text.split("."):
+        k = part.find("[")
+        name = part if k < 0 else part[:k]
+        sels = []
+        while k >= 0:
+            end = part.index("]", k)
+            inner, a = part[k + 1:end], pos + k
+            if inner == "*":
+                sels.append(Star(span=at(a, pos + end + 1)))
+            elif ":" in inner:
+                lo, hi = inner.split(":")
+                sels.append(Slice(int(lo) if lo else None, int(hi) if hi else None, span=at(a, pos + end + 1)))
+            else:
+                sels.append(Index(int(inner), span=at(a, pos + end + 1)))
+            k = part.find("[", end)
+        out.append(Segment(name, tuple(sels), span=at(pos, pos + len(part))))
+        pos += len(part) + 1
+    return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -304,14 +394,127 @@ SpecEntry = Union[Replicated, AxisEntry, AxisTuple, Hole]
 
 @dataclass(frozen=True, slots=True)
 class Spec(Node):
+    """A sharding spec. Like a `Path`, a spec written as it prints (`[_, (dp, tp)] partial(tp)`, one line)
+    is stored by the parser as that text (in `entries`; `partial` is then None), and its nodes are built
+    from it when first read. Specs repeat: the text is shared."""
+
     entries: tuple[SpecEntry, ...]
     partial: tuple[Name, ...] = ()
 
     def __str__(self) -> str:
-        s = "[" + ", ".join(str(e) for e in self.entries) + "]"
-        if self.partial:
-            s += " partial(" + ", ".join(p.text for p in self.partial) + ")"
-        return s
+        return spec_text(self)
+
+
+_SPEC_ENTRIES, _SPEC_PARTIAL = Spec.__dict__["entries"], Spec.__dict__["partial"]
+_get_entries, _set_entries = _SPEC_ENTRIES.__get__, _SPEC_ENTRIES.__set__
+_get_partial, _set_partial = _SPEC_PARTIAL.__get__, _SPEC_PARTIAL.__set__
+
+
+def spec_text(spec: Spec) -> str:
+    """`str(spec)`: `[_, tp]`, `[(dp, tp), ?] partial(tp)`."""
+    v = _get_entries(spec)
+    if v.__class__ is str:
+        return v
+    s = "[" + ", ".join(str(e) for e in v) + "]"
+    partial = _get_partial(spec)
+    if partial:
+        s += " partial(" + ", ".join(p.text for p in partial) + ")"
+    return s
+
+
+def spec_compact(spec: Spec) -> str | None:
+    """The text a parsed spec is stored as, or None when it holds its nodes."""
+    v = _get_entries(spec)
+    return v if v.__class__ is str else None
+
+
+def _built_spec(spec: Spec) -> None:
+    v = _get_entries(spec)
+    if v.__class__ is str:
+        entries, partial = _spec_of_text(v, raw_span(spec))
+        if _get_entries(spec) is v:  # kept: later reads give the same nodes
+            _set_partial(spec, partial)
+            _set_entries(spec, entries)
+
+
+def _read_entries(spec: Spec) -> tuple:
+    _built_spec(spec)
+    return _get_entries(spec)
+
+
+def _read_partial(spec: Spec) -> tuple:
+    _built_spec(spec)
+    return _get_partial(spec)
+
+
+Spec.entries = property(_read_entries, _set_entries, doc="The entries (built from the text when stored so).")
+Spec.partial = property(_read_partial, _set_partial, doc="The partial(...) axes (built from the text when stored so).")
+
+
+def _spec_of_text(text: str, span: int) -> tuple[tuple, tuple]:
+    """(entries, partial) of a spec written `text` (as `spec_text` prints it) whose span is the short
+    packed span `span`, with the spans the parser gives them."""
+    at = _spans_at(span)
+    close = text.index("]")
+    entries = []
+    pos = 1
+    body = text[1:close]
+    for item in _split_top(body) if body else ():
+        a, b = pos, pos + len(item)
+        if item == "_":
+            entries.append(Replicated(span=at(a, b)))
+        elif item == "?":
+            entries.append(Hole(span=at(a, b)))
+        elif item.startswith("("):
+            entries.append(AxisTuple(_names(item[1:-1], a + 1, at), span=at(a, b)))
+        else:
+            name_span = at(a, b)
+            entries.append(AxisEntry(Name(item, span=name_span), span=name_span))
+        pos = b + 2
+    partial: tuple = ()
+    if len(text) > close + 1:  # " partial(...)"
+        start = close + len(" partial(") + 1
+        partial = _names(text[start:-1], start, at)
+    return tuple(entries), partial
+
+
+def _split_top(body: str) -> list[str]:
+    """`a, (b, c), _` -> ["a", "(b, c)", "_"]."""
+    out, depth, cur = [], 0, 0
+    for i, ch in enumerate(body):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            out.append(body[cur:i])
+            cur = i + 2
+    out.append(body[cur:])
+    return out
+
+
+def _names(body: str, pos: int, at) -> tuple:
+    out = []
+    for word in body.split(", "):
+        out.append(Name(word, span=at(pos, pos + len(word))))
+        pos += len(word) + 2
+    return tuple(out)
+
+
+def _spans_at(span: int):
+    """For a short packed span: (a, b) -> the packed span of its characters a..b (offsets in it)."""
+    v = span >> 1
+    fid = v & ((1 << _FID_S) - 1)
+    v >>= _FID_S
+    start = v & ((1 << _START_S) - 1)
+    v >>= _START_S + _LEN_S
+    col = v & ((1 << _COL_S) - 1)
+    line = v >> _COL_S
+
+    def at(a: int, b: int) -> int:
+        return pack_span(fid, line, col + a, line, col + b, start + a, start + b)
+
+    return at
 
 
 # ------------------------------------------------------------------ statements

@@ -67,7 +67,7 @@ from typing import Iterable, Sequence
 
 from . import ast as A
 from .diagnostics import Diagnostic
-from .parser import parse
+from .parser import no_cycle_collection, parse
 
 __all__ = ["FormatError", "format_module", "format_text", "format_check", "unified_diff", "MAX_WIDTH"]
 
@@ -89,7 +89,8 @@ class FormatError(Exception):
 # --------------------------------------------------------------------------------------------- public API
 def format_module(module: A.Module) -> str:
     """Canonical text for a parsed module, comments included."""
-    return _Formatter(module).run()
+    with no_cycle_collection():  # a line object per line of a big plan, and no cycles
+        return _Formatter(module).run()
 
 
 def format_text(text: str, path: str = "<plan>") -> str:
@@ -151,18 +152,8 @@ def dotted_text(d: A.Dotted) -> str:
     return ".".join(p.text for p in d.parts)
 
 
-def _selector_text(s: A.Selector) -> str:
-    if isinstance(s, A.Index):
-        return f"[{s.index}]"
-    if isinstance(s, A.Star):
-        return "[*]"
-    a = "" if s.start is None else str(s.start)
-    b = "" if s.stop is None else str(s.stop)
-    return f"[{a}:{b}]"
-
-
 def path_text(p: A.Path) -> str:
-    return ".".join(seg.name + "".join(_selector_text(s) for s in seg.selectors) for seg in p.segments)
+    return A.path_text(p)
 
 
 def target_text(t) -> str:
@@ -462,7 +453,7 @@ class _Placement:
 
 
 # --------------------------------------------------------------------------------------------- layout
-@dataclass
+@dataclass(slots=True)
 class _Line:
     level: int
     code: str  # "" for a blank line
@@ -494,22 +485,25 @@ class _Formatter:
 
     def _render(self) -> str:
         lines = self.lines
-        texts = [(INDENT * ln.level + ln.code) if ln.code else "" for ln in lines]
+
+        def text(ln: _Line) -> str:
+            return (INDENT * ln.level + ln.code) if ln.code else ""
+
         out: list[str] = []
         i = 0
         while i < len(lines):
             if lines[i].comment is None:
-                out.append(texts[i].rstrip())
+                out.append(text(lines[i]).rstrip())
                 i += 1
                 continue
             j = i
             while j < len(lines) and lines[j].comment is not None and lines[j].group == lines[i].group:
                 j += 1
-            col = max(len(texts[k]) for k in range(i, j)) + COMMENT_GAP
-            for k in range(i, j):
-                out.append(texts[k].ljust(col) + lines[k].comment)
+            texts = [text(lines[k]) for k in range(i, j)]  # a run of lines with trailing comments
+            col = max(len(t) for t in texts) + COMMENT_GAP
+            out += [t.ljust(col) + lines[k].comment for k, t in zip(range(i, j), texts)]
             i = j
-        return "".join(line + "\n" for line in out)
+        return "\n".join(out) + "\n" if out else ""
 
     # ------------------------------------------------------------------ blocks
     def _items(self, cont, items: Sequence, level: int) -> None:

@@ -7,16 +7,19 @@ reports several independent syntax errors.
 """
 from __future__ import annotations
 
+import gc
 import re
 import threading
 import unicodedata
+from sys import intern
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path as FsPath
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
-from lark.lexer import UnlessCallback
+from lark.lexer import PatternStr, UnlessCallback
 from lark.parse_tree_builder import ChildFilterLALR_NoPlaceholders, maybe_create_child_filter
 from lark.parsers.lalr_analysis import Shift
 
@@ -150,8 +153,97 @@ def _rule_callbacks(lark: Lark, lark_tokens: bool) -> dict:
             raise TypeError(f"no AST builder for grammar rule `{name}`")
         if expand1 and (tail or any(x or n for _, x, n in include)):
             raise TypeError(f"`?{rule.origin.name}` with inlined children or placeholders is not supported")
-        callbacks[rule] = _callback(method, include, tail, expand1, lark_tokens)
+        if lark_tokens:
+            callbacks[rule] = _callback(method, include, tail, expand1, lark_tokens)
+        else:
+            terminals = [sym.is_term for sym in rule.expansion]
+            callbacks[rule] = _compiled_callback(method, include, tail, expand1, terminals)
     return callbacks
+
+
+def _compiled_callback(method, include, tail, expand1, terminals):
+    """`_callback` for the fast parser, written out for one rule (its children's shape is known): a
+    reduction is run for every rule of every statement of a big plan."""
+    size = len(terminals)
+    body = []
+    if expand1 and size == 1:  # `?rule: child`: the child itself, in the same container
+        body.append("return children[0]")
+    else:
+        if size:  # positions: the first and last children that have one (Lark's container rule)
+            body += ["c = children[0]",
+                     "first = c.first if c.__class__ is _Reduced else c",
+                     "c = children[-1]",
+                     "last = c.last if c.__class__ is _Reduced else c",
+                     "if first is None or last is None:",
+                     "    first, last = _positions(children)"]
+        else:
+            body.append("first = last = None")
+        if expand1:  # one child kept: the child itself, in this container
+            (i, _, _), = include
+            body += [f"c = children[{i}]",
+                     "if c.__class__ is not _Reduced:",
+                     "    return c",
+                     "return _Reduced(c.value, first, last)"]
+        else:
+            def value(i: int) -> str:
+                if terminals[i]:
+                    return f"children[{i}]"
+                return f"(children[{i}].value if children[{i}].__class__ is _Reduced else children[{i}])"
+
+            if not any(splice for _, splice, _ in include):
+                parts = []
+                for i, _, nones in include:
+                    parts += ["None"] * nones + [value(i)]
+                parts += ["None"] * tail
+                body.append(f"items = [{', '.join(parts)}]")
+            else:
+                body.append("items = []")
+                for i, splice, nones in include:
+                    if nones:
+                        body.append(f"items += [None] * {nones}")
+                    if splice:  # a `_rule`: its items go into this rule's; left recursion grows one list
+                        body += [f"s = children[{i}].value",
+                                 "if items:",
+                                 "    items += s",
+                                 "else:",
+                                 "    items = s"]
+                    else:
+                        body.append(f"items.append({value(i)})")
+                if tail:
+                    body.append(f"items += [None] * {tail}")
+            if method is None:
+                body.append("return _Reduced(items, first, last)")
+            else:
+                body += ["node = _Reduced(None, first, last)",
+                         "node.value = method(_BUILDER.ast, node, items)",
+                         "return node"]
+    source = "def reduce(children):\n" + "".join(f"    {line}\n" for line in body)
+    scope = {"_Reduced": _Reduced, "_positions": _positions, "_BUILDER": _BUILDER, "method": method}
+    exec(compile(source, f"<reduction of {method.__name__ if method else 'a rule'}>", "exec"), scope)
+    return scope["reduce"]
+
+
+def _positions(children) -> tuple:
+    """(first, last) token of the children that have positions, or (None, None)."""
+    first = last = None
+    for c in children:
+        if type(c) is _Reduced:
+            if c.first is not None:
+                first = c.first
+                break
+        else:
+            first = c
+            break
+    if first is not None:
+        for c in reversed(children):
+            if type(c) is _Reduced:
+                if c.last is not None:
+                    last = c.last
+                    break
+            else:
+                last = c
+                break
+    return first, last
 
 
 def _callback(method, include, tail, expand1, lark_tokens):
@@ -233,11 +325,13 @@ class _FastParser:
         callbacks = _rule_callbacks(lark, lark_tokens=False)
         self.start_state = table.start_states["start"]
         self.end_state = table.end_states["start"]
-        self.actions: dict[int, dict[str, object]] = {}  # state -> terminal -> shift target | reduction
-        self.goto: dict[int, dict[str, int]] = {}  # state -> rule name -> state
+        size = max(table.states) + 1
+        # by state: terminal -> shift target (an int) or reduction (callback, size, rule name); rule -> state
+        self.actions: list[dict[str, object]] = [{} for _ in range(size)]
+        self.goto: list[dict[str, int]] = [{} for _ in range(size)]
         rules: dict[int, tuple] = {}
         for state, acts in table.states.items():
-            row, goto = {}, {}
+            row, goto = self.actions[state], self.goto[state]
             for sym, (action, arg) in acts.items():
                 if action is Shift:
                     if sym.isupper() or sym == "$END":
@@ -249,9 +343,8 @@ class _FastParser:
                     if key not in rules:
                         rules[key] = (callbacks[arg], len(arg.expansion), arg.origin.name)
                     row[sym] = rules[key]
-            self.actions[state], self.goto[state] = row, goto
         contextual = frontend.lexer.lexer  # PostLexConnector -> ContextualLexer
-        self.scanners: dict[int, tuple] = {}
+        self.scanners: list = [None] * size
         made: dict[int, tuple] = {}
         for state, lexer in contextual.lexers.items():
             if id(lexer) not in made:
@@ -260,23 +353,37 @@ class _FastParser:
 
     @staticmethod
     def _scanner(lexer) -> tuple:
-        """(regexes, keywords, ignored, newline terminals) of one of the contextual lexer's lexers."""
+        """(match, keywords, special) for one of the contextual lexer's lexers: `match(text, pos)` of its
+        terminals; for a terminal with an "unless" callback (NAME: `shard` is the keyword `shard` where one
+        is expected), keyword text -> terminal; for the ignored and newline terminals, flags (1: may hold
+        newlines, 2: ignored, 4: a comment)."""
         scanner = lexer.scanner  # builds the scanner and the callbacks
+        if len(scanner._mres) != 1:
+            raise TypeError("the fast parser expects one regex per lexer state")
         keywords = {}
         for type_, cb in lexer.callback.items():
-            if isinstance(cb, UnlessCallback):  # NAME `shard` is the keyword `shard` where one is expected
-                keywords[type_] = cb.scanner.fullmatch
+            if isinstance(cb, UnlessCallback):
+                terminals = cb.scanner.terminals
+                if not all(isinstance(t.pattern, PatternStr) and not t.pattern.flags for t in terminals):
+                    raise TypeError(f"unexpected keyword terminals for {type_}")
+                keywords[type_] = {t.pattern.value: t.name for t in terminals}
             elif cb is not _SINK:
                 raise TypeError(f"unexpected lexer callback for {type_}")
-        return tuple(scanner._mres), keywords, frozenset(lexer.ignore_types), frozenset(lexer.newline_types)
+        special = {}
+        for type_ in lexer.newline_types | lexer.ignore_types:
+            special[type_] = ((type_ in lexer.newline_types) | (type_ in lexer.ignore_types) << 1
+                              | (type_ == "COMMENT") << 2)
+        return scanner._mres[0].match, keywords, special
 
-    def parse(self, text: str, builder: "_ToAst") -> tuple[A.Module, list[tuple]]:
-        """The module and the COMMENT tokens; `_Fallback` where Lark would raise."""
+    def parse(self, text: str, builder: "_ToAst") -> tuple[A.Module, list[A.Comment]]:
+        """The module and its comments; `_Fallback` where Lark would raise."""
         actions, goto, scanners = self.actions, self.goto, self.scanners
         end_state = self.end_state
         states = [self.start_state]
         values: list = []
-        comments: list[tuple] = []
+        comments: list[A.Comment] = []
+        comment, pack, fid = A.Comment, A.pack_span, builder.fid
+        brackets = _BRACKETS
         n = len(text)
         pos, line, line_start = 0, 1, 0
         depth, last_nl = 0, True  # PlanPostLex: brackets open, and whether the last token fed was a newline
@@ -288,39 +395,42 @@ class _FastParser:
                 type_ = "$END"
                 tok = ("$END", "", pos, pos, line, pos - line_start + 1, line, pos - line_start + 1)
             else:
-                mres, keywords, ignored, newlines = scanners[state]
-                for mre in mres:
-                    m = mre.match(text, pos)
-                    if m is not None:
-                        break
-                else:
+                match, keywords, special = scanners[state]
+                m = match(text, pos)
+                if m is None:
                     raise _Fallback
-                value = m.group()
                 type_ = m.lastgroup
-                start, col, tline = pos, pos - line_start + 1, line
+                value = m.group()
+                start, tline, col = pos, line, pos - line_start + 1
                 pos = m.end()
-                if type_ in newlines:
-                    nl = value.count("\n")
-                    if nl:
-                        line += nl
-                        line_start = start + value.rindex("\n") + 1
-                if type_ in ignored:
-                    if type_ == "COMMENT":
-                        comments.append((type_, value, start, pos, tline, col, line, pos - line_start + 1))
-                    continue
+                flags = special.get(type_)
+                if flags is not None:
+                    if flags & 1:
+                        nl = value.count("\n")
+                        if nl:
+                            line += nl
+                            line_start = start + value.rindex("\n") + 1
+                    if flags & 2:
+                        if flags & 4:
+                            comments.append(comment(value, span=pack(fid, tline, col, line, pos - line_start + 1,
+                                                                     start, pos)))
+                        continue
+                value = intern(value)  # names repeat through a big plan: one string each
                 kw = keywords.get(type_)
                 if kw is not None:
-                    type_ = kw(value) or type_
+                    type_ = kw.get(value, type_)
                 if type_ == "_NL":
                     if depth or last_nl:
                         continue
                     last_nl = True
                 else:
                     last_nl = False
-                    if type_ == "LPAR" or type_ == "LSQB":
-                        depth += 1
-                    elif (type_ == "RPAR" or type_ == "RSQB") and depth:
-                        depth -= 1
+                    d = brackets.get(type_)
+                    if d is not None:
+                        if d > 0:
+                            depth += 1
+                        elif depth:
+                            depth -= 1
                 tok = (type_, value, start, pos, tline, col, line, pos - line_start + 1)
             # ---- feed it: reduce while the table says so, then shift
             while True:
@@ -347,6 +457,9 @@ class _FastParser:
                 raise _Fallback
 
 
+_BRACKETS = {"LPAR": 1, "LSQB": 1, "RPAR": -1, "RSQB": -1}  # PlanPostLex's depth
+
+
 @dataclass(frozen=True)
 class ParseResult:
     module: A.Module
@@ -358,8 +471,33 @@ class ParseResult:
         return not self.diagnostics
 
 
+@contextmanager
+def no_cycle_collection():
+    """Python's cycle collector off for a pass that builds millions of objects and no reference cycles:
+    it would walk all of them again and again (half the time of parsing a 5 MB plan). Reference counting
+    still frees everything; the collector is back on (if it was on) afterwards."""
+    enabled = gc.isenabled()
+    if enabled:
+        gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            # what was made is counted as new: the first collection would walk all of it. Move it to
+            # the oldest generation (freeze, then unfreeze: two list moves), where it is walked by full
+            # collections only, as anything that lives long
+            gc.freeze()
+            gc.unfreeze()
+            gc.enable()
+
+
 def parse(text: str, path: str = "<plan>") -> ParseResult:
     """Parse one file. Never raises for bad input: syntax errors come back as diagnostics."""
+    with no_cycle_collection():
+        return _parse(text, path)
+
+
+def _parse(text: str, path: str) -> ParseResult:
     source = SourceFile(path, text)
     whole = _whole_span(source)
     empty = A.Module((), (), path, span=whole)
@@ -368,11 +506,11 @@ def parse(text: str, path: str = "<plan>") -> ParseResult:
         return ParseResult(empty, (too_deep,), source)
     builder = _ToAst(source)
     try:
-        module, tokens = _fast().parse(text, builder)
+        module, comments = _fast().parse(text, builder)
     except _Fallback:
         pass  # a syntax error: Lark's parser finds it and the ones after it
     else:
-        comments = tuple(A.Comment(t[_VALUE], span=builder._tspan(t)) for t in tokens)
+        comments = tuple(comments)
         if builder.diags:
             return ParseResult(A.Module((), comments, path, span=whole), tuple(builder.diags), source)
         return ParseResult(A.Module(module.statements, comments, path, span=whole), (), source)
@@ -638,6 +776,49 @@ def _unescape(raw: str) -> str:
     return "".join(out)
 
 
+class _Sel:
+    """A selector (`[3]`, `[0:6]`, `[*]`) before it is built: its node class, arguments, and first and
+    last tokens (not its `_Reduced`, whose value it is: that would be a reference cycle)."""
+
+    __slots__ = ("node", "args", "first", "last")
+
+    def __init__(self, node, args: tuple, meta: _Reduced):
+        self.node, self.args, self.first, self.last = node, args, meta.first, meta.last
+
+
+class _Seg:
+    """A path segment before it is built: its name, `_Sel`s, and first and last tokens."""
+
+    __slots__ = ("text", "sels", "first", "last")
+
+    def __init__(self, text: str, sels: list, meta: _Reduced):
+        self.text, self.sels, self.first, self.last = text, sels, meta.first, meta.last
+
+
+# A parsed path or spec is stored as its source text when that text is what `str()` of its node gives
+# (ast.path_text / ast.spec_text): these find what would make it differ.
+# path: a space, tab, form feed or carriage return; a line continuation; a number with a leading zero or
+# an underscore (`h[01]`, `h[1_0]`): numbers stand after `[` or `:` in a path
+_CANONICAL_PATH = re.compile(r"[ \t\f\r\\]|[\[:](?:0[0-9_]|[0-9]*_)")
+# spec: anything but `[e, e, ...]` with e one of `_`, `?`, a name, `(name, name, ...)`, then optionally
+# ` partial(name, ...)`, single spaces after commas, nothing else
+_SPEC_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_SPEC_ENTRY = rf"(?:_|\?|{_SPEC_NAME}|\({_SPEC_NAME}(?:, {_SPEC_NAME})*\))"
+_CANONICAL_SPEC_RE = re.compile(
+    rf"\[(?:{_SPEC_ENTRY}(?:, {_SPEC_ENTRY})*)?\](?: partial\({_SPEC_NAME}(?:, {_SPEC_NAME})*\))?")
+
+
+class _NotCanonicalSpec:
+    """`_CANONICAL_SPEC.search(text)`: None when the whole of `text` is a canonically written spec."""
+
+    @staticmethod
+    def search(text: str):
+        return None if _CANONICAL_SPEC_RE.fullmatch(text) else True
+
+
+_CANONICAL_SPEC = _NotCanonicalSpec()
+
+
 class _ToAst:
     """Grammar rule → AST node: the parser calls the method named after the rule (or its alias) with the
     rule's `_Reduced` (its first and last tokens, for `_span`) and its children shaped as Lark's tree would
@@ -732,30 +913,54 @@ class _ToAst:
         return A.ListValue(self._present(items), span=self._span(meta))
 
     # paths ----------------------------------------------------------------------------
+    # A path's selectors and segments are built only if the path needs them: most paths are written as
+    # they print and are kept as their text (`A.Path`). Until then they are _Sel / _Seg marks.
     def index(self, meta, items):
-        return A.Index(self._int(items[0]), span=self._span(meta))
+        return _Sel(A.Index, (self._int(items[0]),), meta)
 
     def slice(self, meta, items):
         a, b = items
-        return A.Slice(None if a is None else self._int(a), None if b is None else self._int(b), span=self._span(meta))
+        return _Sel(A.Slice, (None if a is None else self._int(a), None if b is None else self._int(b)), meta)
 
     def star(self, meta, items):
-        return A.Star(span=self._span(meta))
+        return _Sel(A.Star, (), meta)
 
     def segment(self, meta, items):
         head, *sels = items
         text = head.text if isinstance(head, A.Name) else head[_VALUE]
-        return A.Segment(text, tuple(sels), span=self._span(meta))
+        return _Seg(text, sels, meta)
 
     def path(self, meta, items):
-        return A.Path(tuple(items), span=self._span(meta))
+        text = self._canonical(meta, _CANONICAL_PATH)
+        if text is not None:
+            return A.Path(text, span=self._span(meta))
+        return A.Path(tuple([self._segment(seg) for seg in items]), span=self._span(meta))
 
     def rooted_path(self, meta, items):
-        sels = tuple(i for i in items if not isinstance(i, A.Segment))
-        segs = tuple(i for i in items if isinstance(i, A.Segment))
+        text = self._canonical(meta, _CANONICAL_PATH)
+        if text is not None:
+            return A.Path(text, span=self._span(meta))
+        sels = tuple(self._selector(i) for i in items if isinstance(i, _Sel))
+        segs = tuple(self._segment(i) for i in items if isinstance(i, _Seg))
         first_end = sels[-1].span
         root = A.Segment("", sels, span=sels[0].span.cover(first_end))
         return A.Path((root,) + segs, span=self._span(meta))
+
+    def _selector(self, sel: "_Sel") -> A.Selector:
+        return sel.node(*sel.args, span=self._span(sel))
+
+    def _segment(self, seg: "_Seg") -> A.Segment:
+        return A.Segment(seg.text, tuple([self._selector(s) for s in seg.sels]), span=self._span(seg))
+
+    def _canonical(self, meta, not_canonical: re.Pattern) -> str | None:
+        """The rule's source text (shared), if it is what printing its node gives (`not_canonical` finds
+        nothing in it) and its span packs short (one line); else None."""
+        span = self._span(meta)
+        if span.__class__ is int and span & 1:
+            text = self.src.text[meta.first[_START]:meta.last[_END]]
+            if not_canonical.search(text) is None:
+                return intern(text)
+        return None
 
     def act_kind(self, meta, items):
         return items[0][_VALUE]
@@ -777,6 +982,9 @@ class _ToAst:
         return tuple(items)
 
     def spec(self, meta, items):
+        text = self._canonical(meta, _CANONICAL_SPEC)
+        if text is not None:
+            return A.Spec(text, None, span=self._span(meta))
         *entries, partial = items
         return A.Spec(self._present(entries), partial or (), span=self._span(meta))
 

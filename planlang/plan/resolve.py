@@ -16,7 +16,7 @@ from typing import Callable
 from planlang.lang import ast as A
 from planlang.lang.codes import CODES
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
-from planlang.lang.parser import ParseResult, parse
+from planlang.lang.parser import ParseResult, no_cycle_collection, parse
 from planlang.lang.source import SourceFile, Span, decode_plan
 
 from . import types as T
@@ -112,9 +112,19 @@ class Resolver:
         self.stack: list[str] = []
         self.expansions = 0  # template applications so far (PL224)
         self.expansion_budget: int | None = None  # set at the first application, when every file is read
+        # a big plan repeats itself: the same template spec for each `apply`, the same `[_, tp]` on many
+        # lines. Resolved specs are shared (by AST node and template arguments), and so are their dims.
+        self._specs: dict[tuple, T.Spec] = {}
+        self._dims: dict[tuple, tuple] = {}
+        self._segments: dict[tuple, object] = {}  # for Selection.from_path
+        self._spec_shapes: dict[str, tuple] = {}  # spec text -> _spec_shape
 
     # ------------------------------------------------------------------ entry points
     def resolve_text(self, text: str, path: str) -> Resolution:
+        with no_cycle_collection():  # a big plan resolves to millions of objects and no cycles
+            return self._resolve_text(text, path)
+
+    def _resolve_text(self, text: str, path: str) -> Resolution:
         if self.root is None:
             self.root = FsPath(path).parent.resolve()
         result = parse(text, path)
@@ -651,6 +661,27 @@ class Resolver:
         # spans are passed on as the parser stored them (A.raw_span): a big plan has millions
         if isinstance(spec, A.Hole):
             return T.Hole(what, span=A.raw_span(spec))
+        # in a template, the same spec node with the same arguments resolves to the same Spec (holes
+        # aside: a hole argument carries the span of its `apply`); not when resolving it reported something
+        key = (None if not ctx.depth or any(isinstance(v, T.Hole) for _, v in ctx.params)
+               else (id(spec), ctx.params))
+        if key is not None and key in self._specs:
+            return self._specs[key]
+        reported = len(self.diags)
+        out = self._spec_of(spec, ctx)
+        if key is not None and len(self.diags) == reported:
+            self._specs[key] = out
+        return out
+
+    def _spec_of(self, spec: A.Spec, ctx: _Ctx) -> T.Spec:
+        text = A.spec_compact(spec)
+        if text is not None:  # a parsed spec kept as text: resolved without building its nodes if it can be
+            shape = self._spec_shapes.get(text)
+            if shape is None:
+                shape = self._spec_shapes[text] = _spec_shape(text)
+            out = self._spec_from_shape(shape, spec, ctx)
+            if out is not None:
+                return out
         dims: list[tuple[str, ...] | T.Hole] = []
         for e in spec.entries:
             if isinstance(e, A.Replicated):
@@ -672,18 +703,36 @@ class Resolver:
             elif ctx.bound.get(p.text) is not None and isinstance(ctx.bound[p.text], T.Hole):
                 self.diags.append(diag("PL221", f"`partial({p.text})` needs an axis, but `{p.text}` is a hole here",
                                        p.span, help="pass an axis name to the template; partial sums are not solved"))
-        return T.Spec(tuple(dims), tuple(partial), span=A.raw_span(spec),
+        dims_t, partial_t = tuple(dims), tuple(partial)
+        if not any(isinstance(d, T.Hole) for d in dims_t):
+            dims_t = self._dims.setdefault(dims_t, dims_t)
+        partial_t = self._dims.setdefault(partial_t, partial_t)
+        return T.Spec(dims_t, partial_t, span=A.raw_span(spec),
                       dim_spans=tuple([A.raw_span(e) for e in spec.entries]),
                       partial_spans=tuple([A.raw_span(p) for p in spec.partial]))
 
+    def _spec_from_shape(self, shape, spec: A.Spec, ctx: _Ctx) -> T.Spec | None:
+        """`_spec_of` for a spec of that shape when it reports nothing and has no hole: every axis name
+        free or bound to an axis by the template (None otherwise: the caller builds the nodes)."""
+        entries, partial, names = shape
+        bound = ctx.bound
+        if entries is None or any(not isinstance(bound.get(n, ""), str) for n in names):
+            return None
+        dims = tuple(axes if not axes else tuple(bound.get(a, a) for a in axes) for axes in entries)
+        dims = self._dims.setdefault(dims, dims)
+        partial_t = tuple(bound.get(a, a) for a in partial)
+        partial_t = self._dims.setdefault(partial_t, partial_t)
+        # the entries' spans stay with the parsed spec until a diagnostic asks for them
+        return T.Spec(dims, partial_t, span=A.raw_span(spec), dim_spans=spec, partial_spans=spec)
+
     def _selection(self, path: A.Path, ctx: _Ctx) -> Selection:
-        sel = Selection.from_path(path)
-        head = path.segments[0]
+        sel = Selection.from_path(path, self._segments)
+        head = sel.segments[0]  # the path's first segment (its name, whether it has selectors)
         for var, value in reversed(ctx.loopvars):
             if head.name == var:
-                if head.selectors:
+                if head.sels:
                     self.diags.append(diag(
-                        "PL220", f"loop variable `{var}` cannot take selectors", head.span,
+                        "PL220", f"loop variable `{var}` cannot take selectors", path.segments[0].span,
                         help=f"`{var}` is one module of the loop; select inside it with `{var}.child`",
                     ))
                 replaced = sel.replace_head(var, value)
@@ -797,6 +846,22 @@ class Resolver:
             labels=[Label(p.span, f"declared `{p.name.text}: {kind}`")],
         ))
         return None
+
+
+def _spec_shape(text: str) -> tuple:
+    """(entries, partial, names) of a spec written `text` (as `ast.spec_text` prints it): entries as
+    tuples of axis names (() for `_`), or None when one is a hole `?`; every name it uses."""
+    close = text.index("]")
+    body = text[1:close]
+    entries = []
+    for item in A._split_top(body) if body else ():
+        if item == "?":
+            entries = None
+            break
+        entries.append(() if item == "_" else tuple(item.strip("()").split(", ")))
+    partial = tuple(text[close + len(" partial(") + 1:-1].split(", ")) if len(text) > close + 1 else ()
+    names = {a for axes in entries or () for a in axes} | set(partial)
+    return (None if entries is None else tuple(entries)), partial, names
 
 
 def _key(path: str) -> str:

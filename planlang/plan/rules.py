@@ -52,13 +52,11 @@ def _what(statement) -> str:
 
 
 def _entry_span(spec: T.Spec, i: int) -> Span:
-    dim_spans = A.raw_span(spec, "dim_spans")
-    return A.as_span(dim_spans[i]) if i < len(dim_spans) else spec.span
+    return spec.dim_spans[i] if i < len(spec.dim_spans) else spec.span
 
 
 def _partial_span(spec: T.Spec, j: int) -> Span:
-    partial_spans = A.raw_span(spec, "partial_spans")
-    return A.as_span(partial_spans[j]) if j < len(partial_spans) else spec.span
+    return spec.partial_spans[j] if j < len(spec.partial_spans) else spec.span
 
 
 # ------------------------------------------------------------------------------ mesh
@@ -181,15 +179,19 @@ def spec_axes(ctx) -> Diags:
 
 def conflicting_shards(ctx) -> Diags:
     """PL310: the same target (or input) with two different specs."""
-    seen: dict[tuple[str, str], T.ShardRule] = {}
+    # kind -> target -> the first rule for it (selections are equal exactly when their texts are)
+    seen: dict[str, dict[Selection, T.ShardRule]] = {}
     for r in ctx.plan.shards:
-        key = (r.kind, str(r.target))
-        if key in seen and seen[key].spec != r.spec:
-            first = seen[key]
+        by_target = seen.get(r.kind)
+        if by_target is None:
+            by_target = seen[r.kind] = {}
+        first = by_target.get(r.target)
+        if first is None:
+            by_target[r.target] = r
+        elif first.spec != r.spec:
             yield diag("PL310", f"`{r.target}` is sharded twice: {first.spec} and {r.spec}", r.site,
                        labels=[Label(first.site, f"first sharded as {first.spec} here")],
                        help="keep one shard statement for each target")
-        seen.setdefault(key, r)
     first_data: dict[str, T.DataSpec] = {}
     for d in ctx.plan.data:
         if d.input in first_data and first_data[d.input].spec != d.spec:
@@ -304,22 +306,26 @@ def stage_ranges(ctx) -> Diags:
 
 def empty_selections(ctx) -> Diags:
     """PL408: `h[a:b]` with a >= b selects nothing."""
-    plan = ctx.plan
-    sels: list[tuple[Selection, object, tuple]] = []  # (selection, its statement, origin)
-    for r in plan.shards:
-        sels.append((r.target, r, r.origin))
-    for g in plan.checkpoints:
-        sels += [(m, g, g.origin) for m in g.modules]
-    if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
-        for st in plan.pipeline.stages:
-            sels += [(m, st, ()) for m in st.modules]
-    for sel, statement, origin in sels:
+    for sel, statement, origin in _selections(ctx.plan):
         for seg in sel.segments:
             for s in seg.sels:
                 if s.kind == "slice" and s.a is not None and s.b is not None and s.a >= s.b:
                     where, labels = site_and_labels(sel.span if sel.span.line else statement.span, origin)
                     yield diag("PL408", f"`{seg}` selects nothing: {s.a} >= {s.b}", where, labels=labels,
                                help=f"write `[{s.a}:{s.a + 1}]` or a larger range")
+
+
+def _selections(plan: T.Plan):
+    """(selection, its statement, origin) for every module selection of the plan, in order."""
+    for r in plan.shards:
+        yield r.target, r, r.origin
+    for g in plan.checkpoints:
+        for m in g.modules:
+            yield m, g, g.origin
+    if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
+        for st in plan.pipeline.stages:
+            for m in st.modules:
+                yield m, st, ()
 
 
 def stage_degrees(ctx) -> Diags:

@@ -43,34 +43,31 @@ class Sel:
 class SelSegment:
     name: str  # "" for a rooted selector-only segment; may contain * globs; "**" matches any depth
     sels: tuple[Sel, ...] = ()
+    _hash: int = field(default=0, init=False, repr=False, compare=False)  # selections are dict keys
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.name, self.sels)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self):  # rebuilt, not restored: str hashes differ between processes
+        return SelSegment, (self.name, self.sels)
 
     def __str__(self) -> str:
         return self.name + "".join(str(s) for s in self.sels)
 
 
-# A big plan names the same segments over and over (`attn`, `h[3]`): `Selection.from_path` shares one
-# SelSegment (and its text) per distinct segment. Bounded: cleared when it grows past _SHARED_MAX.
-_SHARED: dict = {}
-_SHARED_MAX = 100_000
-
-
-def _shared_segment(seg: A.Segment) -> tuple[SelSegment, str]:
-    key = (seg.name, seg.selectors)  # AST equality: name and selector values, not spans
-    hit = _SHARED.get(key)
-    if hit is None:
-        sels = []
-        for s in seg.selectors:
-            if isinstance(s, A.Index):
-                sels.append(Sel("index", s.index))
-            elif isinstance(s, A.Slice):
-                sels.append(Sel("slice", s.start, s.stop))
-            else:
-                sels.append(Sel("star"))
-        out = SelSegment(seg.name, tuple(sels))
-        if len(_SHARED) >= _SHARED_MAX:
-            _SHARED.clear()
-        hit = _SHARED[key] = (out, str(out))
-    return hit
+def _segment(seg: A.Segment) -> SelSegment:
+    sels = []
+    for s in seg.selectors:
+        if isinstance(s, A.Index):
+            sels.append(Sel("index", s.index))
+        elif isinstance(s, A.Slice):
+            sels.append(Sel("slice", s.start, s.stop))
+        else:
+            sels.append(Sel("star"))
+    return SelSegment(seg.name, tuple(sels))
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,8 +79,28 @@ class Selection:
         return ".".join(str(s) for s in self.segments)
 
     @staticmethod
-    def from_path(path: A.Path) -> "Selection":
-        return Selection(tuple(_shared_segment(seg)[0] for seg in path.segments), span=A.raw_span(path))
+    def from_path(path: A.Path, shared: dict | None = None) -> "Selection":
+        """The selection a path writes. With `shared` (a dict kept across calls), equal segments are one
+        SelSegment: a big plan names `attn` or `h[3]` over and over."""
+        if shared is None:
+            return Selection(tuple(_segment(seg) for seg in path.segments), span=A.raw_span(path))
+        text = A.path_compact(path)
+        if text is not None:  # a parsed path kept as text: its segments are not built
+            segs = []
+            for part in text.split("."):
+                out = shared.get(part)
+                if out is None:
+                    out = shared[part] = Selection.parse(part).segments[0]
+                segs.append(out)
+            return Selection(tuple(segs), span=A.raw_span(path))
+        segs = []
+        for seg in path.segments:
+            key = (seg.name, seg.selectors)  # AST equality: the selectors' values, not their spans
+            out = shared.get(key)
+            if out is None:
+                out = shared[key] = _segment(seg)
+            segs.append(out)
+        return Selection(tuple(segs), span=A.raw_span(path))
 
     @staticmethod
     def parse(text: str) -> "Selection":

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Union
 
-from planlang.lang.ast import NO_SPAN, lazy_span_field
+from planlang.lang.ast import NO_SPAN, as_span, lazy_span_field, raw_span
 from planlang.lang.source import Span
 
 from .selection import Selection
@@ -233,8 +233,25 @@ class Spec:
 
 
 lazy_span_field(Spec)
-lazy_span_field(Spec, "dim_spans", many=True)
-lazy_span_field(Spec, "partial_spans", many=True)
+
+
+def _entry_spans(name: str, of_node):
+    """`dim_spans` / `partial_spans`: stored as a tuple of spans (packed or not), or as the parsed spec
+    (`ast.Spec`) whose entries they are the spans of -- read from it only when asked for."""
+    slot = Spec.__dict__[name]
+    get = slot.__get__
+
+    def read(spec: Spec) -> tuple[Span, ...]:
+        v = get(spec)
+        if not isinstance(v, tuple):
+            v = of_node(v)
+        return tuple(as_span(s) for s in v)
+
+    setattr(Spec, name, property(read, slot.__set__))
+
+
+_entry_spans("dim_spans", lambda node: tuple(raw_span(e) for e in node.entries))
+_entry_spans("partial_spans", lambda node: tuple(raw_span(p) for p in node.partial))
 
 
 def local_size(n: int, factor: int) -> int:
