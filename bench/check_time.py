@@ -1,51 +1,247 @@
-"""Wall time of `planlang check` per invocation on the bundled examples (target: <= 0.3 s each).
+"""Wall time of `planlang check` per invocation on the bundled examples (target: <= 0.3 s each), and
+`planlang check` / `planlang fmt --check` on generated big plans (target for 5 MB: < 10 s, < 200 MB).
 
-Run: .venv/bin/python bench/check_time.py [--repeat 5]
-Prints one row per example plan (median of the repeats, a fresh process each time, as a user runs it),
-and the in-process time of parse+resolve+check for comparison.
+Run: .venv/bin/python bench/check_time.py [--repeat 5] [--big-repeat 3] [--sizes 0.5,5] [--out FILE]
+
+Examples: one row per example plan (median of the repeats, a fresh process each time, as a user runs
+it), and the in-process time of parse+resolve+check for comparison.
+
+Big plans: `big_plan(n)` writes a valid plan of about n bytes the way a user writes a big hand-tuned plan
+(a deep GPT-2 style model, its blocks sharded in groups of ten: `for` loops over the stdlib's Megatron
+templates, hand-written `shard` lines, templates of the plan applied to ranges, loops with their own
+bodies, disjoint `checkpoint` groups, full-line, trailing and suppression comments). Each command runs
+in a fresh process; the row gives the median wall time and the largest peak memory (the process's
+maximum resident set size, from wait4) over the repeats, and per line of the plan.
 """
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PLANLANG = [sys.executable, "-m", "planlang.cli"]
+BIG_TARGET = {"seconds": 10.0, "mb": 200.0, "size": 5_000_000}  # the 5 MB plan's budget
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=5)
-    args = ap.parse_args()
+def big_plan(target_bytes: int = 5_000_000) -> str:
+    """A valid plan of about `target_bytes` (at least the header), the same text for the same size."""
+    groups = []
+    size = 0
+    g = 0
+    while size < target_bytes:
+        a, b = 10 * g, 10 * g + 10
+        kind = g % 5
+        out = [f"# ---- blocks {a}-{b - 1} " + "-" * 60]
+        if kind == 0:
+            out += [
+                f"# Megatron tensor parallelism from the standard library for blocks {a}..{b - 1}",
+                f"for block in h[{a}:{b}] {{",
+                "    apply megatron.attention(tp) to block.attn",
+                "    apply megatron.mlp(tp) to block.mlp  # column- then row-parallel",
+                "    shard output of block.ln_1 : [dp, _, _]",
+                "}",
+                f"checkpoint h[{a}:{b}] every 2  # five groups of two blocks",
+            ]
+        elif kind == 1:
+            out.append("# hand-written shards, one checkpoint group per block")
+            for i in range(a, b):
+                out += [
+                    f"shard h[{i}].attn.c_attn.weight : [_, tp]",
+                    f"shard h[{i}].attn.c_attn.bias : [tp]",
+                    f"shard output of h[{i}].attn.c_attn : [_, _, tp]",
+                    f"shard h[{i}].attn.c_proj.weight : [tp, _]  # row-parallel",
+                    f"shard h[{i}].attn.c_proj.bias : [_]",
+                    f"shard output of h[{i}].attn.c_proj : [_, _, _] partial(tp)",
+                    f"shard h[{i}].mlp.c_fc.weight : [_, tp]",
+                    f"shard h[{i}].mlp.c_fc.bias : [tp]",
+                    f"shard h[{i}].mlp.c_proj.weight : [tp, _]",
+                    f"shard h[{i}].mlp.c_proj.bias : [_]",
+                    f"checkpoint h[{i}]",
+                    "",
+                ]
+        elif kind == 2:
+            out += [
+                f"# a template of this plan for blocks {a}..{b - 1}: recompute attention and MLP per block",
+                f"template stack_{g}(t: axis, n: int) {{",
+                "    apply megatron.attention(t) to attn",
+                "    apply megatron.mlp(t) to mlp",
+                "    shard ln_1.weight : [_]",
+                "    shard ln_2.weight : [_]",
+                "    checkpoint attn, mlp every n",
+                "}",
+                f"apply stack_{g}(tp, 1) to h[{a}:{b}]",
+            ]
+        elif kind == 3:
+            out += [
+                "# plan: ignore[PL303]",
+                f"for block in h[{a}:{b}] {{",
+                "    for proj in block.attn.c_* {",
+                "        shard proj.bias : [_]",
+                "    }",
+                "    shard block.mlp.c_fc.weight   : [(dp, tp), _]",
+                "    shard block.mlp.c_proj.weight : [_, (dp, tp)]",
+                "    checkpoint block.attn, block.mlp  # one group per block",
+                "}",
+            ]
+        else:
+            out.append("# explicit ranges, every block its own group")
+            for i in range(a, b, 2):
+                out += [
+                    f"shard h[{i}:{i + 2}].ln_1.weight : [_]; shard h[{i}:{i + 2}].ln_2.weight : [_]",
+                    f"apply megatron.attention(tp) to h[{i}:{i + 2}].attn",
+                    f"apply megatron.mlp(tp) to h[{i}:{i + 2}].mlp",
+                    f"checkpoint h[{i}], h[{i + 1}].attn, h[{i + 1}].mlp",
+                ]
+        out.append("")
+        text = "\n".join(out) + "\n"
+        groups.append(text)
+        size += len(text)
+        g += 1
+    head = f'''# A {10 * g}-block GPT-2 style model on 8 A100s: 2 data x 4 tensor parallel, written out by hand.
+use hardware
+use patterns.megatron
+
+model gpt = "examples.gpt2.model:build"(
+    layers = {10 * g},
+    hidden = 1024,
+    heads = 16,
+    vocab = 50304,
+    seq = 1024,
+)
+input idx : i64[batch = 32, seq = 1024]
+
+mesh cluster of 8 x hardware.a100_80g {{
+    dp = 2 over hardware.nvlink3
+    tp = 4 over hardware.nvlink3  # inside one node
+}}
+budget 60 GiB per device
+
+optimizer adamw(lr = 0.0003, weight_decay = 0.1) {{
+    zero = 1 over dp
+}}
+
+data idx : [dp, _]
+shard wte.weight : [_, _]
+shard lm_head.weight : [_, _]
+
+'''
+    return head + "".join(groups)
+
+
+def run_measured(argv: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak resident memory in MB, exit code) of one fresh process."""
+    t = time.perf_counter()
+    proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return wall, usage.ru_maxrss / 1024, proc.returncode  # ru_maxrss: KiB on Linux
+
+
+def examples(repeat: int, out) -> None:
     plans = sorted((ROOT / "examples").rglob("*.plan"))
     from planlang.plan.checker import check_file
 
-    print(f"{'plan':44} {'process (s)':>12} {'in-process (ms)':>16} {'result':>8}")
+    out(f"{'plan':44} {'process (s)':>12} {'in-process (ms)':>16} {'result':>8}")
     worst = 0.0
     for plan in plans:
         rel = plan.relative_to(ROOT)
         walls = []
         rc = 0
-        for _ in range(args.repeat):
+        for _ in range(repeat):
             t = time.perf_counter()
             rc = subprocess.run(PLANLANG + ["check", str(rel)], cwd=ROOT, capture_output=True).returncode
             walls.append(time.perf_counter() - t)
         check_file(str(plan))  # warm the grammar cache
         t = time.perf_counter()
-        for _ in range(args.repeat):
+        for _ in range(repeat):
             check_file(str(plan))
-        inproc = (time.perf_counter() - t) / args.repeat * 1000
+        inproc = (time.perf_counter() - t) / repeat * 1000
         med = statistics.median(walls)
         worst = max(worst, med)
-        print(f"{str(rel):44} {med:12.3f} {inproc:16.1f} {'ok' if rc == 0 else f'rc={rc}':>8}")
+        out(f"{str(rel):44} {med:12.3f} {inproc:16.1f} {'ok' if rc == 0 else f'rc={rc}':>8}")
     t = time.perf_counter()
     subprocess.run([sys.executable, "-c", "pass"], capture_output=True)
-    print(f"\nbare python start: {time.perf_counter() - t:.3f} s; worst check: {worst:.3f} s "
-          f"({worst / 0.3:.2f} x the 0.3 s target)")
+    out(f"\nbare python start: {time.perf_counter() - t:.3f} s; worst check: {worst:.3f} s "
+        f"({worst / 0.3:.2f} x the 0.3 s target)")
+
+
+def big_plans(sizes_mb: list[float], repeat: int, out) -> bool:
+    """The big-plan table; True when the 5 MB plan (if measured) is within its budget. Per line: the wall
+    time and peak memory above those of a one-line plan (the interpreter, imports, start-up)."""
+    ok = True
+    commands = (("check", ["check"]), ("fmt --check", ["fmt", "--check"]))
+    out(f"{'plan':10} {'lines':>8} {'command':12} {'wall (s)':>9} {'peak (MB)':>10} "
+        f"{'us/line':>8} {'KB/line':>8} {'result':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        tiny = Path(tmp) / "one_line.plan"
+        tiny.write_text("shard wte.weight : [_, _]\n", encoding="utf-8")
+        base = {}
+        for name, args in commands:
+            runs = [run_measured(PLANLANG + args + [str(tiny)]) for _ in range(repeat)]
+            base[name] = (statistics.median(r[0] for r in runs), max(r[1] for r in runs))
+            out(f"{'one line':10} {1:8} {name:12} {base[name][0]:9.2f} {base[name][1]:10.1f} "
+                f"{'':>8} {'':>8} {'':>8}")
+        for mb in sizes_mb:
+            text = big_plan(int(mb * 1_000_000))
+            path = Path(tmp) / f"big_{mb:g}mb.plan"
+            path.write_text(text, encoding="utf-8")
+            lines = text.count("\n")
+            for name, args in commands:
+                runs = [run_measured(PLANLANG + args + [str(path)]) for _ in range(repeat)]
+                wall = statistics.median(r[0] for r in runs)
+                peak = max(r[1] for r in runs)
+                # check: a clean plan exits 0; fmt --check: 1 means "would reformat" (the generator does not
+                # align shard runs as fmt does), 2 would be a usage or internal error
+                rcs = {r[2] for r in runs}
+                good = rcs == {0} if name == "check" else rcs <= {0, 1}
+                within = ""
+                if abs(len(text) - BIG_TARGET["size"]) < 0.05 * BIG_TARGET["size"]:
+                    fits = wall < BIG_TARGET["seconds"] and peak < BIG_TARGET["mb"]
+                    ok &= fits and good
+                    within = "  within budget" if fits else "  OVER BUDGET"
+                base_wall, base_peak = base[name]
+                out(f"{len(text) / 1e6:6.2f} MB {lines:8} {name:12} {wall:9.2f} {peak:10.1f} "
+                    f"{(wall - base_wall) / lines * 1e6:8.1f} {(peak - base_peak) * 1024 / lines:8.2f} "
+                    f"{'ok' if good else 'rc=' + ','.join(map(str, sorted(rcs))):>8}{within}")
+    out(f"\nbudget for a {BIG_TARGET['size'] / 1e6:g} MB plan: < {BIG_TARGET['seconds']:g} s and "
+        f"< {BIG_TARGET['mb']:g} MB peak, for check and for fmt; wall: median of {repeat} runs, peak: the "
+        "largest (max RSS); per line: above the one-line plan")
+    return ok
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5, help="runs per example plan")
+    ap.add_argument("--big-repeat", type=int, default=3, help="runs per big plan and command")
+    ap.add_argument("--sizes", default="0.5,5", help="big plan sizes in MB, comma-separated ('' for none)")
+    ap.add_argument("--no-examples", action="store_true")
+    ap.add_argument("--out", type=Path, help="also write the tables to this file")
+    args = ap.parse_args()
+    lines: list[str] = []
+
+    def out(line: str = "") -> None:
+        print(line, flush=True)
+        lines.append(line)
+
+    if not args.no_examples:
+        examples(args.repeat, out)
+    ok = True
+    sizes = [float(s) for s in args.sizes.split(",") if s.strip()]
+    if sizes:
+        if not args.no_examples:
+            out()
+        ok = big_plans(sizes, args.big_repeat, out)
+    if args.out:
+        args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    if not ok:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -140,6 +140,7 @@ class Resolver:
         for alias, span in ns.use_spans.items():
             if alias not in ns.used:
                 self.diags.append(diag("PL218", f"`{alias}` is never used", span, help="remove this `use`"))
+        ns.templates.clear()  # (decl, ns) entries make a cycle per template: freed now, not at the next collection
         return Resolution(plan, tuple(self.diags), self.sources, self.modules)
 
     def resolve_file(self, path: str) -> Resolution:
