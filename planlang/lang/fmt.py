@@ -62,7 +62,6 @@ from __future__ import annotations
 import bisect
 import difflib
 from collections import defaultdict
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from . import ast as A
@@ -162,23 +161,10 @@ def target_text(t) -> str:
     return path_text(t)
 
 
-def _entry_text(e: A.SpecEntry) -> str:
-    if isinstance(e, A.Replicated):
-        return "_"
-    if isinstance(e, A.AxisEntry):
-        return e.axis.text
-    if isinstance(e, A.AxisTuple):
-        return "(" + ", ".join(a.text for a in e.axes) + ")"
-    return "?"
-
-
 def spec_text(s) -> str:
     if isinstance(s, A.Hole):
         return "?"
-    out = "[" + ", ".join(_entry_text(e) for e in s.entries) + "]"
-    if s.partial:
-        out += " partial(" + ", ".join(p.text for p in s.partial) + ")"
-    return out
+    return A.spec_text(s)  # `[e, ...]` and ` partial(a, ...)`, from the text the parser kept if it did
 
 
 def _hole_or(x) -> str:
@@ -453,14 +439,6 @@ class _Placement:
 
 
 # --------------------------------------------------------------------------------------------- layout
-@dataclass(slots=True)
-class _Line:
-    level: int
-    code: str  # "" for a blank line
-    group: int  # lines of one block share a group (trailing-comment alignment)
-    comment: str | None = None
-
-
 _BLANK = ("blank", None)
 
 
@@ -468,12 +446,18 @@ class _Formatter:
     def __init__(self, module: A.Module):
         self.module = module
         self.where = _Placement(module)
-        self.lines: list[_Line] = []
+        self.out: list[str] = []  # finished lines
+        # the run of lines with trailing comments not yet written, and its group: consecutive lines of one
+        # block with trailing comments have them aligned, two spaces after the longest line
+        self._run: list[tuple[str, str]] = []
+        self._run_group = 0
         self._groups = 0
 
     def run(self) -> str:
         self._items(self.module, self.module.statements, 0)
-        return self._render()
+        self._flush()
+        out = self.out
+        return "\n".join(out) + "\n" if out else ""
 
     # ------------------------------------------------------------------ output
     def _new_group(self) -> int:
@@ -481,29 +465,23 @@ class _Formatter:
         return self._groups
 
     def _emit(self, level: int, code: str, group: int, comment: A.Comment | None = None) -> None:
-        self.lines.append(_Line(level, code, group, None if comment is None else _ctext(comment)))
+        """Write a line (`code` "" for a blank one), lines with a trailing comment by runs."""
+        text = (INDENT * level + code) if code else ""
+        if comment is None:
+            self._flush()
+            self.out.append(text.rstrip())
+            return
+        if self._run and group != self._run_group:
+            self._flush()
+        self._run.append((text, _ctext(comment)))
+        self._run_group = group
 
-    def _render(self) -> str:
-        lines = self.lines
-
-        def text(ln: _Line) -> str:
-            return (INDENT * ln.level + ln.code) if ln.code else ""
-
-        out: list[str] = []
-        i = 0
-        while i < len(lines):
-            if lines[i].comment is None:
-                out.append(text(lines[i]).rstrip())
-                i += 1
-                continue
-            j = i
-            while j < len(lines) and lines[j].comment is not None and lines[j].group == lines[i].group:
-                j += 1
-            texts = [text(lines[k]) for k in range(i, j)]  # a run of lines with trailing comments
-            col = max(len(t) for t in texts) + COMMENT_GAP
-            out += [t.ljust(col) + lines[k].comment for k, t in zip(range(i, j), texts)]
-            i = j
-        return "\n".join(out) + "\n" if out else ""
+    def _flush(self) -> None:
+        run = self._run
+        if run:
+            col = max(len(text) for text, _ in run) + COMMENT_GAP
+            self.out += [text.ljust(col) + comment for text, comment in run]
+            run.clear()
 
     # ------------------------------------------------------------------ blocks
     def _items(self, cont, items: Sequence, level: int) -> None:
@@ -556,7 +534,7 @@ class _Formatter:
 
         for k, (kind, x) in enumerate(entries):
             if kind == "blank":
-                self.lines.append(_Line(0, "", group))
+                self._emit(0, "", group)
             elif kind == "comment":
                 self._emit(level, _ctext(x), group)
             else:
