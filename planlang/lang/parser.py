@@ -353,10 +353,11 @@ class _FastParser:
 
     @staticmethod
     def _scanner(lexer) -> tuple:
-        """(match, keywords, special) for one of the contextual lexer's lexers: `match(text, pos)` of its
-        terminals; for a terminal with an "unless" callback (NAME: `shard` is the keyword `shard` where one
-        is expected), keyword text -> terminal; for the ignored and newline terminals, flags (1: may hold
-        newlines, 2: ignored, 4: a comment)."""
+        """(match, kinds, special) for one of the contextual lexer's lexers: `match(text, pos)` of its
+        terminals; what to do with each terminal (`_WORD`, `_PUNCT`, `_OPEN`, `_CLOSE`, `_SPECIAL`, or for one
+        with an "unless" callback -- NAME: `shard` is the keyword `shard` where one is expected -- keyword
+        text -> terminal); for the ignored and newline terminals, flags (1: may hold newlines, 2: ignored,
+        4: a comment)."""
         scanner = lexer.scanner  # builds the scanner and the callbacks
         if len(scanner._mres) != 1:
             raise TypeError("the fast parser expects one regex per lexer state")
@@ -373,7 +374,19 @@ class _FastParser:
         for type_ in lexer.newline_types | lexer.ignore_types:
             special[type_] = ((type_ in lexer.newline_types) | (type_ in lexer.ignore_types) << 1
                               | (type_ == "COMMENT") << 2)
-        return scanner._mres[0].match, keywords, special
+        kinds: dict[str, object] = {}
+        for t in lexer.terminals:
+            if t.name in special:
+                kinds[t.name] = _SPECIAL
+            elif t.name in keywords:
+                kinds[t.name] = keywords[t.name]
+            elif t.name in _BRACKETS:
+                kinds[t.name] = _OPEN if _BRACKETS[t.name] > 0 else _CLOSE
+            elif isinstance(t.pattern, PatternStr) and not t.pattern.value.isalpha():
+                kinds[t.name] = _PUNCT
+            else:
+                kinds[t.name] = _WORD
+        return scanner._mres[0].match, kinds, special
 
     def parse(self, text: str, builder: "_ToAst") -> tuple[A.Module, list[A.Comment]]:
         """The module and its comments; `_Fallback` where Lark would raise."""
@@ -383,7 +396,6 @@ class _FastParser:
         values: list = []
         comments: list[A.Comment] = []
         comment, pack, fid = A.Comment, A.pack_span, builder.fid
-        brackets = _BRACKETS
         n = len(text)
         pos, line, line_start = 0, 1, 0
         depth, last_nl = 0, True  # PlanPostLex: brackets open, and whether the last token fed was a newline
@@ -395,7 +407,7 @@ class _FastParser:
                 type_ = "$END"
                 tok = ("$END", "", pos, pos, line, pos - line_start + 1, line, pos - line_start + 1)
             else:
-                match, keywords, special = scanners[state]
+                match, kinds, special = scanners[state]
                 m = match(text, pos)
                 if m is None:
                     raise _Fallback
@@ -403,8 +415,9 @@ class _FastParser:
                 value = m.group()
                 start, tline, col = pos, line, pos - line_start + 1
                 pos = m.end()
-                flags = special.get(type_)
-                if flags is not None:
+                kind = kinds[type_]
+                if kind is _SPECIAL:  # whitespace, newlines, line continuations, comments
+                    flags = special[type_]
                     if flags & 1:
                         nl = value.count("\n")
                         if nl:
@@ -415,22 +428,24 @@ class _FastParser:
                             comments.append(comment(value, span=pack(fid, tline, col, line, pos - line_start + 1,
                                                                      start, pos)))
                         continue
-                value = intern(value)  # names repeat through a big plan: one string each
-                kw = keywords.get(type_)
-                if kw is not None:
-                    type_ = kw.get(value, type_)
-                if type_ == "_NL":
-                    if depth or last_nl:
-                        continue
-                    last_nl = True
+                    if type_ == "_NL":  # PlanPostLex: newlines only outside brackets, one for a run
+                        if depth or last_nl:
+                            continue
+                        last_nl = True
+                    else:
+                        last_nl = False
+                        value = intern(value)
                 else:
                     last_nl = False
-                    d = brackets.get(type_)
-                    if d is not None:
-                        if d > 0:
-                            depth += 1
-                        elif depth:
-                            depth -= 1
+                    if kind.__class__ is dict:  # NAME, or a keyword where the parser takes one
+                        value = intern(value)  # names repeat through a big plan: one string each
+                        type_ = kind.get(value, type_)
+                    elif kind is _WORD:
+                        value = intern(value)
+                    elif kind is _OPEN:
+                        depth += 1
+                    elif kind is _CLOSE and depth:
+                        depth -= 1
                 tok = (type_, value, start, pos, tline, col, line, pos - line_start + 1)
             # ---- feed it: reduce while the table says so, then shift
             while True:
@@ -458,6 +473,7 @@ class _FastParser:
 
 
 _BRACKETS = {"LPAR": 1, "LSQB": 1, "RPAR": -1, "RSQB": -1}  # PlanPostLex's depth
+_WORD, _PUNCT, _OPEN, _CLOSE, _SPECIAL = "word", "punct", "open", "close", "special"  # kinds of terminals
 
 
 @dataclass(frozen=True)
