@@ -19,9 +19,11 @@ from pathlib import Path as FsPath
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
-from lark.lexer import PatternStr, UnlessCallback
+from lark.lexer import LexerState, LexerThread, LineCounter, PatternStr, TextSlice, UnlessCallback
 from lark.parse_tree_builder import ChildFilterLALR_NoPlaceholders, maybe_create_child_filter
 from lark.parsers.lalr_analysis import Shift
+from lark.parsers.lalr_interactive_parser import InteractiveParser
+from lark.parsers.lalr_parser_state import ParseConf, ParserState
 
 from . import ast as A
 from .diagnostics import Diagnostic, Severity
@@ -104,9 +106,14 @@ def _lark() -> Lark:
     return lark
 
 
-@lru_cache(maxsize=1)
-def _fast() -> "_FastParser":
-    return _FastParser(_lark())
+def _fast(build: bool = True) -> "_FastParser":
+    """The fast parser; with `build` False it only checks the syntax (its reductions build nothing)."""
+    return _fast_parser(bool(build))
+
+
+@lru_cache(maxsize=None)
+def _fast_parser(build: bool) -> "_FastParser":
+    return _FastParser(_lark(), build)
 
 
 class _Reduced:
@@ -223,6 +230,13 @@ def _compiled_callback(method, include, tail, expand1, terminals):
     return scope["reduce"]
 
 
+_NOTHING = _Reduced(None, None, None)
+
+
+def _build_nothing(children) -> _Reduced:
+    return _NOTHING
+
+
 def _positions(children) -> tuple:
     """(first, last) token of the children that have positions, or (None, None)."""
     first = last = None
@@ -306,8 +320,8 @@ _TYPE, _VALUE, _START, _END, _LINE, _COL, _ELINE, _ECOL = range(8)
 
 
 class _Fallback(Exception):
-    """The fast path stops: the text has a syntax error (or something it does not handle); Lark's own
-    parser runs instead and says what is wrong."""
+    """The fast path stops at something it does not handle (no plan gets here: Lark would fail on it too);
+    Lark's own parser runs instead."""
 
 
 class _FastParser:
@@ -315,14 +329,19 @@ class _FastParser:
 
     The same automaton as `Lark.parse` with the same lexer, newline folding (`PlanPostLex`) and the same
     reductions (`_install_builders`), without Lark's per-token objects and calls: about 3x faster on a
-    big plan. It only handles text that parses: at the first token that does not lex or does not fit it
-    raises `_Fallback`, and `parse` goes the Lark way, whose exceptions the syntax diagnostics are made of.
+    big plan. At the first character that does not lex or token that does not fit it raises the exception
+    Lark's parser raises there (`_lexer_error`, `_parser_error`: the same class, token, expected set and
+    interactive parser), which the syntax diagnostics are made of.
     """
 
-    def __init__(self, lark: Lark):
+    def __init__(self, lark: Lark, build: bool = True):
         frontend = lark.parser
         table = frontend.parser._parse_table
-        callbacks = _rule_callbacks(lark, lark_tokens=False)
+        self.table, self.lalr = table, frontend.parser.parser  # for Lark's exceptions
+        if build:
+            callbacks = _rule_callbacks(lark, lark_tokens=False)
+        else:
+            callbacks = {rule: _build_nothing for rule in lark.rules}
         self.start_state = table.start_states["start"]
         self.end_state = table.end_states["start"]
         size = max(table.states) + 1
@@ -344,6 +363,7 @@ class _FastParser:
                         rules[key] = (callbacks[arg], len(arg.expansion), arg.origin.name)
                     row[sym] = rules[key]
         contextual = frontend.lexer.lexer  # PostLexConnector -> ContextualLexer
+        self.contextual = contextual
         self.scanners: list = [None] * size
         made: dict[int, tuple] = {}
         for state, lexer in contextual.lexers.items():
@@ -399,18 +419,19 @@ class _FastParser:
         n = len(text)
         pos, line, line_start = 0, 1, 0
         depth, last_nl = 0, True  # PlanPostLex: brackets open, and whether the last token fed was a newline
+        tok = None
         _BUILDER.ast = builder
         while True:
             # ---- the next token the parser sees (lexed in the parser's state, as the contextual lexer does)
             state = states[-1]
-            if pos >= n:
+            if pos >= n:  # $END, at the last token fed (Lark's Token.new_borrow_pos)
                 type_ = "$END"
-                tok = ("$END", "", pos, pos, line, pos - line_start + 1, line, pos - line_start + 1)
+                tok = ("$END", "", 0, None, 1, 1, None, None) if tok is None else ("$END", "") + tok[2:]
             else:
                 match, kinds, special = scanners[state]
                 m = match(text, pos)
                 if m is None:
-                    raise _Fallback
+                    raise self._lexer_error(text, pos, line, line_start, states, values)
                 type_ = m.lastgroup
                 value = m.group()
                 start, tline, col = pos, line, pos - line_start + 1
@@ -451,7 +472,7 @@ class _FastParser:
             while True:
                 act = actions[state].get(type_)
                 if act is None:
-                    raise _Fallback
+                    raise self._parser_error(text, tok, states, values)
                 if act.__class__ is int:
                     states.append(act)
                     values.append(tok)
@@ -470,6 +491,43 @@ class _FastParser:
                     return values[-1].value, comments
             if type_ == "$END":  # shifted $END without reaching the end state: not Lark's way out
                 raise _Fallback
+
+    # ------------------------------------------------------------------ Lark's exceptions, as Lark raises them
+    def _parser_state(self, text: str, states: list, values: list) -> ParserState:
+        lexer_thread = LexerThread.from_text(self.contextual, text)
+        return ParserState(ParseConf(self.table, {}, "start"), lexer_thread, list(states), list(values))
+
+    def _interactive(self, err: UnexpectedInput, parser_state: ParserState) -> UnexpectedInput:
+        err.interactive_parser = InteractiveParser(self.lalr, parser_state, parser_state.lexer)  # parse_from_state's
+        return err
+
+    def _parser_error(self, text: str, tok: tuple, states: list, values: list) -> UnexpectedToken:
+        """What `ParserState.feed_token` raises for a token the parser's state has no action for."""
+        type_, value, start, end, line, col, end_line, end_col = tok
+        token = Token(type_, value, start, line, col, end_line, end_col, end)
+        expected = {s for s in self.table.states[states[-1]].keys() if s.isupper()}
+        parser_state = self._parser_state(text, states, values)
+        return self._interactive(UnexpectedToken(token, expected, state=parser_state), parser_state)
+
+    def _lexer_error(self, text: str, pos: int, line: int, line_start: int, states: list,
+                     values: list) -> UnexpectedInput:
+        """What `ContextualLexer.lex` raises where no terminal of the state's lexer matches: the token the
+        lexer of all terminals finds there as an UnexpectedToken, or else UnexpectedCharacters."""
+        lexer = self.contextual.lexers[states[-1]]
+        parser_state = self._parser_state(text, states, values)
+        allowed = lexer.scanner.allowed_types - lexer.ignore_types or {"<END-OF-FILE>"}
+        err = UnexpectedCharacters(text, pos, line, pos - line_start + 1, allowed=allowed, state=parser_state,
+                                   terminals_by_name=lexer.terminals_by_name)
+        counter = LineCounter("\n")
+        counter.char_pos, counter.line, counter.line_start_pos = pos, line, line_start
+        counter.column = pos - line_start + 1
+        root = self.contextual.root_lexer
+        try:
+            token = root.next_token(LexerState(TextSlice.cast_from(text), counter), parser_state)
+        except UnexpectedCharacters:
+            return self._interactive(err, parser_state)
+        return self._interactive(UnexpectedToken(token, allowed, state=parser_state,
+                                                 terminals_by_name=root.terminals_by_name), parser_state)
 
 
 _BRACKETS = {"LPAR": 1, "LSQB": 1, "RPAR": -1, "RSQB": -1}  # PlanPostLex's depth
@@ -520,25 +578,13 @@ def _parse(text: str, path: str) -> ParseResult:
     too_deep = _nesting_diagnostic(source)
     if too_deep is not None:
         return ParseResult(empty, (too_deep,), source)
-    builder = _ToAst(source)
-    try:
-        module, comments = _fast().parse(text, builder)
-    except _Fallback:
-        pass  # a syntax error: Lark's parser finds it and the ones after it
-    else:
-        comments = tuple(comments)
-        if builder.diags:
-            return ParseResult(A.Module((), comments, path, span=whole), tuple(builder.diags), source)
-        return ParseResult(A.Module(module.statements, comments, path, span=whole), (), source)
-    parser = _lark()
     diags: list[Diagnostic] = []
     work = text
     blanked: dict[int, int] = {}  # line -> how much of it has been blanked (1: all but braces, 2: all)
     for _ in range(MAX_SYNTAX_ERRORS + 1):
-        _SINK.tokens = []
-        builder = _BUILDER.ast = _ToAst(source)  # a fresh one: a failed parse may have built some nodes
         try:
-            module = parser.parse(work).value
+            # after a syntax error the tree is not wanted: only where the next error is (or that none is)
+            module, comments, builder = _attempt(source, work, build=not diags)
         except UnexpectedInput as err:
             diag = _diagnostic_for(err, source, work)
             if all(d.span.line != diag.span.line for d in diags) and len(diags) < MAX_SYNTAX_ERRORS:
@@ -552,9 +598,9 @@ def _parse(text: str, path: str) -> ParseResult:
             blanked[line] = level
             work = _blank_line(work, line, keep_braces=(level == 1))
             continue
-        comments = tuple(
-            A.Comment(str(t), span=_tok_span(source, t)) for t in _SINK.tokens if _in_original(t, text)
-        )
+        if work is not text:  # the comments of the text as written, not of what was blanked
+            comments = [c for c in comments if _comment_in(c, text)]
+        comments = tuple(comments)
         if diags:
             return ParseResult(A.Module((), comments, path, span=whole), tuple(diags), source)
         if builder.diags:
@@ -562,6 +608,27 @@ def _parse(text: str, path: str) -> ParseResult:
         module = A.Module(module.statements, comments, path, span=whole)
         return ParseResult(module, (), source)
     return ParseResult(A.Module((), (), path, span=whole), tuple(diags), source)
+
+
+def _attempt(source: SourceFile, work: str, build: bool) -> tuple[A.Module, list[A.Comment], "_ToAst"]:
+    """Parse `work` (the file, or the file with lines blanked after errors): (module, comments, builder),
+    or Lark's exception for the first syntax error. The fast parser, unless it meets what it does not
+    handle (`_Fallback`): then Lark's. Without `build`, the module is None."""
+    builder = _ToAst(source)
+    try:
+        module, comments = _fast(build).parse(work, builder)
+        return module, comments, builder
+    except _Fallback:
+        pass
+    _SINK.tokens = []
+    builder = _BUILDER.ast = _ToAst(source)  # a fresh one: a failed parse may have built some nodes
+    module = _lark().parse(work).value
+    return module, [A.Comment(str(t), span=_tok_span(source, t)) for t in _SINK.tokens], builder
+
+
+def _comment_in(comment: A.Comment, text: str) -> bool:
+    start, end = A.span_offsets(A.raw_span(comment))
+    return text[start:end] == comment.text
 
 
 def _whole_span(source: SourceFile) -> Span:
@@ -574,10 +641,6 @@ def _whole_span(source: SourceFile) -> Span:
 def parse_file(path: str | FsPath) -> ParseResult:
     p = FsPath(path)
     return parse(p.read_text(encoding="utf-8"), str(path))
-
-
-def _in_original(tok: Token, text: str) -> bool:
-    return text[tok.start_pos:tok.end_pos] == str(tok)
 
 
 def _blank_line(text: str, line: int, keep_braces: bool) -> str:

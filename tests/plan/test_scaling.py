@@ -14,6 +14,7 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from lark.exceptions import UnexpectedInput, UnexpectedToken
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -179,11 +180,33 @@ def test_the_fast_parser_builds_what_larks_parser_builds(plans):
     assert compared > 30
 
 
-def test_the_fast_parser_gives_up_where_lark_raises():
-    for text in ("shard h[0 : [dp]\n", "mesh m of 4 x gpu { tp = }\n", "shard a : [dp] ]\n", "'x'\n", "shard"):
-        with pytest.raises(P._Fallback):
-            P._fast().parse(text, P._ToAst(SourceFile("t.plan", text)))
-        assert not P.parse(text, "t.plan").ok
+def _lark_error(text: str):
+    P._BUILDER.ast = P._ToAst(SourceFile("t.plan", text))
+    with pytest.raises(UnexpectedInput) as info:
+        P._lark().parse(text)
+    return info.value
+
+
+@pytest.mark.parametrize("text", [
+    "shard h[0 : [dp]\n", "mesh m of 4 x gpu { tp = }\n", "shard a : [dp] ]\n", "'x'\n", "shard",
+    "shard a : [dp]\nshard b : [tp] shard c : [_]\n", "device d {\n  memory = 1 GiB\n", "use \"x\n",
+    "shard a : [dp]; mesh m of 4 x gpu { tp = 4 } @\n", "for b in h[*] { shard b.x : [tp] \n", "checkpoint h[0] every\n",
+])
+def test_the_fast_parser_raises_what_larks_parser_raises(text):
+    # the syntax diagnostics are made of Lark's exception: the fast parser raises the same one
+    for build in (True, False):
+        with pytest.raises(UnexpectedInput) as info:
+            P._fast(build).parse(text, P._ToAst(SourceFile("t.plan", text)))
+        fast, lark = info.value, _lark_error(text)
+        assert type(fast) is type(lark)
+        assert fast.pos_in_stream == lark.pos_in_stream
+        if isinstance(lark, UnexpectedToken):
+            assert (fast.token.type, str(fast.token), fast.token.start_pos, fast.token.end_pos) == (
+                lark.token.type, str(lark.token), lark.token.start_pos, lark.token.end_pos)
+            assert set(fast.expected) == set(lark.expected)
+            assert P._accepted(fast) == P._accepted(lark)
+        source = SourceFile("t.plan", text)
+        assert P._diagnostic_for(fast, source, text) == P._diagnostic_for(lark, source, text)
 
 
 def test_checkpoint_overlaps_are_the_first_earlier_overlapping_group():
