@@ -1,9 +1,13 @@
 """Parse plan text into the typed AST (`planlang.lang.ast`), with located syntax diagnostics.
 
-Lark (LALR, contextual lexer) does the parsing; this module owns the boundary: it builds AST nodes with
-spans, keeps comments for the formatter, and turns Lark's exceptions into PL1xx diagnostics that say in
-words what was expected. After an error it blanks the offending line and parses again, so one run
-reports several independent syntax errors.
+The grammar is Lark's (LALR, contextual lexer): its parse table and its lexer's regexes are what parse.
+`_FastParser` drives them in one loop whose reductions build AST nodes directly, with spans, keeps comments
+for the formatter, and at a syntax error raises the exception Lark's parser would; this module turns those
+into PL1xx diagnostics that say in words what was expected. After an error it blanks the offending line
+and parses again, so one run reports several independent syntax errors. Lark's own parser (with the same
+reductions, `_install_builders`) runs only where the fast one meets something it does not handle.
+
+Costs are linear in the text: a 5 MB plan parses in about 4 s (bench/check_time.py, tests/plan/test_scaling.py).
 """
 from __future__ import annotations
 
