@@ -105,7 +105,9 @@ def test_parsing_checking_and_formatting_make_no_reference_cycles_per_statement(
     # collection). A few cycles per run (the resolver's) do not grow with the plan.
     _check_and_format(plans[SMALL])
     small, big = _cyclic_garbage(plans[SMALL]), _cyclic_garbage(plans[BIG])
-    assert small == big < 1000
+    # the big plan has ten times the statements: a cycle per statement would add thousands; the count
+    # itself moves by a few with what earlier tests left behind (498 against 502 in one CI run)
+    assert big < 1000 and abs(big - small) < 50, (small, big)
 
 
 def test_paths_and_specs_are_kept_as_text_and_built_the_same(plans, monkeypatch):
