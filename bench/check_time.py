@@ -210,6 +210,13 @@ def big_plans(sizes_mb: list[float], repeat: int, out) -> bool:
                 out(f"{len(text) / 1e6:6.2f} MB {lines:8} {name:12} {wall:9.2f} {peak:10.1f} "
                     f"{(wall - base_wall) / lines * 1e6:8.1f} {(peak - base_peak) * 1024 / lines:8.2f} "
                     f"{'ok' if good else 'rc=' + ','.join(map(str, sorted(rcs))):>8}{within}")
+        # the largest plan again with a syntax error on its last line (one error reported: exit 1)
+        broken = Path(tmp) / "broken.plan"
+        broken.write_text(big_plan(int(max(sizes_mb) * 1_000_000)) + "shard h[0 : [dp]\n", encoding="utf-8")
+        runs = [run_measured(PLANLANG + ["check", str(broken)]) for _ in range(repeat)]
+        out(f"{max(sizes_mb):6.2f} MB {'+1 line':>8} {'check':12} {statistics.median(r[0] for r in runs):9.2f} "
+            f"{max(r[1] for r in runs):10.1f} {'':>8} {'':>8} {'rc=' + ','.join(sorted({str(r[2]) for r in runs})):>8}"
+            "  with a syntax error on the last line")
     out(f"\nbudget for a {BIG_TARGET['size'] / 1e6:g} MB plan: < {BIG_TARGET['seconds']:g} s and "
         f"< {BIG_TARGET['mb']:g} MB peak, for check and for fmt; wall: median of {repeat} runs, peak: the "
         "largest (max RSS); per line: above the one-line plan")
