@@ -9,7 +9,6 @@ import bisect
 import math
 from typing import Iterator
 
-from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.source import Span
 
