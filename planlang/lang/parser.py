@@ -268,24 +268,7 @@ def _callback(method, include, tail, expand1, lark_tokens):
     def reduce(children):
         if lark_tokens:
             children = [_tok(c) if isinstance(c, Token) else c for c in children]
-        first = last = None
-        for c in children:
-            if type(c) is _Reduced:
-                if c.first is not None:
-                    first = c.first
-                    break
-            else:
-                first = c
-                break
-        if first is not None:
-            for c in reversed(children):
-                if type(c) is _Reduced:
-                    if c.last is not None:
-                        last = c.last
-                        break
-                else:
-                    last = c
-                    break
+        first, last = _positions(children)
         if expand1 and len(include) == 1:  # `?rule` with one child: the child itself, in this container
             c = children[include[0][0]]
             if type(c) is not _Reduced:
