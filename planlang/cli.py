@@ -649,6 +649,45 @@ def solve(
 
 
 @app.command()
+def diff(
+    a: Path = typer.Argument(..., help="Plan A (the baseline): a complete plan file with a model."),
+    b: Path = typer.Argument(..., help="Plan B (the what-if): a complete plan file with a model."),
+    format: TableFormat = typer.Option(TableFormat.table, "--format", "-f", help="Output format."),
+    color: Optional[bool] = _COLOR,
+) -> None:
+    """Compare two plans side by side: per-device memory by class and step time (the estimator's), the
+    collectives of one step per kind and mesh axes (the lowered program's), with B - A and B / A, then a
+    unified diff of their formatted text. Both plans are validated as `check --model` does (exit 2)."""
+    failed = False
+    checked = []
+    for path in (a, b):  # both validated, so one run shows what to fix in either
+        try:
+            checked.append(_runnable_plan(path))
+        except typer.Exit:
+            failed = True
+    if failed:
+        raise typer.Exit(2)
+    # lazy: torch loads only when this runs
+    from planlang.model.load import ModelLoadError
+    from planlang.report.diff import compare, diff_json, render_diff, summarize
+
+    try:
+        d = compare(*(summarize(p, path.read_text(encoding="utf-8"), str(path)) for p, path in zip(checked, (a, b))))
+    except ModelLoadError as err:
+        _fail_usage(f"{err.message}\n  help: {err.help}")
+    if format is TableFormat.json:
+        sys.stdout.write(json.dumps(diff_json(d), indent=2) + "\n")
+        return
+    # lazy: rich loads only when this runs
+    from rich.console import Console
+
+    colour = _use_color(color)
+    # a terminal's own width; piped, wide enough that no row wraps (a file has no width to fit)
+    render_diff(d, Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200,
+                           force_terminal=colour, no_color=not colour))
+
+
+@app.command()
 def lsp(
     stdio: bool = typer.Option(True, "--stdio", help="Serve on stdin/stdout (the default; editors pass it)."),
     log_level: str = typer.Option("WARNING", "--log-level", help="stderr log level: DEBUG, INFO, WARNING, ERROR."),
