@@ -612,40 +612,45 @@ def solve(
     time_limit: float = typer.Option(600.0, "--time-limit", help="Seconds for the search (checked between candidates)."),
 ) -> None:
     """Fill every hole of PLAN (fixed choices are constraints) and write a complete, formatted plan with
-    the predicted memory and step time per device; `planlang check` accepts it."""
+    the predicted memory and step time per device; `planlang check` accepts it. Without -o, stdout carries
+    the plan and nothing else. Progress goes to stderr (a bar on a terminal, plain lines otherwise), then
+    the summary written at the top of the plan; solver and library output is kept off both."""
+    # lazy: loaded by this command only, so `check` and `fmt` start fast (no torch)
+    from planlang.solve.progress import SolveProgress, captured_output
 
-    # lazy: rich loads only when this runs
-    from rich.console import Console
-
+    say = SolveProgress(sys.stderr)
+    say.line(f"checking {plan} with its model (builds it on meta)")  # before torch loads: a few seconds
     # lazy: torch loads only when this runs
     from planlang.model.load import ModelLoadError
     from planlang.solve.driver import Infeasible, SolveError, solve as run_solve
 
     _validated_plan(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
-    err = Console(stderr=True, highlight=False)
-    t0 = time.monotonic()
-
-    def progress(msg: str) -> None:
-        if time.monotonic() - t0 > time_limit:
-            raise SolveError(f"the search ran past --time-limit {time_limit:g} s; raise it or fix more choices")
-        err.print(msg, style="dim", markup=False)
 
     # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.runtime.traffic import step_comm_seconds
 
-    try:
-        # candidates' communication: every collective the lowered plan issues, priced by the cost model
-        res = run_solve(str(plan), objective.value, progress, comm_time=step_comm_seconds, time_limit=time_limit)
-    except Infeasible as e:
-        sys.stderr.write(f"error[PL505]: {e}\n")
-        raise typer.Exit(1)
-    except (SolveError, ModelLoadError) as e:
-        _fail_usage(getattr(e, "message", None) or str(e))
+    failure = None
+    with captured_output() as (user_err, captured):  # banners, logging, warnings: not the user's
+        t0, say = say.t0, SolveProgress(user_err)
+        say.t0 = t0  # elapsed from the command's start
+        try:
+            # candidates' communication: every collective the lowered plan issues, priced by the cost model
+            res = run_solve(str(plan), objective.value, say, comm_time=step_comm_seconds, time_limit=time_limit)
+        except Infeasible as e:
+            failure = (1, f"error[PL505]: {e}")
+        except (SolveError, ModelLoadError) as e:
+            failure = (2, f"planlang: error: {getattr(e, 'message', None) or str(e)}")
+        finally:
+            say.close()
+    if failure is not None:
+        sys.stderr.write(failure[1] + "\n")
+        raise typer.Exit(failure[0])
     if output == "-":
         sys.stdout.write(res.text)
     else:
         Path(output).write_text(res.text)
-        err.print(f"wrote {output}: {res.best}", markup=False)
+        sys.stderr.write(f"wrote {output}\n")
+    sys.stderr.write("".join(line + "\n" for line in res.summary))  # the header at the top of the plan
 
 
 @app.command()

@@ -39,6 +39,7 @@ from planlang.plan.data import batch_axes, batch_dim, data_axes
 from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
                                             no_recompute_peak, plan_chain, repeated_blocks)
 from planlang.solve.holes import Fill, HoleOutsidePlan, fill_holes
+from planlang.solve.progress import Reporter, reporter
 
 OBJECTIVES = ("time", "memory", "balanced")
 
@@ -61,6 +62,7 @@ class Candidate:
     step_time: float  # the slowest device's step seconds
     fits: bool
     rows: tuple = field(default=(), compare=False, repr=False)
+    steps: tuple[float, ...] = field(default=(), compare=False, repr=False)  # each row's step, as priced
 
     def key(self, objective: str) -> tuple:
         if objective == "memory":
@@ -83,6 +85,7 @@ class Result:
     best: Candidate
     tried: list[Candidate]
     notes: list[str]
+    summary: list[str] = field(default_factory=list)  # the header written into `text`, without its `# `
 
 
 # ------------------------------------------------------------------------------ holes of a plan
@@ -155,14 +158,16 @@ REFINED = 4  # meshes stage 2 refines: the stage-1 ranking prices replicated spe
 
 
 class _Search:
-    def __init__(self, path: str, objective: str, progress: Callable[[str], None],
+    def __init__(self, path: str, objective: str, progress: Callable[[str], None] | Reporter,
                  comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
                  time_limit: float | None = None) -> None:
         self.deadline = None if time_limit is None else time.monotonic() + time_limit
+        self.time_limit = time_limit
 
         self.path = path
         self.objective = objective
-        self.progress = progress
+        self.report = reporter(progress)
+        self.progress = self.report.message
         self.comm_time = comm_time
         self.alpha = alpha
         res = check_file(path)
@@ -190,6 +195,8 @@ class _Search:
         # lazy: torch loads only when this runs
         from planlang.model.estimate import estimate_plan
 
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise SolveError(f"the search ran past --time-limit {self.time_limit:g} s; raise it or fix more choices")
         text = fill_holes(self.source, self.path, list(fills.values()))
         if text in self._priced:  # the same plan reached by another route: priced once
             return self._priced[text]
@@ -205,26 +212,30 @@ class _Search:
             return None
         budget = plan.budget.bytes if plan.budget is not None else None
         peak = max(r.peak for r in rows)
-        step = self.step_time(plan, rows)
-        c = Candidate(choices, text, peak, step, budget is None or peak <= budget, tuple(rows))
+        steps = self.step_times(plan, rows)
+        c = Candidate(choices, text, peak, max(steps), budget is None or peak <= budget, tuple(rows), steps)
         self.tried.append(c)
         self._priced[text] = c
-        self.progress(str(c))
+        self.report.priced(c, self.best(self.tried))
         return c
 
     def step_time(self, plan: CompletePlan, rows) -> float:
-        """The slowest device's step: the estimator's, or its compute plus the caller's per-step
+        """The slowest device's step (see step_times)."""
+        return max(self.step_times(plan, rows))
+
+    def step_times(self, plan: CompletePlan, rows) -> tuple[float, ...]:
+        """Each device class's step: the estimator's, or its compute plus the caller's per-step
         communication (`comm_time`) in place of the estimator's data-parallel all-reduce."""
-        step = max(r.step_time for r in rows)
+        steps = tuple(r.step_time for r in rows)
         if self.comm_time is None:
-            return step
+            return steps
         try:
             comm = self.comm_time(plan)
         except Exception as e:  # noqa: BLE001 - e.g. a pipeline plan the traffic model does not lower
             self.notes.append(f"communication of one candidate not predicted ({type(e).__name__}: {e}); "
                               "its step time is the estimator's")
-            return step
-        return max(r.step_time - _estimated_sync(plan, r) for r in rows) + comm
+            return steps
+        return tuple(r.step_time - _estimated_sync(plan, r) + comm for r in rows)
 
     def best(self, cands) -> Candidate | None:
         cands = [c for c in cands if c is not None]
@@ -377,20 +388,26 @@ class _Search:
         meshes = self.mesh_options()
         if not meshes:
             raise SolveError("no factorization of the device count splits the batch evenly over the data axes")
-        self.progress(f"stage 1: {len(meshes)} mesh candidates")
+        self.report.plan_work(len(meshes) + min(REFINED, len(meshes)))
+        self.progress(f"stage 1: {len(meshes)} mesh candidates (the first builds and simulates the model on meta)")
         coarse = []
-        for assign in meshes:
+        for i, assign in enumerate(meshes):
             micro = self.micro_options(assign)[0] if self.holes.micro is not None else None
             fills = self.base_fills(assign, micro, 0, {}, None)
             coarse.append(self.price(fills, _choices(assign, micro, 0, {}, None)))
+            self.report.advance(f"stage 1: mesh {i + 2} of {len(meshes)}" if i + 1 < len(meshes) else "")
         ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
         if not ranked:
             raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
+        refined = ranked[:REFINED]
+        self.report.plan_work(len(meshes) + len(refined))
         finals = []
-        for c in ranked[:REFINED]:
+        for i, c in enumerate(refined):
             assign = {k[len("axis "):]: int(v) for k, v in c.choices if k.startswith("axis ")}
-            self.progress(f"stage 2: {', '.join(f'{k}={v}' for k, v in assign.items()) or 'the mesh as written'}")
+            mesh = ', '.join(f'{k}={v}' for k, v in assign.items()) or 'the mesh as written'
+            self.progress(f"stage 2: refining {mesh} (mesh {i + 1} of {len(refined)})")
             finals.append(self.refine(assign))
+            self.report.advance()
         best = self.best(finals + ranked)
         # lazy: torch loads only when this runs
         from planlang.model.estimate import format_bytes
@@ -401,11 +418,12 @@ class _Search:
                              f"per device ({smallest}); raise the budget to at least that or add devices",
                              smallest.peak)
         header = [f"solved by `planlang solve --objective {self.objective}` ({len(self.tried)} candidate plans priced):"]
-        for r in best.rows:
+        steps = best.steps or tuple(r.step_time for r in best.rows)
+        for r, step in zip(best.rows, steps):  # the step as the search priced it (with `comm_time`'s traffic)
             header.append(f"  {r.device}: peak {format_bytes(r.peak)} (parameters {format_bytes(r.parameters)}, "
-                          f"activations {format_bytes(r.activations)}), step {r.step_time * 1e3:.2f} ms")
+                          f"activations {format_bytes(r.activations)}), step {step * 1e3:.2f} ms")
         text = fill_holes(self.source, self.path, list(self._fills_of(best).values()), header)
-        return Result(text, best, self.tried, self.notes)
+        return Result(text, best, self.tried, self.notes, header)
 
     def refine(self, assign: dict[str, int]) -> Candidate:
         """Stage 2 for one mesh (map §5.3): for each spec set of the budget sweep, the other holes in
@@ -674,12 +692,13 @@ def _choices(assign, micro, zero, specs, ckpt, stages="flops") -> tuple[tuple[st
     return tuple(out)
 
 
-def solve(path: str, objective: str = "time", progress: Callable[[str], None] = lambda s: None, *,
+def solve(path: str, objective: str = "time", progress: Callable[[str], None] | Reporter = lambda s: None, *,
           comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
           time_limit: float | None = None) -> Result:
     """Fill every hole of the plan at `path` (see the module docstring). `comm_time(plan)`, when given,
     prices a candidate's per-step communication in seconds (the slowest device); `time_limit` bounds
-    each intra-op ILP call by the seconds left (the caller checks the rest between candidates)."""
+    each intra-op ILP call by the seconds left and stops the search between candidates. `progress` is a
+    callable given each message and priced candidate as a line, or a planlang.solve.progress.Reporter."""
     if objective not in OBJECTIVES:
         raise SolveError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
     return _Search(path, objective, progress, comm_time, alpha, time_limit).run()
