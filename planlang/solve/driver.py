@@ -388,8 +388,8 @@ class _Search:
         meshes = self.mesh_options()
         if not meshes:
             raise SolveError("no factorization of the device count splits the batch evenly over the data axes")
-        self.report.plan_work(len(meshes) + min(REFINED, len(meshes)))
         self.progress(f"stage 1: {len(meshes)} mesh candidates (the first builds and simulates the model on meta)")
+        self.report.plan_work(len(meshes) + min(REFINED, len(meshes)))
         coarse = []
         for i, assign in enumerate(meshes):
             micro = self.micro_options(assign)[0] if self.holes.micro is not None else None
