@@ -98,6 +98,9 @@ class SolveProgress(Reporter):
                              TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
                              console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
         self._task = self._bar.add_task(self.state.phase, total=self.state.total or None, priced=0, best="-")
+        for task in self._bar.tasks:  # elapsed from the command's start, as the plain lines count it
+            if task.id == self._task and task.start_time is not None:
+                task.start_time -= time.monotonic() - self.t0
         self._bar.start()
 
     def _update(self) -> None:

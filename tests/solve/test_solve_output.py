@@ -123,3 +123,24 @@ def test_driver_result_summary_matches_its_header(tmp_path):
     assert res.summary and all(f"# {line}" in res.text.splitlines() for line in res.summary)
     # the step in the header is the one the search ranked by
     assert f"step {res.best.step_time * 1e3:.2f} ms" in res.summary[-1]
+
+
+def test_terminal_progress_is_one_bar_that_goes_away():
+    class Candidate:
+        peak, step_time, fits = 2**20, 0.002, True
+
+        def __str__(self) -> str:
+            return "a candidate"
+
+    stream = io.StringIO()
+    say = SolveProgress(stream, tty=True)
+    say.t0 -= 5.0  # the command started 5 s ago
+    say.message("stage 1: 2 mesh candidates")
+    say.plan_work(3)
+    say.priced(Candidate(), Candidate())
+    say.advance("stage 1: mesh 2 of 2")
+    (task,) = say._bar.tasks
+    assert task.completed == 1 and task.total == 3 and task.fields["best"] == "1 MiB, 2.00 ms"
+    assert task.elapsed >= 5.0
+    say.close()
+    assert "a candidate" not in stream.getvalue()  # candidates update the bar; no line each
