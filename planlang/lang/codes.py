@@ -69,7 +69,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "A string opened with `\"` is not closed on the same line. Strings cannot span lines."),
     ("PL104", "unexpected-eof", E, "unexpected end of file",
      "The file ends inside a statement, usually because a `{`, `(` or `[` is never closed. The\n"
-     "diagnostic points at the opening bracket."),
+     "diagnostic points at the opening bracket. A bracket left open before a line that starts no deeper\n"
+     "than the bracket's own line (the next statement, or the next `stage`) is reported the same way,\n"
+     "once, and checking goes on from that line."),
     ("PL105", "not-utf8", E, "the file is not UTF-8 text",
      "Plans are UTF-8 text. The diagnostic points at the first byte that is not valid UTF-8 (shown as\n"
      "U+FFFD); the file is not checked further. Save it as UTF-8 (most editors: \"Save with encoding\")."),
@@ -154,6 +156,12 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "applications, plus 100 for each `apply` written in it and the files it uses (so a big plan's\n"
      "budget grows with its text). The diagnostic points at the outermost `apply` (or `for`) of the\n"
      "expansion, and the expansion stops there. Apply fewer templates per level, or flatten the chain."),
+    ("PL225", "bidi-control", W, "bidirectional control character",
+     "The file holds a Unicode bidirectional control (U+202A-U+202E, U+2066-U+2069). Editors and\n"
+     "review tools reorder the text around it, so what is shown is not what planlang reads: a comment\n"
+     "can seem to end where it does not, or a name can seem to be another (\"Trojan Source\",\n"
+     "CVE-2021-42574). planlang shows it escaped (`\\u202e`). Remove it; plans have no right-to-left text\n"
+     "that needs one."),
     ("PL250", "unknown-unit", E, "unknown unit",
      "Units: memory B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB; bandwidth B/s, GB/s, GiB/s, Gb/s, Gbps;\n"
      "time ns, us, ms, s; throughput GFLOPS, TFLOPS, PFLOPS. Units are case-sensitive (GiB, not gib)."),

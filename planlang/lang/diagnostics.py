@@ -65,8 +65,9 @@ def did_you_mean(word: str, candidates) -> str | None:
     cands = sorted(set(candidates))
     if not cands:
         return None
+    # a difference of case only is the likeliest typo (`GIB` is `GiB`, not `GB`)
+    same_letters = [c for c in cands if c.lower() == word.lower()]
+    if same_letters:
+        return same_letters[0]
     best = difflib.get_close_matches(word, cands, n=1, cutoff=0.5 if len(word) <= 3 else 0.6)
-    if best:
-        return best[0]
-    lowered = {c.lower(): c for c in cands}
-    return lowered.get(word.lower())
+    return best[0] if best else None

@@ -33,7 +33,7 @@ from . import ast as A
 from .diagnostics import Diagnostic, Severity
 from .render._common import escape_char
 from .source import SourceFile, Span
-from .syntax_errors import describe_unexpected_token
+from .syntax_errors import describe_unexpected_token, quote_source
 
 # package data (in the wheel too); `grammar/` at the top of the checkout links here
 GRAMMAR_PATH = FsPath(__file__).resolve().parents[1] / "grammar" / "planlang.lark"
@@ -524,8 +524,9 @@ _WORD, _PUNCT, _OPEN, _CLOSE, _SPECIAL = "word", "punct", "open", "close", "spec
 @dataclass(frozen=True)
 class ParseResult:
     module: A.Module
-    diagnostics: tuple[Diagnostic, ...]
+    diagnostics: tuple[Diagnostic, ...]  # syntax errors: the module is empty when there are any
     source: SourceFile
+    warnings: tuple[Diagnostic, ...] = ()  # about the text, whether it parses or not (PL225)
 
     @property
     def ok(self) -> bool:
@@ -555,7 +556,33 @@ def no_cycle_collection():
 def parse(text: str, path: str = "<plan>") -> ParseResult:
     """Parse one file. Never raises for bad input: syntax errors come back as diagnostics."""
     with no_cycle_collection():
-        return _parse(text, path)
+        result = _parse(text, path)
+    if _BIDI.search(text):
+        result = ParseResult(result.module, result.diagnostics, result.source, _bidi_warnings(result.source))
+    return result
+
+
+# Unicode's explicit bidirectional embeddings, overrides (U+202A-U+202E) and isolates (U+2066-U+2069)
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def _bidi_warnings(source: SourceFile) -> tuple[Diagnostic, ...]:
+    """PL225 once per line that holds a bidirectional control (Trojan Source: the line reads in another
+    order than it is shown), at its first one."""
+    out, last_line = [], 0
+    for m in _BIDI.finditer(source.text):
+        span = source.span(m.start(), m.end())
+        if span.line == last_line:
+            continue
+        last_line = span.line
+        ch = m.group()
+        out.append(Diagnostic(
+            "PL225", Severity.WARNING,
+            f"bidirectional control character {_describe_char(ch)}: the line may be shown in another order "
+            "than it is read", span,
+            help="remove it (\"Trojan Source\", CVE-2021-42574); plans need no right-to-left text",
+        ))
+    return tuple(out)
 
 
 def _parse(text: str, path: str) -> ParseResult:
@@ -573,6 +600,15 @@ def _parse(text: str, path: str) -> ParseResult:
             # after a syntax error the tree is not wanted: only where the next error is (or that none is)
             module, comments, builder = _attempt(source, work, build=not diags)
         except UnexpectedInput as err:
+            unclosed = _unclosed_before(err, source, work)
+            if unclosed is not None:
+                # a bracket left open runs into the next statement: one error at the bracket, and the
+                # unfinished statement blanked up to the line where the next one starts
+                diag, first, stop = unclosed
+                if len(diags) < MAX_SYNTAX_ERRORS:
+                    diags.append(diag)
+                work = _blank_lines(work, first, stop - 1)
+                continue
             diag = _diagnostic_for(err, source, work)
             if all(d.span.line != diag.span.line for d in diags) and len(diags) < MAX_SYNTAX_ERRORS:
                 diags.append(diag)
@@ -652,6 +688,60 @@ def _blank_line(text: str, line: int, keep_braces: bool) -> str:
         old = lines[line - 1]
         lines[line - 1] = "".join(c if (keep_braces and c in "{}") else " " for c in old)
     return "\n".join(lines)
+
+
+def _blank_lines(text: str, first: int, last: int) -> str:
+    """Lines `first`..`last` (1-based, inclusive) as spaces, newlines kept (offsets do not move)."""
+    lines = text.split("\n")
+    for k in range(first - 1, min(last, len(lines))):
+        lines[k] = " " * len(lines[k])
+    return "\n".join(lines)
+
+
+_BRACKET_OR_SKIPPED = re.compile(r'#[^\n]*|"(?:[^"\n]|(?<=\\)")*"?|[{}()\[\]]')
+_CLOSER = {"{": "}", "(": ")", "[": "]"}
+
+
+def _unclosed_before(err: UnexpectedInput, source: SourceFile, work: str) -> tuple[Diagnostic, int, int] | None:
+    """A syntax error on a line that starts no deeper than the line of a bracket still open there, in a
+    file with more openers of that kind than closers: the bracket was never closed and the line begins
+    the next statement (`mesh m of 8 x gpu {` ... then `budget 40 GiB per device` at the left margin,
+    or `stage a, h[0:6` then `stage h[6:12]`). (PL104 at the bracket, the bracket's line, the error's
+    line), else None."""
+    if not isinstance(err, UnexpectedToken) or err.token.type == "$END" or err.token.start_pos is None:
+        return None
+    code = _STRING_OR_COMMENT.sub("", work)
+    short = {o for o, c in _CLOSER.items() if code.count(o) > code.count(c)}
+    if not short:
+        return None
+    pos = err.token.start_pos
+    line_start = work.rfind("\n", 0, pos) + 1
+    line_end = work.find("\n", pos)
+    line = work[line_start:line_end if line_end >= 0 else len(work)]
+    margin = len(line) - len(line.lstrip(" \t"))
+    stack: list[int] = []
+    for m in _BRACKET_OR_SKIPPED.finditer(work, 0, line_start):
+        ch = m.group()
+        if ch in _CLOSER:
+            stack.append(m.start())
+        elif ch in "})]" and stack and _CLOSER[work[stack[-1]]] == ch:
+            stack.pop()
+    for opener in reversed(stack):
+        ch = work[opener]
+        start = work.rfind("\n", 0, opener) + 1
+        indent = len(work[start:opener]) - len(work[start:opener].lstrip(" \t"))
+        if ch in short and margin <= indent:
+            first_line = work.count("\n", 0, start) + 1
+            err_line = work.count("\n", 0, line_start) + 1
+            word = line.split(None, 1)[0]
+            what = f"`{quote_source(word)}` on line {err_line}"
+            return Diagnostic(
+                "PL104", Severity.ERROR, f"`{ch}` is never closed before {what}",
+                source.span(opener, opener + 1), help=f"add the matching `{_CLOSER[ch]}` before line {err_line}",
+            ), first_line, err_line
+        if margin > indent:
+            break
+    return None
 
 
 def code_of(line: str) -> str:

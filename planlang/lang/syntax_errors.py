@@ -77,17 +77,24 @@ def describe_unexpected_token(tok: Token, expected: set[str], text: str,
         if guess:
             return message, f"did you mean `{guess}`?"
         return message, "a statement starts with a keyword: " + ", ".join(STATEMENT_KEYWORDS)
+    def keyword(e: str) -> str | None:
+        pattern = (patterns or {}).get(e, e.lower())
+        return pattern if e not in _WORDS and e not in _PUNCT and pattern.replace("_", "a").isalnum() else None
+
+    keywords = sorted(k for k in map(keyword, exp) if k)
     if "NAME" in exp:
         # soft keywords are names too; list the name once
-        def is_keyword(e: str) -> bool:
-            pattern = (patterns or {}).get(e, e.lower())
-            return e not in _WORDS and e not in _PUNCT and pattern.replace("_", "a").isalnum()
-
-        exp = {e for e in exp if not is_keyword(e)} | {"NAME"}
+        exp = {e for e in exp if not keyword(e)} | {"NAME"}
     words = sorted({_describe_expected(e, patterns) for e in exp})
     message = f"unexpected {got}: expected {_join(words)}"
-    help_ = _help_for(tok, exp)
-    return message, help_
+    guess = did_you_mean(str(tok), keywords) if keywords and "NAME" not in exp and tok.type not in _WORDS_NOT_NAMES \
+        and str(tok).replace("_", "a").isalnum() else None
+    if guess:
+        return message, f"did you mean `{guess}`?"
+    return message, _help_for(tok, exp)
+
+
+_WORDS_NOT_NAMES = ("INT", "FLOAT", "STRING", "_NL", "$END")
 
 
 def _help_for(tok: Token, exp: set[str]) -> str:

@@ -58,6 +58,9 @@ class Namespace:
     modules: dict[str, "Namespace"] = field(default_factory=dict)
     use_spans: dict[str, Span] = field(default_factory=dict)
     used: set[str] = field(default_factory=set)
+    # (table, name) of declarations that were written but failed (a `use` of a missing module, a device
+    # without memory): already reported, so a reference to one is not "unknown" too
+    broken: set[tuple[str, str]] = field(default_factory=set)
 
 
 @dataclass(frozen=True)
@@ -131,7 +134,8 @@ class Resolver:
         self.sources[path] = result.source
         self.modules[path] = result.module
         if result.diagnostics:
-            return Resolution(None, result.diagnostics, self.sources, self.modules)
+            return Resolution(None, result.warnings + result.diagnostics, self.sources, self.modules)
+        self.diags.extend(result.warnings)
         self.stack.append(_key(path))
         ns = Namespace(path)
         self._declare(result.module, ns, is_root=True)
@@ -217,7 +221,7 @@ class Resolver:
         result: ParseResult = parse(text, found)
         self.sources[found] = result.source
         self.modules[found] = result.module
-        self.diags.extend(result.diagnostics)
+        self.diags.extend(result.warnings + result.diagnostics)
         ns = Namespace(found)
         self.cache[key] = ns
         self.stack.append(key)
@@ -255,7 +259,9 @@ class Resolver:
                 if not claim(A.Name(alias, span=span), "name"):
                     continue
                 loaded = self._load(st, ns.path)
-                if loaded is not None:
+                if loaded is None:
+                    ns.broken.add(("modules", alias))
+                else:
                     ns.modules[alias] = loaded
                     if is_root:
                         ns.use_spans[alias] = st.span
@@ -271,10 +277,14 @@ class Resolver:
                 dev = self._device(st)
                 if dev:
                     ns.devices[st.name.text] = dev
+                else:
+                    ns.broken.add(("devices", st.name.text))
             elif isinstance(st, A.LinkDecl) and claim(st.name, "link"):
                 link = self._link(st)
                 if link:
                     ns.links[st.name.text] = link
+                else:
+                    ns.broken.add(("links", st.name.text))
             elif isinstance(st, A.TemplateDecl) and claim(st.name, "template"):
                 self._check_template_params(st)
                 ns.templates[st.name.text] = (st, ns)
@@ -283,6 +293,8 @@ class Resolver:
                 mesh = self._mesh(st, ns)
                 if mesh:
                     ns.meshes[st.name.text] = mesh
+                else:
+                    ns.broken.add(("meshes", st.name.text))
 
     def _check_template_params(self, st: A.TemplateDecl) -> None:
         seen: dict[str, Span] = {}
@@ -433,6 +445,8 @@ class Resolver:
         for i, part in enumerate(parts[:-1]):
             nxt = cur.modules.get(part)
             if nxt is None:
+                if ("modules", part) in cur.broken:  # its `use` failed, and said so
+                    return None
                 guess = did_you_mean(part, list(cur.modules))
                 self.diags.append(diag(
                     "PL202", f"unknown module `{part}` in `{name}`", name.parts[i].span,
@@ -443,7 +457,7 @@ class Resolver:
                 ns.used.add(part)
             cur = nxt
         found = getattr(cur, table).get(parts[-1])
-        if found is None:
+        if found is None and (table, parts[-1]) not in cur.broken:
             candidates = list(getattr(cur, table))
             if len(parts) == 1:  # also offer qualified names from used modules
                 candidates += [f"{a}.{n}" for a, m in ns.modules.items() for n in getattr(m, table)]
@@ -491,6 +505,8 @@ class Resolver:
         checkpoints: list[T.CheckpointGroup] = []
         checkpoint_hole = None
         ctx = _Ctx(ns)
+        # an input may be declared after the `data` statement that splits it (declarations are not ordered)
+        declared_inputs = {st.name.text for st in module.statements if isinstance(st, A.InputDecl)}
         # A file with several meshes and no model is a library of presets (stdlib/meshes.plan):
         # every mesh is checked and none is the plan's mesh.
         meshes = [s for s in module.statements if isinstance(s, (A.MeshDecl, A.MeshAlias))]
@@ -548,8 +564,8 @@ class Resolver:
             elif isinstance(st, A.OptimizerDecl):
                 optimizer = self._optimizer(st)
             elif isinstance(st, A.DataDecl):
-                if st.input.text not in input_spans:
-                    guess = did_you_mean(st.input.text, list(input_spans))
+                if st.input.text not in declared_inputs:
+                    guess = did_you_mean(st.input.text, declared_inputs)
                     self.diags.append(diag(
                         "PL211", f"unknown input `{st.input.text}`", st.input.span,
                         help=f"did you mean `{guess}`?" if guess else "declare it: `input idx : i64[batch=32, seq=512]`",
