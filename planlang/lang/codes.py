@@ -236,6 +236,14 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "whole activations. `planlang lower` marks the line. `check --fail-on-warnings` and\n"
      "`lower/verify/run --strict` turn it into an error. Rewrite the op with one planlang has a rule for,\n"
      "or report it: planlang/cost/ops/per_sample.py lists the opaque calls run per sample."),
+    ("PL365", "heads-not-divisible", W, "an attention split cuts through its heads",
+     "A shard splits the weights of an attention module (or its activations' features) over axes whose\n"
+     "size does not divide the module's number of heads (or key/value heads): some rank would hold part\n"
+     "of a head. Megatron's split (stdlib/patterns/megatron.plan) requires the heads to divide evenly,\n"
+     "so that each rank runs attention for whole heads of its own. planlang still runs such a plan\n"
+     "correctly, because the lowering gathers the features before the heads are formed, but that\n"
+     "costs the communication and memory the split was meant to save. Use a tensor-parallel size that\n"
+     "divides the heads, or a model with a multiple of it."),
     # ------------------------------------------------------------------ PL4xx pipeline and checkpoint
     ("PL401", "stage-count", E, "number of stages does not match the pipeline axis",
      "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved schedule)."),
@@ -316,6 +324,12 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "one the `data` statements split the batch over."),
     ("PL505", "no-budget", N, "no memory budget",
      "Without `budget N GiB per device` the memory checks use the device's full memory."),
+    ("PL506", "optimizer-argument", E, "an optimizer argument its torch class refuses",
+     "The optimizer's arguments are passed to its torch class (Lion: planlang's own) on every rank. An\n"
+     "argument the class does not take (`adamw(momentum = 0.9)`), a value of the wrong kind (`lr = \"fast\"`,\n"
+     "`betas = 0.9`) or out of range (`betas = [1.5, 0.999]`, Lion's `lr = 0`), or SGD's `nesterov = true`\n"
+     "without momentum would stop the run after launch. The message names the argument and what it\n"
+     "takes. Implementation switches (`fused`, `capturable`, `differentiable`) are the runtime's to set."),
     # model-aware (planlang.model.checks)
     ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
      "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"

@@ -8,7 +8,10 @@ severity, title, explanation) are in the table of planlang.lang.codes.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Iterator
+
+from torch import nn
 
 from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
 from planlang.plan import types as T
@@ -116,6 +119,100 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
                     yield diag("PL362", f"`{name}` {list(shape)}: dim {d} is {n}, not divisible by {ar[1]} = {ar[0]}",
                                where, labels=labels,
                                help=f"split dim {d} over axes whose sizes divide {n}, or leave it `_`")
+
+
+@dataclass
+class ModelFacts(ModuleFacts):
+    """The probed facts plus what the rules read off the module objects: each attention module's heads
+    (module name -> (heads, key/value heads or None))."""
+
+    heads: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+
+
+_HEAD_ATTRS = ("num_heads", "n_head", "n_heads", "heads", "num_attention_heads")
+_KV_ATTRS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads")
+
+
+def _count(obj, names: tuple[str, ...]) -> int | None:
+    for a in names:
+        v = getattr(obj, a, None)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def attention_heads(module: nn.Module) -> dict[str, tuple[int, int | None]]:
+    """Modules that declare a head count (`heads`, `num_heads`, `n_head`, ...: the examples, torch's
+    MultiheadAttention, Hugging Face's attention modules, which may keep it in their `config`)."""
+    out = {}
+    for name, m in module.named_modules():
+        if not name:
+            continue
+        heads, kv = _count(m, _HEAD_ATTRS), _count(m, _KV_ATTRS)
+        cfg = getattr(m, "config", None)
+        if heads is None and cfg is not None and "attention" in type(m).__name__.lower():
+            heads, kv = _count(cfg, ("num_attention_heads", "n_head")), _count(cfg, _KV_ATTRS)
+        if heads is not None:
+            out[name] = (heads, kv if kv != heads else None)
+    return out
+
+
+def _heads_scope(name: str) -> str:
+    """What a head count covers: the outermost enclosing module named like attention (BERT's
+    `attention` holds `self`, which counts the heads, and `output`, the row-parallel projection), else
+    the module itself."""
+    parts = name.split(".")
+    for k in range(1, len(parts) + 1):
+        last = parts[k - 1].lower()
+        if "attn" in last or "attention" in last:
+            return ".".join(parts[:k])
+    return name
+
+
+def attention_head_splits(ctx) -> Iterator[Diagnostic]:
+    """PL365: a shard splits an attention module's weights (or its activations' features) over axes
+    whose size does not divide its heads (or key/value heads)."""
+    facts, plan = _facts(ctx), ctx.plan
+    heads = getattr(facts, "heads", None)
+    if not heads or plan.mesh is None:
+        return
+    scopes = {_heads_scope(n): (n, h, kv) for n, (h, kv) in heads.items()}
+    params = list(facts.params)
+    seen = set()
+    for rule in plan.shards:
+        if not isinstance(rule.spec, T.Spec):
+            continue
+        if rule.kind == "param":
+            hits = [(h, facts.params[h][0], range(len(facts.params[h][0]))) for h in rule.target.select(params)]
+        else:  # an activation: its last dim holds the features
+            hits = []
+            for h in rule.target.select(facts.all_modules):
+                call = facts.calls.get(h)
+                shape = None if call is None else call.output if rule.kind == "output" else (
+                    call.inputs[0] if call.inputs else None)
+                if shape:
+                    hits.append((h, shape, [len(shape) - 1]))
+        for name, shape, dims in hits:
+            scope = next((s for s in scopes if name == s or name.startswith(s + ".")), None)
+            if scope is None:
+                continue
+            attn, h, kv = scopes[scope]
+            for d in dims:
+                ar = _dims_arith(rule.spec, d, plan.mesh) if d < rule.spec.rank else None
+                if ar is None or ar[0] == 1 or shape[d] % ar[0]:
+                    continue  # not split, or PL362's
+                n = ar[0]
+                bad = [(c, what) for c, what in ((h, "heads"), (kv, "key/value heads")) if c and c % n]
+                where, labels = site_and_labels(rule.span, rule.origin)
+                if not bad or (where, bad[0], n) in seen:
+                    continue  # one diagnostic per statement (a template applied to every block: its line)
+                seen.add((where, bad[0], n))
+                c, what = bad[0]
+                yield diag("PL365", f"`{rule.target}` splits dim {d} of `{to_plan_name(name)}` {list(shape)} over "
+                           f"{ar[1]} = {n}, but `{to_plan_name(attn)}` has {c} {what}, not a multiple of {n}",
+                           where, labels=labels,
+                           help=f"split over axes whose sizes divide {c}, or give the model a multiple of {n} {what}")
+                break
 
 
 def pipeline_stages(ctx) -> Iterator[Diagnostic]:
@@ -248,6 +345,7 @@ def batch_norm_microbatches(ctx) -> Iterator[Diagnostic]:
 
 MODEL_RULES = (
     Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs_model=True),
+    Rule("attention_head_splits", ("PL365",), attention_head_splits, needs_model=True),
     Rule("pipeline_stages", ("PL360", "PL460", "PL461", "PL462", "PL463"), pipeline_stages, needs_model=True),
     Rule("checkpoint_paths", ("PL360", "PL464", "PL465"), checkpoint_paths, needs_model=True),
     Rule("memory_budget", ("PL560",), memory_budget, needs_model=True),
@@ -270,14 +368,15 @@ def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estim
     return check_resolution(res, path, extra or None, ALL_RULES)
 
 
-def model_facts_for(plan: T.Plan) -> tuple[ModuleFacts | None, list[Diagnostic]]:
+def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
     """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails."""
 
     if plan.model is None:
         return None, []
     try:
         module = build_model(plan.model, plan.path)
-        facts = probe_modules(module, meta_inputs(plan.inputs))
+        probed = probe_modules(module, meta_inputs(plan.inputs))
+        facts = ModelFacts(**vars(probed), heads=attention_heads(module))
     except ModelLoadError as err:
         return None, [diag(err.code, err.message, plan.model.span, help=err.help)]
     except Exception as err:  # the model's forward failed on the declared inputs

@@ -14,6 +14,7 @@ from planlang.lang.source import Span
 
 from . import types as T
 from .data import batch_axes, batch_dim, batch_split_conflict, data_axes
+from .optimizers import argument_problems
 from .resolve import diag
 from .selection import Selection, index_range
 from .units import format_bytes
@@ -469,6 +470,14 @@ def zero_sharding(ctx) -> Diags:
                        help=f"shard optimizer state over a data axis: {', '.join(axes) or 'none'}")
 
 
+def optimizer_arguments(ctx) -> Diags:
+    """PL506: an optimizer argument its torch class does not take or would refuse (planlang.plan.optimizers)."""
+    opt = ctx.plan.optimizer
+    if opt is None:
+        return
+    for problem, fix in argument_problems(opt.name, opt.kwargs):
+        yield diag("PL506", problem, opt.span, help=fix)
+
 
 def data_parallel_support(ctx) -> Diags:
     """What the runtime runs of data parallelism in a pipeline: PL313 inputs that split their batch over
@@ -520,5 +529,6 @@ RULES = [
     (checkpoint_statements, ("PL405", "PL409", "PL413")),
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),
+    (optimizer_arguments, ("PL506",)),
     (data_parallel_support, ("PL313", "PL414", "PL415")),
 ]
