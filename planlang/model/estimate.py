@@ -379,6 +379,11 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                 later = min(inflight, micro - 1)
                 transient = max(transient, again - (inflight - later) * saved_s)
         backward_phase = acts + transient + gathered
+        if fsdp:
+            # FSDP2's all-gather lands in one flat buffer and is then copied out into each parameter's
+            # own storage: for a moment the unit's parameters are live twice. ZeRO-3 (resharded after
+            # forward) gathers again when backward starts, beside every saved activation
+            backward_phase = max(backward_phase, 2 * gathered + (acts if zero == 3 else 0))
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
         flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro

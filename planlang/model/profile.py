@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from .simulate import fused_attention
+from .simulate import Existing, fused_attention
 from .trace import bind_inputs, meta_or_fake
 
 
@@ -89,13 +89,16 @@ def _cpu_flash_backward_flops(args) -> int:
 
 
 class _FlopMode(TorchDispatchMode):
-    def __init__(self, sink):
+    def __init__(self, sink, existing: Existing):
         super().__init__()
         self.sink = sink
+        self.existing = existing
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
+        if self.existing.is_view_of_existing(func, args, kwargs, out):
+            return out
         packet = func._overloadpacket
         if packet is _aten._scaled_dot_product_flash_attention_for_cpu_backward:
             self.sink(_cpu_flash_backward_flops(args))
@@ -131,7 +134,7 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
     names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
     profiles: dict[str, ModuleProfile] = {}
     stack: list[str] = []
-    param_storages = {p.untyped_storage()._cdata for p in module.parameters()}
+    param_storages = Existing(module.parameters())
     seen_saved: set[int] = set()
     handles = []
 
@@ -186,7 +189,7 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
     notes: list[str] = []
     try:
         args, kwargs = bind_inputs(module, inputs)
-        with _FlopMode(count), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fused_attention(), \
+        with _FlopMode(count, param_storages), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fused_attention(), \
                 warnings.catch_warnings():
             # a module returning a ModelOutput (Hugging Face) gets no backward hook call: its backward is
             # counted in the enclosing module's, and torch's warning about it is not the user's concern
@@ -198,7 +201,7 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
         if scalar is not None and scalar.requires_grad:
             phase["bwd"] = True
 
-            with _FlopMode(count), warnings.catch_warnings(), fused_attention():
+            with _FlopMode(count, param_storages), warnings.catch_warnings(), fused_attention():
                 # the first module sees no input that requires grad; its hook still reports, as intended
                 warnings.filterwarnings("ignore", message="Full backward hook is firing")
                 scalar.backward()

@@ -43,13 +43,42 @@ def fused_attention():
         F.scaled_dot_product_attention = real
 
 
+class Existing:
+    """Storage keys of the tensors that exist before a simulated step (parameters, buffers, inputs),
+    and of views of them while those views live. Under FakeTensorMode a meta parameter is converted to
+    a fake tensor with a storage of its own each time an op reads it (a fresh one per op, so it cannot
+    be listed in advance): a view of it (`weight.t()` for a linear layer, which autograd then saves)
+    must count as the parameter, not as a new tensor of its size."""
+
+    def __init__(self, tensors=()) -> None:
+        self.keys = {t.untyped_storage()._cdata for t in tensors}
+        self.views: set[int] = set()
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.keys or key in self.views
+
+    def add(self, key: int) -> None:
+        self.keys.add(key)
+
+    def is_view_of_existing(self, func, args, kwargs, out) -> bool:
+        """Whether `out` of `func(*args, **kwargs)` views an existing tensor (and remember it if so)."""
+        if not func.is_view or not any(isinstance(a, torch.Tensor) and a.untyped_storage()._cdata in self
+                                       for a in tree_flatten((args, kwargs))[0]):
+            return False
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor) and (key := t.untyped_storage()._cdata) not in self:
+                self.views.add(key)
+                weakref.finalize(t.untyped_storage(), self.views.discard, key)
+        return True
+
+
 class LiveBytes(TorchDispatchMode):
     """Live bytes of the tensors created under it, in total and per owner (a pipeline stage: whatever
     `self.owner` holds when a tensor is created)."""
 
-    def __init__(self, ignore: set[int]):
+    def __init__(self, ignore: Existing):
         super().__init__()
-        self.ignore = set(ignore)
+        self.ignore = ignore
         self.sizes: dict[int, int] = {}
         self.owners: dict[int, object] = {}
         self.live = 0
@@ -60,6 +89,8 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        if self.ignore.is_view_of_existing(func, args, kwargs, out):
+            return out
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 st = t.untyped_storage()
@@ -127,15 +158,21 @@ def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str,
     names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
     stack: list[object] = []
     handles = []
+    # code of the root module between stage modules (a functional relu after a stage's last module)
+    # runs in the stage of the module that ran last, as torch.distributed.pipelining cuts each stage at
+    # the beginning of its first module; before any module, in the first stage
+    last = [min(stage_of.values())]
+    mode.owner = last[0]
 
     def enter(mod, *_):
         s = stage_of.get(names.get(id(mod), ""))
         stack.append(mode.owner)
         if s is not None:
-            mode.owner = s
+            mode.owner = last[0] = s
 
     def leave(mod, *_):
-        mode.owner = stack.pop() if stack else None
+        prev = stack.pop() if stack else None
+        mode.owner = prev if stack else last[0]
 
     for m in {id(m): m for m in module.modules()}.values():
         if m is module:
@@ -159,9 +196,7 @@ def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, st
 
 
 def _simulate_once(module, inputs, loss, stage_of, backward_hooks: bool, accumulate: bool = False) -> StepMemory:
-    ignore = {p.untyped_storage()._cdata for p in module.parameters()}
-    ignore |= {b.untyped_storage()._cdata for b in module.buffers()}
-    ignore |= {t.untyped_storage()._cdata for t in inputs.values()}
+    ignore = Existing([*module.parameters(), *module.buffers(), *inputs.values()])
     for p in module.parameters():
         p.grad = None
     mode = LiveBytes(ignore)

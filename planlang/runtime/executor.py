@@ -80,9 +80,11 @@ class _SyncBatchNorm(torch.autograd.Function):
         x, weight, mean, invstd = ctx.saved_tensors
         dims = [0] + list(range(2, x.dim()))
         shape = [1, -1] + [1] * (x.dim() - 2)
-        # one input-sized buffer, reused in place (xhat, then dx), as torch's own backward keeps it to one
-        dx = (x - mean.reshape(shape)).mul_(invstd.reshape(shape))  # xhat
-        local = torch.stack([dy.sum(dims), torch.einsum("nc...,nc...->c", dy, dx)])
+        # one input-sized buffer, reused in place, as torch's own backward keeps it to one: xhat * dy for
+        # its per-channel sum, then xhat again (recomputed: cheaper than a second buffer), then dx
+        dx = torch.sub(x, mean.reshape(shape)).mul_(invstd.reshape(shape)).mul_(dy)
+        local = torch.stack([dy.sum(dims), dx.sum(dims)])
+        torch.sub(x, mean.reshape(shape), out=dx).mul_(invstd.reshape(shape))  # xhat
         total = _sum_over(local, ctx.groups)
         scale = invstd if weight is None else invstd * weight
         dx.mul_(-(total[1] / ctx.count).reshape(shape)).add_(dy).sub_((total[0] / ctx.count).reshape(shape))
