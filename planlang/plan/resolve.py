@@ -61,6 +61,7 @@ class Namespace:
     # (table, name) of declarations that were written but failed (a `use` of a missing module, a device
     # without memory): already reported, so a reference to one is not "unknown" too
     broken: set[tuple[str, str]] = field(default_factory=set)
+    unparsed: bool = False  # the file has syntax errors (reported): any name may have been declared in it
 
 
 @dataclass(frozen=True)
@@ -222,7 +223,7 @@ class Resolver:
         self.sources[found] = result.source
         self.modules[found] = result.module
         self.diags.extend(result.warnings + result.diagnostics)
-        ns = Namespace(found)
+        ns = Namespace(found, unparsed=bool(result.diagnostics))
         self.cache[key] = ns
         self.stack.append(key)
         self._declare(result.module, ns, is_root=False)
@@ -445,7 +446,7 @@ class Resolver:
         for i, part in enumerate(parts[:-1]):
             nxt = cur.modules.get(part)
             if nxt is None:
-                if ("modules", part) in cur.broken:  # its `use` failed, and said so
+                if ("modules", part) in cur.broken or cur.unparsed:  # its `use` failed, and said so
                     return None
                 guess = did_you_mean(part, list(cur.modules))
                 self.diags.append(diag(
@@ -457,7 +458,7 @@ class Resolver:
                 ns.used.add(part)
             cur = nxt
         found = getattr(cur, table).get(parts[-1])
-        if found is None and (table, parts[-1]) not in cur.broken:
+        if found is None and (table, parts[-1]) not in cur.broken and not cur.unparsed:
             candidates = list(getattr(cur, table))
             if len(parts) == 1:  # also offer qualified names from used modules
                 candidates += [f"{a}.{n}" for a, m in ns.modules.items() for n in getattr(m, table)]
