@@ -330,6 +330,13 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "`betas = 0.9`) or out of range (`betas = [1.5, 0.999]`, Lion's `lr = 0`), or SGD's `nesterov = true`\n"
      "without momentum would stop the run after launch. The message names the argument and what it\n"
      "takes. Implementation switches (`fused`, `capturable`, `differentiable`) are the runtime's to set."),
+    ("PL507", "zero-fsdp-axes", E, "ZeRO-2/3 over data axes FSDP2 cannot arrange",
+     "Without a pipeline, ZeRO-2 and ZeRO-3 shard parameters, gradients and optimizer state with FSDP2\n"
+     "over the ZeRO axis. The batch may be split over at most one more axis, which FSDP2 replicates over\n"
+     "(HSDP), and that axis must come before the ZeRO axis in the mesh; and no `shard` may split a\n"
+     "parameter over those axes itself (FSDP2 does). Otherwise the runtime refuses the plan on every rank.\n"
+     "Split the batch over the ZeRO axis only, declare the replicate axis first\n"
+     "(`mesh m of 4 x d { dp = 2; fs = 2 }` with `zero = 3 over fs`), or take the axis out of the spec."),
     # model-aware (planlang.model.checks)
     ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
      "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"

@@ -8,14 +8,18 @@ severity, title, explanation) are in the table of planlang.lang.codes.
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Iterator
 
+import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
 from planlang.plan import types as T
 from planlang.plan.checker import CheckResult, RULES, Rule, check_resolution
+from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import complete
 from planlang.plan.resolve import Resolution, Resolver, diag
 from planlang.plan.rules import site_and_labels
@@ -279,12 +283,19 @@ def checkpoint_paths(ctx) -> Iterator[Diagnostic]:
                 yield diag("PL360", f"`{sel}` matches no module of the model", where, labels=labels,
                            help=_suggest(sel, names))
             picked += hits
-        if not picked or g.every is not None or g.per is not None:
+        if not picked:
             continue
-        stages = {stage_of[m] for m in picked if m in stage_of}
-        if len(stages) > 1:
-            yield diag("PL465", f"checkpoint group spans stages {', '.join(map(str, sorted(stages)))}", where,
-                       labels=labels, help="split the group at the stage boundary")
+        # every group the statement makes (`every N` runs, one per `per` scope), as the runtime recomputes them
+        for group in checkpoint_groups([g], names, facts.order):
+            stages = {stage_of[m] for m in group if m in stage_of}
+            if len(stages) > 1:
+                shown = ", ".join(to_plan_name(m) for m in group[:4]) + (" ..." if len(group) > 4 else "")
+                yield diag("PL465", f"checkpoint group {shown} spans stages {', '.join(map(str, sorted(stages)))}",
+                           where, labels=labels, help="split the group at the stage boundary"
+                           + (" (choose `every` so that groups end where stages do)" if g.every is not None else ""))
+                break
+        if g.every is not None or g.per is not None:
+            continue
         parents = {m.rsplit(".", 1)[0] if "." in m else "" for m in picked}
         if len(parents) == 1:
             parent = parents.pop()
@@ -368,6 +379,61 @@ def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estim
     return check_resolution(res, path, extra or None, ALL_RULES)
 
 
+aten = torch.ops.aten
+
+
+class StrictMeta(TorchDispatchMode):
+    """What the meta kernels let through and the CPU and CUDA kernels refuse, raised while the model is
+    probed on meta (so that PL261 reports it before anything launches):
+
+      - a matrix product or convolution of operands of different dtypes (an f64 or integer input into
+        f32 weights: meta's mm and convolution do not compare dtypes);
+      - an embedding lookup past the end of its table with indices made by `arange` (positions: a
+        sequence longer than the model's position embedding; meta tensors hold no values, but an
+        arange's largest value is known from its arguments and kept through views)."""
+
+    PRODUCTS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.mv.default,
+                aten.addmv.default, aten.dot.default, aten.convolution.default}
+    VIEWS = {aten.unsqueeze.default, aten.view.default, aten._unsafe_view.default, aten.expand.default,
+             aten.slice.Tensor, aten.reshape.default, aten.clone.default, aten._to_copy.default, aten.alias.default,
+             aten.lift_fresh.default, aten.detach.default}
+
+    def __init__(self):
+        super().__init__()
+        self._top: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (the tensor, its largest value)
+
+    def _largest(self, t) -> int | None:
+        entry = self._top.get(id(t)) if isinstance(t, torch.Tensor) else None
+        return entry[1] if entry is not None and entry[0]() is t else None
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.PRODUCTS:
+            dtypes = sorted({str(a.dtype).removeprefix("torch.") for a in args if isinstance(a, torch.Tensor)})
+            if len(dtypes) > 1:
+                raise RuntimeError(f"{func.overloadpacket.__name__} of {' and '.join(dtypes)} tensors: the CPU and "
+                                   "CUDA kernels need operands of one dtype")
+        if func.overloadpacket is aten.embedding and len(args) >= 2:
+            top = self._largest(args[1])
+            if top is not None and top >= args[0].shape[0]:
+                raise IndexError(f"position {top} is past the end of an embedding of {args[0].shape[0]} rows "
+                                 "(the input is longer than the model's positions)")
+        out = func(*args, **kwargs)
+        if func.overloadpacket is aten.arange and isinstance(out, torch.Tensor) and out.numel():
+            nums = [a for a in args if isinstance(a, (int, float))]
+            start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums[0], nums[1], nums[2] if len(nums) > 2 else 1)
+            last = start + (out.numel() - 1) * step
+            self._top[id(out)] = (weakref.ref(out), int(max(start, last)))
+        elif isinstance(out, torch.Tensor) and args and self._largest(args[0]) is not None:
+            top = self._largest(args[0])
+            shift = args[1] * kwargs.get("alpha", 1) if len(args) > 1 and isinstance(args[1], (int, float)) else None
+            if func in self.VIEWS:
+                self._top[id(out)] = (weakref.ref(out), top)
+            elif func.overloadpacket in (aten.add, aten.sub) and shift is not None:  # positions + an offset
+                self._top[id(out)] = (weakref.ref(out), int(top + (shift if func.overloadpacket is aten.add else -shift)))
+        return out
+
+
 def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
     """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails."""
 
@@ -375,7 +441,8 @@ def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
         return None, []
     try:
         module = build_model(plan.model, plan.path)
-        probed = probe_modules(module, meta_inputs(plan.inputs))
+        with StrictMeta():
+            probed = probe_modules(module, meta_inputs(plan.inputs))
         facts = ModelFacts(**vars(probed), heads=attention_heads(module))
     except ModelLoadError as err:
         return None, [diag(err.code, err.message, plan.model.span, help=err.help)]

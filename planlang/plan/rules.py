@@ -482,13 +482,16 @@ def optimizer_arguments(ctx) -> Diags:
 def data_parallel_support(ctx) -> Diags:
     """What the runtime runs of data parallelism in a pipeline: PL313 inputs that split their batch over
     different axes; PL414 tensor parallelism inside a pipeline (not run yet); PL415 ZeRO-2/3 in a
-    pipeline with the batch over more than its ZeRO axis."""
+    pipeline with the batch over more than its ZeRO axis; without a pipeline, PL507 ZeRO-2/3 data axes
+    FSDP2 cannot arrange, or a parameter split over them."""
     plan = ctx.plan
     conflict = batch_split_conflict(plan)
     if conflict:
         first = next(d for d in plan.data if isinstance(d.spec, T.Spec))
         yield diag("PL313", conflict, first.spec.span or first.span,
                    help="split every input's batch dim over the same axes (the data axes)")
+    if plan.pipeline is None and plan.mesh is not None and not conflict:
+        yield from _fsdp_axes(plan)
     if plan.pipeline is None or plan.mesh is None:
         return
     data = data_axes(plan)
@@ -514,6 +517,38 @@ def data_parallel_support(ctx) -> Diags:
                        f"`{opt.zero_axis}` alone; this plan splits the batch over {', '.join(big_data)}", opt.span,
                        help=f"split the batch over `{opt.zero_axis}` only, or use `zero = 1 over {opt.zero_axis}`")
 
+def _fsdp_axes(plan: T.Plan) -> Diags:
+    """PL507: ZeRO-2/3 without a pipeline shards with FSDP2 over the ZeRO axis, replicated over at most one
+    more data axis that comes before it in the mesh (HSDP), and over parameters no `shard` splits there
+    (planlang.runtime.data_parallel.fsdp_mesh and the ZeRO pass of planlang.runtime.apply)."""
+    opt, mesh = plan.optimizer, plan.mesh
+    assert mesh is not None
+    if opt is None or opt.zero_stage not in (2, 3) or not isinstance(opt.zero_axis, str):
+        return
+    z = opt.zero_axis
+    if not isinstance(mesh.axis_size(z), int) or mesh.axis_size(z) == 1 or len(batch_axes(plan)) != len(plan.data):
+        return  # no FSDP at all, or a `?` the solver fills
+    axes = data_axes(plan)  # size-1 axes included, as the runtime counts them
+    if z not in axes:
+        return  # PL504
+    rest = [a for a in axes if a != z]
+    if rest and (len(rest) > 1 or mesh.names.index(rest[0]) > mesh.names.index(z)):
+        yield diag("PL507", f"ZeRO-{opt.zero_stage} over `{z}` with the batch also split over {', '.join(rest)}: "
+                   f"FSDP2 replicates over at most one more data axis, listed before `{z}` in the mesh",
+                   opt.span, help=f"split the batch over `{z}` only, or declare {rest[0]} before {z} in the mesh"
+                   + (f" and split it over {rest[0]} and {z} alone" if len(rest) > 1 else ""))
+        return
+    fsdp = set(rest) | {z}
+    for rule in plan.shards:
+        split = [a for a in rule.spec.used_axes() if a in fsdp] if isinstance(rule.spec, T.Spec) else []
+        if rule.kind == "param" and split:
+            site, labels = site_and_labels(rule.span, rule.origin)
+            yield diag("PL507", f"`{rule}` splits a parameter over `{split[0]}`, which ZeRO-{opt.zero_stage} "
+                       f"shards with FSDP2 already", site, labels=labels + [Label(opt.span, "ZeRO declared here")],
+                       help=f"take `{split[0]}` out of the spec: ZeRO-{opt.zero_stage} shards the parameter over it")
+            return
+
+
 RULES = [
     # (function, codes it may emit) — run in this order
     (mesh_shape, ("PL301", "PL302", "PL304", "PL312")),
@@ -530,5 +565,5 @@ RULES = [
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),
     (optimizer_arguments, ("PL506",)),
-    (data_parallel_support, ("PL313", "PL414", "PL415")),
+    (data_parallel_support, ("PL313", "PL414", "PL415", "PL507")),
 ]

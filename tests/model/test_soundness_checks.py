@@ -58,3 +58,50 @@ def test_heads_of_a_bert_layer_cover_its_output_projection(tmp_path):
 def test_a_split_outside_attention_is_not_about_heads(tmp_path):
     text = GPT2.format(heads=3).replace("    apply megatron.attention(tp) to block.attn\n", "")
     assert not [d for d in diags(tmp_path, text) if d[0] == "PL365"]
+
+
+def test_input_longer_than_the_position_table_is_pl261(tmp_path):
+    # meta tensors hold no values, so the lookup past the end of `wpe` is found from arange's arguments
+    got = diags(tmp_path, GPT2.format(heads=4).replace("seq = 16]", "seq = 17]"))
+    assert [d[0] for d in got if d[0].startswith("PL2")] == ["PL261"], got
+    assert "position 16 is past the end of an embedding of 16 rows" in got[0][2]
+
+
+def test_input_dtype_the_weights_do_not_take_is_pl261(tmp_path):
+    text = GPT2.format(heads=4).replace('"examples.gpt2.model:build"(layers = 2, hidden = 48, heads = 4, vocab = 128, '
+                                        'seq = 16)', '"examples.mlp.model:build"(in_features = 16, hidden = 32, '
+                                        'out_features = 8)')
+    text = text.replace("input idx : i64[batch = 8, seq = 16]", "input x : u8[batch = 8, features = 16]")
+    text = text.replace("data idx", "data x").replace("use patterns.megatron\n", "").split("for block")[0]
+    got = diags(tmp_path, text)
+    assert [d[0] for d in got if d[0].startswith("PL2")] == ["PL261"], got
+    assert "float32 and uint8" in got[0][2]
+    assert not [d for d in diags(tmp_path, text.replace("u8[", "f32[")) if d[0] == "PL261"]
+
+
+PIPELINE = """\
+use hardware
+model gpt2 = "examples.gpt2.model:build"(layers = 4, hidden = 64, heads = 4, vocab = 128, seq = 16)
+input idx : i64[batch = 8, seq = 16]
+mesh ranks of 4 x hardware.cpu {{
+    pp = 2 over hardware.loopback
+    dp = 2 over hardware.loopback
+}}
+budget 2 GiB per device
+optimizer adamw(lr = 0.001)
+data idx : [dp, _]
+pipeline over pp schedule 1f1b microbatches 2 {{
+    stage wte, wpe, drop, h[0:{cut}]
+    stage h[{cut}:4], ln_f, lm_head
+}}
+checkpoint h[*] every {every}
+"""
+
+
+def test_checkpoint_every_groups_that_cross_a_stage_boundary_are_pl465(tmp_path):
+    got = [d for d in diags(tmp_path, PIPELINE.format(cut=2, every=3)) if d[0] == "PL465"]
+    assert len(got) == 1 and "h[0], h[1], h[2] spans stages 0, 1" in got[0][2], got
+    assert got[0][1] == 15
+    got = [d for d in diags(tmp_path, PIPELINE.format(cut=1, every=2)) if d[0] == "PL465"]
+    assert len(got) == 1 and "h[0], h[1]" in got[0][2], got
+    assert not [d for d in diags(tmp_path, PIPELINE.format(cut=2, every=2)) if d[0] == "PL465"]
