@@ -6,6 +6,7 @@ Every output format (human, concise, json, sarif, github) is a renderer over the
 from __future__ import annotations
 
 import difflib
+import os
 from dataclasses import dataclass, field, replace
 from enum import Enum
 
@@ -69,5 +70,20 @@ def did_you_mean(word: str, candidates) -> str | None:
     same_letters = [c for c in cands if c.lower() == word.lower()]
     if same_letters:
         return same_letters[0]
-    best = difflib.get_close_matches(word, cands, n=1, cutoff=0.5 if len(word) <= 3 else 0.6)
-    return best[0] if best else None
+    # difflib's get_close_matches, but a tie goes to the candidate that starts like the word (`dpp`: `dp`,
+    # not `pp`), then to the first in sorted order (get_close_matches takes the last)
+    cutoff = 0.5 if len(word) <= 3 else 0.6
+    matcher = difflib.SequenceMatcher()
+    matcher.set_seq2(word)
+    best, best_key = None, None
+    for c in cands:
+        matcher.set_seq1(c)
+        if matcher.real_quick_ratio() < cutoff or matcher.quick_ratio() < cutoff:
+            continue
+        ratio = matcher.ratio()
+        if ratio < cutoff:
+            continue
+        key = (ratio, len(os.path.commonprefix([word, c])))
+        if best_key is None or key > best_key:
+            best, best_key = c, key
+    return best

@@ -595,7 +595,10 @@ def _parse(text: str, path: str) -> ParseResult:
     diags: list[Diagnostic] = []
     work = text
     blanked: dict[int, int] = {}  # line -> how much of it has been blanked (1: all but braces, 2: all)
-    for _ in range(MAX_SYNTAX_ERRORS + 1):
+    comma_tried: set[int] = set()  # offsets where a missing `,` was put in (at most once each)
+    for _ in range(3 * (MAX_SYNTAX_ERRORS + 1)):  # up to three repairs per error: a `,`, then blanking twice
+        if len(diags) >= MAX_SYNTAX_ERRORS:
+            break
         try:
             # after a syntax error the tree is not wanted: only where the next error is (or that none is)
             module, comments, builder = _attempt(source, work, build=not diags)
@@ -609,6 +612,27 @@ def _parse(text: str, path: str) -> ParseResult:
                     diags.append(diag)
                 work = _blank_lines(work, first, stop - 1)
                 continue
+            stray = _stray_closer(err, work)
+            if stray is not None:  # a `}` that closes nothing: blank just it, the line around it may be fine
+                diags.append(Diagnostic("PL101", Severity.ERROR, f"unexpected `{work[stray]}`: it closes no bracket",
+                                        source.span(stray, stray + 1), help="remove it"))
+                work = work[:stray] + " " + work[stray + 1:]
+                continue
+            comma = _missing_comma(err, work, comma_tried)
+            if comma is not None:  # items wrapped over lines with a `,` missing at a line's end
+                comma_tried.add(comma)
+                retry = work[:comma] + "," + work[comma + 1:]
+                if _parses_past(source, retry, work.find("\n", err.token.end_pos)):
+                    line_start = work.rfind("\n", 0, comma) + 1
+                    prev_end = len(work[:line_start - 1].rstrip())
+                    word = work[comma + 1:].split(None, 1)[0] if work[comma + 1:].strip() else ""
+                    diags.append(Diagnostic(
+                        "PL101", Severity.ERROR, f"missing `,` before `{quote_source(word)}`",
+                        source.span(comma + 1, comma + 1 + len(word)),
+                        help=f"items that wrap over lines still need a `,` between them: end line "
+                             f"{work.count(chr(10), 0, prev_end) + 1} with one"))
+                    work = retry
+                    continue
             diag = _diagnostic_for(err, source, work)
             if all(d.span.line != diag.span.line for d in diags) and len(diags) < MAX_SYNTAX_ERRORS:
                 diags.append(diag)
@@ -687,7 +711,72 @@ def _blank_line(text: str, line: int, keep_braces: bool) -> str:
     if 1 <= line <= len(lines):
         old = lines[line - 1]
         lines[line - 1] = "".join(c if (keep_braces and c in "{}") else " " for c in old)
+        # the statement's continuation: the lines after it that start deeper (inside its brackets, or the
+        # body of a block whose `{` is missing), through a line at its depth of closers only (`)`, `}`)
+        depth, j = _indent(old), line
+        while j < len(lines) and (not code_of(lines[j]).strip() or _indent(lines[j]) > depth):
+            j += 1
+        closing = code_of(lines[j]).strip() if j < len(lines) else ""
+        deeper = any(code_of(lines[k]).strip() for k in range(line, j))
+        if deeper and closing and _indent(lines[j]) == depth and not closing.strip(")]},; \t"):
+            for k in range(line, j + 1):
+                lines[k] = " " * len(lines[k])
     return "\n".join(lines)
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _parses_past(source: SourceFile, work: str, pos: int) -> bool:
+    """Whether `work` parses without error up to offset `pos` (-1: the end)."""
+    try:
+        _attempt(source, work, build=False)
+    except UnexpectedInput as err:
+        at = getattr(err, "pos_in_stream", None)
+        if isinstance(err, UnexpectedToken):
+            at = err.token.start_pos
+        return pos >= 0 and at is not None and at > pos
+    return True
+
+
+def _stray_closer(err: UnexpectedInput, work: str) -> int | None:
+    """The offset of the token of `err` when it is a `}`, `)` or `]` that closes no open bracket."""
+    if not isinstance(err, UnexpectedToken) or err.token.type not in ("RBRACE", "RPAR", "RSQB"):
+        return None
+    pos = err.token.start_pos
+    if pos is None:
+        return None
+    stack: list[str] = []
+    for m in _BRACKET_OR_SKIPPED.finditer(work, 0, pos):
+        ch = m.group()
+        if ch in _CLOSER:
+            stack.append(ch)
+        elif ch in "})]" and stack and _CLOSER[stack[-1]] == ch:
+            stack.pop()
+    return pos if not stack or _CLOSER[stack[-1]] != work[pos] else None
+
+
+def _missing_comma(err: UnexpectedInput, work: str, tried: set[int]) -> int | None:
+    """Where a `,` would go when `err` is on a line of a list wrapped over lines (a `,` accepted, no line
+    break) and the line before has no `,` at its end: the last space of the line's indentation."""
+    if not isinstance(err, UnexpectedToken) or err.token.start_pos is None or err.token.type == "$END":
+        return None
+    expected = _accepted(err)
+    if "COMMA" not in expected or "_NL" in expected:
+        return None
+    pos = err.token.start_pos
+    line_start = work.rfind("\n", 0, pos) + 1
+    if line_start == 0:
+        return None
+    line = work[line_start:pos]
+    indent = len(line) - len(line.lstrip(" \t"))
+    if indent == 0 or line_start + indent - 1 in tried:
+        return None
+    before = code_of(work[work.rfind("\n", 0, line_start - 1) + 1:line_start - 1]).rstrip()
+    if not before or before[-1] in ",([{":
+        return None
+    return line_start + indent - 1
 
 
 def _blank_lines(text: str, first: int, last: int) -> str:

@@ -70,11 +70,38 @@ def test_unclosed_bracket_in_a_stage_then_the_next_error_is_still_found():
     assert got[1][3] == "did you mean `checkpoint`?"
 
 
-def test_missing_comma_in_a_wrapped_list_is_not_an_unclosed_bracket():
-    # a line that starts deeper than the bracket's line is the list going on: the error is the comma
-    text = 'model m = "a:b"(\n    layers = 12\n    hidden = 768,\n)\n'
+def test_missing_comma_in_a_wrapped_list_is_one_error():
+    # a line that starts deeper than the bracket's line is the list going on, not an unclosed bracket;
+    # before: one "unexpected `=`" per later line of the list
+    text = 'model m = "a:b"(\n    layers = 12\n    hidden = 768,\n    heads = 12,\n    seq = 1024,\n)\n'
     (got,) = diags(text)
-    assert got[0] == "PL101" and got[1] == 3 and "expected" in got[2]
+    assert got == ("PL101", 3, "missing `,` before `hidden`",
+                   "items that wrap over lines still need a `,` between them: end line 2 with one")
+
+
+def test_a_list_missing_a_comma_and_broken_after_it_reports_both():
+    text = 'model m = "a:b"(\n    layers = 12\n    hidden = 768,\n)\nbudget 4 GiB @ device\n'
+    assert [(c, ln) for c, ln, _, _ in diags(text)] == [("PL101", 3), ("PL102", 5)]
+
+
+def test_stray_closing_brace_is_one_error():
+    # before: the `}` blanked with the one before it, then "`{` is never closed" at the block it closed
+    text = "for b in h[*] {\n    shard b.w : [_]\n}}\nbudget 4 GiB per device\n"
+    (got,) = diags(text)
+    assert got == ("PL101", 3, "unexpected `}`: it closes no bracket", "remove it")
+
+
+def test_missing_opening_brace_is_one_error():
+    # before: one "expected a statement" per line of the block, and one at its `}`
+    text = "device gpu { memory = 80 GiB }\nmesh m of 8 x gpu\n    dp = 2\n    tp = 4\n}\nbudget 4 GiB per device\n"
+    (got,) = diags(text)
+    assert got[:3] == ("PL101", 2, "unexpected line break: expected `{`")
+
+
+def test_unterminated_string_in_a_wrapped_statement_is_one_error():
+    text = 'model m = "a:b(\n    layers = 12,\n    hidden = 768,\n)\nbudget 4 GiB per device\n'
+    (got,) = diags(text)
+    assert got[:3] == ("PL103", 1, "unterminated string")
 
 
 def test_a_block_at_the_end_of_the_file_still_says_end_of_file():
@@ -204,3 +231,12 @@ def test_check_model_of_overlapping_stages_is_the_same_under_any_string_hashing(
     first = _check_output(["--model", "--format", "concise", str(plan)], "1")
     assert b"PL460" not in first  # every module is in a stage (h[5] in two: PL406)
     assert _check_output(["--model", "--format", "concise", str(plan)], "2") == first
+
+
+def test_did_you_mean_prefers_the_candidate_that_starts_alike():
+    from planlang.lang.diagnostics import did_you_mean
+    assert did_you_mean("dpp", ["pp", "dp", "tp"]) == "dp"  # was `pp` (difflib's tie goes to the last)
+    assert did_you_mean("ppp", ["pp", "dp", "tp"]) == "pp"
+    got = diags(HEAD + MESH.replace("    tp = 2", "    pp = 1 over hardware.loopback\n    tp = 2")
+                + TAIL.replace("data x : [dp, _]", "data x : [dpp, _]"))
+    assert [(c, h.split("?")[0]) for c, _, _, h in got] == [("PL201", "did you mean `dp`")]
