@@ -662,23 +662,28 @@ def pick_for_training(ms: list[Mutant], n: int, seed: int = 0) -> list[Mutant]:
     return out
 
 
+def evaluate_all(ms: list[Mutant], folder: str, jobs: int = 2, progress=None) -> list[Mutant]:
+    """`evaluate` every mutant, in `jobs` processes (spawned: each imports torch once)."""
+    say = progress or (lambda msg: None)
+    if jobs <= 1:
+        return [evaluate(m, folder) for m in ms]
+    import multiprocessing as mp
+
+    done = []
+    with mp.get_context("spawn").Pool(jobs) as pool:
+        for i, m in enumerate(pool.imap(_evaluate_star, [(m, folder) for m in ms], chunksize=2)):
+            done.append(m)
+            if (i + 1) % 25 == 0:
+                say(f"checked {i + 1}/{len(ms)}")
+    return done
+
+
 def run(count: int, seed: int = 0, n_train: int = 12, jobs: int = 2, progress=None) -> list[Mutant]:
     say = progress or (lambda msg: None)
     ms = generate(count, seed)
     say(f"{len(ms)} mutants of {len(seeds())} seeds")
     with tempfile.TemporaryDirectory(prefix="planlang-mutants-") as folder:
-        if jobs > 1:
-            import multiprocessing as mp
-
-            with mp.get_context("spawn").Pool(jobs) as pool:
-                done = []
-                for i, m in enumerate(pool.imap(_evaluate_star, [(m, folder) for m in ms], chunksize=4)):
-                    done.append(m)
-                    if (i + 1) % 25 == 0:
-                        say(f"checked {i + 1}/{len(ms)}")
-                ms = done
-        else:
-            ms = [evaluate(m, folder) for m in ms]
+        ms = evaluate_all(ms, folder, jobs, say)
         picked = pick_for_training(ms, n_train, seed)
         for i, m in enumerate(picked):
             say(f"verify {i + 1}/{len(picked)}: {m.id} ({m.what})")
