@@ -40,7 +40,7 @@ from torch import fx, nn
 
 from planlang.cost.ops.base import OpSpec
 from planlang.model.graph_values import (DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value,
-                                         dtype_name, loss_step, rename_inputs)
+                                         dtype_name, keyword_inputs, loss_step, rename_inputs)
 
 aten = torch.ops.aten
 
@@ -71,14 +71,16 @@ class AtenCall:
 
 
 def aten_name(target) -> str:
-    return f"{target.name()}.{target._overloadname}" if "::" in target.name() else target.name()
+    # name() is "aten::add_.Tensor" for an overload other than the default one, "aten::diff" for it
+    return f"{target._schema.name}.{target._overloadname}" if "::" in target.name() else target.name()
 
 
 # ------------------------------------------------------------------------------ capture
 def export_step(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callable | None,
                 targets: tuple[torch.Tensor, ...]) -> tuple[torch.export.ExportedProgram, nn.Module]:
     """torch.export of the model (with its loss when given) and the module exported."""
-    root = loss_step(model, loss_fn, len(inputs)) if loss_fn is not None else model
+    names = keyword_inputs(model, list(inputs))
+    root = loss_step(model, loss_fn, names or len(inputs)) if loss_fn is not None or names else model
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     # fresh tensors on the model's device: export works on fakes of them (nothing is read), and two
     # arguments that are one tensor (an LM's input and its target) would be traced as one input
@@ -96,7 +98,7 @@ def export_op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: 
     the plan's input names and `target`/`targetN`, as planlang.model.opgraph.op_graph names them."""
     ep, root = export_step(model, inputs, loss_fn, targets)
     inline_wrappers(ep.graph_module)
-    prefix = "model" if loss_fn is not None else ""
+    prefix = "model" if root is not model else ""
     b = _ExportBuilder(ep, root, prefix, training=model.training)
     for node in ep.graph.nodes:
         try:

@@ -145,17 +145,33 @@ class LossStep(nn.Module):
         self.loss_fn = loss_fn
 
 
-def loss_step(model: nn.Module, loss_fn: Callable, n_inputs: int) -> nn.Module:
-    """A `LossStep` whose forward takes `n_inputs` inputs then the loss' targets as named arguments
-    (fx cannot trace *args)."""
-    ins = [f"arg{i}" for i in range(n_inputs)]
-    tgts = [f"target{i}" for i in range(n_targets(loss_fn))]
-    src = (f"def forward(self, {', '.join(ins + tgts)}):\n"
-           f"    return self.loss_fn(self.model({', '.join(ins)}), {', '.join(tgts)})\n")
+def loss_step(model: nn.Module, loss_fn: Callable | None, inputs: int | list[str]) -> nn.Module:
+    """A `LossStep` whose forward takes the inputs then the loss' targets as named arguments (fx cannot
+    trace *args). `inputs`: how many, passed to the model positionally, or the plan's input names when
+    the model takes them by name (`keyword_inputs`: T5's `decoder_input_ids` is not its second
+    parameter). Without a loss the step returns the model's output."""
+    names = inputs if isinstance(inputs, list) else []
+    ins = [f"arg{i}" for i in range(len(names) if names else inputs)]
+    tgts = [f"target{i}" for i in range(n_targets(loss_fn))] if loss_fn is not None else []
+    call = f"self.model({', '.join(f'{n}={a}' for n, a in zip(names, ins)) if names else ', '.join(ins)})"
+    body = f"self.loss_fn({call}, {', '.join(tgts)})" if loss_fn is not None else call
+    src = f"def forward(self, {', '.join(ins + tgts)}):\n    return {body}\n"
     scope: dict = {}
-    exec(compile(src, "<planlang loss step>", "exec"), scope)  # noqa: S102 - generated from counts only
+    exec(compile(src, "<planlang loss step>", "exec"), scope)  # noqa: S102 - generated from names and counts
     cls = type("LossStep", (LossStep,), {"forward": scope["forward"]})
     return cls(model, loss_fn)
+
+
+def keyword_inputs(model: nn.Module, names: list[str]) -> list[str] | None:
+    """The plan's input names when the model must receive them by name: every one names a parameter of
+    its forward, in another order than the forward's first parameters (else None: positional)."""
+    try:
+        params = list(inspect.signature(model.forward).parameters)
+    except (TypeError, ValueError):
+        return None
+    if names and all(n in params for n in names) and params[:len(names)] != list(names):
+        return list(names)
+    return None
 
 
 def n_targets(loss_fn: Callable) -> int:

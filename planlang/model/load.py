@@ -20,6 +20,7 @@ from torch.utils._pytree import tree_flatten
 
 from planlang.plan.types import Input, ModelRef
 
+from .graph_values import keyword_inputs
 from .source import model_source, record, refresh, search_roots
 from planlang.lang.diagnostics import did_you_mean
 
@@ -159,7 +160,8 @@ def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tenso
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     with FakeTensorMode(allow_non_fake_inputs=True):
         fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
-        out = model(*fin.values())
+        names = keyword_inputs(model, list(fin))
+        out = model(**fin) if names else model(*fin.values())
         for targets in target_candidates(out, fin):
             try:
                 with warnings.catch_warnings():

@@ -258,11 +258,14 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
 
     fallbacks: list[Fallback] = []
     batch_sizes = {graph.values[n].shape[0] for n, s in ispecs.items() if s.dims and daxes & set(s.axes_of(0))}
+    batch_axes = next((tuple(a for a in s.axes_of(0) if a in daxes and (mesh.axis_size(a) or 1) > 1)
+                       for s in ispecs.values() if s.dims and daxes & set(s.axes_of(0))), ())
     for node in graph.nodes:
         in_vals = [graph.values[i] for i in node.inputs]
         if node.op.kind == "opaque":
             now = [layouts[current.get(v.name, v.name)] for v in in_vals]
-            per_sample = per_sample_strategy(node, in_vals, now, mesh)
+            per_sample = per_sample_strategy(node, in_vals, now, mesh, batch_axes if node.op.output and
+                                             node.op.output[0] in batch_sizes else ())
             if per_sample is None:
                 args = tuple(convert(i, Spec(tuple(() for _ in graph.values[i].shape))) for i in node.inputs)
                 run = Run(node, None, args)
@@ -323,22 +326,29 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss, fallbacks=fallbacks)
 
 
-def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: Mesh) -> Strategy | None:
+def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: Mesh,
+                        batch_axes: tuple[str, ...] = ()) -> Strategy | None:
     """The local-batch strategy of an opaque op known to act per sample (planlang.cost.ops.per_sample):
     dim 0 of the output and of every activation input of the output's rank that has the output's dim 0
     split as the first such input is now; lower-rank and size-1 inputs (broadcast), parameters and
-    constants whole; every other dim whole. None when the op is not known per-sample, the batch is not
-    split, or an activation input has another leading size."""
+    constants whole; every other dim whole. `batch_axes`: the data axes of the batch when the output's
+    dim 0 is the batch; if no activation input is split there, inputs with that dim 0 (a constant
+    expanded to the batch: T5's attention mask) are split over them, a local slice. None when the op is
+    not known per-sample, the batch is not split, or an activation input has another leading size."""
     target = str(node.op.attr("target", ""))
     if not (is_per_sample(target) or has_batch_statistics(target)) or not node.op.output:
         return None
     out = node.op.output
-    batch = [k for k, v in enumerate(in_vals)
-             if v.kind not in ("param", "const") and len(v.shape) == len(out) and v.shape and v.shape[0] == out[0]]
-    if not batch:
-        return None
-    axes = tuple(a for a in layouts[batch[0]].axes_of(0) if (mesh.axis_size(a) or 1) > 1)
-    if not axes:
+
+    def leading(kinds) -> list[int]:
+        return [k for k, v in enumerate(in_vals)
+                if v.kind not in kinds and len(v.shape) == len(out) and v.shape and v.shape[0] == out[0]]
+
+    batch = leading(("param", "const"))
+    axes = tuple(a for a in layouts[batch[0]].axes_of(0) if (mesh.axis_size(a) or 1) > 1) if batch else ()
+    if not axes and batch_axes:
+        batch, axes = leading(("param",)), batch_axes
+    if not batch or not axes:
         return None
     for v in in_vals:
         if v.kind not in ("param", "const") and len(v.shape) == len(out) and v.shape and v.shape[0] not in (1, out[0]):

@@ -25,13 +25,15 @@ from torch.fx.passes.shape_prop import ShapeProp
 from planlang.cost.ops.base import OpSpec
 from planlang.model.export_graph import export_op_graph
 from planlang.model.graph_values import (  # noqa: F401 - the graph's value types are part of this module's API
-    DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value, dtype_name, loss_step, rename_inputs,
+    DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value, dtype_name, keyword_inputs, loss_step,
+    rename_inputs,
 )
 
 # ------------------------------------------------------------------------------ tracing
-def trace(model: nn.Module, loss_fn: Callable | None = None, n_inputs: int = 1) -> fx.GraphModule:
-    """symbolic_trace the model (with its loss when given). Raises UnsupportedGraph with the reason."""
-    root = loss_step(model, loss_fn, n_inputs) if loss_fn is not None else model
+def trace(model: nn.Module, loss_fn: Callable | None = None, inputs: int | list[str] = 1) -> fx.GraphModule:
+    """symbolic_trace the model (with its loss when given). Raises UnsupportedGraph with the reason.
+    `inputs`: how many, or the names the model takes them by (graph_values.keyword_inputs)."""
+    root = loss_step(model, loss_fn, inputs) if loss_fn is not None or isinstance(inputs, list) else model
     try:
         return fx.symbolic_trace(root)
     except Exception as e:  # noqa: BLE001 - report any tracing failure as one located error
@@ -526,13 +528,13 @@ def op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callabl
     Models symbolic tracing refuses (Hugging Face transformers) are captured with torch.export instead
     (planlang.model.export_graph)."""
     try:
-        gm = trace(model, loss_fn, len(inputs))
+        gm = trace(model, loss_fn, keyword_inputs(model, list(inputs)) or len(inputs))
     except UnsupportedGraph as traced:
         try:
             return export_op_graph(model, inputs, loss_fn, targets)
         except UnsupportedGraph as exported:
             raise UnsupportedGraph(f"{traced}; {exported}") from exported
-    prefix = "model" if loss_fn is not None else ""
+    prefix = "model" if loss_fn is not None or keyword_inputs(model, list(inputs)) else ""
     g = build_op_graph(gm, list(inputs.values()) + list(targets), prefix, training=model.training)
     # name the input Values after the plan's inputs and the targets
     renames = {}

@@ -111,6 +111,20 @@ def sync_batch_norm(x: torch.Tensor, weight, bias, bn: _BatchNorm, groups) -> to
     return y
 
 
+def _mutated_consts(prog: Program) -> set[str]:
+    """Constants of the graph that an opaque in-place op (`add_`, `Tensor.mul_`) takes as its first
+    tensor: the op writes into them."""
+    out = set()
+    for ins in prog.instructions:
+        call = getattr(getattr(ins, "node", None), "call", None)
+        if call is None or not str(getattr(call.target, "__name__", call.target)).endswith("_"):
+            continue
+        first = next((a for a in call.args if isinstance(a, TensorArg)), None)
+        if first is not None and ins.node.inputs[first.index] in prog.graph.consts:
+            out.add(ins.node.inputs[first.index])
+    return out
+
+
 class Runtime:
     """The `rt` of generated code for one rank."""
 
@@ -127,12 +141,15 @@ class Runtime:
             else:
                 self.runs[ins.node.name] = ins
         self._consts = {k: v.to(device) for k, v in prog.graph.consts.items()}
+        self._mutated = _mutated_consts(prog)
         self.step_index = 0
         self.modules = None  # the model (for opaque module calls), set by apply
 
     # -- generated code's calls
     def const(self, name: str) -> torch.Tensor:
-        return self._consts[name]
+        # a constant an in-place op writes to (T5's relative-position buckets, folded by torch.export,
+        # then `add_`-ed) starts from its captured value every step
+        return self._consts[name].clone() if name in self._mutated else self._consts[name]
 
     def convert(self, name: str, x: torch.Tensor) -> torch.Tensor:
         c = self.converts[name]

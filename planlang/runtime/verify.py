@@ -36,6 +36,7 @@ from torch.distributed.tensor import DTensor
 
 from planlang.cost.layout import local_shape
 from planlang.model.load import build_model, guess_targets, meta_inputs, plan_loss
+from planlang.model.graph_values import keyword_inputs
 from planlang.plan.complete import CompletePlan
 from planlang.runtime.apply import PlanError, apply, load_plan
 from planlang.runtime.data_parallel import DataParallelError, zero_axis
@@ -176,6 +177,14 @@ def preflight(plan_path) -> None:
         raise PlanError(str(e)) from e
 
 
+def call_model(model: torch.nn.Module, plan, inputs) -> object:
+    """The single-process model on the plan's inputs, by name where its forward takes them so."""
+    names = [i.name for i in plan.inputs]
+    if keyword_inputs(model, names):
+        return model(**dict(zip(names, inputs)))
+    return model(*inputs)
+
+
 def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | None = None,
            report: dict | None = None, progress: Callable[[str], None] | None = None,
            tol: float = 1e-5) -> list[StepRow]:
@@ -209,9 +218,9 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
         ref_opt.zero_grad(set_to_none=True)
         exact_opt.zero_grad(set_to_none=True)
         loss = pm.step(*inputs, *targets)
-        ref_loss = ref_loss_fn(ref(*inputs), *targets)
+        ref_loss = ref_loss_fn(call_model(ref, plan, inputs), *targets)
         ref_loss.backward()
-        exact_loss = ref_loss_fn(exact(*_double(inputs)), *_double(targets))
+        exact_loss = ref_loss_fn(call_model(exact, plan, _double(inputs)), *_double(targets))
         exact_loss.backward()
         lv, rv, xv = float(loss.detach()), float(ref_loss.detach()), float(exact_loss.detach())
         if s == 0 and abs(rv - xv) > YARDSTICK_LIMIT * max(abs(xv), 1e-30):

@@ -13,6 +13,9 @@ ZOO = {
     "bert": ("examples.zoo.masked_lm:bert", "input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
     "vit": ("examples.zoo.vision:vit", "pixel_values : f32[batch = 8, c = 3, h = 32, w = 32]", "[dp, _, _, _]"),
     "resnet": ("examples.zoo.cnn:resnet", "images : f32[batch = 8, c = 3, h = 16, w = 16]", "[dp, _, _, _]"),
+    # an encoder-decoder: two inputs, passed to forward by name
+    "t5": ("examples.zoo.seq2seq:t5",
+           "input_ids : i64[batch = 8, seq = 16]\ninput decoder_input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
 }
 
 # the two pipeline stages of each model, as its modules are named (`planlang inspect` lists them)
@@ -25,21 +28,68 @@ STAGES = {
     "resnet": ("stem, bn, blocks[0]", "blocks[1], pool, fc"),
 }
 STAGES["qwen2"] = STAGES["mistral"] = STAGES["llama"]
+STAGES["t5"] = ("shared, encoder", "decoder, lm_head")
 
-LAYOUTS = ("dp4", "zero3", "pp2dp2")
+# Megatron tensor parallelism over tp, as each architecture's modules are named (patterns.megatron)
+_LLAMA_TP = """for layer in model.layers[*] {
+    apply megatron.llama_attention(tp) to layer.self_attn
+    apply megatron.llama_mlp(tp) to layer.mlp
+}"""
+TENSOR_PARALLEL = {
+    "llama": _LLAMA_TP,
+    "mistral": _LLAMA_TP,
+    # Qwen2's q, k and v projections have biases: split with their outputs
+    "qwen2": _LLAMA_TP[:-2] + """
+    shard layer.self_attn.q_proj.bias : [tp]
+    shard layer.self_attn.k_proj.bias : [tp]
+    shard layer.self_attn.v_proj.bias : [tp]
+}""",
+    "gpt2": """for block in transformer.h[*] {
+    apply megatron.attention(tp) to block.attn
+    apply megatron.mlp(tp) to block.mlp
+}""",
+    "bert": """for layer in bert.encoder.layer[*] {
+    apply megatron.bert_layer(tp) to layer
+}""",
+    "vit": """for layer in vit.layers[*] {
+    apply megatron.llama_attention(tp) to layer.attention
+    shard layer.attention.q_proj.bias : [tp]
+    shard layer.attention.k_proj.bias : [tp]
+    shard layer.attention.v_proj.bias : [tp]
+    shard layer.attention.o_proj.bias : [_]
+    apply megatron.linear_mlp(tp) to layer.mlp
+}""",
+    # T5: attention q, k, v, o and the feed-forward wi, wo without biases; block 0's relative
+    # position bias is an embedding [buckets, heads]: split by heads with them
+    "t5": "\n".join(f"""for block in {stack}.block[*] {{
+    apply megatron.t5_attention(tp) to block.layer[0].SelfAttention
+{extra}    apply megatron.t5_feed_forward(tp) to block.layer[{ff}].DenseReluDense
+}}
+shard {stack}.block[0].layer[0].SelfAttention.relative_attention_bias.weight : [_, tp]"""
+                     for stack, extra, ff in (("encoder", "", 1), ("decoder", "    apply megatron.t5_attention(tp) to block.layer[1].EncDecAttention\n", 2))),
+    # a CNN has no attention or MLP block: its classifier is split by classes (column-parallel)
+    "resnet": """shard fc.weight : [tp, _]
+shard fc.bias : [tp]
+shard output of fc : [_, tp]""",
+}
+
+LAYOUTS = ("dp4", "dp2tp2", "zero3", "pp2dp2")
 
 
 def plan_text(model: str, layout: str = "dp4") -> str:
     factory, inp, spec = ZOO[model]
-    name = inp.split(":")[0].strip()
+    data = "\n".join(f"data {line.split(':')[0].replace('input ', '').strip()} : {spec}" for line in inp.splitlines())
     zero = "{\n    zero = 3 over dp\n}" if layout == "zero3" else ""
-    if layout == "pp2dp2":
+    uses, mesh, rest = "use hardware", "    dp = 4 over hardware.loopback", ""
+    if layout == "dp2tp2":
+        uses += "\nuse patterns.megatron" if "megatron." in TENSOR_PARALLEL[model] else ""
+        mesh = "    dp = 2 over hardware.loopback\n    tp = 2 over hardware.loopback"
+        rest = TENSOR_PARALLEL[model] + "\n"
+    elif layout == "pp2dp2":
         first, second = STAGES[model]
         mesh = "    pp = 2 over hardware.loopback\n    dp = 2 over hardware.loopback"
-        pipeline = (f"pipeline over pp schedule 1f1b microbatches 2 {{\n    stage {first}\n    stage {second}\n}}\n")
-    else:
-        mesh, pipeline = "    dp = 4 over hardware.loopback", ""
-    return f"""use hardware
+        rest = f"pipeline over pp schedule 1f1b microbatches 2 {{\n    stage {first}\n    stage {second}\n}}\n"
+    return f"""{uses}
 model {model} = "{factory}"()
 input {inp}
 mesh cluster of 4 x hardware.cpu {{
@@ -47,5 +97,5 @@ mesh cluster of 4 x hardware.cpu {{
 }}
 budget 2 GiB per device
 optimizer adamw(lr = 1e-3) {zero}
-data {name} : {spec}
-{pipeline}"""
+{data}
+{rest}"""

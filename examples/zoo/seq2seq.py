@@ -1,0 +1,19 @@
+"""A Hugging Face encoder-decoder from a small config: T5 with its language-model head. The plan feeds
+`input_ids` to the encoder and `decoder_input_ids` to the decoder (by those names); `loss` is
+cross-entropy of the decoder's logits against the labels."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import transformers as tf
+
+
+def t5(**kw) -> torch.nn.Module:
+    cfg = dict(num_layers=2, num_decoder_layers=2, d_model=64, d_kv=16, d_ff=128, num_heads=4, vocab_size=256,
+               dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0, use_cache=False)
+    return tf.T5ForConditionalGeneration(tf.T5Config(**{**cfg, **kw}))
+
+
+def loss(output, labels: torch.Tensor) -> torch.Tensor:
+    logits = output.logits
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1))
