@@ -463,6 +463,8 @@ class Resolver:
             if len(parts) == 1:  # also offer qualified names from used modules
                 candidates += [f"{a}.{n}" for a, m in ns.modules.items() for n in getattr(m, table)]
             guess = did_you_mean(parts[-1] if len(parts) > 1 else str(name), candidates)
+            if guess and len(parts) > 1:  # the name as it would be written here: `hardware.a100_80g`
+                guess = ".".join(parts[:-1] + [guess])
             self.diags.append(diag(
                 "PL205" if table == "templates" else "PL202", f"unknown {what} `{name}`", name.span,
                 help=f"did you mean `{guess}`?" if guess else (
