@@ -22,13 +22,18 @@ from tests.zoo.plans import BATCH, ZOO, plan_text  # noqa: E402
 def zoo_dir(tmp_path_factory):
     d = tmp_path_factory.mktemp("zoo")
     for model in ZOO:
-        (d / f"{model}_dp4.plan").write_text(plan_text(model, "dp4"))
+        for layout in ("dp4", "dp2tp2"):
+            (d / f"{model}_{layout}.plan").write_text(plan_text(model, layout))
     return d
 
 
+@pytest.mark.parametrize("layout", ["dp4", "dp2tp2"])
 @pytest.mark.parametrize("model", list(ZOO))
-def test_dp4_checks_clean_and_keeps_the_batch_split(zoo_dir, model):
-    res = check_with_model(str(zoo_dir / f"{model}_dp4.plan"))
+def test_checks_clean_and_keeps_the_batch_split(zoo_dir, model, layout):
+    """Every zoo model under data parallelism and under Megatron tensor parallelism with data
+    parallelism: no diagnostic, and every activation whose dim 0 is the batch holds the rank's share of
+    it (dim 0 split over dp, and only over dp) in the lowered program."""
+    res = check_with_model(str(zoo_dir / f"{model}_{layout}.plan"))
     assert [str(d) for d in res.diagnostics] == []
     plan = complete(res.plan)
     prog = lower_plan(build_model(plan.model, plan.path), plan)
