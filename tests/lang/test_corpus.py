@@ -248,6 +248,9 @@ HUMAN_SNAPSHOTS = [
     "pl405_checkpoint_crosses_stage.plan",
     "pl501_budget_exceeds_device.plan",
     "pl250_unknown_unit.plan",
+    "syntax_unclosed_brace_before_statement.plan",  # one error at the `{`, none per later line
+    "syntax_missing_comma_wrapped.plan",            # missing `,` before `hidden`
+    "pl225_bidi_control.plan",                      # the bidi character shown escaped
 ]
 
 

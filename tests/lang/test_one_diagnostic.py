@@ -248,3 +248,11 @@ def test_failed_mesh_alias_is_not_also_no_mesh():
     text = HEAD.replace("use hardware", "use meshes") + "mesh ranks = meshes.cpu44\ndata x : [rank, _]\n"
     got = diags(text)
     assert [(c, h) for c, _, _, h in got] == [("PL202", "did you mean `meshes.cpu4`?")]
+
+
+def test_bidi_control_in_a_used_module_is_reported_there(tmp_path):
+    (tmp_path / "hw.plan").write_text("device gpu { memory = 80 GiB }  # \u2067gpu\u2069\n")
+    plan = tmp_path / "p.plan"
+    plan.write_text("use hw\nmesh m of 8 x hw.gpu {\n    dp = 8\n}\n")
+    got = [(Path(d.span.file).name, d.code) for d in check_file(str(plan)).diagnostics]
+    assert ("hw.plan", "PL225") in got and ("p.plan", "PL202") not in got
