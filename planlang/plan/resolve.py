@@ -195,11 +195,7 @@ class Resolver:
         if found is None:
             where = "next to the plan" if isinstance(use.target, A.Str) else "in stdlib/ or next to the plan"
             modules = self.stdlib_modules()
-            by_last = {m.rpartition(".")[2]: m for m in modules}  # `use megatorn` means patterns.megatron
-            guess = None if isinstance(use.target, A.Str) else did_you_mean(target, modules)
-            if guess is None and not isinstance(use.target, A.Str):
-                last = did_you_mean(target.rpartition(".")[2], by_last)
-                guess = by_last.get(last) if last else None
+            guess = self._module_guess(use)
             self.diags.append(diag(
                 "PL203", f"module `{target}` not found", use.target.span,
                 help=f"did you mean `use {guess}`?" if guess else
@@ -229,6 +225,18 @@ class Resolver:
         self._declare(result.module, ns, is_root=False)
         self.stack.pop()
         return ns
+
+    def _module_guess(self, use: A.Use) -> str | None:
+        """The stdlib module a `use` that found nothing probably meant (`use megatorn`: patterns.megatron)."""
+        if isinstance(use.target, A.Str):
+            return None
+        target, modules = str(use.target), self.stdlib_modules()
+        guess = did_you_mean(target, modules)
+        if guess is None:
+            by_last = {m.rpartition(".")[2]: m for m in modules}
+            last = did_you_mean(target.rpartition(".")[2], by_last)
+            guess = by_last.get(last) if last else None
+        return guess
 
     def stdlib_modules(self) -> list[str]:
         if not self.stdlib.is_dir():
@@ -262,6 +270,9 @@ class Resolver:
                 loaded = self._load(st, ns.path)
                 if loaded is None:
                     ns.broken.add(("modules", alias))
+                    guess = None if st.alias else self._module_guess(st)
+                    if guess:  # `use hardwre`, then `hardware.cpu` as meant: one error, at the `use`
+                        ns.broken.add(("modules", guess.rpartition(".")[2]))
                 else:
                     ns.modules[alias] = loaded
                     if is_root:

@@ -133,6 +133,14 @@ def test_misspelt_use_is_one_error_with_the_right_help():
     assert got == ("PL203", 2, "module `megatorn` not found", "did you mean `use patterns.megatron`?")
 
 
+def test_misspelt_use_then_the_right_name_is_one_error():
+    # the plan goes on to write `hardware.cpu` and `megatron.mlp`, as meant: no PL202 at each
+    text = ("use hardwre\nuse patterns.megatorn\nmesh m of 4 x hardware.cpu {\n    tp = 4 over hardware.loopback\n}\n"
+            "apply megatron.mlp(tp) to h[0].mlp\n")
+    assert [(c, ln, h) for c, ln, _, h in diags(text)] == [
+        ("PL203", 1, "did you mean `use hardware`?"), ("PL203", 2, "did you mean `use patterns.megatron`?")]
+
+
 def test_data_may_come_before_its_input():
     text = HEAD.replace('input x : f32[batch = 64, features = 1024]\n', "") + MESH + TAIL \
         + "input x : f32[batch = 64, features = 1024]\n"
