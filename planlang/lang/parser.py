@@ -33,7 +33,7 @@ from . import ast as A
 from .diagnostics import Diagnostic, Severity
 from .render._common import escape_char
 from .source import SourceFile, Span
-from .syntax_errors import describe_unexpected_token, quote_source
+from .syntax_errors import STATEMENT_KEYWORDS, describe_unexpected_token, quote_source
 
 # package data (in the wheel too); `grammar/` at the top of the checkout links here
 GRAMMAR_PATH = FsPath(__file__).resolve().parents[1] / "grammar" / "planlang.lark"
@@ -618,6 +618,15 @@ def _parse(text: str, path: str) -> ParseResult:
                                         source.span(stray, stray + 1), help="remove it"))
                 work = work[:stray] + " " + work[stray + 1:]
                 continue
+            orphan = _orphan_body(err, work)
+            if orphan is not None:  # a block's lines without the line that opens it: one error, at the first
+                first, last = orphan
+                diag = _diagnostic_for(err, source, work)
+                diags.append(Diagnostic(diag.code, diag.severity, diag.message, diag.span, help=(
+                    "this line is indented like the body of a block, but no block is open here: is the line "
+                    "that opens it missing?")))
+                work = _blank_lines(work, first, last)
+                continue
             comma = _missing_comma(err, work, comma_tried)
             if comma is not None:  # items wrapped over lines with a `,` missing at a line's end
                 comma_tried.add(comma)
@@ -740,6 +749,18 @@ def _parses_past(source: SourceFile, work: str, pos: int) -> bool:
     return True
 
 
+def _open_brackets(work: str, end: int) -> list[int]:
+    """Offsets of the brackets still open at offset `end` (strings and comments skipped), innermost last."""
+    stack: list[int] = []
+    for m in _BRACKET_OR_SKIPPED.finditer(work, 0, end):
+        ch = m.group()
+        if ch in _CLOSER:
+            stack.append(m.start())
+        elif ch in "})]" and stack and _CLOSER[work[stack[-1]]] == ch:
+            stack.pop()
+    return stack
+
+
 def _stray_closer(err: UnexpectedInput, work: str) -> int | None:
     """The offset of the token of `err` when it is a `}`, `)` or `]` that closes no open bracket."""
     if not isinstance(err, UnexpectedToken) or err.token.type not in ("RBRACE", "RPAR", "RSQB"):
@@ -747,14 +768,37 @@ def _stray_closer(err: UnexpectedInput, work: str) -> int | None:
     pos = err.token.start_pos
     if pos is None:
         return None
-    stack: list[str] = []
-    for m in _BRACKET_OR_SKIPPED.finditer(work, 0, pos):
-        ch = m.group()
-        if ch in _CLOSER:
-            stack.append(ch)
-        elif ch in "})]" and stack and _CLOSER[stack[-1]] == ch:
-            stack.pop()
-    return pos if not stack or _CLOSER[stack[-1]] != work[pos] else None
+    stack = _open_brackets(work, pos)
+    return pos if not stack or _CLOSER[work[stack[-1]]] != work[pos] else None
+
+
+def _orphan_body(err: UnexpectedInput, work: str) -> tuple[int, int] | None:
+    """(first, last) lines of a block body whose opening line is missing (deleted, commented out): `err`
+    is at the first token of an indented line where a statement should start, outside every bracket, and
+    the lines after it, as deep or deeper, end at a line of closers only (`}`, `)`) less deep."""
+    if not isinstance(err, UnexpectedToken) or err.token.start_pos is None or err.token.type == "$END":
+        return None
+    if sum(1 for e in _accepted(err) if e.lower() in STATEMENT_KEYWORDS) < 8:
+        return None
+    pos = err.token.start_pos
+    line_start = work.rfind("\n", 0, pos) + 1
+    if line_start == 0 or work[line_start:pos].strip(" \t") or pos == line_start:
+        return None
+    depth = pos - line_start
+    end = work.find("\n", pos)
+    while end >= 0:
+        nxt = work.find("\n", end + 1)
+        line = work[end + 1:nxt if nxt >= 0 else len(work)]
+        code = code_of(line).strip()
+        if code and _indent(line) < depth:
+            if code.strip(")]}, \t"):
+                return None
+            if _open_brackets(work, line_start):  # in a block, where statements may stand indented
+                return None
+            first = work.count("\n", 0, line_start) + 1
+            return first, first + work.count("\n", line_start, end + 1)
+        end = nxt
+    return None
 
 
 def _missing_comma(err: UnexpectedInput, work: str, tried: set[int]) -> int | None:
@@ -808,14 +852,7 @@ def _unclosed_before(err: UnexpectedInput, source: SourceFile, work: str) -> tup
     line_end = work.find("\n", pos)
     line = work[line_start:line_end if line_end >= 0 else len(work)]
     margin = len(line) - len(line.lstrip(" \t"))
-    stack: list[int] = []
-    for m in _BRACKET_OR_SKIPPED.finditer(work, 0, line_start):
-        ch = m.group()
-        if ch in _CLOSER:
-            stack.append(m.start())
-        elif ch in "})]" and stack and _CLOSER[work[stack[-1]]] == ch:
-            stack.pop()
-    for opener in reversed(stack):
+    for opener in reversed(_open_brackets(work, line_start)):
         ch = work[opener]
         start = work.rfind("\n", 0, opener) + 1
         indent = len(work[start:opener]) - len(work[start:opener].lstrip(" \t"))

@@ -122,6 +122,7 @@ class Resolver:
         self._dims: dict[tuple, tuple] = {}
         self._segments: dict[tuple, object] = {}  # for Selection.from_path
         self._spec_shapes: dict[str, tuple] = {}  # spec text -> _spec_shape
+        self._unknown_modules: set[tuple[int, str]] = set()  # (namespace, alias) already reported (PL202)
 
     # ------------------------------------------------------------------ entry points
     def resolve_text(self, text: str, path: str) -> Resolution:
@@ -459,6 +460,9 @@ class Resolver:
             if nxt is None:
                 if ("modules", part) in cur.broken or cur.unparsed:  # its `use` failed, and said so
                     return None
+                if (id(cur), part) in self._unknown_modules:  # one `use` is missing: said at its first name
+                    return None
+                self._unknown_modules.add((id(cur), part))
                 guess = did_you_mean(part, list(cur.modules))
                 self.diags.append(diag(
                     "PL202", f"unknown module `{part}` in `{name}`", name.parts[i].span,

@@ -98,6 +98,28 @@ def test_missing_opening_brace_is_one_error():
     assert got[:3] == ("PL101", 2, "unexpected line break: expected `{`")
 
 
+@pytest.mark.parametrize("opener", ["pipeline over pp schedule 1f1b microbatches 4 {\n", 'model m = "a:b"(\n'])
+def test_a_block_without_its_opening_line_is_one_error(opener):
+    # before: "expected a statement" at every line of the body and at its closer
+    text = ("use hardware\n" + opener + "    stage a, h[0]\n    stage h[1]\n}\n"
+            if opener.startswith("pipeline") else "use hardware\n" + opener + "    layers = 2,\n    hidden = 4,\n)\n")
+    text = text.replace(opener, "") + "budget 4 GiB per device\n"
+    (got,) = diags(text)
+    assert got[0] == "PL101" and got[1] == 2 and got[2].endswith("expected a statement")
+    assert got[3].startswith("this line is indented like the body of a block")
+
+
+def test_a_typo_inside_a_for_body_is_not_an_orphan_block():
+    text = "for b in h[*] {\n    shard b.w : [_]\n    chekpoint b\n    shard b.v : [_]\n}\nbudget 4 GiB per device\n"
+    (got,) = diags(text)
+    assert got[:2] == ("PL101", 3) and got[3] == "did you mean `checkpoint`?"
+
+
+def test_a_missing_use_is_said_once():
+    text = "mesh m of 4 x hardware.cpu {\n    dp = 2 over hardware.loopback\n    tp = 2 over hardware.loopback\n}\n"
+    assert [(c, ln, h) for c, ln, _, h in diags(text)] == [("PL202", 1, "bring it in with `use hardware`")]
+
+
 def test_unterminated_string_in_a_wrapped_statement_is_one_error():
     text = 'model m = "a:b(\n    layers = 12,\n    hidden = 768,\n)\nbudget 4 GiB per device\n'
     (got,) = diags(text)
