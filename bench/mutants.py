@@ -28,10 +28,13 @@ Each mutant goes the way a user's plan goes:
 
   1. `check --model` (planlang.model.checks.check_with_model, the one validation every command runs):
      an error is `rejected`.
-  2. accepted: what `planlang verify` checks before it launches (`planlang.runtime.verify.preflight`),
-     then the program of every rank as `planlang lower --rank R` prints it (planlang.runtime.launch:
-     the model built on meta, lowered once, each rank's code generated; a pipeline plan's stages cut and
-     each rank's stages printed). Any exception: `accepted-then-failed`, else `lowered`.
+  2. accepted: what `planlang verify` checks before it launches (`planlang.runtime.verify.preflight`);
+     the program of every rank as `planlang lower --rank R` prints it (planlang.runtime.launch: the
+     model built on meta, lowered once, each rank's code generated; a pipeline plan's stages cut and
+     each rank's stages printed); the plan's optimizer built over the model's parameters; and for the
+     4-process CPU plans `planlang.apply` on rank 0 under torch's fake process group, with one step and
+     one optimizer step when there is no pipeline (`apply_rank0`). Any exception: `accepted-then-failed`,
+     else `lowered`.
   3. a sample of the lowered 4-process CPU plans (--train, spread over the mutation classes):
      `planlang verify --steps 2` on 4 gloo processes. PASS is `trained`; anything else
      (FAIL, a refusal, a crash, a timeout) is `accepted-then-failed`.
@@ -274,12 +277,22 @@ def op_microbatches(text, blocks, subs):
             for k in (0, 1, 2, 3, 4, 8) if str(k) != m.group(3)]
 
 
+_GPT2_4 = ["wte, wpe, drop, h[0]", "h[1]", "h[2]", "h[3], ln_f, lm_head"]  # a 4-layer GPT-2 in 4 stages
+
+
 def op_schedule(text, blocks, subs):
     m = _PIPE.search(text)
     if not m:
         return []
-    return [(f"schedule {s}", text[:m.start(2)] + s + text[m.end(2):])
-            for s in ("gpipe", "1f1b", "interleaved chunks 2", "interleaved") if s != m.group(2)]
+    out = [(f"schedule {s}", text[:m.start(2)] + s + text[m.end(2):])
+           for s in ("gpipe", "1f1b", "interleaved chunks 2", "interleaved") if s != m.group(2)]
+    # interleaved as it can run: two stages per pipeline rank (4 stages over pp = 2)
+    if "examples.gpt2.model" in text and "layers = 4" in text and _mesh_axes(text)[0] == ("pp", 2):
+        for mb in (2, 3, 4):
+            body = "\n".join("    stage " + st for st in _GPT2_4)
+            new = text[:m.start(2)] + f"interleaved chunks 2 microbatches {mb} {{\n{body}" + text[m.end(4):]
+            out.append((f"schedule interleaved chunks 2, 4 stages, microbatches {mb}", new))
+    return out
 
 
 _OPT = re.compile(r"^optimizer (\w+)\(([^)]*)\)(?: *\{(.*?)\})?[ \t]*$", re.M | re.S)

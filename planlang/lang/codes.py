@@ -340,6 +340,11 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     # model-aware (planlang.model.checks)
     ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
      "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"
+    ("PL508", "optimizer-not-shardable", E, "an optimizer that cannot step ZeRO-2/3's sharded parameters",
+     "ZeRO-2 and ZeRO-3 give the optimizer FSDP2's sharded parameters (DTensors, one slice per rank). Not\n"
+     "every torch optimizer can update those: Adafactor updates its factored second moments in place on\n"
+     "row and column norms, which a sharded parameter holds as partial sums, and fails at its first step\n"
+     "on every rank. Use ZeRO-1 (each rank steps whole parameters) or another optimizer."),
      "the plan's budget. The message gives the breakdown; shard more (tp, ZeRO), checkpoint, or use more\n"
      "microbatches or pipeline stages."),
 ]

@@ -33,7 +33,7 @@ from .load import ModelLoadError, build_model, guess_targets, meta_inputs, plan_
 from .lowering import Fallback, lower
 from .opgraph import op_graph
 from .stages import StageSplitError, split_stages
-from .trace import ModuleFacts, probe_modules
+from .trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
 
 
 def to_plan_name(name: str) -> str:
@@ -390,7 +390,8 @@ class StrictMeta(TorchDispatchMode):
         f32 weights: meta's mm and convolution do not compare dtypes);
       - an embedding lookup past the end of its table with indices made by `arange` (positions: a
         sequence longer than the model's position embedding; meta tensors hold no values, but an
-        arange's largest value is known from its arguments and kept through views)."""
+        arange's largest value is known from its arguments and kept through views);
+      - a negative log-likelihood (cross-entropy) loss whose class indices are not int64."""
 
     PRODUCTS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.mv.default,
                 aten.addmv.default, aten.dot.default, aten.convolution.default}
@@ -417,6 +418,11 @@ class StrictMeta(TorchDispatchMode):
             top = self._largest(args[1])
             if top is not None and top >= args[0].shape[0]:
                 raise IndexError(f"position {top} is past the end of an embedding of {args[0].shape[0]} rows "
+        if func.overloadpacket in (aten.nll_loss_forward, aten.nll_loss2d_forward) and len(args) >= 2:
+            if isinstance(args[1], torch.Tensor) and args[1].dtype != torch.int64:
+                raise RuntimeError(f"the loss's class indices are {str(args[1].dtype).removeprefix('torch.')} (the "
+                                   "targets `planlang verify` makes: an integer input itself for a language model); "
+                                   "the CPU and CUDA kernels need int64")
                                  "(the input is longer than the model's positions)")
         out = func(*args, **kwargs)
         if func.overloadpacket is aten.arange and isinstance(out, torch.Tensor) and out.numel():
@@ -438,6 +444,24 @@ def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
     """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails."""
 
     if plan.model is None:
+def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
+    """The plan's loss (its model module's `loss`) on the targets `planlang verify` and `planlang.apply` make
+    (planlang.model.load.guess_targets), under StrictMeta: what their first step would raise."""
+    loss = plan_loss(plan)
+    inputs = meta_inputs(plan.inputs)
+    targets = guess_targets(module, loss, inputs) if loss is not None else None
+    if not targets:
+        return
+
+    def run():
+        args, kwargs = bind_inputs(module, inputs)
+        with torch.no_grad():
+            loss(module(*args, **kwargs), *targets)
+
+    with StrictMeta():
+        meta_or_fake(run)
+
+
         return None, []
     try:
         module = build_model(plan.model, plan.path)
@@ -448,6 +472,7 @@ def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
         return None, [diag(err.code, err.message, plan.model.span, help=err.help)]
     except Exception as err:  # the model's forward failed on the declared inputs
         return None, [diag("PL261", f"running the model on the declared inputs raised {type(err).__name__}: {err}",
+        _loss_on_verify_targets(module, plan)
                            plan.model.span, help="check the `input` declarations: names, dtypes and shapes",
                            labels=[Label(i.span, "declared here") for i in plan.inputs[:1]])]
     return facts, []

@@ -73,6 +73,13 @@ ARGUMENTS: dict[str, dict[str, Arg]] = {
 }
 ARGUMENTS["momentum"] = ARGUMENTS["sgd"]  # SGD with momentum 0.9 unless given
 
+# optimizers that cannot step FSDP2's sharded (DTensor) parameters, which ZeRO-2/3 gives them, and why
+NO_FSDP: dict[str, str] = {
+    "adafactor": "torch's Adafactor updates its factored second moments in place (`pow_`) on the norms of "
+                 "a row and a column, which a sharded DTensor parameter holds as partial sums and cannot update "
+                 "in place",
+}
+
 # arguments the name implies when the plan does not give them (planlang.runtime.zero.TORCH_OPTIMIZERS)
 IMPLIED: dict[str, dict[str, object]] = {"momentum": {"momentum": 0.9}}
 

@@ -14,7 +14,7 @@ from planlang.lang.source import Span
 
 from . import types as T
 from .data import batch_axes, batch_dim, batch_split_conflict, data_axes
-from .optimizers import argument_problems
+from .optimizers import NO_FSDP, argument_problems
 from .resolve import diag
 from .selection import Selection, index_range
 from .units import format_bytes
@@ -471,12 +471,19 @@ def zero_sharding(ctx) -> Diags:
 
 
 def optimizer_arguments(ctx) -> Diags:
-    """PL506: an optimizer argument its torch class does not take or would refuse (planlang.plan.optimizers)."""
+    """PL506: an optimizer argument its torch class does not take or would refuse; PL508: an optimizer
+    that cannot step the sharded parameters ZeRO-2/3 gives it (planlang.plan.optimizers)."""
     opt = ctx.plan.optimizer
     if opt is None:
         return
     for problem, fix in argument_problems(opt.name, opt.kwargs):
         yield diag("PL506", problem, opt.span, help=fix)
+    mesh = ctx.plan.mesh
+    size = mesh.axis_size(opt.zero_axis) if mesh is not None and isinstance(opt.zero_axis, str) else None
+    if opt.name in NO_FSDP and opt.zero_stage in (2, 3) and isinstance(size, int) and size > 1:
+        yield diag("PL508", f"`{opt.name}` cannot step ZeRO-{opt.zero_stage}'s sharded parameters: "
+                   f"{NO_FSDP[opt.name]}", opt.span,
+                   help=f"use `zero = 1 over {opt.zero_axis}` (whole parameters per rank), or another optimizer")
 
 
 def data_parallel_support(ctx) -> Diags:
@@ -564,6 +571,6 @@ RULES = [
     (checkpoint_statements, ("PL405", "PL409", "PL413")),
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),
-    (optimizer_arguments, ("PL506",)),
+    (optimizer_arguments, ("PL506", "PL508")),
     (data_parallel_support, ("PL313", "PL414", "PL415", "PL507")),
 ]

@@ -105,3 +105,10 @@ def test_checkpoint_every_groups_that_cross_a_stage_boundary_are_pl465(tmp_path)
     got = [d for d in diags(tmp_path, PIPELINE.format(cut=1, every=2)) if d[0] == "PL465"]
     assert len(got) == 1 and "h[0], h[1]" in got[0][2], got
     assert not [d for d in diags(tmp_path, PIPELINE.format(cut=2, every=2)) if d[0] == "PL465"]
+
+
+def test_int32_token_ids_that_the_loss_takes_as_class_indices_are_pl261(tmp_path):
+    # verify's targets for a language model are its own input; nll_loss on CPU and CUDA needs int64
+    got = diags(tmp_path, GPT2.format(heads=4).replace("idx : i64", "idx : i32"))
+    assert [d[0] for d in got if d[0].startswith("PL2")] == ["PL261"], got
+    assert "class indices are int32" in got[0][2]
