@@ -614,8 +614,10 @@ def _parse(text: str, path: str) -> ParseResult:
                 continue
             stray = _stray_closer(err, work)
             if stray is not None:  # a `}` that closes nothing: blank just it, the line around it may be fine
-                diags.append(Diagnostic("PL101", Severity.ERROR, f"unexpected `{work[stray]}`: it closes no bracket",
-                                        source.span(stray, stray + 1), help="remove it"))
+                diag = Diagnostic("PL101", Severity.ERROR, f"unexpected `{work[stray]}`: it closes no bracket",
+                                  source.span(stray, stray + 1), help="remove it")
+                if all(d.span.line != diag.span.line for d in diags):  # not when its line's error left it alone
+                    diags.append(diag)
                 work = work[:stray] + " " + work[stray + 1:]
                 continue
             orphan = _orphan_body(err, work)

@@ -286,3 +286,10 @@ def test_bidi_control_in_a_used_module_is_reported_there(tmp_path):
     plan.write_text("use hw\nmesh m of 8 x hw.gpu {\n    dp = 8\n}\n")
     got = [(Path(d.span.file).name, d.code) for d in check_file(str(plan)).diagnostics]
     assert ("hw.plan", "PL225") in got and ("p.plan", "PL202") not in got
+
+
+def test_a_line_missing_its_opening_brace_is_one_error():
+    text = ("use hardware\nmesh m of 4 x hardware.cpu { dp = 4 over hardware.loopback }\n"
+            "optimizer adamw(lr = 0.001)  zero = 1 over dp }\nbudget 4 GiB per device\n")
+    (got,) = diags(text)  # not also "`}` closes no bracket" on the same line
+    assert got[:2] == ("PL101", 3) and got[2].startswith("unexpected `zero`")
