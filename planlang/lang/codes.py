@@ -304,9 +304,12 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL461", "module-in-two-stages", E, "module in two stages", "A module is selected by two stages."),
     ("PL462", "stage-order", E, "stages out of execution order",
      "Stage i+1 must run after stage i: a module of a later stage runs before a module of an earlier one."),
-    ("PL463", "shared-parameter-split", E, "shared parameter split across stages",
+    ("PL463", "shared-parameter-split", W, "shared parameter split across stages",
      "Two modules share one parameter (e.g. tied input and output embeddings) but sit in different\n"
-     "stages. Put them in one stage, or untie the parameter in the model."),
+     "stages. Each stage that uses it keeps a copy, and after every backward the copies' gradients are\n"
+     "summed over the pipeline axis so the optimizer keeps them equal (Megatron-LM's embedding group):\n"
+     "one more copy of the parameter, its gradient and its optimizer state on the second stage, and one\n"
+     "all-reduce of its size per step. Put the modules in one stage to avoid both, or untie the parameter."),
     ("PL464", "checkpoint-not-contiguous", E, "checkpoint group not contiguous",
      "A checkpoint group (without `every`) must be consecutive modules in execution order."),
     ("PL465", "checkpoint-crosses-stage", E, "checkpoint group crosses a stage boundary",
@@ -337,14 +340,14 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "parameter over those axes itself (FSDP2 does). Otherwise the runtime refuses the plan on every rank.\n"
      "Split the batch over the ZeRO axis only, declare the replicate axis first\n"
      "(`mesh m of 4 x d { dp = 2; fs = 2 }` with `zero = 3 over fs`), or take the axis out of the spec."),
-    # model-aware (planlang.model.checks)
-    ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
-     "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"
     ("PL508", "optimizer-not-shardable", E, "an optimizer that cannot step ZeRO-2/3's sharded parameters",
      "ZeRO-2 and ZeRO-3 give the optimizer FSDP2's sharded parameters (DTensors, one slice per rank). Not\n"
      "every torch optimizer can update those: Adafactor updates its factored second moments in place on\n"
      "row and column norms, which a sharded parameter holds as partial sums, and fails at its first step\n"
      "on every rank. Use ZeRO-1 (each rank steps whole parameters) or another optimizer."),
+    # model-aware (planlang.model.checks)
+    ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
+     "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"
      "the plan's budget. The message gives the breakdown; shard more (tp, ZeRO), checkpoint, or use more\n"
      "microbatches or pipeline stages."),
 ]

@@ -260,9 +260,13 @@ def pipeline_stages(ctx) -> Iterator[Diagnostic]:
     for group in facts.shared:
         stages = {stage_of.get(n.rsplit(".", 1)[0]) for n in group} - {None}
         if len(stages) > 1:
+            shape, dtype = facts.params[group[0]]
+            size = math.prod(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
             yield diag("PL463", f"{' and '.join(to_plan_name(n) for n in group)} are one parameter but sit in stages "
-                       f"{', '.join(map(str, sorted(stages)))}", p.span,
-                       help="put the modules that share it in one stage, or untie the parameter in the model")
+                       f"{', '.join(map(str, sorted(stages)))}: each of those stages keeps a copy, and their "
+                       f"gradients are summed over `{p.axis}` every step ({format_bytes(size)})", p.span,
+                       help="put the modules that share it in one stage to save the copy and the sum, or untie "
+                            "the parameter in the model")
 
 
 def checkpoint_paths(ctx) -> Iterator[Diagnostic]:
@@ -414,15 +418,15 @@ class StrictMeta(TorchDispatchMode):
             if len(dtypes) > 1:
                 raise RuntimeError(f"{func.overloadpacket.__name__} of {' and '.join(dtypes)} tensors: the CPU and "
                                    "CUDA kernels need operands of one dtype")
-        if func.overloadpacket is aten.embedding and len(args) >= 2:
-            top = self._largest(args[1])
-            if top is not None and top >= args[0].shape[0]:
-                raise IndexError(f"position {top} is past the end of an embedding of {args[0].shape[0]} rows "
         if func.overloadpacket in (aten.nll_loss_forward, aten.nll_loss2d_forward) and len(args) >= 2:
             if isinstance(args[1], torch.Tensor) and args[1].dtype != torch.int64:
                 raise RuntimeError(f"the loss's class indices are {str(args[1].dtype).removeprefix('torch.')} (the "
                                    "targets `planlang verify` makes: an integer input itself for a language model); "
                                    "the CPU and CUDA kernels need int64")
+        if func.overloadpacket is aten.embedding and len(args) >= 2:
+            top = self._largest(args[1])
+            if top is not None and top >= args[0].shape[0]:
+                raise IndexError(f"position {top} is past the end of an embedding of {args[0].shape[0]} rows "
                                  "(the input is longer than the model's positions)")
         out = func(*args, **kwargs)
         if func.overloadpacket is aten.arange and isinstance(out, torch.Tensor) and out.numel():
@@ -440,10 +444,6 @@ class StrictMeta(TorchDispatchMode):
         return out
 
 
-def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
-    """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails."""
-
-    if plan.model is None:
 def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
     """The plan's loss (its model module's `loss`) on the targets `planlang verify` and `planlang.apply` make
     (planlang.model.load.guess_targets), under StrictMeta: what their first step would raise."""
@@ -462,17 +462,21 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
         meta_or_fake(run)
 
 
+def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
+    """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails."""
+
+    if plan.model is None:
         return None, []
     try:
         module = build_model(plan.model, plan.path)
         with StrictMeta():
             probed = probe_modules(module, meta_inputs(plan.inputs))
         facts = ModelFacts(**vars(probed), heads=attention_heads(module))
+        _loss_on_verify_targets(module, plan)
     except ModelLoadError as err:
         return None, [diag(err.code, err.message, plan.model.span, help=err.help)]
     except Exception as err:  # the model's forward failed on the declared inputs
         return None, [diag("PL261", f"running the model on the declared inputs raised {type(err).__name__}: {err}",
-        _loss_on_verify_targets(module, plan)
                            plan.model.span, help="check the `input` declarations: names, dtypes and shapes",
                            labels=[Label(i.span, "declared here") for i in plan.inputs[:1]])]
     return facts, []

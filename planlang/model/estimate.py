@@ -92,7 +92,7 @@ class _Param:
     shape: tuple[int, ...]
     itemsize: int
     local: tuple[int, ...]
-    stage: int | None
+    stages: frozenset  # the pipeline stages holding it (several for a parameter tied across stages)
 
 
 def _spec_for(name: str, plan: CompletePlan) -> T.Spec | None:
@@ -291,13 +291,15 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     micro = plan.pipeline.microbatches if plan.pipeline else 1
     stage_of = _stage_of_modules(plan, facts.all_modules)
     params: dict[str, _Param] = {}
+    held: dict[str, set] = {}  # canonical name -> the stages of the modules using it under any of its names
+    for name in facts.params:
+        held.setdefault(facts.canonical(name), set()).add(stage_of.get(name.rpartition(".")[0]))
     for name, (shape, dtype) in facts.params.items():
         if facts.canonical(name) != name:
             continue
         itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-        owner = name.rpartition(".")[0]
         params[name] = _Param(name, shape, itemsize, _local_shape(shape, _spec_for(name, plan), mesh),
-                              stage_of.get(owner))
+                              frozenset(held[name] - {None}))
     opt = plan.optimizer
     zero = opt.zero_stage if opt else 0
     zero_n = _axis_product(mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
@@ -323,7 +325,8 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     counter = opt is not None and opt.name in STEP_COUNTER
     out = []
     for s in stages:
-        mine = [p for p in params.values() if s is None or p.stage == s]
+        # a parameter tied across stages has a copy on each (planlang.runtime.pipeline sums their gradients)
+        mine = [p for p in params.values() if s is None or s in p.stages]
         learn = [p for p in mine if p.name in trained]
         p_bytes = sum(math.prod(p.local) * p.itemsize for p in mine)
         g_bytes = sum(math.prod(p.local) * p.itemsize for p in learn)

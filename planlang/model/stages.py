@@ -24,7 +24,7 @@ How the cut is made:
   model's own. `param_fqns(stage)` states this mapping (stage-local name -> model name, the identity).
 
 Errors are `StageSplitError`s with the checker's code for the same problem where one exists (PL360
-unknown path, PL460 coverage, PL461 overlap, PL462 order, PL463 shared parameter), a message naming the
+unknown path, PL460 coverage, PL461 overlap, PL462 order), a message naming the
 cause and a `help` naming the fix.
 """
 from __future__ import annotations
@@ -46,12 +46,13 @@ from planlang.plan.data import batch_dim, data_degree
 from planlang.plan.selection import Selection
 
 from .load import TORCH_DTYPES
+from .graph_values import keyword_inputs
 from .trace import meta_or_fake, probe_modules
 
 
 class StageSplitError(ValueError):
     """The plan's stages cannot be cut out of the model. `code` is the checker's code for the same
-    problem when there is one (PL360, PL460, PL461, PL462, PL463), else None. `untraceable`: torch.fx
+    problem when there is one (PL360, PL460, PL461, PL462), else None. `untraceable`: torch.fx
     could not trace the model between the stage modules (the cut is then made from torch.export)."""
 
     def __init__(self, message: str, help: str, code: str | None = None, untraceable: bool = False) -> None:
@@ -94,7 +95,7 @@ def split_stages(model: nn.Module, plan: CompletePlan) -> list[fx.GraphModule]:
         if not err.untraceable:
             raise
         try:
-            return split_exported(model, stages, microbatch_inputs(plan, model))
+            return split_exported(model, stages, microbatch_inputs(plan, model), [i.name for i in plan.inputs])
         except StageSplitError:
             raise
         except Exception as exported:  # noqa: BLE001 - both tracers failed: say both why
@@ -103,6 +104,7 @@ def split_stages(model: nn.Module, plan: CompletePlan) -> list[fx.GraphModule]:
 
 
 # the output structure of an exported cut's last stage: its loss gets the model's own output back
+OUT_FROM_LAST = "_planlang_out_from_last"
 OUT_SPEC = "planlang_out_spec"
 
 
@@ -120,13 +122,19 @@ def microbatch_inputs(plan: CompletePlan, model: nn.Module) -> tuple[torch.Tenso
     return tuple(out)
 
 
-def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...]) -> list[nn.Module]:
+def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
+                   names: Sequence[str] = ()) -> list[nn.Module]:
     """Cut `model` with torch.distributed.pipelining's tracer (torch.export) at the first module, in
     execution order, of every stage after the first. The stage modules keep the model's parameter names
     and compose like the fx cut's; the last one returns the flattened output (tensors), and carries the
     output's pytree spec (`OUT_SPEC`) so that the loss sees the model's own output object."""
     stage_of, _ = _stage_of_modules(model, stages)
-    order = probe_modules(model, {f"in{i}": x for i, x in enumerate(example)}).order
+    # inputs the model takes by name (T5's decoder_input_ids) are traced as keyword arguments; the first
+    # stage then takes them positionally in the plan's order
+    by_name = keyword_inputs(model, list(names)) if names else None
+    args, kwargs = ((), dict(zip(by_name, example))) if by_name else (example, {})
+    order = probe_modules(model, dict(zip(by_name, example)) if by_name else
+                          {f"in{i}": x for i, x in enumerate(example)}).order
     firsts = []
     for i in range(1, len(stages)):
         mine = [m for m in order if stage_of.get(m) == i]
@@ -134,9 +142,17 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...]) 
             raise StageSplitError(f"stage {i} computes nothing: its modules never run in forward",
                                   "give the stage modules that run, or remove it")
         firsts.append(mine[0])
-    with warnings.catch_warnings():  # torch.export's own deprecation notices are not the user's
-        warnings.simplefilter("ignore", FutureWarning)
-        pipe = pipeline(model, mb_args=example, split_spec={m: SplitPoint.BEGINNING for m in firsts})
+    # torch's pipeline stages receive only what the stage before sends: an input a later stage reads
+    # first (T5's decoder_input_ids) must enter in stage 0 and be passed on. A copy of every input made
+    # before the model's first module is such a value
+    hook = model.register_forward_pre_hook(_copy_inputs, with_kwargs=True)
+    try:
+        with warnings.catch_warnings():  # torch.export's own deprecation notices are not the user's
+            warnings.simplefilter("ignore", FutureWarning)
+            pipe = pipeline(model, mb_args=args, mb_kwargs=kwargs or None,
+                            split_spec={m: SplitPoint.BEGINNING for m in firsts})
+    finally:
+        hook.remove()
     if pipe.num_stages != len(stages):
         raise StageSplitError(f"torch.export cut the model into {pipe.num_stages} stages, not {len(stages)}",
                               "start each stage at a module the model calls at its top level or in a block list")
@@ -144,9 +160,32 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...]) 
     for m in modules[:-1]:
         m.register_forward_hook(_contiguous_outputs)
     with torch.no_grad():
-        out = meta_or_fake(lambda: model(*example))
+        out = meta_or_fake(lambda: model(*args, **kwargs))
     setattr(modules[-1], OUT_SPEC, tree_flatten(out)[1])
+    setattr(modules[-1], OUT_FROM_LAST, _from_last_stage(pipe))
     return modules
+
+
+def _from_last_stage(pipe) -> tuple[bool, ...]:
+    """For each tensor of the model's output, whether the last stage returns it. An output computed in
+    an earlier stage (T5's encoder_last_hidden_state) is not sent on: the loss sees None there."""
+    nodes = list(pipe.split_gm.graph.nodes)
+    last = str([n for n in nodes if n.op == "call_module"][-1].target)
+    out = next(n for n in nodes if n.op == "output")
+
+    def producer(n):
+        while n.op == "call_function" and n.all_input_nodes:
+            n = n.all_input_nodes[0]
+        return str(n.target)
+
+    return tuple(isinstance(n, fx.Node) and producer(n) == last for n in tree_flatten(out.args)[0])
+
+
+def _copy_inputs(_module, args, kwargs):
+    def copy(v):
+        return v.clone() if isinstance(v, torch.Tensor) else v
+
+    return tuple(copy(a) for a in args), {k: copy(v) for k, v in kwargs.items()}
 
 
 def split_model(model: nn.Module, stages: Sequence[Sequence[Selection | str]]) -> list[fx.GraphModule]:
@@ -300,25 +339,6 @@ def _attr(model: nn.Module, target: str):
     return obj
 
 
-def _check_shared(model: nn.Module, stage: dict[fx.Node, int]) -> None:
-    """PL463: one parameter object used by modules of two stages."""
-    where: dict[int, tuple[int, str]] = {}
-    for node, s in stage.items():
-        if node.op == "call_module":
-            params = [(f"{node.target}.{n}", p) for n, p in _attr(model, str(node.target)).named_parameters()]
-        elif node.op == "get_attr" and isinstance(_attr(model, str(node.target)), torch.Tensor):
-            params = [(str(node.target), _attr(model, str(node.target)))]
-        else:
-            continue
-        for name, p in params:
-            seen = where.setdefault(id(p), (s, name))
-            if seen[0] != s:
-                raise StageSplitError(
-                    f"`{plan_name(seen[1])}` and `{plan_name(name)}` are one parameter but sit in stages "
-                    f"{seen[0]} and {s}",
-                    "put the modules that share it in one stage, or untie the parameter in the model", "PL463")
-
-
 # ------------------------------------------------------------------------------ building stages
 def _needed_recomputes(node: fx.Node, from_inputs: set[fx.Node], acc: set[fx.Node]) -> None:
     """Add to `acc` the input-derived nodes `node` reads, directly or through other such nodes."""
@@ -338,7 +358,6 @@ def _split(model: nn.Module, stages) -> tuple[list[fx.GraphModule], list[StageVa
     graph = fx.GraphModule(model, _trace(model, leaves)).graph  # owned: purity checks need the module
     graph.eliminate_dead_code()
     stage, from_inputs = _place(graph, model, stage_of)
-    _check_shared(model, stage)
     nodes = list(graph.nodes)
     placeholders = [x for x in nodes if x.op == "placeholder"]
     output = next(x for x in nodes if x.op == "output")

@@ -49,7 +49,7 @@ from planlang.plan.complete import CompletePlan
 from planlang.model.load import build_model, meta_inputs, plan_loss
 
 from .data_parallel import DataParallelError, data_axes, zero_axis
-from planlang.model.stages import OUT_SPEC, split_stages
+from planlang.model.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
 from planlang.model.recompute import wrap_chain, wrap_each
@@ -161,6 +161,60 @@ class _Meta:
         return t.requires_grad_(self.requires_grad and t.is_floating_point())
 
 
+@dataclass(frozen=True)
+class TiedParameter:
+    """One parameter under several names (`transformer.wte.weight`, `lm_head.weight`) that the plan's
+    stages split: each stage holding one of the names keeps a copy."""
+
+    names: tuple[str, ...]
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def local_shape(self, p: torch.Tensor) -> tuple[int, ...]:
+        return tuple(p.to_local().shape) if isinstance(p, DTensor) else tuple(p.shape)
+
+
+def retie(model: nn.Module, stages: Sequence[nn.Module]) -> None:
+    """Make every name of one parameter of `model` refer to one parameter object across `stages`.
+    torch.distributed.pipelining's cut gives a stage its own copy of a parameter used under several
+    names (T5's `decoder.embed_tokens.weight` and `lm_head.weight`): two copies in one process would
+    each get part of the gradient and the optimizer would step only one."""
+    names: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(n)
+    for group in (g for g in names.values() if len(g) > 1):
+        keep = None
+        for st in stages:
+            for n in group:
+                owner, _, attr = n.rpartition(".")
+                try:
+                    mod = st.get_submodule(owner) if owner else st
+                except AttributeError:
+                    continue
+                p = mod._parameters.get(attr)
+                if p is None:
+                    continue
+                if keep is None:
+                    keep = p
+                elif p is not keep:
+                    mod._parameters[attr] = keep
+
+
+def tied_parameters(model: nn.Module, stages: Sequence[nn.Module]) -> list[TiedParameter]:
+    """The parameters of `model` that several of `stages` hold (one object under several names)."""
+    names: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(n)
+    out = []
+    for n, p in model.named_parameters():
+        group = names[id(p)]
+        holders = {i for i, st in enumerate(stages) for sn, _ in st.named_parameters(remove_duplicate=False)
+                   if sn in group}
+        if len(group) > 1 and len(holders) > 1:
+            out.append(TiedParameter(tuple(group), tuple(p.shape), p.dtype))
+    return out
+
+
 class PipelineRunner:
     """This rank's stages of the plan's pipeline and the schedule that drives them.
 
@@ -171,8 +225,11 @@ class PipelineRunner:
 
     def __init__(self, stage_modules: dict[int, nn.Module], layout: PipelineLayout, pp_group: dist.ProcessGroup,
                  loss_fn: Callable[..., torch.Tensor], device: torch.device,
-                 dp_groups: Sequence[dist.ProcessGroup] = (), reduce_grads: bool = True) -> None:
+                 dp_groups: Sequence[dist.ProcessGroup] = (), reduce_grads: bool = True,
+                 tied: Sequence[TiedParameter] = (), canonical: dict[str, str] | None = None) -> None:
         self.layout, self.device, self.pp_group = layout, device, pp_group
+        self.tied = tuple(tied)
+        self.canonical = dict(canonical or {})  # alias of a shared parameter -> the model's name for it
         self.stage_modules = dict(sorted(stage_modules.items()))
         expected = layout.stages_of(dist.get_rank(pp_group))
         if sorted(self.stage_modules) != expected:
@@ -196,13 +253,24 @@ class PipelineRunner:
         return self.layout.num_stages - 1 in self.stage_modules
 
     def named_parameters(self):
-        """(fully qualified name in the model, parameter) for every parameter of this rank's stages."""
+        """(fully qualified name in the model, parameter) for every parameter of this rank's stages. A
+        parameter with several names (BERT's `cls.predictions.bias` is also `...decoder.bias`) goes by the
+        name the model's own `named_parameters()` gives it, whichever a stage module found first."""
+        found: dict[str, tuple[str, nn.Parameter]] = {}
         seen = set()
         for mod in self.stage_modules.values():
             for name, p in mod.named_parameters():
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    yield name, p
+                if id(p) in seen:
+                    continue
+                seen.add(id(p))
+                key = self.canonical.get(name, name)
+                # torch.export's cut may also attach a copy of a tied parameter under its other name to a
+                # stage that does not use it (pipelining's aliasing): the parameter under the model's own
+                # name is the one the stage runs
+                if key not in found or name == key:
+                    found[key] = (name, p)
+        for key, (_name, p) in found.items():
+            yield key, p
 
     def parameters(self):
         return [p for _, p in self.named_parameters()]
@@ -232,6 +300,7 @@ class PipelineRunner:
         losses: list[torch.Tensor] = []
         self.schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses,  # type: ignore[union-attr]
                            return_outputs=False)
+        self.sum_tied_gradients()
         if self.reduce_grads and self.dp_groups:
             average_gradients(self.parameters(), self.dp_groups)
         if not self.has_last:
@@ -241,6 +310,23 @@ class PipelineRunner:
             dist.all_reduce(loss, group=g)
             loss /= dist.get_world_size(g)
         return loss
+
+    def sum_tied_gradients(self) -> None:
+        """A parameter tied across stages (input and output embeddings) has a copy on each stage that
+        uses it, and each copy's gradient covers its own uses: sum them over the pipeline axis, so every
+        copy gets the whole gradient and the optimizer keeps the copies equal (Megatron-LM's embedding
+        group). Every pipeline rank joins each sum, with zeros where it holds no copy."""
+        mine = dict(self.named_parameters())
+        for tie in self.tied:
+            p = next((mine[n] for n in tie.names if n in mine), None)
+            grad = p.grad if p is not None else None
+            local = grad.to_local() if isinstance(grad, DTensor) else grad
+            buf = local if local is not None else torch.zeros(
+                tie.local_shape(p) if p is not None else tie.shape, dtype=tie.dtype, device=self.device)
+            dist.all_reduce(buf, group=self.pp_group)
+            if p is not None and grad is None:
+                p.grad = buf if not isinstance(p, DTensor) else DTensor.from_local(
+                    buf, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
 
     # ------------------------------------------------------------------ building
     def _build(self, microbatch: tuple[torch.Tensor, ...]) -> None:
@@ -297,10 +383,14 @@ class PipelineRunner:
         return out
 
 
-def _with_output(loss_fn: Callable, spec) -> Callable:
-    """The loss of the model's own output (a Hugging Face ModelOutput) from the last stage's tensors."""
+def _with_output(loss_fn: Callable, spec, from_last: tuple[bool, ...] | None = None) -> Callable:
+    """The loss of the model's own output (a Hugging Face ModelOutput) from the last stage's tensors;
+    outputs an earlier stage computed (`from_last` False) are None."""
     def loss(output, *targets):
         leaves = list(output) if isinstance(output, tuple) else [output]
+        if from_last and len(leaves) < len(from_last):
+            mine = iter(leaves)
+            leaves = [next(mine) if keep else None for keep in from_last]
         return loss_fn(tree_unflatten(leaves, spec), *targets)
     return loss
 
@@ -354,9 +444,10 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     device = torch.device(device)
     mine = layout.stages_of(groups.coords[axis])
     all_stages = split_stages(model, plan)
+    retie(model, all_stages)
     spec = getattr(all_stages[-1], OUT_SPEC, None)
     if spec is not None:  # cut from torch.export: the last stage returns the output's tensors
-        loss_fn = _with_output(loss_fn, spec)
+        loss_fn = _with_output(loss_fn, spec, getattr(all_stages[-1], OUT_FROM_LAST, None))
     modules = {}
     for i in mine:
         mod = all_stages[i]
@@ -368,8 +459,14 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
         if a == axis or a not in groups.coords:
             raise PipelineError(f"data axis `{a}` is the pipeline axis or not in the mesh",
                                 "average gradients over the mesh's data-parallel axes only")
+    # tied parameters of stages on different pipeline ranks (a rank's own stages share one object)
+    tied = [t for t in tied_parameters(model, all_stages)
+            if len({i % layout.pp_size for i, st in enumerate(all_stages)
+                    if any(n in t.names for n, _ in st.named_parameters(remove_duplicate=False))}) > 1]
+    first = {id(p): n for n, p in model.named_parameters()}
+    canonical = {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if first[id(p)] != n}
     return PipelineRunner(modules, layout, groups.group(axis), loss_fn, device,
-                          [groups.group(a) for a in axes], reduce_grads)
+                          [groups.group(a) for a in axes], reduce_grads, tied, canonical)
 
 
 def _axis_size(groups, plan: CompletePlan) -> int:

@@ -113,14 +113,21 @@ def test_bad_stage_lists_name_cause_and_code(stages, code, words):
     assert err.value.code == code and words in err.value.message and err.value.help
 
 
-def test_tied_parameter_across_stages_is_rejected_and_allowed_within_one():
+def test_tied_parameter_across_stages_is_held_by_both_stages():
+    """A weight tied across stages (GPT-2's wte and lm_head) is in both stage modules, which compose to
+    the model; planlang.runtime.pipeline sums the copies' gradients over the pipeline axis (PL463 says so)."""
+    from planlang.runtime.pipeline import tied_parameters
+
     model = _gpt2(tie_embeddings=True)
-    with pytest.raises(StageSplitError) as err:
-        split_model(model, GPT2_2)
-    assert err.value.code == "PL463" and "wte.weight" in err.value.message and "lm_head.weight" in err.value.message
-    (only,) = split_model(model, [["wte", "wpe", "drop", "h", "ln_f", "lm_head"]])
+    first, second = split_model(model, GPT2_2)
     idx = _idx()
+    assert torch.equal(second(*first(idx)), model(idx))
+    assert dict(first.named_parameters())["wte.weight"] is dict(second.named_parameters())["lm_head.weight"]
+    (tie,) = tied_parameters(model, [first, second])
+    assert set(tie.names) == {"wte.weight", "lm_head.weight"}
+    (only,) = split_model(model, [["wte", "wpe", "drop", "h", "ln_f", "lm_head"]])
     assert torch.equal(only(idx), model(idx))
+    assert tied_parameters(model, [only]) == []
 
 
 class _Untraceable(nn.Module):
