@@ -231,12 +231,18 @@ def pipeline_stages(ctx) -> Iterator[Diagnostic]:
             if not sel.select(names):
                 yield diag("PL360", f"stage {st.index}: `{sel}` matches no module of the model", sel.span or st.span,
                            help=_suggest(sel, names))
-        for m in covered_modules(st.modules, names):
-            if m in stage_of and stage_of[m] != st.index:
-                yield diag("PL461", f"`{to_plan_name(m)}` is in stages {stage_of[m]} and {st.index}", st.span,
-                           help="give each module to one stage")
-                break
-            stage_of[m] = st.index
+        held = covered_modules(st.modules, names)
+        # in the model's order, so the module named is the same on every run (a set's order follows
+        # string hashing); a module two stages claim stays with the first, and the stage still holds
+        # the rest (stopping at the overlap made its other modules 'in no stage')
+        overlap = [m for m in names if m in held and stage_of.get(m, st.index) != st.index]
+        if overlap:
+            m = overlap[0]
+            yield diag("PL461", f"`{to_plan_name(m)}` is in stages {stage_of[m]} and {st.index}", st.span,
+                       help="give each module to one stage")
+        for m in names:
+            if m in held:
+                stage_of.setdefault(m, st.index)
     # every module that runs and has no running child (the leaves of the call tree), and every module
     # that owns parameters directly, must be in a stage
     owners = {n.rsplit(".", 1)[0] if "." in n else "" for n in facts.params}

@@ -92,13 +92,22 @@ def check_text(text: str, path: str = "<plan>", facts: dict | None = None, **res
     return check_resolution(Resolver(**resolver_kw).resolve_text(text, path), path, facts)
 
 
+# (code, code it supersedes on the same line): one mistake two rules see. Stages written as index
+# ranges that overlap are PL406 at the range (model-free, the more precise) and PL461 at the stage
+# (the model-aware rule, which also sees overlaps of a module and its children).
+_SUPERSEDES = (("PL406", "PL461"),)
+
+
 def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
     seen, out = set(), []
+    lines = {(d.code, d.span.file, d.span.line) for d in diags if d.span is not None}
     for d in diags:
         key = (d.code, d.span, d.message)
-        if key not in seen:
-            seen.add(key)
-            out.append(d)
+        if key in seen or any(d.code == lost and d.span is not None and (code, d.span.file, d.span.line) in lines
+                              for code, lost in _SUPERSEDES):
+            continue
+        seen.add(key)
+        out.append(d)
     return out
 
 

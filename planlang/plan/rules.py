@@ -9,6 +9,7 @@ import bisect
 import math
 from typing import Iterator
 
+from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.source import Span
 
@@ -129,10 +130,20 @@ def _ref_span(owner, which: int | None) -> Span:
     return _entry_span(owner, which) if which >= 0 else _partial_span(owner, -1 - which)
 
 
+def _writes(ctx, *kinds: type) -> bool:
+    """Whether the plan's own file has a statement of one of `kinds` (one that failed to resolve
+    leaves no value in the plan, and its error already said why: 'no mesh' or 'no budget' would be a
+    second diagnostic for the same mistake)."""
+    module = ctx.modules.get(ctx.plan.path)
+    return module is not None and any(isinstance(s, kinds) for s in module.statements)
+
+
 def axis_names(ctx) -> Diags:
     """PL311 no mesh at all; PL201 every axis named anywhere must be a mesh axis."""
     plan, mesh = ctx.plan, ctx.plan.mesh
     refs = _axis_refs(plan)
+    if mesh is None and _writes(ctx, A.MeshDecl, A.MeshAlias):
+        return
     if mesh is None:
         for ax, owner, which, origin in refs:
             where, labels = site_and_labels(_ref_span(owner, which), origin)
@@ -445,7 +456,7 @@ def budget_fits_device(ctx) -> Diags:
         yield diag("PL501", f"budget {format_bytes(plan.budget.bytes)} exceeds the {format_bytes(dev.memory)} "
                    f"of `{dev.name}`", plan.budget.span, labels=[Label(dev.span, "device declared here")],
                    help=f"use at most {format_bytes(dev.memory)}")
-    if plan.budget is None and plan.mesh is not None and plan.model is not None:
+    if plan.budget is None and plan.mesh is not None and plan.model is not None and not _writes(ctx, A.BudgetDecl):
         yield diag("PL505", "the plan has no memory budget; memory checks use the device's memory",
                    plan.model.span, help="add `budget 40 GiB per device`")
 
