@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
+import weakref
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
@@ -94,14 +95,25 @@ def split_stages(model: nn.Module, plan: CompletePlan) -> list[fx.GraphModule]:
     except StageSplitError as err:
         if not err.untraceable:
             raise
+        # torch.export's cut leaves the model changed so that it cannot be exported again: a second cut
+        # of the same model (`planlang lower` prints every rank's stages) is the first one
+        example = microbatch_inputs(plan, model)
+        key = (tuple(tuple(map(str, s)) for s in stages), tuple((tuple(x.shape), x.dtype) for x in example))
+        done = _EXPORTED_CUTS.get(model)
+        if done is not None and done[0] == key:
+            return done[1]
         try:
-            return split_exported(model, stages, microbatch_inputs(plan, model), [i.name for i in plan.inputs])
+            cut = split_exported(model, stages, example, [i.name for i in plan.inputs])
+            _EXPORTED_CUTS[model] = (key, cut)
+            return cut
         except StageSplitError:
             raise
         except Exception as exported:  # noqa: BLE001 - both tracers failed: say both why
             raise StageSplitError(f"{err.message}; torch.export could not cut it either: "
                                   f"{type(exported).__name__}: {exported}", err.help) from exported
 
+
+_EXPORTED_CUTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> (stages and inputs, cut)
 
 # the output structure of an exported cut's last stage: its loss gets the model's own output back
 OUT_FROM_LAST = "_planlang_out_from_last"
@@ -196,6 +208,22 @@ def split_model(model: nn.Module, stages: Sequence[Sequence[Selection | str]]) -
 def stage_values(model: nn.Module, stages: Sequence[Sequence[Selection | str]]) -> list[StageValues]:
     """The values each stage receives and returns (for `planlang lower` and debugging)."""
     return _split(model, stages)[1]
+
+
+def cut_values(cut: Sequence[nn.Module]) -> list[StageValues]:
+    """The values each stage module of a cut (`split_stages`) receives and returns, read from its graph:
+    the placeholders and the output's arguments (works for the fx cut and torch.export's alike)."""
+    out = []
+    for i, stage in enumerate(cut):
+        graph = stage.graph if isinstance(stage, fx.GraphModule) else None
+        if graph is None:
+            out.append(StageValues(i, (), ()))
+            continue
+        inputs = tuple(n.name for n in graph.nodes if n.op == "placeholder")
+        result = next((n for n in graph.nodes if n.op == "output"), None)
+        flat = tree_flatten(result.args)[0] if result is not None else []
+        out.append(StageValues(i, inputs, tuple(n.name for n in flat if isinstance(n, fx.Node))))
+    return out
 
 
 def param_fqns(stage: nn.Module) -> dict[str, str]:

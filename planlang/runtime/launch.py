@@ -273,16 +273,17 @@ def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]
     forward as torch.fx prints it (the pipeline runs the model's own modules inside the stages)."""
     # lazy: torch loads only when this runs
     from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
-    from planlang.model.stages import split_stages, stage_values
+    from planlang.model.stages import cut_values, split_stages
 
     check_pipeline_plan(plan)
     p, mesh = plan.pipeline, plan.mesh
     assert p is not None and mesh is not None  # lower_source's pipeline branch; world_size found the mesh
     layout = pipeline_layout(plan, mesh.size_of(p.axis))
     mine = layout.stages_of(coords[p.axis])
-    sels = [st.modules for st in p.stages]
-    values = stage_values(model, sels)
+    # the cut the runtime makes (fx, or torch.export's for models fx cannot trace between stages),
+    # and what crosses its boundaries read from it: one cut, no second trace that could fail alone
     stages = split_stages(model, plan)
+    values = cut_values(stages)
     where = ", ".join(f"{a}={c}" for a, c in coords.items())
     out = [f"# {os.path.relpath(plan.path)}: rank {rank} ({where}), {layout}", f"# holds stages {mine}"]
     for i in mine:

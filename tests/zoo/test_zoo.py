@@ -131,3 +131,25 @@ def test_a_pipeline_the_model_cannot_be_cut_into_is_refused_before_launch(tmp_pa
     assert [d.code for d in found] == ["PL467"]
     assert "torch.fx cannot trace the model between its stage modules" in found[0].message
     assert "torch.export could not cut it either: RuntimeError: no split for you" in found[0].message
+
+
+@pytest.mark.parametrize("model", ["llama", "t5"])
+def test_lower_prints_every_rank_of_a_hugging_face_pipeline(tmp_path, model):
+    """`planlang lower` of a pipeline shows each rank's stages from the cut the runtime makes (torch.export's
+    for a Hugging Face model, which torch.fx cannot trace between its stage modules): no second trace that
+    fails where the run would not."""
+    from planlang.runtime.launch import coords_of, pipeline_source, world_size
+
+    path = tmp_path / f"{model}_pp2dp2.plan"
+    path.write_text(plan_text(model, "pp2dp2"))
+    res = check_with_model(str(path))
+    assert [d.code for d in res.diagnostics] == ([] if model == "llama" else ["PL463"])  # T5: lm_head tied to shared
+    plan = complete(res.plan)
+    net = build_model(plan.model, plan.path)
+    texts = [pipeline_source(net, plan, r, coords_of(r, plan.mesh)) for r in range(world_size(plan))]
+    assert [t.splitlines()[1] for t in texts] == ["# holds stages [0]"] * 2 + ["# holds stages [1]"] * 2
+    for t in texts:
+        header = next(line for line in t.splitlines() if line.startswith("# stage "))
+        inputs, outputs = header.split(": (", 1)[1].split(") -> (")
+        assert inputs and outputs.rstrip(")"), header  # what crosses the boundary is named
+        assert "def forward(" in t
