@@ -155,6 +155,42 @@ def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> No
         old = getattr(owner, attr)
         setattr(owner, attr, torch.nn.Parameter(torch.empty(p.local, dtype=old.dtype, device="meta"),
                                                 requires_grad=old.requires_grad))
+        # a size the module's forward reads from an attribute rather than its weight (HF Conv1D's `nf`,
+        # the output features it views its product to): the local size, as the runtime's program has it
+        whole = {g for g, lo in zip(p.shape, p.local) if g == lo}
+        for key, value in list(vars(owner).items()):
+            if type(value) is int and value not in whole:
+                for g, lo in zip(p.shape, p.local):
+                    if value == g and lo != g:
+                        setattr(owner, key, lo)
+
+
+class _LocalPieces(torch.overrides.TorchFunctionMode):
+    """Model code that cuts a fused projection's output by the *global* piece size (GPT-2's
+    `c_attn(x).split(self.split_size, dim=2)`), run on a local shard: the runtime stores such a weight
+    per head (planlang.model.head_blocks), so each device's output holds its share of every piece, and
+    the local cut is by the global size over the split. `widths`: (local width, global width, devices)
+    of every split parameter dim."""
+
+    def __init__(self, widths: set[tuple[int, int, int]]) -> None:
+        super().__init__()
+        self.widths = widths
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func in (torch.Tensor.split, torch.split) and len(args) >= 2 and isinstance(args[1], int):
+            x, size = args[0], args[1]
+            dim = kwargs.get("dim", args[2] if len(args) > 2 else 0)
+            n = x.shape[dim]
+            for local, width, f in self.widths:
+                if n == local and width % size == 0 and width // size >= 2 and size % f == 0 and n % size:
+                    args = (x, size // f) + tuple(args[2:])
+                    break
+        return func(*args, **kwargs)
+
+
+def _split_widths(params: dict[str, _Param]) -> set[tuple[int, int, int]]:
+    return {(lo, g, g // lo) for p in params.values() for lo, g in zip(p.local, p.shape) if lo != g and g % lo == 0}
 
 
 def plan_checkpoint_groups(plan: CompletePlan, facts) -> list[list[str]]:
@@ -260,8 +296,9 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
     loss = model_loss(plan.model)
     stage_map = stage_of or None
     try:
-        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
-        prof = profile_model(module, local_in, loss)
+        with _LocalPieces(_split_widths(params)):
+            sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
+            prof = profile_model(module, local_in, loss)
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan.model, plan.path)

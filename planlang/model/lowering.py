@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, normalize
 from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
 from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
+from planlang.model.head_blocks import Blocked, find_blocked, mark_blocked
 from planlang.model.opgraph import OpGraph, OpNode
 from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes
@@ -104,6 +105,7 @@ class Program:
     loss: str = ""
     checkpoint_groups: list[tuple[int, int]] = field(default_factory=list)  # instruction index ranges
     fallbacks: list[Fallback] = field(default_factory=list)  # ops that gather the batch (PL364)
+    blocked: dict[str, Blocked] = field(default_factory=dict)  # param FQN -> stored per head (head_blocks.py)
 
 
 # ------------------------------------------------------------------------------ plan facts
@@ -213,6 +215,9 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
         raise LoweringError("the plan declares no mesh")
     pricer = _Pricer(mesh)
     pspecs = param_specs(plan, graph)
+    # fused projections cut into heads: stored per head, so the cut needs no gather (head_blocks.py)
+    blocked, marked = find_blocked(graph, pspecs, mesh)
+    graph = mark_blocked(graph, marked)
     ispecs = input_specs(plan, graph)
     pins = output_pins(plan, graph)
     daxes = set(data_axes(plan))
@@ -323,7 +328,8 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     grad_sync = _param_grad_sync(graph, instructions, origin, mesh)
     instructions = [_drop_deferred(ins, graph, origin, grad_sync) for ins in instructions]
     loss = current.get(graph.outputs[0], graph.outputs[0]) if graph.outputs else ""
-    return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss, fallbacks=fallbacks)
+    return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss, fallbacks=fallbacks,
+                   blocked=blocked)
 
 
 def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: Mesh,

@@ -44,6 +44,7 @@ from torch.distributed.tensor import DTensor
 from planlang.cost.layout import local_shape, local_slices
 from planlang.lang.diagnostics import Severity
 from planlang.lang.render import render
+from planlang.model.head_blocks import block_factor, blocked_order, unblocked_order
 from planlang.model.load import guess_targets, meta_inputs, plan_loss
 from planlang.model.opgraph import dtype_name, op_graph
 from planlang.plan import types as T
@@ -114,11 +115,14 @@ def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], de
         spec = prog.param_specs.get(fqn)
         if spec is None:  # unused in forward: keep it whole
             spec = Spec(tuple(() for _ in p.shape))
-        local = p.detach()[local_slices(tuple(p.shape), spec, prog.mesh, coords)]
+        whole, blocked = p.detach(), prog.blocked.get(fqn)
+        if blocked is not None:  # stored per head: each device's columns are its heads of every block
+            whole = blocked_order(whole, blocked, block_factor(blocked, prog.mesh))
+        local = whole[local_slices(tuple(p.shape), spec, prog.mesh, coords)]
         new = nn.Parameter(local.to(device).clone().contiguous(), requires_grad=p.requires_grad)
         setattr(owner, attr, new)
         done[id(p)] = new
-        layouts[fqn] = ParamLayout(fqn, tuple(p.shape), spec, _dtype(p))
+        layouts[fqn] = ParamLayout(fqn, tuple(p.shape), spec, _dtype(p), blocked)
     return layouts
 
 
@@ -288,7 +292,10 @@ class ParallelModel(nn.Module):
                 t = t.full_tensor()
             lay = self.layouts[fqn]
             rep = Spec(tuple(() for _ in lay.shape))
-            out[fqn] = redistribute(t.detach(), lay.shape, lay.spec, rep, self.mesh, self.groups)
+            t = redistribute(t.detach(), lay.shape, lay.spec, rep, self.mesh, self.groups)
+            if lay.blocked is not None:
+                t = unblocked_order(t, lay.blocked, block_factor(lay.blocked, self.mesh))
+            out[fqn] = t
         return out
 
 

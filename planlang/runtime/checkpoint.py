@@ -39,9 +39,10 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
 from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.placement_types import _StridedShard  # FSDP2 + TP's dim-0 convention
 
+from planlang.model.head_blocks import blocked_order, unblocked_order
 from planlang.plan.types import Spec
 
 from .data_parallel import unwrap
@@ -94,6 +95,19 @@ def chunk_bounds(n: int, parts: int, index: int) -> tuple[int, int]:
     return start, min(start + size, n)
 
 
+def _block_axis(name: str, layout: ParamLayout, mesh, extra: Mapping[str, int]) -> str | None:
+    """The one axis a per-head parameter's blocked dim is split over (None for other parameters)."""
+    b = layout.blocked
+    if b is None:
+        return None
+    axes = [a for a in b.axes if mesh.axis_size(a) > 1]
+    if len(axes) != 1 or b.dim in extra.values():
+        raise CheckpointError(f"{name} is stored per head ({b}) and its dim {b.dim} is also split another way "
+                              "(several axes, or ZeRO-2/3 sharding it); a checkpoint cannot describe that piece "
+                              "yet: save under a plan that splits the heads over one axis, or use ZeRO-1")
+    return axes[0]
+
+
 def _dtensor(local: torch.Tensor, shape, placements, groups):
     shape = torch.Size(shape)
     return DTensor.from_local(local, groups.device_mesh, placements, run_check=False, shape=shape,
@@ -126,10 +140,49 @@ class _Param:
             raise CheckpointError(f"parameter {name} has local shape {list(param.shape)}, layout {layout} "
                                   f"gives {list(want) if want else '?'} on mesh {groups.mesh}")
         self.placements = placements_with(layout.spec, groups.mesh, self.extra)
+        self.block_axis = _block_axis(name, layout, groups.mesh, self.extra)
 
-    def dtensor(self, local: torch.Tensor | None = None):
-        """This piece (or `local`, a tensor placed like it) as a DTensor of the global shape."""
-        return _dtensor(self.local if local is None else local, self.layout.shape, self.placements, self.groups)
+    def piece(self, local: torch.Tensor | None = None, placements: tuple | None = None):
+        """This piece (or `local`, a tensor placed like it) as a DTensor of the global shape, to save. A
+        parameter stored per head (planlang.model.head_blocks) holds its share of every block, which no
+        DTensor placement describes: its pieces are gathered over the block axis and put in the model's
+        order, replicated over that axis (one parameter whole at a time; every rank calls this in the
+        same order)."""
+        local = self.local if local is None else local
+        placements = self.placements if placements is None else placements
+        if self.block_axis is None:
+            return _dtensor(local, self.layout.shape, placements, self.groups)
+        b, n = self.layout.blocked, self.groups.size(self.block_axis)
+        parts = [torch.empty_like(local) for _ in range(n)]
+        dist.all_gather(parts, local.contiguous(), group=self.groups.group(self.block_axis))
+        whole = unblocked_order(torch.cat(parts, dim=b.dim), b, n)
+        return _dtensor(whole, self.layout.shape, self._replicated_on_block_axis(placements), self.groups)
+
+    def target(self, local: torch.Tensor | None = None, placements: tuple | None = None):
+        """A DTensor for DCP to load this piece into (the parameter's own storage when it can be); read
+        the loaded piece back with `from_loaded`."""
+        local = self.local if local is None else local
+        placements = self.placements if placements is None else placements
+        if self.block_axis is None:
+            return _dtensor(local, self.layout.shape, placements, self.groups)
+        shape = list(local.shape)
+        shape[self.layout.blocked.dim] *= self.groups.size(self.block_axis)
+        return _dtensor(torch.empty(shape, dtype=local.dtype), self.layout.shape,
+                        self._replicated_on_block_axis(placements), self.groups)
+
+    def from_loaded(self, local: torch.Tensor) -> torch.Tensor:
+        """The local piece of what `target` loaded (its share of every block for a per-head parameter)."""
+        if self.block_axis is None:
+            return local
+        b, n = self.layout.blocked, self.groups.size(self.block_axis)
+        size = local.shape[b.dim] // n
+        me = self.groups.coords[self.block_axis]
+        return blocked_order(local, b, n).narrow(b.dim, me * size, size)
+
+    def _replicated_on_block_axis(self, placements: tuple) -> tuple:
+        out = list(placements)
+        out[self.groups.mesh.names.index(self.block_axis)] = Replicate()
+        return tuple(out)
 
 
 def _params(module: nn.Module, layouts: Mapping[str, ParamLayout], groups) -> dict[str, _Param]:
@@ -179,7 +232,7 @@ def _state_piece(par: _Param, name: str, value):
     if tuple(value.shape) != tuple(par.local.shape):
         raise CheckpointError(f"optimizer state {par.name}.{name} has shape {list(value.shape)}, not its "
                               f"parameter's {list(par.local.shape)}; such state cannot be resharded")
-    return par.dtensor(value)
+    return par.piece(value)
 
 
 class _Zero1:
@@ -203,8 +256,8 @@ class _Zero1:
     def sliced(self, par: _Param) -> bool:
         """Whether a state tensor of `par` is stored as dim-0 slices over the axis (else whole)."""
         spec, mesh = par.layout.spec, self.groups.mesh
-        if par.local.dim() == 0:
-            return False
+        if par.local.dim() == 0 or (par.block_axis is not None and par.layout.blocked.dim == 0):
+            return False  # a per-head dim 0 (a fused projection's bias): its state is stored whole on the axis
         return not (_is_strided(spec, mesh, self.axis, 0) and par.local.shape[0] % self.n)
 
     def placements(self, par: _Param):
@@ -244,7 +297,7 @@ class _Zero1:
                 start, stop = self.my_rows(par)
                 piece = buf[start:stop].clone()
                 del buf
-                out[name][key] = _dtensor(piece, par.layout.shape, self.placements(par), self.groups)
+                out[name][key] = par.piece(piece, self.placements(par))
         return out
 
     def targets(self, saved: dict[str, dict[str, tuple]]) -> dict[str, dict]:
@@ -258,7 +311,7 @@ class _Zero1:
                     continue
                 start, stop = self.my_rows(par)
                 local = torch.empty((stop - start, *par.local.shape[1:]), dtype=dtype)
-                out[name][key] = _dtensor(local, par.layout.shape, self.placements(par), self.groups)
+                out[name][key] = par.target(local, self.placements(par))
         return out
 
     def install(self, loaded: dict[str, dict]) -> None:
@@ -271,7 +324,7 @@ class _Zero1:
                 if not isinstance(t, DTensor):
                     state[key] = t
                     continue
-                local = t.to_local()
+                local = par.from_loaded(t.to_local())
                 if not self.sliced(par):
                     state[key] = local
                     continue
@@ -307,7 +360,7 @@ def save_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, Pa
     ParamLayout (parameters without one are taken as replicated); `groups` is the plan's MeshGroups.
     `optimizer` is a torch optimizer or a ZeroRedundancyOptimizer."""
     params = _params(module, layouts, groups)
-    sd: dict = {"model": {name: q.dtensor() for name, q in params.items()} | _buffers(module)}
+    sd: dict = {"model": {name: q.piece() for name, q in params.items()} | _buffers(module)}
     if optimizer is not None:
         names_of = _check_optimizer(optimizer, params)
         if is_zero1(optimizer):
@@ -355,7 +408,7 @@ def _plain_targets(states: dict, params: dict[str, _Param]) -> dict[str, dict]:
     for name, st in states.items():
         q = params[name]
         out[name] = {key: torch.empty((), dtype=dtype) if len(shape) == 0
-                     else q.dtensor(torch.empty(q.local.shape, dtype=dtype)) for key, (shape, dtype) in st.items()}
+                     else q.target(torch.empty(q.local.shape, dtype=dtype)) for key, (shape, dtype) in st.items()}
     return out
 
 
@@ -365,7 +418,7 @@ def _install_plain(optimizer, loaded: dict[str, dict], params: dict[str, _Param]
         state = {}
         for key, t in st.items():
             if isinstance(t, DTensor):
-                t = t.to_local()
+                t = q.from_loaded(t.to_local())
                 if q.fsdp:  # the optimizer of FSDP2 parameters keeps DTensors like them
                     t = DTensor.from_local(t, q.param.device_mesh, q.param.placements, run_check=False,
                                            shape=q.param.shape, stride=q.param.stride())
@@ -383,7 +436,7 @@ def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, Pa
     sd: dict = {"model": {}}
     for name, q in params.items():
         _check_saved(saved, ("model", name), q.layout.shape)
-        sd["model"][name] = q.dtensor()  # DCP reads into the parameter's own storage
+        sd["model"][name] = q.target()  # DCP reads into the parameter's own storage
     for name, b in bufs.items():
         _check_saved(saved, ("model", name), tuple(b.shape))
         sd["model"][name] = b
@@ -400,7 +453,7 @@ def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, Pa
             t = sd["model"][name]
             local = t.to_local() if isinstance(t, DTensor) else t
             if local.data_ptr() != q.local.data_ptr():
-                q.local.copy_(local)
+                q.local.copy_(q.from_loaded(local))
         for name, b in bufs.items():
             if sd["model"][name] is not b:
                 b.copy_(sd["model"][name])

@@ -48,7 +48,8 @@ def generate(prog: Program, rank: int | None = None, coords: dict[str, int] | No
         spec = prog.param_specs[v.ref]
         sync = prog.grad_sync.get(v.ref, ())
         lines.append(f"#   {v.ref:<32} {str(list(v.shape)):<14} {str(spec):<14} -> {_loc(v.shape, spec, mesh):<14}"
-                     + (f" sum over {', '.join(sync)}" if sync else ""))
+                     + (f" sum over {', '.join(sync)}" if sync else "")
+                     + (f"; per head: {prog.blocked[v.ref]}" if v.ref in prog.blocked else ""))
     lines.append("")
     args = ", ".join(["rt", "p"] + [ident(v.name) for v in inputs])
     lines.append(f"def step({args}):")

@@ -150,6 +150,15 @@ def run_local(op: OpSpec, strategy: Strategy, local_inputs: list[torch.Tensor], 
         return torch.cat(xs, dim=op.attr("dim", 0))
     if k in ("split", "slice", "getitem"):
         d, start, length = slice_bounds(op)
+        blocks = op.attr("blocks")
+        if blocks:  # a piece of a value stored per block (planlang.model.head_blocks)
+            factor = math.prod(mesh.axis_size(a) for a in op.attr("block_axes"))
+            index = start // length
+            if strategy.output.axes_of(d):  # this device's share of the piece: its share of the block
+                return x.narrow(d, index * (length // factor), length // factor)
+            shape = list(x.shape)  # the whole value in block order: every device's share of the block
+            y = x.reshape(shape[:d] + [factor, blocks, length // factor] + shape[d + 1:]).select(d + 1, index)
+            return y.reshape(shape[:d] + [length] + shape[d + 1:])
         return x.narrow(d, start, length)
     if k == "scaled_dot_product_attention":
         return _sdpa(op, strategy, xs, coords, mesh)

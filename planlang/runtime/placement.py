@@ -8,8 +8,12 @@ equals DTensor's when the axes of a dim are listed in mesh order, which `to_plac
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from planlang.plan.types import Mesh, Spec
+
+if TYPE_CHECKING:
+    from planlang.model.head_blocks import Blocked
 
 
 @dataclass(frozen=True)
@@ -20,6 +24,7 @@ class ParamLayout:
     shape: tuple[int, ...]
     spec: Spec
     dtype: str = "f32"
+    blocked: Blocked | None = None  # stored per head (planlang.model.head_blocks)
 
     def __str__(self) -> str:
         return f"{self.name}: {list(self.shape)} {self.spec}"

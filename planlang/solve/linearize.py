@@ -44,7 +44,7 @@ import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
 from planlang.model.profile import _FlopMode
-from planlang.model.simulate import LiveBytes, fused_attention
+from planlang.model.simulate import Existing, LiveBytes, fused_attention
 from planlang.model.trace import bind_inputs, meta_or_fake, trace_graph
 
 from .rotor import Chain
@@ -228,7 +228,7 @@ class LinearChain:
 class _Counting(LiveBytes):
     """LiveBytes that also counts the ops each owner runs (an end stage that runs none is dropped)."""
 
-    def __init__(self, ignore: set[int]):
+    def __init__(self, ignore: Existing):
         super().__init__(ignore)
         self.ops: dict[object, int] = {}
 
@@ -298,16 +298,15 @@ def _measure(module: torch.nn.Module, run_forward: Callable[[_Stages], object], 
     dropped)."""
     if not (isinstance(throughput, (int, float)) and throughput > 0):
         raise ValueError(f"throughput {throughput!r} must be a positive number of flop/s")
-    ignore = {p.untyped_storage()._cdata for p in module.parameters()}
-    ignore |= {b.untyped_storage()._cdata for b in module.buffers()}
-    ignore |= {t.untyped_storage()._cdata for t in inputs.values()}
+    # what exists before the step (and views of it) is not an activation, and its views run no flops
+    existing = Existing([*module.parameters(), *module.buffers(), *inputs.values()])
     for p in module.parameters():
         p.grad = None
-    mode = _Counting(ignore)
+    mode = _Counting(existing)
     st = _Stages(mode)
     L = n_stages
 
-    with fused_attention(), _FlopMode(st.count), mode, torch.enable_grad():
+    with fused_attention(), _FlopMode(st.count, existing), mode, torch.enable_grad():
         out = run_forward(st)
         if st.current != L - 1:
             raise ValueError(f"only {st.current + 1} of {L} stages ran: is every listed module called?")

@@ -312,12 +312,27 @@ def cat_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 @rule("split", "slice", "getitem")
 def slice_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """The cut dim whole. A piece of a value stored in blocks (`blocks`, `block_axes`: a fused projection
+    split per head, planlang.model.head_blocks) may also keep the cut dim split over the block axes: each
+    device's share of the value is its share of every block, so its share of a piece is a local piece."""
     rank = len(op.output)
     d = op.attr("dim", 0) % rank
     base = letters_for(rank)
     eq = Equation((base[:d] + "A" + base[d + 1:],), base[:d] + "B" + base[d + 1:], frozenset("AB"),
                   passthrough="one", linear=(0,))
-    return einsum_strategies(op, mesh, eq, 0.0)
+    whole = einsum_strategies(op, mesh, eq, 0.0)
+    axes = tuple(op.attr("block_axes", ()))
+    if not op.attr("blocks") or not axes:
+        return whole
+    out = []
+    for s in whole:
+        if set(axes) & set(s.inputs[0].used_axes()):
+            continue
+        x = Spec(s.inputs[0].dims[:d] + (axes,) + s.inputs[0].dims[d + 1:], s.inputs[0].partial)
+        y = Spec(s.output.dims[:d] + (axes,) + s.output.dims[d + 1:], s.output.partial)
+        out.append(Strategy(s.name + " (per block)", (x,), y, s.forward, s.backward, s.flops,
+                            local_numel(op.output, y, mesh) * op.itemsize, s.extra))
+    return out + whole
 
 
 def slice_bounds(op: OpSpec) -> tuple[int, int, int]:
