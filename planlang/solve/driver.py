@@ -25,6 +25,7 @@ enumerated and ties broken in a fixed order.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -96,14 +97,54 @@ class _Holes:
     zero_axis: T.Hole | None = None
     micro: T.Hole | None = None
     stages: T.Hole | None = None
-    specs: list[tuple[T.ShardRule, T.Hole]] = field(default_factory=list)
+    # whole-spec holes (`shard P : ?`) and specs with `?` entries (`[_, ?]`), one per statement written
+    specs: list[tuple[T.ShardRule, T.Hole | T.Spec]] = field(default_factory=list)
     checkpoint: T.Hole | None = None
+    # `data X : ?` and `data X : [?, _]`: the statement and its holes, (dim, hole), dim -1 for the whole spec
+    data: list[tuple[T.DataSpec, list[tuple[int, T.Hole]]]] = field(default_factory=list)
+    pp_axis: T.Hole | None = None
+    schedule: T.Hole | None = None
+    chunks: T.Hole | None = None
+    degrees: list[tuple[int, str, T.Hole]] = field(default_factory=list)  # (stage, axis, hole)
+    every: list[T.Hole] = field(default_factory=list)  # `every ?`, a template's int argument `?` among them
+    arguments: list[T.Hole] = field(default_factory=list)  # `apply t(?)` in the plan file, not an `every`
     unsupported: list[T.Hole] = field(default_factory=list)
 
 
-def classify(plan: T.Plan) -> _Holes:
+def _key(hole: T.Hole) -> tuple[str, int]:
+    return (hole.span.file, hole.span.start)
+
+
+def _apply_holes(module) -> list:
+    """The `?` arguments of every `apply` in a parsed plan file (at the top level, in `for` bodies and
+    in template bodies)."""
+    # lazy: the parser's node types, only for plans with template arguments
+    from planlang.lang import ast as A
+
+    out = []
+
+    def walk(stmts) -> None:
+        for st in stmts:
+            if isinstance(st, A.ApplyStmt):
+                out.extend(a for a in (st.args or ()) if isinstance(a, A.Hole))
+            elif isinstance(st, (A.ForStmt, A.TemplateDecl)):
+                walk(st.body)
+
+    walk(module.statements if module is not None else ())
+    return out
+
+
+def classify(plan: T.Plan, sources: dict | None = None, module=None) -> _Holes:
+    """The plan's holes by what fills them. `sources` (path -> source file) tells a `?` written in a spec
+    from an entry a template parameter given `?` left open; `module` (the plan file's parse) gives the
+    `apply` arguments written `?`."""
     h = _Holes()
     known: set[int] = set()
+
+    def literal(hole: T.Hole) -> bool:  # the hole is a `?` as written (not a parameter bound to `?`)
+        src = (sources or {}).get(hole.span.file)
+        return src is None or src.text[hole.span.start:hole.span.end].strip() == "?"
+
     if plan.mesh:
         for a in plan.mesh.axes:
             if T.is_hole(a.size):
@@ -116,21 +157,49 @@ def classify(plan: T.Plan) -> _Holes:
         if T.is_hole(plan.optimizer.zero_axis):
             h.zero_axis = plan.optimizer.zero_axis  # type: ignore[assignment]
             known.add(id(h.zero_axis))
+    for d in plan.data:
+        if T.is_hole(d.spec):
+            h.data.append((d, [(-1, d.spec)]))  # type: ignore[list-item]
+            known.add(id(d.spec))
+        elif d.spec.has_holes:
+            h.data.append((d, [(i, x) for i, x in enumerate(d.spec.dims) if T.is_hole(x)]))  # type: ignore[misc]
+            known.update(id(x) for x in d.spec.dims if T.is_hole(x))
     p = plan.pipeline
     if p is not None:
-        if T.is_hole(p.microbatches):
-            h.micro = p.microbatches  # type: ignore[assignment]
-            known.add(id(h.micro))
-        if T.is_hole(p.stages):
-            h.stages = p.stages  # type: ignore[assignment]
-            known.add(id(h.stages))
+        for name, x in (("pp_axis", p.axis), ("schedule", p.schedule), ("micro", p.microbatches), ("stages", p.stages)):
+            if T.is_hole(x):
+                setattr(h, name, x)
+                known.add(id(x))
+        if isinstance(p.schedule, T.Schedule) and T.is_hole(p.schedule.chunks):
+            h.chunks = p.schedule.chunks  # type: ignore[assignment]
+            known.add(id(h.chunks))
+        if not T.is_hole(p.stages):
+            for st in p.stages:  # type: ignore[union-attr]
+                for ax, v in st.degrees:
+                    if T.is_hole(v):
+                        h.degrees.append((st.index, ax, v))  # type: ignore[arg-type]
+                        known.add(id(v))
+    every_seen: set[tuple[str, int]] = set()
+    for g in plan.checkpoints:
+        if T.is_hole(g.every):
+            if _key(g.every) not in every_seen:  # type: ignore[arg-type]
+                every_seen.add(_key(g.every))  # type: ignore[arg-type]
+                h.every.append(g.every)  # type: ignore[arg-type]
+            known.add(id(g.every))
+    h.arguments = [T.Hole("template argument", span=a.span) for a in _apply_holes(module)
+                   if (a.span.file, a.span.start) not in every_seen]
     seen_spans = set()
     for r in plan.shards:
-        if T.is_hole(r.spec) and (r.spec.span.start, r.spec.span.file) not in seen_spans:  # type: ignore[union-attr]
-            seen_spans.add((r.spec.span.start, r.spec.span.file))  # type: ignore[union-attr]
-            h.specs.append((r, r.spec))  # type: ignore[arg-type]
-        if T.is_hole(r.spec):
-            known.add(id(r.spec))
+        spec = r.spec
+        if T.is_hole(spec) or spec.has_holes:  # type: ignore[union-attr]
+            entries = [spec] if T.is_hole(spec) else [x for x in spec.dims if T.is_hole(x)]  # type: ignore[union-attr]
+            mine = [x for x in entries if literal(x)]
+            if mine and (spec.span.start, spec.span.file) not in seen_spans:  # type: ignore[union-attr]
+                seen_spans.add((spec.span.start, spec.span.file))  # type: ignore[union-attr]
+                h.specs.append((r, spec))  # type: ignore[arg-type]
+            known.update(id(x) for x in mine)
+            if h.arguments:  # entries a template parameter given `?` left open: the argument fills them
+                known.update(id(x) for x in entries if not literal(x))
     if plan.checkpoint_hole is not None:
         h.checkpoint = plan.checkpoint_hole
         known.add(id(h.checkpoint))
@@ -150,6 +219,8 @@ def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
 
 
 # ------------------------------------------------------------------------------ the search
+PP_AXIS, SCHEDULE, CHUNKS, DATA_AXES, DEGREES = (  # choices besides axis sizes (a space: no axis is named so)
+    "pipeline axis", "pipeline schedule", "schedule chunks", "data axes", "stage degrees")
 ALPHA = 0.25  # map §5.3's expansion coefficient: budgets M, 1.25 M, ..., 1.25^9 M (about 7.5 M)
 SWEEP = 10
 MAX_SPEC_SETS = 3  # spec sets of the sweep refined per mesh (each costs a round of estimates)
@@ -180,7 +251,7 @@ class _Search:
             raise SolveError(f"{path} declares no model; `solve` needs one to price plans")
         if self.plan.mesh is None:
             raise SolveError(f"{path} has no mesh")
-        self.holes = classify(self.plan)
+        self.holes = classify(self.plan, res.sources, res.modules.get(path))
         if self.holes.unsupported:
             where = ", ".join(f"{x.what} at {x.span.line}:{x.span.col}" for x in self.holes.unsupported)
             raise SolveError(f"solve does not fill these holes yet: {where}; write their values")
@@ -189,6 +260,13 @@ class _Search:
         self._parts = None
         self._priced: dict[str, Candidate | None] = {}
         self._graph = None
+        self._int_arguments = {i for i, x in enumerate(self.holes.arguments) if self._takes_int(x)}
+        # the choices besides axis sizes a candidate carries (assign's keys; each has a space, no axis does)
+        h = self.holes
+        self.outer_keys = ([PP_AXIS] if h.pp_axis else []) + ([SCHEDULE] if h.schedule else []) + \
+            ([CHUNKS] if h.chunks else []) + ([DATA_AXES] if self._data_choice() else [])
+        self.inner_keys = ([DEGREES] if h.degrees else []) + [f"every {i}" for i in range(len(h.every))] + \
+            [f"argument {i}" for i in range(len(h.arguments))]
 
     # -- pricing
     def price(self, fills: dict[str, Fill], choices: tuple[tuple[str, str], ...]) -> Candidate | None:
@@ -204,7 +282,11 @@ class _Search:
         res = check_text(text, self.path)
         if res.errors or res.plan is None:
             return None
-        plan = complete(res.plan)  # every hole is filled (classify refused the holes it cannot fill)
+        left = res.plan.holes()  # none: classify refused the holes it cannot fill
+        if left:
+            where = ", ".join(f"{x.what} at {x.span.line}:{x.span.col}" for x in left)
+            raise SolveError(f"solve does not fill these holes yet: {where}; write their values")
+        plan = complete(res.plan)
         try:
             rows = estimate_plan(plan)
         except Exception as e:  # noqa: BLE001 - a candidate the model cannot run: skip it, say why
@@ -253,41 +335,241 @@ class _Search:
             raise SolveError("the mesh leaves axis sizes `?` but not its device count; write `of N x DEVICE`")
         return 1
 
-    def mesh_options(self) -> list[dict[str, int]]:
+    def mesh_options(self) -> list[dict]:
+        """Stage 1's candidates: each factorization of the devices over the `?` axes, times the choices
+        that shape the rest of the search (pipeline axis, schedule, chunks, data axes), each with the
+        other discrete choices at their defaults."""
         names = [n for n, _ in self.holes.axes]
-        batch = {i.name: i.shape[batch_dim(i)] for i in self.plan.inputs if i.shape}
-        split = batch_axes(self.plan)
         out = []
         for sizes in factorizations(self.device_count(), len(names)):
-            assign = dict(zip(names, sizes))
-            size = {a.name: assign.get(a.name, a.size) for a in self.plan.mesh.axes}
-            ok = all(batch.get(inp, 1) % math.prod(size[a] for a in axes) == 0 for inp, axes in split.items())
-            if ok:
-                out.append(assign)
+            for extra in self._outer_options(dict(zip(names, sizes))):
+                assign = {**dict(zip(names, sizes)), **extra}
+                if self._batch_divides(assign):
+                    assign.update(self._inner_defaults(assign))
+                    out.append(assign)
         return out
 
-    def size_of(self, assign: dict[str, int], axis: str) -> int:
+    def _batch_divides(self, assign: dict) -> bool:
+        batch = {i.name: i.shape[batch_dim(i)] for i in self.plan.inputs if i.shape}
+        return all(batch.get(inp, 1) % math.prod(self.size_of(assign, a) for a in axes) == 0
+                   for inp, axes in self.input_data_axes(assign).items())
+
+    def size_of(self, assign: dict, axis: str | None) -> int:
         for a in self.plan.mesh.axes:
             if a.name == axis:
                 return assign.get(axis, a.size) if T.is_hole(a.size) else a.size  # type: ignore[return-value]
         return 1
 
-    def local_batch(self, assign: dict[str, int]) -> int:
-        b = min((i.shape[0] for i in self.plan.inputs if i.shape), default=1)
-        for d in self.plan.data:
-            if isinstance(d.spec, T.Spec) and d.spec.dims and not T.is_hole(d.spec.dims[0]):
-                for a in d.spec.dims[0]:
-                    b //= self.size_of(assign, a)
-                break
+    # the choices a hole other than an axis size adds to a candidate (keys of `assign`)
+    def pp_axis(self, assign: dict) -> str | None:
+        p = self.plan.pipeline
+        if p is None:
+            return None
+        return assign.get(PP_AXIS) if T.is_hole(p.axis) else p.axis  # type: ignore[return-value]
+
+    def schedule_of(self, assign: dict) -> tuple[str, int]:
+        """The pipeline's schedule and chunks per rank (1 unless interleaved)."""
+        p = self.plan.pipeline
+        if p is None:
+            return "", 1
+        if T.is_hole(p.schedule):
+            words = str(assign.get(SCHEDULE, "1f1b")).split()
+            return words[0], int(words[2]) if len(words) == 3 else 1
+        kind = p.schedule.kind  # type: ignore[union-attr]
+        chunks = p.schedule.chunks  # type: ignore[union-attr]
+        if T.is_hole(chunks):
+            chunks = int(assign.get(CHUNKS, 2))
+        return kind, chunks if kind == "interleaved" else 1  # type: ignore[return-value]
+
+    def _written_axes(self) -> set[str]:
+        """Axes a written spec uses: a parameter's, or an activation's on a dim other than the batch."""
+        used: set[str] = set()
+        for r in self.plan.shards:
+            if isinstance(r.spec, T.Spec):
+                dims = r.spec.dims if r.kind == "param" else r.spec.dims[1:]
+                used.update(a for d in dims if not T.is_hole(d) for a in d)  # type: ignore[union-attr]
+                used.update(r.spec.partial)
+        return used
+
+    def _data_choice(self) -> bool:
+        """Is the batch split a choice: a `data` statement with a hole at the batch dim."""
+        for d, holes in self.holes.data:
+            bd = batch_dim(self.plan.input(d.input))
+            if any(dim in (-1, bd) for dim, _ in holes):
+                return True
+        return False
+
+    def input_data_axes(self, assign: dict) -> dict[str, tuple[str, ...]]:
+        """Each `data` statement's input -> the axes its batch dim is split over (written or chosen)."""
+        out = dict(batch_axes(self.plan))
+        chosen = _axes_of_text(assign[DATA_AXES]) if DATA_AXES in assign else ()
+        for d, _ in self.holes.data:
+            out.setdefault(d.input, chosen)
+        return out
+
+    def data_axes_of(self, assign: dict) -> tuple[str, ...]:
+        axes = {a for split in self.input_data_axes(assign).values() for a in split}
+        return tuple(a for a in self.plan.mesh.names if a in axes)
+
+    def _outer_options(self, sizes: dict) -> list[dict]:
+        h, p = self.holes, self.plan.pipeline
+        mesh = self.plan.mesh
+        size = {a.name: self.size_of(sizes, a.name) for a in mesh.axes}
+        pps: list[str | None] = [None]
+        if h.pp_axis is not None:  # not an axis a written spec or data split uses (PL308)
+            banned = self._written_axes() | {a for split in batch_axes(self.plan).values() for a in split}
+            free = [a for a in mesh.names if a not in banned]
+            pps = [a for a in free if size[a] > 1] or free[:1]  # type: ignore[assignment]
+        schedules: list[str | None] = ["1f1b", "gpipe", "interleaved chunks 2"] if h.schedule is not None else [None]
+        chunks: list[str | None] = ["2", "3", "4"] if h.chunks is not None else [None]
+        out = []
+        for pp in pps:
+            for sched in schedules:
+                for c in chunks:
+                    extra: dict = {}
+                    if pp is not None:
+                        extra[PP_AXIS] = pp
+                    if sched is not None:
+                        extra[SCHEDULE] = sched
+                    if c is not None:
+                        extra[CHUNKS] = c
+                    k = self.size_of(sizes, pp or self.pp_axis(sizes)) * self.schedule_of(extra)[1]
+                    written = p.stages if p is not None and isinstance(p.stages, tuple) else None
+                    if written is not None and k != len(written):
+                        continue  # the stages written fix the stage count (PL401)
+                    if DATA_AXES in self.outer_keys:
+                        out += [{**extra, DATA_AXES: t} for t in self._data_options({**sizes, **extra})]
+                    else:
+                        out.append(extra)
+        return out
+
+    def _data_options(self, assign: dict) -> list[str]:
+        """The data axes' candidates: every set (in mesh order) of axes of size > 1 that are not the
+        pipeline's, not used by a written spec nor on another dim of a `data` spec; or none."""
+        written = batch_axes(self.plan)
+        if written:  # every input splits its batch over the same axes: one input's written split fixes it
+            return [_axes_text(next(iter(written.values())))]
+        banned = self._written_axes() | {self.pp_axis(assign)}
+        for d, _ in self.holes.data:
+            if isinstance(d.spec, T.Spec):
+                banned.update(d.spec.used_axes())
+        free = [a for a in self.plan.mesh.names if a not in banned and self.size_of(assign, a) > 1]
+        sets = [c for n in range(len(free), -1, -1) for c in itertools.combinations(free, n)]
+        return [_axes_text(c) for c in sets]
+
+    def _inner_defaults(self, assign: dict) -> dict:
+        """The values the main search holds the other discrete choices at: each stage's degree at the
+        mesh's size (when that adds up), `every 1`, a template argument at the first axis that is neither
+        the pipeline's nor a data axis."""
+        out: dict = {}
+        if self.holes.degrees:
+            opts = self._degree_options(assign)
+            same = ",".join(str(self.size_of(assign, ax)) for _, ax, _ in self.holes.degrees)
+            out[DEGREES] = same if same in opts or not opts else opts[0]
+        for i in range(len(self.holes.every)):
+            out[f"every {i}"] = "1"
+        for i in range(len(self.holes.arguments)):
+            out[f"argument {i}"] = self._argument_options(i, assign)[0]
+        return out
+
+    def _degree_options(self, assign: dict) -> list[str]:
+        """Per-stage degrees for the `with AXIS = ?` holes (in their order, comma-joined): divisors of the
+        device count whose stages' devices add up to the mesh (PL410)."""
+        p, h = self.plan.pipeline, self.holes
+        mesh = self.plan.mesh
+        total = math.prod(self.size_of(assign, a.name) for a in mesh.axes)
+        pp = self.pp_axis(assign)
+        divisors = [d for d in range(1, total + 1) if total % d == 0]
+        out = []
+        for values in itertools.islice(itertools.product(divisors, repeat=len(h.degrees)), 4096):
+            chosen = {(st, ax): v for (st, ax, _), v in zip(h.degrees, values)}
+            devices = 0
+            for st in p.stages:  # type: ignore[union-attr]
+                given = dict(st.degrees)
+                devices += math.prod(chosen.get((st.index, a.name), given.get(a.name, self.size_of(assign, a.name)))
+                                     for a in mesh.axes if a.name != pp)  # type: ignore[misc]
+            if devices == total:
+                out.append(",".join(map(str, values)))
+        return out
+
+    def _argument_options(self, i: int, assign: dict) -> list[str]:
+        """A template's `?` argument: the mesh's axes but the pipeline's, those that are not data axes
+        first (an int parameter: 1, 2, 4)."""
+        if i in self._int_arguments:
+            return ["1", "2", "4"]
+        pp, data = self.pp_axis(assign), set(self.data_axes_of(assign))
+        axes = [a for a in self.plan.mesh.names if a != pp]
+        first = [a for a in axes if a not in data and self.size_of(assign, a) > 1]
+        return first + [a for a in axes if a not in first]
+
+    def _takes_int(self, hole: T.Hole) -> bool:
+        """Does the template parameter given this `?` take an int (an axis name there is PL207)?"""
+        q = self.source.rfind("?", hole.span.start, hole.span.end)
+        if q < 0 or self.plan.mesh is None:
+            return False
+        res = check_text(self.source[:q] + self.plan.mesh.names[0] + self.source[q + 1:], self.path)
+        return any(d.code == "PL207" for d in res.diagnostics)
+
+    def _every_options(self, i: int, cand: Candidate) -> list[str]:
+        """`every ?`: each divisor of the number of modules a group statement selects, when every group
+        it cuts lies inside one pipeline stage of the candidate."""
+        # lazy: the resolved selections, only for plans with `every ?`
+        from planlang.plan.checkpoints import checkpoint_groups
+
+        facts = self.parts().facts
+        names, order = list(facts.all_modules), list(facts.order)
+        hole = self.holes.every[i]
+        groups = [g for g in self.plan.checkpoints
+                  if isinstance(g.every, T.Hole) and _key(g.every) == _key(hole)]
+        runs = checkpoint_groups([_with_every(g, None) for g in groups], names, order)
+        n = max((len(r) for r in runs), default=1)
+        stage_sets: list[list[str]] = []
+        plan = check_text(cand.text, self.path).plan
+        if plan is not None and plan.pipeline is not None and isinstance(plan.pipeline.stages, tuple):
+            stage_sets = [[m for sel in st.modules for m in sel.select(names)] for st in plan.pipeline.stages]
+
+        def stage(m: str) -> int:
+            return next((k for k, ms in enumerate(stage_sets) if any(m == s or m.startswith(s + ".") for s in ms)), -1)
+
+        out = []
+        for k in range(1, n + 1):
+            if n % k:
+                continue
+            cut = checkpoint_groups([_with_every(g, k) for g in groups], names, order)
+            if all(len({stage(m) for m in grp}) <= 1 for grp in cut):
+                out.append(str(k))
+        return out or ["1"]
+
+    def inner_options(self, key: str, cand: Candidate) -> list[str]:
+        assign = self._assign_of(cand.choices)
+        if key == DEGREES:
+            return self._degree_options(assign)
+        if key.startswith("every "):
+            return self._every_options(int(key.split()[1]), cand)
+        return self._argument_options(int(key.split()[1]), assign)
+
+    def _assign_of(self, choices) -> dict:
+        keys = set(self.outer_keys) | set(self.inner_keys)
+        out: dict = {}
+        for k, v in choices:
+            if k.startswith("axis "):
+                out[k[len("axis "):]] = int(v)
+            elif k in keys:
+                out[k] = v
+        return out
+
+    def local_batch(self, assign: dict) -> int:
+        b = min((i.shape[batch_dim(i)] for i in self.plan.inputs if i.shape), default=1)
+        for a in self.data_axes_of(assign):
+            b //= self.size_of(assign, a)
         return max(b, 1)
 
-    def micro_options(self, assign: dict[str, int]) -> list[int]:
-        p = self.plan.pipeline
-        pp = self.size_of(assign, p.axis) if p is not None and isinstance(p.axis, str) else 1
-        chunks = p.schedule.chunks if p is not None and isinstance(p.schedule, T.Schedule) and \
-            isinstance(p.schedule.chunks, int) else 1
+    def micro_options(self, assign: dict) -> list[int]:
+        pp = self.size_of(assign, self.pp_axis(assign))
+        kind, chunks = self.schedule_of(assign)
         lb = self.local_batch(assign)
-        opts = [m for m in range(1, lb + 1) if lb % m == 0 and m >= pp * max(chunks, 1)]
+        opts = [m for m in range(1, lb + 1) if lb % m == 0 and m >= pp * max(chunks, 1)
+                and (kind != "interleaved" or m % pp == 0)]  # interleaved: a multiple of the ranks (PL402)
         return opts or [lb]
 
     def parts(self):
@@ -300,68 +582,123 @@ class _Search:
 
     STAGE_METHODS = ("flops", "activations", "tree")
 
-    def stage_text(self, assign: dict[str, int], micro: int, method: str = "flops") -> str:
+    def stage_text(self, assign: dict, micro: int, method: str = "flops") -> str:
         """Stage lines for the pipeline hole: the min–max partition of per-layer flops or saved
         activations (planlang.solve.partition), or SageMaker's tree partition of the module hierarchy."""
         # lazy: torch loads only when this runs
         from planlang.solve.pipeline_stages import balanced_stages, tree_stages
 
-        p = self.plan.pipeline
-        pp = self.size_of(assign, p.axis)
-        chunks = p.schedule.chunks if isinstance(p.schedule, T.Schedule) and isinstance(p.schedule.chunks, int) else 1
-        k = pp * max(chunks, 1)
+        k = self.size_of(assign, self.pp_axis(assign)) * max(self.schedule_of(assign)[1], 1)
         if method == "tree":
             choices = tree_stages(self.plan, k, parts=self.parts())
         else:
             choices = balanced_stages(self.plan, k, cost=method, parts=self.parts())
         return "\n" + "\n".join(str(c) for c in choices) + "\n"
 
-    def base_fills(self, assign: dict[str, int], micro: int | None, zero: int, specs: dict[int, str],
+    def base_fills(self, assign: dict, micro: int | None, zero: int, specs: dict[int, str],
                    ckpt: str | None, stages: str = "flops") -> dict[str, Fill]:
         h = self.holes
         fills: dict[str, Fill] = {}
         for name, hole in h.axes:
             fills[f"axis {name}"] = Fill(hole, str(assign[name]))
+        for key, hole in ((PP_AXIS, h.pp_axis), (SCHEDULE, h.schedule), (CHUNKS, h.chunks)):
+            if hole is not None:
+                fills[key] = Fill(hole, str(assign[key]))
+        for j, (d, holes) in enumerate(h.data):
+            inp = self.plan.input(d.input)
+            bd, axes = batch_dim(inp), _axes_text(self.input_data_axes(assign).get(d.input, ()))
+            for dim, hole in holes:
+                if dim < 0:  # the whole spec: the batch dim over the data axes, the others whole
+                    rank = len(inp.shape) if inp is not None else 1
+                    text = "[" + ", ".join(axes if i == bd else "_" for i in range(rank)) + "]"
+                else:
+                    text = axes if dim == bd else "_"
+                fills[f"data {j} {dim}"] = Fill(hole, text)
+        if h.degrees:
+            for (_, _, hole), v in zip(h.degrees, str(assign[DEGREES]).split(",")):
+                fills[f"degree {_key(hole)}"] = Fill(hole, v)
+        for i, hole in enumerate(h.every):
+            fills[f"every {i}"] = Fill(hole, str(assign[f"every {i}"]))
+        for i, hole in enumerate(h.arguments):
+            fills[f"argument {i}"] = Fill(hole, str(assign[f"argument {i}"]))
         if h.zero is not None:
             fills["zero"] = Fill(h.zero, str(zero))
         if h.zero_axis is not None:
-            fills["zero axis"] = Fill(h.zero_axis, self._data_axis())
+            fills["zero axis"] = Fill(h.zero_axis, self._data_axis(assign))
         if h.micro is not None:
             fills["microbatches"] = Fill(h.micro, str(micro))
         if h.stages is not None:
             fills["stages"] = Fill(h.stages, self.stage_text(assign, micro or 1, stages))
         for k, (rule, hole) in enumerate(h.specs):
-            fills[f"spec {k}"] = Fill(hole, specs.get(k, _replicated_text(self._rank_of(rule))))
+            text = specs.get(k, _replicated_text(len(self._shape_of(rule))))
+            if T.is_hole(hole):
+                fills[f"spec {k}"] = Fill(hole, text)
+            else:  # a spec with `?` entries: each entry from the chosen spec
+                entries = _entries_of(text)
+                for d, x in enumerate(hole.dims):  # type: ignore[union-attr]
+                    if T.is_hole(x) and self._literal(x):
+                        fills[f"spec {k} {d}"] = Fill(x, entries[d])
         if h.checkpoint is not None:
             fills["checkpoint"] = Fill(h.checkpoint, ckpt) if ckpt else \
                 Fill(h.checkpoint, "", drop_line="checkpoint: none (planlang solve: the plan fits without recomputation)")
         return fills
 
-    def _data_axis(self) -> str:
-        for d in self.plan.data:
-            if isinstance(d.spec, T.Spec) and d.spec.dims and d.spec.axes_of(0):
-                return d.spec.axes_of(0)[0]
-        return self.plan.mesh.names[0]
+    def _literal(self, hole: T.Hole) -> bool:
+        return hole.span.file != self.path or self.source[hole.span.start:hole.span.end].strip() == "?"
 
-    def _rank_of(self, rule: T.ShardRule) -> int:
-        facts = self.parts().facts
-        hits = rule.target.select(list(facts.params))
-        if not hits:
-            raise SolveError(f"`{rule.target}` matches no parameter of the model")
-        return len(facts.params[hits[0]][0])
+    def _data_axis(self, assign: dict) -> str:
+        axes = self.data_axes_of(assign)
+        return axes[0] if axes else self.plan.mesh.names[0]
 
-    def spec_options(self, rule: T.ShardRule, assign: dict[str, int]) -> list[str]:
+    def _shape_of(self, rule: T.ShardRule) -> tuple[int, ...]:
+        """The global shape of what a rule shards: its (first) parameter, or the module's output or input."""
         facts = self.parts().facts
-        shape = facts.params[rule.target.select(list(facts.params))[0]][0]
-        p = self.plan.pipeline
-        skip = {p.axis} if p is not None and isinstance(p.axis, str) else set()
-        skip |= {a for d in self.plan.data if isinstance(d.spec, T.Spec) for a in d.spec.used_axes()}
+        if rule.kind == "param":
+            hits = rule.target.select(list(facts.params))
+            if not hits:
+                raise SolveError(f"`{rule.target}` matches no parameter of the model")
+            return tuple(facts.params[hits[0]][0])
+        for m in rule.target.select(list(facts.all_modules)):
+            call = facts.calls.get(m)
+            shape = None if call is None else call.output if rule.kind == "output" else \
+                (call.inputs[0] if call.inputs else None)
+            if shape is not None:
+                return tuple(shape)
+        raise SolveError(f"`{rule.kind} of {rule.target}` matches no module the model runs")
+
+    def spec_options(self, rule: T.ShardRule, assign: dict) -> list[str]:
+        """Candidate specs: replicated, or one axis (not a data or the pipeline axis) splitting one dim it
+        divides (an activation's batch dim aside: the data axes split it). A spec with `?` entries keeps
+        its written entries; each `?` is `_` or an axis the spec does not use that divides its dim."""
+        shape = self._shape_of(rule)
+        skip = {self.pp_axis(assign)} | set(self.data_axes_of(assign))
         axes = [a for a in self.plan.mesh.names if a not in skip and self.size_of(assign, a) > 1]
-        opts = [_replicated_text(len(shape))]
-        for a in axes:
-            for d in range(len(shape)):
-                if shape[d] % self.size_of(assign, a) == 0:
-                    opts.append("[" + ", ".join(a if i == d else "_" for i in range(len(shape))) + "]")
+        spec = next(s for r, s in self.holes.specs if r is rule)
+        if T.is_hole(spec):
+            first = 0 if rule.kind == "param" else 1
+            opts = [_replicated_text(len(shape))]
+            for a in axes:
+                for d in range(first, len(shape)):
+                    if shape[d] % self.size_of(assign, a) == 0:
+                        opts.append("[" + ", ".join(a if i == d else "_" for i in range(len(shape))) + "]")
+            return opts
+        used = set(spec.used_axes())  # type: ignore[union-attr]
+        per_dim: list[list[str]] = []
+        for d, x in enumerate(spec.dims):  # type: ignore[union-attr]
+            if not T.is_hole(x):
+                per_dim.append([_axes_text(x)])  # type: ignore[arg-type]
+            elif not self._literal(x):
+                per_dim.append(["?"])  # a template argument's entry: the argument fills it
+            else:
+                n = shape[d] if d < len(shape) else 1
+                per_dim.append(["_"] + [a for a in axes if a not in used and n % self.size_of(assign, a) == 0])
+        opts = []
+        for combo in itertools.product(*per_dim):
+            holes = [e for e, x in zip(combo, spec.dims) if T.is_hole(x)]  # type: ignore[union-attr]
+            named = [e for e in holes if e not in ("_", "?")]
+            if len(named) == len(set(named)):
+                tail = f" partial({', '.join(spec.partial)})" if spec.partial else ""  # type: ignore[union-attr]
+                opts.append("[" + ", ".join(combo) + "]" + tail)
         return opts
 
     def ckpt_options(self) -> list[str]:
@@ -393,8 +730,7 @@ class _Search:
         coarse = []
         for i, assign in enumerate(meshes):
             micro = self.micro_options(assign)[0] if self.holes.micro is not None else None
-            fills = self.base_fills(assign, micro, 0, {}, None)
-            coarse.append(self.price(fills, _choices(assign, micro, 0, {}, None)))
+            coarse.append(self.price_at(assign, micro, 0, {}, None))
             self.report.advance(f"stage 1: mesh {i + 2} of {len(meshes)}" if i + 1 < len(meshes) else "")
         ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
         if not ranked:
@@ -403,7 +739,7 @@ class _Search:
         self.report.plan_work(len(meshes) + len(refined))
         finals = []
         for i, c in enumerate(refined):
-            assign = {k[len("axis "):]: int(v) for k, v in c.choices if k.startswith("axis ")}
+            assign = self._assign_of(c.choices)
             mesh = ', '.join(f'{k}={v}' for k, v in assign.items()) or 'the mesh as written'
             self.progress(f"stage 2: refining {mesh} (mesh {i + 1} of {len(refined)})")
             finals.append(self.refine(assign))
@@ -425,18 +761,30 @@ class _Search:
         text = fill_holes(self.source, self.path, list(self._fills_of(best).values()), header)
         return Result(text, best, self.tried, self.notes, header)
 
-    def refine(self, assign: dict[str, int]) -> Candidate:
+    def price_at(self, assign: dict, micro: int | None, zero: int, specs: dict[int, str], ckpt: str | None,
+                 stages: str = "flops") -> Candidate | None:
+        """The candidate of these choices, priced (None when it does not check or cannot be built)."""
+        try:
+            fills = self.base_fills(assign, micro, zero, specs, ckpt, stages)
+        except SolveError:
+            raise
+        except Exception as e:  # noqa: BLE001 - e.g. more stages than the model has layers to cut
+            what = ", ".join(f"{k}={v}" for k, v in _choices(assign, micro, zero, specs, ckpt, stages))
+            self.notes.append(f"skipped {what}: {type(e).__name__}: {e}")
+            return None
+        return self.price(fills, _choices(assign, micro, zero, specs, ckpt, stages))
+
+    def refine(self, assign: dict) -> Candidate:
         """Stage 2 for one mesh (map §5.3): for each spec set of the budget sweep, the other holes in
         turn — microbatches, pipeline partition, ZeRO, then checkpointing when it does not fit."""
         cands = [self.refine_specs(assign, specs) for specs in self.spec_sets(assign)]
         return self.best(cands)
 
-    def refine_specs(self, assign: dict[str, int], specs: dict[int, str]) -> Candidate | None:
+    def refine_specs(self, assign: dict, specs: dict[int, str]) -> Candidate | None:
         h = self.holes
 
         def price(micro, zero, ckpt, stages):
-            return self.price(self.base_fills(assign, micro, zero, specs, ckpt, stages),
-                              _choices(assign, micro, zero, specs, ckpt, stages))
+            return self.price_at(assign, micro, zero, specs, ckpt, stages)
 
         micros = self.micro_options(assign) if h.micro is not None else [None]
         cur = None
@@ -463,8 +811,28 @@ class _Search:
                     break
                 cur = self.best([cur, c])
             zero = int(dict(cur.choices).get("zero", 0))
+        if self.inner_keys:
+            cur = self.vary(cur)
+            assign = self._assign_of(cur.choices)
         if h.checkpoint is not None and not cur.fits:
             cur = self.best([cur] + self.checkpointed(assign, micro, zero, specs, stages, cur))
+        return cur
+
+    def vary(self, cur: Candidate) -> Candidate:
+        """The choices the main search held at defaults (stage degrees, `every ?`, template arguments),
+        each in turn over its options with the rest of the candidate fixed, priced; the best kept."""
+        for key in self.inner_keys:
+            base = cur
+            for value in self.inner_options(key, base):
+                choices = tuple((k, value if k == key else v) for k, v in base.choices)
+                if choices == base.choices:
+                    continue
+                try:
+                    fills = self._fills_of(choices)
+                except Exception as e:  # noqa: BLE001 - a choice the partition cannot build
+                    self.notes.append(f"skipped {key}={value}: {type(e).__name__}: {e}")
+                    continue
+                cur = self.best([cur, self.price(fills, choices)])
         return cur
 
     def checkpointed(self, assign, micro, zero, specs, stages, base: Candidate) -> list[Candidate | None]:
@@ -476,8 +844,7 @@ class _Search:
         from planlang.solve.rotor import InfeasibleBudget as ChainTooBig
 
         def price(ckpt):
-            return self.price(self.base_fills(assign, micro, zero, specs, ckpt, stages),
-                              _choices(assign, micro, zero, specs, ckpt, stages))
+            return self.price_at(assign, micro, zero, specs, ckpt, stages)
 
         out: list[Candidate | None] = []
         budget = self.plan.budget.bytes if self.plan.budget is not None else None
@@ -518,24 +885,37 @@ class _Search:
         return out
 
     # -- specs: the intra-op ILP over a budget sweep
-    def spec_sets(self, assign: dict[str, int]) -> list[dict[int, str]]:
+    def spec_sets(self, assign: dict) -> list[dict[int, str]]:
         """Spec sets for the spec holes: the intra-op ILP's solutions at budgets (1 + α)^n · M (map
-        §5.3), distinct ones in order of increasing budget, ending with the unconstrained optimum. If
-        the ILP cannot run on this model, each hole's option the estimator prices best."""
+        §5.3), distinct ones in order of increasing budget, ending with the unconstrained optimum; a
+        spec with `?` entries is restricted to the layouts that keep its written entries. If the ILP
+        cannot run on this model, each hole's option the estimator prices best. Activation holes
+        (`output of`, `input of`) and holes with one option are not the ILP's: each option is priced
+        with the first set's parameter specs, and the best joins every set."""
         h = self.holes
         if not h.specs:
             return [{}]
-        if all(len(self.spec_options(rule, assign)) == 1 for rule, _ in h.specs):
-            return [{k: self.spec_options(rule, assign)[0] for k, (rule, _) in enumerate(h.specs)}]
-        try:
-            return self._ilp_spec_sets(assign)
-        except Exception as e:  # noqa: BLE001 - fall back to pricing each option as a whole plan
-            self.notes.append(f"intra-op ILP did not run ({type(e).__name__}: {e}); spec options priced by the "
-                              "estimator")
-        specs: dict[int, str] = {}
-        for k, (rule, _) in enumerate(h.specs):
-            specs[k] = self._priced_spec(k, rule, assign, specs, self.spec_options(rule, assign))
-        return [specs]
+        opts = {k: self.spec_options(rule, assign) for k, (rule, _) in enumerate(h.specs)}
+        if all(len(o) == 1 for o in opts.values()):
+            return [{k: o[0] for k, o in opts.items()}]
+        params = [k for k, (rule, _) in enumerate(h.specs) if rule.kind == "param" and len(opts[k]) > 1]
+        sets: list[dict[int, str]] | None = None
+        if params:
+            try:
+                sets = self._ilp_spec_sets(assign, params)
+            except Exception as e:  # noqa: BLE001 - fall back to pricing each option as a whole plan
+                self.notes.append(f"intra-op ILP did not run ({type(e).__name__}: {e}); spec options priced by the "
+                                  "estimator")
+        if sets is None:
+            specs: dict[int, str] = {}
+            for k in params:
+                specs[k] = self._priced_spec(k, assign, specs, opts[k])
+            sets = [specs]
+        for k in (k for k in range(len(h.specs)) if k not in params):
+            sets[0][k] = opts[k][0] if len(opts[k]) == 1 else self._priced_spec(k, assign, sets[0], opts[k])
+            for other in sets[1:]:
+                other[k] = sets[0][k]
+        return sets
 
     def _ilp_problem(self, assign: dict[str, int]):
         """The intra-op problem for this mesh (the graph is traced once per solve)."""
@@ -544,7 +924,8 @@ class _Search:
         from planlang.model.opgraph import op_graph
         from planlang.solve.intra_op import build_problem, problem_args
 
-        fills = self.base_fills(assign, 1 if self.holes.micro is not None else None, 0, {}, None)
+        fills = self.base_fills(assign, self.micro_options(assign)[0] if self.holes.micro is not None else None,
+                                0, {}, None)
         fills = {key: f for key, f in fills.items() if not key.startswith("spec ")}
         res = check_text(fill_holes(self.source, self.path, list(fills.values())), self.path)
         if res.errors or res.plan is None:
@@ -573,7 +954,7 @@ class _Search:
             raise SolveError("the search ran past --time-limit; raise it or fix more choices")
         return SolveOptions(time_limit=max(1.0, left))
 
-    def _ilp_spec_sets(self, assign: dict[str, int]) -> list[dict[int, str]]:
+    def _ilp_spec_sets(self, assign: dict, which: list[int]) -> list[dict[int, str]]:
         # lazy: numpy loads only when this runs
         from planlang.solve.ilp import InfeasibleBudget, SolveTimeout, solve as ilp_solve
         from planlang.solve.intra_op import decode
@@ -600,7 +981,7 @@ class _Search:
             for objective in (self.objective, "time"):
                 sol = decode(problem, solve_ilp(problem.instance.with_budget(budget if objective != "time" else None),
                                                 objective))
-                specs = {k: self._spec_text(rule, sol) for k, (rule, _) in enumerate(self.holes.specs)}
+                specs = {k: self._spec_text(k, sol, assign) for k in which}
                 self.progress(f"intra-op ILP ({objective}, {len(problem.kinds)} nodes): "
                               + ", ".join(f"{self.holes.specs[k][0].target} : {v}" for k, v in specs.items()))
                 if specs not in out:
@@ -620,7 +1001,7 @@ class _Search:
         sols.append((None, free))
         out: list[dict[int, str]] = []
         for b, sol in sols:
-            specs = {k: self._spec_text(rule, sol) for k, (rule, _) in enumerate(self.holes.specs)}
+            specs = {k: self._spec_text(k, sol, assign) for k in which}
             where = "unconstrained" if b is None else f"budget {b / 2**30:.3g} GiB"
             self.progress(f"intra-op ILP ({where}, {len(problem.kinds)} nodes): "
                           + ", ".join(f"{self.holes.specs[k][0].target} : {v}" for k, v in specs.items())
@@ -631,30 +1012,41 @@ class _Search:
             out = [out[0], out[len(out) // 2], out[-1]]
         return out
 
-    def _spec_text(self, rule: T.ShardRule, sol) -> str:
+    def _spec_text(self, k: int, sol, assign: dict) -> str:
+        rule, hole = self.holes.specs[k]
         hits = rule.target.select(list(sol.params))
         if not hits:
             raise SolveError(f"the ILP chose no spec for {rule.target}")
         spec = sol.params[hits[0]]
         # parameters stay whole over data and pipeline axes (ZeRO is the plan's way to shard over data)
-        p = self.plan.pipeline
-        drop = {a for d in self.plan.data if isinstance(d.spec, T.Spec) for a in d.spec.used_axes()}
-        drop |= {p.axis} if p is not None and isinstance(p.axis, str) else set()
-        return str(T.Spec(tuple(tuple(a for a in spec.axes_of(d) if a not in drop) for d in range(spec.rank))))
+        drop = set(self.data_axes_of(assign)) | {self.pp_axis(assign)}
+        chosen = [tuple(a for a in spec.axes_of(d) if a not in drop) for d in range(spec.rank)]
+        if T.is_hole(hole):
+            return str(T.Spec(tuple(chosen)))
+        used = set(hole.used_axes())  # type: ignore[union-attr]
+        entries = []
+        for d, x in enumerate(hole.dims):  # type: ignore[union-attr]
+            if not T.is_hole(x):
+                entries.append(_axes_text(x))  # type: ignore[arg-type]
+            elif not self._literal(x):
+                entries.append("?")
+            else:
+                entries.append(_axes_text(tuple(a for a in chosen[d] if a not in used)))
+        tail = f" partial({', '.join(hole.partial)})" if hole.partial else ""  # type: ignore[union-attr]
+        return "[" + ", ".join(entries) + "]" + tail
 
-    def _priced_spec(self, k: int, rule: T.ShardRule, assign: dict[str, int], fixed: dict[int, str],
-                     opts: list[str]) -> str:
+    def _priced_spec(self, k: int, assign: dict, fixed: dict[int, str], opts: list[str]) -> str:
         """Each option priced as a whole plan by the estimator; the best under the objective."""
         micro = self.micro_options(assign)[0] if self.holes.micro is not None else None
-        priced = [(self.price(self.base_fills(assign, micro, 0, {**fixed, k: opt}, None),
-                              _choices(assign, micro, 0, {**fixed, k: opt}, None)), i, opt)
-                  for i, opt in enumerate(opts)]
+        priced = [(self.price_at(assign, micro, 0, {**fixed, k: opt}, None), i, opt) for i, opt in enumerate(opts)]
         priced = [(c.key(self.objective), i, opt) for c, i, opt in priced if c is not None]
         return min(priced)[2] if priced else opts[0]
 
-    def _fills_of(self, c: Candidate) -> dict[str, Fill]:
-        ch = dict(c.choices)
-        assign = {k[len("axis "):]: int(v) for k, v in ch.items() if k.startswith("axis ")}
+    def _fills_of(self, choices) -> dict[str, Fill]:
+        if isinstance(choices, Candidate):
+            choices = choices.choices
+        ch = dict(choices)
+        assign = self._assign_of(choices)
         micro = int(ch["microbatches"]) if ch.get("microbatches", "-") != "-" else None
         specs = {int(k[len("spec "):]): v for k, v in ch.items() if k.startswith("spec ")}
         ckpt = ch.get("checkpoint")
@@ -682,8 +1074,37 @@ def _replicated_text(rank: int) -> str:
     return "[" + ", ".join("_" for _ in range(rank)) + "]"
 
 
+def _axes_text(axes: tuple[str, ...]) -> str:
+    """A spec entry: `_`, an axis, or a tuple of axes (major to minor)."""
+    return "_" if not axes else axes[0] if len(axes) == 1 else "(" + ", ".join(axes) + ")"
+
+
+def _axes_of_text(text: str) -> tuple[str, ...]:
+    text = text.strip().strip("()")
+    return tuple(a.strip() for a in text.split(",") if a.strip() and a.strip() != "_")
+
+
+def _entries_of(spec_text: str) -> list[str]:
+    """The entries of a spec's text (`[_, (dp, tp)] partial(tp)` -> `_`, `(dp, tp)`)."""
+    inner = spec_text[spec_text.index("[") + 1:spec_text.rindex("]")]
+    out, depth, cur = [], 0, ""
+    for ch in inner:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur.strip()] if cur.strip() else out
+
+
+def _with_every(g: T.CheckpointGroup, every: int | None) -> T.CheckpointGroup:
+    return T.CheckpointGroup(g.modules, every, per=g.per, span=g.span, origin=g.origin)
+
+
 def _choices(assign, micro, zero, specs, ckpt, stages="flops") -> tuple[tuple[str, str], ...]:
-    out = [(f"axis {k}", str(v)) for k, v in assign.items()]
+    out = [(f"axis {k}" if " " not in k else k, str(v)) for k, v in assign.items()]
     out.append(("microbatches", "-" if micro is None else str(micro)))
     out.append(("stages", stages))
     out.append(("zero", str(zero)))

@@ -318,7 +318,7 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
 
     # groups of repeated blocks, and user-fixed specs
     groups = _block_groups(graph, nodes, refs) if share_blocks else ()
-    fixed_idx, allowed = _fixed_choices(graph, fixed, nodes, kinds, layouts, strats, refs, check_spec)
+    fixed_idx, allowed = _fixed_choices(graph, fixed, nodes, kinds, layouts, strats, refs, check_spec, mesh)
     inst = Instance(tuple(nodes.values()), tuple(edges), tuple(steps), groups, tuple(fixed_idx), tuple(allowed),
                     budget, base_memory)
     inst.validate()
@@ -424,6 +424,16 @@ def _without_no_grad_allreduces(op: OpSpec, s: Strategy, slots: list[int], mesh:
                 del comms[k]
                 break
     return comms
+
+
+def keeps_written(layout: Spec, written: Spec, mesh: Mesh) -> bool:
+    """Does `layout` agree with every entry `written` does not leave `?` (axes of size 1 aside)?"""
+    def big(axes) -> tuple[str, ...]:
+        return tuple(a for a in axes if (mesh.axis_size(a) or 1) > 1)
+
+    if layout.rank != written.rank or big(layout.partial) != big(normalize(written, mesh).partial):
+        return False
+    return all(is_hole(w) or big(w) == layout.axes_of(d) for d, w in enumerate(written.dims))
 
 
 def _has_hole(spec) -> bool:
@@ -561,18 +571,26 @@ def _block_groups(graph, nodes, refs) -> tuple[tuple[str, ...], ...]:
     return tuple(out)
 
 
-def _fixed_choices(graph, fixed, nodes, kinds, layouts, strats, refs, check_spec):
-    """User specs -> fixed option indices (params, inputs) or allowed options (activations)."""
+def _fixed_choices(graph, fixed, nodes, kinds, layouts, strats, refs, check_spec, mesh=None):
+    """User specs -> fixed option indices (params, inputs) or allowed options (activations, and specs
+    with `?` entries: the options that keep the written entries)."""
     by_ref = {ref: name for name, ref in refs.items()}
     fixed_idx, allowed = [], []
     for target, spec in fixed.items():
-        if _has_hole(spec):
+        if is_hole(spec) or (spec.has_holes and mesh is None):
             continue
         name = by_ref.get(target, target)
         if name not in nodes:
             known = sorted(by_ref)[:5]
             raise IntraOpError(f"fixed spec for {target!r}: no parameter, input or activation of that name in the "
                                f"graph (parameters look like {', '.join(known)})")
+        if spec.has_holes:
+            outs = [s.output for s in strats[name]] if kinds[name] == "op" else layouts[name]
+            ks = tuple(i for i, s in enumerate(outs) if keeps_written(s, spec, mesh))
+            if not ks:
+                raise IntraOpError(f"shard {target} : {spec}: no layout keeps the written entries")
+            allowed.append((name, ks))
+            continue
         v = graph.values[name]
         spec = check_spec("shard", v, spec)
         if kinds[name] == "op":
@@ -623,7 +641,7 @@ def problem_args(plan, graph: "OpGraph") -> dict:
     last_op = graph.module_outputs()  # module path -> the last op inside it (its output)
     fixed: dict[str, Spec] = {}
     for r in plan.shards:
-        if _has_hole(r.spec):
+        if is_hole(r.spec):  # a spec with `?` entries constrains the entries written (_fixed_choices)
             continue
         if r.kind == "param":
             for fqn in r.target.select(params):

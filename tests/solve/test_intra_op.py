@@ -8,7 +8,7 @@ from torch import nn
 from planlang.cost.comm import Collective, collective_time, group
 from planlang.cost.layout import conversion_path, enumerate_layouts, local_numel
 from planlang.model.opgraph import op_graph
-from planlang.plan.types import Axis, Device, Link, Mesh, Spec
+from planlang.plan.types import Axis, Device, Hole, Link, Mesh, Spec
 from planlang.solve.ilp import InfeasibleBudget, SolveOptions, evaluate, solve
 from planlang.solve.intra_op import (
     IntraOpError, block_pattern, build_problem, costs_from, decode, solve_intra_op,
@@ -162,6 +162,18 @@ def test_fixed_param_spec_and_data_spec_are_kept():
 def test_fixed_activation_spec_restricts_its_op():
     sol = solve_intra_op(mlp_graph(16384, 64, 256), MESH8, fixed={"gelu": S(None, "x")})
     assert sol.activations["gelu"] == S(None, "x")
+
+
+@pytest.mark.parametrize("written", [S("x", None), S(None, "x"), S(None, None)])
+@pytest.mark.parametrize("hole_at", [0, 1])
+def test_spec_with_a_hole_entry_keeps_the_written_entry(written, hole_at):
+    """`shard fc1.weight : [_, ?]`: the ILP chooses among the layouts that keep the written entry."""
+    dims = list(written.dims)
+    dims[hole_at] = Hole("spec entry")
+    spec = Spec(tuple(dims))
+    sol = solve_intra_op(mlp_graph(16384, 64, 256), MESH8, fixed={"fc1.weight": spec})
+    kept = 1 - hole_at
+    assert sol.params["fc1.weight"].axes_of(kept) == written.axes_of(kept)
 
 
 @pytest.mark.parametrize("fixed, message", [
