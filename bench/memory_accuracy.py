@@ -48,6 +48,11 @@ def predicted(case, runtime: str = "torch") -> list:
     res = check_text(to_plan(case), str(ROOT / "bench" / f"{case.name}.plan"))
     if res.errors or res.plan is None:
         raise RuntimeError(f"{case.name}: plan does not check: {[str(d) for d in res.diagnostics]}")
+    if runtime == "planlang":  # as `planlang estimate` prices it: the lowered program where it can run on meta
+        from planlang.plan.complete import complete
+        from planlang.runtime.program_memory import measure
+
+        return estimate_plan(complete(res.plan), program=measure)
     return estimate_plan(res.plan, grad_sync=grad_sync(case, runtime))
 
 

@@ -33,6 +33,7 @@ from memory_measure import _categories, _tracker  # noqa: E402
 from planlang.lang.diagnostics import Severity  # noqa: E402
 from planlang.model.checks import check_with_model  # noqa: E402
 from planlang.model.estimate import estimate_plan  # noqa: E402
+from planlang.runtime.program_memory import measure as measure_program  # noqa: E402
 from planlang.model.load import build_model, plan_loss  # noqa: E402
 from planlang.plan.checker import check_file  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
@@ -113,7 +114,7 @@ def main() -> None:
                     lines.append(line)
                     continue
                 plan = complete(checked.plan)
-                estimates = estimate_plan(plan)
+                estimates = estimate_plan(plan, program=measure_program)  # as `planlang estimate` does
                 measured = measure(path)
                 if args.by_category:
                     mib = lambda b: f"{b / 2**20:.3f}"  # noqa: E731

@@ -167,8 +167,9 @@ def _check_one(name: str, text: str, model: bool, use_paths: tuple[str, ...] = (
     if model:  # imports torch: only on request
         # lazy: torch loads only when this runs
         from planlang.model.checks import check_with_model
+        from planlang.runtime.program_memory import measure
 
-        return check_with_model(name, text=text, search_paths=use_paths)
+        return check_with_model(name, text=text, search_paths=use_paths, program=measure)
     # lazy: lark loads only when this runs
     from planlang.plan.checker import check_text
 
@@ -394,9 +395,10 @@ def estimate(
     # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_plan, render_table
     from planlang.model.load import ModelLoadError
+    from planlang.runtime.program_memory import measure
 
     try:
-        rows = estimate_plan(checked)
+        rows = estimate_plan(checked, program=measure)
     except ModelLoadError as err:
         _fail_usage(f"{err.message}\n  help: {err.help}")
     if format is TableFormat.json:
@@ -412,10 +414,11 @@ def _validated_plan(plan: Path, *, complete: bool = True):
     With `complete` (the default) it is a planlang.plan.complete.CompletePlan: no holes, concrete fields."""
     # lazy: torch loads only when this runs
     from planlang.model.checks import check_with_model
+    from planlang.runtime.program_memory import measure
 
     if not plan.is_file():
         _fail_usage(f"no such file: {plan}")
-    res = check_with_model(str(plan))
+    res = check_with_model(str(plan), program=measure)
     if res.diagnostics:
         sys.stderr.write(render(list(res.diagnostics), res.sources, "human", color=_use_color(None, sys.stderr)))
     if any(d.code == "PL364" for d in res.diagnostics):

@@ -290,8 +290,12 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL466", "batch-norm-microbatches", W, "BatchNorm inside a pipeline normalizes each microbatch",
      "A pipeline runs each microbatch through a stage on its own, so a BatchNorm in training computes\n"
      "its statistics over one microbatch, not the batch: training differs from one process (GPipe's\n"
-     "behaviour), and `planlang verify` will report it. Use one microbatch, replace BatchNorm with\n"
-     "GroupNorm or LayerNorm, or accept per-microbatch statistics."),
+     "behaviour), and `planlang verify` will report it. The data-parallel ranks' microbatches are\n"
+     "normalized together (SyncBatchNorm's statistics), so with one microbatch (`schedule gpipe\n"
+     "microbatches 1`; 1F1B needs one per stage) a stage's BatchNorm equals one process's. A model cut\n"
+     "by torch.export (not traceable by torch.fx between its stages) has its BatchNorm inlined, and each\n"
+     "data-parallel rank then normalizes its own samples: reported too. Otherwise replace BatchNorm\n"
+     "with GroupNorm or LayerNorm, or accept per-microbatch statistics."),
     ("PL467", "stages-not-cut", E, "the model cannot be cut into the plan's stages",
      "planlang cuts the model into its pipeline stages with torch.fx before anything is launched; this\n"
      "model's code cannot be traced between the stage modules (Hugging Face models' forwards are not\n"

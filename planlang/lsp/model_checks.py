@@ -134,5 +134,6 @@ class ModelChecker:
 def _estimate(plan: Plan, facts):
     # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_plan
+    from planlang.runtime.program_memory import measure
 
-    return estimate_plan(complete(plan), facts=facts)  # the facts just probed: the estimator need not probe again
+    return estimate_plan(complete(plan), facts=facts, program=measure)  # the facts just probed: the estimator need not probe again

@@ -14,6 +14,7 @@ from typing import Iterator
 
 import torch
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
@@ -25,14 +26,14 @@ from planlang.plan.resolve import Resolution, Resolver, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
 
-from planlang.plan.data import data_axes
+from planlang.plan.data import data_axes, data_degree
 from planlang.plan.units import format_bytes
 
 from .estimate import estimate_plan
 from .load import ModelLoadError, build_model, guess_targets, meta_inputs, plan_loss
 from .lowering import Fallback, lower
 from .opgraph import op_graph
-from .stages import StageSplitError, split_stages
+from .stages import OUT_SPEC, StageSplitError, split_stages
 from .trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
 
 
@@ -360,7 +361,8 @@ def batch_norm_microbatches(ctx) -> Iterator[Diagnostic]:
     names = ", ".join(f"`{to_plan_name(n)}`" for n in norms[:3]) + (f" and {len(norms) - 3} more" if len(norms) > 3 else "")
     yield diag("PL466", f"{len(norms)} BatchNorm module(s) ({names}) normalize each of the {mb} microbatches "
                         "on its own, not the batch", p.span,
-               help="use `microbatches 1`, replace BatchNorm with GroupNorm or LayerNorm, or accept "
+               help="use `schedule gpipe microbatches 1` (1F1B needs a microbatch per stage), replace BatchNorm with "
+                    "GroupNorm or LayerNorm, or accept "
                     "per-microbatch statistics")
 
 
@@ -514,17 +516,26 @@ def stage_split_diagnostics(plan) -> list[Diagnostic]:
     if p is None:
         return []
     try:
-        split_stages(build_model(plan.model, plan.path), plan)
+        model = build_model(plan.model, plan.path)
+        cut = split_stages(model, plan)
     except StageSplitError as err:
         return [diag(err.code or "PL467", err.message, p.span, help=err.help)]
     except ModelLoadError:
         return []  # reported by the model facts
+    norms = [n for n, m in model.named_modules() if isinstance(m, _BatchNorm)]
+    if norms and getattr(cut[-1], OUT_SPEC, None) is not None and data_degree(plan) > 1:
+        # torch.export's cut inlines BatchNorm: the runtime cannot give it the data-parallel statistics
+        return [diag("PL466", f"{len(norms)} BatchNorm module(s) (`{to_plan_name(norms[0])}`...) run inlined in "
+                              "stages cut by torch.export: each data-parallel rank normalizes its own samples",
+                     p.span, help="make the model traceable by torch.fx between its stage modules, replace "
+                                  "BatchNorm with GroupNorm or LayerNorm, or accept per-rank statistics")]
     return []
 
 
-def check_with_model(path: str, text: str | None = None, search_paths: tuple[str, ...] = ()):
+def check_with_model(path: str, text: str | None = None, search_paths: tuple[str, ...] = (), program=None):
     """`planlang check --model`: the model-free checks plus the model-aware ones (of `text`, named
-    `path`, when given: standard input)."""
+    `path`, when given: standard input). `program`: how the estimate behind PL560 measures a plan's
+    lowered program (planlang.runtime.program_memory.measure; see estimate_plan)."""
 
     resolver = Resolver(search_paths=search_paths)
     res = resolver.resolve_file(path) if text is None else resolver.resolve_text(text, path)
@@ -535,7 +546,7 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
     if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not any(
             d.severity is Severity.ERROR for d in res.diagnostics):
         try:
-            extra["estimate"] = estimate_plan(complete(res.plan), facts=facts)  # the model probed once
+            extra["estimate"] = estimate_plan(complete(res.plan), facts=facts, program=program)  # probed once
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
         extra["fallbacks"] = lowering_fallbacks(complete(res.plan))

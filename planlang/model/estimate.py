@@ -35,6 +35,7 @@ torch.utils.checkpoint. Step time: flops / device throughput plus the alpha-beta
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import threading
 from collections import OrderedDict
@@ -76,14 +77,17 @@ class DeviceEstimate:
     peak: int
     step_time: float
     notes: tuple[str, ...] = ()
+    # where the peak was measured when it comes from the lowered program ("backward" or "optimizer
+    # step"; planlang.runtime.program_memory); "" when the classes above compose it (see the docstring)
+    measured_phase: str = ""
 
     def __str__(self) -> str:
         return f"{self.device}: peak {format_bytes(self.peak)}"
 
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("device", "parameters", "gradients", "optimizer", "buffers",
-                                              "activations", "transient", "peak", "step_time")} | {
-            "notes": list(self.notes)}
+                                              "activations", "transient", "peak", "step_time",
+                                              "measured_phase")} | {"notes": list(self.notes)}
 
 
 @dataclass
@@ -310,14 +314,17 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
 
 
 def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str = "flat",
-                  facts=None) -> list[DeviceEstimate]:
+                  facts=None, program=None) -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
 
     `grad_sync` is how data-parallel gradients are summed: "flat" is the planlang runtime (one flat
     all-reduce after backward: a transient copy of the gradients), "ddp" torch's DistributedDataParallel
     (persistent gradient buckets as large as the gradients, gradient_as_bucket_view=False). `facts`: the
     plan's model as the caller probed it from its current source (planlang.model.checks.model_facts_for),
-    spares probing it again."""
+    spares probing it again. `program`: planlang.runtime.program_memory.measure (the runtime's layer, which
+    this one cannot import), to take the activations and the peak of a plan without a pipeline from its
+    lowered program, run on meta - what the planlang runtime executes; each row's notes say which
+    plans keep the simulation of the model's code, and why."""
     if grad_sync not in GRAD_SYNC:
         raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC)}, not {grad_sync!r}")
     if plan.model is None:
@@ -428,9 +435,25 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
         flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
         step = _step_time(plan, flops, p_bytes, efficiency)
-        out.append(DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
-                                  acts, transient + opt_tmp, peak, step, tuple(notes)))
+        row = DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
+                             acts, transient + opt_tmp, peak, step, tuple(notes))
+        out.append(_from_program(row, plan, program) if program is not None else row)
     return out
+
+
+def _from_program(row: DeviceEstimate, plan: CompletePlan, program) -> DeviceEstimate:
+    """`row` with its activations and peak from rank 0's program run on meta, or with a note saying why
+    they come from the simulation of the model's code. The peak is then parameters + optimizer + buffers
+    + activations + transient, at `measured_phase`."""
+    got = program(plan)
+    if isinstance(got, str):
+        return dataclasses.replace(row, notes=row.notes + (f"activations simulated from the model's code: {got}",))
+    kept = row.parameters + row.optimizer + row.buffers
+    transient = max(0, got.peak - kept - got.activations)
+    notes = tuple(n for n in row.notes if not n.startswith("local simulation failed"))
+    return dataclasses.replace(row, activations=got.activations, transient=transient,
+                               peak=max(got.peak, kept + got.activations), measured_phase=got.phase,
+                               notes=notes + ("activations and peak: rank 0's lowered program, run on meta",))
 
 
 def _zero1_state_bytes(mine: list[_Param], trained: set[str], states: int, counter: bool, ranks: int) -> int:

@@ -104,6 +104,7 @@ def estimate_with_optimizer_temporaries(plan: CompletePlan, facts=None) -> tuple
     the duration of the call, so the split is the estimator's, not a second model of it."""
     # lazy: torch loads only when this runs
     from planlang.model import estimate as E
+    from planlang.runtime.program_memory import measure
 
     recorded: list[int] = []
     original = E._optimizer_temporaries
@@ -115,7 +116,7 @@ def estimate_with_optimizer_temporaries(plan: CompletePlan, facts=None) -> tuple
 
     E._optimizer_temporaries = recording
     try:
-        rows = E.estimate_plan(plan, facts=facts)
+        rows = E.estimate_plan(plan, facts=facts, program=measure)
     finally:
         E._optimizer_temporaries = original
     if len(recorded) != len(rows):

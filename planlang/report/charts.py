@@ -11,12 +11,13 @@ from planlang.plan.units import format_bytes
 from .memory import CLASSES, MemoryBar
 from .schedule import SimulatedSchedule, closed_form_bubble
 
-COLORS = dict(zip(CLASSES, ("#4c72b0", "#8172b3", "#937860", "#55a868", "#a6d4a0", "#dd8452", "#f2c09a")))
+COLORS = dict(zip(CLASSES, ("#4c72b0", "#8172b3", "#937860", "#55a868", "#a6d4a0", "#dd8452", "#f2c09a",
+                            "#e8b07a")))
 # forward in blues, backward in oranges; one shade per chunk of an interleaved schedule
 FORWARD_SHADES = ("#3b6fb6", "#7fa6dc", "#b5cdee", "#1f3f6e")
 BACKWARD_SHADES = ("#d9692b", "#f0a56f", "#f7cfae", "#8a3a10")
 BUDGET_COLOR = "#c0392b"
-LIGHT = {"backward transient", "optimizer-step temporaries"}  # light segments take dark numbers
+LIGHT = {"backward transient", "optimizer-step temporaries", "step transient"}  # light segments take dark numbers
 BREAK_BELOW = 0.4  # break the y axis when every peak is below this share of the budget
 # fixed SVG ids and no date, so that a report written twice is byte-for-byte the same
 RC = {"svg.fonttype": "none", "svg.hashsalt": "planlang-report", "font.size": 10}

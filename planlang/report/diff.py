@@ -239,8 +239,9 @@ def summarize(plan, text: str, path: str) -> PlanSide:
     rows and the predicted traffic of one step. `text` is the plan file's text (formatted here)."""
     # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_plan
+    from planlang.runtime.program_memory import measure
 
-    rows = estimate_plan(plan)
+    rows = estimate_plan(plan, program=measure)
     try:
         formatted = format_text(text, path)
     except FormatError:  # validated plans parse; keep the text as written if formatting still fails

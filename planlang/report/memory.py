@@ -17,7 +17,7 @@ from planlang.plan.units import format_bytes
 
 # segment names, bottom to top, and the colours the chart gives them
 CLASSES = ("parameters", "optimizer state", "buffers", "activations", "backward transient", "gradients",
-           "optimizer-step temporaries")
+           "optimizer-step temporaries", "step transient")  # the last: a peak measured from the program
 
 
 @dataclass(frozen=True)
@@ -44,12 +44,16 @@ def memory_bar(row, optimizer_temporaries: int) -> MemoryBar:
     backward = row.activations + backward_transient
     optimizer = row.gradients + optimizer_temporaries
     base = (("parameters", row.parameters), ("optimizer state", row.optimizer), ("buffers", row.buffers))
-    if backward >= optimizer:
-        top = (("activations", row.activations), ("backward transient", backward_transient))
-        phase = "backward"
+    at_backward = (("activations", row.activations), ("backward transient", backward_transient))
+    at_step = (("gradients", row.gradients), ("optimizer-step temporaries", optimizer_temporaries))
+    # the larger phase holds the peak
+    if getattr(row, "measured_phase", ""):  # the lowered program's measured peak: no modelled phases
+        top = (("activations", row.activations), ("step transient", row.transient))
+        phase = row.measured_phase
+    elif backward >= optimizer:
+        top, phase = at_backward, "backward"
     else:
-        top = (("gradients", row.gradients), ("optimizer-step temporaries", optimizer_temporaries))
-        phase = "optimizer step"
+        top, phase = at_step, "optimizer step"
     bar = MemoryBar(row.device, base + top, row.peak, phase)
     if bar.height != row.peak:  # the estimator's composition changed: fail loudly rather than draw wrong bars
         raise ValueError(f"{row.device}: memory classes add up to {bar.height} bytes, the estimated peak is "

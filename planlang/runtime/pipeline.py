@@ -32,6 +32,7 @@ checkpoint groups wrapped in their stages and, for ZeRO-2/3, each stage an FSDP2
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -41,6 +42,7 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_unflatten
 
 from planlang.plan.checkpoints import checkpoint_groups
@@ -49,6 +51,7 @@ from planlang.plan.complete import CompletePlan
 from planlang.model.load import build_model, meta_inputs, plan_loss
 
 from .data_parallel import DataParallelError, data_axes, zero_axis
+from .executor import sync_batch_norm
 from planlang.model.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
@@ -459,6 +462,7 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
         if a == axis or a not in groups.coords:
             raise PipelineError(f"data axis `{a}` is the pipeline axis or not in the mesh",
                                 "average gradients over the mesh's data-parallel axes only")
+    _sync_batch_norms(modules.values(), [groups.group(a) for a in axes if groups.size(a) > 1])
     # tied parameters of stages on different pipeline ranks (a rank's own stages share one object)
     tied = [t for t in tied_parameters(model, all_stages)
             if len({i % layout.pp_size for i, st in enumerate(all_stages)
@@ -467,6 +471,25 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     canonical = {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if first[id(p)] != n}
     return PipelineRunner(modules, layout, groups.group(axis), loss_fn, device,
                           [groups.group(a) for a in axes], reduce_grads, tied, canonical)
+
+
+def _sync_batch_norms(stages, data_groups: list) -> None:
+    """Every BatchNorm a stage calls as a module normalizes its microbatch with the statistics of all the
+    data-parallel ranks' microbatches (planlang.runtime.executor.sync_batch_norm: SyncBatchNorm's
+    semantics), as the lowering does without a pipeline: with one microbatch that is one process's
+    BatchNorm on the batch. (A torch.export cut inlines BatchNorm; `planlang check --model` says so, PL466.)"""
+    if not data_groups:
+        return
+    for stage in stages:
+        for bn in stage.modules():
+            if isinstance(bn, _BatchNorm) and "forward" not in vars(bn):
+                bn.forward = functools.partial(_synced_batch_norm, bn, data_groups)
+
+
+def _synced_batch_norm(bn: _BatchNorm, data_groups: list, x: torch.Tensor) -> torch.Tensor:
+    if not bn.training:
+        return type(bn).forward(bn, x)
+    return sync_batch_norm(x, bn.weight, bn.bias, bn, data_groups)
 
 
 def _axis_size(groups, plan: CompletePlan) -> int:

@@ -74,6 +74,7 @@ shard output of fc : [_, tp]""",
 }
 
 LAYOUTS = ("dp4", "dp2tp2", "zero3", "pp2dp2")
+BATCH_NORM = {"resnet"}  # models with BatchNorm
 
 
 def plan_text(model: str, layout: str = "dp4") -> str:
@@ -88,7 +89,10 @@ def plan_text(model: str, layout: str = "dp4") -> str:
     elif layout == "pp2dp2":
         first, second = STAGES[model]
         mesh = "    pp = 2 over hardware.loopback\n    dp = 2 over hardware.loopback"
-        rest = f"pipeline over pp schedule 1f1b microbatches 2 {{\n    stage {first}\n    stage {second}\n}}\n"
+        # BatchNorm's statistics are the batch's only with one microbatch, which 1F1B cannot run (PL466's
+        # help): the CNN's pipeline is GPipe over one microbatch, its BatchNorm synced over dp
+        schedule = "gpipe microbatches 1" if model in BATCH_NORM else "1f1b microbatches 2"
+        rest = f"pipeline over pp schedule {schedule} {{\n    stage {first}\n    stage {second}\n}}\n"
     return f"""{uses}
 model {model} = "{factory}"()
 input {inp}

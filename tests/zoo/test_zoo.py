@@ -153,3 +153,24 @@ def test_lower_prints_every_rank_of_a_hugging_face_pipeline(tmp_path, model):
         inputs, outputs = header.split(": (", 1)[1].split(") -> (")
         assert inputs and outputs.rstrip(")"), header  # what crosses the boundary is named
         assert "def forward(" in t
+
+
+def test_batch_norm_inlined_by_an_exported_cut_under_data_parallelism_is_reported(tmp_path):
+    """A model fx cannot trace between its stages is cut from torch.export, which inlines BatchNorm: its
+    statistics cannot be synced over dp there, so each rank would normalize its own samples - PL466."""
+    (tmp_path / "untraceable.py").write_text(
+        "import torch\nfrom torch import nn\n\n\nclass Net(nn.Module):\n"
+        "    def __init__(self):\n        super().__init__()\n        self.conv = nn.Conv2d(3, 4, 3, padding=1)\n"
+        "        self.bn = nn.BatchNorm2d(4)\n        self.fc = nn.Linear(4, 2)\n\n"
+        "    def forward(self, x):\n        channels = int(x.shape[1])  # fx cannot trace int() of a size\n"
+        "        y = self.bn(self.conv(x))\n        return self.fc(y.mean(dim=(2, 3)) * channels)\n\n\n"
+        "def build():\n    return Net()\n")
+    text = ('use hardware\nmodel net = "untraceable:build"()\n'
+            "input x : f32[batch = 8, c = 3, h = 8, w = 8]\n"
+            "mesh cluster of 4 x hardware.cpu {\n    pp = 2 over hardware.loopback\n    dp = 2 over hardware.loopback\n}\n"
+            "budget 1 GiB per device\noptimizer sgd(lr = 0.1)\ndata x : [dp, _, _, _]\n"
+            "pipeline over pp schedule gpipe microbatches 1 {\n    stage conv, bn\n    stage fc\n}\n")
+    (tmp_path / "p.plan").write_text(text)
+    found = [d for d in check_with_model(str(tmp_path / "p.plan")).diagnostics if d.code != "PL403"]
+    assert [d.code for d in found] == ["PL466"], [str(d) for d in found]
+    assert "inlined" in found[0].message and "`bn`" in found[0].message
