@@ -399,10 +399,13 @@ class PlanlangRunner:
 
 # the cases also measured on the planlang runtime: every strategy, MLP and transformer models
 PLANLANG_CASES = (
-    "mlp_single", "gpt2_single", "mlp_ddp_2", "gpt2_ddp_2", "bert_ddp_2", "gpt2_ddp_4",
-    "mlp_tp_2", "bert_tp_2", "mlp_tp_4", "mlp_dp_tp_4_dp2_tp2", "bert_dp_tp_4_dp2_tp2",
-    "gpt2_pp_1f1b_2_mb4", "gpt2_pp_gpipe_2_mb4", "mlp_pp_1f1b_2_mb4", "gpt2_pp_1f1b_4_mb8",
-    "gpt2_ckpt_every1", "bert_ckpt_every2", "mlp_zero1_2", "gpt2_zero1_2",
+    "mlp_single", "gpt2_single", "bert_single", "t5_single", "resnet_single",
+    "mlp_ddp_2", "gpt2_ddp_2", "bert_ddp_2", "t5_ddp_2", "resnet_ddp_2", "gpt2_ddp_4", "mlp_ddp_4", "resnet_ddp_4",
+    "mlp_tp_2", "bert_tp_2", "t5_tp_2", "mlp_tp_4", "bert_tp_4", "mlp_dp_tp_4_dp2_tp2", "bert_dp_tp_4_dp2_tp2",
+    "gpt2_pp_1f1b_2_mb4", "gpt2_pp_gpipe_2_mb4", "gpt2_pp_1f1b_2_mb8", "gpt2_pp_gpipe_2_mb8", "mlp_pp_1f1b_2_mb4",
+    "mlp_pp_gpipe_2_mb4", "gpt2_pp_1f1b_4_mb8",
+    "gpt2_ckpt_every1", "gpt2_ckpt_every2", "bert_ckpt_every1", "bert_ckpt_every2",
+    "mlp_zero1_2", "gpt2_zero1_2", "bert_zero1_2", "gpt2_zero1_4",
 )
 
 
