@@ -222,6 +222,10 @@ def _lower_node(b: _Builder, node: fx.Node) -> None:  # noqa: C901 - one dispatc
             ins = [x(0), p("weight")] + ([p("bias")] if mod.bias is not None else [])
             b.env[node.name] = b.emit(node, "layer_norm", ins,
                                       {"eps": mod.eps, "normalized_ndim": len(mod.normalized_shape)})
+        elif type(mod) is nn.RMSNorm:
+            ins = [x(0)] + ([p("weight")] if mod.elementwise_affine else [])
+            b.env[node.name] = b.emit(node, "rms_norm", ins,
+                                      {"eps": mod.eps, "normalized_ndim": len(mod.normalized_shape)})
         elif type(mod) is nn.Dropout:
             b.env[node.name] = b.emit(node, "dropout", [x(0)], {"p": mod.p, "training": b.training and mod.training})
         elif type(mod) in UNARY_MODULE:

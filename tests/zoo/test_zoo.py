@@ -174,3 +174,20 @@ def test_batch_norm_inlined_by_an_exported_cut_under_data_parallelism_is_reporte
     found = [d for d in check_with_model(str(tmp_path / "p.plan")).diagnostics if d.code != "PL403"]
     assert [d.code for d in found] == ["PL466"], [str(d) for d in found]
     assert "inlined" in found[0].message and "`bn`" in found[0].message
+
+
+def test_torch_rms_norm_keeps_the_batch_split(tmp_path):
+    """torch.nn.RMSNorm (the T5 example's norms) lowers to the rms_norm op, which has a rule: under data
+    parallelism it runs on the local batch (it was an opaque module that gathered the batch, PL364)."""
+    text = ('use hardware\nmodel t5 = "examples.t5.model:build"(layers = 1, d_model = 32, heads = 2, d_ff = 64, '
+            'vocab = 64)\ninput input_ids : i64[batch = 8, src = 8]\ninput decoder_input_ids : i64[batch = 8, tgt = 8]\n'
+            "mesh cluster of 2 x hardware.cpu {\n    dp = 2 over hardware.loopback\n}\n"
+            "budget 1 GiB per device\noptimizer sgd(lr = 0.1)\ndata input_ids : [dp, _]\ndata decoder_input_ids : [dp, _]\n")
+    (tmp_path / "t5.plan").write_text(text)
+    res = check_with_model(str(tmp_path / "t5.plan"))
+    assert [str(d) for d in res.diagnostics] == []
+    plan = complete(res.plan)
+    prog = lower_plan(build_model(plan.model, plan.path), plan)
+    norms = [i for i in prog.instructions if isinstance(i, Run) and i.node.op.kind == "rms_norm"]
+    assert prog.fallbacks == [] and len(norms) == 7  # encoder: attention, feed-forward, final; decoder: + cross
+    assert all(i.output.axes_of(0) == ("dp",) for i in norms)
