@@ -25,10 +25,14 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from planlang.model.load import build_model, plan_loss
 from planlang.model.simulate import Existing, LiveBytes, fused_attention
 from planlang.plan.complete import CompletePlan
+
+from .apply import apply
+from .verify import make_batch, plan_optimizer
 
 STEPS = 3
 _LOCK = threading.Lock()  # one fake process group at a time (the language server checks on threads)
@@ -63,25 +67,19 @@ def measure(plan: CompletePlan) -> ProgramMemory | str:
     why = reason_not_measured(plan)
     if why is not None:
         return why
-    # lazy: torch's fake process group and the runtime's apply load only when a program is measured
-    from torch.testing._internal.distributed.fake_pg import FakeStore
-
-    from planlang.runtime.apply import apply
-    from planlang.runtime.verify import make_batch, plan_optimizer
-
     world = math.prod(plan.mesh.shape)
     with _LOCK, warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
         try:
-            return _run(plan, apply, make_batch, plan_optimizer)
+            return _run(plan)
         except Exception as err:  # noqa: BLE001 - the estimate falls back to the model's code, saying why
             return f"rank 0's program did not run on meta ({type(err).__name__}: {str(err)[:160]})"
         finally:
             dist.destroy_process_group()
 
 
-def _run(plan: CompletePlan, apply, make_batch, plan_optimizer) -> ProgramMemory:
+def _run(plan: CompletePlan) -> ProgramMemory:
     model = build_model(plan.model, plan.path, device="meta")
     loss_fn = plan_loss(plan)
     inputs, targets = make_batch(model, plan, loss_fn, 0)

@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from planlang.cost.comm import Collective, price
+from planlang.lang import ast as A
 from planlang.lang.render import render
 from planlang.plan import types as T
+from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.checker import check_file, check_text
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.data import batch_axes, batch_dim, data_axes
@@ -118,9 +120,6 @@ def _key(hole: T.Hole) -> tuple[str, int]:
 def _apply_holes(module) -> list:
     """The `?` arguments of every `apply` in a parsed plan file (at the top level, in `for` bodies and
     in template bodies)."""
-    # lazy: the parser's node types, only for plans with template arguments
-    from planlang.lang import ast as A
-
     out = []
 
     def walk(stmts) -> None:
@@ -513,9 +512,6 @@ class _Search:
     def _every_options(self, i: int, cand: Candidate) -> list[str]:
         """`every ?`: each divisor of the number of modules a group statement selects, when every group
         it cuts lies inside one pipeline stage of the candidate."""
-        # lazy: the resolved selections, only for plans with `every ?`
-        from planlang.plan.checkpoints import checkpoint_groups
-
         facts = self.parts().facts
         names, order = list(facts.all_modules), list(facts.order)
         hole = self.holes.every[i]
