@@ -861,8 +861,8 @@ def _unclosed_before(err: UnexpectedInput, source: SourceFile, work: str) -> tup
         if ch in short and margin <= indent:
             first_line = work.count("\n", 0, start) + 1
             err_line = work.count("\n", 0, line_start) + 1
-            word = line.split(None, 1)[0]
-            what = f"`{quote_source(word)}` on line {err_line}"
+            words = line.split(None, 1)
+            what = f"`{quote_source(words[0])}` on line {err_line}" if words else f"the end of line {err_line}"
             return Diagnostic(
                 "PL104", Severity.ERROR, f"`{ch}` is never closed before {what}",
                 source.span(opener, opener + 1), help=f"add the matching `{_CLOSER[ch]}` before line {err_line}",

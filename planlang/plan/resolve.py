@@ -29,6 +29,9 @@ MAX_EXPANSION_DEPTH = 32
 MAX_EXPANSIONS = 100_000  # template applications in one plan (PL224), plus EXPANSIONS_PER_APPLY for each
 EXPANSIONS_PER_APPLY = 100  # `apply` written in it: a chain applying the next twice per level doubles at
                             # each level, while a big plan's applications grow with its text
+EXPANSION_CHARS = 256  # an application of a template whose text is longer counts once per this many
+                        # characters: what expanding builds grows with the body (a 200 KB path expanded
+                        # 100,000 times would build gigabytes)
 MAX_QUANTITY = 1e30  # base units (bytes, B/s, s, FLOP/s): far beyond any machine, below float overflow
 
 DTYPES = {
@@ -843,14 +846,17 @@ class Resolver:
             written = sum(src.text.count("apply") for src in self.sources.values())  # a bound is enough
             self.expansion_budget = MAX_EXPANSIONS + EXPANSIONS_PER_APPLY * written
         budget = self.expansion_budget
-        self.expansions += 1
+        before = self.expansions
+        span = tdecl.span
+        self.expansions += 1 + ((span.end - span.start) // EXPANSION_CHARS if span is not None else 0)
         if self.expansions > budget:
-            if self.expansions == budget + 1:  # reported once, at the outermost `apply`
+            if before <= budget:  # reported once, at the outermost `apply`
                 top = ctx.origin[0] if ctx.origin else st.span
                 self.diags.append(diag(
                     "PL224", f"templates expand to more than {budget:,} applications", top,
                     labels=[Label(st.span, f"application {budget + 1:,}")] if top != st.span else [],
-                    help="a template that applies others k times multiplies the count by k at every level; "
+                    help="a template that applies others k times multiplies the count by k at every level (and a "
+                         f"template longer than {EXPANSION_CHARS} characters counts once per {EXPANSION_CHARS}); "
                          "apply fewer templates per level, or flatten the chain"))
             return
         target = self._selection(st.target, ctx)

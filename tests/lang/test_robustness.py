@@ -173,3 +173,28 @@ def test_a_wide_but_finite_template_tree_is_fine():
     lines = [f"template t{k}(a: axis) {{ apply t{k + 1}(a) to x; apply t{k + 1}(a) to y }}" for k in range(10)]
     text = MESH + "\n".join(lines) + "\ntemplate t10(a: axis) { shard w : [a] }\napply t0(tp) to h\n"
     assert not [c for c in codes(text) if c in ("PL219", "PL224")]  # 2,047 applications
+
+
+def test_an_unclosed_bracket_before_a_blank_line_is_one_located_error():
+    """Found by bench/fuzz.py: the recovery that names the line an unclosed bracket runs into took the
+    first word of that line, and a line of only a backslash continuation has none (IndexError)."""
+    text = "\n\nfor  h in\t[0 #,8('-z:x0\n]\t[\n\n  2 ]{shard [ \\\n0] . \\\nattn: \\\n[+\n\t]\n  \n\n"
+    diags = check(text)
+    assert diags and all(d.code.startswith("PL1") for d in diags)
+    assert any("never closed before the end of line" in d.message for d in diags)
+
+
+def test_a_long_template_counts_as_many_applications():
+    """Found by bench/fuzz.py: a template whose body holds a 200 KB path, applied 100,000 times, built
+    gigabytes before PL224. An application counts once per EXPANSION_CHARS of the template's text."""
+    from planlang.plan.resolve import EXPANSION_CHARS
+
+    path = ".".join(["h"] * 20_000)  # 40 KB
+    text = ("device gpu { memory = 80 GiB }\nlink nv { bandwidth = 300 GB/s }\nmesh m of 8 x gpu { tp = 8 over nv }\n"
+            f"template leaf(a: axis) {{\n    shard {path} : [a]\n}}\n"
+            "template mid(a: axis) {\n" + "    apply leaf(a) to x\n" * 50 + "}\n"
+            "template top(a: axis) {\n" + "    apply mid(a) to y\n" * 50 + "}\n"
+            "apply top(tp) to z\n")
+    diags = check(text)
+    assert [d.code for d in diags] == ["PL224"]
+    assert len(path) // EXPANSION_CHARS > 100  # each leaf application counts as more than a hundred
