@@ -448,6 +448,8 @@ def _from_program(row: DeviceEstimate, plan: CompletePlan, program) -> DeviceEst
     got = program(plan)
     if isinstance(got, str):
         return dataclasses.replace(row, notes=row.notes + (f"activations simulated from the model's code: {got}",))
+    # the classes a step keeps stay the estimate's (ZeRO-1's optimizer state is the fullest rank's, not
+    # rank 0's); the measured peak is never below them plus the activations the program measured
     kept = row.parameters + row.optimizer + row.buffers
     transient = max(0, got.peak - kept - got.activations)
     notes = tuple(n for n in row.notes if not n.startswith("local simulation failed"))

@@ -47,7 +47,7 @@ def memory_bar(row, optimizer_temporaries: int) -> MemoryBar:
     at_backward = (("activations", row.activations), ("backward transient", backward_transient))
     at_step = (("gradients", row.gradients), ("optimizer-step temporaries", optimizer_temporaries))
     # the larger phase holds the peak
-    if getattr(row, "measured_phase", ""):  # the lowered program's measured peak: no modelled phases
+    if row.measured_phase:  # the lowered program's measured peak: no modelled phases
         top = (("activations", row.activations), ("step transient", row.transient))
         phase = row.measured_phase
     elif backward >= optimizer:
