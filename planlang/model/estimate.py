@@ -51,6 +51,7 @@ from planlang.plan.schedule import in_flight
 from planlang.plan.selection import covered_modules
 from planlang.plan.units import format_bytes
 
+from .head_blocks import cut_per_head
 from .load import build_model, meta_inputs, model_loss
 from .profile import profile_model
 from .recompute import wrap_chain, wrap_each
@@ -187,7 +188,7 @@ class _LocalPieces(torch.overrides.TorchFunctionMode):
             dim = kwargs.get("dim", args[2] if len(args) > 2 else 0)
             n = x.shape[dim]
             for local, width, f in self.widths:
-                if n == local and width % size == 0 and width // size >= 2 and size % f == 0 and n % size:
+                if n == local and n % size and cut_per_head(width, size, f):
                     args = (x, size // f) + tuple(args[2:])
                     break
         return func(*args, **kwargs)

@@ -42,6 +42,12 @@ class Blocked:
         return f"dim {self.dim} in {self.blocks} blocks over {', '.join(self.axes)}"
 
 
+def cut_per_head(width: int, size: int, devices: int) -> bool:
+    """Whether a dim of `width` cut into pieces of `size` can be stored per head over `devices`: at least
+    two equal pieces, each split evenly over the devices."""
+    return size > 0 and width % size == 0 and width // size >= 2 and size % devices == 0
+
+
 def _consumers(graph: OpGraph) -> dict[str, list[tuple[OpNode, int]]]:
     out: dict[str, list[tuple[OpNode, int]]] = {}
     for n in graph.nodes:
@@ -101,7 +107,7 @@ def find_blocked(graph: OpGraph, pspecs: dict[str, Spec], mesh: Mesh) -> tuple[d
         pieces, biases = found
         sizes = {p.op.output[-1] for p in pieces}
         size = sizes.pop() if len(sizes) == 1 else 0
-        if not size or width % size or width // size < 2 or size % f:
+        if not cut_per_head(width, size, f):
             continue
         if b_at is not None and len(node.inputs) > b_at:
             biases.append(node.inputs[b_at])
