@@ -87,7 +87,9 @@ def _worker(rank: int, port: int, out: str) -> None:
 
         facts["error"] = f"{err}\n{traceback.format_exc()}"
     Path(out, f"rank{rank}.json").write_text(json.dumps(facts))
-    dist.destroy_process_group()
+    from planlang.runtime.teardown import leave
+
+    leave()  # barrier, destroy, exit without finalization, where gloo's threads can abort (teardown.py)
 
 
 @pytest.fixture(scope="module")
