@@ -38,9 +38,8 @@ from typing import Any, Callable
 import torch
 from torch import fx, nn
 
-from planlang.cost.ops.base import OpSpec
 from planlang.model.graph_values import (DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value,
-                                         dtype_name, keyword_inputs, loss_step, rename_inputs)
+                                         dtype_name, keyword_inputs, loss_step, op_spec, rename_inputs)
 
 aten = torch.ops.aten
 
@@ -244,14 +243,10 @@ class _ExportBuilder:
 
     def emit(self, node: fx.Node, kind: str, inputs: list[str], attrs: dict | None = None,
              call: OpaqueCall | None = None, out=None, name: str | None = None) -> str:
-        tm = out if out is not None else node.meta["val"]
-        shape = tuple(int(s) for s in tm.shape)
-        dt = dtype_name(tm.dtype)
+        op = op_spec(kind, [self.values[v] for v in inputs], out if out is not None else node.meta["val"], attrs)
         name = name or node.name
-        op = OpSpec(kind, tuple(self.values[v].shape for v in inputs), shape, dt,
-                    tuple(sorted((attrs or {}).items())), tuple(self.values[v].dtype for v in inputs))
         module = self.module_of(node)
-        self.values[name] = Value(name, shape, dt, "op", module)
+        self.values[name] = Value(name, op.output, op.dtype, "op", module)
         self.nodes.append(OpNode(name, module, op, tuple(inputs), call))
         self.env[node.name] = name
         return name

@@ -12,6 +12,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from planlang.cost.ops import op_kind
 from planlang.cost.ops.base import OpSpec
 
 DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", torch.float16: "f16",
@@ -21,6 +22,16 @@ DTYPES = {torch.float32: "f32", torch.float64: "f64", torch.bfloat16: "bf16", to
 
 def dtype_name(dt: torch.dtype) -> str:
     return DTYPES.get(dt, str(dt).replace("torch.", ""))
+
+
+def op_spec(kind: str, inputs: list["Value"], out: torch.Tensor, attrs: dict | None) -> OpSpec:
+    """The OpSpec a front end emits: a kind of the op registry (planlang.cost.ops) or an opaque call. A
+    front end that maps a torch op onto a kind without rule, facts and local implementation fails here,
+    at trace time, not in the solver or on the first rank that runs it."""
+    if kind != "opaque":
+        op_kind(kind)
+    return OpSpec(kind, tuple(v.shape for v in inputs), tuple(int(s) for s in out.shape), dtype_name(out.dtype),
+                  tuple(sorted((attrs or {}).items())), tuple(v.dtype for v in inputs))
 
 
 @dataclass(frozen=True)

@@ -22,11 +22,10 @@ from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
-from planlang.cost.ops.base import OpSpec
 from planlang.model.export_graph import export_op_graph
 from planlang.model.graph_values import (  # noqa: F401 - the graph's value types are part of this module's API
     DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value, dtype_name, keyword_inputs, loss_step,
-    rename_inputs,
+    op_spec, rename_inputs,
 )
 
 # ------------------------------------------------------------------------------ tracing
@@ -114,14 +113,10 @@ class _Builder:
     # -- ops
     def emit(self, node: fx.Node, kind: str, inputs: list[str], attrs: dict | None = None,
              call: OpaqueCall | None = None, out: torch.Tensor | None = None, name: str | None = None) -> str:
-        tm = out if out is not None else self.meta(node)
-        shape = tuple(int(s) for s in tm.shape)
-        dt = dtype_name(tm.dtype)
+        op = op_spec(kind, [self.values[v] for v in inputs], out if out is not None else self.meta(node), attrs)
         name = name or node.name
-        op = OpSpec(kind, tuple(self.shape_of(v) for v in inputs), shape, dt,
-                    tuple(sorted((attrs or {}).items())), tuple(self.values[v].dtype for v in inputs))
         module = _strip(_module_of(node), self.prefix)
-        self.values[name] = Value(name, shape, dt, "op", module)
+        self.values[name] = Value(name, op.output, op.dtype, "op", module)
         self.nodes.append(OpNode(name, module, op, tuple(inputs), call))
         return name
 

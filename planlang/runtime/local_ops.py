@@ -2,8 +2,9 @@
 
 `run_local(op, strategy, local_inputs, coords, mesh, groups_for_axis)` takes this device's local inputs
 (already in the layouts `strategy.inputs` asks for) and returns its local output in layout
-`strategy.output` (a partial sum over `strategy.output.partial`). Mostly the plain torch op on local
-shards; the special cases are:
+`strategy.output` (a partial sum over `strategy.output.partial`). Each op kind of the registry
+(planlang.cost.ops) has its implementation here, registered with `@implements(kind)`; importing this
+module fails while one lacks it. Mostly the plain torch op on local shards; the special cases are:
 
 * bias-like inputs: added only on coordinate 0 of any partial output axis they are not partial over
   (rules hand them over partial already, so this only guards hand-built strategies);
@@ -16,6 +17,7 @@ shards; the special cases are:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -23,6 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from planlang.cost.layout import local_shape, local_slices
+from planlang.cost.ops import registry
 from planlang.cost.ops.base import OpSpec, Strategy
 from planlang.cost.ops.rules import dims_attr, slice_bounds
 from planlang.plan.types import Mesh, Spec
@@ -86,93 +89,177 @@ def _affine(strategy: Strategy, i: int, t: torch.Tensor | None, coords) -> torch
     return torch.zeros_like(t) if any(coords[a] != 0 for a in missing) else t
 
 
+LocalFn = Callable[..., torch.Tensor]
+_LOCAL: dict[str, LocalFn] = {}
+
+
+def implements(*kinds: str):
+    """Register the local implementation of op kinds (the registry's `OpKind`, planlang.cost.ops):
+    fn(op, strategy, xs, ctx) -> this device's local output."""
+
+    def deco(fn: LocalFn) -> LocalFn:
+        for k in kinds:
+            if k in _LOCAL:
+                raise ValueError(f"op kind {k!r} already has a local implementation")
+            _LOCAL[k] = fn
+        return fn
+
+    return deco
+
+
+@dataclass(frozen=True)
+class _Device:
+    """Where a local op runs: this device's coordinates, the mesh and its process groups by axis."""
+
+    coords: dict[str, int]
+    mesh: Mesh
+    groups_for_axis: Callable[[str], object]
+
+
 def run_local(op: OpSpec, strategy: Strategy, local_inputs: list[torch.Tensor], coords: dict[str, int],
               mesh: Mesh, groups_for_axis: Callable[[str], object]) -> torch.Tensor:
-    k = op.kind
-    xs = list(local_inputs)
-    x = xs[0] if xs else None
-    if k == "linear":
-        b = _affine(strategy, 2, xs[2], coords) if len(xs) > 2 else None
-        return F.linear(x, xs[1], b)
-    if k == "matmul":
-        return torch.matmul(xs[0], xs[1])
-    if k == "bmm":
-        return torch.bmm(xs[0], xs[1])
-    if k == "addmm":
-        bias = _affine(strategy, 0, xs[0], coords)
-        return torch.addmm(bias, xs[1], xs[2], beta=op.attr("beta", 1), alpha=op.attr("alpha", 1))
-    if k == "conv2d":
-        b = _affine(strategy, 2, xs[2], coords) if len(xs) > 2 else None
-        return F.conv2d(x, xs[1], b, stride=op.attr("stride", 1), padding=op.attr("padding", 0),
-                        dilation=op.attr("dilation", 1), groups=op.attr("groups", 1))
-    if k == "embedding":
-        return _embedding(op, strategy, xs, coords, mesh)
-    if k == "layer_norm":
-        nd = op.attr("normalized_ndim", xs[1].dim() if len(xs) > 1 else 1)
-        w = xs[1] if len(xs) > 1 else None
-        b = xs[2] if len(xs) > 2 else None
-        return F.layer_norm(x, tuple(x.shape[x.dim() - nd:]), w, b, op.attr("eps", 1e-5))
-    if k == "rms_norm":  # torch's own kernel (eps None: the dtype's epsilon, as nn.RMSNorm)
-        nd = op.attr("normalized_ndim", xs[1].dim() if len(xs) > 1 else 1)
-        return F.rms_norm(x, tuple(x.shape[x.dim() - nd:]), xs[1] if len(xs) > 1 else None, op.attr("eps"))
-    if k == "softmax":
-        return torch.softmax(x, op.attr("dim", -1))
-    if k == "log_softmax":
-        return torch.log_softmax(x, op.attr("dim", -1))
-    if k == "gelu":
-        return F.gelu(x, approximate=op.attr("approximate", "none"))
-    if k in UNARY:
-        return UNARY[k](x)
-    if k in BINARY:
-        return BINARY[k](xs[0], xs[1])
-    if k in ("sum", "mean", "amax"):
-        dims = dims_attr(op.attr("dim"), x.dim())
-        keep = op.attr("keepdim", False)
-        if k == "amax":
-            return torch.amax(x, dim=dims, keepdim=keep)
-        if not dims:  # a reduction over no dim is the identity (torch.sum(dim=()) would sum them all)
-            return x
-        y = torch.sum(x, dim=dims, keepdim=keep)
-        if k == "mean":
-            y = y / math.prod(op.inputs[0][d] for d in dims)
-        return y
-    if k in ("view", "reshape", "flatten", "unflatten"):
-        return x.reshape(local_shape(op.output, strategy.output, mesh))
-    if k == "expand":
-        return x.expand(local_shape(op.output, strategy.output, mesh))
-    if k == "transpose":
-        return x.transpose(op.attr("dim0", 0), op.attr("dim1", 1))
-    if k == "permute":
-        return x.permute(*op.attr("dims"))
-    if k == "cat":
-        return torch.cat(xs, dim=op.attr("dim", 0))
-    if k in ("split", "slice", "getitem"):
-        d, start, length = slice_bounds(op)
-        blocks = op.attr("blocks")
-        if blocks:  # a piece of a value stored per block (planlang.model.head_blocks)
-            factor = math.prod(mesh.axis_size(a) for a in op.attr("block_axes"))
-            index = start // length
-            if strategy.output.axes_of(d):  # this device's share of the piece: its share of the block
-                return x.narrow(d, index * (length // factor), length // factor)
-            shape = list(x.shape)  # the whole value in block order: every device's share of the block
-            y = x.reshape(shape[:d] + [factor, blocks, length // factor] + shape[d + 1:]).select(d + 1, index)
-            return y.reshape(shape[:d] + [length] + shape[d + 1:])
-        return x.narrow(d, start, length)
-    if k == "scaled_dot_product_attention":
-        return _sdpa(op, strategy, xs, coords, mesh)
-    if k == "cross_entropy":
-        return _cross_entropy(op, strategy, xs, coords, mesh, groups_for_axis)
-    if k == "dropout":
-        p = op.attr("p", 0.5)
-        if not op.attr("training", True) or p == 0:
-            return x  # the identity, as torch's dropout is: a copy would only cost memory
-        mask = dropout_mask(op.output, p, op.attr("seed", 0))
-        m = mask[local_slices(op.output, strategy.output, mesh, coords)].to(x.dtype)
-        return x * m / (1 - p)
-    raise KeyError(f"no local lowering for op kind {k!r}")
+    fn = _LOCAL.get(op.kind)
+    if fn is None:
+        raise KeyError(f"no local lowering for op kind {op.kind!r}")
+    return fn(op, strategy, list(local_inputs), _Device(coords, mesh, groups_for_axis))
 
 
-def _embedding(op, strategy, xs, coords, mesh):
+@implements("linear")
+def _linear(op, strategy, xs, dev):
+    b = _affine(strategy, 2, xs[2], dev.coords) if len(xs) > 2 else None
+    return F.linear(xs[0], xs[1], b)
+
+
+@implements("matmul")
+def _matmul(op, strategy, xs, dev):
+    return torch.matmul(xs[0], xs[1])
+
+
+@implements("bmm")
+def _bmm(op, strategy, xs, dev):
+    return torch.bmm(xs[0], xs[1])
+
+
+@implements("addmm")
+def _addmm(op, strategy, xs, dev):
+    bias = _affine(strategy, 0, xs[0], dev.coords)
+    return torch.addmm(bias, xs[1], xs[2], beta=op.attr("beta", 1), alpha=op.attr("alpha", 1))
+
+
+@implements("conv2d")
+def _conv2d(op, strategy, xs, dev):
+    b = _affine(strategy, 2, xs[2], dev.coords) if len(xs) > 2 else None
+    return F.conv2d(xs[0], xs[1], b, stride=op.attr("stride", 1), padding=op.attr("padding", 0),
+                    dilation=op.attr("dilation", 1), groups=op.attr("groups", 1))
+
+
+@implements("layer_norm")
+def _layer_norm(op, strategy, xs, dev):
+    x = xs[0]
+    nd = op.attr("normalized_ndim", xs[1].dim() if len(xs) > 1 else 1)
+    w = xs[1] if len(xs) > 1 else None
+    b = xs[2] if len(xs) > 2 else None
+    return F.layer_norm(x, tuple(x.shape[x.dim() - nd:]), w, b, op.attr("eps", 1e-5))
+
+
+@implements("rms_norm")
+def _rms_norm(op, strategy, xs, dev):  # torch's own kernel (eps None: the dtype's epsilon, as nn.RMSNorm)
+    x = xs[0]
+    nd = op.attr("normalized_ndim", xs[1].dim() if len(xs) > 1 else 1)
+    return F.rms_norm(x, tuple(x.shape[x.dim() - nd:]), xs[1] if len(xs) > 1 else None, op.attr("eps"))
+
+
+@implements("softmax")
+def _softmax(op, strategy, xs, dev):
+    return torch.softmax(xs[0], op.attr("dim", -1))
+
+
+@implements("log_softmax")
+def _log_softmax(op, strategy, xs, dev):
+    return torch.log_softmax(xs[0], op.attr("dim", -1))
+
+
+@implements(*UNARY)
+def _unary(op, strategy, xs, dev):
+    if op.kind == "gelu":
+        return F.gelu(xs[0], approximate=op.attr("approximate", "none"))
+    return UNARY[op.kind](xs[0])
+
+
+@implements(*BINARY)
+def _binary(op, strategy, xs, dev):
+    return BINARY[op.kind](xs[0], xs[1])
+
+
+@implements("sum", "mean", "amax")
+def _reduce(op, strategy, xs, dev):
+    x = xs[0]
+    dims = dims_attr(op.attr("dim"), x.dim())
+    keep = op.attr("keepdim", False)
+    if op.kind == "amax":
+        return torch.amax(x, dim=dims, keepdim=keep)
+    if not dims:  # a reduction over no dim is the identity (torch.sum(dim=()) would sum them all)
+        return x
+    y = torch.sum(x, dim=dims, keepdim=keep)
+    if op.kind == "mean":  # the *global* count, so a split reduced dim leaves an exact partial sum
+        y = y / math.prod(op.inputs[0][d] for d in dims)
+    return y
+
+
+@implements("view", "reshape", "flatten", "unflatten")
+def _reshape(op, strategy, xs, dev):
+    return xs[0].reshape(local_shape(op.output, strategy.output, dev.mesh))
+
+
+@implements("expand")
+def _expand(op, strategy, xs, dev):
+    return xs[0].expand(local_shape(op.output, strategy.output, dev.mesh))
+
+
+@implements("transpose")
+def _transpose(op, strategy, xs, dev):
+    return xs[0].transpose(op.attr("dim0", 0), op.attr("dim1", 1))
+
+
+@implements("permute")
+def _permute(op, strategy, xs, dev):
+    return xs[0].permute(*op.attr("dims"))
+
+
+@implements("cat")
+def _cat(op, strategy, xs, dev):
+    return torch.cat(xs, dim=op.attr("dim", 0))
+
+
+@implements("split", "slice", "getitem")
+def _slice(op, strategy, xs, dev):
+    x = xs[0]
+    d, start, length = slice_bounds(op)
+    blocks = op.attr("blocks")
+    if blocks:  # a piece of a value stored per block (planlang.model.head_blocks)
+        factor = math.prod(dev.mesh.axis_size(a) for a in op.attr("block_axes"))
+        index = start // length
+        if strategy.output.axes_of(d):  # this device's share of the piece: its share of the block
+            return x.narrow(d, index * (length // factor), length // factor)
+        shape = list(x.shape)  # the whole value in block order: every device's share of the block
+        y = x.reshape(shape[:d] + [factor, blocks, length // factor] + shape[d + 1:]).select(d + 1, index)
+        return y.reshape(shape[:d] + [length] + shape[d + 1:])
+    return x.narrow(d, start, length)
+
+
+@implements("dropout")
+def _dropout(op, strategy, xs, dev):
+    x, p = xs[0], op.attr("p", 0.5)
+    if not op.attr("training", True) or p == 0:
+        return x  # the identity, as torch's dropout is: a copy would only cost memory
+    mask = dropout_mask(op.output, p, op.attr("seed", 0))
+    m = mask[local_slices(op.output, strategy.output, dev.mesh, dev.coords)].to(x.dtype)
+    return x * m / (1 - p)
+
+
+@implements("embedding")
+def _embedding(op, strategy, xs, dev):
+    coords, mesh = dev.coords, dev.mesh
     idx, w = xs
     vaxes = strategy.inputs[1].dims[0]
     pad = op.attr("padding_idx")  # that row gets no gradient (nn.Embedding's padding_idx)
@@ -185,7 +272,9 @@ def _embedding(op, strategy, xs, coords, mesh):
     return out * inside.unsqueeze(-1).to(out.dtype)
 
 
-def _sdpa(op, strategy, xs, coords, mesh):
+@implements("scaled_dot_product_attention")
+def _sdpa(op, strategy, xs, dev):
+    coords, mesh = dev.coords, dev.mesh
     q, k, v = xs
     causal = op.attr("is_causal", False)
     scale = op.attr("scale")
@@ -201,7 +290,9 @@ def _sdpa(op, strategy, xs, coords, mesh):
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
-def _cross_entropy(op, strategy, xs, coords, mesh, groups_for_axis):
+@implements("cross_entropy")
+def _cross_entropy(op, strategy, xs, dev):
+    coords, mesh, groups_for_axis = dev.coords, dev.mesh, dev.groups_for_axis
     logits, target = xs
     red = op.attr("reduction", "mean")
     n_global = op.inputs[0][0]
@@ -222,6 +313,13 @@ def _cross_entropy(op, strategy, xs, coords, mesh, groups_for_axis):
         return loss
     total = loss.sum()
     return total / n_global if red == "mean" else total
+
+
+# the registry's every kind has a local implementation here, and nothing else does: adding an op kind
+# without one fails on import, not on the first plan that uses it
+if set(_LOCAL) != set(registry()):
+    raise ImportError(f"op kinds without a local implementation: {sorted(set(registry()) - set(_LOCAL))}; "
+                      f"local implementations of unknown kinds: {sorted(set(_LOCAL) - set(registry()))}")
 
 
 def partial_pieces(value: torch.Tensor, spec: Spec, mesh: Mesh, coords: dict[str, int], seed: int = 0) -> torch.Tensor:

@@ -29,7 +29,7 @@ scatter difference. A parameter used by several ops (tied weights) pays one all-
 Memory (per device, at each step = each op in topological order):
   parameters + gradients + optimizer states (live throughout)
   + activations: a value is live from its producer to its last consumer; one a consumer saves for
-    backward (`SAVES`) stays live to the end of the forward pass, where the peak of a step without
+    backward (`OpKind.saves`) stays live to the end of the forward pass, where the peak of a step without
     recomputation is (backward then frees saved activations in reverse order; activation gradients
     are not modelled)
   + converted copies: an input converted to the consumer's layout lives during the consumer, and to
@@ -54,7 +54,7 @@ from planlang.cost.comm import Collective, CommCost, bytes_sent, compute_time, p
 from planlang.cost.layout import (
     conversion_path, enumerate_layouts, is_valid, local_numel, neighbors, normalize, step_comms,
 )
-from planlang.cost.ops import OpSpec, Strategy, UnknownOp, strategies
+from planlang.cost.ops import OpKind, OpSpec, Strategy, UnknownOp, op_kind, strategies
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.plan.types import Mesh, Spec, is_hole
 
@@ -63,23 +63,23 @@ from .ilp import Edge, Instance, Node, Option, Result, SolveOptions, Step, solve
 if TYPE_CHECKING:
     from planlang.model.opgraph import OpGraph, Value
 
-# input slots an op keeps for its backward (besides its output, see SAVES_OUTPUT); parameters are
-# counted as parameters, so only their converted copies count here
-SAVES: dict[str, tuple[int, ...]] = {
-    "linear": (0, 1), "matmul": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "conv2d": (0, 1), "embedding": (0,),
-    "layer_norm": (0, 1), "rms_norm": (0, 1), "gelu": (0,), "silu": (0,), "tanh": (0,), "mul": (0, 1),
-    "sin": (0,), "cos": (0,), "amax": (0,),
-    "dropout": (0,),  # the mask it multiplies by: the input's size and dtype (local_ops)
-    "div": (0, 1), "scaled_dot_product_attention": (0, 1, 2), "cross_entropy": (0, 1),
-}
-SAVES_OUTPUT = {"relu", "softmax", "log_softmax", "exp", "scaled_dot_product_attention", "tanh", "rsqrt", "sqrt",
-                "sigmoid", "amax"}
-ALIASES = {"view", "reshape", "flatten", "unflatten", "transpose", "permute", "split", "slice", "getitem", "expand"}
-# backward flops / forward flops: two matmuls per matmul (input and weight gradients), one pass otherwise
-BACKWARD_RATIO = {"linear": 2.0, "matmul": 2.0, "bmm": 2.0, "addmm": 2.0, "conv2d": 2.0, "embedding": 1.0,
-                  "scaled_dot_product_attention": 2.5}
-# unary elementwise ops: merged into their producer when merge="followers" (map §5.1)
-FOLLOWERS = {"gelu", "relu", "silu", "tanh", "exp", "neg", "dropout", "rsqrt", "sqrt", "sigmoid", "sin", "cos"}
+# what the solver assumes of an op without registered facts (an opaque call): it keeps every input
+_OPAQUE = OpKind("opaque", lambda op, mesh: [])
+
+
+def facts(kind: str) -> OpKind:
+    """The registry's facts of `kind` (planlang.cost.ops.OpKind), or the opaque call's."""
+    try:
+        return op_kind(kind)
+    except UnknownOp:
+        return _OPAQUE
+
+
+def saved_inputs(kind: str, n_inputs: int) -> tuple[int, ...]:
+    """The input slots an op keeps for backward; an opaque call keeps every input, as far as the solver
+    can tell."""
+    f = facts(kind)
+    return tuple(range(n_inputs)) if f is _OPAQUE else f.saves
 
 
 class IntraOpError(ValueError):
@@ -254,8 +254,8 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
             if not ss:
                 ss = _fallback(n.op, mesh)
             op_strats[n.op] = ss
-        kind = n.op.kind
-        alias = kind in ALIASES
+        f = facts(n.op.kind)
+        alias = f.alias
         if alias and n.inputs and n.inputs[0] in values and values[n.inputs[0]].kind == "op":
             alias_of[n.name] = alias_of.get(n.inputs[0], n.inputs[0])
         no_grad = tuple(i for i, v in enumerate(n.inputs) if v in values and values[v].kind in ("input", "const"))
@@ -264,7 +264,7 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
         if opts is None:
             opts = op_options[key] = _op_options(n.op, ss, n.name in alias_of, no_grad, mesh, efficiency, ndev)
         kinds[n.name], strats[n.name] = "op", ss
-        nodes[n.name] = Node(n.name, opts, follower=kind in FOLLOWERS or alias)
+        nodes[n.name] = Node(n.name, opts, follower=f.follower or alias)
 
     # outputs must not stay partial sums: charge the cheapest conversion to a whole layout
     for out in graph.outputs:
@@ -292,7 +292,7 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
     src_lists: dict[int, tuple[Spec, ...]] = {}
     dst_lists: dict[tuple[int, int], tuple[Spec, ...]] = {}
     for n in graph.nodes:
-        saves = SAVES.get(n.op.kind, tuple(range(len(n.inputs))) if n.op.kind == "opaque" else ())
+        saves = saved_inputs(n.op.kind, len(n.inputs))
         for slot, src in enumerate(n.inputs):
             if src not in nodes:
                 continue  # constants: available in any layout locally
@@ -330,7 +330,7 @@ def _op_options(op: OpSpec, ss: list[Strategy], alias: bool, no_grad: tuple[int,
     """The priced options of an op's strategies: compute = flops x (1 + backward ratio) at the
     device's throughput, comm = its collectives less the gradient all-reduces of `no_grad` inputs; a
     view (`alias`) holds no memory of its own."""
-    ratio = BACKWARD_RATIO.get(op.kind, 1.0)
+    ratio = facts(op.kind).backward_ratio
     opts = []
     for s in ss:
         mem = 0 if alias else s.memory
@@ -355,13 +355,13 @@ def _steps(graph, nodes, kinds, alias_of, edge_live) -> list[Step]:
     last: dict[str, int] = {}
     saved_vals: set[str] = set()
     for t, n in enumerate(graph.nodes):
-        saves = SAVES.get(n.op.kind, tuple(range(len(n.inputs))) if n.op.kind == "opaque" else ())
+        saves = saved_inputs(n.op.kind, len(n.inputs))
         for slot, src in enumerate(n.inputs):
             if src in nodes:
                 last[root(src)] = t
                 if slot in saves and kinds[src] != "param":
                     saved_vals.add(root(src))
-        if n.op.kind in SAVES_OUTPUT:
+        if facts(n.op.kind).saves_output:
             saved_vals.add(root(n.name))
     saved_vals |= {root(out) for out in graph.outputs if out in nodes}
     live_range: dict[str, tuple[int, int]] = {}

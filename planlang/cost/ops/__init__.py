@@ -1,5 +1,6 @@
-"""Op sharding rules (torch-free). Importing this package registers every rule module."""
+"""The op registry (torch-free): every op kind's sharding rule and its memory and cost facts (`OpKind`).
+Importing this package registers every rule module."""
 from . import rules  # noqa: F401  (registers the rules)
-from .base import OpSpec, Strategy, UnknownOp, registry, rule, strategies  # noqa: F401
+from .base import OpKind, OpSpec, Strategy, UnknownOp, op_kind, registry, rule, strategies  # noqa: F401
 
-__all__ = ["OpSpec", "Strategy", "UnknownOp", "registry", "rule", "strategies"]
+__all__ = ["OpKind", "OpSpec", "Strategy", "UnknownOp", "op_kind", "registry", "rule", "strategies"]

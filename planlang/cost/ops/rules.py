@@ -1,4 +1,5 @@
-"""`@rule` registrations for every op kind the solver knows (torch-free).
+"""`@rule` registrations for every op kind the solver knows (torch-free), each with its memory and cost
+facts (`OpKind`: saved inputs and output, view, backward ratio, ILP follower).
 
 Input conventions (what `planlang.model` must produce and `planlang.runtime.local_ops` executes):
 
@@ -50,7 +51,7 @@ def dims_attr(attr, rank: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ matmuls
-@rule("linear")
+@rule("linear", saves=(0, 1), backward_ratio=2.0)
 def linear_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     x, w = op.inputs[0], op.inputs[1]
     batch = letters_for(len(x) - 1, skip="kn")
@@ -74,7 +75,7 @@ def _matmul_letters(a, b, out) -> tuple[list[str], str, set[str]]:
     return [ins[0] + "mk", ins[1] + "kn"], ob + "mn", un
 
 
-@rule("matmul", "bmm")
+@rule("matmul", "bmm", saves=(0, 1), backward_ratio=2.0)
 def matmul_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     a, b = op.inputs
     ins, o, un = _matmul_letters(a, b, op.output)
@@ -83,7 +84,7 @@ def matmul_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 2.0 * numel(op.output) * k)
 
 
-@rule("addmm")
+@rule("addmm", saves=(1, 2), backward_ratio=2.0)
 def addmm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     bias, m1, m2 = op.inputs
     (bl,), o, un = broadcast_equation((bias,), op.output)  # o == "ab"
@@ -91,7 +92,7 @@ def addmm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 2.0 * m1[0] * m1[1] * m2[1] + numel(op.output))
 
 
-@rule("conv2d")
+@rule("conv2d", saves=(0, 1), backward_ratio=2.0)
 def conv2d_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     w = op.inputs[1]
     groups = op.attr("groups", 1)
@@ -104,7 +105,7 @@ def conv2d_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 
 # ------------------------------------------------------------------------------ embedding
-@rule("embedding")
+@rule("embedding", saves=(0,))
 def embedding_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """idx split on its dims, weight split on the hidden dim (column-parallel), or on the vocab dim: each
     device looks up the rows it holds, zeros the rest (masked lookup), and the output is partial."""
@@ -124,17 +125,17 @@ def _norm(op: OpSpec, mesh: Mesh, cost: float) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, cost * numel(x))
 
 
-@rule("layer_norm")
+@rule("layer_norm", saves=(0, 1))
 def layer_norm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return _norm(op, mesh, 8.0)
 
 
-@rule("rms_norm")
+@rule("rms_norm", saves=(0, 1))
 def rms_norm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return _norm(op, mesh, 5.0)
 
 
-@rule("softmax", "log_softmax")
+@rule("softmax", "log_softmax", saves_output=True)
 def softmax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     x = op.inputs[0]
     xl = letters_for(len(x))
@@ -149,7 +150,8 @@ UNARY = {"gelu": 8.0, "relu": 1.0, "silu": 4.0, "tanh": 4.0, "exp": 1.0, "neg": 
 LINEAR_UNARY = {"neg"}
 
 
-@rule(*UNARY)
+@rule(*UNARY, saves={k: (0,) for k in ("gelu", "silu", "tanh", "sin", "cos")},
+      saves_output={k: True for k in ("relu", "exp", "tanh", "rsqrt", "sqrt", "sigmoid")}, follower=True)
 def unary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     xl = letters_for(len(op.inputs[0]))
     lin = op.kind in LINEAR_UNARY
@@ -157,7 +159,7 @@ def unary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, UNARY[op.kind] * numel(op.output))
 
 
-@rule("dropout")
+@rule("dropout", saves=(0,), follower=True)  # saves its mask: the input's size and dtype (local_ops)
 def dropout_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Elementwise and linear in x for a fixed mask; the runtime draws the global mask from `seed` and
     slices it, so every layout yields the single-process result."""
@@ -169,7 +171,7 @@ def dropout_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 BINARY_PASSTHROUGH = {"add": ("all", (0, 1)), "sub": ("all", (0, 1)), "mul": ("one", (0, 1)), "div": ("one", (0,))}
 
 
-@rule(*BINARY_PASSTHROUGH)
+@rule(*BINARY_PASSTHROUGH, saves={"mul": (0, 1), "div": (0, 1)})
 def binary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     ins, o, un = broadcast_equation(op.inputs, op.output)
     mode, lin = BINARY_PASSTHROUGH[op.kind]
@@ -196,7 +198,7 @@ def sum_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, float(numel(op.inputs[0])))
 
 
-@rule("amax")
+@rule("amax", saves=(0,), saves_output=True)
 def amax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     xl, ol, red = _reduce_equation(op)
     eq = Equation((xl,), ol, frozenset({xl[i] for i in red} | {c for c in ol if c.isupper()}))
@@ -204,7 +206,7 @@ def amax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 
 # ------------------------------------------------------------------------------ views
-@rule("transpose", "permute")
+@rule("transpose", "permute", alias=True)
 def permute_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     x = op.inputs[0]
     xl = letters_for(len(x))
@@ -254,7 +256,7 @@ def _major(dims: list[int], shape) -> int | None:
     return None
 
 
-@rule("view", "reshape", "flatten", "unflatten")
+@rule("view", "reshape", "flatten", "unflatten", alias=True)
 def reshape_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """A split survives a reshape when it is on the major (first non-1) dim of a group of input dims
     whose product equals that of a group of output dims, it lands on the group's major output dim, and
@@ -287,7 +289,7 @@ def reshape_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return out
 
 
-@rule("expand")
+@rule("expand", alias=True)
 def expand_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """x broadcast to the output shape: a dim x keeps passes its split through; a dim that grows from 1
     (or is new) may be split on the output with x whole there (each device expands to its local size).
@@ -310,7 +312,7 @@ def cat_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 0.0)
 
 
-@rule("split", "slice", "getitem")
+@rule("split", "slice", "getitem", alias=True)
 def slice_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """The cut dim whole. A piece of a value stored in blocks (`blocks`, `block_axes`: a fused projection
     split per head, planlang.model.head_blocks) may also keep the cut dim split over the block axes: each
@@ -352,7 +354,7 @@ def slice_bounds(op: OpSpec) -> tuple[int, int, int]:
 
 
 # ------------------------------------------------------------------------------ attention
-@rule("scaled_dot_product_attention")
+@rule("scaled_dot_product_attention", saves=(0, 1, 2), saves_output=True, backward_ratio=2.5)
 def sdpa_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Split batch and/or heads; or the query sequence (k, v replicated on it; causal masks offset by the
     chunk start). The head dim and the key sequence are never split."""
@@ -363,7 +365,7 @@ def sdpa_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 
 # ------------------------------------------------------------------------------ cross-entropy
-@rule("cross_entropy")
+@rule("cross_entropy", saves=(0, 1))
 def cross_entropy_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Split N: each device sums its rows' losses (divided by the global N for mean) -> partial loss.
     Split V (vocab-parallel): all-reduce(max) and all-reduce(sum) of per-row statistics over the vocab
