@@ -95,7 +95,7 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(ZOO))
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--out", default=None)
-    ap.add_argument("--by-category", action="store_true", help="also print rank 0's peak and the estimate by category")
+    ap.add_argument("--by-category", action="store_true", help="also print each rank's peak and estimate by category")
     args = ap.parse_args()
     lines = [f"zoo memory: estimate vs MemTracker on the planlang runtime (bench/zoo_memory.py), {WORLD} gloo "
              f"ranks, torch {torch.__version__}",
@@ -116,11 +116,16 @@ def main() -> None:
                 plan = complete(checked.plan)
                 estimates = estimate_plan(plan, program=measure_program)  # as `planlang estimate` does
                 measured = measure(path)
-                if args.by_category:
+                if args.by_category:  # each rank whose figures differ from the rank before it
                     mib = lambda b: f"{b / 2**20:.3f}"  # noqa: E731
-                    print("  measured:", {k: mib(v) for k, v in measured[0].items()})
-                    print("  estimate:", {k: mib(getattr(estimates[0], k)) for k in
-                                          ("parameters", "gradients", "optimizer", "buffers", "activations", "peak")})
+                    for r, peak in enumerate(measured):
+                        est = estimates[r * len(estimates) // WORLD]
+                        if r and peak == measured[r - 1] and est is estimates[(r - 1) * len(estimates) // WORLD]:
+                            continue
+                        print(f"  rank {r} measured:", {k: mib(v) for k, v in peak.items()})
+                        print(f"  rank {r} estimate:", {k: mib(getattr(est, k)) for k in
+                                                        ("parameters", "gradients", "optimizer", "buffers",
+                                                         "activations", "peak")})
                 for r, peak in enumerate(measured):
                     # a pipeline's estimate is per stage; rank r holds stage r // (ranks per stage) (pp first)
                     est = estimates[r * len(estimates) // WORLD].peak

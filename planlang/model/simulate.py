@@ -7,8 +7,9 @@ memory allocated (map-memory-aware-auto-parallel §4.1's meta execution, measure
 """
 from __future__ import annotations
 
+import functools
+
 import contextlib
-import warnings
 import weakref
 from dataclasses import dataclass, field, replace
 
@@ -153,8 +154,9 @@ def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
     return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of, accumulate))
 
 
-def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int], backward: bool = True) -> list:
-    """Forward and backward module hooks that keep `mode.owner` at the stage of the running module."""
+def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int]) -> list:
+    """Module forward hooks that keep `mode.owner` at the stage of the running module, and in backward at
+    the stage whose module output's gradient autograd is working on."""
     names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
     stack: list[object] = []
     handles = []
@@ -170,44 +172,45 @@ def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str,
         if s is not None:
             mode.owner = last[0] = s
 
-    def leave(mod, *_):
+    def leave(mod, args, out):
         prev = stack.pop() if stack else None
         mode.owner = prev if stack else last[0]
+        s = stage_of.get(names.get(id(mod), ""))
+        if s is not None:
+            # backward: a stage owns what is allocated from the backward of its module's output on, until
+            # another stage's module output is reached. A hook on the output's autograd node, not a module
+            # backward hook: those keep the module's output gradient alive until the module's whole
+            # backward ends, which the real stage does not (it overstated a stage's backward peak)
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                    t.grad_fn.register_prehook(functools.partial(_own, mode, last, s))
 
     for m in {id(m): m for m in module.modules()}.values():
         if m is module:
             continue
         handles += [m.register_forward_pre_hook(enter), m.register_forward_hook(leave)]
-        if backward:
-            handles += [m.register_full_backward_pre_hook(enter), m.register_full_backward_hook(leave)]
     return handles
+
+
+def _own(mode: "LiveBytes", last: list, stage: int, grad_outputs):
+    mode.owner = last[0] = stage
 
 
 def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, stage_of=None,
               accumulate: bool = False) -> StepMemory:
-    try:
-        return _simulate_once(module, inputs, loss, stage_of, backward_hooks=True, accumulate=accumulate)
-    except RuntimeError as err:
-        # models that modify a module's output in place cannot take backward hooks: attribute backward
-        # tensors to the stage that was running last instead
-        if not stage_of or "BackwardHookFunction" not in str(err):
-            raise
-        return _simulate_once(module, inputs, loss, stage_of, backward_hooks=False, accumulate=accumulate)
+    return _simulate_once(module, inputs, loss, stage_of, accumulate=accumulate)
 
 
-def _simulate_once(module, inputs, loss, stage_of, backward_hooks: bool, accumulate: bool = False) -> StepMemory:
+def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False) -> StepMemory:
     ignore = Existing([*module.parameters(), *module.buffers(), *inputs.values()])
     for p in module.parameters():
         p.grad = None
     mode = LiveBytes(ignore)
     args, kwargs = bind_inputs(module, inputs)
-    handles = _stage_hooks(module, mode, stage_of, backward_hooks) if stage_of else []
+    handles = _stage_hooks(module, mode, stage_of) if stage_of else []
     last_stage = max(stage_of.values()) if stage_of else None
     try:
-        with fused_attention(), warnings.catch_warnings():
-            # a module returning a ModelOutput (Hugging Face) gets no backward hook call; its backward is
-            # the enclosing stage's, and torch's warning about it is not the user's concern
-            warnings.filterwarnings("ignore", message="For backward hooks to be called")
+        with fused_attention():
             first = _run(module, args, kwargs, inputs, loss, mode, last_stage)
             if not accumulate:
                 return first
@@ -241,9 +244,7 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> S
         output = scalar.untyped_storage().nbytes()
         mode.reset_peak()
 
-        with mode, warnings.catch_warnings():
-            # with stage hooks, the first module sees no input that requires grad; that is expected
-            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        with mode:
             scalar.backward()
     del scalar
     if keep_output:
