@@ -3,6 +3,8 @@ and mesh shape.
 
 Run: .venv/bin/python bench/solve_time.py [--quick] [--time-limit S] [--gap G] [--out FILE]
      [--layers 4,8] [--meshes 2,2x4] [--stack-only]   (a subset: printed, written only with --out)
+     .venv/bin/python bench/solve_time.py --commands-only   (only the whole-command table, put in place of
+                                                              the one in bench/results/solve_time.txt)
 
 Cases (A100 80 GB devices from stdlib/hardware.plan, budget = the device's memory, AdamW, fp32):
 * a GPT-2-style stack (examples/gpt2, hidden 768, 12 heads, seq 1024, vocab 50257, batch 16, with its
@@ -15,7 +17,14 @@ Cases (A100 80 GB devices from stdlib/hardware.plan, budget = the device's memor
 * GPT-2 small (12 layers) on a 2x4 mesh, end to end as `planlang solve` runs it (plan -> model on meta
   -> loss targets -> op graph -> ILP build -> solve; target <= 10 s);
 * a GPT-3 2.6B shape (32 layers, hidden 2560, 32 heads, seq 2048, batch 16) on 16 devices, end to end
-  (target <= 60 s).
+  (target <= 60 s);
+* whole commands (issue #15): `planlang solve PLAN -o OUT --time-limit GOAL` as a child process, its CPU
+  seconds (user + system, resource.getrusage(RUSAGE_CHILDREN) around it) and wall seconds, whether the
+  search ran to its end or was cut by the limit (anytime: the best plan so far, with a warning), then
+  `planlang check OUT`, for examples/partial/gpt2_partial.plan (goal <= 10 s) and the GPT-3 2.6B and 6.7B
+  16-device partial plans of bench/plan_configs/partial (goals <= 60 s and <= 120 s). The limit is wall
+  time from the command's start; the goal is CPU time, so a cut run can still miss it (by the candidate
+  or ILP call in flight at the limit, and by the CPU beyond one core that torch's threads use).
 
 Columns: ops = op-graph nodes; nodes = ILP nodes (ops + parameters + inputs); classes = choices left
 after merging (block sharing, followers, forced nodes); vars / rows = LP columns / rows given to the
@@ -250,6 +259,88 @@ def end_to_end(case: str, plan_text: str, options, emit, target: float) -> Row:
     return row
 
 
+COMMANDS = (  # (case, plan, goal in CPU seconds)
+    ("gpt2_partial (GPT-2 small, 8 dev)", "examples/partial/gpt2_partial.plan", 10.0),
+    ("GPT-3 2.6B, 16 dev", "bench/plan_configs/partial/capture_gpt_3_2_6b_16dev.plan", 60.0),
+    ("GPT-3 6.7B, 16 dev", "bench/plan_configs/partial/capture_gpt_3_6_7b_16dev.plan", 120.0),
+)
+COMMANDS_TITLE = "whole `planlang solve` commands"
+COMMANDS_HEADER = (f"{'case':36} {'goal s':>6} {'solve cpu s':>11} {'wall s':>7} {'exit s':>6} {'priced':>6}  "
+                   f"{'search':8} {'check cpu s':>11}  check  goal")
+
+
+def _planlang() -> list[str]:
+    exe = Path(sys.executable).with_name("planlang")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "planlang.cli"]
+
+
+def _child(args: list[str]):
+    """Run a child process; (completed process, its CPU seconds, wall seconds, wall seconds from its
+    stderr line `wrote ...` to its exit, or None)."""
+    import resource
+    import subprocess
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t = time.perf_counter()
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    err, wrote = [], None
+    for line in proc.stderr:  # stdout is small (`-o` leaves it empty; check prints a line)
+        err.append(line)
+        if line.startswith("wrote "):
+            wrote = time.perf_counter()
+    stdout = proc.stdout.read()
+    proc.wait()
+    end = time.perf_counter()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    out = subprocess.CompletedProcess(args, proc.returncode, stdout, "".join(err))
+    return out, cpu, end - t, None if wrote is None else end - wrote
+
+
+def command_rows(say, cases=COMMANDS) -> list[str]:
+    """`planlang solve` then `planlang check` of what it wrote, each a child process (see the docstring)."""
+    import re
+    import tempfile
+
+    lines = []
+    for case, plan, goal in cases:
+        if not (ROOT / plan).exists():
+            say(f"{case:36} {goal:6.0f}  (no {plan})")
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            solved = str(Path(tmp) / "solved.plan")
+            out, cpu, wall, tail = _child(_planlang() + ["solve", plan, "-o", solved, "--time-limit", f"{goal:g}"])
+            exit_s = "-" if tail is None else f"{tail:.2f}"
+            m = re.search(r"\((\d+) candidate plans priced\)", out.stderr)
+            priced = m.group(1) if m else "-"
+            if out.returncode != 0:
+                last = (out.stderr.strip().splitlines() or ["?"])[-1]
+                line = (f"{case:36} {goal:6.0f} {cpu:11.2f} {wall:7.2f} {exit_s:>6} {priced:>6}  "
+                        f"{'failed':8} {'-':>11}  -      MISSED; exit {out.returncode}: {last[:200]}")
+            else:
+                search = "cut" if "warning: search cut by --time-limit" in out.stderr else "complete"
+                chk, ccpu, _, _ = _child(_planlang() + ["check", solved])
+                ok = cpu <= goal
+                line = (f"{case:36} {goal:6.0f} {cpu:11.2f} {wall:7.2f} {exit_s:>6} {priced:>6}  {search:8} "
+                        f"{ccpu:11.2f}  {'ok' if chk.returncode == 0 else 'FAIL':5}  "
+                        f"{('met' if search == 'complete' else 'met only as a cut search') if ok else 'MISSED'}")
+        say(line)
+        lines.append(line)
+    return lines
+
+
+def commands_table(say) -> None:
+    say("")
+    say(f"{COMMANDS_TITLE} (issue #15): CPU seconds of the whole process (user + system, RUSAGE_CHILDREN), "
+        "--time-limit = the goal (wall, from the command's start); search: complete, or cut by the limit "
+        "(the best plan so far written, with a warning); exit s: wall seconds from the `wrote OUT` line to the "
+        "process's exit (the summary printed, then the interpreter's teardown), past any limit; then "
+        f"`planlang check` of the plan written; {os.cpu_count()} cores, load average at start "
+        f"{os.getloadavg()[0]:.1f}")
+    say(COMMANDS_HEADER)
+    command_rows(say)
+
+
 def warm_up() -> None:
     """Trace and solve a 1-layer toy once: torch's lazily imported tracing machinery and highspy load
     here, not in the first row."""
@@ -274,7 +365,22 @@ def main(argv=None) -> None:
     ap.add_argument("--layers", default=None, help="stack depths, comma-separated (default 4,8,16,32,48)")
     ap.add_argument("--meshes", default=None, help="stack meshes, comma-separated (default 2,4,8,2x4,4x8,16)")
     ap.add_argument("--stack-only", action="store_true", help="only the stack rows (no BERT, no end-to-end)")
+    ap.add_argument("--commands-only", action="store_true",
+                    help="only the whole-command table; replaces that table in the results file, keeping the rest")
     args = ap.parse_args(argv)
+    if args.commands_only:
+        lines: list[str] = []
+
+        def put(line: str) -> None:
+            print(line, flush=True)
+            lines.append(line)
+
+        commands_table(put)
+        out = Path(args.out or ROOT / "bench" / "results" / "solve_time.txt")
+        kept = out.read_text().split("\n" + COMMANDS_TITLE)[0].rstrip("\n") if out.exists() else ""
+        out.write_text((kept + "\n" if kept else "") + "\n".join(lines) + "\n")
+        print(f"wrote {out}")
+        return
     layers = tuple(int(n) for n in args.layers.split(",")) if args.layers else (QUICK_LAYERS if args.quick else LAYERS)
     meshes = tuple(args.meshes.split(",")) if args.meshes else (QUICK_MESHES if args.quick else MESHES)
     partial = args.quick or args.layers or args.meshes or args.stack_only
@@ -309,6 +415,8 @@ def main(argv=None) -> None:
         end_to_end("gpt-2 small end to end", gpt_plan("2x4", 12, 768, 12, 1024, 16), options, emit, 10)
         end_to_end("gpt-3 2.6B end to end", gpt_plan("16", 32, 2560, 32, 2048, 16), options, emit, 60)
     say(f"whole run {time.perf_counter() - t0:.1f} s; load average at end {os.getloadavg()[0]:.1f}")
+    if not (args.quick or args.stack_only):
+        commands_table(say)
     out = args.out or (None if partial else str(ROOT / "bench" / "results" / "solve_time.txt"))
     if out:
         Path(out).write_text("\n".join(lines) + "\n")

@@ -612,7 +612,9 @@ def solve(
     plan: Path = typer.Argument(..., help="A plan with holes (`?`)."),
     output: str = typer.Option("-", "--output", "-o", help="Where to write the complete plan (- = stdout)."),
     objective: Objective = typer.Option(Objective.time, "--objective", help="What the solver minimises."),
-    time_limit: float = typer.Option(600.0, "--time-limit", help="Seconds for the search (checked between candidates)."),
+    time_limit: float = typer.Option(600.0, "--time-limit", help="Seconds for the whole command (checked between "
+                                     "candidates); when reached, the best plan found so far is written, with a "
+                                     "warning."),
 ) -> None:
     """Fill every hole of PLAN (fixed choices are constraints) and write a complete, formatted plan with
     the predicted memory and step time per device; `planlang check` accepts it. Without -o, stdout carries
@@ -638,7 +640,8 @@ def solve(
         say.t0 = t0  # elapsed from the command's start
         try:
             # candidates' communication: every collective the lowered plan issues, priced by the cost model
-            res = run_solve(str(plan), objective.value, say, comm_time=step_comm_seconds, time_limit=time_limit)
+            res = run_solve(str(plan), objective.value, say, comm_time=step_comm_seconds, time_limit=time_limit,
+                            started=t0)  # the limit bounds the whole command, model checks included
         except Infeasible as e:
             failure = (1, f"error[PL505]: {e}")
         except (SolveError, ModelLoadError) as e:
@@ -648,6 +651,9 @@ def solve(
     if failure is not None:
         sys.stderr.write(failure[1] + "\n")
         raise typer.Exit(failure[0])
+    if res.cut is not None:  # anytime: the best plan priced before the limit, and what was left
+        sys.stderr.write(f"warning: {res.cut}; writing the best plan found so far (raise --time-limit to search "
+                         "further)\n")
     if output == "-":
         sys.stdout.write(res.text)
     else:

@@ -22,11 +22,19 @@ A candidate's step time is the estimator's, or — when the caller passes `comm_
 runtime's per-step traffic, planlang.runtime.traffic, through this hook so the solve layer does not
 import the runtime) — the estimator's compute plus that communication. Deterministic: candidates are
 enumerated and ties broken in a fixed order.
+
+Anytime (`time_limit`): the search first prices a seed — the first mesh at the defaults, and when that
+is over budget the same mesh at its leanest — whatever the limit, so that it always holds a complete
+plan. A candidate is not started once the limit has passed or would pass while it is priced (the median
+of the last ones); the search then ends with the best plan priced so far, `Result.cut` and the header
+saying what was left unexplored (Infeasible says so too when nothing priced fits). An intra-op ILP call
+the limit cuts keeps HiGHS's incumbent: that spec set is priced once past the limit.
 """
 from __future__ import annotations
 
 import itertools
 import math
+import textwrap
 import time
 from dataclasses import dataclass, field
 from typing import Callable
@@ -52,9 +60,16 @@ class SolveError(ValueError):
 
 
 class Infeasible(SolveError):
-    def __init__(self, message: str, smallest_budget: int | None) -> None:
+    def __init__(self, message: str, smallest_budget: int | None, cut: str | None = None) -> None:
         super().__init__(message)
         self.smallest_budget = smallest_budget
+        self.cut = cut  # what the time limit left unexplored, when it cut the search
+
+
+class _Cut(BaseException):
+    """The search reached --time-limit. Internal: `_Search.run` ends the search there with the best plan
+    priced so far. A BaseException, so the `except Exception` around candidates that may fail does not
+    take it for one."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +104,7 @@ class Result:
     tried: list[Candidate]
     notes: list[str]
     summary: list[str] = field(default_factory=list)  # the header written into `text`, without its `# `
+    cut: str | None = None  # None when the search ran to the end, else what --time-limit left unexplored
 
 
 # ------------------------------------------------------------------------------ holes of a plan
@@ -230,9 +246,14 @@ REFINED = 4  # meshes stage 2 refines: the stage-1 ranking prices replicated spe
 class _Search:
     def __init__(self, path: str, objective: str, progress: Callable[[str], None] | Reporter,
                  comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
-                 time_limit: float | None = None) -> None:
-        self.deadline = None if time_limit is None else time.monotonic() + time_limit
+                 time_limit: float | None = None, started: float | None = None) -> None:
+        self.t0 = time.monotonic() if started is None else started
+        self.deadline = None if time_limit is None else self.t0 + time_limit
         self.time_limit = time_limit
+        self._seeding = False  # the anytime seed is priced whatever the time limit
+        self._overrun = 0  # candidates still priced past the deadline (a cut ILP's incumbent)
+        self._durations: list[float] = []  # seconds each priced candidate took (to stop before the limit)
+        self._where: dict = {"stage": 0}  # where the search is, for the cut's account of what it left
 
         self.path = path
         self.objective = objective
@@ -272,11 +293,11 @@ class _Search:
         # lazy: torch loads only when this runs
         from planlang.model.estimate import estimate_plan
 
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            raise SolveError(f"the search ran past --time-limit {self.time_limit:g} s; raise it or fix more choices")
         text = fill_holes(self.source, self.path, list(fills.values()))
         if text in self._priced:  # the same plan reached by another route: priced once
             return self._priced[text]
+        self.check_deadline(self._pricing_time())
+        started = time.monotonic()
         self._priced[text] = None
         res = check_text(text, self.path)
         if res.errors or res.plan is None:
@@ -297,8 +318,26 @@ class _Search:
         c = Candidate(choices, text, peak, max(steps), budget is None or peak <= budget, tuple(rows), steps)
         self.tried.append(c)
         self._priced[text] = c
+        self._durations.append(time.monotonic() - started)
         self.report.priced(c, self.best(self.tried))
         return c
+
+    def _pricing_time(self) -> float:
+        """What pricing one more candidate is expected to take: the median of the last five priced (the
+        first, which builds the model, aside once there are others)."""
+        last = sorted(self._durations[1:][-5:] or self._durations[:1])
+        return last[len(last) // 2] if last else 0.0
+
+    def check_deadline(self, need: float = 0.0) -> None:
+        """Raise _Cut once --time-limit has passed, or would pass in the `need` seconds the next step is
+        expected to take (not while the anytime seed is priced; a cut ILP's incumbent is priced once
+        past it)."""
+        if self.deadline is None or self._seeding or time.monotonic() + need <= self.deadline:
+            return
+        if self._overrun > 0:
+            self._overrun -= 1
+            return
+        raise _Cut()
 
     def step_time(self, plan: CompletePlan, rows) -> float:
         """The slowest device's step (see step_times)."""
@@ -723,39 +762,109 @@ class _Search:
             raise SolveError("no factorization of the device count splits the batch evenly over the data axes")
         self.progress(f"stage 1: {len(meshes)} mesh candidates (the first builds and simulates the model on meta)")
         self.report.plan_work(len(meshes) + min(REFINED, len(meshes)))
-        coarse = []
-        for i, assign in enumerate(meshes):
-            micro = self.micro_options(assign)[0] if self.holes.micro is not None else None
-            coarse.append(self.price_at(assign, micro, 0, {}, None))
-            self.report.advance(f"stage 1: mesh {i + 2} of {len(meshes)}" if i + 1 < len(meshes) else "")
-        ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
-        if not ranked:
-            raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
-        refined = ranked[:REFINED]
-        self.report.plan_work(len(meshes) + len(refined))
-        finals = []
-        for i, c in enumerate(refined):
-            assign = self._assign_of(c.choices)
-            mesh = ', '.join(f'{k}={v}' for k, v in assign.items()) or 'the mesh as written'
-            self.progress(f"stage 2: refining {mesh} (mesh {i + 1} of {len(refined)})")
-            finals.append(self.refine(assign))
-            self.report.advance()
-        best = self.best(finals + ranked)
+        self._where = {"stage": 1, "meshes": meshes, "done": 0}
+        finals: list[Candidate | None] = []
+        ranked: list[Candidate] = []
+        cut = None
+        try:
+            seeds = self.seed(meshes)
+            coarse = []
+            for i, assign in enumerate(meshes):
+                micro = self.micro_options(assign)[0] if self.holes.micro is not None else None
+                coarse.append(self.price_at(assign, micro, 0, {}, None))
+                self._where["done"] = i + 1
+                self.report.advance(f"stage 1: mesh {i + 2} of {len(meshes)}" if i + 1 < len(meshes) else "")
+            ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
+            if not ranked:
+                raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
+            refined = ranked[:REFINED]
+            self.report.plan_work(len(meshes) + len(refined))
+            self._where = {"stage": 2, "meshes": meshes, "refined": [self._assign_of(c.choices) for c in refined],
+                           "done": 0, "phase": ""}
+            for i, c in enumerate(refined):
+                assign = self._assign_of(c.choices)
+                mesh = _mesh_words(assign)
+                self.progress(f"stage 2: refining {mesh} (mesh {i + 1} of {len(refined)})")
+                finals.append(self.refine(assign))
+                self._where["done"] = i + 1
+                self.report.advance()
+            best = self.best(finals + ranked + seeds)
+        except _Cut:
+            cut = self.cut_account()
+            best = self.best(self.tried)  # every candidate priced is a complete plan that checks
+            if best is None:
+                raise SolveError(f"{cut}; no candidate plan was priced before it: raise --time-limit") from None
         # lazy: torch loads only when this runs
         from planlang.model.estimate import format_bytes
 
         if not best.fits:
             smallest = min(self.tried, key=lambda c: c.peak)
-            raise Infeasible(f"no plan fits the budget; the smallest peak found is {format_bytes(smallest.peak)} "
-                             f"per device ({smallest}); raise the budget to at least that or add devices",
-                             smallest.peak)
+            within = "" if cut is None else f" among the candidates priced before the cut ({cut})"
+            raise Infeasible(f"no plan fits the budget{within}; the smallest peak found is "
+                             f"{format_bytes(smallest.peak)} per device ({smallest}); raise the budget to at least "
+                             "that or add devices" + ("" if cut is None else ", or raise --time-limit"),
+                             smallest.peak, cut)
         header = [f"solved by `planlang solve --objective {self.objective}` ({len(self.tried)} candidate plans priced):"]
         steps = best.steps or tuple(r.step_time for r in best.rows)
         for r, step in zip(best.rows, steps):  # the step as the search priced it (with `comm_time`'s traffic)
             header.append(f"  {r.device}: peak {format_bytes(r.peak)} (parameters {format_bytes(r.parameters)}, "
                           f"activations {format_bytes(r.activations)}), step {step * 1e3:.2f} ms")
+        if cut is not None:
+            header += ["  " + line for line in textwrap.wrap(
+                f"INCOMPLETE SEARCH: {cut}; this is the best plan priced before the cut", 106)]
         text = fill_holes(self.source, self.path, list(self._fills_of(best).values()), header)
-        return Result(text, best, self.tried, self.notes, header)
+        return Result(text, best, self.tried, self.notes, header, cut)
+
+    def seed(self, meshes: list[dict]) -> list[Candidate | None]:
+        """Anytime: a complete plan before anything else, priced whatever the time limit. The first mesh
+        (in stage 1's order) that prices at the defaults; when that is over budget, the same mesh at its
+        leanest as well (the most microbatches, ZeRO 3 or the highest stage that checks, every repeated
+        block checkpointed), so that a cut search has a plan that fits when one is that easy to find."""
+        out: list[Candidate | None] = []
+        self._seeding = True
+        try:
+            for assign in meshes:
+                micros = self.micro_options(assign) if self.holes.micro is not None else [None]
+                first = self.price_at(assign, micros[0], 0, {}, None)
+                if first is None:
+                    continue
+                out.append(first)
+                if first.fits:
+                    break
+                ckpts = self.ckpt_options()[:1] if self.holes.checkpoint is not None else []
+                zeros = (3, 1, 0) if self.holes.zero is not None else (0,)
+                for zero in zeros:
+                    for ckpt in ckpts or [None]:
+                        lean = self.price_at(assign, micros[-1], zero, {}, ckpt)
+                        out.append(lean)
+                        if lean is not None:
+                            break
+                    if out[-1] is not None:
+                        break
+                break
+        finally:
+            self._seeding = False
+        return out
+
+    def cut_account(self) -> str:
+        """What the time limit left unexplored: candidates priced, meshes priced and refined, and the
+        choices not tried."""
+        w = self._where
+        meshes = w.get("meshes", [])
+        said = [f"search cut by --time-limit {self.time_limit:g} s (at {time.monotonic() - self.t0:.1f} s) "
+                f"after {len(self.tried)} candidate plans priced"]
+        if w["stage"] <= 1:
+            done = w.get("done", 0)
+            said.append(f"stage 1 tried {done} of {len(meshes)} meshes" + _not_tried(meshes[done:], "not tried"))
+            said.append(f"stage 2 (intra-op ILP specs, microbatches, stage partitions, ZeRO, checkpointing) "
+                        f"refined none of up to {min(REFINED, len(meshes))} meshes")
+        else:
+            refined, done = w["refined"], w["done"]
+            said.append(f"stage 1 tried all {len(meshes)} meshes")
+            now = f"; cut while refining {_mesh_words(refined[done])}" + (f" at {w['phase']}" if w.get("phase") else "")
+            said.append(f"stage 2 refined {done} of {len(refined)} meshes"
+                        + (now if done < len(refined) else "") + _not_tried(refined[done + 1:], "not refined"))
+        return "; ".join(said)
 
     def price_at(self, assign: dict, micro: int | None, zero: int, specs: dict[int, str], ckpt: str | None,
                  stages: str = "flops") -> Candidate | None:
@@ -773,8 +882,19 @@ class _Search:
     def refine(self, assign: dict) -> Candidate:
         """Stage 2 for one mesh (map §5.3): for each spec set of the budget sweep, the other holes in
         turn — microbatches, pipeline partition, ZeRO, then checkpointing when it does not fit."""
-        cands = [self.refine_specs(assign, specs) for specs in self.spec_sets(assign)]
+        self.at("the intra-op ILP's budget sweep")
+        sets = self.spec_sets(assign)
+        cands = []
+        for k, specs in enumerate(sets):
+            self.at(f"spec set {k + 1} of {len(sets)}")
+            cands.append(self.refine_specs(assign, specs))
         return self.best(cands)
+
+    def at(self, phase: str, within: bool = False) -> None:
+        """Where stage 2 is (`within` the current spec set), for the account of a cut search."""
+        if self._where.get("stage") == 2:
+            base = self._where["phase"].split(": ")[0] if within else ""
+            self._where["phase"] = f"{base}: {phase}" if base else phase
 
     def refine_specs(self, assign: dict, specs: dict[int, str]) -> Candidate | None:
         h = self.holes
@@ -783,6 +903,7 @@ class _Search:
             return self.price_at(assign, micro, zero, specs, ckpt, stages)
 
         micros = self.micro_options(assign) if h.micro is not None else [None]
+        self.at("microbatches", within=True)
         cur = None
         for m in micros[:3]:
             cur = self.best([cur, price(m, 0, None, "flops")])
@@ -792,6 +913,7 @@ class _Search:
         micro = int(ch["microbatches"]) if ch["microbatches"] != "-" else None
         stages = "flops"
         if h.stages is not None:
+            self.at("the pipeline partition", within=True)
             for method in self.STAGE_METHODS[1:]:
                 try:
                     cur = self.best([cur, price(micro, 0, None, method)])
@@ -800,6 +922,7 @@ class _Search:
             stages = dict(cur.choices)["stages"]
         zero = 0
         if h.zero is not None:
+            self.at("ZeRO", within=True)
             for z in (0, 1, 2, 3):
                 c = price(micro, z, None, stages)
                 if c is not None and self.objective != "memory" and c.fits:
@@ -808,9 +931,11 @@ class _Search:
                 cur = self.best([cur, c])
             zero = int(dict(cur.choices).get("zero", 0))
         if self.inner_keys:
+            self.at(", ".join(self.inner_keys), within=True)
             cur = self.vary(cur)
             assign = self._assign_of(cur.choices)
         if h.checkpoint is not None and not cur.fits:
+            self.at("checkpointing", within=True)
             cur = self.best([cur] + self.checkpointed(assign, micro, zero, specs, stages, cur))
         return cur
 
@@ -947,7 +1072,7 @@ class _Search:
             return SolveOptions()
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise SolveError("the search ran past --time-limit; raise it or fix more choices")
+            raise _Cut()
         return SolveOptions(time_limit=max(1.0, left))
 
     def _ilp_spec_sets(self, assign: dict, which: list[int]) -> list[dict[int, str]]:
@@ -958,14 +1083,26 @@ class _Search:
         def solve_ilp(instance, objective):
             try:
                 result = ilp_solve(instance, objective, self._ilp_options())
-            except SolveTimeout as e:
-                raise SolveError(f"the intra-op ILP found no sharding within --time-limit ({e}); raise the limit "
-                                 "or fix more specs") from e
-            if result.status != "optimal":
+            except SolveTimeout:  # bounded by the time left: the search's limit is reached
+                raise _Cut() from None
+            if result.status != "optimal":  # HiGHS's incumbent at the time limit: kept, priced, and said
+                self._overrun = 1
                 self.notes.append(f"intra-op ILP stopped at its time limit with a {result.status} solution "
                                   f"(objective {result.value:.4g}, bound {result.bound})")
+                self.progress(self.notes[-1])
             return result
 
+        def cut_short(found: list) -> None:
+            """The limit came in the middle of the sweep: the solutions found so far (an incumbent
+            among them) go on, and the first of them is priced past the limit."""
+            if not found:
+                raise _Cut()
+            self._overrun = 1
+            self.notes.append(f"intra-op ILP cut by --time-limit after {len(found)} solve(s); the first spec set "
+                              "found is priced past the limit")
+            self.progress(self.notes[-1])
+
+        self.check_deadline()  # tracing the op graph and building the problem take seconds on a large model
         problem, budget = self._ilp_problem(assign)
         if self.objective != "time":
             # memory: min-memory-redundancy-ilp's objective (memory redundancy + α · volume, eq. 4–8);
@@ -975,8 +1112,12 @@ class _Search:
             # which prices whole plans, decides
             out = []
             for objective in (self.objective, "time"):
-                sol = decode(problem, solve_ilp(problem.instance.with_budget(budget if objective != "time" else None),
-                                                objective))
+                try:
+                    sol = decode(problem, solve_ilp(problem.instance.with_budget(
+                        budget if objective != "time" else None), objective))
+                except _Cut:
+                    cut_short(out)
+                    break
                 specs = {k: self._spec_text(k, sol, assign) for k in which}
                 self.progress(f"intra-op ILP ({objective}, {len(problem.kinds)} nodes): "
                               + ", ".join(f"{self.holes.specs[k][0].target} : {v}" for k, v in specs.items()))
@@ -994,6 +1135,9 @@ class _Search:
                     sols.append((b, decode(problem, solve_ilp(problem.instance.with_budget(b), "time"))))
                 except InfeasibleBudget:
                     continue
+                except _Cut:
+                    cut_short([free] + sols)
+                    break
         sols.append((None, free))
         out: list[dict[int, str]] = []
         for b, sol in sols:
@@ -1066,6 +1210,18 @@ def _estimated_sync(plan: CompletePlan, row) -> float:
     return price(Collective.ALL_REDUCE, mesh, axes, p_bytes).seconds
 
 
+def _mesh_words(assign: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in assign.items()) or "the mesh as written"
+
+
+def _not_tried(assigns: list[dict], what: str, shown: int = 4) -> str:
+    if not assigns:
+        return ""
+    words = " | ".join(_mesh_words(a) for a in assigns[:shown])
+    more = f" and {len(assigns) - shown} more" if len(assigns) > shown else ""
+    return f" ({what}: {words}{more})"
+
+
 def _replicated_text(rank: int) -> str:
     return "[" + ", ".join("_" for _ in range(rank)) + "]"
 
@@ -1111,12 +1267,15 @@ def _choices(assign, micro, zero, specs, ckpt, stages="flops") -> tuple[tuple[st
 
 def solve(path: str, objective: str = "time", progress: Callable[[str], None] | Reporter = lambda s: None, *,
           comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
-          time_limit: float | None = None) -> Result:
+          time_limit: float | None = None, started: float | None = None) -> Result:
     """Fill every hole of the plan at `path` (see the module docstring). `comm_time(plan)`, when given,
     prices a candidate's per-step communication in seconds (the slowest device); `time_limit` bounds
-    each intra-op ILP call by the seconds left and stops the search between candidates. `progress` is a
-    callable given each message and priced candidate as a line, or a planlang.solve.progress.Reporter."""
+    each intra-op ILP call by the seconds left and stops the search between candidates: the result is
+    then the best plan priced so far (anytime), its `cut` and header say what was left unexplored, and
+    Infeasible says the search was cut. The limit counts from `started` (a time.monotonic() value; the
+    CLI passes its own start, so the limit bounds the whole command), else from the call. `progress` is
+    a callable given each message and priced candidate as a line, or a planlang.solve.progress.Reporter."""
     if objective not in OBJECTIVES:
         raise SolveError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    return _Search(path, objective, progress, comm_time, alpha, time_limit).run()
+    return _Search(path, objective, progress, comm_time, alpha, time_limit, started).run()
 
