@@ -37,7 +37,7 @@ from planlang.runtime.program_memory import measure as measure_program  # noqa: 
 from planlang.model.load import build_model, plan_loss  # noqa: E402
 from planlang.plan.checker import check_file  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
-from tests.zoo.plans import LAYOUTS, ZOO, plan_text  # noqa: E402
+from tests.zoo.plans import LAYOUTS, ZOO, plan_text  # noqa: E402  (also EXTRA_LAYOUTS: --layouts pp2dp2i)
 
 WORLD = 4
 

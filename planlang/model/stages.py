@@ -169,6 +169,7 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
         raise StageSplitError(f"torch.export cut the model into {pipe.num_stages} stages, not {len(stages)}",
                               "start each stage at a module the model calls at its top level or in a block list")
     modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
+    _pass_through(pipe.split_gm.graph, modules)
     for m in modules[:-1]:
         m.register_forward_hook(_contiguous_outputs)
     with torch.no_grad():
@@ -176,6 +177,65 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
     setattr(modules[-1], OUT_SPEC, tree_flatten(out)[1])
     setattr(modules[-1], OUT_FROM_LAST, _from_last_stage(pipe))
     return modules
+
+
+def _pass_through(top: fx.Graph, modules: list) -> None:
+    """Rewrite the stage graphs of torch.export's cut so that each stage receives everything it or a later
+    stage needs from before it, and returns what later stages need: torch.distributed.pipelining's tracer
+    lets stage j read a value stage i < j - 1 made (Llama's rotary embeddings and mask, made with the
+    embedding and read by every decoder layer), but a stage receives only what the stage before it sends.
+
+    `top` is the cut's graph over the stage modules (`submod_i` calls, `getitem`s of their tuple outputs).
+    Stage i's parameters keep their names: its own graph gets placeholders for the values it passes on
+    and returns them after its own outputs' values, in one order both sides agree on."""
+    calls = [n for n in top.nodes if n.op == "call_module"]
+    stage_of = {n: i for i, n in enumerate(calls)}
+
+    def producer(v: fx.Node) -> int:  # the stage that makes a value; -1 for a model input
+        if v in stage_of:
+            return stage_of[v]
+        if v.op == "call_function" and v.args and v.args[0] in stage_of:
+            return stage_of[v.args[0]]
+        return -1
+
+    users: dict[fx.Node, int] = {}  # value -> the last stage that reads it
+    for i, call in enumerate(calls):
+        for v in call.all_input_nodes:
+            users[v] = max(users.get(v, -1), i)
+    order = {v: k for k, v in enumerate(top.nodes)}
+    # the values stage i receives: made before it and read by it or a later stage
+    carry = [sorted((v for v, last in users.items() if producer(v) < i <= last), key=order.__getitem__)
+             for i in range(len(calls))]
+    for i, (call, gm) in enumerate(zip(calls, modules)):
+        g = gm.graph
+        old = [n for n in g.nodes if n.op == "placeholder"]
+        if i > 0 and len(old) != len(call.args):
+            raise StageSplitError(f"torch.export's stage {i} takes {len(old)} values for {len(call.args)} sent",
+                                  "report this model to planlang; cut the stages at other modules meanwhile")
+        mine = dict(zip(call.args, old))
+        new = {}
+        if i > 0:  # placeholders in `carry[i]`'s order: the stage's own, and those it only passes on
+            anchor = next(n for n in g.nodes if n.op != "placeholder")
+            for v in carry[i]:
+                if v in mine:
+                    ph = mine[v]
+                else:
+                    with g.inserting_before(anchor):
+                        ph = g.placeholder(f"carried_{v.name}")
+                anchor.prepend(ph)
+                new[v] = ph
+        if i < len(calls) - 1:
+            out = next(n for n in g.nodes if n.op == "output")
+            result = out.args[0]
+            sent = []
+            for v in carry[i + 1]:
+                if producer(v) == i:  # this stage's own output: the whole one, or an item of its tuple
+                    sent.append(result if v is call else result[v.args[1]])
+                else:
+                    sent.append(new[v])
+            out.args = (tuple(sent),)
+        g.lint()
+        gm.recompile()
 
 
 def _from_last_stage(pipe) -> tuple[bool, ...]:

@@ -73,7 +73,17 @@ shard fc.bias : [tp]
 shard output of fc : [_, tp]""",
 }
 
+# four stages of each decoder, for interleaved 1F1B over two pipeline ranks (two chunks each)
+STAGES4 = {
+    "llama": ("model.embed_tokens, model.rotary_emb", "model.layers[0]", "model.layers[1]", "model.norm, lm_head"),
+    "gpt2": ("transformer.wte, transformer.wpe, transformer.drop", "transformer.h[0]", "transformer.h[1]",
+             "transformer.ln_f, lm_head"),
+}
+STAGES4["qwen2"] = STAGES4["mistral"] = STAGES4["llama"]
+
 LAYOUTS = ("dp4", "dp2tp2", "zero3", "pp2dp2")
+# measured by bench/zoo_memory.py only: interleaved 1F1B, pp2 x dp2, two chunks per rank
+EXTRA_LAYOUTS = ("pp2dp2i",)
 BATCH_NORM = {"resnet"}  # models with BatchNorm
 
 
@@ -93,6 +103,10 @@ def plan_text(model: str, layout: str = "dp4") -> str:
         # help): the CNN's pipeline is GPipe over one microbatch, its BatchNorm synced over dp
         schedule = "gpipe microbatches 1" if model in BATCH_NORM else "1f1b microbatches 2"
         rest = f"pipeline over pp schedule {schedule} {{\n    stage {first}\n    stage {second}\n}}\n"
+    elif layout == "pp2dp2i":
+        mesh = "    pp = 2 over hardware.loopback\n    dp = 2 over hardware.loopback"
+        stages = "".join(f"    stage {s}\n" for s in STAGES4[model])
+        rest = f"pipeline over pp schedule interleaved chunks 2 microbatches 4 {{\n{stages}}}\n"
     return f"""{uses}
 model {model} = "{factory}"()
 input {inp}

@@ -116,6 +116,32 @@ def test_a_hugging_face_pipeline_is_cut_from_torch_export(tmp_path):
     assert torch.allclose(out.logits, model(ids).logits, atol=1e-6)
 
 
+def test_a_value_a_later_stage_reads_is_passed_through_the_stages_between(tmp_path):
+    """Llama's rotary embeddings and mask are made with the embedding (stage 0) and read by every decoder
+    layer (stages 1 and 2): torch.export's cut reads them from stage 0, but a pipeline stage receives only
+    what the stage before it sends, so stage 1 passes them on. The four stages compose to the model."""
+    import torch
+
+    from planlang.model.stages import OUT_SPEC, split_stages
+    from torch.utils._pytree import tree_unflatten
+
+    (tmp_path / "pp.plan").write_text(plan_text("llama", "pp2dp2i"))
+    res = check_with_model(str(tmp_path / "pp.plan"))
+    assert [d.code for d in res.diagnostics] == []
+    plan = complete(res.plan)
+    torch.manual_seed(0)
+    model = build_model(plan.model, plan.path, device="cpu")
+    stages = split_stages(model, plan)
+    assert len(stages) == 4
+    ids = torch.randint(0, 256, (1, 16))  # one microbatch: 8 / dp 2 / 4 microbatches
+    sent = (ids,)
+    for stage in stages:
+        out = stage(*sent)
+        sent = out if isinstance(out, tuple) else (out,)
+    out = tree_unflatten(list(sent), getattr(stages[-1], OUT_SPEC))
+    assert torch.allclose(out.logits, model(ids).logits, atol=1e-6)
+
+
 def test_a_pipeline_the_model_cannot_be_cut_into_is_refused_before_launch(tmp_path, monkeypatch):
     """When torch.export cannot cut the model either (here its tracer is made to fail), `check --model`
     (so every command that runs a plan) says so with PL467, naming both tracers' reasons, instead of an
