@@ -47,7 +47,7 @@ from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim, data_axes, data_degree
-from planlang.plan.schedule import in_flight
+from planlang.plan.schedule import activation_peaks, in_flight
 from planlang.plan.selection import covered_modules
 from planlang.plan.units import format_bytes
 
@@ -81,6 +81,11 @@ class DeviceEstimate:
     # where the peak was measured when it comes from the lowered program ("backward" or "optimizer
     # step"; planlang.runtime.program_memory); "" when the classes above compose it (see the docstring)
     measured_phase: str = ""
+    # the optimizer step's temporaries, which `transient` includes (the report's bars split the phases)
+    step_temporaries: int = 0
+    # a pipeline rank's model stages (several under an interleaved schedule) and each one's step time
+    stages: tuple[int, ...] = ()
+    stage_times: tuple[float, ...] = ()
 
     def __str__(self) -> str:
         return f"{self.device}: peak {format_bytes(self.peak)}"
@@ -88,7 +93,8 @@ class DeviceEstimate:
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("device", "parameters", "gradients", "optimizer", "buffers",
                                               "activations", "transient", "peak", "step_time",
-                                              "measured_phase")} | {"notes": list(self.notes)}
+                                              "measured_phase", "step_temporaries")} | {
+            "stages": list(self.stages), "notes": list(self.notes)}
 
 
 @dataclass
@@ -369,6 +375,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     stages = sorted(set(stage_of.values())) if stage_of else [None]
     counter = opt is not None and opt.name in STEP_COUNTER
     out = []
+    parts: list[_StagePart] = []
     for s in stages:
         # a parameter tied across stages has a copy on each (planlang.runtime.pipeline sums their gradients)
         mine = [p for p in params.values() if s is None or s in p.stages]
@@ -437,8 +444,64 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
         step = _step_time(plan, flops, p_bytes, efficiency)
         row = DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
-                             acts, transient + opt_tmp, peak, step, tuple(notes))
-        out.append(_from_program(row, plan, program) if program is not None else row)
+                             acts, transient + opt_tmp, peak, step, tuple(notes), step_temporaries=opt_tmp,
+                             stages=() if s is None else (s,), stage_times=() if s is None else (step,))
+        row = _from_program(row, plan, program) if program is not None else row
+        out.append(row)
+        if s is not None:
+            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), backward_phase - acts, learn, flat_copy, flops,
+                                    p_bytes))
+    if plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved":
+        return _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1, efficiency)
+    return out
+
+
+@dataclass(frozen=True)
+class _StagePart:
+    """What one model stage contributes to its pipeline rank's row (`_per_rank`)."""
+
+    row: DeviceEstimate
+    saved: int  # what one microbatch saves on the stage
+    backward_transient: int  # beyond its saved activations at its backward's peak (ZeRO's gathers included)
+    learn: list
+    flat_copy: int
+    flops: float
+    p_bytes: int
+
+
+def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: int, whole: bool,
+              efficiency: float) -> list[DeviceEstimate]:
+    """One row per pipeline rank of an interleaved schedule: rank r holds model stages r, r + p, ...
+    (planlang.plan.schedule), and a device's memory is that of all of them.
+
+    Parameters, gradients, optimizer state and buffers add up. Activations are the rank's peak over its
+    order of forwards and backwards, each forward keeping what one microbatch saves on that stage
+    (`activation_peaks`): not the sum of each stage's own peak. One backward runs at a time, beside the
+    gradients the rank's other stages hold from earlier microbatches (they accumulate in .grad). The
+    optimizer steps over all of the rank's parameters at once."""
+    pipe = plan.pipeline
+    assert pipe is not None
+    v = pipe.schedule.chunks
+    p = len(parts) // v
+    acts = activation_peaks("interleaved", p, pipe.microbatches, [x.saved for x in parts], v)
+    out = []
+    for r in range(p):
+        mine = parts[r::p]
+        rows = [x.row for x in mine]
+        grads = sum(x.gradients for x in rows)
+        kept = sum(x.parameters + x.optimizer + x.buffers for x in rows)
+        transient = max(x.backward_transient + grads - x.row.gradients for x in mine)
+        opt_tmp = _optimizer_temporaries(plan, [q for x in mine for q in x.learn], states, shards, whole=whole,
+                                         gradient_copy=sum(x.flat_copy for x in mine))
+        peak = kept + max(acts[r] + transient, grads + opt_tmp)
+        step = _step_time(plan, sum(x.flops for x in mine), sum(x.p_bytes for x in mine), efficiency)
+        notes = tuple(dict.fromkeys(n for x in rows for n in x.notes))
+        stages = tuple(s for x in rows for s in x.stages)
+        out.append(DeviceEstimate(f"rank {r} (stages {', '.join(map(str, stages))})",
+                                  sum(x.parameters for x in rows), grads, sum(x.optimizer for x in rows),
+                                  sum(x.buffers for x in rows), acts[r], transient + opt_tmp, peak, step, notes,
+                                  step_temporaries=opt_tmp, stages=stages,
+                                  stage_times=tuple(t for x in rows for t in x.stage_times)))
     return out
 
 

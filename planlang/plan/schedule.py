@@ -1,18 +1,115 @@
-"""Microbatches in flight, defined once: how many microbatches' activations a pipeline stage holds at
-its peak under a schedule, for the estimator and the stage partitioners of the solver."""
+"""Pipeline schedules, defined once: the order of forwards and backwards each pipeline rank runs, how many
+microbatches' activations a stage holds at its peak, and the activation peak of each pipeline rank, for
+the estimator, the report's schedule simulation and the stage partitioners of the solver.
+
+The orders per rank (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM", §2.2), with p ranks, m microbatches and v chunks per rank:
+
+    gpipe        all m forwards, then all m backwards
+    1f1b         min(p - r - 1, m) warm-up forwards, then one forward / one backward, then the remaining
+                 backwards (PipeDream-Flush)
+    interleaved  1F1B over v chunks per rank (§2.2.2): forwards go through the chunks in groups of p
+                 microbatches (chunk 0 for microbatches 0..p-1, chunk 1 for the same, ..., then the next
+                 group), backwards through the chunks in reverse; (p - r - 1)·2 + (v - 1)·p warm-up
+                 forwards. Model stage s is chunk s // p of rank s mod p. This is the order of
+                 torch.distributed.pipelining's ScheduleInterleaved1F1B.
+"""
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
 
 from .types import SCHEDULES
 
 
+class ScheduleError(ValueError):
+    """A schedule that cannot be run (bad sizes, or an order that would deadlock)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operation a rank must run: a forward ("F") or backward ("B") of a model stage for a microbatch."""
+
+    kind: str
+    stage: int
+    microbatch: int
+
+    def __str__(self) -> str:
+        return f"{self.kind}{self.microbatch}@{self.stage}"
+
+
+def rank_orders(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> list[list[Step]]:
+    """The sequence of operations each rank runs under `kind` (module docstring)."""
+    p, m = ranks, microbatches
+    if kind not in SCHEDULES:
+        raise ScheduleError(f"unknown schedule `{kind}`; expected one of {', '.join(SCHEDULES)}")
+    if p < 1 or m < 1:
+        raise ScheduleError(f"need at least one rank and one microbatch (got p={p}, m={m})")
+    if kind == "gpipe":
+        return [[Step("F", r, j) for j in range(m)] + [Step("B", r, j) for j in range(m)] for r in range(p)]
+    if kind == "1f1b":
+        orders = []
+        for r in range(p):
+            warm = min(p - r - 1, m)
+            seq = [Step("F", r, j) for j in range(warm)]
+            for k in range(m - warm):
+                seq += [Step("F", r, warm + k), Step("B", r, k)]
+            seq += [Step("B", r, j) for j in range(m - warm, m)]
+            orders.append(seq)
+        return orders
+    v = chunks
+    if v < 1:
+        raise ScheduleError(f"interleaved needs at least one chunk per rank (got {v})")
+    if m % p:
+        raise ScheduleError(f"interleaved needs microbatches ({m}) to be a multiple of the pipeline ranks ({p})")
+    total = m * v
+
+    def step(kind_: str, r: int, k: int) -> Step:
+        # the k-th forward (backward) of rank r: groups of p microbatches go through the chunks in turn
+        chunk = (k % (p * v)) // p
+        if kind_ == "B":
+            chunk = v - 1 - chunk
+        micro = (k // (p * v)) * p + k % p
+        return Step(kind_, chunk * p + r, micro)
+
+    orders = []
+    for r in range(p):
+        warm = min((p - r - 1) * 2 + (v - 1) * p, total)
+        seq = [step("F", r, k) for k in range(warm)]
+        for k in range(total - warm):
+            seq += [step("F", r, warm + k), step("B", r, k)]
+        seq += [step("B", r, k) for k in range(total - warm, total)]
+        orders.append(seq)
+    return orders
+
+
+def activation_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequence[int],
+                     chunks: int = 1) -> list[int]:
+    """Per pipeline rank, the most activation bytes it holds at once: its order replayed, each forward of
+    model stage s keeping `stage_bytes[s]` (what one microbatch saves there) until that microbatch's
+    backward of s. `stage_bytes` has one entry per model stage (p·v for interleaved)."""
+    v = chunks if kind == "interleaved" else 1
+    if len(stage_bytes) != ranks * v:
+        raise ScheduleError(f"{len(stage_bytes)} stage sizes for {ranks} ranks of {v} chunks")
+    peaks = []
+    for order in rank_orders(kind, ranks, microbatches, v):
+        held = peak = 0
+        for st in order:
+            held += stage_bytes[st.stage] if st.kind == "F" else -stage_bytes[st.stage]
+            peak = max(peak, held)
+        peaks.append(peak)
+    return peaks
+
+
 def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chunks: int = 1, extra: int = 0) -> int:
-    """Microbatches whose activations stage `stage` (0-based) of `stages` holds at once.
+    """Microbatches whose activations model stage `stage` (0-based) of `stages` holds at once.
 
     GPipe runs every forward before any backward: all m. 1F1B (PipeDream-Flush, Narayanan et al. 2021,
     §2.2) warms stage i up with p − i forwards before its first backward and then alternates: min(p − i,
-    m). Interleaved 1F1B with v `chunks` per rank (§2.2.1) warms up further: min(p + (p − 1 − i) // v, m).
-    `extra` adds microbatches at the peak (torch.distributed.pipelining's Schedule1F1B runs the next
-    forward before the backward that frees one)."""
+    m). Interleaved 1F1B (`stages` = p·v model stages, v `chunks` per rank): the most microbatches of this
+    stage held at once in its rank's order. A rank's peak is over all of its chunks together
+    (`activation_peaks`), not the sum of each chunk's. `extra` adds microbatches at the peak
+    (torch.distributed.pipelining's Schedule1F1B runs the next forward before the backward that frees one)."""
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule {schedule!r}: choose one of {', '.join(SCHEDULES)}")
     if not 0 <= stage < stages or microbatches < 1:
@@ -20,5 +117,10 @@ def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chun
     if schedule == "gpipe":
         return microbatches
     if schedule == "interleaved":
-        return min(stages + (stages - 1 - stage) // max(1, chunks) + extra, microbatches)
+        v = max(1, chunks)
+        if stages % v:
+            raise ValueError(f"{stages} stages cannot be split into {v} chunks per rank")
+        one = [1 if s == stage else 0 for s in range(stages)]
+        return min(activation_peaks(schedule, stages // v, microbatches, one, v)[stage % (stages // v)] + extra,
+                   microbatches)
     return min(stages - stage + extra, microbatches)

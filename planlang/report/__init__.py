@@ -82,14 +82,12 @@ def _write_into(data: ReportData, out_dir: str, fmts: tuple[str, ...]) -> list[P
 
 
 def _bar_labels(data: ReportData) -> list[str]:
-    """x labels of the memory bars: the estimator's device class, with its rank when ranks hold several
-    stages, and the device count when one class stands for every device."""
-    plan, sim = data.plan, data.schedule
-    if sim is not None and sim.chunks > 1:
-        return [f"{b.device}\n(rank {i % sim.ranks})" for i, b in enumerate(data.bars)]
+    """x labels of the memory bars: the estimator's device class (a pipeline rank, with the stages it
+    holds, under an interleaved schedule), and the device count when one class stands for every device."""
+    plan = data.plan
     if len(data.bars) == 1 and data.bars[0].device == "all devices" and plan.mesh is not None and plan.mesh.size:
         return [f"each of the {plan.mesh.size} devices"]
-    return [b.device for b in data.bars]
+    return [b.device.replace(" (", "\n(") for b in data.bars]
 
 
 def _write(data: ReportData, out: Path, fmts: tuple[str, ...]) -> list[Path]:

@@ -97,42 +97,13 @@ def _checked_plan(path: str):
         raise ReportError(f"{path} has {len(err.holes)} holes (`?`); solve it first (`planlang solve {path}`)") from err
 
 
-def estimate_with_optimizer_temporaries(plan: CompletePlan, facts=None) -> tuple[list, list[int]]:
-    """`estimate_plan(plan)` and, per device class, the optimizer step's temporaries that its `transient`
-    includes: the estimator sums them with the backward transient, and the memory bar must know which
-    phase (backward or optimizer step) holds the peak. Read by wrapping the estimator's own function for
-    the duration of the call, so the split is the estimator's, not a second model of it."""
-    # lazy: torch loads only when this runs
-    from planlang.model import estimate as E
-    from planlang.runtime.program_memory import measure
-
-    recorded: list[int] = []
-    original = E._optimizer_temporaries
-
-    def recording(*args, **kwargs):
-        n = original(*args, **kwargs)
-        recorded.append(n)
-        return n
-
-    E._optimizer_temporaries = recording
-    try:
-        rows = E.estimate_plan(plan, facts=facts, program=measure)
-    finally:
-        E._optimizer_temporaries = original
-    if len(recorded) != len(rows):
-        raise ValueError(f"expected one optimizer-temporaries figure per device class ({len(rows)}), "
-                         f"recorded {len(recorded)}: planlang.model.estimate changed")
-    return rows, recorded
-
-
-def stage_times(microbatches: int, rows) -> StageTimes:
+def stage_times(microbatches: int, steps: list[float]) -> StageTimes:
     """Per-microbatch forward/backward time of each stage from the estimator's per-stage compute time
-    (its step time covers all microbatches), split FORWARD_SHARE : rest; equal times when the estimate
+    (`steps`, each covering all microbatches), split FORWARD_SHARE : rest; equal times when the estimate
     has no usable time."""
     m = microbatches
-    steps = [r.step_time for r in rows]
     measured = all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in steps)
-    per_micro = [t / m for t in steps] if measured else [1 / FORWARD_SHARE] * len(rows)
+    per_micro = [t / m for t in steps] if measured else [1 / FORWARD_SHARE] * len(steps)
     return StageTimes(tuple(t * FORWARD_SHARE for t in per_micro),
                       tuple(t * (1 - FORWARD_SHARE) for t in per_micro), measured)
 
@@ -143,10 +114,11 @@ def _schedule(plan: CompletePlan, rows) -> tuple[SimulatedSchedule | None, Stage
         return None, None, "The plan has no pipeline, so there is no schedule to draw."
     kind = p.schedule.kind
     chunks = p.schedule.chunks if kind == "interleaved" else 1
-    if len(rows) != len(p.stages) or not all(
-            r.device == f"stage {i}" for i, r in enumerate(rows)):
+    # each model stage's step time, from the rows of the pipeline ranks holding it
+    per_stage = {s: t for r in rows for s, t in zip(r.stages, r.stage_times)}
+    if sorted(per_stage) != list(range(len(p.stages))):
         return None, None, "The estimate has no per-stage figures, so the schedule cannot be simulated."
-    times = stage_times(p.microbatches, rows)
+    times = stage_times(p.microbatches, [per_stage[s] for s in range(len(p.stages))])
     try:
         sim = simulate(kind, list(times.forward), list(times.backward), p.microbatches, chunks)
     except ScheduleError as err:
@@ -159,13 +131,15 @@ def build_report_data(path: str) -> ReportData:
     resolution, plan = _checked_plan(path)
     # lazy: torch loads only when this runs
     from planlang.model.checks import model_facts_for, validate
+    from planlang.model.estimate import estimate_plan
     from planlang.model.load import ModelLoadError
+    from planlang.runtime.program_memory import measure
 
     facts, load_diags = model_facts_for(plan)
     if load_diags or facts is None:
         raise ReportError(f"the model of {path} cannot be loaded", _render(load_diags, resolution.sources))
     try:
-        rows, temporaries = estimate_with_optimizer_temporaries(plan, facts)
+        rows = estimate_plan(plan, facts=facts, program=measure)
     except ModelLoadError as err:
         raise ReportError(f"the model of {path} cannot be loaded: {err.message}\n  help: {err.help}") from err
     except Exception as err:  # the model's own code failed on the plan's local shapes: the user's to fix
@@ -177,6 +151,6 @@ def build_report_data(path: str) -> ReportData:
     if blocking:
         raise ReportError(f"{path} has errors; fix them first (`planlang check --model {path}`)",
                           _render(blocking, checked.sources))
-    bars = tuple(memory_bar(r, t) for r, t in zip(rows, temporaries))
+    bars = tuple(memory_bar(r, r.step_temporaries) for r in rows)
     sim, times, note = _schedule(plan, rows)
     return ReportData(plan, tuple(rows), bars, sim, times, tuple(checked.diagnostics), note, dict(checked.sources))

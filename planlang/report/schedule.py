@@ -8,15 +8,7 @@ when the rank is free and its input has arrived:
 
 with `s` a model stage and `j` a microbatch. Stage `s` runs on rank `s mod p` (with `v` chunks per rank,
 model stage `s` is chunk `s // p` of its rank, as planlang's interleaved schedule places it). The
-sequences per rank (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
-Clusters Using Megatron-LM", §2.2):
-
-    gpipe        all m forwards, then all m backwards
-    1f1b         min(p - r - 1, m) warm-up forwards, then one forward / one backward, then the remaining
-                 backwards (PipeDream-Flush)
-    interleaved  1F1B over v chunks per rank: forwards go through the chunks in groups of p microbatches
-                 (chunk 0 for microbatches 0..p-1, chunk 1 for the same, ..., then the next group),
-                 backwards through the chunks in reverse; (p - r - 1)·2 + (v - 1)·p warm-up forwards
+sequences per rank are planlang.plan.schedule.rank_orders.
 
 Communication between stages is taken as free. For equal stage times the idle share of the step (the
 bubble) is (p - 1) / (m + p - 1) for gpipe and 1f1b, and (p - 1) / (v·m + p - 1) for interleaved when
@@ -27,23 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-SCHEDULE_KINDS = ("gpipe", "1f1b", "interleaved")
-
-
-class ScheduleError(ValueError):
-    """A schedule that cannot be simulated (bad sizes, or an order that would deadlock)."""
-
-
-@dataclass(frozen=True)
-class Step:
-    """One operation a rank must run: a forward ("F") or backward ("B") of a model stage for a microbatch."""
-
-    kind: str
-    stage: int
-    microbatch: int
-
-    def __str__(self) -> str:
-        return f"{self.kind}{self.microbatch}@{self.stage}"
+from planlang.plan.schedule import ScheduleError, Step, rank_orders  # noqa: F401 - part of this module's API
 
 
 @dataclass(frozen=True)
@@ -93,51 +69,6 @@ def closed_form_bubble(kind: str, ranks: int, microbatches: int, chunks: int = 1
     with v = 1 for gpipe and 1f1b."""
     v = chunks if kind == "interleaved" else 1
     return (ranks - 1) / (v * microbatches + ranks - 1)
-
-
-def rank_orders(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> list[list[Step]]:
-    """The sequence of operations each rank runs under `kind`."""
-    p, m = ranks, microbatches
-    if kind not in SCHEDULE_KINDS:
-        raise ScheduleError(f"unknown schedule `{kind}`; expected one of {', '.join(SCHEDULE_KINDS)}")
-    if p < 1 or m < 1:
-        raise ScheduleError(f"need at least one rank and one microbatch (got p={p}, m={m})")
-    if kind == "gpipe":
-        return [[Step("F", r, j) for j in range(m)] + [Step("B", r, j) for j in range(m)] for r in range(p)]
-    if kind == "1f1b":
-        orders = []
-        for r in range(p):
-            warm = min(p - r - 1, m)
-            seq = [Step("F", r, j) for j in range(warm)]
-            for k in range(m - warm):
-                seq += [Step("F", r, warm + k), Step("B", r, k)]
-            seq += [Step("B", r, j) for j in range(m - warm, m)]
-            orders.append(seq)
-        return orders
-    v = chunks
-    if v < 1:
-        raise ScheduleError(f"interleaved needs at least one chunk per rank (got {v})")
-    if m % p:
-        raise ScheduleError(f"interleaved needs microbatches ({m}) to be a multiple of the pipeline ranks ({p})")
-    total = m * v
-
-    def step(kind_: str, r: int, k: int) -> Step:
-        # the k-th forward (backward) of rank r: groups of p microbatches go through the chunks in turn
-        chunk = (k % (p * v)) // p
-        if kind_ == "B":
-            chunk = v - 1 - chunk
-        micro = (k // (p * v)) * p + k % p
-        return Step(kind_, chunk * p + r, micro)
-
-    orders = []
-    for r in range(p):
-        warm = min((p - r - 1) * 2 + (v - 1) * p, total)
-        seq = [step("F", r, k) for k in range(warm)]
-        for k in range(total - warm):
-            seq += [step("F", r, warm + k), step("B", r, k)]
-        seq += [step("B", r, k) for k in range(total - warm, total)]
-        orders.append(seq)
-    return orders
 
 
 def simulate(kind: str, forward: list[float], backward: list[float], microbatches: int,

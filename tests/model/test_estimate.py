@@ -180,3 +180,48 @@ def _ref(name: str):
     from torch.distributed._tools.mem_tracker import _MemRefType
 
     return next(r for r in _MemRefType if r.value == name)
+
+
+def _pipeline_plan(ranks: int, schedule: str) -> str:
+    text = PLAN.format(ref="tests.model.tinynet:build", kw="hidden = 64, layers = 4",
+                       inp="idx : i64[batch = 8, seq = 32]", extra="")
+    text = text.replace("{ dp = 1 over hardware.loopback }", "{ pp = %d over hardware.loopback }" % ranks)
+    text = text.replace("of 1 x", f"of {ranks} x")
+    return text + f"""pipeline over pp schedule {schedule} microbatches 4 {{
+    stage emb, h[0]
+    stage h[1]
+    stage h[2]
+    stage h[3], head
+}}
+"""
+
+
+def test_an_interleaved_schedule_is_estimated_per_pipeline_rank():
+    """Interleaved 1F1B over 2 ranks with 2 chunks each: one row per rank, holding stages r and r + 2.
+    Its kept classes are those of its two stages (priced alone by the 1F1B plan of the same four stages on
+    4 ranks), and its activations are its peak over both chunks in its order of forwards and backwards -
+    what each stage saves per microbatch, replayed by planlang.plan.schedule.activation_peaks."""
+    from planlang.plan.complete import complete
+    from planlang.plan.schedule import activation_peaks, in_flight
+
+    def rows(ranks, schedule):
+        res = check_text(_pipeline_plan(ranks, schedule), "pp.plan")
+        assert not res.errors, [str(d) for d in res.diagnostics]
+        return estimate_plan(complete(res.plan))
+
+    four = rows(4, "1f1b")
+    two = rows(2, "interleaved chunks 2")
+    assert [r.stages for r in two] == [(0, 2), (1, 3)]
+    assert [r.device for r in two] == ["rank 0 (stages 0, 2)", "rank 1 (stages 1, 3)"]
+    saved = [r.activations // in_flight("1f1b", 4, s, 4) for s, r in enumerate(four)]
+    assert all(s > 0 for s in saved)
+    peaks = activation_peaks("interleaved", 2, 4, saved, chunks=2)
+    for r, row in enumerate(two):
+        mine = [four[r], four[r + 2]]
+        for k in ("parameters", "gradients", "optimizer", "buffers"):
+            assert getattr(row, k) == sum(getattr(x, k) for x in mine), k
+        assert row.activations == peaks[r]
+        assert row.stage_times == tuple(x.step_time for x in mine)
+        # one device holds both chunks: more than either stage alone, and the rank's peak is never the
+        # sum of its chunks' own peaks (their warm-ups overlap in time, not in full)
+        assert row.peak > max(x.peak for x in mine)

@@ -1,7 +1,7 @@
 """planlang.plan.schedule.in_flight against a simulation of each stage's order of forwards and backwards."""
 import pytest
 
-from planlang.plan.schedule import in_flight
+from planlang.plan.schedule import ScheduleError, activation_peaks, in_flight
 
 
 def simulate(schedule: str, stages: int, stage: int, m: int) -> int:
@@ -32,11 +32,30 @@ def test_in_flight_equals_the_simulated_peak(schedule):
                 assert in_flight(schedule, stages, stage, m) == simulate(schedule, stages, stage, m)
 
 
-def test_interleaved_warms_up_further_and_bad_input_is_refused():
-    # 4 ranks' stages with 2 chunks each: stage 0 holds p + (p - 1) // v = 4 + 1 microbatches
-    assert in_flight("interleaved", 4, 0, 8, chunks=2) == 5 and in_flight("interleaved", 4, 3, 8, chunks=2) == 4
+def test_interleaved_counts_each_model_stage_in_its_ranks_order_and_bad_input_is_refused():
+    # 2 ranks x 2 chunks (model stages 0..3, stage s on rank s % 2), 4 microbatches: rank 0 warms up
+    # with (2 - 0 - 1)·2 + (2 - 1)·2 = 4 forwards (F0@0 F1@0 F0@2 F1@2), then F2@0 B0@2 F3@0 before
+    # stage 0's first backward B0@0: stage 0 holds all 4 microbatches, stage 2 at most 2
+    assert in_flight("interleaved", 4, 0, 4, chunks=2) == 4
+    assert in_flight("interleaved", 4, 2, 4, chunks=2) == 2
     assert in_flight("1f1b", 4, 0, 8, extra=1) == 5
     with pytest.raises(ValueError, match="choose one of"):
         in_flight("zb", 2, 0, 4)
     with pytest.raises(ValueError, match="out of range"):
         in_flight("1f1b", 2, 2, 4)
+
+
+def test_a_ranks_activation_peak_is_over_all_of_its_chunks():
+    # equal chunks: rank r of p holds (p - r - 1)·2 + (v - 1)·p + 1 chunk-microbatches at its peak
+    # (Narayanan et al. 2021 §2.2.2), capped at v·m
+    for p, v, m in [(2, 2, 4), (4, 2, 8), (4, 3, 8), (2, 4, 2)]:
+        peaks = activation_peaks("interleaved", p, m, [1] * (p * v), chunks=v)
+        assert peaks == [min((p - r - 1) * 2 + (v - 1) * p + 1, v * m) for r in range(p)]
+    # unequal chunks are weighed: rank 0's peak is at F3@0 (4 microbatches of stage 0 beside 1 of stage 2),
+    # not at the end of its warm-up (3 of stage 0 and 2 of stage 2)
+    assert activation_peaks("interleaved", 2, 4, [10, 0, 1, 0], chunks=2)[0] == 4 * 10 + 1 * 1
+    # 1f1b and gpipe: stage i's peak is in_flight · its bytes
+    for kind in ("1f1b", "gpipe"):
+        assert activation_peaks(kind, 4, 6, [5, 5, 5, 5]) == [5 * in_flight(kind, 4, i, 6) for i in range(4)]
+    with pytest.raises(ScheduleError, match="stage sizes"):
+        activation_peaks("interleaved", 2, 4, [1, 1], chunks=2)
