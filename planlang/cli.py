@@ -627,7 +627,7 @@ def solve(
     say.line(f"checking {plan} with its model (builds it on meta)")  # before torch loads: a few seconds
     # lazy: torch loads only when this runs
     from planlang.model.load import ModelLoadError
-    from planlang.solve.driver import Infeasible, SolveError, solve as run_solve
+    from planlang.solve.driver import INFEASIBLE, SEARCH_CUT, Infeasible, SolveError, solve as run_solve
 
     _validated_plan(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
 
@@ -643,7 +643,7 @@ def solve(
             res = run_solve(str(plan), objective.value, say, comm_time=step_comm_seconds, time_limit=time_limit,
                             started=t0)  # the limit bounds the whole command, model checks included
         except Infeasible as e:
-            failure = (1, f"error[PL505]: {e}")
+            failure = (1, f"error[{INFEASIBLE}]: {e}")
         except (SolveError, ModelLoadError) as e:
             failure = (2, f"planlang: error: {getattr(e, 'message', None) or str(e)}")
         finally:
@@ -652,8 +652,8 @@ def solve(
         sys.stderr.write(failure[1] + "\n")
         raise typer.Exit(failure[0])
     if res.cut is not None:  # anytime: the best plan priced before the limit, and what was left
-        sys.stderr.write(f"warning: {res.cut}; writing the best plan found so far (raise --time-limit to search "
-                         "further)\n")
+        sys.stderr.write(f"warning[{SEARCH_CUT}]: {res.cut}; writing the best plan found so far (raise --time-limit to "
+                         "search further)\n")
     if output == "-":
         sys.stdout.write(res.text)
     else:

@@ -353,7 +353,12 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
      "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"
      "the plan's budget. The message gives the breakdown; shard more (tp, ZeRO), checkpoint, or use more\n"
-     "microbatches or pipeline stages."),
+     "microbatches or pipeline stages. `planlang solve` reports it when no candidate it priced fits, with\n"
+     "the smallest peak it saw: raise the budget to that, or open more holes."),
+    ("PL561", "search-cut", W, "the solver's search stopped at its time limit",
+     "`planlang solve --time-limit S` returns the best complete plan it priced before the limit, and says\n"
+     "how many candidates and meshes it priced and where it stopped. A longer search may find a faster or\n"
+     "leaner plan: raise `--time-limit`, or fill more holes so that there is less to search."),
 ]
 
 CODES: dict[str, Code] = {c: Code(c, n, s, t, x) for c, n, s, t, x in _ENTRIES}

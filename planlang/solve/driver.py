@@ -59,6 +59,12 @@ class SolveError(ValueError):
     """The plan cannot be solved (message names the cause and the fix)."""
 
 
+# the codes `planlang solve` reports: no candidate fits the budget (the checker's over-budget code), and
+# a search --time-limit stopped (the plan written is the best priced before it)
+INFEASIBLE = "PL560"
+SEARCH_CUT = "PL561"
+
+
 class Infeasible(SolveError):
     def __init__(self, message: str, smallest_budget: int | None, cut: str | None = None) -> None:
         super().__init__(message)

@@ -1,6 +1,6 @@
 """`planlang solve --time-limit S` is anytime: when the limit is reached the best complete plan priced so
 far is written (it checks), with a warning on stderr and a header line saying what was left unexplored;
-when nothing priced fits, the error is PL505 with the smallest peak seen and says the search was cut."""
+when nothing priced fits, the error is PL560 with the smallest peak seen and says the search was cut."""
 from __future__ import annotations
 
 import os
@@ -51,7 +51,7 @@ def test_tiny_time_limit_writes_a_complete_plan_that_checks_with_a_warning(tmp_p
     assert out.returncode == 0, out.stderr
     res = check_text(out.stdout, str(path))
     assert not res.errors and res.plan is not None and not res.plan.holes()
-    warning = [line for line in out.stderr.splitlines() if line.startswith("warning: ")]
+    warning = [line for line in out.stderr.splitlines() if line.startswith("warning[PL561]: ")]
     assert len(warning) == 1, out.stderr
     # what was priced, of how many meshes, and which were left
     assert re.search(r"search cut by --time-limit 0\.001 s .* after 1 candidate plans priced", warning[0])
@@ -85,7 +85,7 @@ def test_infeasible_budget_under_a_cut_is_pl505_with_the_smallest_peak(tmp_path)
     out = planlang("solve", str(path), "--time-limit", TINY)
     assert out.returncode == 1 and out.stdout == ""
     error = out.stderr.strip().splitlines()[-1]
-    assert error.startswith("error[PL505]: no plan fits the budget among the candidates priced before the cut")
+    assert error.startswith("error[PL560]: no plan fits the budget among the candidates priced before the cut")
     assert "search cut by --time-limit" in error and "raise --time-limit" in error
     m = re.search(r"the smallest peak found is ([\d.]+) KiB per device", error)
     assert m and float(m.group(1)) * 1024 == pytest.approx(err.value.smallest_budget, rel=1e-3)
