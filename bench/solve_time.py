@@ -321,7 +321,7 @@ def command_rows(say, cases=COMMANDS) -> list[str]:
                 line = (f"{case:36} {goal:6.0f} {cpu:11.2f} {wall:7.2f} {exit_s:>6} {priced:>6}  "
                         f"{'failed':8} {'-':>11}  -      MISSED; exit {out.returncode}: {last[:200]}")
             else:
-                search = "cut" if "warning: search cut by --time-limit" in out.stderr else "complete"
+                search = "cut" if "warning[PL561]: search cut by --time-limit" in out.stderr else "complete"
                 chk, ccpu, _, _ = _child(_planlang() + ["check", solved])
                 ok = cpu <= goal
                 line = (f"{case:36} {goal:6.0f} {cpu:11.2f} {wall:7.2f} {exit_s:>6} {priced:>6}  {search:8} "
