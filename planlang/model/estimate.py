@@ -259,6 +259,9 @@ FACTS_SIZE = 8
 SIMULATED_SIZE = 32
 _FACTS: OrderedDict[tuple, object] = OrderedDict()  # (source, model, path, inputs) -> ModuleFacts
 _SIMULATED: OrderedDict[tuple, tuple] = OrderedDict()  # what a simulation depends on -> (sim, profile, trained, notes)
+# the flop profile depends on less than the simulation (not on microbatches accumulating or on the stages
+# bytes are attributed to): the solver's candidates that differ only there share one
+_PROFILED: OrderedDict[tuple, object] = OrderedDict()
 
 
 _CACHE_LOCK = threading.Lock()
@@ -297,9 +300,11 @@ def _model_facts(plan: T.Plan, facts=None) -> tuple[object, tuple]:
     return _cache_put(_FACTS, key, facts, FACTS_SIZE), key
 
 
-def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide: int, micro: int, stage_of):
+def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide: int, micro: int, stage_of,
+                    profile_key: tuple = ()):
     """One simulated step and profile of the local model (parameters replaced by their shards, the
-    batch divided by `divide`, the plan's checkpoint groups wrapped); the parameters that got a gradient."""
+    batch divided by `divide`, the plan's checkpoint groups wrapped); the parameters that got a gradient.
+    The profile of a local model is reused (`profile_key`: what it depends on) when one was made."""
     module = build_model(plan.model, plan.path)
     _with_local_params(module, params)
     notes = _wrap_checkpoints(module, plan, facts)
@@ -309,7 +314,11 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
     try:
         with _LocalPieces(_split_widths(params)):
             sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
-            prof = profile_model(module, local_in, loss)
+            prof = _cache_get(_PROFILED, profile_key) if profile_key else None
+            if prof is None:
+                prof = profile_model(module, local_in, loss)
+                if profile_key:
+                    _cache_put(_PROFILED, profile_key, prof, SIMULATED_SIZE)
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan.model, plan.path)
@@ -359,12 +368,13 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     # one simulated step of the local model for one microbatch (the whole model; stages split below).
     # It depends only on the local shapes, the checkpoint groups and the stages, not on the optimizer or
     # ZeRO: plans that differ only there (the solver prices many) share one simulation
-    sim_key = (model_key, tuple((n, p.local) for n, p in params.items()), dp * micro, micro > 1,
-               tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)), tuple(sorted(stage_of.items())))
+    profile_key = (model_key, tuple((n, p.local) for n, p in params.items()), dp * micro,
+                   tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)))
+    sim_key = profile_key + (micro > 1, tuple(sorted(stage_of.items())))
     cached = _cache_get(_SIMULATED, sim_key)
     if cached is None:
-        cached = _cache_put(_SIMULATED, sim_key, _simulate_local(plan, facts, params, dp * micro, micro, stage_of),
-                            SIMULATED_SIZE)
+        cached = _cache_put(_SIMULATED, sim_key, _simulate_local(plan, facts, params, dp * micro, micro, stage_of,
+                                                                 profile_key), SIMULATED_SIZE)
     sim, prof, trained, sim_notes = cached
     notes = list(sim_notes)
 
