@@ -67,6 +67,7 @@ class ModuleFacts:
     shared: list[tuple[str, ...]] = field(default_factory=list)  # names of one shared parameter
     all_modules: list[str] = field(default_factory=list)  # named_modules() order, root excluded
     batch_norms: list[str] = field(default_factory=list)  # BatchNorm modules (statistics over the batch)
+    blocks: list[str] = field(default_factory=list)  # repeated blocks (`module_list_blocks`): ZeRO-2/3 units
 
     def canonical(self, name: str) -> str:
         for group in self.shared:
@@ -119,7 +120,17 @@ def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> M
     shared = [tuple(v) for v in by_id.values() if len(v) > 1]
     all_modules = [n for n, _ in module.named_modules(remove_duplicate=False) if n]
     batch_norms = [n for n, m in module.named_modules() if n and isinstance(m, _BatchNorm)]
-    return ModuleFacts(order, calls, params, shared, all_modules, batch_norms)
+    return ModuleFacts(order, calls, params, shared, all_modules, batch_norms, module_list_blocks(module))
+
+
+def module_list_blocks(module: torch.nn.Module) -> list[str]:
+    """The model's repeated blocks: every entry of an nn.ModuleList not inside another such entry
+    (GPT-2's `h.0`, Llama's `model.layers.0`; what a plan's `for` loops over). The planlang runtime
+    shards each as its own FSDP2 unit under ZeRO-2/3 (planlang.runtime.zero_blocks), the estimator
+    prices ZeRO-3's gathered parameters per block."""
+    names = [f"{n}.{i}" if n else str(i) for n, m in module.named_modules()
+             if isinstance(m, torch.nn.ModuleList) for i in range(len(m))]
+    return [n for n in names if not any(n.startswith(o + ".") for o in names if o != n)]
 
 
 @dataclass

@@ -21,9 +21,13 @@ The passes, in order (each a function of this module or the modules it names):
 5. `shard_parameters`    each parameter replaced by its local piece (initial values = the single-process
                          model's, whatever the seed);
 6. `generate`            per-rank Python (planlang.runtime.codegen), compiled and run by `ParallelModel`;
-7. `shard_optimizer`     ZeRO-2/3 (`zero = 2 over dp`): FSDP2 `fully_shard` of the whole ParallelModel
-                         over the ZeRO axis (HSDP with one more data axis), so the local pieces are
-                         sharded once more, on dim 0, over that axis (ZeRO §5.2–5.3).
+                         under ZeRO-2/3 each repeated block's instructions (`zero_blocks`) become a
+                         function run as that block module's forward;
+7. `shard_optimizer`     ZeRO-2/3 (`zero = 2 over dp`): FSDP2 `fully_shard` of each block module, then of
+                         the ParallelModel (the rest: root unit), over the ZeRO axis (HSDP with one more
+                         data axis), so the local pieces are sharded once more, on dim 0, over that axis
+                         (ZeRO §5.2–5.3); each block's parameters are gathered while it runs, the next
+                         block's prefetched.
 """
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ from planlang.runtime.pipeline import PipelineError, apply_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.redistribute import MeshGroups, redistribute
 from planlang.runtime.zero import OptimizerError, build_optimizer
+from planlang.runtime.zero_blocks import Block, BlockCaller, block_ranges
 
 
 class PlanError(ValueError):
@@ -168,7 +173,7 @@ class ParallelModel(nn.Module):
     `step` adds backward and the gradient sums; `optimizer()` is the plan's optimizer (ZeRO included)."""
 
     def __init__(self, model: nn.Module, prog: Program, groups: MeshGroups, layouts: dict[str, ParamLayout],
-                 code: str, device: torch.device, recorder=None) -> None:
+                 code: str, device: torch.device, recorder=None, blocks: tuple[Block, ...] = ()) -> None:
         super().__init__()
         self.module = model
         self.program = prog
@@ -178,6 +183,12 @@ class ParallelModel(nn.Module):
         self.device = device
         self.rt = Runtime(prog, groups, device, recorder)
         self.rt.modules = model
+        # ZeRO-2/3 per block: the blocks `code` runs through rt.block (their parameters are read there)
+        self.blocks = tuple(blocks)
+        self._in_blocks = {f for b in blocks for f, _ in model.get_submodule(b.name).named_parameters(
+            prefix=b.name, remove_duplicate=False)}
+        if blocks:
+            self.rt.block = BlockCaller(model, self._scaled)
         scope: dict = {}
         exec(compile(code, f"<planlang rank {dist.get_rank()}>", "exec"), scope)  # noqa: S102 - our codegen
         self._step = scope["step"]
@@ -209,8 +220,8 @@ class ParallelModel(nn.Module):
             raise PlanError(f"expected {len(self._inputs)} tensors ({names}), got {len(args)}")
         local = [self.local_input(v.name, a) for v, a in zip(self._inputs, args)]
         self._gradient_sums()  # before backward: its hooks start the bucket sums as gradients arrive
-        params = {n: _ScaleGrad.apply(p, self.grad_scale[n]) if n in self.grad_scale else p
-                  for n, p in self.module.named_parameters(remove_duplicate=False)}
+        params = {n: self._scaled(n, p) for n, p in self.module.named_parameters(remove_duplicate=False)
+                  if n not in self._in_blocks}  # a block's own are read when it runs (rt.block)
         loss = self._step(self.rt, params, *local)
         self.rt.step_index += 1
         axes = self.program.layouts[self.program.loss].partial
@@ -219,6 +230,9 @@ class ParallelModel(nn.Module):
         self._wait_loss()
         self._pending_loss = _GlobalLoss.apply(loss, tuple(axes), self.groups)
         return self._pending_loss
+
+    def _scaled(self, fqn: str, p: torch.Tensor) -> torch.Tensor:
+        return _ScaleGrad.apply(p, self.grad_scale[fqn]) if fqn in self.grad_scale else p
 
     def _wait_loss(self) -> None:
         """Complete the previous step's loss all-reduce if nobody read the loss: a collective must not be
@@ -357,28 +371,51 @@ def _lower_once(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Progr
     return box[0]
 
 
-def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -> None:
-    """Pass 7, ZeRO-2/3: FSDP2 `fully_shard` of `pm` as one unit over the ZeRO axis (with one more data
-    axis before it in the mesh: HSDP). FSDP2 gathers the parameters before forward and reduce-scatters
-    the gradients after backward; its sum replaces `sync_grads`' all-reduce over those axes, so the
-    gradient divide factor is 1 (the lowering's loss is already the global one). ZeRO-1 needs nothing
-    here: `pm.optimizer()` shards the optimizer state with ZeroRedundancyOptimizer."""
-
+def _fsdp_setup(plan: CompletePlan, groups: MeshGroups):
+    """(stage, DeviceMesh, its axis names) when the plan's ZeRO-2/3 shards over more than one rank, else None
+    (a ZeRO axis that splits no batch is a PlanError at any stage)."""
     opt = plan.optimizer
     stage = opt.zero_stage if opt is not None else 0
     if not stage:
-        return
+        return None
     try:
         z = zero_axis(plan)
     except DataParallelError as e:
         raise PlanError(str(e)) from e
-    if z is None or groups.size(z) == 1 or stage == 1:
-        return
-    axes = data_axes(plan)
+    if stage < 2 or z is None or groups.size(z) == 1:
+        return None
     try:
-        mesh, mesh_axes = fsdp_mesh(groups, axes, z, stage)
+        mesh, mesh_axes = fsdp_mesh(groups, data_axes(plan), z, stage)
     except DataParallelError as e:
         raise PlanError(str(e)) from e
+    return stage, mesh, mesh_axes
+
+
+def zero_blocks(model: nn.Module, prog: Program, plan: CompletePlan) -> list[Block]:
+    """The blocks pass 7 shards as FSDP2 units of their own (planlang.runtime.zero_blocks): none
+    without ZeRO-2/3 over an axis of more than one device. (Generated code runs a block through
+    `rt.block` whether or not FSDP2 wraps its module: the same step either way.)"""
+    opt = plan.optimizer
+    if opt is None or opt.zero_stage < 2 or opt.zero_axis is None or (plan.mesh.axis_size(opt.zero_axis) or 1) == 1:
+        return []
+    return block_ranges(model, prog)[0]
+
+
+def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -> None:
+    """Pass 7, ZeRO-2/3: FSDP2 `fully_shard` over the ZeRO axis (with one more data axis before it in the
+    mesh: HSDP) of every block module `pm.blocks` names (one unit each; ZeRO-3 reshards it after its
+    forward, and each block prefetches the next one's all-gather in forward, the previous one's in
+    backward), then of `pm` itself, the root unit holding every other parameter. FSDP2 gathers a unit's
+    parameters before it runs and reduce-scatters its gradients after its backward; that sum replaces
+    `sync_grads`' all-reduce over those axes, so the gradient divide factor is 1 (the lowering's loss is
+    already the global one). ZeRO-1 needs nothing here: `pm.optimizer()` shards the optimizer state
+    with ZeroRedundancyOptimizer."""
+
+    setup = _fsdp_setup(plan, groups)
+    if setup is None:
+        return
+    stage, mesh, mesh_axes = setup
+    z = mesh_axes[-1]
     for fqn, lay in pm.layouts.items():
         split = [a for a in mesh_axes if a in lay.spec.used_axes()]
         if split:
@@ -393,9 +430,16 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
         if done:
             pm.grad_scale[fqn] = 1.0 / math.prod(groups.size(a) for a in done)
 
+    units = [pm.module.get_submodule(b.name) for b in pm.blocks]
+    for unit in units:
+        fully_shard(unit, mesh=mesh, reshard_after_forward=(stage == 3))
     fully_shard(pm, mesh=mesh, reshard_after_forward=(stage == 3))
-    pm.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
-    pm.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - a plain SUM (gloo has no PREMUL_SUM)
+    for unit in [*units, pm]:  # per unit: the FSDPModule setters act on their own module's parameters
+        unit.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
+        unit.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - gloo has no PREMUL_SUM
+    for before, after in zip(units, units[1:]):
+        before.set_modules_to_forward_prefetch([after])  # type: ignore[attr-defined]
+        after.set_modules_to_backward_prefetch([before])  # type: ignore[attr-defined]
     pm.fsdp_axes = mesh_axes
 
 
@@ -433,8 +477,10 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     prog = _lower_once(model, plan, loss_fn, targets)
     report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
     layouts = shard_parameters(model, prog, groups.coords, device)
-    code = generate(prog, dist.get_rank(), groups.coords, title=plan.path)
-    pm = ParallelModel(model, prog, groups, layouts, code, device, recorder)
+    blocks = zero_blocks(model, prog, plan)
+    code = generate(prog, dist.get_rank(), groups.coords, title=plan.path,
+                    blocks=[(b.start, b.end, b.name) for b in blocks])
+    pm = ParallelModel(model, prog, groups, layouts, code, device, recorder, blocks)
     pm.plan_optimizer = plan.optimizer
     shard_optimizer(pm, plan, groups)
     return pm

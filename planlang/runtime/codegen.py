@@ -11,11 +11,19 @@ Each value the step computes is deleted (`del`) right after its last use, as tor
 generator does: a local variable would otherwise keep every intermediate alive until the step returns,
 on top of what autograd saves (measured by bench/runtime_overhead.py: GPT-2 tensor parallel held 1.26x
 the native peak before this).
+
+ZeRO-2/3 with one FSDP2 unit per block (planlang.runtime.zero_blocks): each block's instructions become a
+nested function `block_k(p, ...)` called through `rt.block(k, block_k, ...)`, which runs it as the
+forward of the block's own module, so FSDP2's hooks gather that block's parameters just before and
+reshard them just after; the function reads the block's parameters from its own `p`, the step reads
+only the others.
 """
 from __future__ import annotations
 
 import keyword
 import re
+
+from collections.abc import Sequence
 
 from planlang.cost.layout import local_shape
 from planlang.model.lowering import Convert, Program
@@ -33,8 +41,10 @@ def _loc(shape, spec, mesh) -> str:
 
 
 def generate(prog: Program, rank: int | None = None, coords: dict[str, int] | None = None,
-             title: str = "") -> str:
-    """Python source of the step for one rank (local shapes depend only on the mesh, not the rank)."""
+             title: str = "", blocks: Sequence[tuple[int, int, str]] = ()) -> str:
+    """Python source of the step for one rank (local shapes depend only on the mesh, not the rank).
+    `blocks`: instruction ranges [start, end) run as one module's forward each (the module's dotted
+    name; its parameters are read inside), in order, disjoint, each holding whole checkpoint groups."""
     g, mesh = prog.graph, prog.mesh
     inputs = [v for v in g.values.values() if v.kind == "input"]
     params = [v for v in g.values.values() if v.kind == "param"]
@@ -56,32 +66,67 @@ def generate(prog: Program, rank: int | None = None, coords: dict[str, int] | No
     for v in inputs:
         spec = prog.input_specs[v.name]
         lines.append(f"    # {v.name}: {v.dtype}{list(v.shape)} {spec} -> local {_loc(v.shape, spec, mesh)}")
+    owned = {v.name: name for v in params for _, _, name in blocks if v.ref.startswith(name + ".")}
     for v in params:
-        lines.append(f"    {ident(v.name)} = p[{v.ref!r}]")
+        if v.name not in owned:
+            lines.append(f"    {ident(v.name)} = p[{v.ref!r}]")
     for v in consts:
         lines.append(f"    {ident(v.name)} = rt.const({v.name!r})")
-    groups = {start: end for start, end in prog.checkpoint_groups}
-    units: list[tuple[int, int]] = []  # top-level statements: one instruction, or a checkpoint group
-    i = 0
-    while i < len(prog.instructions):
-        end = groups.get(i, i + 1)
-        units.append((i, end))
-        i = end
-    uses = [_uses(prog.instructions[a:b]) for a, b in units]
-    # what each statement binds in step(): a group binds only its outputs (the rest is its function's)
-    made = [_group_outs(prog, a, b) if a in groups else _in_order(prog.instructions[a:b]) for a, b in units]
-    free = _frees(uses, made, keep={prog.loss})
-    body: list[str] = []
-    for k, (a, b) in enumerate(units):
-        if a in groups:
-            body.extend(_checkpoint(prog, a, b, sum(1 for x, _ in units[:k] if x in groups)))
-        else:
-            body.append("    " + _line(prog, prog.instructions[a]))
-        if free[k]:
-            body.append(f"    del {', '.join(ident(v) for v in free[k])}")
+    body = _statements(prog, 0, len(prog.instructions), {a: (b, name) for a, b, name in blocks}, owned,
+                       "    ", {prog.loss}, [0])
     lines.extend(body)
     lines.append(f"    return {ident(prog.loss)}")
     return "\n".join(lines) + "\n"
+
+
+def _statements(prog: Program, start: int, end: int, blocks: dict[int, tuple[int, str]], owned: dict[str, str],
+                pad: str, keep: set[str], counter: list[int]) -> list[str]:
+    """The statements for instructions [start, end) at indentation `pad`: one line per instruction, a
+    nested function per checkpoint group and per block, each value deleted after its last use (`keep`
+    stays). `counter` numbers the checkpoint functions across the step."""
+    groups = {a: b for a, b in prog.checkpoint_groups}
+    units: list[tuple[int, int, str]] = []  # one instruction, a checkpoint group, or a block
+    i = start
+    while i < end:
+        if i in blocks:
+            units.append((i, blocks[i][0], "block"))
+        elif i in groups:
+            units.append((i, groups[i], "checkpoint"))
+        else:
+            units.append((i, i + 1, "one"))
+        i = units[-1][1]
+    uses = [_uses(prog.instructions[a:b]) for a, b, _ in units]
+    # what each statement binds: a group or block binds only its outputs (the rest is its function's)
+    made = [_group_outs(prog, a, b) if kind != "one" else _in_order(prog.instructions[a:b]) for a, b, kind in units]
+    free = _frees(uses, made, keep=keep)
+    out: list[str] = []
+    for k, (a, b, kind) in enumerate(units):
+        if kind == "block":
+            out.extend(_block(prog, a, b, blocks[a][1], owned, made[k], pad, counter))
+        elif kind == "checkpoint":
+            out.extend(_checkpoint(prog, a, b, counter[0], made[k], pad))
+            counter[0] += 1
+        else:
+            out.append(pad + _line(prog, prog.instructions[a]))
+        if free[k]:
+            out.append(f"{pad}del {', '.join(ident(v) for v in free[k])}")
+    return out
+
+
+def _block(prog: Program, start: int, end: int, name: str, owned: dict[str, str], outs: list[str], pad: str,
+           counter: list[int]) -> list[str]:
+    """A nested function for the block [start, end) of module `name` and its call through `rt.block`."""
+    used = [u for u in _uses(prog.instructions[start:end]) if owned.get(u) != name]
+    mine = [v for v in prog.graph.values.values() if v.kind == "param" and owned.get(v.name) == name
+            and v.name in _uses(prog.instructions[start:end])]
+    fn = f"block_{ident(name)}"
+    lines = [f"{pad}def {fn}({', '.join(['p'] + [ident(u) for u in used])}):  # {name}: one FSDP2 unit"]
+    lines += [f"{pad}    {ident(v.name)} = p[{v.ref!r}]" for v in mine]
+    lines += _statements(prog, start, end, {}, owned, pad + "    ", set(outs), counter)
+    lines.append(f"{pad}    return {', '.join(ident(o) for o in outs)}{',' if len(outs) == 1 else ''}")
+    lines.append(f"{pad}{', '.join(ident(o) for o in outs)}{',' if len(outs) == 1 else ''} = "
+                 f"rt.block({name!r}, {fn}{''.join(', ' + ident(u) for u in used)})")
+    return lines
 
 
 def _uses(block) -> list[str]:
@@ -136,33 +181,25 @@ def _line(prog: Program, ins) -> str:
             f"  # {kind} [{how}] -> {ins.output} local {_loc(node.op.output, ins.output, mesh)}{extra}")
 
 
-def _checkpoint(prog: Program, start: int, end: int, k: int) -> list[str]:
+def _checkpoint(prog: Program, start: int, end: int, k: int, outs: list[str], pad: str = "    ") -> list[str]:
     """A nested function for instructions [start, end) and its checkpointed call."""
     block = prog.instructions[start:end]
-    made = set()
-    for ins in block:
-        made.add(ins.out if isinstance(ins, Convert) else ins.node.name)
-    used: list[str] = []
-    for ins in block:
-        for a in ([ins.value] if isinstance(ins, Convert) else list(ins.args)):
-            if a not in made and a not in used:
-                used.append(a)
-    outs = _group_outs(prog, start, end)
+    used = _uses(block)
     fn = f"checkpoint_{k}"
-    lines = [f"    def {fn}({', '.join(ident(u) for u in used)}):  # recomputed in backward"]
+    lines = [f"{pad}def {fn}({', '.join(ident(u) for u in used)}):  # recomputed in backward"]
     free = _frees([_uses([ins]) for ins in block], [_in_order([ins]) for ins in block], keep=set(outs))
     for ins, drop in zip(block, free):
-        lines.append("        " + _line(prog, ins))
+        lines.append(f"{pad}    " + _line(prog, ins))
         if drop:
-            lines.append(f"        del {', '.join(ident(v) for v in drop)}")
-    lines.append(f"        return {', '.join(ident(o) for o in outs)}{',' if len(outs) == 1 else ''}")
-    lines.append(f"    {', '.join(ident(o) for o in outs)}{',' if len(outs) == 1 else ''} = "
+            lines.append(f"{pad}    del {', '.join(ident(v) for v in drop)}")
+    lines.append(f"{pad}    return {', '.join(ident(o) for o in outs)}{',' if len(outs) == 1 else ''}")
+    lines.append(f"{pad}{', '.join(ident(o) for o in outs)}{',' if len(outs) == 1 else ''} = "
                  f"rt.checkpoint({fn}, {', '.join(ident(u) for u in used)})")
     return lines
 
 
 def _group_outs(prog: Program, start: int, end: int) -> list[str]:
-    """The values a checkpoint group makes that later instructions (or the loss) read."""
+    """The values a checkpoint group (or a block) makes that later instructions (or the loss) read."""
     later = {prog.loss}
     for ins in prog.instructions[end:]:
         later.update([ins.value] if isinstance(ins, Convert) else ins.args)

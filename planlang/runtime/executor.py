@@ -144,6 +144,9 @@ class Runtime:
         self._mutated = _mutated_consts(prog)
         self.step_index = 0
         self.modules = None  # the model (for opaque module calls), set by apply
+        # ZeRO-2/3 per block: rt.block(name, fn, *xs) runs a block's instructions as its module's forward
+        # (planlang.runtime.zero_blocks.BlockCaller), set by apply when the program has blocks
+        self.block = None
 
     # -- generated code's calls
     def const(self, name: str) -> torch.Tensor:

@@ -253,7 +253,7 @@ def lower_source(plan: CompletePlan, rank: int, strict: bool = False) -> str:
     on the whole batch (PL364) are warnings on stderr, or with `strict` a PlanError."""
     # lazy: torch loads only when this runs
     from planlang.model.load import build_model
-    from planlang.runtime.apply import lower_plan, report_fallbacks
+    from planlang.runtime.apply import lower_plan, report_fallbacks, zero_blocks
     from planlang.runtime.codegen import generate
 
     n = world_size(plan)
@@ -265,7 +265,9 @@ def lower_source(plan: CompletePlan, rank: int, strict: bool = False) -> str:
         return pipeline_source(model, plan, rank, coords)
     prog = lower_plan(model, plan)
     report_fallbacks(prog, strict)
-    return generate(prog, rank, coords, title=os.path.relpath(plan.path))
+    blocks = zero_blocks(model, prog, plan)  # ZeRO-2/3: each block run as its FSDP2 unit's forward
+    return generate(prog, rank, coords, title=os.path.relpath(plan.path),
+                    blocks=[(b.start, b.end, b.name) for b in blocks])
 
 
 def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]) -> str:

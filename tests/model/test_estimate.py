@@ -225,3 +225,25 @@ def test_an_interleaved_schedule_is_estimated_per_pipeline_rank():
         # one device holds both chunks: more than either stage alone, and the rank's peak is never the
         # sum of its chunks' own peaks (their warm-ups overlap in time, not in full)
         assert row.peak > max(x.peak for x in mine)
+
+
+def _gpt2_zero_plan(layers: int, zero: int):
+    text = PLAN.format(ref="examples.gpt2.model:build",
+                       kw=f"layers = {layers}, hidden = 128, heads = 4, vocab = 512, seq = 32",
+                       inp="idx : i64[batch = 8, seq = 32]", extra="data idx : [dp, _]\n")
+    text = text.replace("1 x hardware.cpu { dp = 1", "4 x hardware.cpu { dp = 4")
+    res = check_text(text.replace("adamw(lr = 0.001)", f"adamw(lr = 0.001) {{ zero = {zero} over dp }}"), "g.plan")
+    assert not res.errors, res.diagnostics
+    return res.plan
+
+
+def test_zero3_gathers_one_block_at_a_time():
+    """planlang.apply shards each GPT-2 block as its own FSDP2 unit (bench/results/zero_blocks.txt measures
+    it): under ZeRO-3 a block more adds its shards, optimizer state and activations to the peak, not its
+    whole parameters; under ZeRO-2 every block stays gathered from forward to backward."""
+    block = (12 * 128 * 128 + 13 * 128) * 4  # one block's parameters, whole
+    z3 = [estimate_plan(_gpt2_zero_plan(n, 3))[0].peak for n in (4, 8)]
+    z2 = [estimate_plan(_gpt2_zero_plan(n, 2))[0].peak for n in (4, 8)]
+    # four more blocks add the same shards, state and activations under both; ZeRO-2 also holds them whole
+    assert abs((z2[1] - z2[0]) - (z3[1] - z3[0]) - 4 * block) < 0.1 * 4 * block
+    assert z3[1] < z2[1]
