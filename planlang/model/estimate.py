@@ -200,6 +200,14 @@ class _LocalPieces(torch.overrides.TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+def _has_module(module: torch.nn.Module, name: str) -> bool:
+    try:
+        module.get_submodule(name)
+        return True
+    except AttributeError:
+        return False
+
+
 def _split_widths(params: dict[str, _Param]) -> set[tuple[int, int, int]]:
     return {(lo, g, g // lo) for p in params.values() for lo, g in zip(p.local, p.shape) if lo != g and g % lo == 0}
 
@@ -311,9 +319,11 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
     local_in = _local_inputs(plan, divide)
     loss = model_loss(plan.model)
     stage_map = stage_of or None
+    # the parts of the step FSDP2's per-block units change (ZeRO-2/3 without a pipeline: _zero_blocks_peak)
+    blocks = () if stage_map else tuple(b for b in getattr(facts, "blocks", ()) if _has_module(module, b))
     try:
         with _LocalPieces(_split_widths(params)):
-            sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
+            sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
             prof = _cache_get(_PROFILED, profile_key) if profile_key else None
             if prof is None:
                 prof = profile_model(module, local_in, loss)
@@ -323,7 +333,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan.model, plan.path)
         notes += _wrap_checkpoints(module, plan, facts)
-        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1)
+        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
         prof = profile_model(module, local_in, loss)
     trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
     return sim, prof, trained, tuple(notes)
@@ -395,7 +405,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         # ZeRO-2/3 run as FSDP2 over the ZeRO axis: parameters rest as shards (both stages). A pipeline
         # stage is one unit, whose whole parameters are gathered while its forward and backward run (ZeRO-2
         # keeps them from forward to backward, ZeRO-3 gathers again); without a pipeline, planlang.apply
-        # makes each repeated block a unit of its own (`_zero_blocks_phase`)
+        # makes each repeated block a unit of its own (`_zero_blocks_peak`)
         fsdp = zero >= 2 and zero_n > 1
         params_b = p_bytes // zero_n if fsdp else p_bytes
         gathered = p_bytes if fsdp else 0
@@ -445,9 +455,9 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                 later = min(inflight, micro - 1)
                 transient = max(transient, again - (inflight - later) * saved_s)
         backward_phase = acts + transient + gathered
-        blocks = _zero_blocks(facts, params, trained) if fsdp and s is None else None
-        if blocks is not None:
-            backward_phase = _zero_blocks_phase(zero, sim, acts, p_bytes, *blocks)
+        per_block = _zero_blocks_peak(sim, facts, params, zero_n, zero) if fsdp and s is None else None
+        if per_block is not None:
+            backward_phase = per_block
         elif fsdp:
             # FSDP2's all-gather lands in one flat buffer and is then copied out into each parameter's
             # own storage: for a moment the unit's parameters are live twice. ZeRO-3 (resharded after
@@ -519,76 +529,85 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
     return out
 
 
-def _zero_blocks(facts, params: dict[str, _Param], trained: set[str]) -> tuple[int, int, int, int] | None:
-    """ZeRO-2/3 with one FSDP2 unit per repeated block (planlang.runtime.zero_blocks; the blocks are
-    `facts.blocks`, the outermost nn.ModuleList entries): (bytes of the root unit's parameters, of the
-    largest block's, of the gradients of root parameters used after the last block - the head's, whole
-    until the root's reduce-scatter at the end of backward - all of local pieces before FSDP2's shard;
-    the number of blocks).
-    None without a block holding parameters of its own (the whole model is then one unit). The runtime
-    keeps a block in the root unit when the program interleaves it with other code or shares its
+def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: int) -> int | None:
+    """The most bytes live beside the kept parameter shards and optimizer state in a step of ZeRO-2/3 with
+    one FSDP2 unit per repeated block (planlang.runtime.zero_blocks; the blocks are `facts.blocks`, the
+    outermost nn.ModuleList entries), or None without a block holding parameters of its own (the whole
+    model is then one unit). Each part of the simulated step (`StepMemory.segments`: a block's forward,
+    the root code after it, the backward from a block's output on) at its own peak, plus what FSDP2 holds
+    there (`B[i]`: block i's parameters, local pieces before FSDP2's shard; `R`: the root unit's). ZeRO-3:
+
+        forward of block i     R + 2 B[i] + B[i+1]   its parameters gathered, its all-gather output (FSDP2
+                                                     keeps it until the next all-gather), the next block's
+                                                     prefetched
+        root code after i      R + B[i] + B[i+1]     block i resharded; both all-gather outputs held
+        backward of the head   R + B[n-1]            the last block's all-gather output
+        backward of block i    R + B[i] + B[i-1]     gathered again, the block before it prefetched,
+                               + G[i+1]              the reduce-scatter input of the block after it (kept
+                                                     until the next reduce-scatter)
+
+    ZeRO-2 (not resharded after forward) keeps every block gathered from its forward until its backward
+    has run: the parameters of blocks 0..i take the place of the gathered block, without prefetch in
+    backward.
+
+    In the backward of block i, the simulated step still holds the whole gradients of the blocks after
+    it; FSDP2 has reduce-scattered them to 1/shards (`G[j]`: block j's gradients). The simulation follows
+    what is saved and freed op by op, so a peak inside a block's backward, with part of its activations
+    and part of its gradients live, is where it falls. Against MemTracker through planlang.apply
+    (bench/zero_blocks.py, GPT-2 in four shapes on dp 4): ZeRO-3 within 0.1 %, ZeRO-2 within 3 %. The
+    runtime keeps a block in the root unit when the program interleaves it with other code or shares its
     parameters; this counts every block holding unshared parameters."""
+    if not sim.segments:
+        return None
     names = list(getattr(facts, "blocks", ()))
-    if not names:
-        return None
 
-    def block_of(name: str) -> str | None:
-        return next((b for b in names if name.startswith(b + ".")), None)
+    def block_of(name: str) -> int | None:
+        return next((i for i, b in enumerate(names) if name.startswith(b + ".")), None)
 
-    shared = {n for group in facts.shared for n in group
-              if len({block_of(m) for m in group}) > 1}  # one parameter under several blocks (or root)
-    sizes: dict[str, int] = {}
-    root = 0
+    shared = {n for group in facts.shared for n in group if len({block_of(m) for m in group}) > 1}
+    B = [0] * len(names)
+    R = 0
     for p in params.values():
-        b = block_of(p.name)
+        i = block_of(p.name)
         size = math.prod(p.local) * p.itemsize
-        if b is None or p.name in shared:
-            root += size
+        if i is None or p.name in shared:
+            R += size
         else:
-            sizes[b] = sizes.get(b, 0) + size
-    if not sizes:
+            B[i] += size
+    if not any(B):
         return None
-    order = {m: i for i, m in enumerate(facts.order)}
-    last = max((order[b] for b in sizes if b in order), default=None)
-    head = 0
-    if last is not None:
-        for p in params.values():
-            module = p.name.rpartition(".")[0]
-            if block_of(p.name) is None and p.name in trained and order.get(module, -1) > last:
-                head += math.prod(p.local) * p.itemsize
-    return root, max(sizes.values()), head, len(sizes)
+    G = list(sim.block_grads) + [0] * (len(names) - len(sim.block_grads))
+    n = len(names)
 
+    def at(i: int) -> int:
+        return B[i] if 0 <= i < n else 0
 
-def _zero_blocks_phase(zero: int, sim, acts: int, p_bytes: int, root: int, block: int, head: int, n: int) -> int:
-    """Bytes beside the kept parameter shards and optimizer state at the peak of a step of ZeRO-2/3 with
-    one FSDP2 unit per block (`block`: the largest block's parameters, `root`: the root unit's, `head`:
-    the head's gradients, `n` blocks; `_zero_blocks`). Read off the categories of torch's FSDPMemTracker
-    (torch.distributed._tools.fsdp2_mem_tracker) on GPT-2 under dp = 4 in two shapes (a block 1.5x and
-    0.56x the root's parameters), then checked as the whole peak against MemTracker on those and on two
-    more shapes (bench/zero_blocks.py: within -3.3 %..+3.3 %) and on the model zoo's tiny models
-    (bench/zoo_memory.py --layouts zero3: -3.2 %..+15.7 %, over where a block's activations weigh as
-    much as its parameters: the peak then falls inside a block's backward, with part of its gradients
-    and part of its activations live, which this does not follow):
-
-    ZeRO-3, forward of a block: its gathered parameters, two all-gather outputs (its own, which FSDP2
-        keeps until the next all-gather, and the next block's, prefetched; the last block has none to
-        prefetch) and the root's (FSDP2 does not reshard the root after forward), beside at most the
-        saved activations: activations + root + 3 block (2 with one block); after the last block, at
-        the forward's peak, one all-gather output is left: forward peak + root + block.
-    ZeRO-3, backward of a block (the peak): the block gathered again, its whole gradients, the block
-        before it prefetched (not for the first block), the reduce-scatter input of the block after it
-        (FSDP2 keeps it until the next reduce-scatter; not for the last block), the root and the head's
-        gradients, beside the saved activations: activations + root + 4 block + head with three
-        blocks or more (3 block with two, 2 with one). (The activations of the blocks after it are
-        freed by then and the reduce-scattered gradient shards are not counted: on the bench's shapes
-        the estimate is 0.9-3.3 % above the measured peak.)
-    ZeRO-2: every unit's parameters stay gathered from forward to backward; at forward's end one more
-        block's all-gather output is held: forward peak + all parameters + block; at the start of
-        backward: activations + all parameters + head + block (a reduce-scatter buffer)."""
-    if zero == 3:
-        forward = max(acts + root + (2 + (n > 1)) * block, sim.forward_peak + root + block)
-        return max(forward, acts + root + (2 + (n > 1) + (n > 2)) * block + head)
-    return max(sim.forward_peak + p_bytes + block, acts + p_bytes + block + head)
+    out = 0
+    for (kind, i), live in sim.segments.items():
+        if zero == 2:  # parameters stay gathered from a block's forward until its backward has run
+            kept = sum(B[: max(i, -1) + 1]) if kind != "B" else sum(B[: min(i, n - 1) + 1])
+            if kind == "F":
+                extra = R + kept + (at(i) + at(i + 1) if i >= 0 else 0)
+            elif kind == "F+":
+                extra = R + kept + at(i) + at(i + 1)
+            elif i >= n:
+                extra = R + kept + at(n - 1)
+            else:
+                done = sum(G[j] for j in range(i + 1, n))
+                extra = R + kept + (G[i + 1] if i + 1 < n else 0) - done + done // shards
+            out = max(out, live + extra)
+            continue
+        if kind == "F":
+            extra = R + (2 * at(i) + at(i + 1) if i >= 0 else 0)
+        elif kind == "F+":
+            extra = R + at(i) + at(i + 1)
+        elif i >= n:  # the head's backward, before the last block's
+            extra = R + at(n - 1)
+        else:
+            done = sum(G[j] for j in range(i + 1, n))
+            extra = R + at(i) + at(i - 1) + (G[i + 1] if i + 1 < n else 0) - done + done // shards
+        out = max(out, live + extra)
+    return out
 
 
 def _from_program(row: DeviceEstimate, plan: CompletePlan, program) -> DeviceEstimate:

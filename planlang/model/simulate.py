@@ -87,6 +87,9 @@ class LiveBytes(TorchDispatchMode):
         self.owner: object = None
         self.owner_live: dict[object, int] = {}
         self.owner_peak: dict[object, int] = {}
+        # the part of the step running now (`enter`) and the most bytes live in each part
+        self.segment: object = None
+        self.segment_peak: dict[object, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -106,6 +109,8 @@ class LiveBytes(TorchDispatchMode):
                 o = self.owner
                 self.owner_live[o] = self.owner_live.get(o, 0) + n
                 self.owner_peak[o] = max(self.owner_peak.get(o, 0), self.owner_live[o])
+                if self.segment is not None and self.live > self.segment_peak.get(self.segment, 0):
+                    self.segment_peak[self.segment] = self.live
                 weakref.finalize(st, self._free, key)
         return out
 
@@ -115,6 +120,11 @@ class LiveBytes(TorchDispatchMode):
         o = self.owners.pop(key, None)
         if n:
             self.owner_live[o] = self.owner_live.get(o, 0) - n
+
+    def enter(self, segment: object) -> None:
+        """The step's next part begins (what is live now counts toward its peak)."""
+        self.segment = segment
+        self.segment_peak[segment] = max(self.segment_peak.get(segment, 0), self.live)
 
     def reset_peak(self) -> None:
         self.peak = self.live
@@ -141,17 +151,25 @@ class StepMemory:
     # bytes of the parameter gradients after backward, by the stage whose backward created them (a weight
     # tied across stages has one gradient here, owned by the stage that reached it first)
     stage_grads: dict = field(default_factory=dict)
+    # with `blocks` (repeated blocks, in execution order): the most bytes live in each part of the step,
+    # ("F", i) the forward of block i (-1: the root code before the first), ("F+", i) the root code after
+    # it (the loss after the last), ("B", i) the backward from block i's output on (n: the head's and the
+    # loss's); and each block's parameter gradients. What FSDP2 adds per part (ZeRO-3 per block) is the
+    # estimator's (estimate._zero_blocks_peak)
+    segments: dict = field(default_factory=dict)
+    block_grads: tuple[int, ...] = ()
 
 
 def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None,
-                  stage_of: dict[str, int] | None = None, accumulate: bool = False) -> StepMemory:
+                  stage_of: dict[str, int] | None = None, accumulate: bool = False,
+                  blocks: tuple[str, ...] = ()) -> StepMemory:
     """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta
     (or fake tensors, for models that read values; see trace.meta_or_fake). With `stage_of` (module
     name -> pipeline stage), bytes are also attributed to the stage whose module created them. With
     `accumulate`, a second forward and backward follow with the first one's gradients kept, as for the
     second and later microbatches of a pipeline: autograd then computes each parameter's gradient into
     a temporary and adds it to the live `.grad`, so every gradient is live throughout that backward."""
-    return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of, accumulate))
+    return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of, accumulate, blocks))
 
 
 def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int]) -> list:
@@ -197,21 +215,53 @@ def _own(mode: "LiveBytes", last: list, stage: int, grad_outputs):
 
 
 def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, stage_of=None,
-              accumulate: bool = False) -> StepMemory:
-    return _simulate_once(module, inputs, loss, stage_of, accumulate=accumulate)
+              accumulate: bool = False, blocks: tuple[str, ...] = ()) -> StepMemory:
+    return _simulate_once(module, inputs, loss, stage_of, accumulate=accumulate, blocks=blocks)
 
 
-def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False) -> StepMemory:
+def _block_hooks(module: torch.nn.Module, mode: "LiveBytes", blocks: tuple[str, ...]) -> list:
+    """Hooks that name the part of the step running (`StepMemory.segments`): a block's forward, the root
+    code after it, and in backward, from a block's output gradient on, that block's backward."""
+    handles = []
+    for i, name in enumerate(blocks):
+        m = module.get_submodule(name)
+
+        def before(_mod, _args, i=i):
+            mode.enter(("F", i))
+
+        def after(_mod, _args, out, i=i):
+            mode.enter(("F+", i))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                    t.grad_fn.register_prehook(lambda _g, i=i: mode.enter(("B", i)))
+
+        handles += [m.register_forward_pre_hook(before), m.register_forward_hook(after)]
+    return handles
+
+
+def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
+                   blocks: tuple[str, ...] = ()) -> StepMemory:
     ignore = Existing([*module.parameters(), *module.buffers(), *inputs.values()])
     for p in module.parameters():
         p.grad = None
     mode = LiveBytes(ignore)
     args, kwargs = bind_inputs(module, inputs)
     handles = _stage_hooks(module, mode, stage_of) if stage_of else []
+    handles += _block_hooks(module, mode, blocks)
     last_stage = max(stage_of.values()) if stage_of else None
     try:
         with fused_attention():
-            first = _run(module, args, kwargs, inputs, loss, mode, last_stage)
+            if blocks:
+                mode.enter(("F", -1))
+            first = _run(module, args, kwargs, inputs, loss, mode, last_stage, len(blocks) if blocks else None)
+            if blocks:
+                grads = {}
+                for n, p in module.named_parameters():
+                    if p.grad is not None:
+                        b = next((i for i, name in enumerate(blocks) if n.startswith(name + ".")), None)
+                        grads[b] = grads.get(b, 0) + p.grad.untyped_storage().nbytes()
+                first = replace(first, segments=dict(mode.segment_peak),
+                                block_grads=tuple(grads.get(i, 0) for i in range(len(blocks))))
             if not accumulate:
                 return first
             # the first pass's gradients stay live (owned by the stage whose backward made them)
@@ -223,7 +273,7 @@ def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False) -> 
             h.remove()
 
 
-def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> StepMemory:
+def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage, blocks: int | None = None) -> StepMemory:
     # a pipeline (`last_stage` set) keeps each microbatch's output until that microbatch's backward has
     # run (torch.distributed.pipelining's fwd_cache hands it to the stage's backward): the last stage
     # holds its output (the logits) beside what autograd saves, which the canonical loop below drops
@@ -243,7 +293,8 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage) -> S
         stage_saved = dict(mode.owner_live)
         output = scalar.untyped_storage().nbytes()
         mode.reset_peak()
-
+        if blocks is not None:
+            mode.enter(("B", blocks))  # the loss's and the head's backward, before the last block's
         with mode:
             scalar.backward()
     del scalar

@@ -92,3 +92,21 @@ def test_a_stage_backward_peak_is_that_of_the_stage_run_alone():
     with mode:
         loss.backward()
     assert mode.peak == sim.stage_backward_peak[1]
+
+
+def test_block_parts_of_the_step_are_measured_for_zero3_per_block():
+    # the estimator prices ZeRO-3 per block from each part of the step at its own peak
+    # (estimate._zero3_blocks_peak): every block's forward and backward is a part, the peaks are the
+    # step's (the largest is the step's backward peak), and the blocks' gradients add up to those inside
+    from tests.model.tinynet import build
+
+    model = build(hidden=32, layers=3).to("meta")
+    blocks = ("h.0", "h.1", "h.2")
+    sim = simulate_step(model, {"idx": torch.zeros(4, 8, dtype=torch.long, device="meta")}, blocks=blocks)
+    parts = set(sim.segments)
+    assert {("F", -1), ("B", 3)} <= parts
+    assert all(("F", i) in parts and ("F+", i) in parts and ("B", i) in parts for i in range(3))
+    assert max(v for (kind, _), v in sim.segments.items() if kind == "B") == sim.backward_peak
+    assert max(v for (kind, _), v in sim.segments.items() if kind != "B") == sim.forward_peak
+    inside = sum(p.numel() * 4 for n, p in model.named_parameters() if n.startswith("h."))
+    assert sum(sim.block_grads) == inside and len(set(sim.block_grads)) == 1
