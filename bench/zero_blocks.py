@@ -18,27 +18,21 @@ block list emptied) for comparison; the estimator prices per-block units only, s
 from __future__ import annotations
 
 import argparse
-import json
-import socket
 import sys
 import tempfile
-import warnings
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from memory_measure import _categories, _tracker  # noqa: E402
+from zoo_memory import WORLD, measure  # noqa: E402  (planlang.apply on 4 gloo ranks, one step under MemTracker)
 
 from planlang.model.estimate import estimate_plan  # noqa: E402
 from planlang.plan.checker import check_file  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
 
-WORLD = 4
 MODELS = ("layers = 6, hidden = 256, heads = 4, vocab = 1024, seq = 32",
           "layers = 3, hidden = 384, heads = 4, vocab = 4096, seq = 32",
           "layers = 4, hidden = 320, heads = 5, vocab = 2048, seq = 32",
@@ -53,57 +47,6 @@ mesh ranks of {WORLD} x hardware.cpu {{ dp = {WORLD} over hardware.loopback }}
 optimizer adamw(lr = 0.001) {{ zero = {zero} over dp }}
 data idx : [dp, _]
 """
-
-
-def _worker(rank: int, path: str, port: int, out: str, whole: bool) -> None:
-    import os
-
-    import planlang.runtime.apply as apply_mod
-    from planlang.model.load import build_model, plan_loss
-    from planlang.runtime.teardown import leave
-    from planlang.runtime.verify import make_batch
-
-    warnings.filterwarnings("ignore")
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    if whole:  # the whole model as one FSDP2 unit: no blocks
-        apply_mod.zero_blocks = lambda *a, **k: []
-    plan = complete(check_file(path).plan)
-    torch.manual_seed(0)
-    model = build_model(plan.model, plan.path, device="cpu")
-    loss_fn = plan_loss(plan)
-    inputs, targets = make_batch(model, plan, loss_fn, 1)
-    pm = apply_mod.apply(model, plan, loss_fn=loss_fn, targets=tuple(t.to("meta") for t in targets))
-    del model
-    opt = pm.optimizer()
-
-    def step():
-        loss = pm.step(*inputs, *targets)
-        del loss
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    step()
-    step()
-    mt = _tracker()
-    mt.track_external(pm, opt, *inputs, *targets)
-    with mt:
-        step()
-    peak = _categories(mt.get_tracker_snapshot("peak"))
-    peak["units"] = len(pm.blocks)
-    Path(out, f"rank{rank}.json").write_text(json.dumps(peak))
-    leave()
-
-
-def measure(path: Path, whole: bool = False) -> list[dict]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_worker, args=(str(path), port, out, whole), nprocs=WORLD, join=True,
-                           start_method="spawn")
-        return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
 def main() -> None:

@@ -42,10 +42,10 @@ from tests.zoo.plans import LAYOUTS, ZOO, plan_text  # noqa: E402  (also EXTRA_L
 WORLD = 4
 
 
-def _worker(rank: int, path: str, port: int, out: str) -> None:
+def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> None:
     import os
 
-    from planlang.runtime.apply import apply
+    import planlang.runtime.apply as apply_mod
     from planlang.runtime.teardown import leave
     from planlang.runtime.verify import make_batch
 
@@ -53,12 +53,14 @@ def _worker(rank: int, path: str, port: int, out: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    if whole:  # ZeRO-2/3 with the whole model as one FSDP2 unit (no per-block units), for comparison
+        apply_mod.zero_blocks = lambda *a, **k: []
     plan = complete(check_file(path).plan)
     torch.manual_seed(0)
     model = build_model(plan.model, plan.path, device="cpu")
     loss_fn = plan_loss(plan)
     inputs, targets = make_batch(model, plan, loss_fn, 1)
-    pm = apply(model, plan, loss_fn=loss_fn, targets=tuple(t.to("meta") for t in targets))
+    pm = apply_mod.apply(model, plan, loss_fn=loss_fn, targets=tuple(t.to("meta") for t in targets))
     del model
     opt = pm.optimizer()
 
@@ -77,16 +79,19 @@ def _worker(rank: int, path: str, port: int, out: str) -> None:
     with mt:
         step()
     peak = _categories(mt.get_tracker_snapshot("peak"))
+    peak["units"] = len(getattr(pm, "blocks", ()))  # ZeRO-2/3: FSDP2 units of their own (blocks)
     Path(out, f"rank{rank}.json").write_text(json.dumps(peak))
     leave()
 
 
-def measure(path: Path) -> list[dict]:
+def measure(path: Path, whole: bool = False) -> list[dict]:
+    """Each rank's peak by category, one step of `path` through planlang.apply on WORLD gloo ranks."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_worker, args=(str(path), port, out), nprocs=WORLD, join=True, start_method="spawn")
+        mp.start_processes(_worker, args=(str(path), port, out, whole), nprocs=WORLD, join=True,
+                           start_method="spawn")
         return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(WORLD)]
 
 
@@ -122,7 +127,7 @@ def main() -> None:
                         est = estimates[r * len(estimates) // WORLD]
                         if r and peak == measured[r - 1] and est is estimates[(r - 1) * len(estimates) // WORLD]:
                             continue
-                        print(f"  rank {r} measured:", {k: mib(v) for k, v in peak.items()})
+                        print(f"  rank {r} measured:", {k: mib(v) for k, v in peak.items() if k != "units"})
                         print(f"  rank {r} estimate:", {k: mib(getattr(est, k)) for k in
                                                         ("parameters", "gradients", "optimizer", "buffers",
                                                          "activations", "peak")})
