@@ -695,14 +695,14 @@ def _step_time(plan: CompletePlan, flops: float, grad_bytes: int, efficiency: fl
 
 def render_table(plan: CompletePlan, rows: list[DeviceEstimate]) -> str:
     budget = plan.budget.bytes if plan.budget else None
-    head = (f"{'device':12} {'params':>11} {'grads':>11} {'optimizer':>11} {'buffers':>11} {'activations':>12} "
+    w = max([12] + [len(r.device) for r in rows])  # "rank 0 (stages 0, 2)" under an interleaved schedule
+    head = (f"{'device':{w}} {'params':>11} {'grads':>11} {'optimizer':>11} {'buffers':>11} {'activations':>12} "
             f"{'transient':>11} {'peak':>11} {'budget':>8} {'step':>10}")
     lines = [head, "-" * len(head)]
     for r in rows:
         fit = "-" if budget is None else ("ok" if r.peak <= budget else "OVER")
-        lines.append(f"{r.device:12} {format_bytes(r.parameters):>11} {format_bytes(r.gradients):>11} "
+        lines.append(f"{r.device:{w}} {format_bytes(r.parameters):>11} {format_bytes(r.gradients):>11} "
                      f"{format_bytes(r.optimizer):>11} {format_bytes(r.buffers):>11} {format_bytes(r.activations):>12} "
                      f"{format_bytes(r.transient):>11} {format_bytes(r.peak):>11} {fit:>8} {r.step_time * 1e3:>8.2f}ms")
-    for r in rows:
-        lines += [f"note: {n}" for n in r.notes]
+    lines += [f"note: {n}" for n in dict.fromkeys(n for r in rows for n in r.notes)]  # once, not per row
     return "\n".join(lines) + "\n"
