@@ -296,6 +296,14 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "by torch.export (not traceable by torch.fx between its stages) has its BatchNorm inlined, and each\n"
      "data-parallel rank then normalizes its own samples: reported too. Otherwise replace BatchNorm\n"
      "with GroupNorm or LayerNorm, or accept per-microbatch statistics."),
+    ("PL468", "zero-block-in-root-unit", W, "a repeated block ZeRO-2/3 cannot make an FSDP2 unit of its own",
+     "ZeRO-2 and ZeRO-3 shard each repeated block (an outermost `nn.ModuleList` entry: GPT-2's `h.N`,\n"
+     "Llama's `model.layers.N`) as an FSDP2 unit of its own, so that only the running block's parameters are\n"
+     "gathered. A block whose instructions are interleaved with other modules' in the lowered program, whose\n"
+     "parameters are shared with or read by another module, or that a checkpoint group crosses stays in the\n"
+     "root unit, and its parameters are gathered with the root's for the whole step: more memory than the\n"
+     "estimate of per-block units. The message says why for each block. Untie the parameter, move the\n"
+     "checkpoint group inside the block, or accept the memory."),
     ("PL467", "stages-not-cut", E, "the model cannot be cut into the plan's stages",
      "planlang cuts the model into its pipeline stages with torch.fx before anything is launched; this\n"
      "model's code cannot be traced between the stage modules (Hugging Face models' forwards are not\n"

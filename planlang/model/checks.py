@@ -31,10 +31,11 @@ from planlang.plan.units import format_bytes
 
 from .estimate import estimate_plan
 from .load import ModelLoadError, build_model, guess_targets, meta_inputs, plan_loss
-from .lowering import Fallback, lower
+from .lowering import Fallback, lower, mark_checkpoints
 from .opgraph import op_graph
 from .stages import OUT_SPEC, StageSplitError, split_stages
 from .trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
+from .zero_units import block_ranges
 
 
 def to_plan_name(name: str) -> str:
@@ -351,6 +352,22 @@ def batch_split(ctx) -> Iterator[Diagnostic]:
                         "`planlang explain PL364`")
 
 
+def zero_units(ctx) -> Iterator[Diagnostic]:
+    """PL468: a repeated block ZeRO-2/3 leaves in the root FSDP2 unit (facts["root_blocks"]: block -> why,
+    from the lowering), whose parameters are then gathered with the root's for the whole step."""
+    left = ctx.facts.get("root_blocks") or {}
+    opt = ctx.plan.optimizer
+    if not left or opt is None:
+        return
+    names = list(left)
+    shown = ", ".join(f"`{to_plan_name(n)}` ({left[n]})" for n in names[:3])
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    yield diag("PL468", f"ZeRO-{opt.zero_stage} keeps {len(names)} repeated block(s) in the root FSDP2 unit, "
+                        f"gathered with it for the whole step: {shown}{more}", opt.span,
+               help="a block is a unit of its own when its instructions run together and its parameters are "
+                    "its own; `planlang explain PL468`")
+
+
 def batch_norm_microbatches(ctx) -> Iterator[Diagnostic]:
     """PL466: a BatchNorm in a pipeline that runs more than one microbatch."""
     p = ctx.plan.pipeline
@@ -373,21 +390,24 @@ MODEL_RULES = (
     Rule("checkpoint_paths", ("PL360", "PL464", "PL465"), checkpoint_paths, needs_model=True),
     Rule("memory_budget", ("PL560",), memory_budget, needs_model=True),
     Rule("batch_split", ("PL364",), batch_split, needs_model=True),
+    Rule("zero_units", ("PL468",), zero_units, needs_model=True),
     Rule("batch_norm_microbatches", ("PL466",), batch_norm_microbatches, needs_model=True),
 )
 ALL_RULES = RULES + MODEL_RULES  # the model-free rules first, in their order, then the model-aware ones
 
 
 def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estimate=None,
-             fallbacks: list[Fallback] | None = None):
+             fallbacks: list[Fallback] | None = None, root_blocks: dict[str, str] | None = None):
     """The one validation of a resolved plan, for every command and the language server: every rule,
     the model-aware ones when the model's `facts` are given (PL560 when its `estimate` is, PL364 when
-    the lowering's `fallbacks` are)."""
+    the lowering's `fallbacks` are, PL468 when its `root_blocks` are: `lowering_facts`)."""
     extra = {"model": facts} if facts is not None else {}
     if facts is not None and estimate is not None:
         extra["estimate"] = estimate
     if facts is not None and fallbacks is not None:
         extra["lowering"] = fallbacks
+    if facts is not None and root_blocks:
+        extra["root_blocks"] = root_blocks
     return check_resolution(res, path, extra or None, ALL_RULES)
 
 
@@ -490,10 +510,19 @@ def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
     return facts, []
 
 
-def lowering_fallbacks(plan) -> list[Fallback] | None:
-    """The ops the runtime's lowering of this complete plan runs on the whole batch (PL364), from the same
-    op graph and lowering `planlang.apply` runs; None when the plan has no data axes or a pipeline (whose
-    stages run module code, not the lowering) or when lowering fails (the run reports why)."""
+@dataclass(frozen=True)
+class Lowered:
+    """What `check --model` reads off the runtime's lowering of a plan: the ops run on the whole batch
+    (PL364) and, under ZeRO-2/3, the repeated blocks left in the root FSDP2 unit with why (PL468)."""
+
+    fallbacks: list[Fallback]
+    root_blocks: dict[str, str]
+
+
+def lowering_facts(plan) -> Lowered | None:
+    """The runtime's lowering of this complete plan, from the same op graph and lowering `planlang.apply`
+    runs; None when the plan has no data axes or a pipeline (whose stages run module code, not the
+    lowering) or when lowering fails (the run reports why)."""
     if not data_axes(plan, trivial=False) or plan.pipeline is not None:
         return None
     try:
@@ -504,7 +533,12 @@ def lowering_fallbacks(plan) -> list[Fallback] | None:
         if targets is None:
             return None
         graph = op_graph(model, inputs, loss, tuple(targets)) if loss is not None else op_graph(model, inputs)
-        return lower(graph, plan).fallbacks
+        prog = lower(graph, plan)
+        prog.checkpoint_groups = mark_checkpoints(prog, plan)
+        opt, mesh = plan.optimizer, plan.mesh
+        zero = opt is not None and opt.zero_stage >= 2 and opt.zero_axis is not None and \
+            (mesh.axis_size(opt.zero_axis) or 1) > 1
+        return Lowered(prog.fallbacks, block_ranges(model, prog)[1] if zero else {})
     except Exception:  # noqa: BLE001 - lowering failures are the runtime's to report, with their own message
         return None
 
@@ -549,8 +583,10 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
             extra["estimate"] = estimate_plan(complete(res.plan), facts=facts, program=program)  # probed once
         except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
             pass
-        extra["fallbacks"] = lowering_fallbacks(complete(res.plan))
-    result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"))
+        lowered = lowering_facts(complete(res.plan))
+        if lowered is not None:
+            extra["fallbacks"], extra["root_blocks"] = lowered.fallbacks, lowered.root_blocks
+    result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"), extra.get("root_blocks"))
     if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not result.errors:
         diags = diags + stage_split_diagnostics(complete(res.plan))  # only what the checks could not tell
     if diags:

@@ -30,6 +30,7 @@ from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
 from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
 from planlang.model.head_blocks import Blocked, find_blocked, mark_blocked
 from planlang.model.opgraph import OpGraph, OpNode
+from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes
 from planlang.plan.types import Mesh, Spec
@@ -449,3 +450,20 @@ def _drop_deferred(ins, graph: OpGraph, origin, grad_sync: dict[str, tuple[str, 
         if axes:
             new.append((i, axes))
     return Run(ins.node, ins.strategy, ins.args, tuple(new))
+
+
+def mark_checkpoints(prog: Program, plan: CompletePlan) -> list[tuple[int, int]]:
+    """Each checkpoint group as the range of instructions from its first op to its last."""
+    modules = list(prog.graph.module_outputs())  # a dict keeps the order modules first appear in
+    ranges = []
+    for group in checkpoint_groups(plan.checkpoints, modules, modules):
+        idx = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Run)
+               and any(ins.node.module == m or ins.node.module.startswith(m + ".") for m in group)]
+        if idx:
+            ranges.append((min(idx), max(idx) + 1))
+    ranges.sort()
+    for (a, b), (c, d) in zip(ranges, ranges[1:]):
+        if c < b:
+            raise LoweringError(f"checkpoint groups overlap in execution (instructions {a}-{b} and {c}-{d}); "
+                                "make the groups disjoint")
+    return ranges

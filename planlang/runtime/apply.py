@@ -17,7 +17,7 @@ The passes, in order (each a function of this module or the modules it names):
 1. `load_plan`           resolve and check the plan (errors stop here, rendered);
 2. `op_graph`            trace model + loss with torch.fx into the op graph (planlang.model.opgraph);
 3. `lower`               layouts, strategies, conversions, gradient reductions (planlang.model.lowering);
-4. `mark_checkpoints`    the plan's checkpoint groups as instruction ranges;
+4. `mark_checkpoints`    the plan's checkpoint groups as instruction ranges (planlang.model.lowering);
 5. `shard_parameters`    each parameter replaced by its local piece (initial values = the single-process
                          model's, whatever the seed);
 6. `generate`            per-rank Python (planlang.runtime.codegen), compiled and run by `ParallelModel`;
@@ -52,14 +52,13 @@ from planlang.model.head_blocks import block_factor, blocked_order, unblocked_or
 from planlang.model.load import guess_targets, meta_inputs, plan_loss
 from planlang.model.opgraph import dtype_name, op_graph
 from planlang.plan import types as T
-from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompleteOptimizer, CompletePlan, IncompletePlan, complete
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
 from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 from planlang.runtime.executor import Runtime
 from planlang.runtime.grad_sync import GradSync
-from planlang.model.lowering import LoweringError, Program, Run, data_axes, lower
+from planlang.model.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints
 from planlang.runtime.pipeline import PipelineError, apply_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.redistribute import MeshGroups, redistribute
@@ -90,23 +89,6 @@ def load_plan(plan: T.Plan | str | Path) -> CompletePlan:
 
 
 # ------------------------------------------------------------------------------ passes
-def mark_checkpoints(prog: Program, plan: CompletePlan) -> list[tuple[int, int]]:
-    """Each checkpoint group as the range of instructions from its first op to its last."""
-    modules = list(prog.graph.module_outputs())  # a dict keeps the order modules first appear in
-    ranges = []
-    for group in checkpoint_groups(plan.checkpoints, modules, modules):
-        idx = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Run)
-               and any(ins.node.module == m or ins.node.module.startswith(m + ".") for m in group)]
-        if idx:
-            ranges.append((min(idx), max(idx) + 1))
-    ranges.sort()
-    for (a, b), (c, d) in zip(ranges, ranges[1:]):
-        if c < b:
-            raise PlanError(f"checkpoint groups overlap in execution (instructions {a}-{b} and {c}-{d}); "
-                            "make the groups disjoint")
-    return ranges
-
-
 def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], device) -> dict[str, ParamLayout]:
     """Replace every parameter by its local piece under the program's layout (shared ones once)."""
     layouts = {}
@@ -329,9 +311,9 @@ def lower_plan(model: nn.Module, plan: CompletePlan, loss_fn: Callable | None = 
     try:
         graph = op_graph(model, inputs, loss_fn, tuple(targets))
         prog = lower(graph, plan)
+        prog.checkpoint_groups = mark_checkpoints(prog, plan)
     except LoweringError as e:
         raise PlanError(str(e)) from e
-    prog.checkpoint_groups = mark_checkpoints(prog, plan)
     return prog
 
 

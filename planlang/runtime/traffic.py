@@ -245,12 +245,9 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     with the plan's checkpoint groups) or an already lowered Program."""
     # lazy: torch loads only when this runs
     from planlang.model.opgraph import OpGraph
-    from planlang.model.lowering import Convert, lower
+    from planlang.model.lowering import Convert, lower, mark_checkpoints
 
     if isinstance(graph_or_program, OpGraph):
-        # lazy: torch loads only when this runs
-        from planlang.runtime.apply import mark_checkpoints
-
         prog = lower(graph_or_program, plan)
         prog.checkpoint_groups = mark_checkpoints(prog, plan)
     else:

@@ -72,3 +72,19 @@ def test_lower_prints_the_blocks_of_a_zero3_plan():
 
     code = lower_source(check_file(f"{PLANS}/gpt2_dp4_zero3.plan").plan, 0)
     assert "rt.block('h.0', block_h_0, " in code and "rt.block('h.1', block_h_1, " in code
+
+
+def test_a_block_left_in_the_root_unit_is_reported_before_launch(tmp_path):
+    """PL468: a checkpoint group over two blocks crosses both blocks' boundaries, so ZeRO-3 keeps them in
+    the root unit; `check --model` (which every command that runs a plan calls first) says which and
+    why, on the optimizer statement; the plan without the group has no PL468."""
+    from planlang.model.checks import check_with_model
+
+    base = open(f"{PLANS}/gpt2_dp2_zero3_blocks.plan").read()
+    (tmp_path / "crossed.plan").write_text(base + "checkpoint h[0], h[1]\n")
+    (tmp_path / "clean.plan").write_text(base)
+    found = [d for d in check_with_model(str(tmp_path / "crossed.plan")).diagnostics if d.code == "PL468"]
+    assert len(found) == 1 and found[0].span.line == 5
+    assert "2 repeated block(s)" in found[0].message
+    assert "`h[0]` (a checkpoint group crosses its boundary)" in found[0].message
+    assert "PL468" not in {d.code for d in check_with_model(str(tmp_path / "clean.plan")).diagnostics}
