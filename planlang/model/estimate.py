@@ -463,6 +463,9 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             # own storage: for a moment the unit's parameters are live twice. ZeRO-3 (resharded after
             # forward) gathers again when backward starts, beside every saved activation
             backward_phase = max(backward_phase, 2 * gathered + (acts if zero == 3 else 0))
+        # what FSDP2 holds at the peak (gathered and prefetched parameters, its buffers) is transient too:
+        # the report's bar and the row's classes add up to the peak
+        transient = backward_phase - acts
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
         flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
@@ -473,8 +476,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         row = _from_program(row, plan, program) if program is not None else row
         out.append(row)
         if s is not None:
-            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), backward_phase - acts, learn, flat_copy, flops,
-                                    p_bytes))
+            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, flat_copy, flops, p_bytes))
     if plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved":
         return _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1, efficiency)
     return out
