@@ -71,7 +71,7 @@ RESULTS = ROOT / "bench" / "results" / "runtime_overhead.txt"
 # ------------------------------------------------------------------------------ cases
 @dataclass(frozen=True)
 class Case:
-    """One plan and its native twin. `kind`: dp | tp | dp_tp | pp."""
+    """One plan and its native twin. `kind`: dp | tp | dp_tp | pp | zero3."""
 
     name: str
     kind: str
@@ -90,7 +90,7 @@ class Case:
 
     @property
     def dp(self) -> int:
-        return {"dp": self.ranks, "dp_tp": 2}.get(self.kind, 1)
+        return {"dp": self.ranks, "dp_tp": 2, "zero3": self.ranks}.get(self.kind, 1)
 
     @property
     def tp(self) -> int:
@@ -114,6 +114,7 @@ def cases(quick: bool) -> list[Case]:
         Case("gpt2-tp", "tp", "gpt2", 2, gpt2, 8),
         Case("mlp-dp2xtp2", "dp_tp", "mlp", 4, mlp, 64 if not quick else 16),
         Case("gpt2-pp-1f1b", "pp", "gpt2", 2, gpt2pp, 8, microbatches=4),
+        Case("gpt2-zero3", "zero3", "gpt2", 4, gpt2pp, 8),
     ]
 
 
@@ -129,11 +130,11 @@ def plan_text(case: Case) -> str:
     else:
         lines.append(f"input idx : i64[batch = {case.batch}, seq = {kw['seq']}]")
     axes = {"dp": [("dp", case.ranks)], "tp": [("tp", case.ranks)], "dp_tp": [("dp", 2), ("tp", case.ranks // 2)],
-            "pp": [("pp", case.ranks)]}[case.kind]
+            "pp": [("pp", case.ranks)], "zero3": [("dp", case.ranks)]}[case.kind]
     lines.append(f"mesh ranks of {case.ranks} x hardware.cpu {{")
     lines += [f"    {a} = {n} over hardware.loopback" for a, n in axes]
-    lines += ["}", "optimizer adamw(lr = 0.001)"]
-    if case.kind in ("dp", "dp_tp"):
+    lines += ["}", "optimizer adamw(lr = 0.001)" + (" { zero = 3 over dp }" if case.kind == "zero3" else "")]
+    if case.kind in ("dp", "dp_tp", "zero3"):
         lines.append(f"data {inp} : [dp, _]")
     if case.kind in ("tp", "dp_tp"):
         if case.model == "mlp":
@@ -274,14 +275,14 @@ def planlang_side(case: Case, device, plan) -> Side:
     dp_rank = _dp_rank(case)
     inputs, targets = batch_piece(case, dp_rank, device)
     pm = apply(model, plan, device=device, targets=tuple(t.to("meta") for t in global_batch(case)[1]))
-    opt = torch.optim.AdamW(pm.parameters(), lr=LR)
+    opt = pm.optimizer() if case.kind == "zero3" else torch.optim.AdamW(pm.parameters(), lr=LR)
     run = eager_step(pm, None, (*inputs, *targets), (), opt, pm.sync_grads)
     return Side("planlang", run, [pm.module, opt, *inputs, *targets])
 
 
 def _dp_rank(case: Case) -> int:
     """The data-parallel coordinate of this rank (mesh axes row-major: dp outermost)."""
-    return dist.get_rank() // case.tp if case.kind in ("dp", "dp_tp") else 0
+    return dist.get_rank() // case.tp if case.kind in ("dp", "dp_tp", "zero3") else 0
 
 
 def native_side(case: Case, device, bucket_view: bool = False) -> Side:
@@ -320,6 +321,24 @@ def native_side(case: Case, device, bucket_view: bool = False) -> Side:
                     loss_group=dp_group)
     if case.kind == "pp":
         return native_pipeline(case, model, device)
+    if case.kind == "zero3":
+        # torchtitan's ZeRO-3: fully_shard each block, then the root, resharded after forward; the next
+        # block's all-gather prefetched in both directions, as planlang.runtime.zero_blocks sets it
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        mesh = init_device_mesh(device.type, (case.ranks,), mesh_dim_names=("dp",))
+        blocks = list(model.h)
+        for b in blocks:
+            fully_shard(b, mesh=mesh, reshard_after_forward=True)
+        fully_shard(model, mesh=mesh, reshard_after_forward=True)
+        for a, b in zip(blocks, blocks[1:]):
+            a.set_modules_to_forward_prefetch([b])
+            b.set_modules_to_backward_prefetch([a])
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+        inputs, targets = batch_piece(case, _dp_rank(case), device)
+        return Side("native", eager_step(model, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets],
+                    loss_group=dist.group.WORLD)
     raise ValueError(case.kind)
 
 
