@@ -382,8 +382,10 @@ class PlanlangRunner:
         self.param_bytes = local_param_bytes(self.module)
 
     def runtime_buffers(self) -> list[torch.Tensor]:
-        """The pipeline stages' receive buffers (built at the first step)."""
-        out = []
+        """The pipeline stages' receive buffers (built at the first step) and the persistent gradient
+        buckets (planlang.runtime.grad_sync, made at the first step)."""
+        sync = getattr(self.pm, "_grad_sync", None)
+        out = [b.flat for b in sync.buckets if b.flat is not None] if sync is not None else []
         for st in getattr(self.pm, "runner", None) and self.pm.runner.stages or []:
             for infos in (*st.args_recv_info.values(), *st.grad_recv_info.values()):
                 out += [i.buffer for i in infos if getattr(i, "buffer", None) is not None
@@ -442,12 +444,14 @@ def _measure_rank(case: Case, rank: int, world: int, runtime: str = "torch") -> 
         runner.step()
     dt = time.perf_counter() - t0
     peak, end = _categories(mt.get_tracker_snapshot("peak")), _categories(mt.get_tracker_snapshot("current"))
-    # the registered runtime buffers are in MemTracker's "Other" with the inputs: move them to buffers
-    # (they are persistent, so live at the peak and at the end)
+    # the registered runtime buffers are in MemTracker's "Other" with the inputs, unless it saw them as
+    # something else first (a bucket whose slices are gradients): what is there beyond the batch moves to
+    # buffers (they are persistent, so live at the peak and at the end)
     rb = sum(t.untyped_storage().nbytes() for t in {t.untyped_storage()._cdata: t for t in rbufs}.values())
+    batch = sum(t.untyped_storage().nbytes() for t in (*runner.inputs, *runner.targets))
     for snap in (peak, end):
-        snap["inputs"] -= rb
-        snap["buffers"] += rb
+        snap["buffers"] += snap["inputs"] - batch
+        snap["inputs"] = batch
     state = 0
     for o in opts:
         for st in o.state.values():

@@ -74,11 +74,20 @@ def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> N
     step()
     mt = _tracker()
     runner = getattr(pm, "runner", None)  # a pipeline: this rank's stage modules
-    mt.track_external(torch.nn.ModuleList(runner.stage_modules.values()) if runner is not None else pm, opt,
+    # tensors the runtime keeps between steps that MemTracker would not see otherwise: the persistent
+    # gradient buckets (made in the warm-up steps; the gradients are their slices only after backward)
+    sync = getattr(pm, "_grad_sync", None)
+    kept = [b.flat for b in sync.buckets if b.flat is not None] if sync is not None else []
+    mt.track_external(*kept, torch.nn.ModuleList(runner.stage_modules.values()) if runner is not None else pm, opt,
                       *inputs, *targets)
     with mt:
         step()
     peak = _categories(mt.get_tracker_snapshot("peak"))
+    # MemTracker files a tensor given to track_external as an input unless it saw it otherwise first (a
+    # bucket whose slices are gradients): what is filed there beyond the batch is the buckets, the runtime's
+    batch = sum(t.numel() * t.element_size() for t in (*inputs, *targets))
+    peak["buffers"] += peak["inputs"] - batch
+    peak["inputs"] = batch
     peak["units"] = len(getattr(pm, "blocks", ()))  # ZeRO-2/3: FSDP2 units of their own (blocks)
     Path(out, f"rank{rank}.json").write_text(json.dumps(peak))
     leave()

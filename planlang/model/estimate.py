@@ -8,8 +8,9 @@ For each device class (one per pipeline stage, or one for the whole mesh):
                  counter per tensor); ZeRO-2/3 divide by the ZeRO axis; ZeRO-1 (torch's
                  ZeroRedundancyOptimizer, which the runtime uses) gives each rank whole parameters, so the
                  figure is the fullest rank's share of a greedy partition by size
-    buffers      the runtime's persistent tensors: DDP's gradient buckets (`grad_sync="ddp"`, a data axis
-                 of more than one rank) and torch.distributed.pipelining's receive buffers (one per
+    buffers      the runtime's persistent tensors: gradient buckets (a data axis of more than one rank, ZeRO
+                 0 or 1: DDP's with `grad_sync="ddp"`; planlang's, whose slices the gradients are, so that
+                 `gradients` is 0 there) and torch.distributed.pipelining's receive buffers (one per
                  microbatch: the activation from the previous stage, the gradient from the next one)
     activations  what one microbatch saves for backward on this device, times the microbatches in flight
                  (1F1B: min(p - i, m) on stage i; GPipe: m; no pipeline: 1)
@@ -23,9 +24,10 @@ peak = parameters + optimizer + buffers + max(backward phase, after-backward pha
                           microbatch and accumulates into `.grad`: from the second backward on, every
                           gradient of the stage is live beside the in-flight activations (simulated by a
                           second backward, simulate.py)
-    after-backward phase  all gradients + the larger of the optimizer step's temporaries and, for the
-                          planlang runtime's data-parallel gradient sum (`grad_sync="flat"`), the flat copy
-                          of the gradients it all-reduces (ParallelModel.sync_grads) just before the step
+    after-backward phase  all gradients (none beyond the buckets where they are their slices) + the larger
+                          of the optimizer step's temporaries and, for a pipeline's data-parallel gradient
+                          sum (`grad_sync="flat"`), the flat copy of the gradients it all-reduces
+                          (pipeline.average_gradients) just before the step
 
 `transient` reports the backward transient plus that after-backward figure (planlang.report splits them).
 Activations and transients come from a simulated step on the meta device (`simulate.py`) of the local
@@ -416,11 +418,17 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             elems = sum(math.prod(p.local) for p in learn)
             opt_b = states * elems * 4 + (4 * len(learn) if counter else 0)
             opt_b = opt_b // zero_n if zero >= 1 else opt_b
-        # DDP keeps a bucket copy of the gradients for the all-reduce (not under FSDP2, ZeRO >= 2)
-        buffers = p_bytes if grad_sync == "ddp" and dp > 1 and zero < 2 else 0
-        # the planlang runtime sums gradients after backward in one flat tensor (ParallelModel.sync_grads,
-        # pipeline.average_gradients): for that moment every gradient is live twice
-        flat_copy = grads_b if grad_sync == "flat" and dp > 1 and zero < 2 else 0
+        # DDP keeps a bucket copy of the gradients for the all-reduce (not under FSDP2, ZeRO >= 2). The
+        # planlang runtime keeps persistent buckets too (planlang.runtime.grad_sync), whose slices the
+        # gradients are (DDP's gradient_as_bucket_view): the gradients are the buckets, counted once there
+        summed = dp > 1 and zero < 2
+        bucketed = grad_sync == "flat" and summed and s is None
+        buffers = p_bytes if grad_sync == "ddp" and summed else (g_bytes if bucketed else 0)
+        if bucketed:
+            grads_b = 0
+        # a pipeline sums its gradients after the last backward in one flat tensor per axis
+        # (pipeline.average_gradients): for that moment every gradient is live twice
+        flat_copy = grads_b if grad_sync == "flat" and summed and s is not None else 0
         # what is live beside the gradients after backward: the flat copy, then (ZeRO-2/3 step slices of
         # every tensor; ZeRO-1 whole tensors, ZeroRedundancyOptimizer) the optimizer step's temporaries
         opt_tmp = _optimizer_temporaries(plan, learn, states, zero_n if zero >= 1 else 1, whole=zero == 1,

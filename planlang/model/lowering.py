@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, normalize
 from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
+from planlang.cost.ops.einsum import INT_DTYPES
 from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
 from planlang.model.head_blocks import Blocked, find_blocked, mark_blocked
 from planlang.model.opgraph import OpGraph, OpNode
@@ -467,3 +468,48 @@ def mark_checkpoints(prog: Program, plan: CompletePlan) -> list[tuple[int, int]]
             raise LoweringError(f"checkpoint groups overlap in execution (instructions {a}-{b} and {c}-{d}); "
                                 "make the groups disjoint")
     return ranges
+
+
+# ------------------------------------------------------------------------------ gradient flow
+def gradient_flow(prog: Program) -> tuple[dict[str, bool], set[str]]:
+    """(value -> requires grad, the values that receive a gradient in backward) of a lowered step:
+    floating parameters require grad, and a value does when any input of the op making it does; the
+    gradient flows back from the loss through what requires it."""
+    g = prog.graph
+    req: dict[str, bool] = {}
+    for v in g.values.values():
+        if v.kind == "param":
+            req[v.name] = v.dtype not in INT_DTYPES
+        elif v.kind in ("input", "const"):
+            req[v.name] = False
+    for ins in prog.instructions:
+        if isinstance(ins, Convert):
+            req[ins.out] = req.get(ins.value, False)
+        else:
+            out = g.values.get(ins.node.name)
+            req[ins.node.name] = (out.dtype if out else ins.node.op.dtype) not in INT_DTYPES and any(
+                req.get(a, False) for a in ins.args)
+    grad: set[str] = {prog.loss} if req.get(prog.loss, False) else set()
+    for ins in reversed(prog.instructions):
+        if isinstance(ins, Convert):
+            if ins.out in grad and req.get(ins.value, False):
+                grad.add(ins.value)
+        elif ins.node.name in grad:
+            grad.update(a for a in ins.args if req.get(a, False))
+    return req, grad
+
+
+def trained_parameters(prog: Program) -> set[str]:
+    """The FQNs of the parameters backward gives a gradient (those the loss depends on): the runtime's
+    gradient sums cover these alone (planlang.runtime.grad_sync's buckets, and traffic's prediction)."""
+    origin = {ins.out: base for ins, base in _conversion_bases(prog.instructions)}
+    got = {origin.get(v, v) for v in gradient_flow(prog)[1]}
+    return {v.ref for v in prog.graph.params() if v.name in got}
+
+
+def _conversion_bases(instructions):
+    base: dict[str, str] = {}
+    for ins in instructions:
+        if isinstance(ins, Convert):
+            base[ins.out] = base.get(ins.value, ins.value)
+            yield ins, base[ins.out]

@@ -58,7 +58,7 @@ from planlang.runtime.codegen import generate
 from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 from planlang.runtime.executor import Runtime
 from planlang.runtime.grad_sync import GradSync
-from planlang.model.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints
+from planlang.model.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
 from planlang.runtime.pipeline import PipelineError, apply_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.redistribute import MeshGroups, redistribute
@@ -263,8 +263,11 @@ class ParallelModel(nn.Module):
 
     def _gradient_sums(self):
         if self._grad_sync is None:
+            # the parameters backward gives a gradient (a pooler the loss does not use gets none): the
+            # buckets hold those alone, on every rank alike
+            trained = trained_parameters(self.program)
             sync = {fqn: tuple(a for a in self.program.grad_sync.get(fqn, ()) if a not in self.fsdp_axes)
-                    for fqn, _ in self.module.named_parameters()}
+                    for fqn, _ in self.module.named_parameters() if fqn in trained}
             # FSDP2 (ZeRO-2/3) runs its own hooks on its sharded parameters: sum after backward there
             self._grad_sync = GradSync(list(self.module.named_parameters()), sync, self.groups, self.rt.recorder,
                                        overlap=not self.fsdp_axes)

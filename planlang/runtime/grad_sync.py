@@ -6,9 +6,16 @@ into flat buckets, as DDP does (Li et al., PyTorch Distributed, VLDB 2020, §3.2
 over the same axes, in reverse registration order (roughly the order backward produces them), cut at a
 byte cap — a small first bucket so communication starts early, then larger ones. A bucket's all-reduce
 starts (async) as soon as backward has accumulated every gradient in it (a post-accumulate-grad hook),
-so it runs while backward computes the earlier layers; `finish` waits for them, copies the sums back and
-reduces whatever did not start (parameters that got no gradient this step, or all of them inside
-`no_sync`, for gradient accumulation).
+so it runs while backward computes the earlier layers; `finish` waits for them and reduces whatever did
+not start (parameters that got no gradient this step, or all of them inside `no_sync`, for gradient
+accumulation).
+
+Buckets are persistent and the gradients are views into them (DDP's `gradient_as_bucket_view`): when a
+parameter's gradient arrives it is copied into its slice of the bucket once and `.grad` becomes that
+slice, so the sum lands in the gradients with no copy back, later backwards (gradient accumulation, or
+`zero_grad(set_to_none=False)`) accumulate into the bucket in place, and no flat copy of the gradients is
+allocated per step: a step holds the gradients once. A gradient that cannot be a view (an FSDP2 DTensor,
+a dtype other than its bucket's) is copied in before the sum and back after it.
 
 `buckets` is a pure function: planlang.runtime.traffic predicts the same collectives from it.
 """
@@ -28,9 +35,10 @@ class Bucket:
     names: list[str]
     nbytes: int = 0
     arrived: int = 0
-    flat: object = None
+    flat: object = None  # the persistent buffer, made at the first sum
     work: object = None
-    members: list = field(default_factory=list)  # the gradients packed into `flat`, in order
+    copied: list = field(default_factory=list)  # (gradient, slice) pairs summed by copy, not as a view
+    launched: bool = False
 
 
 def buckets(params: list[tuple[str, int, tuple[str, ...]]], first: int = FIRST_BUCKET,
@@ -68,37 +76,90 @@ class GradSync:
         self.no_sync = False
         rows = [(n, p.numel() * p.element_size(), tuple(sync.get(n, ()))) for n, p in named_params]
         self.buckets = buckets(rows)
+        self._slices: dict[str, tuple[int, int]] = {}  # name -> (offset, numel) in its bucket
         self._handles = []
         if overlap:
             for b in self.buckets:
                 for n in b.names:
                     self._handles.append(self.params[n].register_post_accumulate_grad_hook(
-                        lambda p, b=b: self._arrived(b)))
+                        lambda p, b=b, n=n: self._arrived(b, n)))
 
-    def _arrived(self, b: Bucket) -> None:
-        # counts across backwards: inside `no_sync` a full round launches nothing, and the next full
-        # round (the step that syncs) launches the bucket with the accumulated gradients
+    def _arrived(self, b: Bucket, name: str) -> None:
+        # the gradient goes into the bucket as it arrives (a view from then on: a later backward
+        # accumulates into the bucket). Counts across backwards: inside `no_sync` a full round launches
+        # nothing, and the next full round (the step that syncs) launches the bucket
+        if not self.no_sync or self.params[name].grad is not None:
+            self._into_bucket(b, name)
         b.arrived += 1
-        if b.arrived % len(b.names) == 0 and not self.no_sync and b.flat is None:
+        if b.arrived % len(b.names) == 0 and not self.no_sync and not b.launched:
             self._launch(b, async_op=True)
+
+    def _buffer(self, b: Bucket):
+        """The bucket's persistent buffer (made at its first sum, in its first gradient's dtype) and each
+        parameter's (offset, numel) in it."""
+        # lazy: torch loads only when this runs
+        import torch
+
+        if b.flat is None:
+            first = next(self._local(self.params[n].grad) for n in b.names if self.params[n].grad is not None)
+            sizes = [self._local_numel(self.params[n]) for n in b.names]
+            b.flat = torch.zeros(sum(sizes), dtype=first.dtype, device=first.device)
+            offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+            self._slices.update({n: (o, s) for n, o, s in zip(b.names, offsets, sizes)})
+        return b.flat
+
+    @staticmethod
+    def _local_numel(p) -> int:
+        # lazy: torch loads only when this runs
+        from torch.distributed.tensor import DTensor
+
+        return p.to_local().numel() if isinstance(p, DTensor) else p.numel()
+
+    def _into_bucket(self, b: Bucket, name: str) -> None:
+        """Put `name`'s gradient in its slice of the bucket: as a view from now on where it can be."""
+        # lazy: torch loads only when this runs
+        from torch.distributed.tensor import DTensor
+
+        p = self.params[name]
+        g = p.grad
+        flat = self._buffer(b)
+        off, n = self._slices[name]
+        view = flat[off:off + n].view_as(self._local(g))
+        if g.untyped_storage()._cdata == flat.untyped_storage()._cdata and g.storage_offset() == off:
+            # already the view: backward accumulated into the bucket (compared by storage, not data_ptr,
+            # which is 0 for every meta tensor: program_memory runs this on meta)
+            return
+        if isinstance(g, DTensor) or g.dtype != flat.dtype:
+            view.copy_(self._local(g))
+            b.copied.append((self._local(g), view))
+            return
+        view.copy_(g)
+        p.grad = view
 
     def _launch(self, b: Bucket, async_op: bool) -> None:
         # lazy: torch loads only when this runs
-        import torch
         import torch.distributed as dist
 
-        b.members = [self._local(self.params[n].grad) for n in b.names if self.params[n].grad is not None]
-        if not b.members:
+        present = [n for n in b.names if self.params[n].grad is not None]
+        if not present:
             return
-        b.flat = torch.cat([g.reshape(-1) for g in b.members])
+        flat = self._buffer(b)
+        b.copied = []
+        for n in b.names:
+            if self.params[n].grad is None:  # no gradient this step: its slice holds an earlier one
+                off, size = self._slices[n]
+                flat[off:off + size].zero_()
+            else:
+                self._into_bucket(b, n)
+        b.launched = True
         for k, a in enumerate(b.axes):
             if self.recorder is not None:
-                self.recorder.record(Collective.ALL_REDUCE, (a,), b.flat.numel() * b.flat.element_size())
+                self.recorder.record(Collective.ALL_REDUCE, (a,), flat.numel() * flat.element_size())
             last = k == len(b.axes) - 1
             if async_op and last:  # a sum over several axes runs axis after axis; the last one overlaps
-                b.work = dist.all_reduce(b.flat, group=self.groups.group(a), async_op=True)
+                b.work = dist.all_reduce(flat, group=self.groups.group(a), async_op=True)
             else:
-                dist.all_reduce(b.flat, group=self.groups.group(a))
+                dist.all_reduce(flat, group=self.groups.group(a))
 
     @staticmethod
     def _local(g):
@@ -108,19 +169,16 @@ class GradSync:
         return g.to_local() if isinstance(g, DTensor) else g
 
     def finish(self) -> None:
-        """Wait for the bucket sums in flight, reduce the buckets that did not start, and write the sums
-        back into the gradients."""
+        """Wait for the bucket sums in flight and reduce the buckets that did not start; the gradients
+        (views of the buckets) then hold the sums, and the few that are copies get them copied back."""
         for b in self.buckets:
-            if b.flat is None:
+            if not b.launched:
                 self._launch(b, async_op=False)
             if b.work is not None:
                 b.work.wait()
-            off = 0
-            for g in b.members:
-                n = g.numel()
-                g.copy_(b.flat[off:off + n].view_as(g))
-                off += n
-            b.flat, b.work, b.members, b.arrived = None, None, [], 0
+            for g, view in b.copied:
+                g.copy_(view)
+            b.work, b.copied, b.arrived, b.launched = None, [], 0, False
 
     def remove(self) -> None:
         for h in self._handles:

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from planlang.cost.comm import Collective, bytes_sent, collective_time, group
 from planlang.cost.layout import local_numel
 from planlang.cost.ops.base import DTYPE_BYTES
-from planlang.cost.ops.einsum import INT_DTYPES
 from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.types import Mesh
 from planlang.runtime.launch import coords_of
@@ -124,10 +123,6 @@ class Traffic:
 
 
 # ------------------------------------------------------------------------------ prediction
-def _is_float(dtype: str) -> bool:
-    return dtype not in INT_DTYPES
-
-
 def _per_axis(kind: Collective, axes, full: int, mesh: Mesh, phase: str, what: str) -> list[Transfer]:
     """A sum over several axes as the runtime issues it: one collective per axis, in mesh order."""
     if kind == Collective.ALL_REDUCE:
@@ -136,32 +131,17 @@ def _per_axis(kind: Collective, axes, full: int, mesh: Mesh, phase: str, what: s
 
 
 def _gradient_flow(prog) -> tuple[dict[str, bool], set[str]]:
-    """(value -> requires grad, the values that receive a gradient in backward)."""
     # lazy: torch loads only when this runs
-    from planlang.model.lowering import Convert
+    from planlang.model.lowering import gradient_flow
 
-    g = prog.graph
-    req: dict[str, bool] = {}
-    for v in g.values.values():
-        if v.kind == "param":
-            req[v.name] = _is_float(v.dtype)
-        elif v.kind in ("input", "const"):
-            req[v.name] = False
-    for ins in prog.instructions:
-        if isinstance(ins, Convert):
-            req[ins.out] = req.get(ins.value, False)
-        else:
-            out = g.values.get(ins.node.name)
-            req[ins.node.name] = _is_float(out.dtype if out else ins.node.op.dtype) and any(
-                req.get(a, False) for a in ins.args)
-    grad: set[str] = {prog.loss} if req.get(prog.loss, False) else set()
-    for ins in reversed(prog.instructions):
-        if isinstance(ins, Convert):
-            if ins.out in grad and req.get(ins.value, False):
-                grad.add(ins.value)
-        elif ins.node.name in grad:
-            grad.update(a for a in ins.args if req.get(a, False))
-    return req, grad
+    return gradient_flow(prog)
+
+
+def trained_parameters(prog) -> set[str]:
+    # lazy: torch loads only when this runs
+    from planlang.model.lowering import trained_parameters as trained
+
+    return trained(prog)
 
 
 # op kinds whose autograd saves no tensor for backward (as planlang.runtime.local_ops runs them): sums,
@@ -301,11 +281,11 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     # all-reduce per axis. The runtime cuts them into DDP-style buckets (planlang.runtime.grad_sync) so the
     # sums overlap backward; an all-reduce's bytes are linear in its size, so the bytes per kind and axes
     # are those of one flat buffer (listed here as one transfer per axes)
-    got_grad = {origin.get(v, v) for v in grad}
+    trained = trained_parameters(prog)
     buckets: dict[tuple[str, ...], list[int]] = {}
     for v in g.params():
         axes = prog.grad_sync.get(v.ref, ())
-        if axes and v.name in got_grad:
+        if axes and v.ref in trained:
             nbytes = local_numel(v.shape, prog.param_specs[v.ref], mesh) * DTYPE_BYTES.get(v.dtype, 4)
             buckets.setdefault(axes, []).append(nbytes)
     for axes, sizes in buckets.items():

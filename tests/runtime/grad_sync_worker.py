@@ -51,8 +51,11 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     loss.backward()
     gs = pm._gradient_sums()
     out["buckets"] = len(gs.buckets)
-    out["started_in_backward"] = sum(b.flat is not None for b in gs.buckets)
+    out["started_in_backward"] = sum(b.launched for b in gs.buckets)
     pm.sync_grads()
+    # the gradients are views of the persistent buckets (no flat copy per step), and stay so
+    buffers = {b.flat.untyped_storage().data_ptr() for b in gs.buckets}
+    out["grads_are_bucket_views"] = all(p.grad.untyped_storage().data_ptr() in buffers for p in pm.parameters())
     grads = pm.full_grads()
     ref.zero_grad()
     loss_fn(ref(batches[0][0]), batches[0][1]).backward()
@@ -63,7 +66,7 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
         p.grad = None
     with pm.no_sync():
         pm(*batches[0]).backward()
-    out["started_in_no_sync"] = sum(b.flat is not None for b in gs.buckets)
+    out["started_in_no_sync"] = sum(b.launched for b in gs.buckets)
     pm(*batches[1]).backward()
     pm.sync_grads()
     grads = pm.full_grads()

@@ -34,6 +34,7 @@ def test_bucket_sums_start_during_backward(ranks):
 def test_summed_gradients_equal_one_process(ranks):
     for r in ranks:
         assert r["step_err"] <= 1e-6
+        assert r["grads_are_bucket_views"]
 
 
 def test_no_sync_accumulates_then_sums_once(ranks):
