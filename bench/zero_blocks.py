@@ -27,7 +27,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from zoo_memory import WORLD, measure  # noqa: E402  (planlang.apply on 4 gloo ranks, one step under MemTracker)
+from zoo_memory import WORLD, finish, measure  # noqa: E402  (planlang.apply on 4 gloo ranks, one step under MemTracker)
 
 from planlang.model.estimate import estimate_plan  # noqa: E402
 from planlang.plan.checker import check_file  # noqa: E402
@@ -91,12 +91,7 @@ def main() -> None:
                             f"{err:>+8.1%}")
                 print(line, flush=True)
                 lines.append(line)
-    within = sum(abs(e) <= 0.05 for e in errors)
-    tail = f"{within} of {len(errors)} (case, rank) pairs within 5 %; worst {max(errors, key=abs):+.1%}"
-    print(tail)
-    lines.append(tail)
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
+    finish(lines, errors, args.out)
 
 
 if __name__ == "__main__":

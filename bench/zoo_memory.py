@@ -149,12 +149,17 @@ def main() -> None:
                     line = f"{model:8} {layout:6} {r:>4} {meas / 2**20:>13.3f} {est / 2**20:>13.3f} {err:>+8.1%}"
                     print(line, flush=True)
                     lines.append(line)
+    finish(lines, errors, args.out)
+
+
+def finish(lines: list[str], errors: list[float], out: str | None) -> None:
+    """The summary line (pairs within 5 %, the worst error), printed and added; the table written to `out`."""
     within = sum(abs(e) <= 0.05 for e in errors)
     tail = f"{within} of {len(errors)} (case, rank) pairs within 5 %; worst {max(errors, key=abs):+.1%}"
     print(tail)
     lines.append(tail)
-    if args.out:
-        Path(args.out).write_text("\n".join(lines) + "\n")
+    if out:
+        Path(out).write_text("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,24 +13,9 @@ import pytest
 
 from planlang.plan.checker import check_text
 from planlang.solve.driver import Infeasible, solve
+from tests.solve.test_driver import MLP  # the partial MLP plan, BUDGET to fill
 
 REPO = Path(__file__).resolve().parents[2]
-MLP = '''# a partial MLP plan
-use hardware
-model mlp = "examples.mlp.model:build"(in_features = 64, hidden = 256, out_features = 64)
-input x : f32[batch = 32, features = 64]
-mesh ranks of 4 x hardware.cpu {
-    dp = ? over hardware.loopback
-    tp = ? over hardware.loopback
-}
-budget BUDGET per device
-optimizer adamw(lr = 0.001) {
-    zero = ? over dp
-}
-data x : [dp, _]
-shard fc1.weight : ?
-checkpoint ?
-'''
 TINY = "0.001"  # past before the first candidate is priced: only the anytime seed runs
 
 

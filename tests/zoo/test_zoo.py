@@ -93,27 +93,44 @@ def test_batch_norm_in_a_pipeline_with_microbatches_is_reported(tmp_path):
     assert [d.code for d in check_with_model(str(tmp_path / "one.plan")).diagnostics] == ["PL403"]
 
 
+def _llama_cut(tmp_path, layout: str):
+    """Llama under `layout`, checked clean with its model, and the stages split_stages cuts it into."""
+    import torch
+
+    from planlang.model.stages import split_stages
+
+    (tmp_path / "pp.plan").write_text(plan_text("llama", layout))
+    res = check_with_model(str(tmp_path / "pp.plan"))
+    assert [d.code for d in res.diagnostics] == []
+    plan = complete(res.plan)
+    torch.manual_seed(0)
+    model = build_model(plan.model, plan.path, device="cpu")
+    return model, split_stages(model, plan)
+
+
+def _chained_logits(stages, ids):
+    """The stages run one after the other, each on what the one before returned; the model's output."""
+    from planlang.model.stages import OUT_SPEC
+    from torch.utils._pytree import tree_unflatten
+
+    sent = (ids,)
+    for stage in stages:
+        out = stage(*sent)
+        sent = out if isinstance(out, tuple) else (out,)
+    return tree_unflatten(list(sent), getattr(stages[-1], OUT_SPEC)).logits
+
+
 def test_a_hugging_face_pipeline_is_cut_from_torch_export(tmp_path):
     """fx cannot trace Hugging Face forwards between stage modules; the stages are cut from torch.export
     instead (torch.distributed.pipelining's tracer), keeping the model's parameter names, and compose to
     the model; the last stage returns the logits, which the loss gets back as the model's output."""
     import torch
 
-    from planlang.model.stages import OUT_SPEC, split_stages
-    from torch.utils._pytree import tree_unflatten
-
-    (tmp_path / "pp.plan").write_text(plan_text("llama", "pp2dp2"))
-    res = check_with_model(str(tmp_path / "pp.plan"))
-    assert [d.code for d in res.diagnostics] == []
-    plan = complete(res.plan)
-    torch.manual_seed(0)
-    model = build_model(plan.model, plan.path, device="cpu")
-    first, last = split_stages(model, plan)
+    model, (first, last) = _llama_cut(tmp_path, "pp2dp2")
     assert {n for n, _ in first.named_parameters()} >= {"model.embed_tokens.weight", "model.layers.0.mlp.up_proj.weight"}
     assert "lm_head.weight" in {n for n, _ in last.named_parameters()}
     ids = torch.randint(0, 256, (2, 16))  # one microbatch: 8 / dp 2 / 2 microbatches
-    out = tree_unflatten([last(*first(ids))], getattr(last, OUT_SPEC))
-    assert torch.allclose(out.logits, model(ids).logits, atol=1e-6)
+    assert torch.allclose(_chained_logits([first, last], ids), model(ids).logits, atol=1e-6)
 
 
 def test_a_value_a_later_stage_reads_is_passed_through_the_stages_between(tmp_path):
@@ -122,24 +139,10 @@ def test_a_value_a_later_stage_reads_is_passed_through_the_stages_between(tmp_pa
     what the stage before it sends, so stage 1 passes them on. The four stages compose to the model."""
     import torch
 
-    from planlang.model.stages import OUT_SPEC, split_stages
-    from torch.utils._pytree import tree_unflatten
-
-    (tmp_path / "pp.plan").write_text(plan_text("llama", "pp2dp2i"))
-    res = check_with_model(str(tmp_path / "pp.plan"))
-    assert [d.code for d in res.diagnostics] == []
-    plan = complete(res.plan)
-    torch.manual_seed(0)
-    model = build_model(plan.model, plan.path, device="cpu")
-    stages = split_stages(model, plan)
+    model, stages = _llama_cut(tmp_path, "pp2dp2i")
     assert len(stages) == 4
     ids = torch.randint(0, 256, (1, 16))  # one microbatch: 8 / dp 2 / 4 microbatches
-    sent = (ids,)
-    for stage in stages:
-        out = stage(*sent)
-        sent = out if isinstance(out, tuple) else (out,)
-    out = tree_unflatten(list(sent), getattr(stages[-1], OUT_SPEC))
-    assert torch.allclose(out.logits, model(ids).logits, atol=1e-6)
+    assert torch.allclose(_chained_logits(stages, ids), model(ids).logits, atol=1e-6)
 
 
 def test_a_pipeline_the_model_cannot_be_cut_into_is_refused_before_launch(tmp_path, monkeypatch):
