@@ -48,15 +48,8 @@ def rank_orders(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> li
     if kind == "gpipe":
         return [[Step("F", r, j) for j in range(m)] + [Step("B", r, j) for j in range(m)] for r in range(p)]
     if kind == "1f1b":
-        orders = []
-        for r in range(p):
-            warm = min(p - r - 1, m)
-            seq = [Step("F", r, j) for j in range(warm)]
-            for k in range(m - warm):
-                seq += [Step("F", r, warm + k), Step("B", r, k)]
-            seq += [Step("B", r, j) for j in range(m - warm, m)]
-            orders.append(seq)
-        return orders
+        return [_one_forward_one_backward(min(p - r - 1, m), m, lambda kind_, k, r=r: Step(kind_, r, k))
+                for r in range(p)]
     v = chunks
     if v < 1:
         raise ScheduleError(f"interleaved needs at least one chunk per rank (got {v})")
@@ -72,15 +65,17 @@ def rank_orders(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> li
         micro = (k // (p * v)) * p + k % p
         return Step(kind_, chunk * p + r, micro)
 
-    orders = []
-    for r in range(p):
-        warm = min((p - r - 1) * 2 + (v - 1) * p, total)
-        seq = [step("F", r, k) for k in range(warm)]
-        for k in range(total - warm):
-            seq += [step("F", r, warm + k), step("B", r, k)]
-        seq += [step("B", r, k) for k in range(total - warm, total)]
-        orders.append(seq)
-    return orders
+    return [_one_forward_one_backward(min((p - r - 1) * 2 + (v - 1) * p, total), total,
+                                      lambda kind_, k, r=r: step(kind_, r, k)) for r in range(p)]
+
+
+def _one_forward_one_backward(warm: int, total: int, step) -> list[Step]:
+    """`warm` forwards, then one forward and one backward in turn, then the remaining backwards; `step(kind,
+    k)` is the k-th forward or backward of the rank."""
+    seq = [step("F", k) for k in range(warm)]
+    for k in range(total - warm):
+        seq += [step("F", warm + k), step("B", k)]
+    return seq + [step("B", k) for k in range(total - warm, total)]
 
 
 def activation_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequence[int],
