@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -311,10 +312,12 @@ def _model_facts(plan: T.Plan, facts=None) -> tuple[object, tuple]:
 
 
 def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide: int, micro: int, stage_of,
-                    profile_key: tuple = ()):
+                    profile_key: tuple = (), profiled: OrderedDict | None = None, size: int = SIMULATED_SIZE):
     """One simulated step and profile of the local model (parameters replaced by their shards, the
     batch divided by `divide`, the plan's checkpoint groups wrapped); the parameters that got a gradient.
-    The profile of a local model is reused (`profile_key`: what it depends on) when one was made."""
+    The profile of a local model is reused (`profile_key`: what it depends on) when one was made (in
+    `profiled`, the module's cache unless the caller keeps its own)."""
+    profiled = _PROFILED if profiled is None else profiled
     module = build_model(plan.model, plan.path)
     _with_local_params(module, params)
     notes = _wrap_checkpoints(module, plan, facts)
@@ -326,11 +329,11 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
     try:
         with _LocalPieces(_split_widths(params)):
             sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
-            prof = _cache_get(_PROFILED, profile_key) if profile_key else None
+            prof = _cache_get(profiled, profile_key) if profile_key else None
             if prof is None:
                 prof = profile_model(module, local_in, loss)
                 if profile_key:
-                    _cache_put(_PROFILED, profile_key, prof, SIMULATED_SIZE)
+                    _cache_put(profiled, profile_key, prof, size)
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan.model, plan.path)
@@ -342,7 +345,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
 
 
 def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str = "flat",
-                  facts=None, program=None) -> list[DeviceEstimate]:
+                  facts=None, program=None, cache: dict | None = None) -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
 
     `grad_sync` is how data-parallel gradients are summed: "flat" is the planlang runtime (one flat
@@ -352,7 +355,9 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     spares probing it again. `program`: planlang.runtime.program_memory.measure (the runtime's layer, which
     this one cannot import), to take the activations and the peak of a plan without a pipeline from its
     lowered program, run on meta - what the planlang runtime executes; each row's notes say which
-    plans keep the simulation of the model's code, and why."""
+    plans keep the simulation of the model's code, and why. `cache`: a dict the caller keeps for the
+    plans of one model (the solver's planlang.solve.facts.ModelFacts, one per solve), holding the
+    simulations and profiles of local models in place of the module's bounded caches."""
     if grad_sync not in GRAD_SYNC:
         raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC)}, not {grad_sync!r}")
     if plan.model is None:
@@ -383,10 +388,13 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     profile_key = (model_key, tuple((n, p.local) for n, p in params.items()), dp * micro,
                    tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)))
     sim_key = profile_key + (micro > 1, tuple(sorted(stage_of.items())))
-    cached = _cache_get(_SIMULATED, sim_key)
+    simulated = _SIMULATED if cache is None else cache.setdefault("simulated", OrderedDict())
+    profiled = _PROFILED if cache is None else cache.setdefault("profiled", OrderedDict())
+    size = SIMULATED_SIZE if cache is None else sys.maxsize  # the caller's cache lives as long as it keeps it
+    cached = _cache_get(simulated, sim_key)
     if cached is None:
-        cached = _cache_put(_SIMULATED, sim_key, _simulate_local(plan, facts, params, dp * micro, micro, stage_of,
-                                                                 profile_key), SIMULATED_SIZE)
+        cached = _cache_put(simulated, sim_key, _simulate_local(plan, facts, params, dp * micro, micro, stage_of,
+                                                                profile_key, profiled, size), size)
     sim, prof, trained, sim_notes = cached
     notes = list(sim_notes)
 
