@@ -273,11 +273,6 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "number of stages to keep every stage busy), or `?` and let `planlang solve` choose."),
     ("PL413", "checkpoint-overlap", E, "a module is in two checkpoint groups",
      "Checkpoint groups must be disjoint."),
-    ("PL414", "pipeline-tensor-parallel", E, "tensor parallelism inside a pipeline",
-     "A `shard` (or `apply megatron...`) splits parameters over an axis that is not a data axis in a plan\n"
-     "with a pipeline. The runtime does not run pipeline x tensor parallelism yet; `planlang lower` and\n"
-     "`verify` would refuse the plan. Remove the shard statements from the pipeline plan, or drop the\n"
-     "pipeline and run the tensor-parallel plan."),
     ("PL415", "pipeline-zero-batch-axes", E, "ZeRO-2/3 in a pipeline with the batch over several axes",
      "In a pipeline, ZeRO-2/3 shard each stage with FSDP2 over the one ZeRO axis, which must then be the\n"
      "only axis of size > 1 the batch is split over. Split the batch over the ZeRO axis only, or use\n"

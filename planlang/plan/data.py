@@ -63,3 +63,15 @@ def data_degree(plan: T.Plan) -> int:
         return 1
     sizes = [plan.mesh.axis_size(a) for a in data_axes(plan)]
     return math.prod(s for s in sizes if isinstance(s, int))
+
+
+def tensor_axes(plan: T.Plan) -> tuple[str, ...]:
+    """The axes of more than one device that a `shard` spec splits over and that are neither data axes
+    nor the pipeline axis (tensor parallelism), in mesh order. A pipeline plan with any runs its stages
+    from the lowered program (planlang.runtime.program_pipeline)."""
+    if plan.mesh is None:
+        return ()
+    skip = set(data_axes(plan)) | ({plan.pipeline.axis} if plan.pipeline is not None else set())
+    used = {a for rule in plan.shards if isinstance(rule.spec, T.Spec) for a in rule.spec.used_axes()}
+    return tuple(a for a in plan.mesh.names if a in used and a not in skip
+                 and isinstance(plan.mesh.axis_size(a), int) and plan.mesh.axis_size(a) > 1)

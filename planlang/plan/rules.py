@@ -499,9 +499,8 @@ def optimizer_arguments(ctx) -> Diags:
 
 def data_parallel_support(ctx) -> Diags:
     """What the runtime runs of data parallelism in a pipeline: PL313 inputs that split their batch over
-    different axes; PL414 tensor parallelism inside a pipeline (not run yet); PL415 ZeRO-2/3 in a
-    pipeline with the batch over more than its ZeRO axis; without a pipeline, PL507 ZeRO-2/3 data axes
-    FSDP2 cannot arrange, or a parameter split over them."""
+    different axes; PL415 ZeRO-2/3 in a pipeline with the batch over more than its ZeRO axis; without a
+    pipeline, PL507 ZeRO-2/3 data axes FSDP2 cannot arrange, or a parameter split over them."""
     plan = ctx.plan
     conflict = batch_split_conflict(plan)
     if conflict:
@@ -514,19 +513,6 @@ def data_parallel_support(ctx) -> Diags:
         return
     data = data_axes(plan)
     big = {a for a in plan.mesh.names if (plan.mesh.axis_size(a) or 1) > 1} - {plan.pipeline.axis}  # PL308's
-    for rule in plan.shards:
-        if not isinstance(rule.spec, T.Spec):
-            continue
-        if plan.pipeline.axis in rule.spec.used_axes():
-            continue  # PL308: a spec may not split over the pipeline axis at all
-        other = [a for a in rule.spec.used_axes() if a in big and a not in data]
-        if other:
-            site, labels = site_and_labels(rule.span, rule.origin)
-            yield diag("PL414", f"`{rule}` splits over `{other[0]}` inside a pipeline: pipeline x tensor "
-                       "parallelism is not run by planlang.apply yet", site, labels=labels,
-                       help="remove the `shard` statements (and `apply megatron...`) from the pipeline plan, "
-                            "or drop the pipeline and run the tensor-parallel plan")
-            break
     opt = plan.optimizer
     if opt is not None and opt.zero_stage in (2, 3) and isinstance(opt.zero_axis, str) and opt.zero_axis in big:
         big_data = [a for a in data if a in big]
@@ -583,5 +569,5 @@ RULES = [
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),
     (optimizer_arguments, ("PL506", "PL508")),
-    (data_parallel_support, ("PL313", "PL414", "PL415", "PL507")),
+    (data_parallel_support, ("PL313", "PL415", "PL507")),
 ]

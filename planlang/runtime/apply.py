@@ -40,7 +40,6 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
-import torch.distributed._functional_collectives as funcol
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
@@ -51,15 +50,18 @@ from planlang.lang.render import render
 from planlang.model.head_blocks import block_factor, blocked_order, unblocked_order
 from planlang.model.load import guess_targets, meta_inputs, plan_loss
 from planlang.model.opgraph import dtype_name, op_graph
+from planlang.model.pipeline_program import microbatch_plan
+from planlang.plan.data import tensor_axes
 from planlang.plan import types as T
 from planlang.plan.complete import CompleteOptimizer, CompletePlan, IncompletePlan, complete
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
 from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
-from planlang.runtime.executor import Runtime
+from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
 from planlang.model.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
-from planlang.runtime.pipeline import PipelineError, apply_pipeline
+from planlang.runtime.pipeline import PipelineError, apply_pipeline, check_pipeline_plan
+from planlang.runtime.program_pipeline import build_program_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.redistribute import MeshGroups, redistribute
 from planlang.runtime.zero import OptimizerError, build_optimizer
@@ -115,39 +117,6 @@ def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], de
 
 def _dtype(t: torch.Tensor) -> str:
     return dtype_name(t.dtype)
-
-
-class _GlobalLoss(torch.autograd.Function):
-    """Forward: the sum of the local loss pieces over the partial axes (every rank sees the global loss);
-    backward: the gradient passes to the local piece unchanged (partial pieces each get the whole
-    gradient, planlang.cost.layout's convention)."""
-
-    @staticmethod
-    def forward(ctx, x, axes, groups):
-        # a functional all-reduce: its result waits for the collective only when first read (loss.item()),
-        # so no rank blocks here on the slowest one's forward before its own backward starts
-
-        y = x.detach()
-        for a in axes:
-            y = funcol.all_reduce(y, "sum", groups.group(a))
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        return g, None, None
-
-
-class _ScaleGrad(torch.autograd.Function):
-    """Identity forward; backward multiplies the gradient by a constant."""
-
-    @staticmethod
-    def forward(ctx, x, factor):
-        ctx.factor = factor
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g * ctx.factor, None
 
 
 class ParallelModel(nn.Module):
@@ -210,11 +179,11 @@ class ParallelModel(nn.Module):
         if not axes:
             return loss
         self._wait_loss()
-        self._pending_loss = _GlobalLoss.apply(loss, tuple(axes), self.groups)
+        self._pending_loss = GlobalLoss.apply(loss, tuple(axes), self.groups)
         return self._pending_loss
 
     def _scaled(self, fqn: str, p: torch.Tensor) -> torch.Tensor:
-        return _ScaleGrad.apply(p, self.grad_scale[fqn]) if fqn in self.grad_scale else p
+        return ScaleGrad.apply(p, self.grad_scale[fqn]) if fqn in self.grad_scale else p
 
     def _wait_loss(self) -> None:
         """Complete the previous step's loss all-reduce if nobody read the loss: a collective must not be
@@ -432,6 +401,27 @@ def _sum_loss(out):
     return out.sum()
 
 
+def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGroups, loss_fn, targets, device,
+                            recorder, strict):
+    """`apply` for a pipeline plan with tensor parallelism: the program lowered for one microbatch, its
+    parameters placed, then cut into this rank's stages (planlang.runtime.program_pipeline)."""
+    try:
+        check_pipeline_plan(plan)
+        micro = microbatch_plan(plan)
+    except (PipelineError, LoweringError) as e:
+        raise PlanError(str(e)) from e
+    m = plan.pipeline.microbatches if plan.pipeline is not None else 1
+    if targets is not None:  # examples for the global batch: one microbatch's
+        targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
+    prog = _lower_once(model, micro, loss_fn, targets)
+    report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
+    layouts = shard_parameters(model, prog, groups.coords, device)
+    try:
+        return build_program_pipeline(model, plan, prog, layouts, groups, device, recorder)
+    except (PipelineError, LoweringError) as e:
+        raise PlanError(str(e)) from e
+
+
 def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,
           targets: tuple[torch.Tensor, ...] | None = None, device: torch.device | str | None = None,
           recorder=None, strict: bool | None = None):
@@ -454,11 +444,13 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
     groups = MeshGroups(plan.mesh, device.type)
-    if plan.pipeline is not None:
+    if plan.pipeline is not None and not tensor_axes(plan):
         try:
             return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)
         except PipelineError as e:
             raise PlanError(str(e)) from e
+    if plan.pipeline is not None:  # pipeline x tensor parallelism: the program, cut into stages
+        return _apply_program_pipeline(model, plan, groups, loss_fn, targets, device, recorder, strict)
     prog = _lower_once(model, plan, loss_fn, targets)
     report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
     layouts = shard_parameters(model, prog, groups.coords, device)

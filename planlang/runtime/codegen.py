@@ -20,6 +20,7 @@ only the others.
 """
 from __future__ import annotations
 
+import dataclasses
 import keyword
 import re
 
@@ -27,6 +28,7 @@ from collections.abc import Sequence
 
 from planlang.cost.layout import local_shape
 from planlang.model.lowering import Convert, Program
+from planlang.model.pipeline_program import ProgramCut
 
 
 def ident(name: str) -> str:
@@ -97,7 +99,7 @@ def _statements(prog: Program, start: int, end: int, blocks: dict[int, tuple[int
         i = units[-1][1]
     uses = [_uses(prog.instructions[a:b]) for a, b, _ in units]
     # what each statement binds: a group or block binds only its outputs (the rest is its function's)
-    made = [_group_outs(prog, a, b) if kind != "one" else _in_order(prog.instructions[a:b]) for a, b, kind in units]
+    made = [_group_outs(prog, a, b, keep) if kind != "one" else _in_order(prog.instructions[a:b]) for a, b, kind in units]
     free = _frees(uses, made, keep=keep)
     out: list[str] = []
     for k, (a, b, kind) in enumerate(units):
@@ -198,9 +200,10 @@ def _checkpoint(prog: Program, start: int, end: int, k: int, outs: list[str], pa
     return lines
 
 
-def _group_outs(prog: Program, start: int, end: int) -> list[str]:
-    """The values a checkpoint group (or a block) makes that later instructions (or the loss) read."""
-    later = {prog.loss}
+def _group_outs(prog: Program, start: int, end: int, keep: set[str] = frozenset()) -> list[str]:
+    """The values a checkpoint group (or a block) makes that later instructions, the loss or `keep` (a
+    pipeline stage's outputs) read."""
+    later = {prog.loss} | set(keep)
     for ins in prog.instructions[end:]:
         later.update([ins.value] if isinstance(ins, Convert) else ins.args)
     return [m for m in _in_order(prog.instructions[start:end]) if m in later]
@@ -208,3 +211,60 @@ def _group_outs(prog: Program, start: int, end: int) -> list[str]:
 
 def _in_order(block) -> list[str]:
     return [ins.out if isinstance(ins, Convert) else ins.node.name for ins in block]
+
+
+def generate_pipeline(prog: Program, cut: ProgramCut, rank: int | None = None,
+                      coords: dict[str, int] | None = None, title: str = "",
+                      stages: Sequence[int] | None = None) -> str:
+    """Python source of a pipeline plan's stages for one rank (planlang.model.pipeline_program): a
+    function `stage_<s>(rt, p, <received>)` per stage (those in `stages`, default all) returning the
+    values it sends on, and `tail(rt, p, <last stage's outputs>, <targets>)` returning the local loss.
+    The program is one microbatch's; every value keeps its lowered layout across stage boundaries."""
+    g, mesh = prog.graph, prog.mesh
+    where = f"rank {rank}" + (f" ({', '.join(f'{a}={c}' for a, c in coords.items())})" if coords else "") \
+        if rank is not None else "every rank"
+    lines = [f"# planlang lower{': ' + title if title else ''} — {where}; mesh {mesh}; one microbatch"]
+    wanted = list(range(len(cut.stages))) if stages is None else list(stages)
+    last = len(cut.stages) - 1
+    for st in cut.stages:
+        if st.index in wanted:
+            lines.append("")
+            lines.extend(_stage_function(prog, f"stage_{st.index}", list(st.instructions), st.inputs, st.outputs,
+                                         st.params))
+    if last in wanted:
+        lines.append("")
+        tail_params = tuple(v.ref for k in cut.tail for a in _uses([prog.instructions[k]])
+                            if (v := g.values.get(a)) is not None and v.kind == "param")
+        lines.extend(_stage_function(prog, "tail", list(cut.tail), cut.tail_inputs + cut.targets, (prog.loss,),
+                                     tuple(dict.fromkeys(tail_params))))
+    return "\n".join(lines) + "\n"
+
+
+def _stage_function(prog: Program, name: str, indices: list[int], inputs: Sequence[str], outputs: Sequence[str],
+                    params: Sequence[str]) -> list[str]:
+    """`def name(rt, p, *inputs)`: the instructions `indices` (a subsequence of the program, with the
+    checkpoint groups inside it) returning `outputs`."""
+    mesh = prog.mesh
+    sub_groups = []
+    pos = {k: i for i, k in enumerate(indices)}
+    for a, b in prog.checkpoint_groups:
+        if a in pos and all(k in pos for k in range(a, b)):
+            sub_groups.append((pos[a], pos[b - 1] + 1))
+    sub = dataclasses.replace(prog, instructions=[prog.instructions[k] for k in indices],
+                              checkpoint_groups=sub_groups, loss="")
+    lines = [f"def {name}({', '.join(['rt', 'p'] + [ident(v) for v in inputs])}):"]
+    for v in inputs:
+        spec = prog.layouts.get(v)
+        val = prog.graph.values.get(v)
+        if spec is not None and val is not None:
+            lines.append(f"    # {v}: {val.dtype}{list(val.shape)} {spec} -> local {_loc(val.shape, spec, mesh)}")
+    by_ref = {v.ref: v for v in prog.graph.params()}
+    for ref in params:
+        lines.append(f"    {ident(by_ref[ref].name)} = p[{ref!r}]")
+    for v in prog.graph.values.values():
+        if v.kind == "const" and any(v.name in _uses([ins]) for ins in sub.instructions):
+            lines.append(f"    {ident(v.name)} = rt.const({v.name!r})")
+    lines.extend(_statements(sub, 0, len(sub.instructions), {}, {}, "    ", set(outputs) | set(inputs), [0]))
+    outs = ", ".join(ident(o) for o in outputs)
+    lines.append(f"    return {outs}{',' if len(outputs) == 1 and name != 'tail' else ''}")
+    return lines

@@ -14,6 +14,7 @@ import zlib
 
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torch.utils.checkpoint as torch_checkpoint
 from torch.fx.node import map_aggregate
 from torch.nn.modules.batchnorm import _BatchNorm
@@ -123,6 +124,39 @@ def _mutated_consts(prog: Program) -> set[str]:
         if first is not None and ins.node.inputs[first.index] in prog.graph.consts:
             out.add(ins.node.inputs[first.index])
     return out
+
+
+class GlobalLoss(torch.autograd.Function):
+    """Forward: the sum of the local loss pieces over the partial axes (every rank sees the global loss);
+    backward: the gradient passes to the local piece unchanged (partial pieces each get the whole
+    gradient, planlang.cost.layout's convention)."""
+
+    @staticmethod
+    def forward(ctx, x, axes, groups):
+        # a functional all-reduce: its result waits for the collective only when first read (loss.item()),
+        # so no rank blocks here on the slowest one's forward before its own backward starts
+
+        y = x.detach()
+        for a in axes:
+            y = funcol.all_reduce(y, "sum", groups.group(a))
+        return y
+
+    @staticmethod
+    def backward(ctx, g):
+        return g, None, None
+
+
+class ScaleGrad(torch.autograd.Function):
+    """Identity forward; backward multiplies the gradient by a constant."""
+
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.factor = factor
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * ctx.factor, None
 
 
 class Runtime:

@@ -239,6 +239,8 @@ class PipelineRunner:
             raise PipelineError(f"pipeline rank {dist.get_rank(pp_group)} must hold stages {expected}, "
                                 f"got {sorted(self.stage_modules)}", "pass the stages `layout.stages_of(rank)` names")
         self.dp_groups, self.reduce_grads = tuple(dp_groups), reduce_grads
+        # called after the schedule's backward (and the tied sums): pp x tp's own gradient sums
+        self.after_backward: Callable[[], None] | None = None
         self._scaled = _ScaledLoss(loss_fn, layout.microbatches)
         self._signature: tuple | None = None
         self.stages: list = []
@@ -304,6 +306,8 @@ class PipelineRunner:
         self.schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses,  # type: ignore[union-attr]
                            return_outputs=False)
         self.sum_tied_gradients()
+        if self.after_backward is not None:
+            self.after_backward()
         if self.reduce_grads and self.dp_groups:
             average_gradients(self.parameters(), self.dp_groups)
         if not self.has_last:
@@ -607,9 +611,13 @@ class PipelinedModel:
         """Every parameter's gradient (those without one are left out), sent by the rank that holds it."""
         return self._gathered(lambda p: p.grad)
 
+    def _whole(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """This rank's copy of a parameter (or gradient) whole: a ZeRO-2/3 shard gathered."""
+        return t.full_tensor() if isinstance(t, DTensor) else t
+
     def _gathered(self, pick) -> dict[str, torch.Tensor]:
         mine = {n: pick(p) for n, p in self.runner.named_parameters()}
-        mine = {n: t.full_tensor() if isinstance(t, DTensor) else t for n, t in mine.items()}  # ZeRO-2/3 shards
+        mine = {n: self._whole(n, t) if t is not None else None for n, t in mine.items()}
         have: list = [None] * dist.get_world_size(self.pp_group)
         dist.all_gather_object(have, [n for n, t in mine.items() if t is not None], group=self.pp_group)
         present = {n for names in have for n in names}
@@ -628,19 +636,11 @@ class PipelinedModel:
 
 def check_pipeline_plan(plan: CompletePlan) -> None:
     """What `apply` cannot run yet in a pipeline plan, found without processes: a PipelineError naming the
-    statement and the fix (pipeline x tensor parallelism, ZeRO-2/3 with the batch over several axes, a
-    ZeRO axis that does not split the batch), and the schedule's own rules (`pipeline_layout`)."""
+    statement and the fix (ZeRO-2/3 with the batch over several axes, a ZeRO axis that does not split
+    the batch), and the schedule's own rules (`pipeline_layout`)."""
 
     data = data_axes(plan)
     big = {a for a in plan.mesh.names if (plan.mesh.axis_size(a) or 1) > 1}
-    for rule in plan.shards:
-        spec = rule.spec
-        other = [a for a in spec.used_axes() if a in big and a not in data]
-        if other:
-            raise PipelineError(
-                f"`{rule}` splits over `{other[0]}` inside a pipeline: pipeline x tensor parallelism is not "
-                "supported by planlang.apply yet", "remove the `shard` statements (and `apply megatron...`) "
-                "from the pipeline plan, or drop the pipeline and run the tensor-parallel plan")
     opt = plan.optimizer
     if opt is not None and opt.zero_stage:
         try:

@@ -83,13 +83,13 @@ def test_completion_offers_the_models_paths(run):
 def test_model_aware_diagnostics_and_caching(run):
     path, checker, insight = run
     assert insight.facts is not None and {e.device for e in insight.estimates} == {"stage 0", "stage 1"}
-    # the model-aware checks are clean; tp inside the pipeline is the runtime's refusal (PL414, model-free)
-    assert [d.code for d in insight.diagnostics] == ["PL414"]
+    # the model-aware checks are clean, tp inside the pipeline included
+    assert [d.code for d in insight.diagnostics] == []
     bad = PLAN + "shard fc2.weight : [tp, _, _]\nshard fc9.weight : [_]\n"
     again = checker.run(bad, path)
     assert again.facts is insight.facts  # same model declaration: probed once
     codes = {d.code: d for d in again.diagnostics}
-    assert set(codes) == {"PL360", "PL361", "PL414"}
+    assert set(codes) == {"PL360", "PL361"}
     assert codes["PL361"].span.line == bad.count("\n") - 1
     assert "fc1" in codes["PL360"].help or "fc2" in codes["PL360"].help
 

@@ -82,9 +82,8 @@ def test_clean_plan(tmp_path):
     checkpoint h[0:2]
     checkpoint h[2:4]
     """
-    # every model-aware rule is satisfied; the one finding is the runtime's refusal of tensor parallelism
-    # inside a pipeline (PL414, a model-free rule)
-    assert [d[0] for d in check(body, tmp_path)] == ["PL414"]
+    # every model-aware rule is satisfied, tensor parallelism inside the pipeline included
+    assert [d[0] for d in check(body, tmp_path)] == []
 
 
 def test_unknown_path_rank_divisibility_module_target(tmp_path):

@@ -1,0 +1,228 @@
+"""Pipeline x tensor (x data) parallelism: the plan's lowered program, cut into its stages, driven by
+torch.distributed.pipelining's schedules.
+
+A pipeline plan whose `shard` specs split over a tensor axis (planlang.plan.data.tensor_axes) runs
+here; a pipeline of data parallelism alone keeps planlang.runtime.pipeline's module cut. The program is
+lowered once for one microbatch of the global batch (planlang.model.pipeline_program.microbatch_plan),
+on the whole mesh, exactly as without a pipeline: the same layouts, conversions, collectives and
+per-parameter gradient sums. `cut_program` gives each instruction to a stage; `generate_pipeline` writes
+one function per stage, and this rank's stages become `ProgramStage` modules:
+
+- a `ProgramStage` holds the local pieces of the parameters its instructions read, under the model's
+  names (so the optimizer, ZeRO-1's ZeroRedundancyOptimizer and FSDP2 see the usual FQNs), and runs its
+  stage function as `forward`; torch's `PipelineStage` sends its outputs, local pieces in their lowered
+  layout, to the same tensor coordinate of the next pipeline rank;
+- the schedule's loss function runs the program's loss instructions (the `tail`: those reading the
+  target) on the last stage, sums the local loss over the axes it is partial on (GlobalLoss: the
+  microbatch's global loss) and divides it by the number of microbatches, so the step's loss and
+  gradients are those of the batch mean, as in one process;
+- after the schedule's backward, each parameter's gradient is summed over the axes the program defers
+  (`Program.grad_sync`: the data axes, and a tensor axis where a use leaves it partial), in buckets
+  (planlang.runtime.grad_sync), and a parameter tied across pipeline ranks (GPT-2's `wte` used by the
+  head) is summed over the pipeline axis (PipelineRunner.sum_tied_gradients);
+- ZeRO-1 shards the optimizer state over its axis (`pm.optimizer()`); ZeRO-2/3 makes each stage an
+  FSDP2 unit over the ZeRO axis, whose reduce-scatter sums the gradients there (divide factor 1: the
+  loss is already the global one).
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.distributed.fsdp import fully_shard
+
+from planlang.cost.layout import local_shape
+from planlang.model.head_blocks import block_factor, unblocked_order
+from planlang.model.load import TORCH_DTYPES
+from planlang.model.lowering import Program, trained_parameters
+from planlang.model.pipeline_program import ProgramCut, cut_program
+from planlang.plan.checkpoints import checkpoint_groups
+from planlang.plan.complete import CompletePlan
+from planlang.plan.types import Spec
+from planlang.runtime.codegen import generate_pipeline
+from planlang.runtime.data_parallel import DataParallelError, zero_axis
+from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
+from planlang.runtime.grad_sync import GradSync
+from planlang.runtime.pipeline import (PipelineError, PipelinedModel, PipelineRunner, TiedParameter,
+                                       pipeline_layout)
+from planlang.runtime.placement import ParamLayout
+from planlang.runtime.redistribute import MeshGroups, redistribute
+
+
+class ProgramStage(nn.Module):
+    """One pipeline stage of the lowered program on this rank: the parameters its instructions read
+    (local pieces, under the model's names) and its generated function as `forward`."""
+
+    def __init__(self, index: int, fn: Callable, params: dict[str, nn.Parameter], rt: Runtime,
+                 grad_scale: dict[str, float]) -> None:
+        super().__init__()
+        self.index = index
+        self._fn, self._rt, self._scale = fn, rt, grad_scale
+        for fqn, p in params.items():
+            _register(self, fqn, p)
+
+    def __repr__(self) -> str:
+        return f"ProgramStage({self.index}, {sum(1 for _ in self.parameters())} parameters)"
+
+    def local_parameters(self) -> dict[str, torch.Tensor]:
+        """Name -> the parameter as the stage function reads it (with its gradient factor, ZeRO-2/3)."""
+        return {n: ScaleGrad.apply(p, self._scale[n]) if n in self._scale else p
+                for n, p in self.named_parameters(remove_duplicate=False)}
+
+    def forward(self, *xs: torch.Tensor):
+        return self._fn(self._rt, self.local_parameters(), *xs)
+
+
+def _register(root: nn.Module, fqn: str, p: nn.Parameter) -> None:
+    """Register `p` under its dotted name, making empty container modules on the way."""
+    *path, attr = fqn.split(".")
+    mod = root
+    for part in path:
+        child = mod._modules.get(part)
+        if child is None:
+            child = nn.Module()
+            mod.add_module(part, child)
+        mod = child
+    mod.register_parameter(attr, p)
+
+
+class _TailLoss:
+    """The schedule's loss: the program's loss instructions on the last stage's outputs and the target,
+    summed over the axes the local loss is partial on (the microbatch's global loss)."""
+
+    def __init__(self, fn: Callable, rt: Runtime, last: ProgramStage | None, axes: tuple[str, ...],
+                 groups: MeshGroups) -> None:
+        self.fn, self.rt, self.last, self.axes, self.groups = fn, rt, last, axes, groups
+
+    def __call__(self, output, *targets):
+        outs = output if isinstance(output, tuple) else (output,)
+        params = self.last.local_parameters() if self.last is not None else {}
+        loss = self.fn(self.rt, params, *outs, *targets)
+        return GlobalLoss.apply(loss, self.axes, self.groups) if self.axes else loss
+
+
+class ProgramPipelinedModel(PipelinedModel):
+    """`planlang.apply` of a pipeline x tensor parallel plan: PipelinedModel's training-loop interface
+    over ProgramStages; `layouts` are this rank's parameters' lowered layouts, `code` its source."""
+
+    def __init__(self, runner: PipelineRunner, plan: CompletePlan, groups: MeshGroups,
+                 shapes: dict, program: Program, cut: ProgramCut, layouts: dict[str, ParamLayout], code: str,
+                 fsdp_axes: tuple[str, ...] = ()) -> None:
+        super().__init__(runner, plan, groups, shapes, fsdp_axes)
+        self.program, self.cut, self.code = program, cut, code
+        mine = {n for n, _ in runner.named_parameters()}
+        self.layouts = {n: lay for n, lay in layouts.items() if n in mine}
+
+    def __repr__(self) -> str:
+        return f"ProgramPipelinedModel({self.runner})"
+
+    def _whole(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        t = super()._whole(name, t)
+        lay = self.layouts[name]
+        t = redistribute(t.detach(), lay.shape, lay.spec, Spec(tuple(() for _ in lay.shape)), self.mesh, self.groups)
+        if lay.blocked is not None:
+            t = unblocked_order(t, lay.blocked, block_factor(lay.blocked, self.mesh))
+        return t
+
+
+def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
+                           layouts: dict[str, ParamLayout], groups: MeshGroups, device: torch.device,
+                           recorder=None) -> ProgramPipelinedModel:
+    """This rank's stages of `prog` (lowered for one microbatch; parameters of `model` already replaced
+    by their local pieces) under the plan's schedule, as a ProgramPipelinedModel."""
+    p = plan.pipeline
+    assert p is not None
+    layout = pipeline_layout(plan, groups.size(p.axis))
+    cut = cut_program(prog, plan)
+    mine = layout.stages_of(groups.coords[p.axis])
+    code = generate_pipeline(prog, cut, dist.get_rank(), groups.coords, title=plan.path, stages=mine)
+    scope: dict = {}
+    exec(compile(code, f"<planlang rank {dist.get_rank()}>", "exec"), scope)  # noqa: S102 - our codegen
+    rt = Runtime(prog, groups, device, recorder)
+    rt.modules = model
+    fsdp = _fsdp(plan, groups)
+    grad_scale: dict[str, float] = {}
+    if fsdp is not None:  # a gradient already complete over the ZeRO axis would be added up by FSDP2
+        for fqn in prog.param_specs:
+            if fsdp[1] not in prog.grad_sync.get(fqn, ()):
+                grad_scale[fqn] = 1.0 / groups.size(fsdp[1])
+    params = dict(model.named_parameters())
+    stages = {s: ProgramStage(s, scope[f"stage_{s}"], {f: params[f] for f in cut.stages[s].params}, rt, grad_scale)
+              for s in mine}
+    _free_others(model, {f for s in mine for f in cut.stages[s].params})
+    last = stages.get(len(cut.stages) - 1)
+    loss_axes = tuple(prog.layouts[prog.loss].partial)
+    loss = _TailLoss(scope["tail"], rt, last, loss_axes, groups) if last is not None else _no_loss
+    if fsdp is not None:
+        stage_no, z = fsdp
+        for st in stages.values():
+            fully_shard(st, mesh=groups.device_mesh[z], reshard_after_forward=(stage_no == 3))
+            st.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
+            st.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - gloo has no PREMUL_SUM
+    runner = PipelineRunner(stages, layout, groups.group(p.axis), loss, device, dp_groups=(), reduce_grads=False,
+                            tied=_tied(cut, layout, layouts, prog))
+    fsdp_axes = (fsdp[1],) if fsdp is not None else ()
+    trained = trained_parameters(prog)
+    sync = {n: tuple(a for a in prog.grad_sync.get(n, ()) if a not in fsdp_axes)
+            for n, _ in runner.named_parameters() if n in trained}
+    grad_sync = GradSync(list(runner.named_parameters()), sync, groups, recorder, overlap=False)
+    runner.after_backward = grad_sync.finish
+    shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
+              ((item, params[item[0]]) for item in layouts.items())}
+    pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes)
+    pm.checkpoint_groups = _checkpoint_modules(prog, plan, cut, mine)
+    return pm
+
+
+def _no_loss(output, *targets):  # pragma: no cover - only the last stage's rank calls the loss
+    raise PipelineError("the loss ran on a rank without the last stage", "report this as a planlang bug")
+
+
+def _fsdp(plan: CompletePlan, groups: MeshGroups) -> tuple[int, str] | None:
+    """(ZeRO stage, axis) when ZeRO-2/3 shards each stage with FSDP2 over an axis of more than one device."""
+    opt = plan.optimizer
+    if opt is None or opt.zero_stage not in (2, 3):
+        return None
+    try:
+        z = zero_axis(plan)
+    except DataParallelError as e:
+        raise PipelineError(str(e), f"use `zero = {opt.zero_stage} over` a data axis") from e
+    return (opt.zero_stage, z) if z is not None and groups.size(z) > 1 else None
+
+
+def _free_others(model: nn.Module, keep: set[str]) -> None:
+    """Drop the model's parameters this rank's stages do not read (other pipeline ranks hold them)."""
+    for fqn, _ in list(model.named_parameters(remove_duplicate=False)):
+        if fqn in keep:
+            continue
+        owner_name, _, attr = fqn.rpartition(".")
+        owner = model.get_submodule(owner_name) if owner_name else model
+        owner._parameters[attr] = None
+
+
+def _tied(cut: ProgramCut, layout, layouts: dict[str, ParamLayout], prog: Program) -> list[TiedParameter]:
+    """Parameters read by stages on different pipeline ranks (GPT-2's `wte`, also the head's weight):
+    each holds a copy, and their gradients are summed over the pipeline axis."""
+    ranks: dict[str, set[int]] = {}
+    for st in cut.stages:
+        for f in st.params:
+            ranks.setdefault(f, set()).add(st.index % layout.pp_size)
+    out = []
+    for f, rs in ranks.items():
+        if len(rs) > 1:
+            lay = layouts[f]
+            out.append(TiedParameter((f,), local_shape(lay.shape, lay.spec, prog.mesh),
+                                     TORCH_DTYPES.get(lay.dtype, torch.float32)))
+    return out
+
+
+def _checkpoint_modules(prog: Program, plan: CompletePlan, cut: ProgramCut, mine: list[int]) -> list[list[str]]:
+    """The plan's checkpoint groups (module names) whose instructions this rank's stages run."""
+    modules = list(prog.graph.module_outputs())
+    groups = checkpoint_groups(plan.checkpoints, modules, modules) if plan.checkpoints else []
+    here = {i for s in mine for i in cut.stages[s].instructions}
+    runs = [ins.node.module for i, ins in enumerate(prog.instructions) if i in here and hasattr(ins, "node")]
+    return [g for g in groups if any(r == m or r.startswith(m + ".") for m in g for r in runs)]
+
