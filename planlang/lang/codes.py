@@ -352,6 +352,35 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "every torch optimizer can update those: Adafactor updates its factored second moments in place on\n"
      "row and column norms, which a sharded parameter holds as partial sums, and fails at its first step\n"
      "on every rank. Use ZeRO-1 (each rank steps whole parameters) or another optimizer."),
+    ("PL509", "precision-dtype", E, "a dtype training state cannot be kept in",
+     "The precision fields of the optimizer block (`precision`, `params`, `compute`, `reduce`,\n"
+     "`master`) take f32, bf16 or f16. Integer dtypes, fp8 and tf32 (a matmul mode of f32, not a storage\n"
+     "dtype) are names the language knows but not dtypes a step keeps parameters, gradients or master\n"
+     "weights in. `precision = bf16` is the usual recipe: bf16 parameters and compute, f32 reduction and\n"
+     "f32 master weights."),
+    ("PL510", "precision-no-flops", E, "the device declares no throughput for the compute dtype",
+     "The estimator prices the step's compute at the device's `flops.<dtype>` for the plan's compute dtype\n"
+     "(`compute`, or `precision`), and a device without one cannot be priced in it. Declare the figure in\n"
+     "the device (`flops.bf16 = 312 TFLOPS`; the standard library's devices declare bf16, f16, tf32 and\n"
+     "f32) or compute in a dtype the device declares."),
+    ("PL511", "f16-needs-loss-scale", E, "f16 without loss scaling",
+     "f16 has 5 exponent bits: gradients below about 6e-8 flush to zero and small activations' gradients\n"
+     "are lost, so training in f16 needs the loss multiplied before backward and the gradients divided\n"
+     "after (Micikevicius et al. 2018). Add `loss_scale = dynamic` (start at 2^16, halve on an overflow and\n"
+     "skip that step, double after 2000 clean steps) or a constant `loss_scale = 1024`. bf16 has f32's\n"
+     "exponent range and needs none."),
+    ("PL512", "master-narrower-than-params", E, "master weights narrower than the parameters",
+     "The master copy is what the optimizer steps: a copy narrower than the parameters would round every\n"
+     "update to the narrower dtype and then widen it again, losing what the wider parameters could hold.\n"
+     "Keep `master` at least as wide as `params` (the usual: `params = bf16`, `master = f32`)."),
+    ("PL513", "compute-wider-than-params", E, "compute wider than the parameters",
+     "`compute` is the dtype `torch.autocast` runs matmuls in; autocast narrows, it never widens, so compute\n"
+     "wider than `params` (bf16 parameters, f32 compute) would not run as written. Store the parameters\n"
+     "in the compute dtype or wider (`params = f32`, `compute = bf16` is automatic mixed precision)."),
+    ("PL514", "precision-pipeline", E, "precision fields in a pipeline plan",
+     "A pipeline's stages run the model's own modules through torch.distributed.pipelining, which the\n"
+     "precision pass of the runtime does not reach yet: the plan would be estimated in one precision and\n"
+     "run in another. Remove the precision fields, or run the plan without `pipeline`."),
     # model-aware (planlang.model.checks)
     ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
      "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"

@@ -637,7 +637,8 @@ class Resolver:
             ))
         self._no_duplicate_keys([kw.name for kw in st.args or ()], "argument")
         kwargs = tuple((kw.name.text, self._literal(kw.value, "an optimizer argument")) for kw in st.args or ())
-        fields = self._fields(st.fields or (), lambda k: k == "zero", ["zero"], "optimizer")
+        names = ["zero", *T.PRECISION_FIELDS]
+        fields = self._fields(st.fields or (), lambda k: k in names, names, "optimizer")
         stage: int | T.Hole = 0
         axis: str | T.Hole | None = None
         if "zero" in fields:
@@ -652,7 +653,47 @@ class Resolver:
                 axis = T.Hole("ZeRO axis", span=f.over.span)
             elif f.over is not None:
                 axis = f.over.text
-        return T.Optimizer(st.name.text, kwargs, stage, axis, span=st.span)
+        return T.Optimizer(st.name.text, kwargs, stage, axis, span=st.span, precision=self._precision(fields))
+
+    def _precision(self, fields: dict[str, A.Field]) -> T.Precision | None:
+        """The optimizer block's precision fields as a `Precision`; None when it has none.
+
+        `precision = D` is the usual recipe in one word: parameters and compute in D, gradients reduced
+        and the master copy (with the optimizer state) in f32. The other fields set one dtype each and
+        win over it; without `precision`, each defaults to f32 but `compute`, which follows `params`."""
+        given = {k: f for k, f in fields.items() if k in T.PRECISION_FIELDS}
+        if not given:
+            return None
+        dtypes: dict[str, str] = {}
+        for key in ("precision", "params", "compute", "reduce", "master"):
+            f = given.get(key)
+            if f is None:
+                continue
+            name = str(f.value) if isinstance(f.value, A.Ref) else None
+            if name is None:
+                self.diags.append(diag("PL221", f"`{key}` takes a dtype (f32, bf16, f16), not `{f.value}`",
+                                       f.value.span))
+            elif name not in DTYPES:
+                self._unknown_dtype(name, f.value.span)
+            else:
+                dtypes[key] = DTYPES[name]
+        base = dtypes.get("precision", "f32")
+        params = dtypes.get("params", base)
+        scale: str | float | None = None
+        if "loss_scale" in given:
+            v = given["loss_scale"].value
+            if isinstance(v, A.Ref) and str(v) == "dynamic":
+                scale = "dynamic"
+            elif isinstance(v, (A.Int, A.Float)) and v.value > 0:
+                scale = float(v.value)
+            else:
+                self.diags.append(diag("PL221", f"`loss_scale` takes `dynamic` or a positive number, not `{v}`",
+                                       v.span))
+        first = next(iter(given.values()))
+        return T.Precision(params=params, compute=dtypes.get("compute", params if "precision" not in dtypes else base),
+                           reduce=dtypes.get("reduce", "f32"), master=dtypes.get("master", "f32"),
+                           loss_scale=scale, span=first.span,
+                           field_spans=tuple((k, f.span) for k, f in given.items()))
 
     def _pipeline(self, st: A.PipelineDecl) -> T.Pipeline:
         axis = T.Hole("pipeline axis", span=st.axis.span) if isinstance(st.axis, A.Hole) else st.axis.text

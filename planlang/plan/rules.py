@@ -497,6 +497,47 @@ def optimizer_arguments(ctx) -> Diags:
                    help=f"use `zero = 1 over {opt.zero_axis}` (whole parameters per rank), or another optimizer")
 
 
+def precision_support(ctx) -> Diags:
+    """The optimizer block's precision fields (planlang.plan.types.Precision): PL509 a dtype no step is kept
+    in; PL510 the device declares no `flops.<compute>`; PL511 f16 without loss scaling; PL512 master
+    weights narrower than the parameters; PL513 compute wider than the parameters; PL514 a pipeline."""
+    opt = ctx.plan.optimizer
+    prec = opt.precision if opt is not None else None
+    if prec is None:
+        return
+    bad = [k for k in ("params", "compute", "reduce", "master") if getattr(prec, k) not in T.PRECISION_DTYPES]
+    written = dict(prec.field_spans)
+    for k in dict.fromkeys(k if k in written else "precision" if "precision" in written else "params" for k in bad):
+        value = getattr(prec, "params" if k == "precision" else k)
+        yield diag("PL509", f"`{k}` cannot be {value}", prec.span_of(k), help="use f32, bf16 or f16")
+    if bad:
+        return
+    width = {"f16": 2, "bf16": 2, "f32": 4}
+    if width[prec.master] < width[prec.params] or (width[prec.master] == width[prec.params] != 4
+                                                   and prec.master != prec.params):
+        yield diag("PL512", f"master weights in {prec.master} are narrower than the {prec.params} parameters",
+                   prec.span_of("master"), help=f"write `master = f32`")
+    if width[prec.compute] > width[prec.params] or (width[prec.compute] == width[prec.params] != 4
+                                                    and prec.compute != prec.params):
+        yield diag("PL513", f"compute in {prec.compute} is wider than the {prec.params} parameters",
+                   prec.span_of("compute"), help=f"write `params = f32` (autocast to {prec.compute}) or "
+                   f"`compute = {prec.params}`")
+    if "f16" in (prec.params, prec.compute) and prec.loss_scale is None:
+        yield diag("PL511", "f16 training without loss scaling", prec.span,
+                   help="add `loss_scale = dynamic` to the optimizer block")
+    dev = ctx.plan.mesh.device if ctx.plan.mesh is not None else None
+    if dev is not None and dev.flops_for(prec.compute) is None:
+        declared = ", ".join(f"flops.{d}" for d, _ in dev.flops) or "no flops"
+        yield diag("PL510", f"device `{dev.name}` declares no `flops.{prec.compute}` for the plan's {prec.compute} "
+                   f"compute (it declares {declared})", prec.span_of("compute" if "compute" in
+                   dict(prec.field_spans) else "precision"), labels=[Label(dev.span, "device declared here")],
+                   help=f"add `flops.{prec.compute} = ...` to device `{dev.name}`")
+    if ctx.plan.pipeline is not None and prec.mixed:
+        yield diag("PL514", "a pipeline plan with precision fields does not run yet", prec.span,
+                   labels=[Label(ctx.plan.pipeline.span, "pipeline declared here")],
+                   help="remove the precision fields, or the pipeline")
+
+
 def data_parallel_support(ctx) -> Diags:
     """What the runtime runs of data parallelism in a pipeline: PL313 inputs that split their batch over
     different axes; PL415 ZeRO-2/3 in a pipeline with the batch over more than its ZeRO axis; without a
@@ -569,5 +610,6 @@ RULES = [
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),
     (optimizer_arguments, ("PL506", "PL508")),
+    (precision_support, ("PL509", "PL510", "PL511", "PL512", "PL513", "PL514")),
     (data_parallel_support, ("PL313", "PL415", "PL507")),
 ]

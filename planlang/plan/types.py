@@ -415,6 +415,64 @@ class Budget:
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "adafactor", "lion")
 
 
+#: bytes per element of each dtype the language names (planlang.plan.resolve.DTYPES' canonical names)
+DTYPE_BYTES = {"f64": 8, "f32": 4, "tf32": 4, "bf16": 2, "f16": 2, "fp8": 1, "i64": 8, "i32": 4, "i16": 2,
+               "i8": 1, "u8": 1, "bool": 1}
+#: the dtypes training state and compute may be kept in (`precision`, `params`, ... of the optimizer block)
+PRECISION_DTYPES = ("f32", "bf16", "f16")
+#: the optimizer block's precision fields, in the order the docs and the language server list them
+PRECISION_FIELDS = ("precision", "params", "compute", "reduce", "master", "loss_scale")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtypes of one training step's state and compute (the precision fields of the optimizer block).
+
+    params   the dtype parameters are stored and run in (and so their gradients, which autograd makes in it)
+    compute  the dtype matmuls and activations run in: `torch.autocast(dtype=compute)` when below f32
+    reduce   the dtype gradients are summed across ranks in (DDP-style buckets, FSDP2's reduce_dtype)
+    master   the dtype of the optimizer's copy of the weights and of its state; a copy exists when it
+             differs from `params` (bf16 parameters, f32 master weights)
+    loss_scale  None, "dynamic" (start at 2**16, halve on an overflow, double after 2000 clean steps) or a
+             constant: the loss is multiplied by it before backward and the gradients divided after
+    """
+
+    params: str = "f32"
+    compute: str = "f32"
+    reduce: str = "f32"
+    master: str = "f32"
+    loss_scale: Union[str, float, None] = None
+    span: Span = _span()  # the block's first precision field
+    field_spans: tuple[tuple[str, Span], ...] = field(default=(), compare=False, repr=False)
+
+    def __str__(self) -> str:
+        scale = "" if self.loss_scale is None else f", loss scale {self.loss_scale}"
+        return f"params {self.params}, compute {self.compute}, reduce {self.reduce}, master {self.master}{scale}"
+
+    @property
+    def master_copy(self) -> bool:
+        """The optimizer steps a separate copy of the weights (in `master`) and copies it back to them."""
+        return self.master != self.params
+
+    @property
+    def autocast(self) -> bool:
+        """Compute runs under `torch.autocast(dtype=compute)` (any compute dtype below f32)."""
+        return self.compute != "f32"
+
+    @property
+    def mixed(self) -> bool:
+        """Anything but the default all-f32 step."""
+        return (self.params, self.compute, self.reduce, self.master, self.loss_scale) != ("f32",) * 4 + (None,)
+
+    def span_of(self, key: str) -> Span:
+        """Where field `key` is written (the first precision field when it is not written)."""
+        return dict(self.field_spans).get(key, self.span)
+
+    def bytes(self, which: str) -> int:
+        """Bytes per element of `which` (params, compute, reduce or master)."""
+        return DTYPE_BYTES[getattr(self, which)]
+
+
 @dataclass(frozen=True)
 class Optimizer:
     name: str
@@ -422,10 +480,12 @@ class Optimizer:
     zero_stage: Union[int, Hole] = 0
     zero_axis: Union[str, Hole, None] = None
     span: Span = _span()
+    precision: Precision | None = None  # None: the model's own dtypes (f32), as before precision fields
 
     def __str__(self) -> str:
         z = f", zero {self.zero_stage} over {self.zero_axis}" if self.zero_stage else ""
-        return f"{self.name}{z}"
+        p = f", {self.precision}" if self.precision is not None else ""
+        return f"{self.name}{z}{p}"
 
 
 @dataclass(frozen=True)
@@ -448,6 +508,12 @@ class Plan:
 
     def __str__(self) -> str:
         return f"plan {self.path}: mesh {self.mesh}, {len(self.shards)} shard rules"
+
+    @property
+    def precision(self) -> Precision:
+        """The plan's precision (the optimizer block's fields); all f32 when it gives none."""
+        p = self.optimizer.precision if self.optimizer is not None else None
+        return p if p is not None else Precision()
 
     def input(self, name: str) -> Input | None:
         for i in self.inputs:

@@ -63,6 +63,7 @@ from planlang.model.lowering import LoweringError, Program, Run, data_axes, lowe
 from planlang.runtime.pipeline import PipelineError, apply_pipeline, check_pipeline_plan
 from planlang.runtime.program_pipeline import build_program_pipeline
 from planlang.runtime.placement import ParamLayout
+from planlang.runtime.precision import LossScale, autocast, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from planlang.runtime.redistribute import MeshGroups, redistribute
 from planlang.runtime.zero import OptimizerError, build_optimizer
 from planlang.runtime.zero_blocks import Block, BlockCaller, block_ranges
@@ -91,8 +92,10 @@ def load_plan(plan: T.Plan | str | Path) -> CompletePlan:
 
 
 # ------------------------------------------------------------------------------ passes
-def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], device) -> dict[str, ParamLayout]:
-    """Replace every parameter by its local piece under the program's layout (shared ones once)."""
+def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], device,
+                     dtype: torch.dtype | None = None) -> dict[str, ParamLayout]:
+    """Replace every parameter by its local piece under the program's layout (shared ones once), cast to
+    `dtype` when given (the plan's precision: planlang.runtime.precision.storage_dtype)."""
     layouts = {}
     done: dict[int, nn.Parameter] = {}
     for fqn, p in list(model.named_parameters(remove_duplicate=False)):
@@ -108,7 +111,8 @@ def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], de
         if blocked is not None:  # stored per head: each device's columns are its heads of every block
             whole = blocked_order(whole, blocked, block_factor(blocked, prog.mesh))
         local = whole[local_slices(tuple(p.shape), spec, prog.mesh, coords)]
-        new = nn.Parameter(local.to(device).clone().contiguous(), requires_grad=p.requires_grad)
+        local = local.to(device) if dtype is None or not p.is_floating_point() else local.to(device, dtype)
+        new = nn.Parameter(local.clone().contiguous(), requires_grad=p.requires_grad)
         setattr(owner, attr, new)
         done[id(p)] = new
         layouts[fqn] = ParamLayout(fqn, tuple(p.shape), spec, _dtype(p), blocked)
@@ -149,6 +153,8 @@ class ParallelModel(nn.Module):
         self.grad_scale: dict[str, float] = {}  # parameter -> factor on its gradient (ZeRO-2/3, shard_optimizer)
         self._grad_sync = None  # planlang.runtime.grad_sync.GradSync, made at the first forward
         self._pending_loss = None  # the last global loss, its all-reduce possibly still in flight
+        self.precision = T.Precision()  # the plan's (set by apply): autocast, loss scale, reduce dtype
+        self.loss_scale: LossScale | None = None
 
     @property
     def mesh(self) -> T.Mesh:
@@ -173,7 +179,8 @@ class ParallelModel(nn.Module):
         self._gradient_sums()  # before backward: its hooks start the bucket sums as gradients arrive
         params = {n: self._scaled(n, p) for n, p in self.module.named_parameters(remove_duplicate=False)
                   if n not in self._in_blocks}  # a block's own are read when it runs (rt.block)
-        loss = self._step(self.rt, params, *local)
+        with autocast(self.precision, self.device.type):
+            loss = self._step(self.rt, params, *local)
         self.rt.step_index += 1
         axes = self.program.layouts[self.program.loss].partial
         if not axes:
@@ -196,7 +203,7 @@ class ParallelModel(nn.Module):
         """One training step's forward and backward (`args` = inputs then targets, as for forward) and
         the gradient sums the lowering deferred; returns the global loss (detached)."""
         loss = self(*args)
-        loss.backward()
+        (loss if self.loss_scale is None else self.loss_scale.scale(loss)).backward()
         self.sync_grads()
         return loss.detach()
 
@@ -206,7 +213,10 @@ class ParallelModel(nn.Module):
         the torch class otherwise. `cls` and `kwargs` replace the plan's class and arguments."""
 
         try:
-            return build_optimizer(self.parameters(), self.plan_optimizer, self.groups, cls=cls, **kwargs)
+            params = [p for p in self.parameters() if p.requires_grad]
+            return wrap_optimizer(params, self.precision,
+                                  lambda ps: build_optimizer(ps, self.plan_optimizer, self.groups, cls=cls, **kwargs),
+                                  fsdp=bool(self.fsdp_axes), loss_scale=self.loss_scale)
         except OptimizerError as e:
             raise PlanError(str(e)) from e
 
@@ -239,7 +249,7 @@ class ParallelModel(nn.Module):
                     for fqn, _ in self.module.named_parameters() if fqn in trained}
             # FSDP2 (ZeRO-2/3) runs its own hooks on its sharded parameters: sum after backward there
             self._grad_sync = GradSync(list(self.module.named_parameters()), sync, self.groups, self.rt.recorder,
-                                       overlap=not self.fsdp_axes)
+                                       overlap=not self.fsdp_axes, reduce_dtype=torch_dtype(self.precision.reduce))
         return self._grad_sync
 
     def full_parameters(self) -> dict[str, torch.Tensor]:
@@ -385,9 +395,10 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
             pm.grad_scale[fqn] = 1.0 / math.prod(groups.size(a) for a in done)
 
     units = [pm.module.get_submodule(b.name) for b in pm.blocks]
+    mp = {} if mp_policy(plan.precision) is None else {"mp_policy": mp_policy(plan.precision)}
     for unit in units:
-        fully_shard(unit, mesh=mesh, reshard_after_forward=(stage == 3))
-    fully_shard(pm, mesh=mesh, reshard_after_forward=(stage == 3))
+        fully_shard(unit, mesh=mesh, reshard_after_forward=(stage == 3), **mp)
+    fully_shard(pm, mesh=mesh, reshard_after_forward=(stage == 3), **mp)
     for unit in [*units, pm]:  # per unit: the FSDPModule setters act on their own module's parameters
         unit.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
         unit.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - gloo has no PREMUL_SUM
@@ -444,6 +455,9 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
     groups = MeshGroups(plan.mesh, device.type)
+    if plan.pipeline is not None and plan.precision.mixed:
+        raise PlanError("a pipeline plan with precision fields does not run yet (PL514): its stages run the "
+                        "model's own modules, which the precision pass does not reach")
     if plan.pipeline is not None and not tensor_axes(plan):
         try:
             return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)
@@ -453,11 +467,15 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         return _apply_program_pipeline(model, plan, groups, loss_fn, targets, device, recorder, strict)
     prog = _lower_once(model, plan, loss_fn, targets)
     report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
-    layouts = shard_parameters(model, prog, groups.coords, device)
+    fsdp = _fsdp_setup(plan, groups) is not None
+    dtype = storage_dtype(plan.precision, fsdp) if plan.precision.mixed else None
+    layouts = shard_parameters(model, prog, groups.coords, device, dtype)
     blocks = zero_blocks(model, prog, plan)
     code = generate(prog, dist.get_rank(), groups.coords, title=plan.path,
                     blocks=[(b.start, b.end, b.name) for b in blocks])
     pm = ParallelModel(model, prog, groups, layouts, code, device, recorder, blocks)
     pm.plan_optimizer = plan.optimizer
+    pm.precision = plan.precision
+    pm.loss_scale = None if plan.precision.loss_scale is None else LossScale(plan.precision.loss_scale)
     shard_optimizer(pm, plan, groups)
     return pm

@@ -15,7 +15,8 @@ parameter's gradient arrives it is copied into its slice of the bucket once and 
 slice, so the sum lands in the gradients with no copy back, later backwards (gradient accumulation, or
 `zero_grad(set_to_none=False)`) accumulate into the bucket in place, and no flat copy of the gradients is
 allocated per step: a step holds the gradients once. A gradient that cannot be a view (an FSDP2 DTensor,
-a dtype other than its bucket's) is copied in before the sum and back after it.
+a dtype other than its bucket's) is copied in before the sum and back after it. A bucket whose dtype is not
+the plan's `reduce` dtype (bf16 gradients summed in f32) is cast for its all-reduce and copied back.
 
 `buckets` is a pure function: planlang.runtime.traffic predicts the same collectives from it.
 """
@@ -39,6 +40,7 @@ class Bucket:
     work: object = None
     copied: list = field(default_factory=list)  # (gradient, slice) pairs summed by copy, not as a view
     launched: bool = False
+    wire: object = None  # the bucket cast to the reduce dtype for its all-reduce (None: summed in place)
 
 
 def buckets(params: list[tuple[str, int, tuple[str, ...]]], first: int = FIRST_BUCKET,
@@ -68,8 +70,9 @@ class GradSync:
     """The bucketed, overlapped gradient sums of one ParallelModel (see the module docstring)."""
 
     def __init__(self, named_params: list[tuple[str, object]], sync: dict[str, tuple[str, ...]], groups,
-                 recorder=None, overlap: bool = True) -> None:
+                 recorder=None, overlap: bool = True, reduce_dtype=None) -> None:
         self.params = dict(named_params)
+        self.reduce_dtype = reduce_dtype  # the plan's precision `reduce`: a bucket in another dtype is cast
         self.groups = groups
         self.recorder = recorder
         self.overlap = overlap
@@ -152,14 +155,17 @@ class GradSync:
             else:
                 self._into_bucket(b, n)
         b.launched = True
+        wire = flat
+        if self.reduce_dtype is not None and flat.dtype != self.reduce_dtype:
+            wire = b.wire = flat.to(self.reduce_dtype)  # summed in the plan's reduce dtype, copied back after
         for k, a in enumerate(b.axes):
             if self.recorder is not None:
-                self.recorder.record(Collective.ALL_REDUCE, (a,), flat.numel() * flat.element_size())
+                self.recorder.record(Collective.ALL_REDUCE, (a,), wire.numel() * wire.element_size())
             last = k == len(b.axes) - 1
             if async_op and last:  # a sum over several axes runs axis after axis; the last one overlaps
-                b.work = dist.all_reduce(flat, group=self.groups.group(a), async_op=True)
+                b.work = dist.all_reduce(wire, group=self.groups.group(a), async_op=True)
             else:
-                dist.all_reduce(flat, group=self.groups.group(a))
+                dist.all_reduce(wire, group=self.groups.group(a))
 
     @staticmethod
     def _local(g):
@@ -176,9 +182,11 @@ class GradSync:
                 self._launch(b, async_op=False)
             if b.work is not None:
                 b.work.wait()
+            if b.wire is not None:
+                b.flat.copy_(b.wire)
             for g, view in b.copied:
                 g.copy_(view)
-            b.work, b.copied, b.arrived, b.launched = None, [], 0, False
+            b.work, b.copied, b.arrived, b.launched, b.wire = None, [], 0, False, None
 
     def remove(self) -> None:
         for h in self._handles:

@@ -17,6 +17,12 @@ quantity, or `tol`, whichever is larger. A correct plan passes whatever the opti
 rounding and fails. The float64 run measures rounding only when it computes the same function: when one
 process's first loss differs from float64's by more than YARDSTICK_LIMIT (dropout, random ops), every
 error is judged against `tol` alone.
+
+A plan with precision fields (bf16, f16) is compared against one process in the same precision
+(planlang.runtime.precision: parameters cast, forward under autocast, the same master copy and loss
+scale), and `tol` is raised to a few unit roundoffs of the narrowest dtype the step runs in
+(`precision.tolerance`); the float64 run stays the yardstick, and YARDSTICK_LIMIT grows with the unit
+roundoff of the compute dtype, since one bf16 process's loss differs from float64's by rounding alone.
 """
 from __future__ import annotations
 
@@ -42,6 +48,7 @@ from planlang.runtime.apply import PlanError, apply, load_plan
 from planlang.runtime.data_parallel import DataParallelError, zero_axis
 from planlang.runtime.launch import Progress
 from planlang.runtime.pipeline import PipelineError, check_pipeline_plan
+from planlang.runtime.precision import LossScale, UNIT_ROUNDOFF, autocast, reference_model, tolerance, wrap_optimizer
 from planlang.runtime.teardown import leave
 from planlang.runtime.zero import build_optimizer
 
@@ -96,6 +103,11 @@ def rel(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> float:
 # that floor: exact zeros (the key bias of attention: softmax ignores a constant shift) leave only
 # rounding noise on both sides, and noise over noise is not a relative error.
 GRAD_FLOOR = 1e-3
+# In a bf16/f16 plan a gradient element can cancel to exactly zero in one run and not in the other (a sum
+# of a hundred bf16 values does that often); Adam then moves that element by lr in one run only, which for
+# a bias still near its zero init is 1/sqrt(n) of its norm. Parameters of a mixed-precision plan are
+# therefore compared against this fraction of the whole model's parameter norm at least (f32 plans: none).
+PARAM_FLOOR = 1e-2
 
 
 def make_batch(model: nn.Module, plan: CompletePlan, loss_fn,
@@ -123,13 +135,22 @@ def make_batch(model: nn.Module, plan: CompletePlan, loss_fn,
     return inputs, tuple(targets)
 
 
-def reference_optimizer(params, plan: CompletePlan) -> torch.optim.Optimizer:
+def reference_optimizer(params, plan: CompletePlan, precision: bool = False) -> torch.optim.Optimizer:
     """The plan's optimizer class and arguments without ZeRO (one process holds everything);
-    AdamW(lr=1e-3) when the plan names none."""
+    AdamW(lr=1e-3) when the plan names none. With `precision`, in the plan's precision: the same master
+    copy and loss scaling as `pm.optimizer()`."""
 
-    if plan.optimizer is None:
-        return torch.optim.AdamW(params, lr=1e-3)
-    return build_optimizer(params, dataclasses.replace(plan.optimizer, zero_stage=0, zero_axis=None))
+    def make(ps):
+        if plan.optimizer is None:
+            return torch.optim.AdamW(ps, lr=1e-3)
+        return build_optimizer(ps, dataclasses.replace(plan.optimizer, zero_stage=0, zero_axis=None))
+
+    params = [p for p in params if p.requires_grad]
+    prec = plan.precision
+    if not precision or not prec.mixed:
+        return make(params)
+    scale = None if prec.loss_scale is None else LossScale(prec.loss_scale)
+    return wrap_optimizer(params, prec, make, fsdp=False, loss_scale=scale)
 
 
 def plan_optimizer(pm, plan: CompletePlan) -> torch.optim.Optimizer:
@@ -200,14 +221,18 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
         say(f"building the model {plan.model.factory if plan.model else ''} on the CPU")
         model = build_model(plan.model, plan.path, device="cpu")
     loss_fn = plan_loss(plan)
-    ref = copy.deepcopy(model)
+    prec = plan.precision
+    ref = reference_model(copy.deepcopy(model), prec)  # one process in the plan's precision
     exact = copy.deepcopy(model).double()  # the rounding yardstick (module docstring)
+    tol = tolerance(prec, tol)
+    limit = max(YARDSTICK_LIMIT, 16 * UNIT_ROUNDOFF[prec.compute]) if prec.mixed else YARDSTICK_LIMIT
     batches = [make_batch(ref, plan, loss_fn, seed + 1 + s) for s in range(steps)]
     say("applying the plan: tracing the model, lowering it, placing this rank's pieces")
     pm = apply(model, plan, loss_fn=loss_fn,
                targets=tuple(t.to("meta") for t in batches[0][1]) if batches[0][1] else None)
     opt = plan_optimizer(pm, plan)
-    ref_opt = reference_optimizer(ref.parameters(), plan)
+    ref_opt = reference_optimizer(ref.parameters(), plan, precision=True)
+    ref_scale = getattr(ref_opt, "loss_scale", None)
     exact_opt = reference_optimizer(exact.parameters(), plan)
     ref_loss_fn = loss_fn or (lambda out: out.sum())
     exact_params = dict(exact.named_parameters())
@@ -218,12 +243,13 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
         ref_opt.zero_grad(set_to_none=True)
         exact_opt.zero_grad(set_to_none=True)
         loss = pm.step(*inputs, *targets)
-        ref_loss = ref_loss_fn(call_model(ref, plan, inputs), *targets)
-        ref_loss.backward()
+        with autocast(prec, "cpu"):
+            ref_loss = ref_loss_fn(call_model(ref, plan, inputs), *targets)
+        (ref_loss if ref_scale is None else ref_scale.scale(ref_loss)).backward()
         exact_loss = ref_loss_fn(call_model(exact, plan, _double(inputs)), *_double(targets))
         exact_loss.backward()
         lv, rv, xv = float(loss.detach()), float(ref_loss.detach()), float(exact_loss.detach())
-        if s == 0 and abs(rv - xv) > YARDSTICK_LIMIT * max(abs(xv), 1e-30):
+        if s == 0 and abs(rv - xv) > limit * max(abs(xv), 1e-30):
             yardstick = False
             say(f"one process's first loss {rv:.8g} differs from float64's {xv:.8g} by more than rounding "
                 f"(a random model, e.g. dropout): every error is judged against --tol {tol:g} alone")
@@ -241,8 +267,10 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
         ref_opt.step()
         exact_opt.step()
         params = pm.full_parameters()
-        perrs = {n: rel(params[n], p.detach()) for n, p in ref.named_parameters() if n in params}
-        pnoise = {n: rel(p.detach(), exact_params[n].detach()) for n, p in ref.named_parameters()
+        pfloor = PARAM_FLOOR * math.sqrt(sum(float(p.detach().double().norm()) ** 2 for p in ref.parameters())) \
+            if prec.mixed else 0.0
+        perrs = {n: rel(params[n], p.detach(), pfloor) for n, p in ref.named_parameters() if n in params}
+        pnoise = {n: rel(p.detach(), exact_params[n].detach(), pfloor) for n, p in ref.named_parameters()
                   if yardstick and n in params}
         if plan.pipeline is None:  # and the state forward keeps: BatchNorm's running statistics
             mine, exact_bufs = dict(model.named_buffers()), dict(exact.named_buffers())
@@ -301,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {}
     try:
         rows = verify(plan_path, steps, report=report, progress=say, tol=tol)
+        tol = tolerance(load_plan(plan_path).precision, tol)  # the floor the rows were judged against
     except PlanError as e:  # the plan cannot run here: every rank found the same, rank 0 says why
         if dist.get_rank() == 0:
             sys.stderr.write(f"error: {e}\n")
