@@ -8,11 +8,18 @@ the loss accepts (a language model's target is its own input).
 
 How a step is judged (docs/runtime.md, "What verify judges"). Two runs in the same precision that add in
 different orders differ by rounding, and an optimizer can amplify that: Adam turns a gradient that is
-exactly zero, but rounding noise in practice, into a step of up to lr. So every error of the plan against
-the one-process run (loss, each gradient, each parameter after the optimizer step) is judged against
-what rounding alone does to one process: the same steps are also run in float64, and the plan's error on
-a quantity may be at most NOISE_FACTOR times the error of the one-process run against float64 on that
-quantity, or `tol`, whichever is larger. A correct plan passes whatever the optimizer; a wrong update
+exactly zero, but rounding noise in practice, into a step of up to lr, and later steps start from
+parameters that differ by that much. So each step is judged from the same start: before every step the
+one-process model (and its float64 twin) takes the plan's parameters, so the loss and every gradient are
+compared at the same point; and the update is judged by stepping the one-process optimizer with the
+plan's own gradients (its state fed the same gradients every step), so the parameters after the step
+differ only by the rounding of the optimizer's arithmetic, whatever Adam does with a noisy gradient.
+Every error of the plan against the one-process run (loss, each gradient, each parameter after the
+optimizer step) is judged against what rounding alone does to one process: the same steps are also run
+in float64, and the plan's error on a quantity may be at most NOISE_FACTOR times the error of the
+one-process run against float64 on that quantity, or `tol`, whichever is larger. A plan with a master
+copy of its weights (mixed precision) keeps one trajectory per run instead: the master copy inside the
+optimizer cannot be set from the plan's parameters. A correct plan passes whatever the optimizer; a wrong update
 (a gradient summed twice, a missing gradient, a step on the wrong piece) is orders of magnitude above
 rounding and fails. The float64 run measures rounding only when it computes the same function: when one
 process's first loss differs from float64's by more than YARDSTICK_LIMIT (dropout, random ops), every
@@ -237,8 +244,11 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     ref_loss_fn = loss_fn or (lambda out: out.sum())
     exact_params = dict(exact.named_parameters())
     yardstick = True  # until the first loss says the float64 run computes something else
+    same_start = not prec.mixed  # module docstring: each step judged from the plan's parameters
     rows = []
     for s, (inputs, targets) in enumerate(batches):
+        if same_start and s:
+            _start_from(params, model if plan.pipeline is None else None, ref, exact)
         opt.zero_grad(set_to_none=True)
         ref_opt.zero_grad(set_to_none=True)
         exact_opt.zero_grad(set_to_none=True)
@@ -263,6 +273,8 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
         worst, gerr, gbound = judged(errs, noise, tol)
         if report is not None and s == len(batches) - 1:
             report.update(describe(pm, opt))  # gradients still there; optimizer state from earlier steps
+        if same_start:  # the one-process optimizers step the plan's gradients
+            _take_grads(grads, ref, exact)
         opt.step()
         ref_opt.step()
         exact_opt.step()
@@ -288,6 +300,28 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
             f"(relative error {r.loss_rel_err:.1e}); worst gradient error {r.grad_rel_err:.1e}"
             + (f" ({worst})" if worst else ""))
     return rows
+
+
+def _start_from(params: dict[str, torch.Tensor], model: nn.Module | None, ref: nn.Module, exact: nn.Module) -> None:
+    """Set the one-process model and its float64 twin to the plan's parameters (and, without a pipeline,
+    its floating buffers: BatchNorm's running statistics) before a step."""
+    with torch.no_grad():
+        for twin in (ref, exact):
+            for n, p in twin.named_parameters():
+                if n in params:
+                    p.copy_(params[n].to(p.dtype))
+            if model is not None:
+                mine = dict(model.named_buffers())
+                for n, b in twin.named_buffers():
+                    if b.is_floating_point() and n in mine:
+                        b.copy_(mine[n].detach().cpu().to(b.dtype))
+
+
+def _take_grads(grads: dict[str, torch.Tensor], ref: nn.Module, exact: nn.Module) -> None:
+    """The plan's gradients as the one-process optimizers' (a parameter the plan gave none: none)."""
+    for twin in (ref, exact):
+        for n, p in twin.named_parameters():
+            p.grad = grads[n].detach().to(p.dtype).clone() if n in grads else None
 
 
 def render(rows: list[StepRow], tol: float) -> str:
