@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 
 from planlang.plan.complete import CompleteMesh, CompletePlan
+from planlang.plan.data import tensor_axes
 
 
 def world_size(plan: CompletePlan) -> int:
@@ -261,13 +262,36 @@ def lower_source(plan: CompletePlan, rank: int, strict: bool = False) -> str:
         raise ValueError(f"rank {rank} is outside the plan's {n} devices (0..{n - 1})")
     model = build_model(plan.model, plan.path)
     coords = coords_of(rank, plan.mesh)
-    if plan.pipeline is not None:
+    if plan.pipeline is not None and not tensor_axes(plan):
         return pipeline_source(model, plan, rank, coords)
+    if plan.pipeline is not None:  # pipeline x tensor parallelism: the program of one microbatch, cut
+        return program_pipeline_source(model, plan, rank, coords, strict)
     prog = lower_plan(model, plan)
     report_fallbacks(prog, strict)
     blocks = zero_blocks(model, prog, plan)  # ZeRO-2/3: each block run as its FSDP2 unit's forward
     return generate(prog, rank, coords, title=os.path.relpath(plan.path),
                     blocks=[(b.start, b.end, b.name) for b in blocks])
+
+
+def program_pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int], strict: bool) -> str:
+    """For a pipeline plan with tensor parallelism: the functions of the stages `rank` holds and the loss
+    tail, as planlang.runtime.program_pipeline runs them (one microbatch's program, cut into stages)."""
+    # lazy: torch loads only when this runs
+    from planlang.model.pipeline_program import cut_program, microbatch_plan
+    from planlang.runtime.apply import lower_plan, report_fallbacks
+    from planlang.runtime.codegen import generate_pipeline
+    from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
+
+    check_pipeline_plan(plan)
+    p, mesh = plan.pipeline, plan.mesh
+    assert p is not None and mesh is not None
+    layout = pipeline_layout(plan, mesh.axis_size(p.axis))
+    mine = layout.stages_of(coords[p.axis])
+    prog = lower_plan(model, microbatch_plan(plan))
+    report_fallbacks(prog, strict)
+    cut = cut_program(prog, plan)
+    head = f"# {layout}; rank {rank} holds stages {mine}\n"
+    return head + generate_pipeline(prog, cut, rank, coords, title=os.path.relpath(plan.path), stages=mine)
 
 
 def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]) -> str:

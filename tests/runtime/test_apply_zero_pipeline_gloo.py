@@ -2,18 +2,17 @@
 as `planlang verify` drives them) against single-process training: 4 gloo ranks, GPT-2 (hidden 64),
 3 AdamW steps, fp32; relative error of the loss and of every gradient (Frobenius norms) ≤ 1e-5.
 
-One launch runs every plan of this file and of test_apply_gloo.py (tests/runtime/apply_worker.py). Besides parity, each test checks that the
-plan's mechanism really ran: the ZeRO-1 optimizer is a ZeroRedundancyOptimizer holding part of the
-state, ZeRO-2/3 gradients and state are FSDP2 shards, a pipeline rank holds only its stages. Plans the
-runtime cannot run yet (pipeline x tensor parallelism) fail with a message
-naming the combination and the fix.
+One launch runs every plan of this file and of test_apply_gloo.py (tests/runtime/apply_worker.py).
+Besides parity, each test checks that the plan's mechanism really ran: the ZeRO-1 optimizer is a
+ZeroRedundancyOptimizer holding part of the state, ZeRO-2/3 gradients and state are FSDP2 shards, a
+pipeline rank holds only its stages. Pipeline x tensor parallelism: tests/runtime/test_pipeline_tp_gloo.py.
 """
 from __future__ import annotations
 
 import pytest
 
 from tests.runtime import apply_worker
-from tests.runtime.apply_worker import PIPELINE, REFUSED, ZERO
+from tests.runtime.apply_worker import PIPELINE, ZERO
 
 TOL = 1e-5
 
@@ -83,11 +82,3 @@ def test_pipeline_ranks_hold_only_their_stages(results):
 def test_pipeline_stages_wrap_the_plans_checkpoint_groups(results, config, groups):
     wrapped = sorted({tuple(g) for res in results for g in res[config]["report"]["checkpoint_groups"]})
     assert wrapped == sorted(tuple(g) for g in groups)
-
-
-@pytest.mark.parametrize("config", list(REFUSED))
-def test_unsupported_combinations_are_refused_with_a_fix(results, config):
-    for res in results:
-        err = res[config].get("error", "")
-        assert "PlanError" in err and REFUSED[config] in err, err
-        assert "help:" in err  # the fix is named

@@ -10,7 +10,8 @@ from planlang.plan.checker import check_file
 from planlang.runtime.launch import coords_of, lower_source
 
 HERE = Path(__file__).parent
-CASES = [("mlp_dp2_tp2", 1), ("mlp_tp4", 3), ("gpt2_dp2_tp2_ckpt", 2)]
+# the last: pipeline x tensor parallelism, the functions of the stages rank 3 holds (1 and 3) and the loss tail
+CASES = [("mlp_dp2_tp2", 1), ("mlp_tp4", 3), ("gpt2_dp2_tp2_ckpt", 2), ("gpt2_pp2_tp2_interleaved", 3)]
 
 
 @pytest.mark.parametrize("name,rank", CASES)

@@ -81,7 +81,7 @@ STAGES4 = {
 }
 STAGES4["qwen2"] = STAGES4["mistral"] = STAGES4["llama"]
 
-LAYOUTS = ("dp4", "dp2tp2", "zero3", "pp2dp2")
+LAYOUTS = ("dp4", "dp2tp2", "zero3", "pp2dp2", "pp2tp2")
 # measured by bench/zoo_memory.py only: interleaved 1F1B, pp2 x dp2, two chunks per rank
 EXTRA_LAYOUTS = ("pp2dp2i",)
 BATCH_NORM = {"resnet"}  # models with BatchNorm
@@ -103,6 +103,14 @@ def plan_text(model: str, layout: str = "dp4") -> str:
         # help): the CNN's pipeline is GPipe over one microbatch, its BatchNorm synced over dp
         schedule = "gpipe microbatches 1" if model in BATCH_NORM else "1f1b microbatches 2"
         rest = f"pipeline over pp schedule {schedule} {{\n    stage {first}\n    stage {second}\n}}\n"
+    elif layout == "pp2tp2":  # pipeline x tensor parallelism: the lowered program cut into the stages
+        uses += "\nuse patterns.megatron" if "megatron." in TENSOR_PARALLEL[model] else ""
+        first, second = STAGES[model]
+        mesh = "    pp = 2 over hardware.loopback\n    tp = 2 over hardware.loopback"
+        data = ""
+        schedule = "gpipe microbatches 1" if model in BATCH_NORM else "1f1b microbatches 2"
+        rest = (f"pipeline over pp schedule {schedule} {{\n    stage {first}\n    stage {second}\n}}\n"
+                + TENSOR_PARALLEL[model] + "\n")
     elif layout == "pp2dp2i":
         mesh = "    pp = 2 over hardware.loopback\n    dp = 2 over hardware.loopback"
         stages = "".join(f"    stage {s}\n" for s in STAGES4[model])

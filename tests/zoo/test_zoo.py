@@ -13,6 +13,7 @@ from planlang.cost.ops import registry  # noqa: E402
 from planlang.model.checks import check_with_model  # noqa: E402
 from planlang.model.load import build_model  # noqa: E402
 from planlang.model.lowering import Convert, Run  # noqa: E402
+from planlang.model.pipeline_program import cut_program, microbatch_plan  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
 from planlang.runtime.apply import lower_plan  # noqa: E402
 from tests.zoo.plans import BATCH, ZOO, plan_text  # noqa: E402
@@ -48,6 +49,32 @@ def test_checks_clean_and_keeps_the_batch_split(zoo_dir, model, layout):
             gathers = [s for s in ins.path.steps if s.axis == "dp" and s.kind in ("all_gather", "all_to_all")]
             assert gathers == [], f"{ins} gathers over the data axis"
     assert batch_values >= 10  # the check above saw the model's activations
+
+
+@pytest.mark.parametrize("model", list(ZOO))
+def test_pipeline_x_tensor_parallel_cuts_the_program_into_the_plans_stages(tmp_path, model):
+    """Every zoo model under pp2 x tp2: no error, and its program (one microbatch, tensor-parallel layouts)
+    cuts into the two stages the plan names: each Run of a selected module in that module's stage, the
+    parameters of the second stage's blocks on the second stage only, the loss in the tail."""
+    path = tmp_path / f"{model}_pp2tp2.plan"
+    path.write_text(plan_text(model, "pp2tp2"))
+    res = check_with_model(str(path))
+    assert not res.errors, [str(d) for d in res.diagnostics]
+    plan = complete(res.plan)
+    prog = lower_plan(build_model(plan.model, plan.path), microbatch_plan(plan))
+    cut = cut_program(prog, plan)
+    where = cut.stage_of()
+    second = plan.pipeline.stages[1].modules
+
+    def in_second(module: str) -> bool:  # the module or one above it is selected by the second stage
+        parts = module.split(".")
+        return any(sel.select([".".join(parts[:k])]) for sel in second for k in range(1, len(parts) + 1))
+
+    for k, ins in enumerate(prog.instructions):
+        if isinstance(ins, Run) and ins.node.module and in_second(ins.node.module):
+            assert where[k] == 1, (ins.node.name, ins.node.module)
+    assert cut.tail and all(where[k] == 1 for k in cut.tail)
+    assert not set(cut.stages[0].params) & {p for p in cut.stages[1].params if ".layer" in p or ".h." in p}
 
 
 def test_a_model_op_without_a_rule_is_reported_not_silent(tmp_path):

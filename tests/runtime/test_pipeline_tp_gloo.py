@@ -1,0 +1,91 @@
+"""Pipeline x tensor (x data) parallelism through `planlang.apply` as `planlang verify` drives it, against
+one process (planlang.runtime.program_pipeline): GPT-2 (hidden 64) with Megatron attention and MLP.
+
+- 4 ranks (the shared launch of tests/runtime/apply_worker.py): pp2 x tp2 under 1F1B, and interleaved
+  1F1B (4 stages, 2 per rank) with one checkpoint group per block;
+- 8 ranks (a launch of their own): the README's 3-D plan scaled to CPU (pp2 x dp2 x tp2, 1F1B, ZeRO-1,
+  `checkpoint h[*] every 2`), and the same with ZeRO-3 (each stage an FSDP2 unit over dp).
+
+Each step's loss, gradients and parameters are judged as `verify` judges them (each within its bound);
+besides, each test checks that the plan's mechanism ran: every rank holds its stages' tensor-parallel
+pieces only, ZeRO-1 is a ZeroRedundancyOptimizer, ZeRO-3's gradients are FSDP2 shards, and the
+checkpoint groups of the rank's stages were wrapped.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.runtime import apply_worker
+from tests.runtime.apply_worker import PIPELINE_3D, PIPELINE_TP
+
+# GPT-2 (layers 4, hidden 64, vocab 128, seq 16): its parameter elements, whole, without the (untied) head
+WHOLE = 128 * 64 + 16 * 64 + 4 * (2 * 64 + 64 * 192 + 192 + 64 * 64 + 64 + 2 * 64 + 64 * 256 + 256 + 256 * 64 + 64) + 2 * 64
+
+
+@pytest.fixture(scope="module")
+def four() -> list[dict]:
+    return apply_worker.results()
+
+
+@pytest.fixture(scope="module")
+def eight() -> list[dict]:
+    return apply_worker.launch(tuple(PIPELINE_3D), 8)
+
+
+def _passes(res: list[dict], config: str) -> None:
+    for r, ranks in enumerate(res):
+        c = ranks[config]
+        assert "error" not in c, f"rank {r}: {c.get('error')}"
+        rows = c["rows"]
+        assert len(rows) == 3
+        for row in rows:
+            assert row["loss_rel_err"] <= row["loss_bound"], row
+            assert row["grad_rel_err"] <= row["grad_bound"], row
+            assert row["param_rel_err"] <= row["param_bound"], row
+            assert row["worst_grad"], "no gradient was compared"
+        assert rows[2]["loss_reference"] != rows[0]["loss_reference"]  # the optimizer really stepped
+
+
+@pytest.mark.parametrize("config", PIPELINE_TP)
+def test_pp2_tp2_matches_one_process(four, config):
+    _passes(four, config)
+
+
+@pytest.mark.parametrize("config", PIPELINE_3D)
+def test_pp2_dp2_tp2_matches_one_process(eight, config):
+    _passes(eight, config)
+
+
+@pytest.mark.parametrize("config", PIPELINE_TP)
+def test_each_rank_holds_its_stages_tensor_parallel_pieces(four, config):
+    sizes = [res[config]["report"]["param_local_numel"] for res in four]
+    assert all(res[config]["report"]["model"] == "ProgramPipelinedModel" for res in four)
+    # the two tp ranks of a pipeline rank hold pieces of the same size; no rank holds half the model
+    assert sizes[0] == sizes[1] and sizes[2] == sizes[3]
+    assert max(sizes) < WHOLE / 2
+
+
+def test_zero1_shards_the_optimizer_state_over_dp(eight):
+    for res in eight:
+        rep = res["gpt2_3d_cpu"]["report"]
+        assert rep["optimizer"] == "ZeroRedundancyOptimizer"
+        assert rep["grad_local_numel"] == rep["param_local_numel"]  # gradients whole on each rank
+        assert 0.2 * rep["param_local_numel"] < rep["state_numel"] < 0.8 * rep["param_local_numel"]
+
+
+def test_zero3_stages_are_fsdp2_units_over_dp(eight):
+    for res in eight:
+        rep = res["gpt2_pp2_dp2_tp2_zero3"]["report"]
+        assert rep["fsdp_axes"] == ["dp"]
+        assert rep["grad_local_numel"] <= rep["param_local_numel"] // 2 * 1.1  # dim-0 shards over dp = 2
+        assert rep["state_numel"] == rep["grad_local_numel"]
+
+
+@pytest.mark.parametrize("config, groups", [
+    ("gpt2_3d_cpu", {0: [["h.0", "h.1"]], 1: [["h.2", "h.3"]]}),  # `every 2`: one group per stage
+    ("gpt2_pp2_dp2_tp2_zero3", {0: [["h.0"], ["h.1"]], 1: [["h.2"], ["h.3"]]}),
+])
+def test_checkpoint_groups_run_in_their_stage(eight, config, groups):
+    for r, res in enumerate(eight):
+        pp = r // 4  # mesh pp x dp x tp, row-major
+        assert res[config]["report"]["checkpoint_groups"] == groups[pp]
