@@ -26,13 +26,14 @@ from planlang.plan.resolve import Resolution, Resolver, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
 
-from planlang.plan.data import data_axes, data_degree
+from planlang.plan.data import data_axes, data_degree, tensor_axes
 from planlang.plan.units import format_bytes
 
 from .estimate import estimate_plan
 from .load import ModelLoadError, build_model, guess_targets, meta_inputs, plan_loss
-from .lowering import Fallback, lower, mark_checkpoints
+from .lowering import Fallback, LoweringError, lower, mark_checkpoints
 from .opgraph import op_graph
+from .pipeline_program import cut_program, microbatch_plan
 from .stages import OUT_SPEC, StageSplitError, split_stages
 from .trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
 from .zero_units import block_ranges
@@ -527,14 +528,9 @@ def lowering_facts(plan) -> Lowered | None:
         return None
     try:
         model = build_model(plan.model, plan.path)
-        inputs = meta_inputs(plan.inputs)
-        loss = plan_loss(plan)
-        targets = guess_targets(model, loss, inputs) if loss is not None else ()
-        if targets is None:
+        prog = _lowered(model, plan)
+        if prog is None:
             return None
-        graph = op_graph(model, inputs, loss, tuple(targets)) if loss is not None else op_graph(model, inputs)
-        prog = lower(graph, plan)
-        prog.checkpoint_groups = mark_checkpoints(prog, plan)
         opt, mesh = plan.optimizer, plan.mesh
         zero = opt is not None and opt.zero_stage >= 2 and opt.zero_axis is not None and \
             (mesh.axis_size(opt.zero_axis) or 1) > 1
@@ -549,6 +545,8 @@ def stage_split_diagnostics(plan) -> list[Diagnostic]:
     p = plan.pipeline
     if p is None:
         return []
+    if tensor_axes(plan):  # pipeline x tensor parallelism: the runtime cuts the lowered program
+        return _program_cut_diagnostics(plan)
     try:
         model = build_model(plan.model, plan.path)
         cut = split_stages(model, plan)
@@ -563,6 +561,37 @@ def stage_split_diagnostics(plan) -> list[Diagnostic]:
                               "stages cut by torch.export: each data-parallel rank normalizes its own samples",
                      p.span, help="make the model traceable by torch.fx between its stage modules, replace "
                                   "BatchNorm with GroupNorm or LayerNorm, or accept per-rank statistics")]
+    return []
+
+
+def _lowered(model: nn.Module, plan):
+    """The plan's program as planlang.apply lowers it (None when no targets fit the loss)."""
+    inputs = meta_inputs(plan.inputs)
+    loss = plan_loss(plan)
+    targets = guess_targets(model, loss, inputs) if loss is not None else ()
+    if targets is None:
+        return None
+    graph = op_graph(model, inputs, loss, tuple(targets)) if loss is not None else op_graph(model, inputs)
+    prog = lower(graph, plan)
+    prog.checkpoint_groups = mark_checkpoints(prog, plan)
+    return prog
+
+
+def _program_cut_diagnostics(plan) -> list[Diagnostic]:
+    """PL467 when the plan's program (one microbatch, lowered as planlang.apply lowers it) cannot be cut
+    into its stages (planlang.model.pipeline_program: data flowing backwards, a checkpoint group across a
+    boundary, the loss outside the last stage)."""
+    p = plan.pipeline
+    try:
+        prog = _lowered(build_model(plan.model, plan.path), microbatch_plan(plan))
+        if prog is not None:
+            cut_program(prog, plan)
+    except LoweringError as err:
+        return [diag("PL467", str(err), p.span, help="keep whole modules in each stage in the model's execution "
+                                                    "order, each checkpoint group inside one stage; `planlang "
+                                                    "lower --rank R` prints the stages rank R runs")]
+    except Exception:  # noqa: BLE001 - other failures are the model facts' or the runtime's to report
+        return []
     return []
 
 

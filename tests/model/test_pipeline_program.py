@@ -92,3 +92,18 @@ def test_stages_out_of_execution_order_are_refused(lowered):
     bad = dataclasses.replace(plan, pipeline=dataclasses.replace(plan.pipeline, stages=(stages[0], *swapped, stages[3])))
     with pytest.raises(LoweringError, match="stages must follow the model's execution order"):
         cut_program(prog, bad)
+
+
+def test_check_reports_a_cut_the_runtime_cannot_make(monkeypatch):
+    # `check --model` cuts the same program the runtime runs: its refusal is PL467 before any launch
+    import planlang.model.checks as checks
+    from planlang.model.checks import check_with_model
+
+    assert not check_with_model(str(PLANS / "gpt2_pp2_tp2.plan")).errors
+
+    def refuse(prog, plan):
+        raise LoweringError("a checkpoint group spans pipeline stages 0, 1; keep each checkpoint group inside one stage")
+
+    monkeypatch.setattr(checks, "cut_program", refuse)
+    found = [d for d in check_with_model(str(PLANS / "gpt2_pp2_tp2.plan")).diagnostics if d.code == "PL467"]
+    assert len(found) == 1 and "spans pipeline stages" in found[0].message and "planlang lower" in found[0].help
