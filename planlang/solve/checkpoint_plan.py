@@ -55,8 +55,9 @@ def repeated_blocks(module_names: list[str]) -> tuple[str, int] | None:
     return head, lists[head]
 
 
-def plan_chain(plan: CompletePlan, efficiency: float = 0.5):
-    """The LinearChain of the plan's local model over its repeated blocks (one microbatch)."""
+def plan_chain(plan: CompletePlan, efficiency: float = 0.5, facts=None):
+    """The LinearChain of the plan's local model over its repeated blocks (one microbatch). `facts`: the
+    model's probe (planlang.model.trace.ModuleFacts) when the caller has it (the solver's ModelFacts)."""
     # lazy: torch loads only when this runs
     import torch
 
@@ -74,7 +75,8 @@ def plan_chain(plan: CompletePlan, efficiency: float = 0.5):
     if device is None or not device.flops:
         raise NoChain(f"mesh {plan.mesh.name} has no device throughput")
     module = build_model(plan.model, plan.path)
-    facts = probe_modules(module, meta_inputs(plan.inputs))
+    if facts is None:
+        facts = probe_modules(module, meta_inputs(plan.inputs))
     found = repeated_blocks([n for n in facts.all_modules if n])
     if found is None:
         raise NoChain("the model has no list of repeated blocks (a ModuleList) to checkpoint")

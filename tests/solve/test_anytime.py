@@ -90,7 +90,7 @@ def test_a_cut_ilp_keeps_its_incumbent(tmp_path, monkeypatch):
 
     def at_the_limit(inst, objective, options):
         result = real(inst, objective, options)
-        search.deadline = time.monotonic() - 1  # the limit is reached while this call runs
+        search.clock.deadline = time.monotonic() - 1  # the limit is reached while this call runs
         return dataclasses.replace(result, status="feasible")
 
     monkeypatch.setattr(ilp, "solve", at_the_limit)

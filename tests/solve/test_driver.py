@@ -125,6 +125,7 @@ def test_budget_sweep_ends_with_the_unconstrained_optimum(tmp_path):
     import re
 
     from planlang.solve.driver import ALPHA, _Search
+    from planlang.solve.sweep import spec_sets
 
     big = MLP.replace("in_features = 64, hidden = 256, out_features = 64",
                       "in_features = 256, hidden = 1024, out_features = 256").replace(
@@ -133,7 +134,7 @@ def test_budget_sweep_ends_with_the_unconstrained_optimum(tmp_path):
     p.write_text(big.replace("BUDGET", "4 MiB"))
     msgs: list[str] = []
     s = _Search(str(p), "time", msgs.append)
-    sets = s.spec_sets({"dp": 2, "tp": 2})
+    sets = spec_sets(s, {"dp": 2, "tp": 2})
     runs = [m for m in msgs if m.startswith("intra-op ILP")]
     assert "unconstrained" in runs[-1]
     budgets = [float(x) * 2**30 for m in runs[:-1] for x in re.findall(r"budget ([0-9.e-]+) GiB", m)]
@@ -144,11 +145,11 @@ def test_budget_sweep_ends_with_the_unconstrained_optimum(tmp_path):
     peaks = [float(re.search(r"peak ([0-9.]+) MiB", m).group(1)) for m in runs]
     assert peaks[-1] >= max(peaks[:-1])  # a budget only ever buys memory with time
     assert len({d[0] for d in sets}) == len(sets)
-    opts = s.spec_options(s.holes.specs[0][0], {"dp": 2, "tp": 2})
+    opts = s.space.spec_options(s.holes.specs[0][0], {"dp": 2, "tp": 2})
     assert all(d[0] in opts for d in sets)
     p2 = tmp_path / "roomy.plan"
     p2.write_text(big.replace("BUDGET", "16 GiB"))
-    free = _Search(str(p2), "time", lambda m: None).spec_sets({"dp": 2, "tp": 2})
+    free = spec_sets(_Search(str(p2), "time", lambda m: None), {"dp": 2, "tp": 2})
     assert len(free) == 1 and free[0] == sets[-1]
 
 

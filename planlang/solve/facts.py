@@ -1,0 +1,57 @@
+"""What one solve knows of its model, computed once and shared by every candidate it prices.
+
+A candidate changes the plan (its mesh, specs, microbatches, stages, ZeRO, checkpoint groups), never the
+model: the model built on meta, its probe (modules in execution order, call shapes, parameters), its
+profile at the whole batch and its layer sequence (planlang.solve.pipeline_stages.plan_layers), and the
+op graph the intra-op ILP reads are the same for all of them. The estimator's simulations and profiles
+of *local* models do depend on the candidate, but only on part of it (local parameter shapes, batch,
+checkpoint groups, stages): two candidates that agree there share one (planlang.model.estimate keys
+them), and `ModelFacts.estimates` keeps them for the whole solve — no bounded module-wide cache, no
+eviction in the middle of a search.
+
+Counted by tests/solve/test_plan_values.py: one model probe and one layer profile per solve, one op-graph
+trace per solve, one simulation per distinct key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planlang.plan import types as T
+
+
+@dataclass
+class ModelFacts:
+    """The model's facts for one solve. `layers` is planlang.solve.pipeline_stages.ModelParts (module,
+    probe `modules`, whole-batch profile, layer sequence); `estimates` the estimator's cache
+    (`estimate_plan(cache=...)`); the op graph is traced the first time the intra-op ILP asks."""
+
+    layers: object
+    estimates: dict = field(default_factory=dict)
+    graph: object | None = None
+
+    @property
+    def modules(self):
+        """The probe: planlang.model.trace.ModuleFacts (modules, call shapes, parameters)."""
+        return self.layers.facts  # type: ignore[attr-defined]
+
+    def op_graph(self, plan: T.Plan):
+        """The op graph of the model with its loss (traced once; `plan` gives the inputs and the loss)."""
+        if self.graph is None:
+            # lazy: torch loads only when this runs
+            from planlang.model.load import guess_targets, meta_inputs, plan_loss
+            from planlang.model.opgraph import op_graph
+
+            model = self.layers.module  # type: ignore[attr-defined]
+            inputs = meta_inputs(plan.inputs)
+            loss = plan_loss(plan)
+            targets = guess_targets(model, loss, inputs) if loss else None
+            self.graph = op_graph(model, inputs, loss, targets) if targets is not None else op_graph(model, inputs)
+        return self.graph
+
+
+def model_facts(plan: T.Plan) -> ModelFacts:
+    """Build the plan's model on meta, probe and profile it once (the batch whole, `divide=1`)."""
+    # lazy: torch loads only when this runs
+    from planlang.solve.pipeline_stages import plan_layers
+
+    return ModelFacts(plan_layers(plan, divide=1))

@@ -1,0 +1,112 @@
+"""Pricing a candidate: a pure function of the plan value and the model's facts (planlang.solve.facts),
+plus the caller's communication model. No text: the candidate is a `CompletePlan` the search built by
+substituting its choices into the input's plan (planlang.solve.substitute).
+
+A candidate's step time is the estimator's, or — when the caller passes `comm_time` (the CLI passes the
+runtime's per-step traffic, planlang.runtime.traffic, through this hook so the solve layer does not
+import the runtime) — the estimator's compute plus that communication in place of the estimator's
+data-parallel all-reduce.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from planlang.cost.comm import Collective, price
+from planlang.plan.complete import CompletePlan
+from planlang.plan.data import data_axes
+
+from .facts import ModelFacts
+
+
+@dataclass(frozen=True)
+class Priced:
+    rows: tuple  # planlang.model.estimate.DeviceEstimate, one per device class
+    steps: tuple[float, ...]  # each row's step seconds, as priced (with `comm_time`'s traffic)
+    peak: int  # the largest device's peak bytes
+    fits: bool
+    notes: tuple[str, ...] = ()  # what the pricing could not do as asked (communication not predicted)
+
+    @property
+    def step_time(self) -> float:
+        """The slowest device's step."""
+        return max(self.steps)
+
+
+def price_plan(plan: CompletePlan, facts: ModelFacts,
+               comm_time: Callable[[CompletePlan], float] | None = None) -> Priced:
+    """Each device class's peak and step for `plan`. Raises what the estimator raises for a plan the
+    model cannot run (the search skips such a candidate and says why)."""
+    # lazy: torch loads only when this runs
+    from planlang.model.estimate import estimate_plan
+
+    rows = estimate_plan(plan, facts=facts.modules, cache=facts.estimates)
+    budget = plan.budget.bytes if plan.budget is not None else None
+    peak = max(r.peak for r in rows)
+    steps, notes = step_times(plan, rows, comm_time)
+    return Priced(tuple(rows), steps, peak, budget is None or peak <= budget, notes)
+
+
+def step_times(plan: CompletePlan, rows, comm_time=None) -> tuple[tuple[float, ...], tuple[str, ...]]:
+    """Each device class's step: the estimator's, or its compute plus the caller's per-step
+    communication (`comm_time`) in place of the estimator's data-parallel all-reduce; and a note when
+    `comm_time` failed on this plan."""
+    steps = tuple(r.step_time for r in rows)
+    if comm_time is None:
+        return steps, ()
+    try:
+        comm = comm_time(plan)
+    except Exception as e:  # noqa: BLE001 - e.g. a pipeline plan the traffic model does not lower
+        return steps, (f"communication of one candidate not predicted ({type(e).__name__}: {e}); "
+                       "its step time is the estimator's",)
+    return tuple(r.step_time - estimated_sync(plan, r) + comm for r in rows), ()
+
+
+def estimated_sync(plan: CompletePlan, row) -> float:
+    """The data-parallel gradient all-reduce the estimator adds to a row's step time (estimate._step_time:
+    the stage's local parameter bytes over the data axes of size > 1)."""
+    mesh = plan.mesh
+    if mesh is None or mesh.device is None or not mesh.device.flops:
+        return 0.0
+    axes = data_axes(plan, trivial=False)
+    if not axes:
+        return 0.0
+    opt = plan.optimizer
+    zero = opt.zero_stage if opt else 0
+    zero_n = (mesh.axis_size(opt.zero_axis) or 1) if opt and opt.zero_axis is not None else 1
+    p_bytes = row.parameters * (zero_n if zero >= 3 else 1)
+    return price(Collective.ALL_REDUCE, mesh, axes, p_bytes).seconds
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A priced candidate: its choices (in a fixed order, for tables and tie-breaks), the plan value
+    that was priced, and the price."""
+
+    choices: tuple[tuple[str, str], ...]  # (what, value)
+    plan: CompletePlan = field(compare=False, repr=False)
+    peak: int  # the largest device's peak bytes
+    step_time: float  # the slowest device's step seconds
+    fits: bool
+    rows: tuple = field(default=(), compare=False, repr=False)
+    steps: tuple[float, ...] = field(default=(), compare=False, repr=False)  # each row's step, as priced
+
+    def key(self, objective: str) -> tuple:
+        if objective == "memory":
+            return (not self.fits, self.peak, self.step_time)
+        if objective == "balanced":
+            return (not self.fits, self.peak * self.step_time)
+        return (not self.fits, self.step_time, self.peak)
+
+    def __str__(self) -> str:
+        what = ", ".join(f"{k}={v}" for k, v in self.choices)
+        # lazy: torch loads only when this runs
+        from planlang.model.estimate import format_bytes
+
+        return f"{what}: peak {format_bytes(self.peak)}, step {self.step_time * 1e3:.2f} ms" + ("" if self.fits else " (over budget)")
+
+
+def best(cands, objective: str) -> Candidate | None:
+    """The best candidate under the objective (None when there is none); ties: the first."""
+    cands = [c for c in cands if c is not None]
+    return min(cands, key=lambda c: c.key(objective)) if cands else None

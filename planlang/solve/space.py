@@ -1,0 +1,536 @@
+"""The candidates a plan's holes allow: the options of each choice, and a candidate's choices turned into
+what fills each hole (`fills`: the value the search substitutes into the plan, and the text written at
+the end for the same choice).
+
+A candidate is named by its choices, `(what, value)` pairs in a fixed order (`choices`): the mesh's axis
+sizes and the choices made with them (`assign`: pipeline axis, schedule, chunks, data axes, stage degrees,
+`every ?` and template arguments), microbatches, the stage partition's method, ZeRO, each spec hole's
+spec, the checkpoint groups. Every value is a short label the header and the progress lines print; the
+value it stands for is built from it here, once per candidate (no plan text is read or written).
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from functools import lru_cache
+
+from planlang.plan import types as T
+from planlang.plan.checkpoints import checkpoint_groups as expand_groups
+from planlang.plan.data import batch_axes, batch_dim
+
+from .checkpoint_plan import repeated_blocks
+from .classify import Holes, TemplateArguments, hole_key
+from .holes import Fill
+from .substitute import Values, checkpoint_groups
+
+
+class SolveError(ValueError):
+    """The plan cannot be solved (message names the cause and the fix)."""
+
+
+PP_AXIS, SCHEDULE, CHUNKS, DATA_AXES, DEGREES = (  # choices besides axis sizes (a space: no axis is named so)
+    "pipeline axis", "pipeline schedule", "schedule chunks", "data axes", "stage degrees")
+STAGE_METHODS = ("flops", "activations", "tree")
+
+
+def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
+    """Ordered k-tuples of positive integers with product n, in lexicographic order."""
+    if k == 0:
+        return [()] if n == 1 else []
+    out = []
+    for d in range(1, n + 1):
+        if n % d == 0:
+            out += [(d,) + rest for rest in factorizations(n // d, k - 1)]
+    return out
+
+
+def choices_of(assign, micro, zero, specs, ckpt, stages="flops") -> tuple[tuple[str, str], ...]:
+    out = [(f"axis {k}" if " " not in k else k, str(v)) for k, v in assign.items()]
+    out.append(("microbatches", "-" if micro is None else str(micro)))
+    out.append(("stages", stages))
+    out.append(("zero", str(zero)))
+    out += [(f"spec {k}", v) for k, v in sorted(specs.items())]
+    out.append(("checkpoint", ckpt or "none"))
+    return tuple(out)
+
+
+class Space:
+    """The options of each hole of one plan (`plan`: the input's resolved plan; `holes`: classified;
+    `facts`: a callable giving the solve's planlang.solve.facts.ModelFacts, built when first asked)."""
+
+    def __init__(self, plan: T.Plan, holes: Holes, path: str, source: str, arguments: TemplateArguments,
+                 facts) -> None:
+        self.plan = plan
+        self.holes = holes
+        self.path = path
+        self.source = source
+        self.arguments = arguments
+        self.facts = facts
+        self.int_arguments = {i for i, x in enumerate(holes.arguments) if arguments.takes_int(x)}
+        h = holes
+        # the choices besides axis sizes a candidate carries (assign's keys; each has a space, no axis does)
+        self.outer_keys = ([PP_AXIS] if h.pp_axis else []) + ([SCHEDULE] if h.schedule else []) + \
+            ([CHUNKS] if h.chunks else []) + ([DATA_AXES] if self._data_choice() else [])
+        self.inner_keys = ([DEGREES] if h.degrees else []) + [f"every {i}" for i in range(len(h.every))] + \
+            [f"argument {i}" for i in range(len(h.arguments))]
+
+    # -- the mesh and the choices made with it (stage 1)
+    def device_count(self) -> int:
+        mesh = self.plan.mesh
+        fixed = math.prod(a.size for a in mesh.axes if not T.is_hole(a.size))  # type: ignore[misc]
+        if mesh.device_count is not None:
+            if mesh.device_count % fixed:
+                raise SolveError(f"the fixed axis sizes ({fixed}) do not divide the mesh's {mesh.device_count} devices")
+            return mesh.device_count // fixed
+        if self.holes.axes:
+            raise SolveError("the mesh leaves axis sizes `?` but not its device count; write `of N x DEVICE`")
+        return 1
+
+    def mesh_options(self) -> list[dict]:
+        """Stage 1's candidates: each factorization of the devices over the `?` axes, times the choices
+        that shape the rest of the search (pipeline axis, schedule, chunks, data axes), each with the
+        other discrete choices at their defaults."""
+        names = [n for n, _ in self.holes.axes]
+        out = []
+        for sizes in factorizations(self.device_count(), len(names)):
+            for extra in self._outer_options(dict(zip(names, sizes))):
+                assign = {**dict(zip(names, sizes)), **extra}
+                if self._batch_divides(assign):
+                    assign.update(self._inner_defaults(assign))
+                    out.append(assign)
+        return out
+
+    def _batch_divides(self, assign: dict) -> bool:
+        batch = {i.name: i.shape[batch_dim(i)] for i in self.plan.inputs if i.shape}
+        return all(batch.get(inp, 1) % math.prod(self.size_of(assign, a) for a in axes) == 0
+                   for inp, axes in self.input_data_axes(assign).items())
+
+    def size_of(self, assign: dict, axis: str | None) -> int:
+        for a in self.plan.mesh.axes:
+            if a.name == axis:
+                return assign.get(axis, a.size) if T.is_hole(a.size) else a.size  # type: ignore[return-value]
+        return 1
+
+    def pp_axis(self, assign: dict) -> str | None:
+        p = self.plan.pipeline
+        if p is None:
+            return None
+        return assign.get(PP_AXIS) if T.is_hole(p.axis) else p.axis  # type: ignore[return-value]
+
+    def schedule_of(self, assign: dict) -> tuple[str, int]:
+        """The pipeline's schedule and chunks per rank (1 unless interleaved)."""
+        p = self.plan.pipeline
+        if p is None:
+            return "", 1
+        if T.is_hole(p.schedule):
+            words = str(assign.get(SCHEDULE, "1f1b")).split()
+            return words[0], int(words[2]) if len(words) == 3 else 1
+        kind = p.schedule.kind  # type: ignore[union-attr]
+        chunks = p.schedule.chunks  # type: ignore[union-attr]
+        if T.is_hole(chunks):
+            chunks = int(assign.get(CHUNKS, 2))
+        return kind, chunks if kind == "interleaved" else 1  # type: ignore[return-value]
+
+    def _written_axes(self) -> set[str]:
+        """Axes a written spec uses: a parameter's, or an activation's on a dim other than the batch."""
+        used: set[str] = set()
+        for r in self.plan.shards:
+            if isinstance(r.spec, T.Spec):
+                dims = r.spec.dims if r.kind == "param" else r.spec.dims[1:]
+                used.update(a for d in dims if not T.is_hole(d) for a in d)  # type: ignore[union-attr]
+                used.update(r.spec.partial)
+        return used
+
+    def _data_choice(self) -> bool:
+        """Is the batch split a choice: a `data` statement with a hole at the batch dim."""
+        for d, holes in self.holes.data:
+            bd = batch_dim(self.plan.input(d.input))
+            if any(dim in (-1, bd) for dim, _ in holes):
+                return True
+        return False
+
+    def input_data_axes(self, assign: dict) -> dict[str, tuple[str, ...]]:
+        """Each `data` statement's input -> the axes its batch dim is split over (written or chosen)."""
+        out = dict(batch_axes(self.plan))
+        chosen = _axes_of_text(assign[DATA_AXES]) if DATA_AXES in assign else ()
+        for d, _ in self.holes.data:
+            out.setdefault(d.input, chosen)
+        return out
+
+    def data_axes_of(self, assign: dict) -> tuple[str, ...]:
+        axes = {a for split in self.input_data_axes(assign).values() for a in split}
+        return tuple(a for a in self.plan.mesh.names if a in axes)
+
+    def _outer_options(self, sizes: dict) -> list[dict]:
+        h, p = self.holes, self.plan.pipeline
+        mesh = self.plan.mesh
+        size = {a.name: self.size_of(sizes, a.name) for a in mesh.axes}
+        pps: list[str | None] = [None]
+        if h.pp_axis is not None:  # not an axis a written spec or data split uses (PL308)
+            banned = self._written_axes() | {a for split in batch_axes(self.plan).values() for a in split}
+            free = [a for a in mesh.names if a not in banned]
+            pps = [a for a in free if size[a] > 1] or free[:1]  # type: ignore[assignment]
+        schedules: list[str | None] = ["1f1b", "gpipe", "interleaved chunks 2"] if h.schedule is not None else [None]
+        chunks: list[str | None] = ["2", "3", "4"] if h.chunks is not None else [None]
+        out = []
+        for pp in pps:
+            for sched in schedules:
+                for c in chunks:
+                    extra: dict = {}
+                    if pp is not None:
+                        extra[PP_AXIS] = pp
+                    if sched is not None:
+                        extra[SCHEDULE] = sched
+                    if c is not None:
+                        extra[CHUNKS] = c
+                    k = self.size_of(sizes, pp or self.pp_axis(sizes)) * self.schedule_of(extra)[1]
+                    written = p.stages if p is not None and isinstance(p.stages, tuple) else None
+                    if written is not None and k != len(written):
+                        continue  # the stages written fix the stage count (PL401)
+                    if DATA_AXES in self.outer_keys:
+                        out += [{**extra, DATA_AXES: t} for t in self._data_options({**sizes, **extra})]
+                    else:
+                        out.append(extra)
+        return out
+
+    def _data_options(self, assign: dict) -> list[str]:
+        """The data axes' candidates: every set (in mesh order) of axes of size > 1 that are not the
+        pipeline's, not used by a written spec nor on another dim of a `data` spec; or none."""
+        written = batch_axes(self.plan)
+        if written:  # every input splits its batch over the same axes: one input's written split fixes it
+            return [axes_text(next(iter(written.values())))]
+        banned = self._written_axes() | {self.pp_axis(assign)}
+        for d, _ in self.holes.data:
+            if isinstance(d.spec, T.Spec):
+                banned.update(d.spec.used_axes())
+        free = [a for a in self.plan.mesh.names if a not in banned and self.size_of(assign, a) > 1]
+        sets = [c for n in range(len(free), -1, -1) for c in itertools.combinations(free, n)]
+        return [axes_text(c) for c in sets]
+
+    # -- the choices made after the rest (stage degrees, `every ?`, template arguments)
+    def _inner_defaults(self, assign: dict) -> dict:
+        """The values the main search holds the other discrete choices at: each stage's degree at the
+        mesh's size (when that adds up), `every 1`, a template argument at the first axis that is neither
+        the pipeline's nor a data axis."""
+        out: dict = {}
+        if self.holes.degrees:
+            opts = self._degree_options(assign)
+            same = ",".join(str(self.size_of(assign, ax)) for _, ax, _ in self.holes.degrees)
+            out[DEGREES] = same if same in opts or not opts else opts[0]
+        for i in range(len(self.holes.every)):
+            out[f"every {i}"] = "1"
+        for i in range(len(self.holes.arguments)):
+            out[f"argument {i}"] = self._argument_options(i, assign)[0]
+        return out
+
+    def _degree_options(self, assign: dict) -> list[str]:
+        """Per-stage degrees for the `with AXIS = ?` holes (in their order, comma-joined): divisors of the
+        device count whose stages' devices add up to the mesh (PL410)."""
+        p, h = self.plan.pipeline, self.holes
+        mesh = self.plan.mesh
+        total = math.prod(self.size_of(assign, a.name) for a in mesh.axes)
+        pp = self.pp_axis(assign)
+        divisors = [d for d in range(1, total + 1) if total % d == 0]
+        out = []
+        for values in itertools.islice(itertools.product(divisors, repeat=len(h.degrees)), 4096):
+            chosen = {(st, ax): v for (st, ax, _), v in zip(h.degrees, values)}
+            devices = 0
+            for st in p.stages:  # type: ignore[union-attr]
+                given = dict(st.degrees)
+                devices += math.prod(chosen.get((st.index, a.name), given.get(a.name, self.size_of(assign, a.name)))
+                                     for a in mesh.axes if a.name != pp)  # type: ignore[misc]
+            if devices == total:
+                out.append(",".join(map(str, values)))
+        return out
+
+    def _argument_options(self, i: int, assign: dict) -> list[str]:
+        """A template's `?` argument: the mesh's axes but the pipeline's, those that are not data axes
+        first (an int parameter: 1, 2, 4)."""
+        if i in self.int_arguments:
+            return ["1", "2", "4"]
+        pp, data = self.pp_axis(assign), set(self.data_axes_of(assign))
+        axes = [a for a in self.plan.mesh.names if a != pp]
+        first = [a for a in axes if a not in data and self.size_of(assign, a) > 1]
+        return first + [a for a in axes if a not in first]
+
+    def _every_options(self, i: int, cand) -> list[str]:
+        """`every ?`: each divisor of the number of modules a group statement selects, when every group
+        it cuts lies inside one pipeline stage of the candidate."""
+        facts = self.facts().modules
+        names, order = list(facts.all_modules), list(facts.order)
+        hole = self.holes.every[i]
+        groups = [g for g in self.plan.checkpoints
+                  if isinstance(g.every, T.Hole) and hole_key(g.every) == hole_key(hole)]
+        runs = expand_groups([_with_every(g, None) for g in groups], names, order)
+        n = max((len(r) for r in runs), default=1)
+        stage_sets: list[list[str]] = []
+        plan = cand.plan
+        if plan.pipeline is not None and isinstance(plan.pipeline.stages, tuple):
+            stage_sets = [[m for sel in st.modules for m in sel.select(names)] for st in plan.pipeline.stages]
+
+        def stage(m: str) -> int:
+            return next((k for k, ms in enumerate(stage_sets) if any(m == s or m.startswith(s + ".") for s in ms)), -1)
+
+        out = []
+        for k in range(1, n + 1):
+            if n % k:
+                continue
+            cut = expand_groups([_with_every(g, k) for g in groups], names, order)
+            if all(len({stage(m) for m in grp}) <= 1 for grp in cut):
+                out.append(str(k))
+        return out or ["1"]
+
+    def inner_options(self, key: str, cand) -> list[str]:
+        assign = self.assign_of(cand.choices)
+        if key == DEGREES:
+            return self._degree_options(assign)
+        if key.startswith("every "):
+            return self._every_options(int(key.split()[1]), cand)
+        return self._argument_options(int(key.split()[1]), assign)
+
+    def assign_of(self, choices) -> dict:
+        keys = set(self.outer_keys) | set(self.inner_keys)
+        out: dict = {}
+        for k, v in choices:
+            if k.startswith("axis "):
+                out[k[len("axis "):]] = int(v)
+            elif k in keys:
+                out[k] = v
+        return out
+
+    # -- microbatches, stages, specs, checkpoints
+    def local_batch(self, assign: dict) -> int:
+        b = min((i.shape[batch_dim(i)] for i in self.plan.inputs if i.shape), default=1)
+        for a in self.data_axes_of(assign):
+            b //= self.size_of(assign, a)
+        return max(b, 1)
+
+    def micro_options(self, assign: dict) -> list[int]:
+        pp = self.size_of(assign, self.pp_axis(assign))
+        kind, chunks = self.schedule_of(assign)
+        lb = self.local_batch(assign)
+        opts = [m for m in range(1, lb + 1) if lb % m == 0 and m >= pp * max(chunks, 1)
+                and (kind != "interleaved" or m % pp == 0)]  # interleaved: a multiple of the ranks (PL402)
+        return opts or [lb]
+
+    def stage_choices(self, assign: dict, method: str = "flops") -> list:
+        """The pipeline hole's stages: the min–max partition of per-layer flops or saved activations
+        (planlang.solve.partition), or SageMaker's tree partition of the module hierarchy."""
+        # lazy: torch loads only when this runs
+        from planlang.solve.pipeline_stages import balanced_stages, tree_stages
+
+        k = self.size_of(assign, self.pp_axis(assign)) * max(self.schedule_of(assign)[1], 1)
+        parts = self.facts().layers
+        if method == "tree":
+            return tree_stages(self.plan, k, parts=parts)
+        return balanced_stages(self.plan, k, cost=method, parts=parts)
+
+    def literal(self, hole: T.Hole) -> bool:
+        return hole.span.file != self.path or self.source[hole.span.start:hole.span.end].strip() == "?"
+
+    def _data_axis(self, assign: dict) -> str:
+        axes = self.data_axes_of(assign)
+        return axes[0] if axes else self.plan.mesh.names[0]
+
+    def shape_of(self, rule: T.ShardRule) -> tuple[int, ...]:
+        """The global shape of what a rule shards: its (first) parameter, or the module's output or input."""
+        facts = self.facts().modules
+        if rule.kind == "param":
+            hits = rule.target.select(list(facts.params))
+            if not hits:
+                raise SolveError(f"`{rule.target}` matches no parameter of the model")
+            return tuple(facts.params[hits[0]][0])
+        for m in rule.target.select(list(facts.all_modules)):
+            call = facts.calls.get(m)
+            shape = None if call is None else call.output if rule.kind == "output" else \
+                (call.inputs[0] if call.inputs else None)
+            if shape is not None:
+                return tuple(shape)
+        raise SolveError(f"`{rule.kind} of {rule.target}` matches no module the model runs")
+
+    def spec_options(self, rule: T.ShardRule, assign: dict) -> list[str]:
+        """Candidate specs: replicated, or one axis (not a data or the pipeline axis) splitting one dim it
+        divides (an activation's batch dim aside: the data axes split it). A spec with `?` entries keeps
+        its written entries; each `?` is `_` or an axis the spec does not use that divides its dim."""
+        shape = self.shape_of(rule)
+        skip = {self.pp_axis(assign)} | set(self.data_axes_of(assign))
+        axes = [a for a in self.plan.mesh.names if a not in skip and self.size_of(assign, a) > 1]
+        spec = next(s for r, s in self.holes.specs if r is rule)
+        if T.is_hole(spec):
+            first = 0 if rule.kind == "param" else 1
+            opts = [_replicated_text(len(shape))]
+            for a in axes:
+                for d in range(first, len(shape)):
+                    if shape[d] % self.size_of(assign, a) == 0:
+                        opts.append("[" + ", ".join(a if i == d else "_" for i in range(len(shape))) + "]")
+            return opts
+        used = set(spec.used_axes())  # type: ignore[union-attr]
+        per_dim: list[list[str]] = []
+        for d, x in enumerate(spec.dims):  # type: ignore[union-attr]
+            if not T.is_hole(x):
+                per_dim.append([axes_text(x)])  # type: ignore[arg-type]
+            elif not self.literal(x):
+                per_dim.append(["?"])  # a template argument's entry: the argument fills it
+            else:
+                n = shape[d] if d < len(shape) else 1
+                per_dim.append(["_"] + [a for a in axes if a not in used and n % self.size_of(assign, a) == 0])
+        opts = []
+        for combo in itertools.product(*per_dim):
+            holes = [e for e, x in zip(combo, spec.dims) if T.is_hole(x)]  # type: ignore[union-attr]
+            named = [e for e in holes if e not in ("_", "?")]
+            if len(named) == len(set(named)):
+                tail = f" partial({', '.join(spec.partial)})" if spec.partial else ""  # type: ignore[union-attr]
+                opts.append("[" + ", ".join(combo) + "]" + tail)
+        return opts
+
+    def ckpt_options(self) -> list[str]:
+        """`every k` groups over the model's longest list of repeated blocks (pipeline plans, whose
+        activations the chain of the whole model does not describe per stage)."""
+        # lazy: torch loads only when this runs
+        from planlang.model.checks import to_plan_name
+
+        found = repeated_blocks([n for n in self.facts().modules.all_modules if n])
+        if found is None:
+            return []
+        head, n = found
+        sel = to_plan_name(head) + "[*]"
+        return [f"{sel} every {k}" for k in (1, 2, 4) if k <= n] + [f"{sel}"]
+
+    # -- a candidate's fills: the value of each hole (substituted) and its text (written at the end)
+    def fills(self, assign: dict, micro: int | None, zero: int, specs: dict[int, str],
+              ckpt: str | None, stages: str = "flops") -> dict[str, Fill]:
+        h = self.holes
+        fills: dict[str, Fill] = {}
+        for name, hole in h.axes:
+            fills[f"axis {name}"] = Fill(hole, str(assign[name]), value=int(assign[name]))
+        if h.pp_axis is not None:
+            fills[PP_AXIS] = Fill(h.pp_axis, str(assign[PP_AXIS]), value=str(assign[PP_AXIS]))
+        if h.schedule is not None:
+            fills[SCHEDULE] = Fill(h.schedule, str(assign[SCHEDULE]), value=_schedule(str(assign[SCHEDULE])))
+        if h.chunks is not None:
+            fills[CHUNKS] = Fill(h.chunks, str(assign[CHUNKS]), value=int(assign[CHUNKS]))
+        for j, (d, holes) in enumerate(h.data):
+            inp = self.plan.input(d.input)
+            split = self.input_data_axes(assign).get(d.input, ())
+            bd, axes = batch_dim(inp), axes_text(split)
+            for dim, hole in holes:
+                if dim < 0:  # the whole spec: the batch dim over the data axes, the others whole
+                    rank = len(inp.shape) if inp is not None else 1
+                    text = "[" + ", ".join(axes if i == bd else "_" for i in range(rank)) + "]"
+                    value: object = T.Spec(tuple(tuple(split) if i == bd else () for i in range(rank)))
+                else:
+                    text = axes if dim == bd else "_"
+                    value = tuple(split) if dim == bd else ()
+                fills[f"data {j} {dim}"] = Fill(hole, text, value=value)
+        if h.degrees:
+            for (_, _, hole), v in zip(h.degrees, str(assign[DEGREES]).split(",")):
+                fills[f"degree {hole_key(hole)}"] = Fill(hole, v, value=int(v))
+        for i, hole in enumerate(h.every):
+            fills[f"every {i}"] = Fill(hole, str(assign[f"every {i}"]), value=int(assign[f"every {i}"]))
+        for i, hole in enumerate(h.arguments):
+            v = str(assign[f"argument {i}"])
+            fills[f"argument {i}"] = Fill(hole, v, value=int(v) if i in self.int_arguments else v)
+        if h.zero is not None:
+            fills["zero"] = Fill(h.zero, str(zero), value=zero)
+        if h.zero_axis is not None:
+            axis = self._data_axis(assign)
+            fills["zero axis"] = Fill(h.zero_axis, axis, value=axis)
+        if h.micro is not None:
+            fills["microbatches"] = Fill(h.micro, str(micro), value=micro)
+        if h.stages is not None:
+            # lazy: torch loads only when this runs
+            from planlang.solve.pipeline_stages import to_stages
+
+            chosen = self.stage_choices(assign, stages)
+            fills["stages"] = Fill(h.stages, "\n" + "\n".join(str(c) for c in chosen) + "\n", value=to_stages(chosen))
+        for k, (rule, hole) in enumerate(h.specs):
+            text = specs.get(k, _replicated_text(len(self.shape_of(rule))))
+            if T.is_hole(hole):
+                fills[f"spec {k}"] = Fill(hole, text, value=spec_value(text))
+            else:  # a spec with `?` entries: each entry from the chosen spec
+                entries = _entries_of(text)
+                for d, x in enumerate(hole.dims):  # type: ignore[union-attr]
+                    if T.is_hole(x) and self.literal(x):
+                        fills[f"spec {k} {d}"] = Fill(x, entries[d], value=_axes_of_text(entries[d]))
+        if h.checkpoint is not None:
+            fills["checkpoint"] = Fill(h.checkpoint, ckpt, value=checkpoint_groups(tuple(
+                ("checkpoint " + ckpt).split("\n")))) if ckpt else \
+                Fill(h.checkpoint, "", drop_line="checkpoint: none (planlang solve: the plan fits without recomputation)",
+                     value=())
+        return fills
+
+    def fills_of(self, choices) -> dict[str, Fill]:
+        """The fills of a candidate's choices (a Candidate, or its `choices`)."""
+        choices = getattr(choices, "choices", choices)
+        ch = dict(choices)
+        assign = self.assign_of(choices)
+        micro = int(ch["microbatches"]) if ch.get("microbatches", "-") != "-" else None
+        specs = {int(k[len("spec "):]): v for k, v in ch.items() if k.startswith("spec ")}
+        ckpt = ch.get("checkpoint")
+        return self.fills(assign, micro, int(ch.get("zero", 0)), specs, None if ckpt in (None, "none") else ckpt,
+                          ch.get("stages", "flops"))
+
+    def values(self, fills: dict[str, Fill]) -> Values:
+        """What the fills put into the plan value (planlang.solve.substitute)."""
+        out = Values()
+        chosen_axes: dict[int, str] = {}
+        for key, f in fills.items():
+            if key == "checkpoint":
+                out.checkpoints = f.value  # type: ignore[assignment]
+            elif key.startswith("argument "):
+                chosen_axes[int(key.split()[1])] = f.value  # type: ignore[assignment]
+            else:
+                out.at[hole_key(f.hole)] = f.value
+        for hid, entry in self.arguments.entries.items():
+            axis = chosen_axes.get(entry.argument)
+            if isinstance(axis, str):
+                out.entries[hid] = entry.axes(axis)
+        return out
+
+
+def _schedule(label: str) -> T.Schedule:
+    """`1f1b`, `gpipe`, `interleaved chunks 2` as the resolver reads them."""
+    words = label.split()
+    return T.Schedule(words[0], int(words[2]) if len(words) == 3 else 1)
+
+
+def _with_every(g: T.CheckpointGroup, every: int | None) -> T.CheckpointGroup:
+    return T.CheckpointGroup(g.modules, every, per=g.per, span=g.span, origin=g.origin)
+
+
+def _replicated_text(rank: int) -> str:
+    return "[" + ", ".join("_" for _ in range(rank)) + "]"
+
+
+def axes_text(axes: tuple[str, ...]) -> str:
+    """A spec entry: `_`, an axis, or a tuple of axes (major to minor)."""
+    return "_" if not axes else axes[0] if len(axes) == 1 else "(" + ", ".join(axes) + ")"
+
+
+def _axes_of_text(text: str) -> tuple[str, ...]:
+    text = text.strip().strip("()")
+    return tuple(a.strip() for a in text.split(",") if a.strip() and a.strip() != "_")
+
+
+def _entries_of(spec_text: str) -> list[str]:
+    """The entries of a spec's label (`[_, (dp, tp)] partial(tp)` -> `_`, `(dp, tp)`)."""
+    inner = spec_text[spec_text.index("[") + 1:spec_text.rindex("]")]
+    out, depth, cur = [], 0, ""
+    for ch in inner:
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    return out + [cur.strip()] if cur.strip() else out
+
+
+@lru_cache(maxsize=None)
+def spec_value(label: str) -> T.Spec:
+    """The spec a whole-spec label stands for (`[_, tp] partial(dp)`; the labels the search makes)."""
+    partial = ()
+    if " partial(" in label:
+        partial = _axes_of_text(label[label.index(" partial(") + len(" partial("):label.rindex(")")])
+    return T.Spec(tuple(_axes_of_text(e) for e in _entries_of(label)), tuple(partial))
