@@ -20,7 +20,7 @@ from lsprotocol import types as L
 from planlang.lang import ast as A
 from planlang.lang.codes import CODES
 from planlang.plan.resolve import DTYPES, Resolver
-from planlang.plan.types import OPTIMIZERS
+from planlang.plan.types import OPTIMIZERS, PRECISION_DTYPES
 from planlang.plan.units import UNITS, Kind
 
 from .analysis import Analysis, references
@@ -256,6 +256,10 @@ def completion(analysis: Analysis, offset: int, good: Analysis | None = None, in
         add(OPTIMIZERS, K.EnumMember, detail="optimizer")
     elif re.match(r"^\s*input\s+\w+\s*:\s*\w*$", prefix):
         add(sorted(DTYPES), K.TypeParameter, detail="dtype")
+    elif block == "optimizer" and re.match(r"^\s*(precision|params|compute|reduce|master)\s*=\s*\w*$", prefix):
+        add(PRECISION_DTYPES, K.TypeParameter, detail="dtype")
+    elif block == "optimizer" and re.match(r"^\s*loss_scale\s*=\s*\w*$", prefix):
+        add(["dynamic"], K.EnumMember, detail="loss scale")
     elif re.match(r"^\s*mesh\s+\w+\s+of\s+(\d+\s+x\s+)?[\w.]*$", prefix):
         add(declarations(refs, A.DeviceDecl), K.Class, r"[\w.]*")
     elif re.match(r"^\s*mesh\s+\w+\s*=\s*[\w.]*$", prefix):

@@ -29,8 +29,9 @@ KEYWORDS: dict[str, tuple[str, str, str]] = {
              "The link an axis runs over, or the axis a pipeline or ZeRO uses.", "§9"),
     "budget": ("budget 40 GiB per device", "The memory each device may use at its peak.", "§10"),
     "per": ("budget AMOUNT per device", "The budget is per device.", "§10"),
-    "optimizer": ("optimizer adamw(lr = 0.001) { zero = 1 over dp }",
-                  "The optimizer and its ZeRO stage (0-3) and axis.", "§11"),
+    "optimizer": ("optimizer adamw(lr = 0.001) { zero = 1 over dp; precision = bf16 }",
+                  "The optimizer, its ZeRO stage (0-3) and axis, and the precision of the step (dtypes of "
+                  "parameters, compute, gradient reduction and master weights).", "§11"),
     "data": ("data INPUT : [dp, _]", "Which input dims are split over which axes (data parallelism).", "§12"),
     "shard": ("shard PATH : [axis | (a, b) | _ | ?, ...] partial(axis)",
               "A sharding spec for parameters (or an activation, `output of PATH`): one entry per tensor dim.",
@@ -68,7 +69,7 @@ STATEMENT_KEYWORDS: dict[str, tuple[str, ...]] = {
     "pipeline": ("stage",),
     "device": ("memory", "flops.bf16", "flops.f16", "flops.tf32", "flops.f32"),
     "link": ("bandwidth", "latency"),
-    "optimizer": ("zero",),
+    "optimizer": ("zero", "precision", "params", "compute", "reduce", "master", "loss_scale"),  # PRECISION_FIELDS
     "mesh": (),
 }
 

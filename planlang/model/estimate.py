@@ -34,9 +34,19 @@ Activations and transients come from a simulated step on the meta device (`simul
 model: the batch each device sees, parameters replaced by their local shards (so Megatron-style
 column/row splits shrink the activations they produce), checkpoint groups wrapped in
 torch.utils.checkpoint. Step time: flops / device throughput plus the alpha-beta cost of the collectives.
+
+Precision (the optimizer block's precision fields, planlang.plan.types.Precision; all f32 without them):
+parameters and gradients in `params` (under ZeRO-2/3 FSDP2 keeps its shards and their gradients in
+`master` and gathers in `params`); optimizer state in `master`, plus the master copy of the weights
+(`master` ≠ `params`, not under ZeRO-2/3, whose shards are the copy) and, during the step, the copy's f32
+gradients; gradient buckets in `params`, summed in `reduce` (a bucket cast to it lives until the sums
+finish); activations as the step makes them under autocast (the simulated step and the program on meta
+run with planlang.model.autocast.MetaAutocast); compute time at the device's `flops.<compute>`; the
+data-parallel gradient all-reduce priced in `reduce`.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import sys
@@ -54,6 +64,7 @@ from planlang.plan.schedule import activation_peaks, in_flight
 from planlang.plan.selection import covered_modules
 from planlang.plan.units import format_bytes
 
+from .autocast import MetaAutocast
 from .head_blocks import cut_per_head
 from .load import build_model, meta_inputs, model_loss
 from .profile import profile_model
@@ -320,6 +331,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
     profiled = _PROFILED if profiled is None else profiled
     module = build_model(plan.model, plan.path)
     _with_local_params(module, params)
+    _in_precision(module, plan.precision)
     notes = _wrap_checkpoints(module, plan, facts)
     local_in = _local_inputs(plan, divide)
     loss = model_loss(plan.model)
@@ -327,7 +339,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
     # the parts of the step FSDP2's per-block units change (ZeRO-2/3 without a pipeline: _zero_blocks_peak)
     blocks = () if stage_map else tuple(b for b in getattr(facts, "blocks", ()) if _has_module(module, b))
     try:
-        with _LocalPieces(_split_widths(params)):
+        with _LocalPieces(_split_widths(params)), _autocast(plan.precision):
             sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
             prof = _cache_get(profiled, profile_key) if profile_key else None
             if prof is None:
@@ -337,11 +349,31 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, _Param], divide
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan.model, plan.path)
+        _in_precision(module, plan.precision)
         notes += _wrap_checkpoints(module, plan, facts)
-        sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
-        prof = profile_model(module, local_in, loss)
+        with _autocast(plan.precision):
+            sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
+            prof = profile_model(module, local_in, loss)
     trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
     return sim, prof, trained, tuple(notes)
+
+
+_TORCH_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+
+
+def _in_precision(module: torch.nn.Module, prec: T.Precision) -> None:
+    """The simulated module's floating parameters in the dtype the step runs them in (`params`: what
+    planlang.apply stores, or FSDP2 gathers)."""
+    if prec.params != "f32" and prec.params in _TORCH_DTYPES:
+        for p in module.parameters():
+            if p.is_floating_point():
+                p.data = p.data.to(_TORCH_DTYPES[prec.params])
+
+
+def _autocast(prec: T.Precision):
+    """The simulated step's autocast (on meta: MetaAutocast), or nothing."""
+    return MetaAutocast(_TORCH_DTYPES[prec.compute]) if prec.autocast and prec.compute in _TORCH_DTYPES \
+        else contextlib.nullcontext()
 
 
 def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str = "flat",
@@ -385,8 +417,10 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     # one simulated step of the local model for one microbatch (the whole model; stages split below).
     # It depends only on the local shapes, the checkpoint groups and the stages, not on the optimizer or
     # ZeRO: plans that differ only there (the solver prices many) share one simulation
+    prec = plan.precision
     profile_key = (model_key, tuple((n, p.local) for n, p in params.items()), dp * micro,
-                   tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)))
+                   tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)),
+                   (prec.params, prec.compute) if prec.mixed else ())
     sim_key = profile_key + (micro > 1, tuple(sorted(stage_of.items())))
     simulated = _SIMULATED if cache is None else cache.setdefault("simulated", OrderedDict())
     profiled = _PROFILED if cache is None else cache.setdefault("profiled", OrderedDict())
@@ -404,28 +438,38 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         trained = set(params)
     stages = sorted(set(stage_of.values())) if stage_of else [None]
     counter = opt is not None and opt.name in STEP_COUNTER
+    fsdp = zero >= 2 and zero_n > 1
+
+    def sized(ps, which: str) -> int:
+        """Bytes of `ps` in the precision's `which` dtype (their own dtype without precision fields)."""
+        return sum(math.prod(p.local) * (prec.bytes(which) if prec.mixed else p.itemsize) for p in ps)
+
+    master_b = prec.bytes("master") if prec.mixed else 4  # optimizer state's bytes per element
+    copy = prec.mixed and prec.master_copy and not fsdp  # planlang.runtime.precision.MasterWeights
     out = []
     parts: list[_StagePart] = []
     for s in stages:
         # a parameter tied across stages has a copy on each (planlang.runtime.pipeline sums their gradients)
         mine = [p for p in params.values() if s is None or s in p.stages]
         learn = [p for p in mine if p.name in trained]
-        p_bytes = sum(math.prod(p.local) * p.itemsize for p in mine)
-        g_bytes = sum(math.prod(p.local) * p.itemsize for p in learn)
+        p_bytes = sized(mine, "params")  # in the dtype the step runs them in
+        g_bytes = sized(learn, "params")
         # ZeRO-2/3 run as FSDP2 over the ZeRO axis: parameters rest as shards (both stages). A pipeline
         # stage is one unit, whose whole parameters are gathered while its forward and backward run (ZeRO-2
         # keeps them from forward to backward, ZeRO-3 gathers again); without a pipeline, planlang.apply
         # makes each repeated block a unit of its own (`_zero_blocks_peak`)
-        fsdp = zero >= 2 and zero_n > 1
-        params_b = p_bytes // zero_n if fsdp else p_bytes
+        # FSDP2 keeps its shards and their gradients in the master dtype and gathers in `params`
+        params_b = sized(mine, "master") // zero_n if fsdp else p_bytes
         gathered = p_bytes if fsdp else 0
-        grads_b = g_bytes // zero_n if zero >= 2 else g_bytes
+        grads_b = (sized(learn, "master") if fsdp else g_bytes) // zero_n if zero >= 2 else g_bytes
         if zero == 1 and zero_n > 1:
-            opt_b = _zero1_state_bytes(mine, trained, states, counter, zero_n)
+            opt_b = _zero1_state_bytes(mine, trained, states, counter, zero_n, master_b)
         else:
             elems = sum(math.prod(p.local) for p in learn)
-            opt_b = states * elems * 4 + (4 * len(learn) if counter else 0)
+            opt_b = states * elems * master_b + (4 * len(learn) if counter else 0)
             opt_b = opt_b // zero_n if zero >= 1 else opt_b
+        # the master copy of the weights (every trainable parameter, whole on each rank, ZeRO-1 included)
+        opt_b += sized(mine, "master") if copy else 0
         # DDP keeps a bucket copy of the gradients for the all-reduce (not under FSDP2, ZeRO >= 2). The
         # planlang runtime keeps persistent buckets too (planlang.runtime.grad_sync), whose slices the
         # gradients are (DDP's gradient_as_bucket_view): the gradients are the buckets, counted once there
@@ -440,7 +484,9 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         # what is live beside the gradients after backward: the flat copy, then (ZeRO-2/3 step slices of
         # every tensor; ZeRO-1 whole tensors, ZeroRedundancyOptimizer) the optimizer step's temporaries
         opt_tmp = _optimizer_temporaries(plan, learn, states, zero_n if zero >= 1 else 1, whole=zero == 1,
-                                         gradient_copy=flat_copy)
+                                         gradient_copy=flat_copy, itemsize=master_b)
+        # MasterWeights gives the master copy its gradients in the master dtype for the step
+        opt_tmp += sized(learn, "master") if copy else 0
         inflight = _in_flight(plan, s or 0)
         if s is None:
             frac = 1.0
@@ -471,7 +517,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                 later = min(inflight, micro - 1)
                 transient = max(transient, again - (inflight - later) * saved_s)
         backward_phase = acts + transient + gathered
-        per_block = _zero_blocks_peak(sim, facts, params, zero_n, zero) if fsdp and s is None else None
+        per_block = _zero_blocks_peak(sim, facts, params, zero_n, zero, prec) if fsdp and s is None else None
         if per_block is not None:
             backward_phase = per_block
         elif fsdp:
@@ -485,7 +531,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
         flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
-        step = _step_time(plan, flops, p_bytes, efficiency)
+        step = _step_time(plan, flops, sized(mine, "reduce"), efficiency)
         row = DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
                              acts, transient + opt_tmp, peak, step, tuple(notes), step_temporaries=opt_tmp,
                              stages=() if s is None else (s,), stage_times=() if s is None else (step,))
@@ -547,7 +593,8 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
     return out
 
 
-def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: int) -> int | None:
+def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: int,
+                      prec: T.Precision | None = None) -> int | None:
     """The most bytes live beside the kept parameter shards and optimizer state in a step of ZeRO-2/3 with
     one FSDP2 unit per repeated block (planlang.runtime.zero_blocks; the blocks are `facts.blocks`, the
     outermost nn.ModuleList entries), or None without a block holding parameters of its own (the whole
@@ -568,6 +615,11 @@ def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: 
     has run: the parameters of blocks 0..i take the place of the gathered block, without prefetch in
     backward.
 
+    With precision fields (`prec`), FSDP2 gathers in `params` (B and R in that dtype), keeps the
+    reduce-scatter input in `reduce` and the reduce-scattered gradients in `master`, while the simulated
+    step holds gradients in `params`: G[i+1] is scaled by reduce/params and the done gradients by
+    master/params.
+
     In the backward of block i, the simulated step still holds the whole gradients of the blocks after
     it; FSDP2 has reduce-scattered them to 1/shards (`G[j]`: block j's gradients). The simulation follows
     what is saved and freed op by op, so a peak inside a block's backward, with part of its activations
@@ -585,9 +637,12 @@ def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: 
     shared = {n for group in facts.shared for n in group if len({block_of(m) for m in group}) > 1}
     B = [0] * len(names)
     R = 0
+    mixed = prec is not None and prec.mixed
+    rr = prec.bytes("reduce") / prec.bytes("params") if mixed else 1.0  # the reduce-scatter input's dtype
+    mr = prec.bytes("master") / prec.bytes("params") if mixed else 1.0  # the sharded gradients' dtype
     for p in params.values():
         i = block_of(p.name)
-        size = math.prod(p.local) * p.itemsize
+        size = math.prod(p.local) * (prec.bytes("params") if mixed else p.itemsize)
         if i is None or p.name in shared:
             R += size
         else:
@@ -612,7 +667,7 @@ def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: 
                 extra = R + kept + at(n - 1)
             else:
                 done = sum(G[j] for j in range(i + 1, n))
-                extra = R + kept + (G[i + 1] if i + 1 < n else 0) - done + done // shards
+                extra = R + kept + int((G[i + 1] if i + 1 < n else 0) * rr) - done + int(done * mr) // shards
             out = max(out, live + extra)
             continue
         if kind == "F":
@@ -623,7 +678,7 @@ def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: 
             extra = R + at(n - 1)
         else:
             done = sum(G[j] for j in range(i + 1, n))
-            extra = R + at(i) + at(i - 1) + (G[i + 1] if i + 1 < n else 0) - done + done // shards
+            extra = R + at(i) + at(i - 1) + int((G[i + 1] if i + 1 < n else 0) * rr) - done + int(done * mr) // shards
         out = max(out, live + extra)
     return out
 
@@ -645,7 +700,8 @@ def _from_program(row: DeviceEstimate, plan: CompletePlan, program) -> DeviceEst
                                notes=notes + ("activations and peak: rank 0's lowered program, run on meta",))
 
 
-def _zero1_state_bytes(mine: list[_Param], trained: set[str], states: int, counter: bool, ranks: int) -> int:
+def _zero1_state_bytes(mine: list[_Param], trained: set[str], states: int, counter: bool, ranks: int,
+                       itemsize: int = 4) -> int:
     """Optimizer-state bytes of the fullest rank under ZeroRedundancyOptimizer's partition: whole
     parameters, largest first, each to the rank holding the fewest elements so far (a greedy balance;
     Rajbhandari et al. 2020 §5.1 P_os with tensor granularity). Only `trained` parameters (those that
@@ -657,7 +713,7 @@ def _zero1_state_bytes(mine: list[_Param], trained: set[str], states: int, count
         n = math.prod(p.local)
         load[r] += n
         if p.name in trained:
-            state[r] += states * n * 4 + (4 if counter else 0)
+            state[r] += states * n * itemsize + (4 if counter else 0)
     return max(state)
 
 
@@ -676,7 +732,7 @@ def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, si
 
 
 def _optimizer_temporaries(plan: CompletePlan, mine: list[_Param], states: int, shards: int, whole: bool = False,
-                           gradient_copy: int = 0) -> int:
+                           gradient_copy: int = 0, itemsize: int = 4) -> int:
     """Bytes the optimizer step allocates on top of its states. torch's Adam-family optimizers run the
     per-tensor implementation on CPU (two temporaries of one parameter's size at a time: sqrt of the
     second moment, then its scaled copy) and the multi-tensor (foreach) one on accelerators (one
@@ -688,23 +744,25 @@ def _optimizer_temporaries(plan: CompletePlan, mine: list[_Param], states: int, 
     The result is what is live beside the gradients after backward, so it is at least `gradient_copy`:
     the flat copy the data-parallel gradient sum makes just before the step (the two come one after the
     other, so the larger counts)."""
-    return max(gradient_copy, _step_temporaries(plan, mine, states, shards, whole))
+    return max(gradient_copy, _step_temporaries(plan, mine, states, shards, whole, itemsize))
 
 
-def _step_temporaries(plan: CompletePlan, mine: list[_Param], states: int, shards: int, whole: bool) -> int:
+def _step_temporaries(plan: CompletePlan, mine: list[_Param], states: int, shards: int, whole: bool,
+                      itemsize: int = 4) -> int:
+    """`itemsize`: bytes per element of the state (the precision's master dtype)."""
     if not states or not mine:
         return 0
     dev = plan.mesh.device.name if plan.mesh and plan.mesh.device else ""
     if "cpu" in dev:
-        return 2 * max(math.prod(p.local) * 4 for p in mine) // (1 if whole else shards)
-    return sum(math.prod(p.local) * 4 for p in mine) // shards
+        return 2 * max(math.prod(p.local) * itemsize for p in mine) // (1 if whole else shards)
+    return sum(math.prod(p.local) * itemsize for p in mine) // shards
 
 
 def _step_time(plan: CompletePlan, flops: float, grad_bytes: int, efficiency: float) -> float:
     mesh = plan.mesh
     if mesh is None or mesh.device is None or not mesh.device.flops:
         return float("nan")
-    t = compute_time(flops, mesh, "f32", efficiency)
+    t = compute_time(flops, mesh, plan.precision.compute, efficiency)
     axes = data_axes(plan, trivial=False)
     if axes:
         t += price(Collective.ALL_REDUCE, mesh, axes, grad_bytes).seconds
@@ -723,4 +781,19 @@ def render_table(plan: CompletePlan, rows: list[DeviceEstimate]) -> str:
                      f"{format_bytes(r.optimizer):>11} {format_bytes(r.buffers):>11} {format_bytes(r.activations):>12} "
                      f"{format_bytes(r.transient):>11} {format_bytes(r.peak):>11} {fit:>8} {r.step_time * 1e3:>8.2f}ms")
     lines += [f"note: {n}" for n in dict.fromkeys(n for r in rows for n in r.notes)]  # once, not per row
+    if plan.precision.mixed:
+        lines.append(f"precision: {precision_summary(plan)}")
     return "\n".join(lines) + "\n"
+
+
+def precision_summary(plan: CompletePlan) -> str:
+    """One line saying the plan's dtypes and how the estimate counts them (`planlang estimate`, the report)."""
+    prec = plan.precision
+    dev = plan.mesh.device if plan.mesh is not None else None
+    peak = dev.flops_for(prec.compute) if dev is not None else None
+    at = f"compute priced at flops.{prec.compute} = {peak / 1e12:g} TFLOPS" if peak else "compute not priced"
+    fsdp = plan.optimizer is not None and plan.optimizer.zero_stage >= 2
+    copy = ("FSDP2's shards are the master copy" if fsdp else f"the weights' master copy in {prec.master}"
+            ) if prec.master_copy else "no master copy"
+    scale = f", loss scale {prec.loss_scale}" if prec.loss_scale is not None else ""
+    return f"{prec}{scale}; {copy}; {at}"

@@ -25,7 +25,9 @@ import contextlib
 import torch
 import torch.distributed as dist
 from torch import nn
+from torch.distributed.fsdp import MixedPrecisionPolicy
 
+from planlang.model.autocast import MetaAutocast
 from planlang.plan.types import Precision
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
@@ -48,17 +50,17 @@ def mp_policy(prec: Precision):
     reduce-scattered in `reduce`; None for the all-f32 step."""
     if not prec.mixed:
         return None
-    # lazy: only ZeRO-2/3 plans need it
-    from torch.distributed.fsdp import MixedPrecisionPolicy
-
     param = None if prec.params == prec.master else torch_dtype(prec.params)
     return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=torch_dtype(prec.reduce))
 
 
 def autocast(prec: Precision, device_type: str):
-    """`torch.autocast` in the compute dtype when it is below f32, else nothing."""
+    """`torch.autocast` in the compute dtype when it is below f32, else nothing (on meta, where torch has
+    no autocast, planlang.model.autocast.MetaAutocast)."""
     if not prec.autocast:
         return contextlib.nullcontext()
+    if device_type == "meta":  # the program run on meta (program_memory): torch has no meta autocast
+        return MetaAutocast(torch_dtype(prec.compute))
     return torch.autocast(device_type, dtype=torch_dtype(prec.compute))
 
 

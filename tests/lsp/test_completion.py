@@ -88,3 +88,15 @@ def test_axes_and_template_parameters_before_any_version_parsed():
     a = analyze(text, "/tmp/never_parsed.plan")
     assert not a.parses
     assert _labels(completion(a, len(text))) == ["pp", "dp", "ax", "_", "?"]  # `n` is an int parameter
+
+
+def test_precision_fields_and_their_dtypes_in_the_optimizer_block(gpt2):
+    text = gpt2.text + "\noptimizer adamw(lr = 0.001) {\n    pre\n}\n"
+    _, _, res = _complete(gpt2, text, "    pre")
+    assert {"zero", "precision", "params", "compute", "reduce", "master", "loss_scale"} <= set(_labels(res))
+    text = gpt2.text + "\noptimizer adamw(lr = 0.001) {\n    precision = b\n}\n"
+    _, _, res = _complete(gpt2, text, "precision = b")
+    assert set(_labels(res)) == {"f32", "bf16", "f16"}
+    text = gpt2.text + "\noptimizer adamw(lr = 0.001) {\n    loss_scale = d\n}\n"
+    _, _, res = _complete(gpt2, text, "loss_scale = d")
+    assert _labels(res) == ["dynamic"]

@@ -1,0 +1,119 @@
+"""Precision in the model layer: MetaAutocast does on meta what CPU autocast does, and the estimator counts
+each memory class in its dtype and prices compute at the device's throughput for the compute dtype."""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from planlang.model.autocast import MetaAutocast
+from planlang.model.estimate import estimate_plan
+from planlang.plan.checker import check_text
+from planlang.plan.complete import complete
+
+X, W = torch.randn(4, 8), torch.randn(8, 8, requires_grad=True)
+CALLS = {  # name -> a call on (x, w); each a Python entry point models use
+    "linear": lambda x, w: F.linear(x, w),
+    "matmul": lambda x, w: x @ w,
+    "addmm": lambda x, w: torch.addmm(x[0], x, w),
+    "bmm": lambda x, w: torch.bmm(x[None], w[None]),
+    "einsum": lambda x, w: torch.einsum("ij,jk->ik", x, w),
+    "sdpa": lambda x, w: F.scaled_dot_product_attention(x[None, None], x[None, None], x[None, None]),
+    "layer_norm": lambda x, w: F.layer_norm(x.bfloat16(), (8,)),
+    "gelu": lambda x, w: F.gelu(x.bfloat16()),
+    "softmax": lambda x, w: F.softmax(x.bfloat16(), -1),
+    "add": lambda x, w: x.bfloat16() + x,
+    "cross_entropy": lambda x, w: F.cross_entropy(x.bfloat16(), torch.zeros(4, dtype=torch.long, device=x.device)),
+    "mse_loss": lambda x, w: F.mse_loss(x.bfloat16(), x.bfloat16()),
+    "embedding": lambda x, w: F.embedding(torch.zeros(3, dtype=torch.long, device=x.device), w),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CALLS))
+def test_meta_autocast_gives_cpu_autocasts_dtypes(name):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        real = CALLS[name](X, W).dtype
+    with MetaAutocast(torch.bfloat16):
+        meta = CALLS[name](X.to("meta"), W.detach().to("meta").requires_grad_()).dtype
+    assert meta == real
+
+
+def test_meta_autocast_casts_a_parameter_once_per_region():
+    w = torch.empty(8, 8, device="meta", requires_grad=True)
+    x = torch.empty(4, 8, device="meta")
+    mode = MetaAutocast(torch.bfloat16)
+    with mode:
+        F.linear(x, w)
+        F.linear(x, w)
+        assert len(mode._cache) == 1
+    assert not mode._cache
+
+
+PLAN = """use hardware
+device gpu {{
+    memory = 80 GiB
+    flops.f32 = 20 TFLOPS
+    flops.bf16 = 320 TFLOPS
+}}
+model m = "examples.gpt2.model:build"(layers = 2, hidden = 64, heads = 4, vocab = 128, seq = 16)
+input idx : i64[batch = 8, seq = 16]
+mesh r of 4 x gpu {{ dp = 4 over hardware.nvlink3 }}
+budget 40 GiB per device
+optimizer adamw(lr = 0.001) {{
+{fields}
+}}
+data idx : [dp, _]
+"""
+
+
+def _row(fields: str):
+    res = check_text(PLAN.format(fields=fields))
+    assert not res.errors, res.diagnostics
+    plan = complete(res.plan)
+    return plan, estimate_plan(plan)[0]
+
+
+def _elems(plan) -> int:
+    from planlang.model.load import build_model
+
+    return sum(p.numel() for p in build_model(plan.model, plan.path).parameters())
+
+
+def test_estimate_counts_each_class_in_its_dtype():
+    plan, f32 = _row("    zero = 0 over dp")
+    _, bf16 = _row("    precision = bf16")
+    _, pure = _row("    precision = bf16\n    master = bf16")
+    n = _elems(plan)
+    tensors = sum(1 for _ in __import__("planlang.model.load", fromlist=["x"]).build_model(plan.model, plan.path)
+                  .parameters())
+    assert f32.parameters == 4 * n and bf16.parameters == 2 * n
+    assert f32.buffers == 4 * n and bf16.buffers == 2 * n  # gradient buckets in the parameters' dtype
+    # AdamW: two f32 moments and a step counter per tensor; bf16 parameters add the f32 master copy
+    assert f32.optimizer == 8 * n + 4 * tensors
+    assert bf16.optimizer == 12 * n + 4 * tensors
+    assert pure.optimizer == 4 * n + 4 * tensors  # state in bf16, no copy
+    assert bf16.activations < f32.activations  # the simulated step keeps bf16 activations
+
+
+def test_estimate_zero3_keeps_f32_shards_and_gathers_bf16():
+    plan, f32 = _row("    zero = 3 over dp")
+    _, bf16 = _row("    zero = 3 over dp\n    precision = bf16")
+    assert bf16.parameters == f32.parameters  # FSDP2's shards are the master copy, in f32
+    assert bf16.gradients == f32.gradients
+    assert bf16.optimizer == f32.optimizer  # no copy beside the shards
+    assert bf16.peak < f32.peak  # the gathered blocks and the activations are bf16
+
+
+def test_compute_time_at_the_compute_dtypes_throughput():
+    _, f32 = _row("    zero = 0 over dp")
+    _, amp = _row("    compute = bf16")  # the same gradients (f32), all-reduced in f32: the same traffic
+    same = PLAN.replace("flops.bf16 = 320 TFLOPS", "flops.bf16 = 20 TFLOPS")
+    res = check_text(same.format(fields="    compute = bf16"))
+    level = estimate_plan(complete(res.plan))[0]
+    assert math.isclose(level.step_time, f32.step_time, rel_tol=1e-9)  # bf16 as fast as f32: no change
+    # 16x the throughput: the compute part shrinks 16x, the all-reduce stays
+    compute = (f32.step_time - amp.step_time) * 16 / 15
+    assert 0 < compute < f32.step_time
+    assert math.isclose(amp.step_time, f32.step_time - compute + compute / 16, rel_tol=1e-9)

@@ -1,0 +1,85 @@
+"""Mixed precision through planlang.apply: 4 gloo ranks run `verify` on each precision plan (3 AdamW steps)
+against one process in the same precision (planlang.runtime.precision), and every error is within the
+bound verify derives from the dtype (docs/runtime.md, "What verify judges")."""
+from __future__ import annotations
+
+import functools
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from planlang.runtime.precision import LossScale, MasterWeights, tolerance
+from planlang.plan.types import Precision
+from tests.runtime import apply_worker
+
+# plan -> (the optimizer class pm.optimizer() gives, the model class apply gives)
+PLANS = {
+    "mlp_dp2_tp2_bf16": ("MasterWeights", "ParallelModel"),       # bf16 params, f32 master, f32 reduce
+    "gpt2_dp4_amp_bf16": ("AdamW", "ParallelModel"),              # f32 params, autocast bf16, bf16 reduce
+    "gpt2_dp4_zero3_bf16": ("AdamW", "FSDPParallelModel"),        # FSDP2 MixedPrecisionPolicy
+    "gpt2_dp2_tp2_zero1_bf16": ("MasterWeights", "ParallelModel"),  # ZeroRedundancyOptimizer on the copy
+    "mlp_dp4_f16": ("MasterWeights", "ParallelModel"),            # f16 with dynamic loss scaling
+}
+
+
+@functools.cache
+def results() -> dict:
+    import torch.multiprocessing as mp
+
+    out = Path(tempfile.mkdtemp(prefix="planlang_precision_"))
+    plans = [str(apply_worker.PLANS / f"{c}.plan") for c in PLANS]
+    mp.spawn(apply_worker.run, args=(apply_worker.WORLD, apply_worker._port(), plans, str(out)),
+             nprocs=apply_worker.WORLD, join=True)
+    data = json.loads((out / "results.json").read_text())
+    shutil.rmtree(out, ignore_errors=True)
+    return {Path(k).stem: v for k, v in data.items()}
+
+
+@pytest.mark.parametrize("config", list(PLANS))
+def test_matches_one_process_in_the_same_precision(config):
+    r = results()[config]
+    assert "error" not in r, r.get("error")
+    rows = r["rows"]
+    assert len(rows) == 3
+    for row in rows:
+        assert row["loss_rel_err"] <= row["loss_bound"], row
+        assert row["grad_rel_err"] <= row["grad_bound"], row
+        assert row["param_rel_err"] <= row["param_bound"], row
+        assert row["worst_grad"], "no gradient was compared"
+    assert rows[2]["loss_reference"] != rows[0]["loss_reference"]  # the optimizer stepped
+    optimizer, model = PLANS[config]
+    assert r["report"]["optimizer"] == optimizer
+    assert r["report"]["model"] == model
+
+
+def test_the_bound_comes_from_the_dtype():
+    assert tolerance(Precision(), 1e-5) == 1e-5
+    assert tolerance(Precision("bf16", "bf16", "f32", "f32"), 1e-5) == pytest.approx(4 * 2.0 ** -8)
+    assert tolerance(Precision("f16", "f16", "f32", "f32", "dynamic"), 1e-5) == pytest.approx(4 * 2.0 ** -11)
+
+
+def test_master_weights_step_the_f32_copy_and_skip_an_overflow():
+    p = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    scale = LossScale("dynamic")
+    opt = MasterWeights([p], torch.float32, lambda ps: torch.optim.SGD(ps, lr=0.25), scale)
+    start = scale.value
+    p.grad = torch.full((4,), start, dtype=torch.bfloat16)  # a gradient of 1 after unscaling
+    opt.step()
+    assert opt.masters[0].dtype == torch.float32 and p.dtype == torch.bfloat16
+    assert torch.equal(p, torch.full((4,), 0.75, dtype=torch.bfloat16))
+    assert opt.masters[0].grad is None  # the f32 gradients live only during the step
+    p.grad = torch.tensor([1.0, float("inf"), 1.0, 1.0], dtype=torch.bfloat16)
+    opt.step()  # overflow: skipped, the scale halved
+    assert torch.equal(p, torch.full((4,), 0.75, dtype=torch.bfloat16))
+    assert scale.value == start / 2
+    # tiny updates accumulate in the f32 copy where bf16 alone would round them away
+    opt = MasterWeights([p], torch.float32, lambda ps: torch.optim.SGD(ps, lr=1.0))
+    for _ in range(8):
+        p.grad = torch.full((4,), 2.0 ** -12, dtype=torch.bfloat16)
+        opt.step()
+    assert float(p.detach()[0]) == pytest.approx(0.75 - 8 * 2.0 ** -12, abs=2.0 ** -9)
+    assert float(opt.masters[0][0]) == pytest.approx(0.75 - 8 * 2.0 ** -12)
