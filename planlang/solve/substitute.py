@@ -89,10 +89,6 @@ def _spec(spec, values: Values):
 
 
 # ------------------------------------------------------------------------------ values of choices
-def spec_value(entries: list[tuple[str, ...]], partial: tuple[str, ...] = ()) -> T.Spec:
-    return T.Spec(tuple(entries), tuple(partial))
-
-
 def checkpoint_groups(lines: tuple[str, ...]) -> tuple[T.CheckpointGroup, ...]:
     """The groups of `checkpoint` statements as the search writes them (`SEL, SEL every K`: selections
     the search built from module names, planlang.solve.checkpoint_plan and linearize)."""

@@ -120,7 +120,13 @@ def test_each_candidate_is_the_plan_its_text_resolves_to(where, tmp_path):
         checked = check_text(text, path)
         assert not checked.errors
         assert complete(checked.plan) == c.plan, c.choices
-    assert complete(check_text(res.text, path).plan) == res.best.plan
+    written = complete(check_text(res.text, path).plan)
+    assert written == res.best.plan
+    # lazy: torch loads only when this runs
+    from planlang.model.estimate import estimate_plan
+
+    # priced as the earlier search priced it (the text's plan, no caller's facts or cache): the same peak
+    assert max(r.peak for r in estimate_plan(written)) == res.best.peak
 
 
 def test_checkpoint_groups_and_template_arguments_are_values(tmp_path):
