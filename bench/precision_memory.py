@@ -40,12 +40,27 @@ PRECISIONS = {
     "bf16": "    precision = bf16",
     "amp": "    compute = bf16",
     "pure": "    precision = bf16\n    master = bf16",
+    "f32": "",
 }
 
 
-def precision_plan(model: str, layout: str, precision: str) -> str:
-    """The zoo's plan of `model` under `layout` with the precision fields of `precision` added."""
+# --size medium: each model 4 layers of width 256 (the zoo's are 2 of 64, where fixed per-tensor costs weigh)
+MEDIUM = {
+    "gpt2": "n_layer = 4, n_embd = 256, vocab_size = 1024",
+    "llama": "num_hidden_layers = 4, hidden_size = 256, intermediate_size = 1024, vocab_size = 1024",
+    "bert": "num_hidden_layers = 4, hidden_size = 256, intermediate_size = 1024, vocab_size = 1024",
+    "vit": "num_hidden_layers = 4, hidden_size = 256, intermediate_size = 1024",
+}
+
+
+def precision_plan(model: str, layout: str, precision: str, size: str = "zoo") -> str:
+    """The zoo's plan of `model` under `layout` with the precision fields of `precision` added (`precision`
+    "f32": none), the model's config scaled up with `size` "medium"."""
     text = plan_text(model, layout)
+    if size == "medium":
+        text = text.replace('"()\n', f'"({MEDIUM[model]})\n', 1)
+    if precision == "f32":
+        return text
     fields = PRECISIONS[precision]
     if "optimizer adamw(lr = 1e-3) {\n" in text:
         return text.replace("optimizer adamw(lr = 1e-3) {\n", "optimizer adamw(lr = 1e-3) {\n" + fields + "\n")
@@ -57,10 +72,11 @@ def main() -> None:
     ap.add_argument("--models", default="gpt2,llama,bert")
     ap.add_argument("--layouts", default="dp4,dp2tp2,zero3")
     ap.add_argument("--precisions", default="bf16,amp")
+    ap.add_argument("--size", default="zoo", choices=("zoo", "medium"))
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    lines = [f"bf16 memory: estimate vs MemTracker on the planlang runtime (bench/precision_memory.py), {WORLD} gloo "
-             f"ranks, torch {torch.__version__}",
+    lines = [f"bf16 memory: estimate vs MemTracker on the planlang runtime (bench/precision_memory.py --size "
+             f"{args.size}), {WORLD} gloo ranks, torch {torch.__version__}",
              f"{'model':8} {'layout':6} {'prec':5} {'rank':>4} {'measured MiB':>13} {'estimate MiB':>13} {'error':>8}"]
     print("\n".join(lines), flush=True)
     errors = []
@@ -69,7 +85,7 @@ def main() -> None:
             for layout in args.layouts.split(","):
                 for prec in args.precisions.split(","):
                     path = Path(d, f"{model}_{layout}_{prec}.plan")
-                    path.write_text(precision_plan(model, layout, prec))
+                    path.write_text(precision_plan(model, layout, prec, args.size))
                     checked = check_with_model(str(path))
                     if checked.errors:
                         codes = sorted({x.code for x in checked.diagnostics if x.severity is Severity.ERROR})

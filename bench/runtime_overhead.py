@@ -13,6 +13,12 @@ and fed the same batch:
                                                                        DDP over the dp group
     gpt2-pp-1f1b          `pipeline ... schedule 1f1b` through      vs torch.distributed.pipelining
                           planlang.runtime.pipeline.build_pipeline     stages and Schedule1F1B by hand
+    gpt2-dp-bf16          `data idx : [dp, _]`, `precision = bf16`: vs the model in bf16 under
+                          bf16 parameters and compute (autocast),      torch.autocast, DDP with a comm hook
+                          gradients summed in f32, AdamW on an f32     summing the buckets in f32, AdamW on
+                          master copy                                  an f32 copy of the weights by hand
+    gpt2-zero3-bf16       `zero = 3 over dp`, `precision = bf16`:   vs fully_shard with the same
+                          FSDP2 MixedPrecisionPolicy(bf16, f32)        MixedPrecisionPolicy, under autocast
 
 A step is forward + loss + backward + gradient synchronisation + optimizer step (AdamW) +
 zero_grad(set_to_none=True). After warm-up the two sides run alternately (native first on even steps,
@@ -63,6 +69,7 @@ from torch import nn  # noqa: E402
 TIME_TARGET = 1.05
 MEMORY_TARGET = 1.02
 LOSS_RTOL = 1e-4
+LOSS_RTOL_BF16 = 1.6e-2  # bf16 cases: verify's floor for bf16 (4 unit roundoffs, planlang.runtime.precision)
 LR = 1e-3
 SEED = 0
 RESULTS = ROOT / "bench" / "results" / "runtime_overhead.txt"
@@ -80,9 +87,10 @@ class Case:
     kwargs: tuple[tuple[str, int], ...]
     batch: int
     microbatches: int = 1
+    precision: str = ""  # "bf16": the plan's optimizer block says `precision = bf16`
 
     def __str__(self) -> str:
-        return f"{self.name} ({self.kind}, {self.ranks} ranks)"
+        return f"{self.name} ({self.kind}{', ' + self.precision if self.precision else ''}, {self.ranks} ranks)"
 
     @property
     def kw(self) -> dict[str, int]:
@@ -115,6 +123,8 @@ def cases(quick: bool) -> list[Case]:
         Case("mlp-dp2xtp2", "dp_tp", "mlp", 4, mlp, 64 if not quick else 16),
         Case("gpt2-pp-1f1b", "pp", "gpt2", 2, gpt2pp, 8, microbatches=4),
         Case("gpt2-zero3", "zero3", "gpt2", 4, gpt2pp, 8),
+        Case("gpt2-dp-bf16", "dp", "gpt2", 2, gpt2, 8, precision="bf16"),
+        Case("gpt2-zero3-bf16", "zero3", "gpt2", 4, gpt2pp, 8, precision="bf16"),
     ]
 
 
@@ -133,7 +143,9 @@ def plan_text(case: Case) -> str:
             "pp": [("pp", case.ranks)], "zero3": [("dp", case.ranks)]}[case.kind]
     lines.append(f"mesh ranks of {case.ranks} x hardware.cpu {{")
     lines += [f"    {a} = {n} over hardware.loopback" for a, n in axes]
-    lines += ["}", "optimizer adamw(lr = 0.001)" + (" { zero = 3 over dp }" if case.kind == "zero3" else "")]
+    fields = (["zero = 3 over dp"] if case.kind == "zero3" else []) + ([f"precision = {case.precision}"]
+                                                                       if case.precision else [])
+    lines += ["}", "optimizer adamw(lr = 0.001)" + (" { " + "; ".join(fields) + " }" if fields else "")]
     if case.kind in ("dp", "dp_tp", "zero3"):
         lines.append(f"data {inp} : [dp, _]")
     if case.kind in ("tp", "dp_tp"):
@@ -275,9 +287,10 @@ def planlang_side(case: Case, device, plan) -> Side:
     dp_rank = _dp_rank(case)
     inputs, targets = batch_piece(case, dp_rank, device)
     pm = apply(model, plan, device=device, targets=tuple(t.to("meta") for t in global_batch(case)[1]))
-    opt = pm.optimizer() if case.kind == "zero3" else torch.optim.AdamW(pm.parameters(), lr=LR)
+    opt = pm.optimizer() if case.kind == "zero3" or case.precision else torch.optim.AdamW(pm.parameters(), lr=LR)
     run = eager_step(pm, None, (*inputs, *targets), (), opt, pm.sync_grads)
-    return Side("planlang", run, [pm.module, opt, *inputs, *targets])
+    # a precision plan's f32 master copy (planlang.runtime.precision.MasterWeights) is state it keeps
+    return Side("planlang", run, [pm.module, opt, *getattr(opt, "masters", ()), *inputs, *targets])
 
 
 def _dp_rank(case: Case) -> int:
@@ -291,6 +304,8 @@ def native_side(case: Case, device, bucket_view: bool = False) -> Side:
     mod = model_module(case)
     model = build_model(case).to(device)
     ids = [device.index] if device.type == "cuda" else None
+    if case.precision:
+        return native_bf16(case, model, mod, device, ids, bucket_view)
     if case.kind == "dp":
         ddp = DDP(model, device_ids=ids, gradient_as_bucket_view=bucket_view)
         opt = torch.optim.AdamW(model.parameters(), lr=LR)
@@ -340,6 +355,80 @@ def native_side(case: Case, device, bucket_view: bool = False) -> Side:
         return Side("native", eager_step(model, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets],
                     loss_group=dist.group.WORLD)
     raise ValueError(case.kind)
+
+
+def _f32_sum_hook(state, bucket):
+    """DDP comm hook: the bucket (bf16 gradients) all-reduced in f32 and copied back, averaged as DDP does."""
+    wire = bucket.buffer().to(torch.float32).div_(dist.get_world_size())
+    fut = dist.all_reduce(wire, async_op=True).get_future()
+
+    def back(f):
+        buf = bucket.buffer()
+        buf.copy_(f.value()[0])
+        return buf
+
+    return fut.then(back)
+
+
+def native_bf16(case: Case, model: nn.Module, mod, device, ids, bucket_view: bool) -> Side:
+    """The bf16 cases in plain torch: `torch.autocast` around forward and loss; dp: the model in bf16 under
+    DDP with `_f32_sum_hook` and AdamW stepping an f32 copy of the weights (copied back after the step);
+    zero3: fully_shard per block and root with MixedPrecisionPolicy(bf16, f32), AdamW on the f32 shards."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    dtype = torch.bfloat16
+    inputs, targets = batch_piece(case, _dp_rank(case), device)
+    if case.kind == "zero3":
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        mesh = init_device_mesh(device.type, (case.ranks,), mesh_dim_names=("dp",))
+        mp = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        blocks = list(model.h)
+        for b in blocks:
+            fully_shard(b, mesh=mesh, reshard_after_forward=True, mp_policy=mp)
+        fully_shard(model, mesh=mesh, reshard_after_forward=True, mp_policy=mp)
+        for a, b in zip(blocks, blocks[1:]):
+            a.set_modules_to_forward_prefetch([b])
+            b.set_modules_to_backward_prefetch([a])
+        opt = torch.optim.AdamW(model.parameters(), lr=LR)
+
+        def forward(*xs):
+            with torch.autocast(device.type, dtype=dtype):
+                return model(*xs)
+
+        def loss_fn(out, *ts):
+            with torch.autocast(device.type, dtype=dtype):
+                return mod.loss(out, *ts)
+
+        return Side("native", eager_step(forward, loss_fn, inputs, targets, opt), [model, opt, *inputs, *targets],
+                    loss_group=dist.group.WORLD)
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    model.to(dtype)
+    ddp = DDP(model, device_ids=ids, gradient_as_bucket_view=bucket_view)
+    ddp.register_comm_hook(None, _f32_sum_hook)
+    params = [p for p in model.parameters() if p.requires_grad]
+    masters = [p.detach().float().clone().requires_grad_(True) for p in params]
+    opt = torch.optim.AdamW(masters, lr=LR)
+
+    def run():
+        with torch.autocast(device.type, dtype=dtype):
+            out = ddp(*inputs)
+            loss = mod.loss(out, *targets)
+        del out
+        loss.backward()
+        with torch.no_grad():
+            for p, m in zip(params, masters):
+                m.grad = None if p.grad is None else p.grad.float()
+            opt.step()
+            for p, m in zip(params, masters):
+                p.copy_(m)
+                m.grad = None
+        for p in params:
+            p.grad = None
+        return loss.detach()
+
+    return Side("native", run, [model, opt, *masters, *inputs, *targets], loss_group=dist.group.WORLD)
 
 
 def gpt2_head_order(hidden: int, tp: int) -> torch.Tensor:
@@ -701,8 +790,9 @@ def main(argv: list[str] | None = None) -> int:
             failed.append((case.name, str(err)))
             print(f"{case.name:<14} FAILED: {str(err).strip().splitlines()[-1]}", flush=True)
             continue
-        if row.loss_rel_diff > LOSS_RTOL:
-            failed.append((case.name, f"losses differ: relative difference {row.loss_rel_diff:.2e} > {LOSS_RTOL:g}"))
+        rtol = LOSS_RTOL_BF16 if case.precision else LOSS_RTOL
+        if row.loss_rel_diff > rtol:
+            failed.append((case.name, f"losses differ: relative difference {row.loss_rel_diff:.2e} > {rtol:g}"))
             print(f"{case.name:<14} FAILED: the two sides' losses differ ({row.loss_rel_diff:.2e})", flush=True)
             continue
         rows.append(row)

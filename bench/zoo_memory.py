@@ -78,6 +78,9 @@ def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> N
     # gradient buckets (made in the warm-up steps; the gradients are their slices only after backward)
     sync = getattr(pm, "_grad_sync", None)
     kept = [b.flat for b in sync.buckets if b.flat is not None] if sync is not None else []
+    # a precision plan's f32 master copy of the weights (planlang.runtime.precision.MasterWeights): kept
+    # between steps, and not among the parameters MemTracker reads from the optimizer's groups until its step
+    kept += list(getattr(opt, "masters", ()))
     mt.track_external(*kept, torch.nn.ModuleList(runner.stage_modules.values()) if runner is not None else pm, opt,
                       *inputs, *targets)
     with mt:

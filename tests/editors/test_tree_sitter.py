@@ -275,7 +275,9 @@ def test_mutated_plans_differ_from_the_real_parser_only_at_line_breaks(parser):
     """On 1500 random edits of the plans: every text the real parser accepts parses without an error (a
     valid plan is never shown as broken), and where tree-sitter is more lenient the real parser's first
     error is at a line break or a `;`: a line break where the statement cannot end yet reads as a space
-    (`stage a,` / `b` on the next line), and `;;` is accepted (docs/editors.md)."""
+    (`stage a,` / `b` on the next line), and `;;` is accepted; a keyword glued to a number where the keyword
+    cannot stand reads as its unit (`[0.9over, 1]`: an unknown unit for the resolver, a syntax error for
+    the real parser, whose lexer reads a keyword there) (docs/editors.md)."""
     strict, lenient = [], []
     for text in _mutations(1500):
         result = parse(text)
@@ -284,8 +286,11 @@ def test_mutated_plans_differ_from_the_real_parser_only_at_line_breaks(parser):
             strict.append(text)
         elif ts_ok and not result.ok:
             span = result.diagnostics[0].span
-            rest = text.split("\n")[span.line - 1][span.col - 1:].lstrip()
-            if rest and not rest.startswith((";", "#")):
+            line = text.split("\n")[span.line - 1]
+            rest = line[span.col - 1:].lstrip()
+            word = re.match(r"[A-Za-z_]\w*", rest)
+            as_unit = word is not None and word.group() in grammar_keywords() and line[:span.col - 1][-1:].isdigit()
+            if rest and not rest.startswith((";", "#")) and not as_unit:
                 lenient.append((result.diagnostics[0].message, text))
     assert strict == []
     assert lenient == []
