@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from .simulate import Existing, fused_attention
+from .simulate import Existing, MetaOpCache, fused_attention
 from .trace import bind_inputs, meta_or_fake
 
 
@@ -189,7 +189,7 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
     notes: list[str] = []
     try:
         args, kwargs = bind_inputs(module, inputs)
-        with _FlopMode(count, param_storages), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fused_attention(), \
+        with MetaOpCache(), _FlopMode(count, param_storages), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fused_attention(), \
                 warnings.catch_warnings():
             # a module returning a ModelOutput (Hugging Face) gets no backward hook call: its backward is
             # counted in the enclosing module's, and torch's warning about it is not the user's concern
@@ -201,7 +201,7 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
         if scalar is not None and scalar.requires_grad:
             phase["bwd"] = True
 
-            with _FlopMode(count, param_storages), warnings.catch_warnings(), fused_attention():
+            with MetaOpCache(), _FlopMode(count, param_storages), warnings.catch_warnings(), fused_attention():
                 # the first module sees no input that requires grad; its hook still reports, as intended
                 warnings.filterwarnings("ignore", message="Full backward hook is firing")
                 scalar.backward()

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 import torch
 import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from .trace import bind_inputs, meta_or_fake
 
@@ -42,6 +42,111 @@ def fused_attention():
         yield
     finally:
         F.scaled_dot_product_attention = real
+
+
+class MetaOpCache(TorchDispatchMode):
+    """Outputs of meta kernels, remembered by what they depend on (the op, its tensor arguments' shapes,
+    strides and dtypes, its other arguments): a later call with the same key gets fresh tensors of the
+    remembered shapes, strides and dtypes (`torch.empty_strided` on meta) without running the kernel
+    again. On meta an op's result is a function of its arguments' metadata alone, and many aten meta
+    kernels are Python (torch._refs, torch._decomp: a layer norm's backward takes ~5 ms of Python), so a
+    step of a model of n identical blocks runs each block type's kernels once, not n times, and the
+    solver's candidates that share shapes (most of them) share the kernels' work.
+
+    Only what a fresh tensor reproduces exactly is remembered: out-of-place ops (no view, no mutation)
+    on plain meta tensors (not fake, not complex, no symbolic sizes), whose outputs are new storages of
+    exactly the bytes `empty_strided` allocates, at offset 0, none aliasing an argument or another
+    output, with only tensors, ints, floats, bools and None among the results. Anything else runs the
+    kernel every time. Enter it outside the observing modes (simulate.LiveBytes, profile._FlopMode):
+    they see each op first and the cache answers their call, so they observe the same tensors, sizes
+    and frees as without it (tests/model/test_meta_cache.py compares simulations and profiles)."""
+
+    MAX_ENTRIES = 200_000  # emptied when full (entries are a few hundred bytes)
+    enabled = True  # False: every kernel runs (the tests compare both)
+
+    def __init__(self, table: dict | None = None) -> None:
+        super().__init__()
+        self.table = _META_OPS if table is None else table
+        self.hits = 0
+        self.misses = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        key = _op_key(func, args, kwargs) if self.enabled else None
+        if key is None:
+            return func(*args, **kwargs)
+        got = self.table.get(key)
+        if got is not None:
+            if got is _UNCACHEABLE:
+                return func(*args, **kwargs)
+            self.hits += 1
+            spec, leaves = got
+            return tree_unflatten([torch.empty_strided(x[0], x[1], dtype=x[2], device="meta")
+                                   if type(x) is _Meta else x for x in leaves], spec)
+        self.misses += 1
+        out = func(*args, **kwargs)
+        if len(self.table) >= self.MAX_ENTRIES:
+            self.table.clear()
+        self.table[key] = _remembered(out, args, kwargs)
+        return out
+
+
+class _Meta(tuple):
+    """(shape, stride, dtype) of a remembered output."""
+
+
+_UNCACHEABLE = object()
+_META_OPS: dict = {}  # keys are pure op metadata (no model, no file): shared by every estimate of a process
+_PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def _op_key(func, args, kwargs):
+    if func.is_view or func._schema.is_mutable:
+        return None
+    try:
+        return func, _key(args), _key(kwargs) if kwargs else ()
+    except _NotRemembered:
+        return None
+
+
+class _NotRemembered(Exception):
+    pass
+
+
+def _key(x):
+    t = type(x)
+    if t is torch.Tensor or t is torch.nn.Parameter:
+        if x.device.type != "meta" or x.is_complex() or x.layout != torch.strided:
+            raise _NotRemembered
+        return x.shape, x.stride(), x.dtype
+    if t in _PLAIN:
+        return t, x
+    if t is tuple or t is list:
+        return t, tuple(_key(v) for v in x)
+    if t is dict:
+        return t, tuple((k, _key(v)) for k, v in x.items())
+    raise _NotRemembered  # a fake tensor, a SymInt, anything else: not remembered
+
+
+def _remembered(out, args, kwargs):
+    leaves, spec = tree_flatten(out)
+    seen = {x.untyped_storage()._cdata for x in tree_flatten((args, kwargs))[0] if isinstance(x, torch.Tensor)}
+    kept = []
+    for x in leaves:
+        if type(x) is torch.Tensor:
+            st = x.untyped_storage()
+            if x.device.type != "meta" or x.storage_offset() != 0 or st._cdata in seen or x.layout != torch.strided:
+                return _UNCACHEABLE
+            seen.add(st._cdata)
+            meta = _Meta((tuple(x.shape), tuple(x.stride()), x.dtype))
+            if torch.empty_strided(meta[0], meta[1], dtype=meta[2], device="meta").untyped_storage().nbytes() != st.nbytes():
+                return _UNCACHEABLE
+            kept.append(meta)
+        elif type(x) in (int, float, bool, type(None)):
+            kept.append(x)
+        else:
+            return _UNCACHEABLE
+    return spec, tuple(kept)
 
 
 class Existing:
@@ -250,7 +355,7 @@ def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
     handles += _block_hooks(module, mode, blocks)
     last_stage = max(stage_of.values()) if stage_of else None
     try:
-        with fused_attention():
+        with MetaOpCache(), fused_attention():  # the cache outside LiveBytes: see MetaOpCache
             if blocks:
                 mode.enter(("F", -1))
             first = _run(module, args, kwargs, inputs, loss, mode, last_stage, len(blocks) if blocks else None)
