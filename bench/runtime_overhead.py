@@ -812,7 +812,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{'; DDP with gradient_as_bucket_view' if args.bucket_view else ''});"
         f" mem ratio = worst rank's planlang/native",
         f"losses agree: largest relative difference over all steps and cases "
-        f"{max((r.loss_rel_diff for r in rows), default=float('nan')):.1e} (limit {LOSS_RTOL:g})",
+        f"{max((r.loss_rel_diff for r in rows), default=float('nan')):.1e} (limit {LOSS_RTOL:g}; "
+        f"bf16 cases {LOSS_RTOL_BF16:g})",
         f"{len(rows)} cases measured, {len(failed)} failed, {total:.0f} s" + ("  [--quick]" if args.quick else ""),
     ]
     if backend == "nccl":  # the allocator's view next to the tracker's
