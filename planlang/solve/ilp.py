@@ -243,10 +243,14 @@ class ILPError(ValueError):
 
 
 class InfeasibleBudget(Exception):
-    """No assignment fits the budget; `minimum` is the smallest budget that admits one."""
+    """No assignment fits the budget; `minimum` is the smallest budget that admits one (None when the
+    caller did not ask for it: `solve(..., least_when_infeasible=False)`)."""
 
-    def __init__(self, budget: float, minimum: float, cause: str) -> None:
+    def __init__(self, budget: float, minimum: float | None, cause: str) -> None:
         self.budget, self.minimum, self.cause = budget, minimum, cause
+        if minimum is None:
+            super().__init__(f"no sharding fits the budget of {format_bytes(int(budget))} per device")
+            return
         need = bytes_rounded_up(minimum)
         super().__init__(
             f"no sharding fits the budget of {format_bytes(int(budget))} per device; the least memory any "
@@ -600,11 +604,16 @@ def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "fol
 
 
 # ------------------------------------------------------------------------------ driver
-def solve(inst: Instance, objective: str = "time", options: SolveOptions = SolveOptions()) -> Result:
+def solve(inst: Instance, objective: str = "time", options: SolveOptions = SolveOptions(), *,
+          least_when_infeasible: bool = True) -> Result:
     """The best assignment for `objective` (see module docstring) under `inst.budget`.
 
     Raises InfeasibleBudget (with the smallest feasible budget) when nothing fits, SolveTimeout when
-    the time limit passes before any feasible assignment is found, ILPError for a malformed instance."""
+    the time limit passes before any feasible assignment is found, ILPError for a malformed instance.
+    `least_when_infeasible=False`: InfeasibleBudget without the smallest budget and its cause, which
+    take a MIP of their own (minimising the peak: seconds on a large model, often most of a solve's
+    time) — for callers that only need to know that the budget is infeasible (the solver's budget
+    sweep)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r}: choose one of {', '.join(OBJECTIVES)}")
     t0 = _time.perf_counter()
@@ -635,6 +644,8 @@ def solve(inst: Instance, objective: str = "time", options: SolveOptions = Solve
         goal = B.Goal(objective="time" if objective == "balanced" else objective)
         raw = run(goal, budget)
         if raw.infeasible:
+            if not least_when_infeasible:
+                raise InfeasibleBudget(budget, None, "")  # type: ignore[arg-type]
             peak = least_peak()
             cause = _peak_cause(inst, red.decode(peak.picks))
             raise InfeasibleBudget(budget, peak.value, cause)  # type: ignore[arg-type]

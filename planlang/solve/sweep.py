@@ -87,9 +87,10 @@ def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, str
     from planlang.solve.ilp import InfeasibleBudget, SolveTimeout, solve as ilp_solve
     from planlang.solve.intra_op import decode
 
-    def solve_ilp(instance, objective):
+    def solve_ilp(instance, objective, least_when_infeasible=True):
         try:
-            result = ilp_solve(instance, objective, _ilp_options(search))
+            extra = {} if least_when_infeasible else {"least_when_infeasible": False}
+            result = ilp_solve(instance, objective, _ilp_options(search), **extra)
         except SolveTimeout:  # bounded by the time left: the search's limit is reached
             raise Cut() from None
         if result.status != "optimal":  # HiGHS's incumbent at the time limit: kept, priced, and said
@@ -141,7 +142,9 @@ def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, str
             if free.result.metrics.peak <= b:
                 break  # this budget and every larger one give the unconstrained optimum
             try:
-                sols.append((b, decode(problem, solve_ilp(problem.instance.with_budget(b), "time"))))
+                # an infeasible budget is skipped: the least budget that would fit is not asked for (its
+                # MIP, minimising the peak, took most of the sweep's time, once per infeasible budget)
+                sols.append((b, decode(problem, solve_ilp(problem.instance.with_budget(b), "time", False))))
             except InfeasibleBudget:
                 continue
             except Cut:

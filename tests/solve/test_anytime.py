@@ -88,8 +88,8 @@ def test_a_cut_ilp_keeps_its_incumbent(tmp_path, monkeypatch):
     search = _Search(str(_write(tmp_path, "1 GiB")), "time", lambda s: None, time_limit=600)
     real = ilp.solve
 
-    def at_the_limit(inst, objective, options):
-        result = real(inst, objective, options)
+    def at_the_limit(inst, objective, options, **kw):
+        result = real(inst, objective, options, **kw)
         search.clock.deadline = time.monotonic() - 1  # the limit is reached while this call runs
         return dataclasses.replace(result, status="feasible")
 

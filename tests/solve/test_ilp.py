@@ -114,9 +114,13 @@ def check_against_brute_force(inst: Instance, objective: str, options: SolveOpti
             solve(inst, objective, options)
         assert close(ei.value.minimum, best(costs, "peak", None))
         assert ei.value.budget == inst.budget and "peaks at step" in ei.value.cause
+        with pytest.raises(InfeasibleBudget) as ei:  # the solver's budget sweep: no least budget asked for
+            solve(inst, objective, options, least_when_infeasible=False)
+        assert ei.value.minimum is None and ei.value.budget == inst.budget
         tally["infeasible"] = tally.get("infeasible", 0) + 1
         return
     r = solve(inst, objective, options)
+    assert solve(inst, objective, options, least_when_infeasible=False).choice == r.choice
     assert close(r.value, want), (objective, r.value, want)
     got = reference(inst, r.choice)  # the returned assignment itself is feasible and has that value
     assert got["peak"] <= inst.budget * (1 + 1e-9) and close(got[objective], want)
