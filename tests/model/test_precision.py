@@ -117,3 +117,14 @@ def test_compute_time_at_the_compute_dtypes_throughput():
     compute = (f32.step_time - amp.step_time) * 16 / 15
     assert 0 < compute < f32.step_time
     assert math.isclose(amp.step_time, f32.step_time - compute + compute / 16, rel_tol=1e-9)
+
+
+def test_the_table_says_the_precision():
+    from planlang.model.estimate import render_table
+
+    plan, row = _row("    precision = bf16")
+    text = render_table(plan, [row])
+    assert "precision: params bf16, compute bf16, reduce f32, master f32; the weights' master copy in f32; " \
+           "compute priced at flops.bf16 = 320 TFLOPS" in text
+    plan, row = _row("    zero = 0 over dp")
+    assert "precision" not in render_table(plan, [row])
