@@ -64,11 +64,18 @@ class ProgramCut:
 
 
 def microbatch_plan(plan: CompletePlan) -> CompletePlan:
-    """The plan with every input's batch dim divided by the pipeline's microbatches: the program a
-    pipeline runs is lowered for one microbatch of the global batch (split over the data axes as the
-    plan says), so each stage's local shapes are those of one microbatch on one replica."""
+    """The plan a pipeline's program is lowered for: every input's batch dim divided by the pipeline's
+    microbatches (one microbatch of the global batch, split over the data axes as the plan says, so each
+    stage's local shapes are those of one microbatch on one replica), on the mesh with the pipeline axis
+    of size 1 — the ranks along it run other stages, so no op may split its work over them."""
     p = plan.pipeline
-    m = p.microbatches if p is not None else 1
+    if p is None:
+        return plan
+    m = p.microbatches
+    mesh = plan.mesh
+    if mesh is not None and mesh.axis(p.axis) is not None:
+        axes = tuple(dataclasses.replace(a, size=1) if a.name == p.axis else a for a in mesh.axes)
+        plan = dataclasses.replace(plan, mesh=dataclasses.replace(mesh, axes=axes, device_count=None))
     if m == 1:
         return plan
     inputs = []

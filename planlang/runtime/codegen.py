@@ -223,7 +223,8 @@ def generate_pipeline(prog: Program, cut: ProgramCut, rank: int | None = None,
     g, mesh = prog.graph, prog.mesh
     where = f"rank {rank}" + (f" ({', '.join(f'{a}={c}' for a, c in coords.items())})" if coords else "") \
         if rank is not None else "every rank"
-    lines = [f"# planlang lower{': ' + title if title else ''} — {where}; mesh {mesh}; one microbatch"]
+    lines = [f"# planlang lower{': ' + title if title else ''} — {where}; one microbatch on mesh {mesh} (the "
+             "pipeline axis counted 1: its ranks run other stages)"]
     wanted = list(range(len(cut.stages))) if stages is None else list(stages)
     last = len(cut.stages) - 1
     for st in cut.stages:

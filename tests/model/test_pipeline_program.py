@@ -35,6 +35,36 @@ def test_the_program_is_lowered_for_one_microbatch(lowered):
         microbatch_plan(bad)
 
 
+def test_no_op_splits_its_work_over_the_pipeline_axis(tmp_path):
+    # a pipeline rank's neighbours along pp run other stages: the program is lowered with pp counted 1
+    # (lowered on the whole mesh, this GPT-2 split 23 values over pp - its attention projection's batch
+    # among them - and the two stages waited on each other's all-gather for ever)
+    (tmp_path / "p.plan").write_text("""use hardware
+use patterns.megatron
+model m = "examples.gpt2.model:build"(layers = 4, hidden = 256, heads = 8, vocab = 2048, seq = 64)
+input idx : i64[batch = 8, seq = 64]
+mesh ranks of 4 x hardware.cpu {
+    pp = 2 over hardware.loopback
+    tp = 2 over hardware.loopback
+}
+for block in h[*] {
+    apply megatron.attention(tp) to block.attn
+    apply megatron.mlp(tp) to block.mlp
+}
+pipeline over pp schedule 1f1b microbatches 4 {
+    stage wte, wpe, drop, h[0:2]
+    stage h[2:4], ln_f, lm_head
+}
+""")
+    plan = load_plan(tmp_path / "p.plan")
+    model = build_model(plan.model, plan.path)
+    prog = lower_plan(model, microbatch_plan(plan))
+    assert not [v for v, spec in prog.layouts.items() if "pp" in spec.used_axes() or "pp" in spec.partial]
+    cut_program(prog, plan)
+    whole_mesh = dataclasses.replace(microbatch_plan(plan), mesh=plan.mesh)  # what the lowering did before
+    assert [v for v, spec in lower_plan(model, whole_mesh).layouts.items() if "pp" in spec.used_axes()]
+
+
 def test_every_instruction_runs_once_in_order_and_in_its_modules_stage(lowered):
     plan, _, prog = lowered
     cut = cut_program(prog, plan)
