@@ -376,6 +376,87 @@ def _autocast(prec: T.Precision):
         else contextlib.nullcontext()
 
 
+def _local_params(plan: CompletePlan, facts) -> tuple[dict[str, int], dict[str, _Param]]:
+    """The pipeline stage of each module, and every parameter (canonical names) with its local shape."""
+    stage_of = _stage_of_modules(plan, facts.all_modules)
+    params: dict[str, _Param] = {}
+    held: dict[str, set] = {}  # canonical name -> the stages of the modules using it under any of its names
+    for name in facts.params:
+        held.setdefault(facts.canonical(name), set()).add(stage_of.get(name.rpartition(".")[0]))
+    for name, (shape, dtype) in facts.params.items():
+        if facts.canonical(name) != name:
+            continue
+        itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
+        params[name] = _Param(name, shape, itemsize, _local_shape(shape, _spec_for(name, plan), plan.mesh),
+                              frozenset(held[name] - {None}))
+    return stage_of, params
+
+
+def _profile_key(plan: CompletePlan, facts, model_key: tuple, params: dict[str, _Param]) -> tuple:
+    """What the profile of the local model depends on: local shapes, batch, checkpoint groups, dtypes."""
+    micro = plan.pipeline.microbatches if plan.pipeline else 1
+    prec = plan.precision
+    return (model_key, tuple((n, p.local) for n, p in params.items()), data_degree(plan) * micro,
+            tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)),
+            (prec.params, prec.compute) if prec.mixed else ())
+
+
+def _sized(prec: T.Precision, ps, which: str) -> int:
+    """Bytes of `ps` in the precision's `which` dtype (their own dtype without precision fields)."""
+    return sum(math.prod(p.local) * (prec.bytes(which) if prec.mixed else p.itemsize) for p in ps)
+
+
+def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
+                   cache: dict | None = None) -> tuple[tuple[float, int], ...] | None:
+    """Each row's (step seconds, parameter bytes) exactly as `estimate_plan` gives them, from the
+    profile of the local model alone — no simulated step (the expensive half of an estimate, and the
+    only one memory needs). The solver prices a candidate's step time this way first and skips its
+    memory when that step cannot win (planlang.solve.driver). The profile is kept in `cache` (or the
+    module's), where `estimate_plan` finds it. None when the local model cannot be profiled (the
+    estimate then falls back to the unsharded model)."""
+    if plan.model is None:
+        raise ValueError("the plan declares no model")
+    facts, model_key = _model_facts(plan, facts)
+    micro = plan.pipeline.microbatches if plan.pipeline else 1
+    stage_of, params = _local_params(plan, facts)
+    profile_key = _profile_key(plan, facts, model_key, params)
+    profiled = _PROFILED if cache is None else cache.setdefault("profiled", OrderedDict())
+    size = SIMULATED_SIZE if cache is None else sys.maxsize
+    prof = _cache_get(profiled, profile_key)
+    if prof is None:
+        try:
+            module = build_model(plan.model, plan.path)
+            _with_local_params(module, params)
+            _in_precision(module, plan.precision)
+            _wrap_checkpoints(module, plan, facts)
+            with _LocalPieces(_split_widths(params)), _autocast(plan.precision):
+                prof = profile_model(module, _local_inputs(plan, data_degree(plan) * micro), model_loss(plan.model))
+        except Exception:  # noqa: BLE001 - estimate_plan falls back to the unsharded model; no step here
+            return None
+        _cache_put(profiled, profile_key, prof, size)
+    opt = plan.optimizer
+    zero = opt.zero_stage if opt else 0
+    zero_n = _axis_product(plan.mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
+    fsdp = zero >= 2 and zero_n > 1
+    prec = plan.precision
+    stages = sorted(set(stage_of.values())) if stage_of else [None]
+    total = sum(m.saved_bytes for m in prof.modules.values()) or 1
+    rows, parts = [], []
+    for s in stages:  # as estimate_plan's loop over stages
+        mine = [p for p in params.values() if s is None or s in p.stages]
+        p_bytes = _sized(prec, mine, "params")
+        params_b = _sized(prec, mine, "master") // zero_n if fsdp else p_bytes
+        frac = 1.0 if s is None else sum(m.saved_bytes for n, m in prof.modules.items() if stage_of.get(n) == s) / total
+        flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
+        rows.append((_step_time(plan, flops, _sized(prec, mine, "reduce"), efficiency), params_b))
+        parts.append((flops, p_bytes, params_b))
+    if plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved":  # as _per_rank
+        p = len(parts) // plan.pipeline.schedule.chunks
+        return tuple((_step_time(plan, sum(x[0] for x in parts[r::p]), sum(x[1] for x in parts[r::p]), efficiency),
+                      sum(x[2] for x in parts[r::p])) for r in range(p))
+    return tuple(rows)
+
+
 def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str = "flat",
                   facts=None, program=None, cache: dict | None = None) -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
@@ -398,17 +479,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     facts, model_key = _model_facts(plan, facts)
     dp = data_degree(plan)
     micro = plan.pipeline.microbatches if plan.pipeline else 1
-    stage_of = _stage_of_modules(plan, facts.all_modules)
-    params: dict[str, _Param] = {}
-    held: dict[str, set] = {}  # canonical name -> the stages of the modules using it under any of its names
-    for name in facts.params:
-        held.setdefault(facts.canonical(name), set()).add(stage_of.get(name.rpartition(".")[0]))
-    for name, (shape, dtype) in facts.params.items():
-        if facts.canonical(name) != name:
-            continue
-        itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-        params[name] = _Param(name, shape, itemsize, _local_shape(shape, _spec_for(name, plan), mesh),
-                              frozenset(held[name] - {None}))
+    stage_of, params = _local_params(plan, facts)
     opt = plan.optimizer
     zero = opt.zero_stage if opt else 0
     zero_n = _axis_product(mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
@@ -418,9 +489,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     # It depends only on the local shapes, the checkpoint groups and the stages, not on the optimizer or
     # ZeRO: plans that differ only there (the solver prices many) share one simulation
     prec = plan.precision
-    profile_key = (model_key, tuple((n, p.local) for n, p in params.items()), dp * micro,
-                   tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)),
-                   (prec.params, prec.compute) if prec.mixed else ())
+    profile_key = _profile_key(plan, facts, model_key, params)
     sim_key = profile_key + (micro > 1, tuple(sorted(stage_of.items())))
     simulated = _SIMULATED if cache is None else cache.setdefault("simulated", OrderedDict())
     profiled = _PROFILED if cache is None else cache.setdefault("profiled", OrderedDict())
@@ -441,8 +510,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     fsdp = zero >= 2 and zero_n > 1
 
     def sized(ps, which: str) -> int:
-        """Bytes of `ps` in the precision's `which` dtype (their own dtype without precision fields)."""
-        return sum(math.prod(p.local) * (prec.bytes(which) if prec.mixed else p.itemsize) for p in ps)
+        return _sized(prec, ps, which)
 
     master_b = prec.bytes("master") if prec.mixed else 4  # optimizer state's bytes per element
     copy = prec.mixed and prec.master_copy and not fsdp  # planlang.runtime.precision.MasterWeights

@@ -55,7 +55,7 @@ from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_c
 from planlang.solve.classify import TemplateArguments, classify
 from planlang.solve.facts import ModelFacts, model_facts
 from planlang.solve.holes import Fill, HoleOutsidePlan, edit_key, fill_holes
-from planlang.solve.pricing import Candidate, best, price_plan
+from planlang.solve.pricing import Candidate, Steps, best, price_plan, price_steps
 from planlang.solve.progress import Reporter, reporter
 from planlang.solve.space import STAGE_METHODS, SolveError, Space, choices_of, factorizations
 from planlang.solve.substitute import substitute
@@ -87,6 +87,9 @@ class Result:
     notes: list[str]
     summary: list[str] = field(default_factory=list)  # the header written into `text`, without its `# `
     cut: str | None = None  # None when the search ran to the end, else what --time-limit left unexplored
+    # candidates whose step time alone showed they cannot win (their memory was not priced): (choices,
+    # step seconds), in the order met; the header counts them with `tried` (see docs/solve.md, Bounds)
+    bounded: list[tuple[tuple[tuple[str, str], ...], float]] = field(default_factory=list)
 
 
 class _Search:
@@ -95,8 +98,9 @@ class _Search:
 
     def __init__(self, path: str, objective: str, progress: Callable[[str], None] | Reporter,
                  comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
-                 time_limit: float | None = None, started: float | None = None) -> None:
+                 time_limit: float | None = None, started: float | None = None, prune: bool = True) -> None:
         self.clock = Clock(time_limit, started)
+        self.prune = prune and objective == "time"  # bounds by step time: the time objective only
         self.where = Where()
         self.path = path
         self.objective = objective
@@ -123,6 +127,8 @@ class _Search:
         self.notes: list[str] = []
         self._facts: ModelFacts | None = None
         self._priced: dict[tuple, Candidate | None] = {}  # a candidate's edits -> it, priced (None: not a plan)
+        self._steps: dict[tuple, tuple[CompletePlan, Steps | None]] = {}  # edits -> value, its steps alone
+        self._bounded: dict[tuple, tuple[tuple[tuple[str, str], ...], float]] = {}  # edits -> choices, step
         arguments = TemplateArguments(self.plan, self.holes.arguments, res.modules, res.sources)
         self.space = Space(self.plan, self.holes, path, self.source, arguments, self.facts)
 
@@ -140,13 +146,10 @@ class _Search:
         res = check_resolution(replace(self.resolution, plan=plan), self.path)
         return None if res.errors else plan
 
-    def price(self, fills: dict[str, Fill], choices: tuple[tuple[str, str], ...]) -> Candidate | None:
-        key = edit_key(self.source, self.path, list(fills.values()))
-        if key in self._priced:  # the same plan reached by another route: priced once
-            return self._priced[key]
-        self.clock.check(self.clock.pricing_time())
-        started = time.monotonic()
-        self._priced[key] = None
+    def value(self, key: tuple, fills: dict[str, Fill]) -> CompletePlan | None:
+        """The candidate's complete plan value, checked (None when the rules refuse it)."""
+        if key in self._steps:
+            return self._steps[key][0]
         plan = self.checked_value(fills)
         if plan is None:
             return None
@@ -154,10 +157,49 @@ class _Search:
         if left:
             where = ", ".join(f"{x.what} at {x.span.line}:{x.span.col}" for x in left)
             raise SolveError(f"solve does not fill these holes yet: {where}; write their values")
-        plan = complete(plan)
+        return complete(plan)
+
+    def steps(self, key: tuple, fills: dict[str, Fill]) -> Steps | None:
+        """The candidate's step times alone (pricing.price_steps: the local model's profile, no simulated
+        step), kept for its full pricing; None when it is not a plan or the profile cannot be made."""
+        if key not in self._steps:
+            plan = self.value(key, fills)
+            if plan is None:
+                return None
+            try:
+                got = price_steps(plan, self.facts(), self.comm_time)
+            except Exception:  # noqa: BLE001 - the full pricing says why
+                got = None
+            self._steps[key] = (plan, got)
+        return self._steps[key][1]
+
+    def price(self, fills: dict[str, Fill], choices: tuple[tuple[str, str], ...],
+              beat: float | None = None) -> Candidate | None:
+        """The candidate, priced (None when it does not check or cannot be built). `beat`: a step time the
+        caller compares the candidate with, having a plan that fits at that step: when the candidate's
+        step alone exceeds it, the candidate cannot be chosen there nor win, and its memory is not priced
+        (it is `bounded`, None here); see docs/solve.md, Bounds."""
+        key = edit_key(self.source, self.path, list(fills.values()))
+        if key in self._priced:  # the same plan reached by another route: priced once
+            return self._priced[key]
+        self.clock.check(self.clock.pricing_time())
+        started = time.monotonic()
+        steps = None
+        if beat is not None and self.prune:
+            steps = self.steps(key, fills)
+            if steps is not None and steps.step_time > beat:
+                if key not in self._bounded:
+                    self._bounded[key] = (choices, steps.step_time)
+                    self.progress(f"candidate {', '.join(f'{k}={v}' for k, v in choices)}: step "
+                                  f"{steps.step_time * 1e3:.2f} ms > {beat * 1e3:.2f} ms, bounded out (memory not priced)")
+                return None
+        self._priced[key] = None
+        plan = self.value(key, fills)
+        if plan is None:
+            return None
         facts = self.facts()
         try:
-            priced = price_plan(plan, facts, self.comm_time)
+            priced = price_plan(plan, facts, self.comm_time, steps.comm if steps is not None else None)
         except Exception as e:  # noqa: BLE001 - a candidate the model cannot run: skip it, say why
             self.notes.append(f"skipped {', '.join(f'{k}={v}' for k, v in choices)}: {type(e).__name__}: {e}")
             return None
@@ -165,13 +207,19 @@ class _Search:
         c = Candidate(choices, plan, priced.peak, priced.step_time, priced.fits, priced.rows, priced.steps)
         self.tried.append(c)
         self._priced[key] = c
+        self._bounded.pop(key, None)  # bounded where it could not win, priced where it was needed
         self.clock.durations.append(time.monotonic() - started)
         self.report.priced(c, self.best(self.tried))
         return c
 
+    def beat(self, cur: Candidate | None) -> float | None:
+        """The step a candidate compared with `cur` must not exceed to matter (None: every one matters)."""
+        return cur.step_time if self.prune and cur is not None and cur.fits else None
+
     def price_at(self, assign: dict, micro: int | None, zero: int, specs: dict[int, str], ckpt: str | None,
-                 stages: str = "flops") -> Candidate | None:
-        """The candidate of these choices, priced (None when it does not check or cannot be built)."""
+                 stages: str = "flops", beat: float | None = None) -> Candidate | None:
+        """The candidate of these choices, priced (None when it does not check or cannot be built, or
+        when its step exceeds `beat`: see `price`)."""
         try:
             fills = self.space.fills(assign, micro, zero, specs, ckpt, stages)
         except SolveError:
@@ -180,7 +228,22 @@ class _Search:
             what = ", ".join(f"{k}={v}" for k, v in choices_of(assign, micro, zero, specs, ckpt, stages))
             self.notes.append(f"skipped {what}: {type(e).__name__}: {e}")
             return None
-        return self.price(fills, choices_of(assign, micro, zero, specs, ckpt, stages))
+        return self.price(fills, choices_of(assign, micro, zero, specs, ckpt, stages), beat)
+
+    def steps_at(self, assign: dict, micro: int | None) -> float | None:
+        """Stage 1's candidate of this mesh: its step time alone (None when it cannot be had)."""
+        try:
+            fills = self.space.fills(assign, micro, 0, {}, None, "flops")
+        except SolveError:
+            raise
+        except Exception:  # noqa: BLE001 - price_at says why
+            return None
+        key = edit_key(self.source, self.path, list(fills.values()))
+        if key in self._priced:
+            c = self._priced[key]
+            return None if c is None else c.step_time
+        got = self.steps(key, fills)
+        return None if got is None else got.step_time
 
     def best(self, cands) -> Candidate | None:
         return best(cands, self.objective)
@@ -204,12 +267,19 @@ class _Search:
         cut = None
         try:
             seeds = self.seed(meshes)
-            coarse = []
-            for i, assign in enumerate(meshes):
-                micro = self.space.micro_options(assign)[0] if self.holes.micro is not None else None
-                coarse.append(self.price_at(assign, micro, 0, {}, None))
-                self.where.done(i + 1)
-                self.report.advance(f"stage 1: mesh {i + 2} of {len(meshes)}" if i + 1 < len(meshes) else "")
+            coarse: list[Candidate | None] = [None] * len(meshes)
+            micros = [self.space.micro_options(a)[0] if self.holes.micro is not None else None for a in meshes]
+            order = list(range(len(meshes)))
+            if self.prune:  # the meshes by their step alone, fastest first (see docs/solve.md, Bounds)
+                bound = [self.steps_at(a, m) for a, m in zip(meshes, micros)]
+                order.sort(key=lambda i: (bound[i] is not None, bound[i] or 0.0, i))
+            for n, i in enumerate(order):
+                # only the REFINED best go on: a mesh slower than REFINED priced ones that fit cannot
+                fast = sorted(c.step_time for c in coarse if c is not None and c.fits)
+                beat = fast[REFINED - 1] if len(fast) >= REFINED else None
+                coarse[i] = self.price_at(meshes[i], micros[i], 0, {}, None, beat=beat)
+                self.where.done(n + 1)
+                self.report.advance(f"stage 1: mesh {n + 2} of {len(meshes)}" if n + 1 < len(meshes) else "")
             ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
             if not ranked:
                 raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
@@ -224,7 +294,7 @@ class _Search:
                 self.report.advance()
             chosen = self.best(finals + ranked + seeds)
         except Cut:
-            cut = self.where.account(self.clock, len(self.tried))
+            cut = self.where.account(self.clock, self.considered())
             chosen = self.best(self.tried)  # every candidate priced is a complete plan that checks
             if chosen is None:
                 raise SolveError(f"{cut}; no candidate plan was priced before it: raise --time-limit") from None
@@ -243,7 +313,8 @@ class _Search:
                              f"{format_bytes(smallest.peak)} per device ({smallest}); raise the budget to at least "
                              "that or add devices" + ("" if cut is None else ", or raise --time-limit"),
                              smallest.peak, cut)
-        header = [f"solved by `planlang solve --objective {self.objective}` ({len(self.tried)} candidate plans priced):"]
+        # the candidates bounded out count as priced: their step time was, and it showed they cannot win
+        header = [f"solved by `planlang solve --objective {self.objective}` ({self.considered()} candidate plans priced):"]
         steps = chosen.steps or tuple(r.step_time for r in chosen.rows)
         for r, step in zip(chosen.rows, steps):  # the step as the search priced it (with `comm_time`'s traffic)
             header.append(f"  {r.device}: peak {format_bytes(r.peak)} (parameters {format_bytes(r.parameters)}, "
@@ -252,7 +323,14 @@ class _Search:
             header += ["  " + line for line in textwrap.wrap(
                 f"INCOMPLETE SEARCH: {cut}; this is the best plan priced before the cut", 106)]
         text = fill_holes(self.source, self.path, list(self.space.fills_of(chosen).values()), header)
-        return Result(text, chosen, self.tried, self.notes, header, cut)
+        if self._bounded:
+            self.progress(f"{len(self.tried)} candidates priced in full, {len(self._bounded)} by their step time "
+                          "alone (bounded out: slower than a plan that fits)")
+        return Result(text, chosen, self.tried, self.notes, header, cut, list(self._bounded.values()))
+
+    def considered(self) -> int:
+        """Candidates priced: in full (`tried`), or by their step time alone (bounded out)."""
+        return len(self.tried) + len(self._bounded)
 
     def seed(self, meshes: list[dict]) -> list[Candidate | None]:
         """Anytime: a complete plan before anything else, priced whatever the time limit. The first mesh
@@ -299,14 +377,14 @@ class _Search:
     def refine_specs(self, assign: dict, specs: dict[int, str]) -> Candidate | None:
         h = self.holes
 
-        def price(micro, zero, ckpt, stages):
-            return self.price_at(assign, micro, zero, specs, ckpt, stages)
+        def price(micro, zero, ckpt, stages, beat=None):
+            return self.price_at(assign, micro, zero, specs, ckpt, stages, beat)
 
         micros = self.space.micro_options(assign) if h.micro is not None else [None]
         self.where.at("microbatches", within=True)
         cur = None
         for m in micros[:3]:
-            cur = self.best([cur, price(m, 0, None, "flops")])
+            cur = self.best([cur, price(m, 0, None, "flops", self.beat(cur))])
         if cur is None:
             return None
         ch = dict(cur.choices)
@@ -316,7 +394,7 @@ class _Search:
             self.where.at("the pipeline partition", within=True)
             for method in STAGE_METHODS[1:]:
                 try:
-                    cur = self.best([cur, price(micro, 0, None, method)])
+                    cur = self.best([cur, price(micro, 0, None, method, self.beat(cur))])
                 except Exception as e:  # noqa: BLE001 - a partition the model's structure does not allow
                     self.notes.append(f"stage partition by {method} skipped: {e}")
             stages = dict(cur.choices)["stages"]
@@ -353,7 +431,7 @@ class _Search:
                 except Exception as e:  # noqa: BLE001 - a choice the partition cannot build
                     self.notes.append(f"skipped {key}={value}: {type(e).__name__}: {e}")
                     continue
-                cur = self.best([cur, self.price(fills, choices)])
+                cur = self.best([cur, self.price(fills, choices, self.beat(cur))])
         return cur
 
     def checkpointed(self, assign, micro, zero, specs, stages, base: Candidate) -> list[Candidate | None]:
@@ -407,14 +485,16 @@ class _Search:
 
 def solve(path: str, objective: str = "time", progress: Callable[[str], None] | Reporter = lambda s: None, *,
           comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
-          time_limit: float | None = None, started: float | None = None) -> Result:
+          time_limit: float | None = None, started: float | None = None, prune: bool = True) -> Result:
     """Fill every hole of the plan at `path` (see the module docstring). `comm_time(plan)`, when given,
     prices a candidate's per-step communication in seconds (the slowest device); `time_limit` bounds
     each intra-op ILP call by the seconds left and stops the search between candidates: the result is
     then the best plan priced so far (anytime), its `cut` and header say what was left unexplored, and
     Infeasible says the search was cut. The limit counts from `started` (a time.monotonic() value; the
     CLI passes its own start, so the limit bounds the whole command), else from the call. `progress` is
-    a callable given each message and priced candidate as a line, or a planlang.solve.progress.Reporter."""
+    a callable given each message and priced candidate as a line, or a planlang.solve.progress.Reporter.
+    `prune=False`: every candidate met is priced in full (no bounds by step time; the same result, the
+    tests compare them)."""
     if objective not in OBJECTIVES:
         raise SolveError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    return _Search(path, objective, progress, comm_time, alpha, time_limit, started).run()
+    return _Search(path, objective, progress, comm_time, alpha, time_limit, started, prune).run()

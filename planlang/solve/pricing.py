@@ -34,37 +34,88 @@ class Priced:
 
 
 def price_plan(plan: CompletePlan, facts: ModelFacts,
-               comm_time: Callable[[CompletePlan], float] | None = None) -> Priced:
+               comm_time: Callable[[CompletePlan], float] | None = None, comm: "Comm | None" = None) -> Priced:
     """Each device class's peak and step for `plan`. Raises what the estimator raises for a plan the
-    model cannot run (the search skips such a candidate and says why)."""
+    model cannot run (the search skips such a candidate and says why). `comm`: `comm_time`'s answer
+    for this plan when the caller has it already (price_steps)."""
     # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_plan
 
     rows = estimate_plan(plan, facts=facts.modules, cache=facts.estimates)
     budget = plan.budget.bytes if plan.budget is not None else None
     peak = max(r.peak for r in rows)
-    steps, notes = step_times(plan, rows, comm_time)
+    steps, notes = step_times(plan, rows, comm_time, comm)
     return Priced(tuple(rows), steps, peak, budget is None or peak <= budget, notes)
 
 
-def step_times(plan: CompletePlan, rows, comm_time=None) -> tuple[tuple[float, ...], tuple[str, ...]]:
+@dataclass(frozen=True)
+class Comm:
+    """`comm_time(plan)`: its seconds, or the note saying why it failed on this plan."""
+
+    seconds: float | None
+    note: str = ""
+
+
+def communication(plan: CompletePlan, comm_time) -> Comm:
+    try:
+        return Comm(comm_time(plan))
+    except Exception as e:  # noqa: BLE001 - e.g. a pipeline plan the traffic model does not lower
+        return Comm(None, f"communication of one candidate not predicted ({type(e).__name__}: {e}); "
+                          "its step time is the estimator's")
+
+
+@dataclass(frozen=True)
+class Steps:
+    """A candidate's step times priced without its memory (price_steps): each row's step, exactly as
+    price_plan gives it, and `comm_time`'s answer, which price_plan then reuses."""
+
+    steps: tuple[float, ...]
+    comm: Comm | None
+
+    @property
+    def step_time(self) -> float:
+        return max(self.steps)
+
+
+def price_steps(plan: CompletePlan, facts: ModelFacts,
+                comm_time: Callable[[CompletePlan], float] | None = None) -> Steps | None:
+    """Each device class's step for `plan` as price_plan prices it, from the profile of the local model
+    alone (planlang.model.estimate.estimate_steps: no simulated step, no memory); None when the
+    estimator cannot profile the local model."""
+    # lazy: torch loads only when this runs
+    from planlang.model.estimate import estimate_steps
+
+    rows = estimate_steps(plan, facts=facts.modules, cache=facts.estimates)
+    if rows is None:
+        return None
+    comm = communication(plan, comm_time) if comm_time is not None else None
+    if comm is None or comm.seconds is None:
+        return Steps(tuple(step for step, _ in rows), comm)
+    return Steps(tuple(step - sync_seconds(plan, params) + comm.seconds for step, params in rows), comm)
+
+
+def step_times(plan: CompletePlan, rows, comm_time=None,
+               comm: Comm | None = None) -> tuple[tuple[float, ...], tuple[str, ...]]:
     """Each device class's step: the estimator's, or its compute plus the caller's per-step
-    communication (`comm_time`) in place of the estimator's data-parallel all-reduce; and a note when
-    `comm_time` failed on this plan."""
+    communication (`comm_time`, or its answer `comm`) in place of the estimator's data-parallel
+    all-reduce; and a note when `comm_time` failed on this plan."""
     steps = tuple(r.step_time for r in rows)
     if comm_time is None:
         return steps, ()
-    try:
-        comm = comm_time(plan)
-    except Exception as e:  # noqa: BLE001 - e.g. a pipeline plan the traffic model does not lower
-        return steps, (f"communication of one candidate not predicted ({type(e).__name__}: {e}); "
-                       "its step time is the estimator's",)
-    return tuple(r.step_time - estimated_sync(plan, r) + comm for r in rows), ()
+    comm = comm if comm is not None else communication(plan, comm_time)
+    if comm.seconds is None:
+        return steps, (comm.note,)
+    return tuple(r.step_time - estimated_sync(plan, r) + comm.seconds for r in rows), ()
 
 
 def estimated_sync(plan: CompletePlan, row) -> float:
     """The data-parallel gradient all-reduce the estimator adds to a row's step time (estimate._step_time:
     the stage's local parameter bytes over the data axes of size > 1)."""
+    return sync_seconds(plan, row.parameters)
+
+
+def sync_seconds(plan: CompletePlan, parameters: int) -> float:
+    """estimated_sync for a row whose parameters class is `parameters` bytes."""
     mesh = plan.mesh
     if mesh is None or mesh.device is None or not mesh.device.flops:
         return 0.0
@@ -74,7 +125,7 @@ def estimated_sync(plan: CompletePlan, row) -> float:
     opt = plan.optimizer
     zero = opt.zero_stage if opt else 0
     zero_n = (mesh.axis_size(opt.zero_axis) or 1) if opt and opt.zero_axis is not None else 1
-    p_bytes = row.parameters * (zero_n if zero >= 3 else 1)
+    p_bytes = parameters * (zero_n if zero >= 3 else 1)
     return price(Collective.ALL_REDUCE, mesh, axes, p_bytes).seconds
 
 
