@@ -283,10 +283,13 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     # are those of one flat buffer (listed here as one transfer per axes)
     trained = trained_parameters(prog)
     buckets: dict[tuple[str, ...], list[int]] = {}
+    # with precision fields the buckets are summed in the plan's `reduce` dtype (grad_sync casts them)
+    reduce = DTYPE_BYTES.get(plan.precision.reduce, 4) if plan.precision.mixed else None
     for v in g.params():
         axes = prog.grad_sync.get(v.ref, ())
         if axes and v.ref in trained:
-            nbytes = local_numel(v.shape, prog.param_specs[v.ref], mesh) * DTYPE_BYTES.get(v.dtype, 4)
+            item = reduce if reduce is not None and v.dtype in ("f32", "bf16", "f16") else DTYPE_BYTES.get(v.dtype, 4)
+            nbytes = local_numel(v.shape, prog.param_specs[v.ref], mesh) * item
             buckets.setdefault(axes, []).append(nbytes)
     for axes, sizes in buckets.items():
         traffic.transfers += _per_axis(Collective.ALL_REDUCE, axes, sum(sizes), mesh, "grad_sync",

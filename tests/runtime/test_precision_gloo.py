@@ -83,3 +83,21 @@ def test_master_weights_step_the_f32_copy_and_skip_an_overflow():
         opt.step()
     assert float(p.detach()[0]) == pytest.approx(0.75 - 8 * 2.0 ** -12, abs=2.0 ** -9)
     assert float(opt.masters[0][0]) == pytest.approx(0.75 - 8 * 2.0 ** -12)
+
+
+def test_predicted_gradient_sums_are_in_the_reduce_dtype(tmp_path):
+    """planlang.runtime.traffic prices the gradient buckets in the plan's `reduce` dtype (grad_sync casts them)."""
+    from planlang.plan.checker import check_file
+    from planlang.plan.complete import complete
+    from planlang.runtime.traffic import predict_step_traffic, _graph_of
+
+    def grad_sync_bytes(text):
+        path = tmp_path / f"p{len(text)}.plan"
+        path.write_text(text)
+        plan = complete(check_file(str(path)).plan)
+        traffic = predict_step_traffic(plan, _graph_of(plan))
+        return sum(t.full_bytes for t in traffic.transfers if t.phase == "grad_sync")
+
+    amp = (apply_worker.PLANS / "gpt2_dp4_amp_bf16.plan").read_text()  # reduce = bf16
+    f32 = amp.replace("    compute = bf16", "    compute = f32").replace("    reduce = bf16", "    reduce = f32")
+    assert grad_sync_bytes(amp) * 2 == grad_sync_bytes(f32) > 0

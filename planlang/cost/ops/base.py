@@ -14,12 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from planlang.plan.types import Mesh, Spec
+from planlang.plan.types import DTYPE_BYTES, Mesh, Spec  # noqa: F401 - DTYPE_BYTES: defined once, in plan.types
 
 from ..comm import CommCost
-
-DTYPE_BYTES = {"f64": 8, "f32": 4, "tf32": 4, "bf16": 2, "f16": 2, "fp8": 1, "i64": 8, "i32": 4, "i16": 2,
-               "i8": 1, "u8": 1, "bool": 1}
 
 
 @dataclass(frozen=True)
