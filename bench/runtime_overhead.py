@@ -13,6 +13,11 @@ and fed the same batch:
                                                                        DDP over the dp group
     gpt2-pp-1f1b          `pipeline ... schedule 1f1b` through      vs torch.distributed.pipelining
                           planlang.runtime.pipeline.build_pipeline     stages and Schedule1F1B by hand
+    gpt2-pp2xtp2          the same pipeline with Megatron blocks    vs the hand split's stages under
+                          over tp (planlang.apply: the lowered         parallelize_module over tp, driven
+                          program cut into stages)                     by Schedule1F1B over pp
+    gpt2-zero3            `zero = 3 over dp`, one FSDP2 unit per    vs fully_shard per block, then the
+                          block                                        root, with the same prefetch
     gpt2-dp-bf16          `data idx : [dp, _]`, `precision = bf16`: vs the model in bf16 under
                           bf16 parameters and compute (autocast),      torch.autocast, DDP with a comm hook
                           gradients summed in f32, AdamW on an f32     summing the buckets in f32, AdamW on
@@ -78,7 +83,7 @@ RESULTS = ROOT / "bench" / "results" / "runtime_overhead.txt"
 # ------------------------------------------------------------------------------ cases
 @dataclass(frozen=True)
 class Case:
-    """One plan and its native twin. `kind`: dp | tp | dp_tp | pp | zero3."""
+    """One plan and its native twin. `kind`: dp | tp | dp_tp | pp | pp_tp | zero3."""
 
     name: str
     kind: str
@@ -102,7 +107,7 @@ class Case:
 
     @property
     def tp(self) -> int:
-        return {"tp": self.ranks, "dp_tp": self.ranks // 2}.get(self.kind, 1)
+        return {"tp": self.ranks, "dp_tp": self.ranks // 2, "pp_tp": 2}.get(self.kind, 1)
 
 
 MLP_FULL = (("in_features", 512), ("hidden", 2048), ("out_features", 512))
@@ -122,6 +127,7 @@ def cases(quick: bool) -> list[Case]:
         Case("gpt2-tp", "tp", "gpt2", 2, gpt2, 8),
         Case("mlp-dp2xtp2", "dp_tp", "mlp", 4, mlp, 64 if not quick else 16),
         Case("gpt2-pp-1f1b", "pp", "gpt2", 2, gpt2pp, 8, microbatches=4),
+        Case("gpt2-pp2xtp2", "pp_tp", "gpt2", 4, gpt2pp, 8, microbatches=4),
         Case("gpt2-zero3", "zero3", "gpt2", 4, gpt2pp, 8),
         Case("gpt2-dp-bf16", "dp", "gpt2", 2, gpt2, 8, precision="bf16"),
         Case("gpt2-zero3-bf16", "zero3", "gpt2", 4, gpt2pp, 8, precision="bf16"),
@@ -140,7 +146,7 @@ def plan_text(case: Case) -> str:
     else:
         lines.append(f"input idx : i64[batch = {case.batch}, seq = {kw['seq']}]")
     axes = {"dp": [("dp", case.ranks)], "tp": [("tp", case.ranks)], "dp_tp": [("dp", 2), ("tp", case.ranks // 2)],
-            "pp": [("pp", case.ranks)], "zero3": [("dp", case.ranks)]}[case.kind]
+            "pp": [("pp", case.ranks)], "pp_tp": [("pp", 2), ("tp", 2)], "zero3": [("dp", case.ranks)]}[case.kind]
     lines.append(f"mesh ranks of {case.ranks} x hardware.cpu {{")
     lines += [f"    {a} = {n} over hardware.loopback" for a, n in axes]
     fields = (["zero = 3 over dp"] if case.kind == "zero3" else []) + ([f"precision = {case.precision}"]
@@ -148,14 +154,14 @@ def plan_text(case: Case) -> str:
     lines += ["}", "optimizer adamw(lr = 0.001)" + (" { " + "; ".join(fields) + " }" if fields else "")]
     if case.kind in ("dp", "dp_tp", "zero3"):
         lines.append(f"data {inp} : [dp, _]")
-    if case.kind in ("tp", "dp_tp"):
+    if case.kind in ("tp", "dp_tp", "pp_tp"):
         if case.model == "mlp":
             lines += ["shard fc1.weight : [tp, _]", "shard fc1.bias : [tp]", "shard fc2.weight : [_, tp]",
                       "shard fc2.bias : [_]", "shard output of fc2 : [_, _] partial(tp)"]
         else:
             lines += ["for block in h[*] {", "    apply megatron.attention(tp) to block.attn",
                       "    apply megatron.mlp(tp) to block.mlp", "}"]
-    if case.kind == "pp":
+    if case.kind in ("pp", "pp_tp"):
         half = kw["layers"] // 2
         lines += [f"pipeline over pp schedule 1f1b microbatches {case.microbatches} {{",
                   f"    stage wte, wpe, drop, h[0:{half}]", f"    stage h[{half}:{kw['layers']}], ln_f, lm_head", "}"]
@@ -283,6 +289,19 @@ def planlang_side(case: Case, device, plan) -> Side:
         return Side("planlang", run, [*mods, opt, *inputs, *targets])
     from planlang.runtime.apply import apply
 
+    if case.kind == "pp_tp":  # planlang.apply: a ProgramPipelinedModel; its runner steps as build_pipeline's
+        inputs, targets = batch_piece(case, 0, device)
+        pm = apply(model.to(device), plan, device=device, targets=tuple(t.to("meta") for t in global_batch(case)[1]))
+        del model
+        opt = torch.optim.AdamW(pm.parameters(), lr=LR)
+
+        def run_pp():
+            loss = pm.runner.step(*inputs, target=targets[0])
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            return loss
+
+        return Side("planlang", run_pp, [*pm.runner.stage_modules.values(), opt, *inputs, *targets])
     model.to(device)
     dp_rank = _dp_rank(case)
     inputs, targets = batch_piece(case, dp_rank, device)
@@ -334,7 +353,7 @@ def native_side(case: Case, device, bucket_view: bool = False) -> Side:
         inputs, targets = batch_piece(case, mesh.get_local_rank("dp"), device)
         return Side("native", eager_step(ddp, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets],
                     loss_group=dp_group)
-    if case.kind == "pp":
+    if case.kind in ("pp", "pp_tp"):
         return native_pipeline(case, model, device)
     if case.kind == "zero3":
         # torchtitan's ZeRO-3: fully_shard each block, then the root, resharded after forward; the next
@@ -474,11 +493,19 @@ def native_pipeline(case: Case, model: nn.Module, device) -> Side:
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 
     rank, n, m = dist.get_rank(), case.ranks, case.microbatches
+    group = None
+    if case.kind == "pp_tp":  # mesh (pp, tp): this rank's stage, its blocks Megatron-parallel over tp
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (case.ranks // case.tp, case.tp), mesh_dim_names=("pp", "tp"))
+        rank, n, group = mesh.get_local_rank("pp"), case.ranks // case.tp, mesh.get_group("pp")
     per = case.kw["layers"] // n
     from memory_measure import _GPT2Stage  # the same hand split the memory bench measures
 
     stage_mod = _GPT2Stage(model, rank * per, (rank + 1) * per, rank == 0, rank == n - 1)
     del model
+    if case.kind == "pp_tp":
+        tensor_parallel(case, stage_mod, mesh["tp"])
     loss = model_module(case).loss
     inputs, targets = batch_piece(case, 0, device)
     mb = case.batch // m
@@ -486,7 +513,8 @@ def native_pipeline(case: Case, model: nn.Module, device) -> Side:
     x_meta = inputs[0][:mb].to("meta")
     act = torch.empty(mb, case.kw["seq"], hidden, device="meta", requires_grad=True)  # its gradient goes back
     out = act if rank < n - 1 else torch.empty(mb, case.kw["seq"], case.kw["vocab"], device="meta")
-    stage = PipelineStage(stage_mod, rank, n, device, input_args=(x_meta if rank == 0 else act,), output_args=(out,))
+    stage = PipelineStage(stage_mod, rank, n, device, input_args=(x_meta if rank == 0 else act,), output_args=(out,),
+                          group=group)
     sched = Schedule1F1B(stage, m, loss_fn=lambda y, t: loss(y, t) / m, scale_grads=False)
     opt = torch.optim.AdamW(stage_mod.parameters(), lr=LR)
     first, last = rank == 0, rank == n - 1
