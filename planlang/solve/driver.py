@@ -193,6 +193,8 @@ class _Search:
                     self.progress(f"candidate {', '.join(f'{k}={v}' for k, v in choices)}: step "
                                   f"{steps.step_time * 1e3:.2f} ms > {beat * 1e3:.2f} ms, bounded out (memory not priced)")
                 return None
+        if steps is None and key in self._steps:  # its step alone, priced for stage 1's order
+            steps = self._steps[key][1]
         self._priced[key] = None
         plan = self.value(key, fills)
         if plan is None:
@@ -204,6 +206,13 @@ class _Search:
             self.notes.append(f"skipped {', '.join(f'{k}={v}' for k, v in choices)}: {type(e).__name__}: {e}")
             return None
         self.notes.extend(priced.notes)
+        if steps is not None and priced.steps != steps.steps and self.prune:
+            # the step alone is the full pricing's step (estimate.estimate_steps) unless the local model's
+            # simulation failed where its profile did not (the estimate then takes the unsharded model's):
+            # no more bounds in this search
+            self.prune = False
+            self.notes.append(f"bounds by step time stopped: {', '.join(f'{k}={v}' for k, v in choices)} priced at "
+                              f"step {priced.step_time * 1e3:.6g} ms, its profile alone gave {steps.step_time * 1e3:.6g} ms")
         c = Candidate(choices, plan, priced.peak, priced.step_time, priced.fits, priced.rows, priced.steps)
         self.tried.append(c)
         self._priced[key] = c

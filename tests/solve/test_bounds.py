@@ -55,6 +55,7 @@ def _same(path: str, comm: bool) -> int:
     assert pruned.text == full.text  # the plan and its header, byte for byte
     assert pruned.summary == full.summary and pruned.best.choices == full.best.choices
     assert not full.bounded
+    assert not any(n.startswith("bounds by step time stopped") for n in pruned.notes)
     # the same candidates met: each priced in full, or bounded out at the step the full pricing gives it
     met = {c.choices: c for c in full.tried}
     assert {c.choices for c in pruned.tried} | {ch for ch, _ in pruned.bounded} == set(met)
