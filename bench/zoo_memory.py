@@ -52,7 +52,7 @@ def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> N
     warnings.filterwarnings("ignore")
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    dist.init_process_group("gloo", rank=rank, world_size=_world(path))
     if whole:  # ZeRO-2/3 with the whole model as one FSDP2 unit (no per-block units), for comparison
         apply_mod.zero_blocks = lambda *a, **k: []
     plan = complete(check_file(path).plan)
@@ -97,14 +97,22 @@ def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> N
 
 
 def measure(path: Path, whole: bool = False) -> list[dict]:
-    """Each rank's peak by category, one step of `path` through planlang.apply on WORLD gloo ranks."""
+    """Each rank's peak by category, one step of `path` through planlang.apply on the plan's gloo ranks."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with tempfile.TemporaryDirectory() as out:
-        mp.start_processes(_worker, args=(str(path), port, out, whole), nprocs=WORLD, join=True,
+        world = _world(str(path))
+        mp.start_processes(_worker, args=(str(path), port, out, whole), nprocs=world, join=True,
                            start_method="spawn")
-        return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(WORLD)]
+        return [json.loads(Path(out, f"rank{r}.json").read_text()) for r in range(world)]
+
+
+def _world(path: str) -> int:
+    """The plan's devices (the zoo's plans: WORLD)."""
+    import math
+
+    return math.prod(complete(check_file(path).plan).mesh.shape)
 
 
 def main() -> None:
@@ -113,7 +121,11 @@ def main() -> None:
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--out", default=None)
     ap.add_argument("--by-category", action="store_true", help="also print each rank's peak and estimate by category")
+    ap.add_argument("--plans", nargs="+", help="measure these plan files (on the plan's own number of ranks) "
+                                               "instead of the zoo")
     args = ap.parse_args()
+    if args.plans:
+        return plan_files(args.plans, args.out)
     lines = [f"zoo memory: estimate vs MemTracker on the planlang runtime (bench/zoo_memory.py), {WORLD} gloo "
              f"ranks, torch {torch.__version__}",
              f"{'model':8} {'layout':6} {'rank':>4} {'measured MiB':>13} {'estimate MiB':>13} {'error':>8}"]
@@ -153,6 +165,27 @@ def main() -> None:
                     print(line, flush=True)
                     lines.append(line)
     finish(lines, errors, args.out)
+
+
+def plan_files(paths: list[str], out: str | None) -> None:
+    """The same comparison for plan files of any world size (tests/runtime/plans' pp x dp x tp plans)."""
+    lines = [f"estimate vs MemTracker on the planlang runtime (bench/zoo_memory.py --plans), gloo, torch {torch.__version__}",
+             f"{'plan':28} {'rank':>4} {'device':>8} {'measured MiB':>13} {'estimate MiB':>13} {'error':>8}"]
+    print("\n".join(lines), flush=True)
+    errors = []
+    for path in paths:
+        plan = complete(check_file(path).plan)
+        estimates = estimate_plan(plan, program=measure_program)
+        measured = measure(Path(path))
+        for r, peak in enumerate(measured):
+            est = estimates[r * len(estimates) // len(measured)]  # rows per stage (pp outermost) or one
+            meas = peak["Total"] - peak["inputs"]
+            errors.append(est.peak / meas - 1)
+            line = (f"{Path(path).stem:28} {r:>4} {est.device:>8} {meas / 2**20:>13.3f} {est.peak / 2**20:>13.3f} "
+                    f"{errors[-1]:>+8.1%}")
+            print(line, flush=True)
+            lines.append(line)
+    finish(lines, errors, out)
 
 
 def finish(lines: list[str], errors: list[float], out: str | None) -> None:

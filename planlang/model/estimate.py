@@ -59,7 +59,7 @@ import torch
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
-from planlang.plan.data import batch_dim, data_axes, data_degree
+from planlang.plan.data import batch_dim, data_axes, data_degree, tensor_axes
 from planlang.plan.schedule import activation_peaks, in_flight
 from planlang.plan.selection import covered_modules
 from planlang.plan.units import format_bytes
@@ -542,7 +542,9 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         # planlang runtime keeps persistent buckets too (planlang.runtime.grad_sync), whose slices the
         # gradients are (DDP's gradient_as_bucket_view): the gradients are the buckets, counted once there
         summed = dp > 1 and zero < 2
-        bucketed = grad_sync == "flat" and summed and s is None
+        # the planlang runtime's persistent buckets: without a pipeline, and in a pipeline run as the lowered
+        # program (pipeline x tensor parallelism: planlang.runtime.program_pipeline sums with GradSync)
+        bucketed = grad_sync == "flat" and summed and (s is None or bool(tensor_axes(plan)))
         buffers = p_bytes if grad_sync == "ddp" and summed else (g_bytes if bucketed else 0)
         if bucketed:
             grads_b = 0
@@ -593,6 +595,13 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             # own storage: for a moment the unit's parameters are live twice. ZeRO-3 (resharded after
             # forward) gathers again when backward starts, beside every saved activation
             backward_phase = max(backward_phase, 2 * gathered + (acts if zero == 3 else 0))
+            if s is not None and micro > 1:
+                # a pipeline stage is one FSDP2 unit that torch's schedule keeps from syncing until its
+                # last microbatch: the gradients accumulate unsharded, and that backward ends with them
+                # copied into the reduce-scatter's input beside the gathered parameters and what the
+                # microbatch saved (measured: pp2 x dp2 x tp2 ZeRO-3, tests/runtime/plans)
+                full = sized(learn, "params")
+                backward_phase = max(backward_phase, gathered + 2 * full + saved_s)
         # what FSDP2 holds at the peak (gathered and prefetched parameters, its buffers) is transient too:
         # the report's bar and the row's classes add up to the peak
         transient = backward_phase - acts

@@ -172,6 +172,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
               ((item, params[item[0]]) for item in layouts.items())}
     pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes)
+    pm._grad_sync = grad_sync  # as ParallelModel's: the persistent buckets (benches register them with MemTracker)
     pm.checkpoint_groups = _checkpoint_modules(prog, plan, cut, mine)
     return pm
 
