@@ -267,7 +267,7 @@ COMMANDS = (  # (case, plan, goal in CPU seconds, --time-limit: the goal unless 
     ("GPT-3 6.7B, 16 dev", "bench/plan_configs/partial/capture_gpt_3_6_7b_16dev.plan", 120.0, None),
 )
 COMMANDS_TITLE = "whole `planlang solve` commands"
-COMMANDS_HEADER = (f"{'case':36} {'goal s':>6} {'solve cpu s':>11} {'wall s':>7} {'exit s':>6} {'priced':>6}  "
+COMMANDS_HEADER = (f"{'case':36} {'goal s':>6} {'solve cpu s':>11} {'wall s':>7} {'exit s':>6} {'priced':>6} {'full':>4}  "
                    f"{'search':8} {'check cpu s':>11}  check  goal")
 
 
@@ -316,15 +316,18 @@ def command_rows(say, cases=COMMANDS) -> list[str]:
             exit_s = "-" if tail is None else f"{tail:.2f}"
             m = re.search(r"\((\d+) candidate plans priced\)", out.stderr)
             priced = m.group(1) if m else "-"
+            # bounded out by their step time alone (docs/solve.md, Bounds): the header counts them as priced
+            f = re.search(r"(\d+) candidates priced in full, \d+ by their step time alone", out.stderr)
+            full = f.group(1) if f else priced
             if out.returncode != 0:
                 last = (out.stderr.strip().splitlines() or ["?"])[-1]
-                line = (f"{case:36} {goal:6.0f} {cpu:11.2f} {wall:7.2f} {exit_s:>6} {priced:>6}  "
+                line = (f"{case:36} {goal:6.0f} {cpu:11.2f} {wall:7.2f} {exit_s:>6} {priced:>6} {full:>4}  "
                         f"{'failed':8} {'-':>11}  -      MISSED; exit {out.returncode}: {last[:200]}")
             else:
                 search = "cut" if "warning[PL561]: search cut by --time-limit" in out.stderr else "complete"
                 chk, ccpu, _, _ = _child(_planlang() + ["check", solved])
                 ok = cpu <= goal
-                line = (f"{case:36} {goal:6.0f} {cpu:11.2f} {wall:7.2f} {exit_s:>6} {priced:>6}  {search:8} "
+                line = (f"{case:36} {goal:6.0f} {cpu:11.2f} {wall:7.2f} {exit_s:>6} {priced:>6} {full:>4}  {search:8} "
                         f"{ccpu:11.2f}  {'ok' if chk.returncode == 0 else 'FAIL':5}  "
                         f"{('met' if search == 'complete' else 'met only as a cut search') if ok else 'MISSED'}")
         say(line)
@@ -337,7 +340,8 @@ def commands_table(say) -> None:
     say(f"{COMMANDS_TITLE} (issue #15): CPU seconds of the whole process (user + system, RUSAGE_CHILDREN), "
         "--time-limit = the goal unless the case says (wall, from the command's start); search: complete, or cut by the limit "
         "(the best plan so far written, with a warning); exit s: wall seconds from the `wrote OUT` line to the "
-        "process's exit (the summary printed, then the interpreter's teardown), past any limit; then "
+        "process's exit (the summary printed, then the interpreter's teardown), past any limit; priced: the header's count, "
+        "full: of them priced in full (the others bounded out by their step time alone, docs/solve.md); then "
         f"`planlang check` of the plan written; {os.cpu_count()} cores, load average at start "
         f"{os.getloadavg()[0]:.1f}")
     say(COMMANDS_HEADER)

@@ -282,6 +282,7 @@ class _Search:
             if self.prune:  # the meshes by their step alone, fastest first (see docs/solve.md, Bounds)
                 bound = [self.steps_at(a, m) for a, m in zip(meshes, micros)]
                 order.sort(key=lambda i: (bound[i] is not None, bound[i] or 0.0, i))
+                self.where.stage1([meshes[i] for i in order])  # a cut's account lists the meshes in this order
             for n, i in enumerate(order):
                 # only the REFINED best go on: a mesh slower than REFINED priced ones that fit cannot
                 fast = sorted(c.step_time for c in coarse if c is not None and c.fits)
