@@ -280,7 +280,13 @@ class _Search:
             micros = [self.space.micro_options(a)[0] if self.holes.micro is not None else None for a in meshes]
             order = list(range(len(meshes)))
             if self.prune:  # the meshes by their step alone, fastest first (see docs/solve.md, Bounds)
-                bound = [self.steps_at(a, m) for a, m in zip(meshes, micros)]
+                bound = []
+                for a, m in zip(meshes, micros):
+                    # near --time-limit, the meshes left are priced in their order, unbounded (no profile
+                    # is made past the limit; the search is then cut at the next candidate)
+                    late = self.clock.deadline is not None and (
+                        time.monotonic() + self.clock.pricing_time() > self.clock.deadline)
+                    bound.append(None if late else self.steps_at(a, m))
                 order.sort(key=lambda i: (bound[i] is not None, bound[i] or 0.0, i))
                 self.where.stage1([meshes[i] for i in order])  # a cut's account lists the meshes in this order
             for n, i in enumerate(order):
