@@ -18,8 +18,6 @@ echo "== planlang lower $out/gpt2_cpu.plan --rank 1 (first 25 lines)"
 .venv/bin/planlang lower "$out/gpt2_cpu.plan" --rank 1 | head -25
 echo "== planlang verify $out/gpt2_cpu.plan (3 training steps on 4 CPU processes vs one process)"
 .venv/bin/planlang verify "$out/gpt2_cpu.plan" --steps 3 2> "$out/verify.log" || { cat "$out/verify.log" >&2; exit 1; }
-echo "== planlang check examples stdlib --ignore PL414; fmt --check"
-# PL414: examples/gpt2/gpt2_3d.plan (the README's plan) splits over tp inside a pipeline, which the
-# runtime does not run yet; the checker says so (planlang check examples/gpt2/gpt2_3d.plan)
-.venv/bin/planlang check examples stdlib --ignore PL414
+echo "== planlang check examples stdlib; fmt --check"
+.venv/bin/planlang check examples stdlib
 .venv/bin/planlang fmt --check examples stdlib

@@ -78,7 +78,7 @@ quiet pip_install "$work/full" --no-deps "$wheel"
 F="$work/full/bin"
 expect 0 "$F/python" -c "import planlang, pathlib; assert 'site-packages' in pathlib.Path(planlang.__file__).parts"
 expect 0 "$F/planlang" check examples/mlp/mlp_2d.plan
-expect 0 "$F/planlang" lint examples --ignore PL414  # gpt2_3d.plan: pp x tp, refused by the runtime (PL414)
+expect 0 "$F/planlang" lint examples
 expect 1 "$F/planlang" lint examples/gpt2/gpt2_3d.plan
 expect 0 "$F/planlang" fmt --check examples
 expect 0 "$F/planlang" explain PL501

@@ -426,7 +426,10 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
         targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
     prog = _lower_once(model, micro, loss_fn, targets)
     report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
-    layouts = shard_parameters(model, prog, groups.coords, device)
+    prec = plan.precision
+    opt = plan.optimizer
+    fsdp = opt is not None and opt.zero_stage in (2, 3) and opt.zero_axis is not None and groups.size(opt.zero_axis) > 1
+    layouts = shard_parameters(model, prog, groups.coords, device, storage_dtype(prec, fsdp) if prec.mixed else None)
     try:
         return build_program_pipeline(model, plan, prog, layouts, groups, device, recorder)
     except (PipelineError, LoweringError) as e:
@@ -455,9 +458,9 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
     groups = MeshGroups(plan.mesh, device.type)
-    if plan.pipeline is not None and plan.precision.mixed:
-        raise PlanError("a pipeline plan with precision fields does not run yet (PL514): its stages run the "
-                        "model's own modules, which the precision pass does not reach")
+    if plan.pipeline is not None and plan.precision.loss_scale is not None:
+        raise PlanError("loss scaling in a pipeline plan does not run yet (PL514): use bf16, or run the f16 plan "
+                        "without `pipeline`")
     if plan.pipeline is not None and not tensor_axes(plan):
         try:
             return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)

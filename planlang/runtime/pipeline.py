@@ -53,6 +53,7 @@ from planlang.model.load import build_model, meta_inputs, plan_loss
 from .data_parallel import DataParallelError, data_axes, zero_axis
 from .executor import sync_batch_norm
 from planlang.model.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
+from .precision import autocast, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
 from planlang.model.recompute import wrap_chain, wrap_each
@@ -121,7 +122,8 @@ def pipeline_layout(plan: CompletePlan, pp_size: int) -> PipelineLayout:
     return PipelineLayout(sched.kind, n, pp_size, m)
 
 
-def average_gradients(params: Sequence[nn.Parameter], group_list: Sequence[dist.ProcessGroup]) -> None:
+def average_gradients(params: Sequence[nn.Parameter], group_list: Sequence[dist.ProcessGroup],
+                      reduce_dtype: torch.dtype | None = None) -> None:
     """Average `.grad` over the given process groups: one flattened all-reduce per group and dtype
     (summing over each axis in turn sums over their product).
 
@@ -136,6 +138,8 @@ def average_gradients(params: Sequence[nn.Parameter], group_list: Sequence[dist.
         size *= dist.get_world_size(g)
     for grads in by_dtype.values():
         flat = torch.cat([g.reshape(-1) for g in grads])
+        if reduce_dtype is not None and flat.dtype != reduce_dtype:  # the plan's precision `reduce`
+            flat = flat.to(reduce_dtype)
         for g in group_list:
             dist.all_reduce(flat, group=g)
         flat /= size
@@ -241,6 +245,7 @@ class PipelineRunner:
         self.dp_groups, self.reduce_grads = tuple(dp_groups), reduce_grads
         # called after the schedule's backward (and the tied sums): pp x tp's own gradient sums
         self.after_backward: Callable[[], None] | None = None
+        self.reduce_dtype: torch.dtype | None = None  # the plan's precision `reduce` (average_gradients)
         self._scaled = _ScaledLoss(loss_fn, layout.microbatches)
         self._signature: tuple | None = None
         self.stages: list = []
@@ -309,7 +314,7 @@ class PipelineRunner:
         if self.after_backward is not None:
             self.after_backward()
         if self.reduce_grads and self.dp_groups:
-            average_gradients(self.parameters(), self.dp_groups)
+            average_gradients(self.parameters(), self.dp_groups, self.reduce_dtype)
         if not self.has_last:
             return None
         loss = torch.stack([x.detach() for x in losses]).sum()
@@ -558,7 +563,10 @@ class PipelinedModel:
         """The plan's optimizer over this rank's stage parameters (`cls`, `kwargs` replace the plan's)."""
 
         try:
-            return build_optimizer(self.parameters(), self.plan.optimizer, self.groups, cls=cls, **kwargs)
+            params = [p for p in self.parameters() if p.requires_grad]
+            return wrap_optimizer(params, self.plan.precision,
+                                  lambda ps: build_optimizer(ps, self.plan.optimizer, self.groups, cls=cls, **kwargs),
+                                  fsdp=bool(self.fsdp_axes), loss_scale=None)
         except OptimizerError as e:
             raise PipelineError(str(e), "fix the plan's `optimizer` or the arguments of pm.optimizer()") from e
 
@@ -664,20 +672,30 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     """`planlang.apply` for a pipeline plan: `check_pipeline_plan`, then `build_pipeline` and the
     PipelinedModel around it (pp, pp x dp, ZeRO-1 over a data axis)."""
     check_pipeline_plan(plan)
-    shapes = {n: (p.shape, p.dtype) for n, p in model.named_parameters()}
     opt = plan.optimizer
     stage = opt.zero_stage if opt is not None else 0
     z = opt.zero_axis if stage in (2, 3) else None
+    fsdp = z is not None and groups.size(z) > 1
+    prec = plan.precision
+    if prec.mixed:  # the parameters in the dtype they are stored in (FSDP2: its shards, the master copy)
+        cast_parameters(model, storage_dtype(prec, fsdp))
+        loss_fn = loss_fn or plan_loss(plan)
+        if loss_fn is not None:
+            loss_fn = in_precision(loss_fn, prec, device)
+    shapes = {n: (p.shape, p.dtype) for n, p in model.named_parameters()}
     checkpoints = plan_checkpoint_groups(plan)
     wrapped: list[list[str]] = []
 
     def ckpt(module: nn.Module) -> nn.Module:
         wrapped.extend(wrap_checkpoints(module, checkpoints))
+        if prec.mixed:
+            module.forward = in_precision(module.forward, prec, device)
         return module
 
-    if z is None or groups.size(z) == 1:
+    if not fsdp:
         runner = build_pipeline(model, plan, groups, device=device, loss_fn=loss_fn,
                                 transform_stage=lambda _i, module: ckpt(module))
+        runner.reduce_dtype = torch_dtype(prec.reduce) if prec.mixed else None
         pm = PipelinedModel(runner, plan, groups, shapes)
         pm.checkpoint_groups = wrapped
         return pm
@@ -687,7 +705,9 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
 
     def shard(_index: int, module: nn.Module) -> nn.Module:
         module = ckpt(module)  # FSDP2 goes around the wrapped modules
-        fully_shard(module, mesh=groups.device_mesh[z], reshard_after_forward=(stage == 3))
+        policy = mp_policy(prec)
+        fully_shard(module, mesh=groups.device_mesh[z], reshard_after_forward=(stage == 3),
+                    **({"mp_policy": policy} if policy is not None else {}))
         module.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - the FSDPModule API
         return module
 
@@ -696,6 +716,25 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     pm = PipelinedModel(runner, plan, groups, shapes, fsdp_axes=(z,))
     pm.checkpoint_groups = wrapped
     return pm
+
+
+def cast_parameters(model: nn.Module, dtype: torch.dtype) -> None:
+    """Every floating parameter of `model` stored in `dtype` (the plan's precision, before the cut)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.data = p.data.to(dtype)
+
+
+def in_precision(fn: Callable, prec, device) -> Callable:
+    """`fn` run under the plan's autocast (a stage's forward, the loss on the last stage)."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with autocast(prec, dev.type):
+            return fn(*args, **kwargs)
+    return run
 
 
 def plan_checkpoint_groups(plan: CompletePlan) -> list[list[str]]:

@@ -40,7 +40,7 @@ from planlang.model.lowering import Program, trained_parameters
 from planlang.model.pipeline_program import ProgramCut, cut_program
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
-from planlang.plan.types import Spec
+from planlang.plan.types import Precision, Spec
 from planlang.runtime.codegen import generate_pipeline
 from planlang.runtime.data_parallel import DataParallelError, zero_axis
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
@@ -48,6 +48,7 @@ from planlang.runtime.grad_sync import GradSync
 from planlang.runtime.pipeline import (PipelineError, PipelinedModel, PipelineRunner, TiedParameter,
                                        pipeline_layout)
 from planlang.runtime.placement import ParamLayout
+from planlang.runtime.precision import autocast, mp_policy, torch_dtype
 from planlang.runtime.redistribute import MeshGroups, redistribute
 
 
@@ -56,10 +57,11 @@ class ProgramStage(nn.Module):
     (local pieces, under the model's names) and its generated function as `forward`."""
 
     def __init__(self, index: int, fn: Callable, params: dict[str, nn.Parameter], rt: Runtime,
-                 grad_scale: dict[str, float]) -> None:
+                 grad_scale: dict[str, float], precision: Precision | None = None) -> None:
         super().__init__()
         self.index = index
         self._fn, self._rt, self._scale = fn, rt, grad_scale
+        self._precision = precision or Precision()
         for fqn, p in params.items():
             _register(self, fqn, p)
 
@@ -72,7 +74,8 @@ class ProgramStage(nn.Module):
                 for n, p in self.named_parameters(remove_duplicate=False)}
 
     def forward(self, *xs: torch.Tensor):
-        return self._fn(self._rt, self.local_parameters(), *xs)
+        with autocast(self._precision, self._rt.device.type):  # the plan's compute dtype
+            return self._fn(self._rt, self.local_parameters(), *xs)
 
 
 def _register(root: nn.Module, fqn: str, p: nn.Parameter) -> None:
@@ -99,7 +102,8 @@ class _TailLoss:
     def __call__(self, output, *targets):
         outs = output if isinstance(output, tuple) else (output,)
         params = self.last.local_parameters() if self.last is not None else {}
-        loss = self.fn(self.rt, params, *outs, *targets)
+        with autocast(self.last._precision if self.last is not None else Precision(), self.rt.device.type):
+            loss = self.fn(self.rt, params, *outs, *targets)
         return GlobalLoss.apply(loss, self.axes, self.groups) if self.axes else loss
 
 
@@ -149,16 +153,19 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
             if fsdp[1] not in prog.grad_sync.get(fqn, ()):
                 grad_scale[fqn] = 1.0 / groups.size(fsdp[1])
     params = dict(model.named_parameters())
-    stages = {s: ProgramStage(s, scope[f"stage_{s}"], {f: params[f] for f in cut.stages[s].params}, rt, grad_scale)
-              for s in mine}
+    prec = plan.precision
+    stages = {s: ProgramStage(s, scope[f"stage_{s}"], {f: params[f] for f in cut.stages[s].params}, rt, grad_scale,
+                              prec) for s in mine}
     _free_others(model, {f for s in mine for f in cut.stages[s].params})
     last = stages.get(len(cut.stages) - 1)
     loss_axes = tuple(prog.layouts[prog.loss].partial)
     loss = _TailLoss(scope["tail"], rt, last, loss_axes, groups) if last is not None else _no_loss
     if fsdp is not None:
         stage_no, z = fsdp
+        policy = mp_policy(prec)
         for st in stages.values():
-            fully_shard(st, mesh=groups.device_mesh[z], reshard_after_forward=(stage_no == 3))
+            fully_shard(st, mesh=groups.device_mesh[z], reshard_after_forward=(stage_no == 3),
+                        **({"mp_policy": policy} if policy is not None else {}))
             st.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
             st.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - gloo has no PREMUL_SUM
     runner = PipelineRunner(stages, layout, groups.group(p.axis), loss, device, dp_groups=(), reduce_grads=False,
@@ -167,7 +174,8 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     trained = trained_parameters(prog)
     sync = {n: tuple(a for a in prog.grad_sync.get(n, ()) if a not in fsdp_axes)
             for n, _ in runner.named_parameters() if n in trained}
-    grad_sync = GradSync(list(runner.named_parameters()), sync, groups, recorder, overlap=False)
+    grad_sync = GradSync(list(runner.named_parameters()), sync, groups, recorder, overlap=False,
+                         reduce_dtype=torch_dtype(prec.reduce) if prec.mixed else None)
     runner.after_backward = grad_sync.finish
     shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
               ((item, params[item[0]]) for item in layouts.items())}

@@ -78,18 +78,21 @@ def test_the_device_must_declare_the_compute_dtype():
     assert codes == []
 
 
-def test_a_pipeline_with_precision_is_refused():
-    text = HEAD.replace("dp = 4", "pp = 4") + """model gpt = "examples.gpt2.model:build"
-optimizer adamw(lr = 0.001) {
-    precision = bf16
-}
-pipeline over pp schedule gpipe microbatches 4 {
+def test_a_pipeline_runs_bf16_but_refuses_loss_scaling():
+    def codes(fields: str) -> set[str]:
+        text = HEAD.replace("dp = 4", "pp = 4") + f"""model gpt = "examples.gpt2.model:build"
+optimizer adamw(lr = 0.001) {{
+{fields}
+}}
+pipeline over pp schedule gpipe microbatches 4 {{
     stage wte, wpe, h[0:6]
     stage h[6:12], ln_f, lm_head
-}
+}}
 """
-    codes = {d.code for d in check_text(text).diagnostics}
-    assert "PL514" in codes
+        return {d.code for d in check_text(text).diagnostics}
+
+    assert "PL514" not in codes("    precision = bf16")
+    assert "PL514" in codes("    precision = bf16\n    loss_scale = dynamic")
 
 
 def test_fmt_round_trips_the_fields():

@@ -23,6 +23,9 @@ PLANS = {
     "gpt2_dp4_zero3_bf16": ("AdamW", "FSDPParallelModel"),        # FSDP2 MixedPrecisionPolicy
     "gpt2_dp2_tp2_zero1_bf16": ("MasterWeights", "ParallelModel"),  # ZeroRedundancyOptimizer on the copy
     "mlp_dp4_f16": ("MasterWeights", "ParallelModel"),            # f16 with dynamic loss scaling
+    # pipelines: the module cut (pp x dp, ZeRO-1) and the program cut (pp x tp), bf16 with the f32 master
+    "gpt2_pp2_dp2_zero1_bf16": ("MasterWeights", "PipelinedModel"),
+    "gpt2_pp2_tp2_bf16": ("MasterWeights", "ProgramPipelinedModel"),
 }
 
 
