@@ -36,6 +36,7 @@ from planlang.cost.comm import Collective, bytes_sent, collective_time, group
 from planlang.cost.layout import local_numel
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.plan.complete import CompleteMesh, CompletePlan
+from planlang.plan.data import tensor_axes
 from planlang.plan.types import Mesh
 from planlang.runtime.launch import coords_of
 
@@ -210,8 +211,9 @@ def _origin(prog) -> dict[str, str]:
 def unsupported(plan: CompletePlan) -> str:
     """Why the prediction does not cover `plan` ("" when it does): pipelines and ZeRO-2/3 (FSDP2's
     parameter all-gathers and gradient reduce-scatters) are not modelled."""
-    if plan.pipeline is not None:
-        return "the plan has a pipeline; per-step traffic is predicted for plans without one (remove `pipeline`)"
+    if plan.pipeline is not None and not tensor_axes(plan):
+        return ("the plan's pipeline runs the model's own modules; per-step traffic is predicted for plans "
+                "without one, or with tensor parallelism in its stages (remove `pipeline`)")
     stage = plan.optimizer.zero_stage if plan.optimizer is not None else 0
     if stage >= 2:
         return (f"the plan uses ZeRO-{stage}, whose FSDP2 collectives the prediction does not model; "
@@ -219,10 +221,13 @@ def unsupported(plan: CompletePlan) -> str:
     return ""
 
 
-def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
+def predict_step_traffic(plan: CompletePlan, graph_or_program, only: set[int] | None = None,
+                         loss: bool = True, sums: bool = True) -> Traffic:
     """The collectives one training step issues under `plan` (forward, loss, recomputation, backward,
     parameter-gradient sums), priced by planlang.cost. `graph_or_program` is an OpGraph (lowered here,
-    with the plan's checkpoint groups) or an already lowered Program."""
+    with the plan's checkpoint groups) or an already lowered Program. `only`: the instructions of one
+    pipeline stage (with `loss` where it runs the loss, `sums` False for a microbatch without the step's
+    gradient sums; see `stage_traffic`)."""
     # lazy: torch loads only when this runs
     from planlang.model.opgraph import OpGraph
     from planlang.model.lowering import Convert, lower, mark_checkpoints
@@ -241,11 +246,15 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     origin = _origin(prog)
     traffic = Traffic()
 
-    for ins in prog.instructions:
-        for t in _forward_of(ins, prog, "forward"):
-            traffic.add(t)
+    def mine(i: int) -> bool:
+        return only is None or i in only
 
-    loss_axes = prog.layouts[prog.loss].partial if prog.loss else ()
+    for i, ins in enumerate(prog.instructions):
+        if mine(i):
+            for t in _forward_of(ins, prog, "forward"):
+                traffic.add(t)
+
+    loss_axes = prog.layouts[prog.loss].partial if prog.loss and loss else ()
     if loss_axes:  # planlang.runtime.apply's _GlobalLoss: the local loss pieces summed over the axes
         lv = g.values.get(prog.loss) or g.values.get(origin.get(prog.loss, prog.loss))
         item = DTYPE_BYTES.get(lv.dtype, 4) if lv else 4
@@ -257,6 +266,8 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     groups = sorted(prog.checkpoint_groups)
     group_at = {end - 1: (start, end) for start, end in groups}
     for i in range(len(prog.instructions) - 1, -1, -1):
+        if not mine(i):
+            continue
         if i in group_at:
             for b in recomputed(prog, *group_at[i], req, grad):
                 for t in _forward_of(b, prog, "recompute"):
@@ -281,7 +292,29 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
     # all-reduce per axis. The runtime cuts them into DDP-style buckets (planlang.runtime.grad_sync) so the
     # sums overlap backward; an all-reduce's bytes are linear in its size, so the bytes per kind and axes
     # are those of one flat buffer (listed here as one transfer per axes)
+    if sums:
+        traffic.transfers += gradient_sums(plan, prog, only)
+    return traffic
+
+
+def gradient_sums(plan: CompletePlan, prog, only: set[int] | None = None) -> list[Transfer]:
+    """The parameter-gradient sums of one step (ParallelModel.sync_grads, a pipeline stage's GradSync):
+    one all-reduce per axes of the gradients that share them - of the parameters instructions `only`
+    read, when given (a pipeline stage)."""
+    # lazy: torch loads only when this runs
+    from planlang.model.lowering import Convert
+
+    g, mesh = prog.graph, prog.mesh
     trained = trained_parameters(prog)
+    if only is not None:
+        origin = _origin(prog)
+        read = {a for i in only for a in ([prog.instructions[i].value] if isinstance(prog.instructions[i], Convert)
+                                          else prog.instructions[i].args)}
+        read |= {origin.get(a, a) for a in read}
+        trained = {v.ref for v in g.params() if v.ref in trained and v.name in read}
+    # The runtime cuts them into DDP-style buckets (planlang.runtime.grad_sync) so the sums overlap
+    # backward; an all-reduce's bytes are linear in its size, so the bytes per kind and axes are those of
+    # one flat buffer (listed here as one transfer per axes)
     buckets: dict[tuple[str, ...], list[int]] = {}
     # with precision fields the buckets are summed in the plan's `reduce` dtype (grad_sync casts them)
     reduce = DTYPE_BYTES.get(plan.precision.reduce, 4) if plan.precision.mixed else None
@@ -291,10 +324,29 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program) -> Traffic:
             item = reduce if reduce is not None and v.dtype in ("f32", "bf16", "f16") else DTYPE_BYTES.get(v.dtype, 4)
             nbytes = local_numel(v.shape, prog.param_specs[v.ref], mesh) * item
             buckets.setdefault(axes, []).append(nbytes)
+    out: list[Transfer] = []
     for axes, sizes in buckets.items():
-        traffic.transfers += _per_axis(Collective.ALL_REDUCE, axes, sum(sizes), mesh, "grad_sync",
-                                       f"{len(sizes)} parameter gradients")
-    return traffic
+        out += _per_axis(Collective.ALL_REDUCE, axes, sum(sizes), mesh, "grad_sync", f"{len(sizes)} parameter gradients")
+    return out
+
+
+def stage_traffic(plan: CompletePlan, prog) -> list[Traffic]:
+    """Per pipeline stage of a pipeline x tensor-parallel plan, the collectives of one step: `prog` is the
+    program of one microbatch (planlang.model.pipeline_program), cut into the plan's stages; each stage
+    issues its instructions' collectives once per microbatch (the last stage also its loss's), then sums
+    its parameters' gradients once (the point-to-point sends between stages are not listed)."""
+    # lazy: torch loads only when this runs
+    from planlang.model.pipeline_program import cut_program
+
+    cut = cut_program(prog, plan)
+    m = plan.pipeline.microbatches if plan.pipeline is not None else 1
+    last = len(cut.stages) - 1
+    out = []
+    for st in cut.stages:
+        only = set(st.instructions) | (set(cut.tail) if st.index == last else set())
+        micro = predict_step_traffic(plan, prog, only, loss=st.index == last, sums=False)
+        out.append(Traffic([t for _ in range(m) for t in micro.transfers] + gradient_sums(plan, prog, only)))
+    return out
 
 
 def multi_axis_sums(prog) -> list[tuple[str, tuple[str, ...]]]:
@@ -504,6 +556,14 @@ def traffic_table(plan_path: str) -> str:
     plan = load_plan(plan_path)
     if unsupported(plan):
         raise ValueError(f"{plan_path}: {unsupported(plan)}")
+    title = os.path.relpath(plan.path) if plan.path else str(plan_path)
+    if plan.pipeline is not None:  # pipeline x tensor parallelism: each stage's collectives
+        # lazy: torch loads only when this runs
+        from planlang.model.pipeline_program import microbatch_plan
+
+        prog = lower_plan(build_model(plan.model, plan.path), microbatch_plan(plan))
+        return "".join(render_traffic(t, plan.mesh, f"{title}, stage {s} ({plan.pipeline.microbatches} microbatches)")
+                       for s, t in enumerate(stage_traffic(plan, prog)))
     prog = lower_plan(build_model(plan.model, plan.path), plan)
     traffic = predict_step_traffic(plan, prog)
     out = render_traffic(traffic, prog.mesh, os.path.relpath(plan.path) if plan.path else str(plan_path))
@@ -543,5 +603,17 @@ def step_comm_seconds(plan: CompletePlan) -> float:
     why = unsupported(plan)
     if why:
         raise ValueError(why)
-    traffic = predict_step_traffic(plan, _graph_of(plan))
-    return sum(collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in traffic.transfers)
+
+    def seconds(traffic: Traffic) -> float:
+        return sum(collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in traffic.transfers)
+
+    if plan.pipeline is not None:  # pipeline x tensor parallelism: the busiest stage's collectives
+        # lazy: torch loads only when this runs
+        from planlang.model.lowering import lower, mark_checkpoints
+        from planlang.model.pipeline_program import microbatch_plan
+
+        micro = microbatch_plan(plan)
+        prog = lower(_graph_of(micro), micro)
+        prog.checkpoint_groups = mark_checkpoints(prog, micro)
+        return max(seconds(t) for t in stage_traffic(plan, prog))
+    return seconds(predict_step_traffic(plan, _graph_of(plan)))

@@ -26,6 +26,14 @@ def measure(plan_path: str, inputs, targets) -> dict:
     pm = apply(model, plan, loss_fn=plan_loss(plan),
                targets=tuple(t.to("meta") for t in targets) if targets else None)
     dist.barrier()
+    if hasattr(pm, "runner"):  # a pipeline: forward and backward run together, microbatch by microbatch
+        pm.runner.step(*inputs, target=targets[0] if targets else None)  # builds the stages (a probe forward)
+        pm.zero_grad()
+        dist.barrier()
+        with CollectiveSpy(pm.groups) as spy:
+            spy.phase = "step"
+            pm.runner.step(*inputs, target=targets[0] if targets else None)
+        return {"rows": rows(spy.traffic), "unknown": spy.unknown}
     with CollectiveSpy(pm.groups) as spy:
         spy.phase = "forward"
         loss = pm(*inputs, *targets)
