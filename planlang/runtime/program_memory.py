@@ -30,6 +30,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from planlang.model.load import build_model, plan_loss
 from planlang.model.simulate import Existing, LiveBytes, fused_attention
 from planlang.plan.complete import CompletePlan
+from planlang.plan.data import tensor_axes
 
 from .apply import apply
 from .verify import make_batch, plan_optimizer
@@ -51,6 +52,9 @@ class ProgramMemory:
 
 def reason_not_measured(plan: CompletePlan) -> str | None:
     """Why `measure` cannot run the plan's program (None when it can)."""
+    if plan.pipeline is not None and tensor_axes(plan):
+        return ("a pipeline x tensor-parallel plan's stage programs are not run on meta yet (the simulation "
+                "uses each stage's tensor-parallel local shapes)")
     if plan.pipeline is not None:
         return "a pipeline's stages run the model's own modules"
     opt = plan.optimizer
