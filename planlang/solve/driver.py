@@ -167,11 +167,33 @@ class _Search:
             if plan is None:
                 return None
             try:
-                got = price_steps(plan, self.facts(), self.comm_time)
+                got = price_steps(plan, self.facts())
             except Exception:  # noqa: BLE001 - the full pricing says why
                 got = None
             self._steps[key] = (plan, got)
         return self._steps[key][1]
+
+    def bounded_out(self, key: tuple, fills: dict[str, Fill], choices, beat: float) -> bool:
+        """Whether the candidate's step alone exceeds `beat` (then it is recorded as bounded out): first
+        without `comm_time`'s traffic (a lower bound: the traffic is never negative), then with it (the
+        step price_plan will give; the traffic is asked for once and kept for the full pricing)."""
+        steps = self.steps(key, fills)
+        if steps is None:
+            return False
+        plan = self._steps[key][0]
+        step = steps.lower(plan, self.comm_time)
+        if step <= beat and steps.comm is None and self.comm_time is not None:
+            steps = steps.with_comm(plan, self.comm_time)
+            self._steps[key] = (plan, steps)
+            step = steps.lower(plan, self.comm_time)
+        if step <= beat:
+            return False
+        if key not in self._bounded:
+            self._bounded[key] = (choices, step)
+            self.progress(f"candidate {', '.join(f'{k}={v}' for k, v in choices)}: step "
+                          f"{'' if steps.comm is not None or self.comm_time is None else 'at least '}"
+                          f"{step * 1e3:.2f} ms > {beat * 1e3:.2f} ms, bounded out (memory not priced)")
+        return True
 
     def price(self, fills: dict[str, Fill], choices: tuple[tuple[str, str], ...],
               beat: float | None = None) -> Candidate | None:
@@ -184,35 +206,32 @@ class _Search:
             return self._priced[key]
         self.clock.check(self.clock.pricing_time())
         started = time.monotonic()
-        steps = None
-        if beat is not None and self.prune:
-            steps = self.steps(key, fills)
-            if steps is not None and steps.step_time > beat:
-                if key not in self._bounded:
-                    self._bounded[key] = (choices, steps.step_time)
-                    self.progress(f"candidate {', '.join(f'{k}={v}' for k, v in choices)}: step "
-                                  f"{steps.step_time * 1e3:.2f} ms > {beat * 1e3:.2f} ms, bounded out (memory not priced)")
-                return None
-        if steps is None and key in self._steps:  # its step alone, priced for stage 1's order
-            steps = self._steps[key][1]
+        if beat is not None and self.prune and self.bounded_out(key, fills, choices, beat):
+            return None
+        steps = self._steps[key][1] if key in self._steps else None  # its step alone, when priced
         self._priced[key] = None
         plan = self.value(key, fills)
         if plan is None:
             return None
         facts = self.facts()
         try:
+            if steps is not None:  # the traffic asked for once, for both
+                steps = steps.with_comm(plan, self.comm_time)
             priced = price_plan(plan, facts, self.comm_time, steps.comm if steps is not None else None)
         except Exception as e:  # noqa: BLE001 - a candidate the model cannot run: skip it, say why
             self.notes.append(f"skipped {', '.join(f'{k}={v}' for k, v in choices)}: {type(e).__name__}: {e}")
             return None
         self.notes.extend(priced.notes)
-        if steps is not None and priced.steps != steps.steps and self.prune:
+        negative = steps is not None and steps.comm is not None and (steps.comm.seconds or 0.0) < 0
+        if steps is not None and (priced.steps != steps.steps(plan) or negative) and self.prune:
             # the step alone is the full pricing's step (estimate.estimate_steps) unless the local model's
-            # simulation failed where its profile did not (the estimate then takes the unsharded model's):
-            # no more bounds in this search
+            # simulation failed where its profile did not (the estimate then takes the unsharded model's),
+            # and the bound before the traffic holds while the traffic is never negative: else no more
+            # bounds in this search
             self.prune = False
             self.notes.append(f"bounds by step time stopped: {', '.join(f'{k}={v}' for k, v in choices)} priced at "
-                              f"step {priced.step_time * 1e3:.6g} ms, its profile alone gave {steps.step_time * 1e3:.6g} ms")
+                              f"step {priced.step_time * 1e3:.6g} ms, its profile alone gave "
+                              f"{max(steps.steps(plan)) * 1e3:.6g} ms")
         c = Candidate(choices, plan, priced.peak, priced.step_time, priced.fits, priced.rows, priced.steps)
         self.tried.append(c)
         self._priced[key] = c
@@ -240,7 +259,8 @@ class _Search:
         return self.price(fills, choices_of(assign, micro, zero, specs, ckpt, stages), beat)
 
     def steps_at(self, assign: dict, micro: int | None) -> float | None:
-        """Stage 1's candidate of this mesh: its step time alone (None when it cannot be had)."""
+        """Stage 1's candidate of this mesh: its step time alone, without `comm_time`'s traffic (a lower
+        bound; None when it cannot be had)."""
         try:
             fills = self.space.fills(assign, micro, 0, {}, None, "flops")
         except SolveError:
@@ -252,7 +272,7 @@ class _Search:
             c = self._priced[key]
             return None if c is None else c.step_time
         got = self.steps(key, fills)
-        return None if got is None else got.step_time
+        return None if got is None else got.lower(self._steps[key][0], self.comm_time)
 
     def best(self, cands) -> Candidate | None:
         return best(cands, self.objective)

@@ -66,32 +66,45 @@ def communication(plan: CompletePlan, comm_time) -> Comm:
 
 @dataclass(frozen=True)
 class Steps:
-    """A candidate's step times priced without its memory (price_steps): each row's step, exactly as
-    price_plan gives it, and `comm_time`'s answer, which price_plan then reuses."""
+    """A candidate's step times priced without its memory (price_steps): each row's (estimator step,
+    parameter bytes) from the local model's profile, and — once `with_comm` has asked `comm_time` — its
+    answer, which price_plan then reuses."""
 
-    steps: tuple[float, ...]
-    comm: Comm | None
+    rows: tuple[tuple[float, int], ...]
+    comm: Comm | None = None  # None: not asked (or no `comm_time`)
 
-    @property
-    def step_time(self) -> float:
-        return max(self.steps)
+    def lower(self, plan: CompletePlan, comm_time) -> float:
+        """The slowest row's step as price_plan gives it, or, when `comm_time`'s traffic is not priced
+        yet, a lower bound on it: the estimator's step without its data-parallel all-reduce (the
+        traffic, never negative, replaces that all-reduce)."""
+        if comm_time is None:
+            return max(step for step, _ in self.rows)
+        if self.comm is None:
+            return max(step - sync_seconds(plan, params) for step, params in self.rows)
+        return max(self.steps(plan))
+
+    def steps(self, plan: CompletePlan) -> tuple[float, ...]:
+        """Each row's step as price_plan gives it (with the traffic when it was asked for)."""
+        if self.comm is None or self.comm.seconds is None:
+            return tuple(step for step, _ in self.rows)
+        return tuple(step - sync_seconds(plan, params) + self.comm.seconds for step, params in self.rows)
+
+    def with_comm(self, plan: CompletePlan, comm_time) -> "Steps":
+        """These steps with `comm_time`'s traffic priced (itself without a `comm_time` or once asked)."""
+        if comm_time is None or self.comm is not None:
+            return self
+        return Steps(self.rows, communication(plan, comm_time))
 
 
-def price_steps(plan: CompletePlan, facts: ModelFacts,
-                comm_time: Callable[[CompletePlan], float] | None = None) -> Steps | None:
-    """Each device class's step for `plan` as price_plan prices it, from the profile of the local model
-    alone (planlang.model.estimate.estimate_steps: no simulated step, no memory); None when the
-    estimator cannot profile the local model."""
+def price_steps(plan: CompletePlan, facts: ModelFacts) -> Steps | None:
+    """Each device class's estimator step for `plan` from the profile of the local model alone
+    (planlang.model.estimate.estimate_steps: no simulated step, no memory), the traffic not yet priced;
+    None when the estimator cannot profile the local model."""
     # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_steps
 
     rows = estimate_steps(plan, facts=facts.modules, cache=facts.estimates)
-    if rows is None:
-        return None
-    comm = communication(plan, comm_time) if comm_time is not None else None
-    if comm is None or comm.seconds is None:
-        return Steps(tuple(step for step, _ in rows), comm)
-    return Steps(tuple(step - sync_seconds(plan, params) + comm.seconds for step, params in rows), comm)
+    return None if rows is None else Steps(rows)
 
 
 def step_times(plan: CompletePlan, rows, comm_time=None,

@@ -2,8 +2,8 @@
 profile, no simulated step) exceeds that of a plan that fits, where the search compares it with that
 plan, is not priced in full. The search then meets the same candidates, takes the same path and writes
 the same plan and header, byte for byte, as the search that prices every candidate in full
-(`solve(..., prune=False)`); the step time of each candidate bounded out is the one the full pricing
-gives it."""
+(`solve(..., prune=False)`); the step time each candidate is bounded out by is never above the one the
+full pricing gives it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -62,8 +62,8 @@ def _same(path: str, comm: bool) -> int:
     assert len(pruned.tried) + len(pruned.bounded) == len(full.tried)
     for c in pruned.tried:
         assert (c.step_time, c.peak, c.fits) == (met[c.choices].step_time, met[c.choices].peak, met[c.choices].fits)
-    for choices, step in pruned.bounded:
-        assert step == pytest.approx(met[choices].step_time, rel=1e-12, abs=0)
+    for choices, step in pruned.bounded:  # the step alone, or below it before the traffic is priced
+        assert step <= met[choices].step_time * (1 + 1e-12)
         assert step > pruned.best.step_time and pruned.best.fits
     return len(pruned.bounded)
 
@@ -71,7 +71,7 @@ def _same(path: str, comm: bool) -> int:
 def test_a_3d_mesh_search_bounds_out_slow_meshes_and_writes_the_same_plan(tmp_path):
     path = tmp_path / "small_3d.plan"
     path.write_text(SMALL_3D.replace("BUDGET", "40 GiB"))
-    assert _same(str(path), comm=True) >= 5  # stage 1's slow meshes at least
+    assert _same(str(path), comm=True) > 0  # stage 1's slow meshes
     assert _same(str(path), comm=False) >= 5
 
 
