@@ -90,3 +90,26 @@ def test_each_rank_issues_its_stages_predicted_collectives(results, config):
         want = _totals(r["predicted"][stage])
         assert want, "nothing predicted"
         assert _totals(got["rows"]) == want, f"rank {rank} (stage {stage})"
+
+
+def test_traffic_table_has_a_table_per_stage_and_the_solver_prices_the_busiest():
+    from planlang.cost.comm import collective_time, group
+    from planlang.model.load import build_model
+    from planlang.model.pipeline_program import microbatch_plan
+    from planlang.runtime.apply import load_plan, lower_plan
+    from planlang.runtime.traffic import stage_traffic, step_comm_seconds, traffic_table
+
+    path = PLANS / "gpt2_3d_cpu.plan"
+    text = traffic_table(str(path))
+    assert text.count("stage 0 (4 microbatches)") == 1 and text.count("stage 1 (4 microbatches)") == 1
+    assert "\nrecompute " in text and "\ngrad_sync " in text and "\nloss " in text
+    plan = load_plan(path)
+    prog = lower_plan(build_model(plan.model, plan.path), microbatch_plan(plan))
+    stages = stage_traffic(plan, prog)
+    # the last stage's forward sums: the boundary's partial value (1) and its two blocks' (2 x 2), per microbatch
+    forward = [t for t in stages[1].transfers if t.phase == "forward" and t.axes == ("tp",)]
+    assert len(forward) == 4 * 5
+    # the solver's comm_time prices the busiest stage's collectives (it refused pipelines before)
+    busiest = max(sum(collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in st.transfers)
+                  for st in stages)
+    assert busiest > 0 and step_comm_seconds(plan) == pytest.approx(busiest)
