@@ -80,3 +80,14 @@ def run(rank: int, world: int, port: int, plans: list[str], out_dir: str) -> Non
     from planlang.runtime.teardown import leave
 
     leave()  # barrier, destroy, exit without finalization (see teardown.py)
+
+
+def assert_within_bounds(rows: list[dict]) -> None:
+    """Three verify steps, each error within the bound verify judged it against, and the optimizer stepped."""
+    assert len(rows) == 3
+    for row in rows:
+        assert row["loss_rel_err"] <= row["loss_bound"], row
+        assert row["grad_rel_err"] <= row["grad_bound"], row
+        assert row["param_rel_err"] <= row["param_bound"], row
+        assert row["worst_grad"], "no gradient was compared"
+    assert rows[2]["loss_reference"] != rows[0]["loss_reference"]  # the optimizer really stepped

@@ -7,26 +7,16 @@ not; the point-to-point sends between stages are not predicted). The same predic
 what bench/runtime_overhead.py's gpt2-pp2xtp2 case measured with torch.profiler on rank 0."""
 from __future__ import annotations
 
-import json
-import socket
-import threading
 from collections import defaultdict
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from tests.runtime import traffic_worker
 
 PLANS = Path(__file__).parent / "plans"
 CONFIGS = ["gpt2_pp2_tp2", "gpt2_3d_cpu_4"]
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _plan_path(config: str, out: Path) -> str:
@@ -65,10 +55,7 @@ def results(tmp_path_factory):
         path = _plan_path(c, out)
         inputs, targets, predicted[c] = _predict(path)
         jobs.append((path, inputs, targets))
-    method = "fork" if threading.active_count() == 1 else "spawn"
-    mp.start_processes(traffic_worker.run, args=(4, _port(), jobs, str(out)), nprocs=4, join=True,
-                       start_method=method)
-    data = json.loads((out / "traffic.json").read_text())
+    data = traffic_worker.launch(jobs, str(out))
     return {Path(k).stem: {"predicted": predicted[Path(k).stem], "measured": v} for k, v in data.items()}
 
 

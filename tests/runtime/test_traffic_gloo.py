@@ -12,16 +12,12 @@ prediction comes from the lowered program and planlang.cost alone. Compared on e
 from __future__ import annotations
 
 import functools
-import json
 import math
-import socket
-import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 from tests.runtime import traffic_worker
 
@@ -31,12 +27,6 @@ CONFIGS = ["mlp_dp4", "mlp_tp4", "mlp_dp2_tp2", "gpt2_tp4", "gpt2_dp2_tp2_ckpt",
            "gpt2_tp4_ckpt_pinned", "gpt2_tp4_vocab_parallel"]
 # measured phase -> the predicted phases it covers
 PHASES = {"forward": ("forward", "loss"), "backward": ("recompute", "backward"), "grad_sync": ("grad_sync",)}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _predict(plan_path: str):
@@ -92,11 +82,8 @@ def results(tmp_path_factory):
         inputs, targets, predicted[c] = _predict(path)
         jobs.append((path, inputs, targets))
     # fork: the workers inherit the imports and the conversion-path caches the prediction warmed up (a
-    # third of spawn's time here); spawn where other threads run, which a fork would not carry along
-    method = "fork" if threading.active_count() == 1 else "spawn"
-    mp.start_processes(traffic_worker.run, args=(4, _port(), jobs, str(out)), nprocs=4, join=True,
-                       start_method=method)
-    data = json.loads((out / "traffic.json").read_text())
+    # third of spawn's time here)
+    data = traffic_worker.launch(jobs, str(out))
     return {Path(k).stem: {"predicted": predicted[Path(k).stem], "measured": v} for k, v in data.items()}
 
 

@@ -72,3 +72,22 @@ def run(rank: int, world: int, port: int, jobs: list, out_dir: str) -> None:
     from planlang.runtime.teardown import leave
 
     leave()  # barrier, destroy, exit without finalization (see teardown.py)
+
+
+def launch(jobs: list, out_dir: str, world: int = 4) -> dict:
+    """Run `jobs` ((plan path, inputs, targets) each) on `world` gloo ranks; plan path -> every rank's
+    records. Fork where this process runs no other thread (the workers inherit its imports and the
+    conversion-path caches the prediction warmed up), spawn otherwise."""
+    import json
+    import socket
+    import threading
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    method = "fork" if threading.active_count() == 1 else "spawn"
+    mp.start_processes(run, args=(world, port, jobs, out_dir), nprocs=world, join=True, start_method=method)
+    with open(os.path.join(out_dir, "traffic.json")) as f:
+        return json.load(f)
