@@ -98,20 +98,13 @@ def _any_rank(flag: bool, device) -> bool:
     return bool(t.item() > 0)
 
 
-class MasterWeights(torch.optim.Optimizer):
-    """An optimizer over parameters kept in a narrow dtype whose step is taken on a copy in the master
-    dtype: `inner` (a torch optimizer, ZeroRedundancyOptimizer included, built by `make(masters)`) steps
-    the copy; the result is copied back into the parameters. With a `LossScale`, the gradients are
-    divided by its value in the master dtype and a step whose gradients overflowed on any rank is
-    skipped. `zero_grad` clears the parameters' gradients."""
+class _Wrapping(torch.optim.Optimizer):
+    """An optimizer that steps through `inner`: its groups and state are the inner optimizer's (so
+    schedulers and checkpoints see them), with torch.optim.Optimizer's hook bookkeeping."""
 
-    def __init__(self, params: list[torch.Tensor], master: torch.dtype, make, loss_scale: LossScale | None = None):
-        self.params = list(params)
-        self.masters = [p.detach().to(master).clone().requires_grad_(True) for p in self.params]
-        self.inner = make(self.masters)
-        self.loss_scale = loss_scale
-        # torch.optim.Optimizer's bookkeeping, so schedulers and hooks see the inner groups
-        self.defaults = self.inner.defaults
+    def _wrap(self, inner: torch.optim.Optimizer) -> None:
+        self.inner = inner
+        self.defaults = inner.defaults
         self._optimizer_step_pre_hooks: dict = {}
         self._optimizer_step_post_hooks: dict = {}
 
@@ -122,6 +115,20 @@ class MasterWeights(torch.optim.Optimizer):
     @property
     def state(self):
         return self.inner.state
+
+
+class MasterWeights(_Wrapping):
+    """An optimizer over parameters kept in a narrow dtype whose step is taken on a copy in the master
+    dtype: `inner` (a torch optimizer, ZeroRedundancyOptimizer included, built by `make(masters)`) steps
+    the copy; the result is copied back into the parameters. With a `LossScale`, the gradients are
+    divided by its value in the master dtype and a step whose gradients overflowed on any rank is
+    skipped. `zero_grad` clears the parameters' gradients."""
+
+    def __init__(self, params: list[torch.Tensor], master: torch.dtype, make, loss_scale: LossScale | None = None):
+        self.params = list(params)
+        self.masters = [p.detach().to(master).clone().requires_grad_(True) for p in self.params]
+        self._wrap(make(self.masters))
+        self.loss_scale = loss_scale
 
     def state_dict(self):
         return {"inner": self.inner.state_dict(), "masters": [m.detach() for m in self.masters],
@@ -170,23 +177,13 @@ class MasterWeights(torch.optim.Optimizer):
                 p.grad.zero_()
 
 
-class ScaledOptimizer(torch.optim.Optimizer):
+class ScaledOptimizer(_Wrapping):
     """Loss scaling without a master copy (f16 parameters stepped in f16, or f32 parameters under f16
     autocast): gradients divided by the scale before `inner.step`, the step skipped on an overflow."""
 
     def __init__(self, inner: torch.optim.Optimizer, loss_scale: LossScale):
-        self.inner, self.loss_scale = inner, loss_scale
-        self.defaults = inner.defaults
-        self._optimizer_step_pre_hooks: dict = {}
-        self._optimizer_step_post_hooks: dict = {}
-
-    @property
-    def param_groups(self):
-        return self.inner.param_groups
-
-    @property
-    def state(self):
-        return self.inner.state
+        self._wrap(inner)
+        self.loss_scale = loss_scale
 
     def state_dict(self):
         return self.inner.state_dict()

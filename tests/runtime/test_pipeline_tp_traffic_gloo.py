@@ -11,7 +11,6 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.runtime import traffic_worker
 
@@ -31,19 +30,9 @@ def _plan_path(config: str, out: Path) -> str:
 
 
 def _predict(plan_path: str):
-    from planlang.model.load import build_model, plan_loss
-    from planlang.model.pipeline_program import microbatch_plan
-    from planlang.runtime.apply import load_plan, lower_plan
     from planlang.runtime.traffic import stage_traffic
-    from planlang.runtime.verify import make_batch
 
-    plan = load_plan(plan_path)
-    torch.manual_seed(0)
-    model = build_model(plan.model, plan.path, device="cpu")
-    loss_fn = plan_loss(plan)
-    inputs, targets = make_batch(model, plan, loss_fn, 1)
-    m = plan.pipeline.microbatches
-    prog = lower_plan(model, microbatch_plan(plan), loss_fn, tuple(t[: t.shape[0] // m].to("meta") for t in targets))
+    plan, prog, inputs, targets = traffic_worker.lowered_with_batch(plan_path, microbatch=True)
     return inputs, targets, [traffic_worker.rows(t) for t in stage_traffic(plan, prog)]
 
 

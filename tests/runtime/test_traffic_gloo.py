@@ -31,17 +31,9 @@ PHASES = {"forward": ("forward", "loss"), "backward": ("recompute", "backward"),
 
 def _predict(plan_path: str):
     """The batch of one step and the predicted traffic, from the plan alone (no process group)."""
-    from planlang.model.load import build_model, plan_loss
-    from planlang.runtime.apply import load_plan, lower_plan
     from planlang.runtime.traffic import predict_step_traffic
-    from planlang.runtime.verify import make_batch
 
-    plan = load_plan(plan_path)
-    torch.manual_seed(0)
-    model = build_model(plan.model, plan.path, device="cpu")
-    loss_fn = plan_loss(plan)
-    inputs, targets = make_batch(model, plan, loss_fn, 1)
-    prog = lower_plan(model, plan, loss_fn, tuple(t.to("meta") for t in targets) if targets else None)
+    plan, prog, inputs, targets = traffic_worker.lowered_with_batch(plan_path)
     return inputs, targets, traffic_worker.rows(predict_step_traffic(plan, prog))
 
 

@@ -12,6 +12,28 @@ def rows(traffic) -> list:
     return [[t.kind.value, list(t.axes), t.full_bytes, t.bytes, t.phase, t.what] for t in traffic.transfers]
 
 
+def lowered_with_batch(plan_path: str, microbatch: bool = False):
+    """(plan, program, inputs, targets) of one step, from the plan alone (no process group): the model
+    built on the CPU from seed 0, verify's batch, the program lowered - for one microbatch of a
+    pipeline's batch with `microbatch` (planlang.model.pipeline_program)."""
+    import torch
+
+    from planlang.model.load import build_model, plan_loss
+    from planlang.model.pipeline_program import microbatch_plan
+    from planlang.runtime.apply import load_plan, lower_plan
+    from planlang.runtime.verify import make_batch
+
+    plan = load_plan(plan_path)
+    torch.manual_seed(0)
+    model = build_model(plan.model, plan.path, device="cpu")
+    loss_fn = plan_loss(plan)
+    inputs, targets = make_batch(model, plan, loss_fn, 1)
+    m = plan.pipeline.microbatches if microbatch and plan.pipeline is not None else 1
+    example = tuple(t[: t.shape[0] // m].to("meta") for t in targets) if targets else None
+    prog = lower_plan(model, microbatch_plan(plan) if m > 1 else plan, loss_fn, example)
+    return plan, prog, inputs, targets
+
+
 def measure(plan_path: str, inputs, targets) -> dict:
     import torch
     import torch.distributed as dist
