@@ -631,16 +631,13 @@ def solve(
 
     _validated_plan(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
 
-    # lazy: loaded by this command only, so `check` and `fmt` start fast
-    from planlang.runtime.traffic import step_comm_seconds
-
     failure = None
     with captured_output() as (user_err, captured):  # banners, logging, warnings: not the user's
         t0, say = say.t0, SolveProgress(user_err)
         say.t0 = t0  # elapsed from the command's start
         try:
-            # candidates' communication: every collective the lowered plan issues, priced by the cost model
-            res = run_solve(str(plan), objective.value, say, comm_time=step_comm_seconds, time_limit=time_limit,
+            # candidates are priced by planlang.model.step_time, as `planlang estimate` prices the result
+            res = run_solve(str(plan), objective.value, say, time_limit=time_limit,
                             started=t0)  # the limit bounds the whole command, model checks included
         except Infeasible as e:
             failure = (1, f"error[{INFEASIBLE}]: {e}")

@@ -70,9 +70,10 @@ from .load import build_model, meta_inputs, model_loss
 from .profile import profile_model
 from .recompute import wrap_chain, wrap_each
 from .simulate import simulate_step
+from .step_time import StageWork, StepTime, lowered_traffic, plan_traffic, stage_seconds, step_times
+from .traffic import Traffic, ZeroUnit, fsdp_numel
 from .source import imported_source, model_source
 from .trace import probe_modules
-from planlang.cost.comm import Collective, compute_time, price
 
 STATE_ELEMENTS = {  # optimizer state elements per parameter element (fp32)
     "adam": 2, "adamw": 2, "lion": 1, "momentum": 1, "rmsprop": 1, "adagrad": 1, "sgd": 0, "adafactor": 0,
@@ -100,6 +101,7 @@ class DeviceEstimate:
     # a pipeline rank's model stages (several under an interleaved schedule) and each one's step time
     stages: tuple[int, ...] = ()
     stage_times: tuple[float, ...] = ()
+    step: StepTime | None = None  # step_time by the parts of planlang.model.step_time's formula
 
     def __str__(self) -> str:
         return f"{self.device}: peak {format_bytes(self.peak)}"
@@ -407,13 +409,13 @@ def _sized(prec: T.Precision, ps, which: str) -> int:
 
 
 def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
-                   cache: dict | None = None) -> tuple[tuple[float, int], ...] | None:
-    """Each row's (step seconds, parameter bytes) exactly as `estimate_plan` gives them, from the
-    profile of the local model alone — no simulated step (the expensive half of an estimate, and the
-    only one memory needs). The solver prices a candidate's step time this way first and skips its
-    memory when that step cannot win (planlang.solve.driver). The profile is kept in `cache` (or the
-    module's), where `estimate_plan` finds it. None when the local model cannot be profiled (the
-    estimate then falls back to the unsharded model)."""
+                   cache: dict | None = None) -> "StepInputs | None":
+    """What each row's step time comes from, exactly as `estimate_plan` prices it, from the profile of the
+    local model alone — no simulated step (the expensive half of an estimate, and the only one memory
+    needs). The solver prices a candidate's step time this way first and skips its memory when that step
+    cannot win (planlang.solve.driver). The profile is kept in `cache` (or the module's), where
+    `estimate_plan` finds it. None when the local model cannot be profiled (the estimate then falls back
+    to the unsharded model)."""
     if plan.model is None:
         raise ValueError("the plan declares no model")
     facts, model_key = _model_facts(plan, facts)
@@ -434,31 +436,54 @@ def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
         except Exception:  # noqa: BLE001 - estimate_plan falls back to the unsharded model; no step here
             return None
         _cache_put(profiled, profile_key, prof, size)
-    opt = plan.optimizer
-    zero = opt.zero_stage if opt else 0
-    zero_n = _axis_product(plan.mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
-    fsdp = zero >= 2 and zero_n > 1
     prec = plan.precision
     stages = sorted(set(stage_of.values())) if stage_of else [None]
     total = sum(m.saved_bytes for m in prof.modules.values()) or 1
-    rows, parts = [], []
+    work, units = [], []
     for s in stages:  # as estimate_plan's loop over stages
         mine = [p for p in params.values() if s is None or s in p.stages]
-        p_bytes = _sized(prec, mine, "params")
-        params_b = _sized(prec, mine, "master") // zero_n if fsdp else p_bytes
         frac = 1.0 if s is None else sum(m.saved_bytes for n, m in prof.modules.items() if stage_of.get(n) == s) / total
-        flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
-        rows.append((_step_time(plan, flops, _sized(prec, mine, "reduce"), efficiency), params_b))
-        parts.append((flops, p_bytes, params_b))
-    if plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved":  # as _per_rank
-        p = len(parts) // plan.pipeline.schedule.chunks
-        return tuple((_step_time(plan, sum(x[0] for x in parts[r::p]), sum(x[1] for x in parts[r::p]), efficiency),
-                      sum(x[2] for x in parts[r::p])) for r in range(p))
-    return tuple(rows)
+        work.append(StageWork(prof.total_fwd_flops * frac * micro, prof.total_bwd_flops * frac * micro))
+        units.append(_zero_unit(plan, s, mine, mine))
+    return StepInputs(tuple(work), tuple(units))
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    """What planlang.model.step_time needs of a plan besides its lowered program's traffic: each model
+    stage's work and the bytes of its parameters (a ZeroUnit). `steps(plan, lowered)` gives each row's
+    step as `estimate_plan` does with that traffic; `lower_bound(plan)` a step no larger, without it."""
+
+    work: tuple[StageWork, ...]
+    units: tuple[ZeroUnit, ...]
+
+    def steps(self, plan: CompletePlan, lowered: list[Traffic] | None, efficiency: float = 0.5) -> list[StepTime]:
+        return step_times(plan, list(self.work), plan_traffic(plan, list(self.units), lowered), efficiency)
+
+    def lower_bound(self, plan: CompletePlan, efficiency: float = 0.5) -> list[StepTime]:
+        """Each row's step without the program's collectives: never above `steps` (every exposed part
+        grows with the communication). Exact for a pipeline without tensor parallelism (no program)."""
+        if plan.pipeline is not None and not tensor_axes(plan):
+            return self.steps(plan, None, efficiency)
+        return self.steps(plan, [Traffic() for _ in self.units], efficiency)
+
+
+def _zero_unit(plan: CompletePlan, s: int | None, mine: list, learn: list) -> ZeroUnit:
+    """A stage's parameters as the step-time model prices their collectives: gathered in `params`,
+    gradients summed in `reduce`, each padded as FSDP2 pads it under ZeRO-2/3 (traffic.fsdp_numel)."""
+    prec, opt = plan.precision, plan.optimizer
+    shards = _axis_product(plan.mesh, [opt.zero_axis]) if opt and opt.zero_stage >= 2 and opt.zero_axis else 1
+
+    def size(p, which: str) -> int:
+        return fsdp_numel(p.local, shards) * (prec.bytes(which) if prec.mixed else p.itemsize)
+
+    return ZeroUnit("model" if s is None else f"stage {s}", tuple(size(p, "params") for p in mine),
+                    sum(size(p, "reduce") for p in learn))
 
 
 def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str = "flat",
-                  facts=None, program=None, cache: dict | None = None) -> list[DeviceEstimate]:
+                  facts=None, program=None, cache: dict | None = None,
+                  traffic: "list[Traffic] | str | None" = None, graph=None) -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
 
     `grad_sync` is how data-parallel gradients are summed: "flat" is the planlang runtime (one flat
@@ -470,7 +495,10 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     lowered program, run on meta - what the planlang runtime executes; each row's notes say which
     plans keep the simulation of the model's code, and why. `cache`: a dict the caller keeps for the
     plans of one model (the solver's planlang.solve.facts.ModelFacts, one per solve), holding the
-    simulations and profiles of local models in place of the module's bounded caches."""
+    simulations and profiles of local models in place of the module's bounded caches. `traffic`: the
+    lowered program's collectives (planlang.model.step_time.lowered_traffic) when the caller has them,
+    or why it could not lower the plan; lowered here otherwise (`graph`: the model's op graph, when the
+    caller has it)."""
     if grad_sync not in GRAD_SYNC:
         raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC)}, not {grad_sync!r}")
     if plan.model is None:
@@ -516,6 +544,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     copy = prec.mixed and prec.master_copy and not fsdp  # planlang.runtime.precision.MasterWeights
     out = []
     parts: list[_StagePart] = []
+    work, units = [], []
     for s in stages:
         # a parameter tied across stages has a copy on each (planlang.runtime.pipeline sums their gradients)
         mine = [p for p in params.values() if s is None or s in p.stages]
@@ -607,18 +636,40 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         transient = backward_phase - acts
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
-        flops = (prof.total_fwd_flops + prof.total_bwd_flops) * frac * micro
-        step = _step_time(plan, flops, sized(mine, "reduce"), efficiency)
+        work.append(StageWork(prof.total_fwd_flops * frac * micro, prof.total_bwd_flops * frac * micro))
+        units.append(_zero_unit(plan, s, mine, learn))
         row = DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
-                             acts, transient + opt_tmp, peak, step, tuple(notes), step_temporaries=opt_tmp,
-                             stages=() if s is None else (s,), stage_times=() if s is None else (step,))
+                             acts, transient + opt_tmp, peak, 0.0, tuple(notes), step_temporaries=opt_tmp,
+                             stages=() if s is None else (s,))
         row = _from_program(row, plan, program) if program is not None else row
         out.append(row)
         if s is not None:
-            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, flat_copy, flops, p_bytes))
+            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, flat_copy))
     if plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved":
-        return _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1, efficiency)
-    return out
+        out = _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1)
+    return _with_steps(plan, out, StepInputs(tuple(work), tuple(units)), traffic, graph, efficiency)
+
+
+def _with_steps(plan: CompletePlan, rows: list[DeviceEstimate], inputs: "StepInputs", traffic, graph,
+                efficiency: float) -> list[DeviceEstimate]:
+    """`rows` with their step times (planlang.model.step_time) and each stage's busy time. The program is
+    lowered here unless the caller passes its `traffic` (or why it could not lower it); without it the
+    gradient sums are priced from the parameters, and the rows say so."""
+    note = ""
+    if traffic is None:
+        try:
+            traffic = lowered_traffic(plan, graph)
+        except Exception as e:  # noqa: BLE001 - a plan the lowering refuses is still estimated; the note says how
+            traffic = f"{type(e).__name__}: {e}"
+    if isinstance(traffic, str):
+        note = (f"step time without the program's collectives (the plan could not be lowered: {traffic}); "
+                "gradient sums priced from the parameters")
+        traffic = None
+    staged = plan_traffic(plan, list(inputs.units), traffic)
+    steps = step_times(plan, list(inputs.work), staged, efficiency)
+    busy = stage_seconds(plan, list(inputs.work), staged, efficiency) if plan.pipeline is not None else []
+    return [dataclasses.replace(r, step_time=st.total, step=st, stage_times=tuple(busy[s] for s in r.stages),
+                                notes=r.notes + ((note,) if note else ())) for r, st in zip(rows, steps)]
 
 
 @dataclass(frozen=True)
@@ -630,12 +681,10 @@ class _StagePart:
     backward_transient: int  # beyond its saved activations at its backward's peak (ZeRO's gathers included)
     learn: list
     flat_copy: int
-    flops: float
-    p_bytes: int
 
 
-def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: int, whole: bool,
-              efficiency: float) -> list[DeviceEstimate]:
+def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: int,
+              whole: bool) -> list[DeviceEstimate]:
     """One row per pipeline rank of an interleaved schedule: rank r holds model stages r, r + p, ...
     (planlang.plan.schedule), and a device's memory is that of all of them.
 
@@ -659,14 +708,12 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
         opt_tmp = _optimizer_temporaries(plan, [q for x in mine for q in x.learn], states, shards, whole=whole,
                                          gradient_copy=sum(x.flat_copy for x in mine))
         peak = kept + max(acts[r] + transient, grads + opt_tmp)
-        step = _step_time(plan, sum(x.flops for x in mine), sum(x.p_bytes for x in mine), efficiency)
         notes = tuple(dict.fromkeys(n for x in rows for n in x.notes))
         stages = tuple(s for x in rows for s in x.stages)
         out.append(DeviceEstimate(f"rank {r} (stages {', '.join(map(str, stages))})",
                                   sum(x.parameters for x in rows), grads, sum(x.optimizer for x in rows),
-                                  sum(x.buffers for x in rows), acts[r], transient + opt_tmp, peak, step, notes,
-                                  step_temporaries=opt_tmp, stages=stages,
-                                  stage_times=tuple(t for x in rows for t in x.stage_times)))
+                                  sum(x.buffers for x in rows), acts[r], transient + opt_tmp, peak, 0.0, notes,
+                                  step_temporaries=opt_tmp, stages=stages))
     return out
 
 
@@ -835,17 +882,6 @@ def _step_temporaries(plan: CompletePlan, mine: list[_Param], states: int, shard
     return sum(math.prod(p.local) * itemsize for p in mine) // shards
 
 
-def _step_time(plan: CompletePlan, flops: float, grad_bytes: int, efficiency: float) -> float:
-    mesh = plan.mesh
-    if mesh is None or mesh.device is None or not mesh.device.flops:
-        return float("nan")
-    t = compute_time(flops, mesh, plan.precision.compute, efficiency)
-    axes = data_axes(plan, trivial=False)
-    if axes:
-        t += price(Collective.ALL_REDUCE, mesh, axes, grad_bytes).seconds
-    return t
-
-
 def render_table(plan: CompletePlan, rows: list[DeviceEstimate]) -> str:
     budget = plan.budget.bytes if plan.budget else None
     w = max([12] + [len(r.device) for r in rows])  # "rank 0 (stages 0, 2)" under an interleaved schedule
@@ -857,6 +893,7 @@ def render_table(plan: CompletePlan, rows: list[DeviceEstimate]) -> str:
         lines.append(f"{r.device:{w}} {format_bytes(r.parameters):>11} {format_bytes(r.gradients):>11} "
                      f"{format_bytes(r.optimizer):>11} {format_bytes(r.buffers):>11} {format_bytes(r.activations):>12} "
                      f"{format_bytes(r.transient):>11} {format_bytes(r.peak):>11} {fit:>8} {r.step_time * 1e3:>8.2f}ms")
+    lines += [f"step time, {r.device}: {r.step}" for r in rows if r.step is not None]
     lines += [f"note: {n}" for n in dict.fromkeys(n for r in rows for n in r.notes)]  # once, not per row
     if plan.precision.mixed:
         lines.append(f"precision: {precision_summary(plan)}")

@@ -14,7 +14,7 @@ from planlang.lang.diagnostics import Diagnostic, Severity
 from planlang.plan.complete import CompletePlan, IncompletePlan, complete
 
 from .memory import MemoryBar, memory_bar
-from .schedule import ScheduleError, SimulatedSchedule, simulate
+from planlang.cost.schedule import ScheduleError, SimulatedSchedule, simulate
 from planlang.lang.render import render
 
 # A backward pass needs about twice the forward's FLOPs (gradients for both the input and the weights;

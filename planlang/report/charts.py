@@ -9,7 +9,7 @@ from pathlib import Path
 from planlang.plan.units import format_bytes
 
 from .memory import CLASSES, MemoryBar
-from .schedule import SimulatedSchedule, closed_form_bubble
+from planlang.cost.schedule import SimulatedSchedule, closed_form_bubble
 
 COLORS = dict(zip(CLASSES, ("#4c72b0", "#8172b3", "#937860", "#55a868", "#a6d4a0", "#dd8452", "#f2c09a",
                             "#e8b07a")))

@@ -96,8 +96,7 @@ class _Search:
     """One solve: the input read once (`resolution`), its holes (`holes`) and their options (`space`),
     the model's facts (built at the first candidate), the clock, and every candidate priced."""
 
-    def __init__(self, path: str, objective: str, progress: Callable[[str], None] | Reporter,
-                 comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
+    def __init__(self, path: str, objective: str, progress: Callable[[str], None] | Reporter, alpha: float = ALPHA,
                  time_limit: float | None = None, started: float | None = None, prune: bool = True) -> None:
         self.clock = Clock(time_limit, started)
         self.prune = prune and objective == "time"  # bounds by step time: the time objective only
@@ -106,7 +105,6 @@ class _Search:
         self.objective = objective
         self.report = reporter(progress)
         self.progress = self.report.message
-        self.comm_time = comm_time
         self.alpha = alpha
         self.resolution = Resolver().resolve_file(path)  # the only parse of a solve
         res = check_resolution(self.resolution, path)
@@ -175,23 +173,23 @@ class _Search:
 
     def bounded_out(self, key: tuple, fills: dict[str, Fill], choices, beat: float) -> bool:
         """Whether the candidate's step alone exceeds `beat` (then it is recorded as bounded out): first
-        without `comm_time`'s traffic (a lower bound: the traffic is never negative), then with it (the
-        step price_plan will give; the traffic is asked for once and kept for the full pricing)."""
+        without its program's collectives (a lower bound: each only adds to the step), then with them (the
+        step price_plan will give; the program is lowered once and kept for the full pricing)."""
         steps = self.steps(key, fills)
         if steps is None:
             return False
         plan = self._steps[key][0]
-        step = steps.lower(plan, self.comm_time)
-        if step <= beat and steps.comm is None and self.comm_time is not None:
-            steps = steps.with_comm(plan, self.comm_time)
+        step = steps.lower(plan)
+        if step <= beat and steps.low is None:
+            steps = steps.with_lowered(plan, self.facts())
             self._steps[key] = (plan, steps)
-            step = steps.lower(plan, self.comm_time)
+            step = steps.lower(plan)
         if step <= beat:
             return False
         if key not in self._bounded:
             self._bounded[key] = (choices, step)
             self.progress(f"candidate {', '.join(f'{k}={v}' for k, v in choices)}: step "
-                          f"{'' if steps.comm is not None or self.comm_time is None else 'at least '}"
+                          f"{'' if steps.low is not None else 'at least '}"
                           f"{step * 1e3:.2f} ms > {beat * 1e3:.2f} ms, bounded out (memory not priced)")
         return True
 
@@ -215,19 +213,17 @@ class _Search:
             return None
         facts = self.facts()
         try:
-            if steps is not None:  # the traffic asked for once, for both
-                steps = steps.with_comm(plan, self.comm_time)
-            priced = price_plan(plan, facts, self.comm_time, steps.comm if steps is not None else None)
+            if steps is not None:  # the program lowered once, for both
+                steps = steps.with_lowered(plan, facts)
+            priced = price_plan(plan, facts, steps.low if steps is not None else None)
         except Exception as e:  # noqa: BLE001 - a candidate the model cannot run: skip it, say why
             self.notes.append(f"skipped {', '.join(f'{k}={v}' for k, v in choices)}: {type(e).__name__}: {e}")
             return None
         self.notes.extend(priced.notes)
-        negative = steps is not None and steps.comm is not None and (steps.comm.seconds or 0.0) < 0
-        if steps is not None and (priced.steps != steps.steps(plan) or negative) and self.prune:
+        if steps is not None and priced.steps != steps.steps(plan) and self.prune:
             # the step alone is the full pricing's step (estimate.estimate_steps) unless the local model's
-            # simulation failed where its profile did not (the estimate then takes the unsharded model's),
-            # and the bound before the traffic holds while the traffic is never negative: else no more
-            # bounds in this search
+            # simulation failed where its profile did not (the estimate then takes the unsharded model's):
+            # else no more bounds in this search
             self.prune = False
             self.notes.append(f"bounds by step time stopped: {', '.join(f'{k}={v}' for k, v in choices)} priced at "
                               f"step {priced.step_time * 1e3:.6g} ms, its profile alone gave "
@@ -259,8 +255,8 @@ class _Search:
         return self.price(fills, choices_of(assign, micro, zero, specs, ckpt, stages), beat)
 
     def steps_at(self, assign: dict, micro: int | None) -> float | None:
-        """Stage 1's candidate of this mesh: its step time alone, without `comm_time`'s traffic (a lower
-        bound; None when it cannot be had)."""
+        """Stage 1's candidate of this mesh: its step time alone, without its program's collectives (a
+        lower bound; None when it cannot be had)."""
         try:
             fills = self.space.fills(assign, micro, 0, {}, None, "flops")
         except SolveError:
@@ -272,7 +268,7 @@ class _Search:
             c = self._priced[key]
             return None if c is None else c.step_time
         got = self.steps(key, fills)
-        return None if got is None else got.lower(self._steps[key][0], self.comm_time)
+        return None if got is None else got.lower(self._steps[key][0])
 
     def best(self, cands) -> Candidate | None:
         return best(cands, self.objective)
@@ -352,7 +348,7 @@ class _Search:
         # the candidates bounded out count as priced: their step time was, and it showed they cannot win
         header = [f"solved by `planlang solve --objective {self.objective}` ({self.considered()} candidate plans priced):"]
         steps = chosen.steps or tuple(r.step_time for r in chosen.rows)
-        for r, step in zip(chosen.rows, steps):  # the step as the search priced it (with `comm_time`'s traffic)
+        for r, step in zip(chosen.rows, steps):  # the step as the search priced it
             header.append(f"  {r.device}: peak {format_bytes(r.peak)} (parameters {format_bytes(r.parameters)}, "
                           f"activations {format_bytes(r.activations)}), step {step * 1e3:.2f} ms")
         if cut is not None:
@@ -520,10 +516,9 @@ class _Search:
 
 
 def solve(path: str, objective: str = "time", progress: Callable[[str], None] | Reporter = lambda s: None, *,
-          comm_time: Callable[[CompletePlan], float] | None = None, alpha: float = ALPHA,
-          time_limit: float | None = None, started: float | None = None, prune: bool = True) -> Result:
-    """Fill every hole of the plan at `path` (see the module docstring). `comm_time(plan)`, when given,
-    prices a candidate's per-step communication in seconds (the slowest device); `time_limit` bounds
+          alpha: float = ALPHA, time_limit: float | None = None, started: float | None = None,
+          prune: bool = True) -> Result:
+    """Fill every hole of the plan at `path` (see the module docstring). `time_limit` bounds
     each intra-op ILP call by the seconds left and stops the search between candidates: the result is
     then the best plan priced so far (anytime), its `cut` and header say what was left unexplored, and
     Infeasible says the search was cut. The limit counts from `started` (a time.monotonic() value; the
@@ -533,4 +528,4 @@ def solve(path: str, objective: str = "time", progress: Callable[[str], None] | 
     tests compare them)."""
     if objective not in OBJECTIVES:
         raise SolveError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    return _Search(path, objective, progress, comm_time, alpha, time_limit, started, prune).run()
+    return _Search(path, objective, progress, alpha, time_limit, started, prune).run()

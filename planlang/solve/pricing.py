@@ -1,20 +1,19 @@
-"""Pricing a candidate: a pure function of the plan value and the model's facts (planlang.solve.facts),
-plus the caller's communication model. No text: the candidate is a `CompletePlan` the search built by
-substituting its choices into the input's plan (planlang.solve.substitute).
+"""Pricing a candidate: a pure function of the plan value and the model's facts (planlang.solve.facts).
+No text: the candidate is a `CompletePlan` the search built by substituting its choices into the input's
+plan (planlang.solve.substitute).
 
-A candidate's step time is the estimator's, or — when the caller passes `comm_time` (the CLI passes the
-runtime's per-step traffic, planlang.runtime.traffic, through this hook so the solve layer does not
-import the runtime) — the estimator's compute plus that communication in place of the estimator's
-data-parallel all-reduce.
+A candidate's peak and step time are the estimator's (planlang.model.estimate, whose step is
+planlang.model.step_time's: compute, the lowered program's collectives, the gradient sums and ZeRO's
+collectives with what overlaps, the pipeline's bubble) — the figures `planlang estimate` prints for the
+solved plan. The search prices a candidate's step in two steps (`Steps`): from the local model's profile
+alone (a lower bound: every collective left out only lowers it), then with its lowered program's
+collectives, and only then its memory.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
-from planlang.cost.comm import Collective, price
 from planlang.plan.complete import CompletePlan
-from planlang.plan.data import data_axes
 
 from .facts import ModelFacts
 
@@ -22,10 +21,10 @@ from .facts import ModelFacts
 @dataclass(frozen=True)
 class Priced:
     rows: tuple  # planlang.model.estimate.DeviceEstimate, one per device class
-    steps: tuple[float, ...]  # each row's step seconds, as priced (with `comm_time`'s traffic)
+    steps: tuple[float, ...]  # each row's step seconds
     peak: int  # the largest device's peak bytes
     fits: bool
-    notes: tuple[str, ...] = ()  # what the pricing could not do as asked (communication not predicted)
+    notes: tuple[str, ...] = ()  # what the pricing could not do as asked (the program not lowered)
 
     @property
     def step_time(self) -> float:
@@ -33,113 +32,85 @@ class Priced:
         return max(self.steps)
 
 
-def price_plan(plan: CompletePlan, facts: ModelFacts,
-               comm_time: Callable[[CompletePlan], float] | None = None, comm: "Comm | None" = None) -> Priced:
+@dataclass(frozen=True)
+class Lowered:
+    """A candidate's lowered-program collectives (planlang.model.step_time.lowered_traffic: one Traffic
+    per model stage; None for a pipeline that runs the model's modules), or `note`, why it could not be
+    lowered (its gradient sums are then priced from its parameters)."""
+
+    traffic: tuple | None
+    note: str = ""
+
+    def for_estimate(self):
+        """What planlang.model.estimate.estimate_plan takes as `traffic`."""
+        return self.note if self.note else (list(self.traffic) if self.traffic is not None else None)
+
+
+def lowered(plan: CompletePlan, facts: ModelFacts) -> Lowered:
+    """The candidate's program lowered with the solve's op graph and model, and its collectives."""
+    # lazy: torch loads only when this runs
+    from planlang.model.step_time import lowered_traffic
+
+    try:
+        graph = facts.op_graph(plan) if plan.pipeline is None else None
+        got = lowered_traffic(plan, graph, facts.layers.module)  # type: ignore[attr-defined]
+    except Exception as e:  # noqa: BLE001 - e.g. a layout the lowering refuses; priced without its program
+        return Lowered(None, f"{type(e).__name__}: {e}")
+    return Lowered(None if got is None else tuple(got))
+
+
+def price_plan(plan: CompletePlan, facts: ModelFacts, low: Lowered | None = None) -> Priced:
     """Each device class's peak and step for `plan`. Raises what the estimator raises for a plan the
-    model cannot run (the search skips such a candidate and says why). `comm`: `comm_time`'s answer
-    for this plan when the caller has it already (price_steps)."""
+    model cannot run (the search skips such a candidate and says why). `low`: its lowered program's
+    collectives when the caller has them (else lowered here)."""
     # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_plan
 
-    rows = estimate_plan(plan, facts=facts.modules, cache=facts.estimates)
+    low = low if low is not None else lowered(plan, facts)
+    rows = estimate_plan(plan, facts=facts.modules, cache=facts.estimates, traffic=low.for_estimate())
     budget = plan.budget.bytes if plan.budget is not None else None
     peak = max(r.peak for r in rows)
-    steps, notes = step_times(plan, rows, comm_time, comm)
-    return Priced(tuple(rows), steps, peak, budget is None or peak <= budget, notes)
-
-
-@dataclass(frozen=True)
-class Comm:
-    """`comm_time(plan)`: its seconds, or the note saying why it failed on this plan."""
-
-    seconds: float | None
-    note: str = ""
-
-
-def communication(plan: CompletePlan, comm_time) -> Comm:
-    try:
-        return Comm(comm_time(plan))
-    except Exception as e:  # noqa: BLE001 - e.g. a pipeline plan the traffic model does not lower
-        return Comm(None, f"communication of one candidate not predicted ({type(e).__name__}: {e}); "
-                          "its step time is the estimator's")
+    notes = (f"one candidate's program could not be lowered ({low.note}); its step is priced without its "
+             "collectives",) if low.note else ()
+    return Priced(tuple(rows), tuple(r.step_time for r in rows), peak, budget is None or peak <= budget, notes)
 
 
 @dataclass(frozen=True)
 class Steps:
-    """A candidate's step times priced without its memory (price_steps): each row's (estimator step,
-    parameter bytes) from the local model's profile, and — once `with_comm` has asked `comm_time` — its
-    answer, which price_plan then reuses."""
+    """A candidate's step times priced without its memory (price_steps): what the step-time model needs
+    of the local model's profile (planlang.model.estimate.StepInputs) and — once `with_lowered` has
+    lowered its program — its collectives, which price_plan then reuses."""
 
-    rows: tuple[tuple[float, int], ...]
-    comm: Comm | None = None  # None: not asked (or no `comm_time`)
+    inputs: object  # planlang.model.estimate.StepInputs
+    low: Lowered | None = None  # None: not lowered yet
 
-    def lower(self, plan: CompletePlan, comm_time) -> float:
-        """The slowest row's step as price_plan gives it, or, when `comm_time`'s traffic is not priced
-        yet, a lower bound on it: the estimator's step without its data-parallel all-reduce (the
-        traffic, never negative, replaces that all-reduce)."""
-        if comm_time is None:
-            return max(step for step, _ in self.rows)
-        if self.comm is None:
-            return max(step - sync_seconds(plan, params) for step, params in self.rows)
+    def lower(self, plan: CompletePlan) -> float:
+        """The slowest row's step as price_plan gives it, or, before the program is lowered, a lower
+        bound on it (the step without the program's collectives)."""
+        if self.low is None:
+            return max(st.total for st in self.inputs.lower_bound(plan))  # type: ignore[attr-defined]
         return max(self.steps(plan))
 
     def steps(self, plan: CompletePlan) -> tuple[float, ...]:
-        """Each row's step as price_plan gives it (with the traffic when it was asked for)."""
-        if self.comm is None or self.comm.seconds is None:
-            return tuple(step for step, _ in self.rows)
-        return tuple(step - sync_seconds(plan, params) + self.comm.seconds for step, params in self.rows)
+        """Each row's step as price_plan gives it (its program lowered)."""
+        low = self.low if self.low is not None else Lowered(None, "not lowered")
+        traffic = low.for_estimate()
+        return tuple(st.total for st in self.inputs.steps(plan, traffic if not isinstance(traffic, str) else None))  # type: ignore[attr-defined]
 
-    def with_comm(self, plan: CompletePlan, comm_time) -> "Steps":
-        """These steps with `comm_time`'s traffic priced (itself without a `comm_time` or once asked)."""
-        if comm_time is None or self.comm is not None:
-            return self
-        return Steps(self.rows, communication(plan, comm_time))
+    def with_lowered(self, plan: CompletePlan, facts: ModelFacts) -> "Steps":
+        """These steps with the program's collectives (itself once lowered)."""
+        return self if self.low is not None else Steps(self.inputs, lowered(plan, facts))
 
 
 def price_steps(plan: CompletePlan, facts: ModelFacts) -> Steps | None:
-    """Each device class's estimator step for `plan` from the profile of the local model alone
-    (planlang.model.estimate.estimate_steps: no simulated step, no memory), the traffic not yet priced;
+    """The candidate's step inputs from the profile of the local model alone
+    (planlang.model.estimate.estimate_steps: no simulated step, no memory), its program not yet lowered;
     None when the estimator cannot profile the local model."""
     # lazy: torch loads only when this runs
     from planlang.model.estimate import estimate_steps
 
-    rows = estimate_steps(plan, facts=facts.modules, cache=facts.estimates)
-    return None if rows is None else Steps(rows)
-
-
-def step_times(plan: CompletePlan, rows, comm_time=None,
-               comm: Comm | None = None) -> tuple[tuple[float, ...], tuple[str, ...]]:
-    """Each device class's step: the estimator's, or its compute plus the caller's per-step
-    communication (`comm_time`, or its answer `comm`) in place of the estimator's data-parallel
-    all-reduce; and a note when `comm_time` failed on this plan."""
-    steps = tuple(r.step_time for r in rows)
-    if comm_time is None:
-        return steps, ()
-    comm = comm if comm is not None else communication(plan, comm_time)
-    if comm.seconds is None:
-        return steps, (comm.note,)
-    return tuple(r.step_time - estimated_sync(plan, r) + comm.seconds for r in rows), ()
-
-
-def estimated_sync(plan: CompletePlan, row) -> float:
-    """The data-parallel gradient all-reduce the estimator adds to a row's step time (estimate._step_time:
-    the stage's local parameter bytes over the data axes of size > 1)."""
-    return sync_seconds(plan, row.parameters)
-
-
-def sync_seconds(plan: CompletePlan, parameters: int) -> float:
-    """estimated_sync for a row whose parameters class is `parameters` bytes."""
-    mesh = plan.mesh
-    if mesh is None or mesh.device is None or not mesh.device.flops:
-        return 0.0
-    axes = data_axes(plan, trivial=False)
-    if not axes:
-        return 0.0
-    opt = plan.optimizer
-    zero = opt.zero_stage if opt else 0
-    zero_n = (mesh.axis_size(opt.zero_axis) or 1) if opt and opt.zero_axis is not None else 1
-    p_bytes = parameters * (zero_n if zero >= 3 else 1)
-    return price(Collective.ALL_REDUCE, mesh, axes, p_bytes).seconds
+    inputs = estimate_steps(plan, facts=facts.modules, cache=facts.estimates)
+    return None if inputs is None else Steps(inputs)
 
 
 @dataclass(frozen=True)

@@ -68,12 +68,13 @@ def test_each_rank_issues_its_stages_predicted_collectives(results, config):
         assert _totals(got["rows"]) == want, f"rank {rank} (stage {stage})"
 
 
-def test_traffic_table_has_a_table_per_stage_and_the_solver_prices_the_busiest():
+def test_traffic_table_has_a_table_per_stage_and_the_step_time_prices_each_stage_s():
     from planlang.cost.comm import collective_time, group
     from planlang.model.load import build_model
     from planlang.model.pipeline_program import microbatch_plan
     from planlang.runtime.apply import load_plan, lower_plan
-    from planlang.runtime.traffic import stage_traffic, step_comm_seconds, traffic_table
+    from planlang.model.estimate import estimate_plan
+    from planlang.runtime.traffic import stage_traffic, traffic_table
 
     path = PLANS / "gpt2_3d_cpu.plan"
     text = traffic_table(str(path))
@@ -85,7 +86,9 @@ def test_traffic_table_has_a_table_per_stage_and_the_solver_prices_the_busiest()
     # the last stage's forward sums: the boundary's partial value (1) and its two blocks' (2 x 2), per microbatch
     forward = [t for t in stages[1].transfers if t.phase == "forward" and t.axes == ("tp",)]
     assert len(forward) == 4 * 5
-    # the solver's comm_time prices the busiest stage's collectives (it refused pipelines before)
-    busiest = max(sum(collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in st.transfers)
-                  for st in stages)
-    assert busiest > 0 and step_comm_seconds(plan) == pytest.approx(busiest)
+    # the step-time model (estimate and solve) puts each stage's in-line collectives on its critical path
+    rows = estimate_plan(plan)
+    for row, st in zip(rows, stages):
+        inline = sum(collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in st.transfers
+                     if t.phase in ("forward", "loss", "recompute", "backward"))
+        assert inline > 0 and row.step.tensor == pytest.approx(inline)

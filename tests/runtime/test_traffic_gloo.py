@@ -166,7 +166,8 @@ def test_derived_plans_exercise_their_case(results, tmp_path):
     """The derived plans test what they are for: a checkpoint group whose trailing collective is not
     recomputed, and cross-entropy's own collectives."""
     from planlang.model.lowering import Convert
-    from planlang.runtime.traffic import _gradient_flow, recomputed
+    from planlang.model.lowering import gradient_flow as _gradient_flow
+    from planlang.model.traffic import recomputed
 
     plan, _, prog = _lowered("", _plan_path("gpt2_tp4_ckpt_pinned", tmp_path))
     req, grad = _gradient_flow(prog)

@@ -67,8 +67,47 @@ def measure(plan_path: str, inputs, targets) -> dict:
     return {"rows": rows(spy.traffic), "unknown": spy.unknown}
 
 
+def measure_step(plan_path: str, inputs, targets) -> dict:
+    """Every collective of a whole training step, the optimizer's included (ZeRO-1's broadcasts): the
+    second of two, so that FSDP2's lazy initialisation and the first bucket allocations are not in it."""
+    import torch
+    import torch.distributed as dist
+
+    from planlang.model.load import build_model, plan_loss
+    from planlang.runtime.apply import apply, load_plan
+    from planlang.runtime.traffic import CollectiveSpy
+
+    plan = load_plan(plan_path)
+    torch.manual_seed(0)
+    model = build_model(plan.model, plan.path, device="cpu")
+    pm = apply(model, plan, loss_fn=plan_loss(plan),
+               targets=tuple(t.to("meta") for t in targets) if targets else None)
+    opt = pm.optimizer()
+    spy = CollectiveSpy(pm.groups)
+    for record in (False, True):
+        dist.barrier()
+        with spy if record else _nothing():
+            spy.phase = "forward"
+            loss = pm(*inputs, *targets)
+            spy.phase = "backward"
+            loss.backward()
+            spy.phase = "grad_sync"
+            pm.sync_grads()
+            spy.phase = "zero_step"
+            opt.step()
+            opt.zero_grad()
+    return {"rows": rows(spy.traffic), "unknown": spy.unknown}
+
+
+def _nothing():
+    import contextlib
+
+    return contextlib.nullcontext()
+
+
 def run(rank: int, world: int, port: int, jobs: list, out_dir: str) -> None:
-    """`jobs`: (plan path, inputs, targets) per plan, the same batch on every rank."""
+    """`jobs`: (plan path, inputs, targets[, "step"]) per plan, the same batch on every rank; "step"
+    measures the whole step with its optimizer (`measure_step`)."""
     import json
     import traceback
 
@@ -80,9 +119,9 @@ def run(rank: int, world: int, port: int, jobs: list, out_dir: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=world)
     sys.path.insert(0, os.getcwd())
     results = {}
-    for plan, inputs, targets in jobs:
+    for plan, inputs, targets, *how in jobs:
         try:
-            mine = measure(plan, inputs, targets)
+            mine = (measure_step if how == ["step"] else measure)(plan, inputs, targets)
         except Exception as e:  # noqa: BLE001 - reported to the test
             mine = {"error": f"rank {rank}: {type(e).__name__}: {e}\n{traceback.format_exc()}"}
         every = [None] * world

@@ -40,18 +40,10 @@ checkpoint ?
 '''
 
 
-def _comm():
-    # lazy: the runtime's traffic model, as the CLI passes it to the search
-    from planlang.runtime.traffic import step_comm_seconds
-
-    return step_comm_seconds
-
-
-def _same(path: str, comm: bool) -> int:
+def _same(path: str) -> int:
     """Solve `path` with and without bounds; assert the same result; the number bounded out."""
-    hook = _comm() if comm else None
-    full = solve(path, comm_time=hook, prune=False)
-    pruned = solve(path, comm_time=hook)
+    full = solve(path, prune=False)
+    pruned = solve(path)
     assert pruned.text == full.text  # the plan and its header, byte for byte
     assert pruned.summary == full.summary and pruned.best.choices == full.best.choices
     assert not full.bounded
@@ -62,7 +54,7 @@ def _same(path: str, comm: bool) -> int:
     assert len(pruned.tried) + len(pruned.bounded) == len(full.tried)
     for c in pruned.tried:
         assert (c.step_time, c.peak, c.fits) == (met[c.choices].step_time, met[c.choices].peak, met[c.choices].fits)
-    for choices, step in pruned.bounded:  # the step alone, or below it before the traffic is priced
+    for choices, step in pruned.bounded:  # the step alone, or below it before the program is lowered
         assert step <= met[choices].step_time * (1 + 1e-12)
         assert step > pruned.best.step_time and pruned.best.fits
     return len(pruned.bounded)
@@ -71,8 +63,7 @@ def _same(path: str, comm: bool) -> int:
 def test_a_3d_mesh_search_bounds_out_slow_meshes_and_writes_the_same_plan(tmp_path):
     path = tmp_path / "small_3d.plan"
     path.write_text(SMALL_3D.replace("BUDGET", "40 GiB"))
-    assert _same(str(path), comm=True) > 0  # stage 1's slow meshes
-    assert _same(str(path), comm=False) >= 5
+    assert _same(str(path)) > 0  # stage 1's slow meshes
 
 
 @pytest.mark.parametrize("which", ["gpt roomy", "gpt tight", "mlp tight", "cpu partial"])
@@ -84,14 +75,14 @@ def test_the_solve_tests_plans_give_the_same_plan_with_bounds(tmp_path, which):
         text = {"gpt roomy": GPT.replace("BUDGET", "1 GiB"), "gpt tight": GPT.replace("BUDGET", "60 MiB"),
                 "mlp tight": MLP.replace("BUDGET", "400 KiB")}[which]
         Path(path).write_text(text)
-    _same(path, comm=which != "gpt roomy")
+    _same(path)
 
 
 @pytest.mark.parametrize("case", ["mesh axis size", "stage list", "chunks", "stage degree", "template argument"])
 def test_documented_holes_give_the_same_plan_with_bounds(tmp_path, case):
     path = tmp_path / "partial.plan"
     path.write_text(HEAD + CASES[case][1])
-    _same(str(path), comm=True)
+    _same(str(path))
 
 
 def test_other_objectives_are_not_bounded(tmp_path):

@@ -42,6 +42,8 @@ def test_factorizations_are_every_ordered_split():
 
 def test_solves_mlp_and_result_checks(tmp_path):
     path = _write(tmp_path, "1 GiB")
+    # a batch large enough that splitting it beats the collectives' latency on loopback
+    Path(path).write_text(Path(path).read_text().replace("batch = 32", "batch = 4096"))
     res = solve(path)
     checked = check_text(res.text, path)
     assert not checked.errors
@@ -153,20 +155,25 @@ def test_budget_sweep_ends_with_the_unconstrained_optimum(tmp_path):
     assert len(free) == 1 and free[0] == sets[-1]
 
 
-def test_comm_time_hook_replaces_the_data_parallel_sync(tmp_path):
-    """A caller-given communication model prices each candidate: with a huge cost for any tensor axis
-    (tp > 1) the solver keeps to data parallelism, and step times include the hook's seconds."""
-    path = _write(tmp_path, "1 GiB")
+def test_candidates_are_priced_with_their_collectives_as_estimate_prices_them(tmp_path):
+    """The solver's step is planlang.model.step_time's, as `planlang estimate` gives it for the plan: over a
+    link a million times slower than loopback the tensor-parallel candidates pay for their collectives
+    and the solver keeps to data parallelism; with the usual link it does not have to."""
+    from planlang.model.estimate import estimate_plan
+    from planlang.plan.complete import complete
 
-    def comm(plan):
-        sizes = dict(zip(plan.mesh.names, plan.mesh.shape))
-        return 1.0 + (100.0 if sizes["tp"] > 1 else 0.0)
-
-    res = solve(path, comm_time=comm)
-    sizes = dict(zip(check_text(res.text, path).plan.mesh.names, check_text(res.text, path).plan.mesh.shape))
-    assert sizes["tp"] == 1
-    assert all(c.step_time >= 1.0 for c in res.tried)
-    assert any(c.step_time >= 100.0 for c in res.tried)
+    slow = tmp_path / "slow.plan"
+    text = (MLP.replace("BUDGET", "1 GiB").replace("tp = ? over hardware.loopback", "tp = ? over slow_link")
+            .replace("shard fc1.weight : ?", "shard fc1.weight : [tp, _]"))
+    slow.write_text(text + "link slow_link {\n    bandwidth = 1 KB/s\n    latency = 1 ms\n}\n")
+    res = solve(str(slow))
+    plan = check_text(res.text, str(slow)).plan
+    assert dict(zip(plan.mesh.names, plan.mesh.shape))["tp"] == 1
+    tp = [c for c in res.tried if dict(c.choices).get("axis tp", "1") != "1"]
+    assert tp and all(c.step_time > 1.0 for c in tp)  # the collectives of a step over 1 KB/s
+    for c in res.tried[:4]:
+        assert c.step_time == pytest.approx(max(r.step_time for r in estimate_plan(c.plan)), rel=1e-9)
+    assert max(r.step_time for r in estimate_plan(complete(plan))) == pytest.approx(res.best.step_time, rel=1e-9)
 
 
 def test_memory_objective_needs_no_more_memory_than_time(tmp_path):

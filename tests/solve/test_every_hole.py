@@ -84,17 +84,10 @@ CASES: dict[str, tuple[str, str]] = {
 }
 
 
-def _comm():
-    # lazy: the runtime's traffic model, as the CLI passes it to the search
-    from planlang.runtime.traffic import step_comm_seconds
-
-    return step_comm_seconds
-
-
 def _solved(tmp_path: Path, text: str) -> tuple[str, str]:
     path = tmp_path / "partial.plan"
     path.write_text(HEAD + text)
-    res = solve(str(path), comm_time=_comm())
+    res = solve(str(path))
     out = tmp_path / "solved.plan"
     out.write_text(res.text)
     return str(path), str(out)

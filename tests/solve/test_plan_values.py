@@ -17,13 +17,6 @@ from tests.solve.test_driver import GPT, MLP
 from tests.solve.test_every_hole import CASES, HEAD
 
 
-def _comm():
-    # lazy: the runtime's traffic model, as the CLI passes it to the search
-    from planlang.runtime.traffic import step_comm_seconds
-
-    return step_comm_seconds
-
-
 def _write(tmp_path: Path, text: str) -> str:
     p = tmp_path / "partial.plan"
     p.write_text(text)
@@ -65,7 +58,7 @@ def test_no_text_round_trip_inside_the_search(which, tmp_path, monkeypatch):
     _counting(monkeypatch, fmt, "format_module", calls)
     _counting(monkeypatch, driver, "fill_holes", calls)
     monkeypatch.setattr(checker, "check_text", lambda *a, **k: pytest.fail("check_text during a solve"))
-    res = solve(path, comm_time=_comm())
+    res = solve(path)
     assert len(res.tried) > (5 if which == "mlp" else 1)
     assert which == "mlp" or "checkpoint: none" not in res.text
     assert calls.get("planlang.plan.resolve.parse") == files
@@ -79,8 +72,8 @@ def test_no_text_round_trip_inside_the_search(which, tmp_path, monkeypatch):
 def test_model_facts_are_computed_once_per_solve(which, tmp_path, monkeypatch):
     """One probe of the model, one whole-batch profile, at most one op-graph trace per solve; each local
     simulation once per distinct key (candidates that differ only in ZeRO or the optimizer share one).
-    Without `comm_time`: the runtime's traffic hook traces the graph it lowers itself (once per process,
-    planlang.runtime.traffic._graph_of), which the solve layer cannot hand it."""
+    A pipeline candidate's program is lowered from the graph of one microbatch (planlang.model.traffic.
+    graph_of, traced once per process), not counted here."""
     from planlang.model import estimate, opgraph, trace
     from planlang.solve import driver, pipeline_stages
 
@@ -112,7 +105,7 @@ def test_each_candidate_is_the_plan_its_text_resolves_to(where, tmp_path):
     """The plan value each candidate was priced as equals the plan its choices written as text resolve
     to (what the text round trip priced before), and the text written is the best candidate's."""
     path = _write(tmp_path, HEAD + CASES[where][1])
-    search = _Search(path, "time", lambda s: None, comm_time=_comm())
+    search = _Search(path, "time", lambda s: None)
     res = search.run()
     assert res.tried
     for c in res.tried:
@@ -143,7 +136,7 @@ def test_checkpoint_groups_and_template_arguments_are_values(tmp_path):
             + mlp + "apply mlp(?) to h[*].mlp\ncheckpoint ?\n")
     roomy = solve(_write(tmp_path, text.replace("BUDGET", "1 GiB"))).best.peak
     path = _write(tmp_path, text.replace("BUDGET", f"{int(roomy * 0.8)} B"))  # the activations do not fit
-    search = _Search(path, "time", lambda s: None, comm_time=_comm())
+    search = _Search(path, "time", lambda s: None)
     try:
         res = search.run()
     except Exception:  # noqa: BLE001 - infeasible is fine here: the candidates are what is compared

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planlang.report.schedule import ScheduleError, closed_form_bubble, rank_orders, simulate
+from planlang.cost.schedule import ScheduleError, closed_form_bubble, rank_orders, simulate
 
 GRID = [(p, m) for p in (1, 2, 3, 4, 6) for m in (1, 2, 3, 4, 5, 8, 12)]
 

@@ -1,0 +1,209 @@
+"""One training step's time under a plan: the one model `planlang estimate`, `planlang solve` and the
+report share (docs/estimate.md, Step time).
+
+Per row (the whole mesh without a pipeline; one pipeline rank with one), from planlang.cost's prices:
+
+    F, B   forward and backward compute: their flops (backward includes the recomputation of checkpoint
+           groups) / (flops.<compute dtype> x efficiency), over every microbatch
+    T      the lowered program's collectives of forward, loss, recomputation and backward
+           (planlang.model.traffic): a collective's output is the next op's input, so they lie on the
+           critical path and none overlaps compute
+    O_f    ZeRO-2/3's forward all-gathers: FSDP2 prefetches the next unit's while this one computes, so all
+           but the first hide behind forward compute          exposed  max(first, O_f - F)
+    O_b    communication that runs during backward: the gradient sums, launched bucket by bucket as
+           backward produces them (planlang.runtime.grad_sync; Li et al., PyTorch Distributed, VLDB 2020,
+           §3.2.3), and ZeRO-2/3's re-gathers and reduce-scatters; all but the last one hide behind
+           backward compute                                    exposed  max(last, O_b - B)
+    A      what runs after backward: ZeRO-1's parameter broadcasts after the optimizer step
+
+    step = F + B + T + exposed(O_f) + exposed(O_b) + A                              (no pipeline)
+
+With a pipeline of p ranks and m microbatches each model stage s runs m forwards of
+f_s = (F_s + T_f,s) / m and m backwards of b_s = (B_s + T_b,s) / m (T_f: forward and loss collectives;
+T_b: recomputation and backward; ZeRO-3 re-gathers the stage's unit for each one), and the schedule's event
+simulation (planlang.cost.schedule: gpipe, 1f1b, interleaved; the bubble of Narayanan et al. 2021, §2.2)
+gives the makespan M. A stage sums its gradients after its last backward (the pipeline's
+GradSync.finish, average_gradients), so nothing of them overlaps:
+
+    step of rank r = M + O_b,r + O_f,r + A_r              bubble of rank r = M - (its forward and backward)
+
+Sends between stages are not priced (as in the schedule simulation).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from planlang.cost.comm import Collective, collective_time, compute_time, group
+from planlang.cost.schedule import simulate
+from planlang.plan.complete import CompletePlan
+from planlang.plan.data import data_axes, tensor_axes
+
+from .load import build_model
+from .lowering import lower, mark_checkpoints
+from .pipeline_program import microbatch_plan
+from .traffic import (Traffic, Transfer, ZeroUnit, fsdp_axes, graph_of, predict_step_traffic, program_zero_units,
+                      stage_traffic, transfer, zero_transfers)
+
+FORWARD_PHASES = ("forward", "loss")
+BACKWARD_PHASES = ("recompute", "backward")
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """What one model stage (the whole model without a pipeline) computes in one step."""
+
+    forward_flops: float
+    backward_flops: float
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One row's step, by the parts of the formula (seconds)."""
+
+    compute: float  # F + B
+    tensor: float  # T
+    overlapped: float  # communication hidden behind compute
+    exposed: float  # the rest of the gradient sums and ZeRO's collectives
+    bubble: float  # idle time in the pipeline schedule
+    total: float
+
+    def __str__(self) -> str:
+        ms = lambda x: f"{x * 1e3:.3g} ms"  # noqa: E731
+        return (f"{ms(self.total)} = compute {ms(self.compute)} + tensor-parallel {ms(self.tensor)} + "
+                f"exposed sums {ms(self.exposed)} + bubble {ms(self.bubble)} ({ms(self.overlapped)} overlapped)")
+
+
+def _seconds(plan: CompletePlan, ts: list[Transfer]) -> float:
+    return sum(collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in ts)
+
+
+def _phase(traffic: Traffic, phases) -> list[Transfer]:
+    return [t for t in traffic.transfers if t.phase in phases]
+
+
+def _hidden(plan: CompletePlan, ts: list[Transfer], window: float, exposed_one: int) -> tuple[float, float]:
+    """(exposed, overlapped) seconds of `ts` run beside `window` seconds of compute, the one at index
+    `exposed_one` (the first gather, the last sum) never hidden."""
+    if not ts:
+        return 0.0, 0.0
+    total = _seconds(plan, ts)
+    exposed = max(_seconds(plan, [ts[exposed_one]]), total - window)
+    return exposed, total - exposed
+
+
+def step_times(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic],
+               efficiency: float = 0.5) -> list[StepTime]:
+    """Each row's step (see the module docstring): `work` and `traffic` per model stage (one entry
+    without a pipeline); rows per pipeline rank (rank r holds stages r, r + p, ... under interleaving)."""
+    mesh = plan.mesh
+    if mesh is None or mesh.device is None or not mesh.device.flops:
+        nan = float("nan")
+        return [StepTime(nan, nan, nan, nan, nan, nan)] * _ranks(plan, len(work))
+    F, B, Tf, Tb, gathers, sums = _parts(plan, work, traffic, efficiency)
+    after = [_seconds(plan, _phase(t, ("zero_step",))) for t in traffic]
+    if plan.pipeline is None:
+        ef, of = _hidden(plan, gathers[0], F[0], 0)
+        eb, ob = _hidden(plan, sums[0], B[0], -1)
+        compute, tensor = F[0] + B[0], Tf[0] + Tb[0]
+        return [StepTime(compute, tensor, of + ob, ef + eb + after[0], 0.0,
+                         compute + tensor + ef + eb + after[0])]
+    m = plan.pipeline.microbatches
+    kind = plan.pipeline.schedule.kind
+    chunks = plan.pipeline.schedule.chunks if kind == "interleaved" else 1
+    fwd, bwd, regather = _microbatch_times(plan, F, B, Tf, Tb, gathers, sums)
+    sim = simulate(kind, fwd, bwd, m, chunks)
+    p = len(work) // chunks
+    rows = []
+    for r in range(p):
+        mine = range(r, len(work), p)
+        busy = sum(m * (fwd[s] + bwd[s]) for s in mine)
+        comm = sum(_seconds(plan, [t for t in sums[s] if t not in regather[s]]) + after[s] for s in mine)
+        compute = sum(F[s] + B[s] for s in mine)
+        tensor = busy - compute
+        rows.append(StepTime(compute, tensor, 0.0, comm, sim.makespan - busy, sim.makespan + comm))
+    return rows
+
+
+def _microbatch_times(plan: CompletePlan, F, B, Tf, Tb, gathers, sums):
+    """Per model stage, one microbatch's forward and backward seconds (ZeRO-3's gathers of the stage's
+    unit, one per microbatch in each, inside them) and those re-gathers of the backward."""
+    m = plan.pipeline.microbatches
+    regather = [[t for t in sums[s] if t.phase == "zero_backward" and t.kind == Collective.ALL_GATHER]
+                for s in range(len(F))]
+    fwd = [(F[s] + Tf[s] + _seconds(plan, gathers[s])) / m for s in range(len(F))]
+    bwd = [(B[s] + Tb[s] + _seconds(plan, regather[s])) / m for s in range(len(F))]
+    return fwd, bwd, regather
+
+
+def stage_seconds(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic],
+                  efficiency: float = 0.5) -> list[float]:
+    """Each pipeline stage's forwards and backwards over all microbatches (the report's schedule), seconds."""
+    mesh = plan.mesh
+    if mesh is None or mesh.device is None or not mesh.device.flops:
+        return [float("nan")] * len(work)
+    F, B, Tf, Tb, gathers, sums = _parts(plan, work, traffic, efficiency)
+    fwd, bwd, _ = _microbatch_times(plan, F, B, Tf, Tb, gathers, sums)
+    m = plan.pipeline.microbatches
+    return [m * (f + b) for f, b in zip(fwd, bwd)]
+
+
+def _parts(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic], efficiency: float):
+    dtype = plan.precision.compute
+    F = [compute_time(w.forward_flops, plan.mesh, dtype, efficiency) for w in work]
+    B = [compute_time(w.backward_flops, plan.mesh, dtype, efficiency) for w in work]
+    Tf = [_seconds(plan, _phase(t, FORWARD_PHASES)) for t in traffic]
+    Tb = [_seconds(plan, _phase(t, BACKWARD_PHASES)) for t in traffic]
+    gathers = [_phase(t, ("zero_forward",)) for t in traffic]
+    sums = [_phase(t, ("grad_sync", "zero_backward")) for t in traffic]
+    return F, B, Tf, Tb, gathers, sums
+
+
+def _ranks(plan: CompletePlan, stages: int) -> int:
+    if plan.pipeline is None:
+        return 1
+    kind = plan.pipeline.schedule.kind
+    return stages // (plan.pipeline.schedule.chunks if kind == "interleaved" else 1)
+
+
+def lowered_traffic(plan: CompletePlan, graph=None, model=None) -> list[Traffic] | None:
+    """Per model stage, the collectives of the plan's lowered program (planlang.model.traffic): forward,
+    loss, recomputation, backward and the gradient sums, with ZeRO's collectives without a pipeline (its
+    FSDP2 units are the program's blocks); None for a pipeline that runs the model's own modules (no
+    program: `parameter_transfers` gives its sums). `graph`: the op graph of a plan without a pipeline,
+    when the caller has it (a pipeline's is traced for one microbatch). Raises what the lowering raises."""
+    if plan.pipeline is not None:
+        if not tensor_axes(plan):
+            return None
+        micro = microbatch_plan(plan)
+        prog = lower(graph_of(micro), micro)
+        prog.checkpoint_groups = mark_checkpoints(prog, micro)
+        return stage_traffic(plan, prog)
+    prog = lower(graph if graph is not None else graph_of(plan), plan)
+    prog.checkpoint_groups = mark_checkpoints(prog, plan)
+    zero = plan.optimizer is not None and plan.optimizer.zero_stage > 0
+    units = program_zero_units(model if model is not None else build_model(plan.model, plan.path), prog, plan) if zero else []
+    return [predict_step_traffic(plan, prog, zero=units)]
+
+
+def parameter_transfers(plan: CompletePlan, unit: ZeroUnit, sums: bool) -> list[Transfer]:
+    """One model stage's collectives that follow from its parameters alone (`unit`: their bytes): ZeRO's
+    (a pipeline stage is one FSDP2 unit) and, when `sums`, its gradient sums, one all-reduce per data
+    axis that FSDP2 does not sum (a pipeline without tensor parallelism: pipeline.average_gradients; a
+    plan whose program could not be lowered)."""
+    out = []
+    if sums:
+        skip = set(fsdp_axes(plan))
+        out += [transfer(Collective.ALL_REDUCE, (a,), unit.reduced, plan.mesh, "grad_sync", unit.name)
+                for a in data_axes(plan, trivial=False) if a not in skip]
+    micro = plan.pipeline.microbatches if plan.pipeline is not None else 1
+    return out + zero_transfers(plan, [unit], micro)
+
+
+def plan_traffic(plan: CompletePlan, units: list[ZeroUnit], lowered: list[Traffic] | None) -> list[Traffic]:
+    """Each model stage's collectives: the lowered program's (`lowered`, None where there is none or it
+    failed) and those of its parameters (`units`, one per stage)."""
+    if lowered is None:
+        return [Traffic(parameter_transfers(plan, u, sums=True)) for u in units]
+    if plan.pipeline is None:
+        return lowered
+    return [Traffic(t.transfers + parameter_transfers(plan, u, sums=False)) for t, u in zip(lowered, units)]
