@@ -12,13 +12,17 @@
   (time, memory, balanced), each solve stopped after --solve-limit CPU seconds;
 
 as absolute figures and as ratios to the best grid plan. Configurations: bench/plan_configs/configs.py.
-Steps are the estimator's (compute + data-parallel all-reduce); a second pass ("with communication",
---traffic alone) prices them as `planlang solve` does with planlang.runtime.traffic's per-step collectives,
-on the configurations that model covers (no pipeline block).
+Every step is planlang.model.step_time's, the one model `planlang estimate` reports and `planlang solve`
+prices candidates with (docs/step_time.md), so the solver's figures and the baselines' are comparable.
 
-Run: .venv/bin/python bench/plan_quality.py [--quick] [--traffic] [--solve-limit S] [--config TEXT ...]
-[--out FILE [--append]] [--write-plans DIR]. The full run (no --quick/--config/--traffic: both passes,
-about 13 CPU-minutes) writes bench/results/plan_quality.txt.
+Run: .venv/bin/python bench/plan_quality.py [--quick] [--solve-limit S] [--config TEXT ...]
+[--out FILE [--append]] [--write-plans DIR]. The full run (no --quick/--config) writes
+bench/results/plan_quality.txt. --write-plans writes every priced plan and the solver's chosen ones
+(`<config>__ours_<objective>.plan`) into DIR.
+
+Side by side: .venv/bin/python bench/plan_quality.py --compare BEFORE AFTER [--out FILE] prices the
+solver's chosen plans in two such folders (say, one written by an older checkout) with this checkout's
+estimator, configuration by configuration and objective by objective; nothing is solved.
 """
 from __future__ import annotations
 
@@ -43,13 +47,16 @@ OBJECTIVES = ("time", "memory", "balanced")
 
 CAVEATS = """\
 Caveats (read before the numbers):
-* Everything is PREDICTED by planlang.model.estimate (nothing is run). Its step time is compute
-  (flops / (f32 peak x 0.5)) plus the data-parallel gradient all-reduce only: tensor-parallel
-  collectives, pipeline bubbles and activation transfers between stages are NOT priced, so plans with
-  more tensor or pipeline parallelism look faster than they are, and step ratios of such plans are
-  optimistic (the pass "With communication" at the end prices them where the traffic model can). Peak
-  memory: parameters, gradients, AdamW states, the runtime's buffers, activations of the microbatches in
-  flight, transients (backward, the flat data-parallel gradient sum, the optimizer step).
+* Everything is PREDICTED by planlang.model.estimate (nothing is run). Its step time is
+  planlang.model.step_time's, the one `planlang solve` prices with: compute (flops / (the device's peak
+  at the plan's compute dtype x 0.5)), the lowered program's tensor-parallel collectives and the loss
+  all-reduce on the critical path, the data-parallel gradient sums and ZeRO's gathers and
+  reduce-scatters with what overlaps backward (and forward) hidden, and the pipeline bubble from the
+  schedule's simulation. NOT priced: sends of activations between pipeline stages (plans with more
+  stages look somewhat faster than they are), activation dtypes under autocast alone (priced in f32),
+  contention between overlapped communication and compute. Peak memory: parameters, gradients, AdamW
+  states, the runtime's buffers, activations of the microbatches in flight, transients (backward, the
+  flat data-parallel gradient sum, the optimizer step).
 * Where a configuration has a microbatch count (map, capture), every plan splits the batch into it: a
   pipeline of one stage is gradient accumulation. Microbatches in flight follow the estimator's 1F1B
   rule for every strategy alike.
@@ -83,11 +90,9 @@ class SolveTimeout(BaseException):
 
 
 # ------------------------------------------------------------------------------ pricing
-def price_text(text: str, path: Path, traffic: bool = False) -> tuple[int, float, bool]:
-    """(peak bytes, step seconds, fits the budget) of a complete plan, as driver.price() does. With
-    `traffic`, the step is the estimator's compute plus planlang.runtime.traffic's per-step collectives
-    (tensor-parallel ones included) in place of the estimator's data-parallel all-reduce, as `planlang
-    solve` prices candidates; ValueError for plans that model does not cover."""
+def price_text(text: str, path: Path) -> tuple[int, float, bool]:
+    """(peak bytes, step seconds, fits the budget) of a complete plan, as driver.price() does: the largest
+    peak and the slowest step over planlang.model.estimate's rows."""
     from planlang.lang.render import render
     from planlang.model.estimate import estimate_plan
     from planlang.plan.checker import check_text
@@ -97,40 +102,17 @@ def price_text(text: str, path: Path, traffic: bool = False) -> tuple[int, float
         raise ValueError("the plan does not check:\n" + render(list(res.diagnostics), res.sources, "concise"))
     rows = estimate_plan(res.plan)
     peak, step = max(r.peak for r in rows), max(r.step_time for r in rows)
-    if traffic:
-        from planlang.runtime.traffic import step_comm_seconds
-
-        step = max(r.step_time - data_sync_seconds(res.plan, r) for r in rows) + step_comm_seconds(res.plan)
     return peak, step, res.plan.budget is None or peak <= res.plan.budget.bytes
 
 
-def data_sync_seconds(plan, row) -> float:
-    """The data-parallel gradient all-reduce planlang.model.estimate adds to a row's step time: the row's
-    local parameter bytes (whole again under ZeRO-3) all-reduced over the data axes of size > 1."""
-    from planlang.cost.comm import Collective, price
-    from planlang.plan import types as T
-
-    mesh = plan.mesh
-    if mesh is None or mesh.device is None or not mesh.device.flops:
-        return 0.0
-    axes = sorted({a for d in plan.data if isinstance(d.spec, T.Spec) and d.spec.dims
-                   for a in d.spec.axes_of(0) if (mesh.axis_size(a) or 1) > 1})
-    if not axes:
-        return 0.0
-    opt = plan.optimizer
-    zero = opt.zero_stage if opt is not None and isinstance(opt.zero_stage, int) else 0
-    zero_n = (mesh.axis_size(opt.zero_axis) or 1) if opt is not None and isinstance(opt.zero_axis, str) else 1
-    return price(Collective.ALL_REDUCE, mesh, axes, row.parameters * (zero_n if zero >= 3 else 1)).seconds
-
-
-def price_layout(cfg: Config, lay: Layout, strategy: str, write: Path | None, traffic: bool = False) -> Outcome:
+def price_layout(cfg: Config, lay: Layout, strategy: str, write: Path | None) -> Outcome:
     t = time.process_time()
     text = plan_text(cfg, lay, strategy)
     if write is not None:
         name = f"{cfg.slug}__{strategy.split()[0].lower()}_dp{lay.dp}_tp{lay.tp}_pp{lay.pp}_z{lay.zero}.plan"
         (write / name).write_text(text)
     try:
-        peak, step, fits = price_text(text, PLAN_DIR / f"{cfg.slug}.plan", traffic)
+        peak, step, fits = price_text(text, PLAN_DIR / f"{cfg.slug}.plan")
     except Exception as e:  # noqa: BLE001 - a plan the estimator cannot price: say so in the table
         return Outcome(strategy, str(lay), note=f"not priced: {type(e).__name__}: {str(e).splitlines()[0]}",
                        seconds=time.process_time() - t)
@@ -172,7 +154,7 @@ def _short(target: str) -> str:
     return ".".join(parts[-3:] if len(parts) >= 3 and parts[-2] == "dense" else parts[-2:])
 
 
-def run_solve(cfg: Config, objective: str, limit: float, traffic: bool = False) -> Outcome:
+def run_solve(cfg: Config, objective: str, limit: float, write: Path | None = None) -> Outcome:
     from planlang.solve.driver import solve
 
     path = PLAN_DIR / "partial" / f"{cfg.slug}.plan"
@@ -188,12 +170,7 @@ def run_solve(cfg: Config, objective: str, limit: float, traffic: bool = False) 
 
     name = f"ours ({objective})"
     try:
-        if traffic:  # as `planlang solve` does: candidates' communication from the runtime's traffic model
-            from planlang.runtime.traffic import step_comm_seconds
-
-            res = solve(str(path), objective, progress, comm_time=step_comm_seconds)
-        else:
-            res = solve(str(path), objective, progress)
+        res = solve(str(path), objective, progress)
     except SolveTimeout:
         return Outcome(name, "-", note=f"stopped at the {limit:.0f} CPU-s limit ({priced[0]} progress steps)",
                        seconds=time.process_time() - cpu)
@@ -202,6 +179,8 @@ def run_solve(cfg: Config, objective: str, limit: float, traffic: bool = False) 
         return Outcome(name, "-", note=f"solve failed: {type(e).__name__}: {msg}"[:160],
                        seconds=time.process_time() - cpu)
     best = res.best
+    if write is not None:
+        (write / ours_plan_name(cfg, objective)).write_text(res.text)
     budget = cfg.budget_gib * 2**30
     layout, specs = solved_layout(res.text, path)
     return Outcome(name, layout, best.peak, best.step_time, best.peak <= budget,
@@ -209,10 +188,9 @@ def run_solve(cfg: Config, objective: str, limit: float, traffic: bool = False) 
 
 
 # ------------------------------------------------------------------------------ one configuration
-def evaluate(cfg: Config, limit: float, write: Path | None, log=print,
-             traffic: bool = False) -> tuple[list[Outcome], list[Outcome]]:
+def evaluate(cfg: Config, limit: float, write: Path | None, log=print) -> tuple[list[Outcome], list[Outcome]]:
     """(the grid's outcomes, the table's rows) of one configuration."""
-    points = [price_layout(cfg, lay, "Megatron grid", write, traffic) for lay in grid(cfg)]
+    points = [price_layout(cfg, lay, "Megatron grid", write) for lay in grid(cfg)]
     best = best_grid(points)
     rows = [best if best is not None else Outcome("Megatron grid", "-", note="no grid plan could be priced")]
     note = rows[0].note or ("" if rows[0].fits else "no grid plan fits the budget: the one with the smallest peak")
@@ -224,13 +202,13 @@ def evaluate(cfg: Config, limit: float, write: Path | None, log=print,
         except NotApplicable as e:
             rows.append(Outcome(label, "-", note=f"n/a: {e}"))
             continue
-        rows.append(price_layout(cfg, lay, label, write, traffic))
+        rows.append(price_layout(cfg, lay, label, write))
     path = PLAN_DIR / "partial" / f"{cfg.slug}.plan"
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != partial_text(cfg):
         path.write_text(partial_text(cfg))
     for objective in OBJECTIVES:
-        rows.append(run_solve(cfg, objective, limit, traffic))
+        rows.append(run_solve(cfg, objective, limit, write))
         log(f"  {rows[-1].strategy}: {rows[-1].seconds:.1f} s")
     return points, rows
 
@@ -251,10 +229,10 @@ def _ratio(a, b) -> str:
     return "-" if a is None or not b else f"{a / b:.2f}"
 
 
-def render(cfg: Config, points: list[Outcome], rows: list[Outcome], traffic: bool = False) -> str:
+def render(cfg: Config, points: list[Outcome], rows: list[Outcome]) -> str:
     ref = rows[0]
     head = f"{'strategy':22} {'layout':40} {'peak':>11} {'step':>12} {'peak/grid':>9} {'step/grid':>9} {'fits':>4} {'cpu':>7}"
-    out = [f"== {cfg.title}" + (" [step: compute + traffic model]" if traffic else ""),
+    out = [f"== {cfg.title}",
            f"   {parameter_count(cfg) / 1e9:.3f}B parameters; plans priced with the links "
            + ", ".join(f"{a} over {link}" for a, link in cfg.links), head, "-" * len(head)]
     for o in rows:
@@ -295,30 +273,73 @@ def summary(results: list[tuple[Config, list[Outcome]]]) -> str:
     return "\n".join(out) + "\n"
 
 
-TRAFFIC_HEADER = """\
-==== With communication: the same comparison, each plan's step = the estimator's compute + the per-step
-collectives planlang.runtime.traffic predicts from the lowered plan (tensor-parallel ones included), which
-is how `planlang solve` prices candidates (its comm_time hook); the solver runs with that hook here. The
-traffic model covers plans without pipelines and ZeRO-2/3, so this pass covers the configurations without
-a pipeline block (min-memory-redundancy-ilp); a baseline it does not cover shows "not priced", while the
-solver prices such candidates (ZeRO-2/3) with the estimator's step instead (so "ours" with zero=3 below
-has an estimator step time).
-"""
-
-
-def run_pass(configs: list[Config], limit: float, write: Path | None, traffic: bool) -> tuple[str, str]:
+def run_pass(configs: list[Config], limit: float, write: Path | None) -> tuple[str, str]:
     """(the tables, the summary) of one pass over `configs`, printed as they come."""
     blocks, results = [], []
     for cfg in configs:
-        print(f"... {cfg.title}{' [traffic]' if traffic else ''}", file=sys.stderr, flush=True)
-        points, rows = evaluate(cfg, limit, write, log=lambda s: print(s, file=sys.stderr, flush=True),
-                                traffic=traffic)
-        blocks.append(render(cfg, points, rows, traffic))
+        print(f"... {cfg.title}", file=sys.stderr, flush=True)
+        points, rows = evaluate(cfg, limit, write, log=lambda s: print(s, file=sys.stderr, flush=True))
+        blocks.append(render(cfg, points, rows))
         print(blocks[-1], flush=True)
         results.append((cfg, rows))
     tail = summary(results)
     print(tail, flush=True)
     return "\n".join(blocks), tail
+
+
+# ------------------------------------------------------------------------------ two runs side by side
+def ours_plan_name(cfg: Config, objective: str) -> str:
+    """The file --write-plans writes the solver's chosen plan of `objective` into."""
+    return f"{cfg.slug}__ours_{objective}.plan"
+
+
+def _score(peak: int, step: float, objective: str) -> float:
+    """What the objective minimizes among plans that fit (planlang.solve.pricing.Candidate.key)."""
+    return {"time": step, "memory": float(peak), "balanced": peak * step}[objective]
+
+
+def compare(before: Path, after: Path, configs: list[Config], tol: float = 1e-6) -> str:
+    """The solver's chosen plans of two --write-plans folders, each priced with this checkout's estimator
+    (price_text), per configuration and objective: the peaks, the steps, after / before of the objective's
+    own measure (time: step; memory: peak; balanced: peak x step, as the solver ranks them; a plan over
+    the budget loses to one within it) and the verdict (same within `tol`, better, worse)."""
+    head = (f"{'configuration':40} {'objective':9} {'before: peak':>12} {'step':>10} {'after: peak':>12} "
+            f"{'step':>10} {'peak a/b':>8} {'step a/b':>8} {'obj a/b':>8}  verdict")
+    out = [head, "-" * len(head)]
+    counts: dict[str, int] = {}
+    for cfg in configs:
+        path = PLAN_DIR / "partial" / f"{cfg.slug}.plan"
+        for objective in OBJECTIVES:
+            got = []
+            for folder in (before, after):
+                f = folder / ours_plan_name(cfg, objective)
+                try:
+                    got.append(price_text(f.read_text(), path) if f.exists() else None)
+                except Exception as e:  # noqa: BLE001 - say so in the table
+                    got.append(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:60])
+            b, a = got
+            label = f"{cfg.slug[:40]:40} {objective:9}"
+            if not isinstance(a, tuple) or not isinstance(b, tuple):
+                verdict = "not compared: " + ("; ".join(f"{w}: {x or 'no plan'}" for w, x in
+                                                        (("before", b), ("after", a)) if not isinstance(x, tuple)))
+                out.append(f"{label} {verdict}")
+                counts["not compared"] = counts.get("not compared", 0) + 1
+                continue
+            (bp, bs, bf), (ap, as_, af) = b, a
+            sb, sa = _score(bp, bs, objective), _score(ap, as_, objective)
+            if af != bf:
+                verdict = "better (fits)" if af else "WORSE (over the budget)"
+            elif abs(sa - sb) <= tol * max(abs(sb), 1e-30):
+                verdict = "same"
+            else:
+                verdict = "better" if sa < sb else "WORSE"
+            key = verdict.split()[0].lower()
+            counts[key] = counts.get(key, 0) + 1
+            out.append(f"{label} {_gib(bp):>12} {_ms(bs):>10} {_gib(ap):>12} {_ms(as_):>10} {ap / bp:>8.4f} "
+                       f"{as_ / bs:>8.4f} {sa / sb:>8.4f}  {verdict}")
+    out.append(f"{sum(counts.values())} configuration x objective pairs: "
+               + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -327,16 +348,28 @@ def main(argv: list[str] | None = None) -> int:
                     help="two small configurations (min-memory-redundancy BERT-Large on 2 devices, map beta)")
     ap.add_argument("--solve-limit", type=float, default=None, help="CPU seconds per solve (default 90, quick 30)")
     ap.add_argument("--config", action="append", default=[], help="only configurations whose title has TEXT")
-    ap.add_argument("--traffic", action="store_true",
-                    help="only the pass with communication (steps priced with planlang.runtime.traffic)")
     ap.add_argument("--out", type=Path, default=None, help=f"write the output here (full run: {RESULT})")
     ap.add_argument("--append", action="store_true", help="append to --out instead of replacing it")
-    ap.add_argument("--write-plans", type=Path, default=None, help="also write every priced plan into DIR")
+    ap.add_argument("--write-plans", type=Path, default=None,
+                    help="also write every priced plan and the solver's chosen ones "
+                         "(<config>__ours_<objective>.plan) into DIR")
+    ap.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                    help="only price the chosen plans of two --write-plans folders side by side (no solving)")
     args = ap.parse_args(argv)
     configs = [c for c in CONFIGS if all(t.lower() in c.title.lower() for t in args.config)]
     if args.quick:
         configs = [c for c in configs if c.quick]
-    full = not args.quick and not args.config and not args.traffic
+    if args.compare:
+        before, after = args.compare
+        text = (f"ours before ({before}) and after ({after}): each folder's chosen plans priced with this "
+                "checkout's estimator (bench/plan_quality.py --compare)\n" + compare(before, after, configs))
+        print(text, end="")
+        if args.out is not None:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            with args.out.open("a" if args.append else "w") as f:
+                f.write(text)
+        return 0
+    full = not args.quick and not args.config
     limit = args.solve_limit or (30.0 if args.quick else 90.0)
     out_path = args.out or (RESULT if full else None)
     if args.write_plans:
@@ -345,12 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     text = ["Plan quality: predicted per-device peak memory and step time (bench/plan_quality.py)",
             f"{len(configs)} configuration(s); solve limit {limit:.0f} CPU seconds per objective", "", CAVEATS]
     print("\n".join(text), flush=True)
-    if not args.traffic:
-        text += run_pass(configs, limit, args.write_plans, traffic=False)
-    if args.traffic or full:  # the traffic model covers plans without a pipeline block
-        print(TRAFFIC_HEADER, flush=True)
-        text += [TRAFFIC_HEADER, *run_pass([c for c in configs if not c.microbatches], limit, args.write_plans,
-                                           traffic=True)]
+    text += run_pass(configs, limit, args.write_plans)
     text.append(f"total {time.perf_counter() - start:.0f} s wall, {time.process_time() - cpu:.0f} s CPU "
                 "(wall time depends on the machine's load)\n")
     print(text[-1])

@@ -104,22 +104,21 @@ def test_parameter_count_matches_the_factory(cfg):
     assert sum(p.numel() for p in model.parameters()) == parameter_count(cfg)
 
 
-@pytest.mark.parametrize("zero", [0, 3])
-def test_data_sync_seconds_is_the_estimators_all_reduce(zero):
-    # the estimator's step is compute / efficiency + the data-parallel all-reduce, so two efficiencies
-    # separate the two terms: sync = 2 * step(eff=1) - step(eff=0.5)
-    from planlang.model.estimate import estimate_plan
-
-    from bench.plan_quality import data_sync_seconds
+def test_compare_prices_both_folders_with_this_estimator(tmp_path):
+    # --compare: the same chosen plan in both folders is "same"; a folder without the plan is said so
+    from bench.plan_quality import compare, ours_plan_name
 
     cfg = next(c for c in MMR if c.label == "BERT-Large" and c.devices == 2)
-    res, _ = _check(plan_text(cfg, Layout(2, 1, 1, zero), "dp"), cfg)
-    half, full = estimate_plan(res.plan, 0.5)[0], estimate_plan(res.plan, 1.0)[0]
-    sync = data_sync_seconds(res.plan, half)
-    assert sync > 0
-    assert sync == pytest.approx(2 * full.step_time - half.step_time, rel=1e-6)
-    single, _ = _check(plan_text(cfg, Layout(1, 2, 1), "grid"), cfg)
-    assert data_sync_seconds(single.plan, estimate_plan(single.plan)[0]) == 0.0
+    before, after = tmp_path / "before", tmp_path / "after"
+    for d in (before, after):
+        d.mkdir()
+        (d / ours_plan_name(cfg, "time")).write_text(plan_text(cfg, Layout(1, 2, 1), "grid"))
+    (before / ours_plan_name(cfg, "memory")).write_text(plan_text(cfg, Layout(1, 2, 1), "grid"))
+    lines = compare(before, after, [cfg]).splitlines()
+    time_line = next(ln for ln in lines if " time " in ln)
+    assert time_line.endswith("same") and "1.0000" in time_line
+    assert "not compared" in next(ln for ln in lines if " memory " in ln)
+    assert lines[-1] == "3 configuration x objective pairs: 2 not compared, 1 same"
 
 
 def test_committed_partial_plans_are_current():
