@@ -33,7 +33,7 @@ peak = parameters + optimizer + buffers + max(backward phase, after-backward pha
 Activations and transients come from a simulated step on the meta device (`simulate.py`) of the local
 model: the batch each device sees, parameters replaced by their local shards (so Megatron-style
 column/row splits shrink the activations they produce), checkpoint groups wrapped in
-torch.utils.checkpoint. Step time: flops / device throughput plus the alpha-beta cost of the collectives.
+torch.utils.checkpoint. Step time: planlang.model.step_time (docs/step_time.md).
 
 Precision (the optimizer block's precision fields, planlang.plan.types.Precision; all f32 without them):
 parameters and gradients in `params` (under ZeRO-2/3 FSDP2 keeps its shards and their gradients in
@@ -110,7 +110,8 @@ class DeviceEstimate:
         return {k: getattr(self, k) for k in ("device", "parameters", "gradients", "optimizer", "buffers",
                                               "activations", "transient", "peak", "step_time",
                                               "measured_phase", "step_temporaries")} | {
-            "stages": list(self.stages), "notes": list(self.notes)}
+            "stages": list(self.stages), "notes": list(self.notes),
+            "step": None if self.step is None else dataclasses.asdict(self.step)}
 
 
 @dataclass

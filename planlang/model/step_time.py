@@ -1,5 +1,5 @@
 """One training step's time under a plan: the one model `planlang estimate`, `planlang solve` and the
-report share (docs/estimate.md, Step time).
+report share (docs/step_time.md).
 
 Per row (the whole mesh without a pipeline; one pipeline rank with one), from planlang.cost's prices:
 
@@ -69,7 +69,7 @@ class StepTime:
 
     def __str__(self) -> str:
         ms = lambda x: f"{x * 1e3:.3g} ms"  # noqa: E731
-        return (f"{ms(self.total)} = compute {ms(self.compute)} + tensor-parallel {ms(self.tensor)} + "
+        return (f"{ms(self.total)} = compute {ms(self.compute)} + in-line collectives {ms(self.tensor)} + "
                 f"exposed sums {ms(self.exposed)} + bubble {ms(self.bubble)} ({ms(self.overlapped)} overlapped)")
 
 

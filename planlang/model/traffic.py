@@ -179,7 +179,6 @@ def _activation_scale(plan: CompletePlan, prog, value: str, origin: dict[str, st
 
 
 def _forward_of(ins, prog, phase: str, scale: float = 1.0) -> list[Transfer]:
-
     mesh = prog.mesh
     out: list[Transfer] = []
     if isinstance(ins, Convert):
@@ -192,7 +191,6 @@ def _forward_of(ins, prog, phase: str, scale: float = 1.0) -> list[Transfer]:
 
 
 def _origin(prog) -> dict[str, str]:
-
     base: dict[str, str] = {}
     for ins in prog.instructions:
         if isinstance(ins, Convert):

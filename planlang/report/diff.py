@@ -10,9 +10,9 @@ What is compared, per device class (`planlang estimate`'s rows: "all devices", o
                  planlang.model.estimate's classes, unchanged)
     step time    the estimator's step seconds
     collectives  per (kind, mesh axes): calls, bytes each rank sends and the cost model's seconds for one
-                 training step, from the lowered program (planlang.runtime.traffic.predict_step_traffic,
-                 what `planlang lower --traffic` prints); plans the prediction does not cover (pipelines,
-                 ZeRO-2/3) say why instead of numbers
+                 training step as planlang.model.step_time prices it (the lowered program's collectives
+                 and ZeRO's, what `planlang lower --traffic` prints; a pipeline's busiest stage); a
+                 pipeline that runs the model's own modules says why instead of numbers
     text         a unified diff of the two plans' canonical formatting (planlang.lang.fmt), so layout and
                  spelling do not show, only what the plans say differently
 
@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from planlang.cost.comm import collective_time, group
 from planlang.lang.fmt import FormatError, format_text
 from planlang.plan.units import format_bytes
-from planlang.runtime.traffic import predict_step_traffic, unsupported
 
 MEMORY = ("parameters", "gradients", "optimizer", "buffers", "activations", "transient", "peak")
 PEAK_DEVICE = "peak device"
@@ -252,23 +251,29 @@ def summarize(plan, text: str, path: str) -> PlanSide:
 
 
 def step_collectives(plan) -> tuple[dict[tuple[str, str], Collectives] | None, str]:
-    """Per (kind, axes): calls, bytes sent per rank and cost-model seconds of one step, or (None, why)."""
+    """Per (kind, axes): calls, bytes sent per rank and cost-model seconds of one step as the step-time
+    model prices it (planlang.model.step_time.lowered_traffic: the lowered program's collectives and
+    ZeRO's; a pipeline's busiest stage), or (None, why)."""
     # lazy: torch loads only when this runs
-    from planlang.model.load import build_model
-    from planlang.runtime.apply import lower_plan
+    from planlang.model.step_time import lowered_traffic
+    from planlang.model.traffic import unsupported
 
     why = unsupported(plan)
     if why:
         return None, why
     try:
-        prog = lower_plan(build_model(plan.model, plan.path), plan)
-        traffic = predict_step_traffic(plan, prog)
+        stages = lowered_traffic(plan)
     except ValueError as err:
         return None, str(err)
+
+    def seconds(t) -> float:
+        return collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes)
+
+    traffic = max(stages, key=lambda st: sum(seconds(t) for t in st.transfers))
     out: dict[tuple[str, str], Collectives] = {}
     for t in traffic.transfers:
         key = (t.kind.value, ",".join(t.axes))
         c = out.get(key, Collectives())
         out[key] = Collectives(c.calls + 1, c.bytes + t.bytes,
-                               c.seconds + collective_time(t.kind, group(prog.mesh, t.axes), t.full_bytes))
+                               c.seconds + seconds(t))
     return out, ""

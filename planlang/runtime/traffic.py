@@ -9,20 +9,25 @@ from __future__ import annotations
 
 import os
 
+import torch
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import _resolve_process_group
+from torch.utils._python_dispatch import TorchDispatchMode
+
 from planlang.cost.comm import Collective, collective_time, group
+from planlang.model.load import build_model
+from planlang.model.pipeline_program import microbatch_plan
 from planlang.model.traffic import (PHASES, Traffic, Transfer, stage_traffic, transfer,  # noqa: F401 - API
                                     multi_axis_sums, predict_step_traffic, program_zero_units, unsupported)
 from planlang.plan.complete import CompleteMesh
 from planlang.plan.types import Mesh
+from planlang.runtime.apply import load_plan, lower_plan
 from planlang.runtime.launch import coords_of
 
 
 # ------------------------------------------------------------------------------ measurement
 # op name (c10d eager ops, functional collectives) -> (kind, how to get S from the call's arguments)
 def _tensors(a) -> list:
-    # lazy: torch loads only when this runs
-    import torch
-
     if isinstance(a, torch.Tensor):
         return [a]
     if isinstance(a, (list, tuple)):
@@ -44,9 +49,6 @@ class CollectiveSpy:
     names by setting `spy.phase` ("forward", "backward", "grad_sync") as the step goes on."""
 
     def __init__(self, groups) -> None:
-        # lazy: torch loads only when this runs
-        import torch.distributed as dist
-
         self.mesh: CompleteMesh = groups.mesh
         self._by_name: dict[str, tuple[str, ...]] = {}
         self._by_ranks: dict[tuple[int, ...], tuple[str, ...]] = {}
@@ -60,16 +62,10 @@ class CollectiveSpy:
         self._mode = None
 
     def _axes(self, pg) -> tuple[str, ...] | None:
-        # lazy: torch loads only when this runs
-        import torch.distributed as dist
-
         if isinstance(pg, str):
             name = pg
             if name in self._by_name:
                 return self._by_name[name]
-            # lazy: torch loads only when this runs
-            from torch.distributed.distributed_c10d import _resolve_process_group
-
             pg = _resolve_process_group(name)
         if not isinstance(pg, dist.ProcessGroup):
             pg = dist.ProcessGroup.unbox(pg)
@@ -128,9 +124,6 @@ class CollectiveSpy:
         self.traffic.add(transfer(kind, axes, full, self.mesh, self.phase, f"{ns}.{name}"))
 
     def __enter__(self) -> "CollectiveSpy":
-        # lazy: torch loads only when this runs
-        from torch.utils._python_dispatch import TorchDispatchMode
-
         spy = self
 
         class _Mode(TorchDispatchMode):
@@ -150,10 +143,6 @@ class CollectiveSpy:
 
 
 def _is_pg(a) -> bool:
-    # lazy: torch loads only when this runs
-    import torch
-    import torch.distributed as dist
-
     if isinstance(a, dist.ProcessGroup):
         return True
     return isinstance(a, torch.ScriptObject) and "ProcessGroup" in str(a._type())
@@ -205,17 +194,12 @@ def traffic_table(plan_path: str) -> str:
     """`planlang lower PLAN --traffic`: the predicted collective traffic of one step of the plan (the model
     is built on meta and lowered; nothing runs)."""
 
-    # lazy: torch loads only when this runs
-    from planlang.model.load import build_model
-    from planlang.runtime.apply import load_plan, lower_plan
 
     plan = load_plan(plan_path)
     if unsupported(plan):
         raise ValueError(f"{plan_path}: {unsupported(plan)}")
     title = os.path.relpath(plan.path) if plan.path else str(plan_path)
     if plan.pipeline is not None:  # pipeline x tensor parallelism: each stage's collectives
-        # lazy: torch loads only when this runs
-        from planlang.model.pipeline_program import microbatch_plan
 
         prog = lower_plan(build_model(plan.model, plan.path), microbatch_plan(plan))
         return "".join(render_traffic(t, plan.mesh, f"{title}, stage {s} ({plan.pipeline.microbatches} microbatches)")
