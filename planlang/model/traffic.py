@@ -389,9 +389,9 @@ def zero_transfers(plan: CompletePlan, units: list[ZeroUnit], microbatches: int 
                    to the ZeRO axis, one broadcast per parameter (S = the parameter)   phase zero_step
         ZeRO-2/3   FSDP2 over the ZeRO axis (HSDP: replicated over the one other data axis):
                    each unit all-gathers its parameters before its forward (S = the unit)  zero_forward
-                   ZeRO-3 reshards every unit after its forward (the root too: planlang.runtime.apply
-                   asks for it, where FSDP2's default keeps the root) and gathers it again
-                   for its backward                                                        zero_backward
+                   ZeRO-3 reshards every block after its forward and gathers it again for its
+                   backward; the root unit stays gathered (planlang.runtime.apply, as FSDP2's
+                   default for the root; a pipeline stage is gathered again)               zero_backward
                    each unit reduce-scatters its gradients (S = the unit's gradients), then under HSDP
                    all-reduces its shard over the replicate axis                          zero_backward
 
@@ -412,8 +412,8 @@ def zero_transfers(plan: CompletePlan, units: list[ZeroUnit], microbatches: int 
     gathers = microbatches if again and plan.pipeline is not None else 1
     for u in units:
         out += [transfer(Collective.ALL_GATHER, (z,), u.gathered, mesh, "zero_forward", u.name)] * gathers
-    if again:  # the root too: planlang.runtime.apply asks every unit to reshard after forward
-        for u in reversed(units):
+    if again:  # not the root: planlang.runtime.apply keeps it gathered from forward to backward
+        for u in reversed([u for u in units if not u.root]):
             out += [transfer(Collective.ALL_GATHER, (z,), u.gathered, mesh, "zero_backward", u.name)] * gathers
     # backward reaches the last block first; the root unit's reduce-scatter runs last (FSDP2's final
     # callback at the end of backward)

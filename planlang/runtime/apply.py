@@ -398,7 +398,11 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
     mp = {} if mp_policy(plan.precision) is None else {"mp_policy": mp_policy(plan.precision)}
     for unit in units:
         fully_shard(unit, mesh=mesh, reshard_after_forward=(stage == 3), **mp)
-    fully_shard(pm, mesh=mesh, reshard_after_forward=(stage == 3), **mp)
+    # the root unit is never resharded after forward (FSDP2's own default for the root): its forward spans
+    # the whole step's forward, and backward starts with the head it holds, so resharding it would only
+    # all-gather it again at once (one all-gather of the embeddings and head per step, tests/runtime/
+    # test_zero_traffic_gloo.py); its peak is the same either way (planlang.model.estimate counts it whole)
+    fully_shard(pm, mesh=mesh, reshard_after_forward=False, **mp)
     for unit in [*units, pm]:  # per unit: the FSDPModule setters act on their own module's parameters
         unit.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
         unit.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - gloo has no PREMUL_SUM
