@@ -459,6 +459,8 @@ class StepInputs:
     units: tuple[ZeroUnit, ...]
 
     def steps(self, plan: CompletePlan, lowered: list[Traffic] | None, efficiency: float = 0.5) -> list[StepTime]:
+        if lowered is not None and len(lowered) != len(self.units):  # as estimate_plan: priced without it
+            lowered = None
         return step_times(plan, list(self.work), plan_traffic(plan, list(self.units), lowered), efficiency)
 
     def lower_bound(self, plan: CompletePlan, efficiency: float = 0.5) -> list[StepTime]:
@@ -662,6 +664,9 @@ def _with_steps(plan: CompletePlan, rows: list[DeviceEstimate], inputs: "StepInp
             traffic = lowered_traffic(plan, graph)
         except Exception as e:  # noqa: BLE001 - a plan the lowering refuses is still estimated; the note says how
             traffic = f"{type(e).__name__}: {e}"
+    if isinstance(traffic, list) and len(traffic) != len(inputs.units):
+        traffic = (f"the lowered program has {len(traffic)} stages where the plan's modules make "
+                   f"{len(inputs.units)}")
     if isinstance(traffic, str):
         note = (f"step time without the program's collectives (the plan could not be lowered: {traffic}); "
                 "gradient sums priced from the parameters")
