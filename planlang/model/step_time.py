@@ -74,7 +74,7 @@ class StepTime:
 
 
 def _seconds(plan: CompletePlan, ts: list[Transfer]) -> float:
-    return sum(collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in ts)
+    return sum((collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in ts), 0.0)
 
 
 def _phase(traffic: Traffic, phases) -> list[Transfer]:
@@ -117,7 +117,7 @@ def step_times(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
     for r in range(p):
         mine = range(r, len(work), p)
         busy = sum(m * (fwd[s] + bwd[s]) for s in mine)
-        comm = sum(_seconds(plan, [t for t in sums[s] if t not in regather[s]]) + after[s] for s in mine)
+        comm = sum((_seconds(plan, [t for t in sums[s] if t not in regather[s]]) + after[s] for s in mine), 0.0)
         compute = sum(F[s] + B[s] for s in mine)
         tensor = busy - compute
         rows.append(StepTime(compute, tensor, 0.0, comm, sim.makespan - busy, sim.makespan + comm))
