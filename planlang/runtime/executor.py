@@ -126,6 +126,25 @@ def _mutated_consts(prog: Program) -> set[str]:
     return out
 
 
+#: ops that read only a tensor's metadata (shape, dtype, device), never its values
+_METADATA_ONLY = frozenset({torch.ops.aten.ones_like.default, torch.ops.aten.zeros_like.default,
+                            torch.ops.aten.empty_like.default})
+
+
+class _PendingLoss(funcol.AsyncCollectiveTensor):
+    """The global loss while its all-reduce may be in flight: an AsyncCollectiveTensor (the first read of
+    its values waits for the collective) that does not wait for `ones_like` and the like, which read only
+    its metadata: `loss.backward()` makes its seed gradient with `ones_like(loss)`, and waiting there
+    would hold every rank's backward until the slowest rank has finished its forward."""
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        if func in _METADATA_ONLY:
+            return func(*[a.elem if isinstance(a, funcol.AsyncCollectiveTensor) else a for a in args],
+                        **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
 class GlobalLoss(torch.autograd.Function):
     """Forward: the sum of the local loss pieces over the partial axes (every rank sees the global loss);
     backward: the gradient passes to the local piece unchanged (partial pieces each get the whole
@@ -134,11 +153,14 @@ class GlobalLoss(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, axes, groups):
         # a functional all-reduce: its result waits for the collective only when first read (loss.item()),
-        # so no rank blocks here on the slowest one's forward before its own backward starts
+        # so no rank blocks here on the slowest one's forward before its own backward starts (nor in
+        # backward's seed gradient: _PendingLoss)
 
         y = x.detach()
         for a in axes:
             y = funcol.all_reduce(y, "sum", groups.group(a))
+        if isinstance(y, funcol.AsyncCollectiveTensor) and not y.completed:
+            y = _PendingLoss(y.elem)
         return y
 
     @staticmethod

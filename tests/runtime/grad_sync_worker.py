@@ -49,6 +49,8 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     # one step: do bucket sums start during backward?
     loss = pm(*batches[0])
     loss.backward()
+    # backward's seed gradient (ones_like) reads only the loss's shape: it leaves the loss all-reduce in flight
+    out["loss_waited_in_backward"] = bool(getattr(loss, "completed", True))
     gs = pm._gradient_sums()
     out["buckets"] = len(gs.buckets)
     out["started_in_backward"] = sum(b.launched for b in gs.buckets)
@@ -58,7 +60,9 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     out["grads_are_bucket_views"] = all(p.grad.untyped_storage().data_ptr() in buffers for p in pm.parameters())
     grads = pm.full_grads()
     ref.zero_grad()
-    loss_fn(ref(batches[0][0]), batches[0][1]).backward()
+    ref_loss = loss_fn(ref(batches[0][0]), batches[0][1])
+    ref_loss.backward()
+    out["loss_err"] = abs(loss.detach().item() - ref_loss.item()) / abs(ref_loss.item())
     out["step_err"] = max(((grads[n] - p.grad).norm() / p.grad.norm()).item() for n, p in ref.named_parameters())
 
     # accumulation: the first backward inside no_sync starts nothing; the second one syncs the sum

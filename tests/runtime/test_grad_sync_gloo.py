@@ -31,6 +31,12 @@ def test_bucket_sums_start_during_backward(ranks):
         assert r["started_in_backward"] >= 1
 
 
+def test_backward_does_not_wait_for_the_global_loss(ranks):
+    for r in ranks:
+        assert not r["loss_waited_in_backward"]  # the loss all-reduce still in flight after backward
+        assert r["loss_err"] <= 1e-6  # and the loss read afterwards is the global one
+
+
 def test_summed_gradients_equal_one_process(ranks):
     for r in ranks:
         assert r["step_err"] <= 1e-6
