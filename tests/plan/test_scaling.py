@@ -107,7 +107,10 @@ def test_parsing_checking_and_formatting_make_no_reference_cycles_per_statement(
     # be freed by reference counting (a cycle per statement would stay in memory until the next
     # collection). A few cycles per run (the resolver's) do not grow with the plan.
     _check_and_format(plans[SMALL])
-    small, big = _cyclic_garbage(plans[SMALL]), _cyclic_garbage(plans[BIG])
+    # the least of three runs each: what else runs in the process (threads, finalizers of earlier tests)
+    # only adds garbage to a collection (643 for the small plan against 587 for the big one in a CI run)
+    small = min(_cyclic_garbage(plans[SMALL]) for _ in range(3))
+    big = min(_cyclic_garbage(plans[BIG]) for _ in range(3))
     # the big plan has ten times the statements: a cycle per statement would add thousands; the count
     # itself moves by a few with what earlier tests left behind (498 against 502 in one CI run)
     assert big < 1000 and abs(big - small) < 50, (small, big)
