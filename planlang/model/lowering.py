@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, normalize
+from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, local_shape, normalize
 from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
 from planlang.cost.ops.einsum import INT_DTYPES
 from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
@@ -326,6 +326,7 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
         if node.name in pins:
             current[node.name] = convert(node.name, pins[node.name])
 
+    instructions = _defer_to_parameters(graph, instructions, layouts, mesh)
     origin = _origins(instructions)
     grad_sync = _param_grad_sync(graph, instructions, origin, mesh)
     instructions = [_drop_deferred(ins, graph, origin, grad_sync) for ins in instructions]
@@ -413,6 +414,57 @@ def _origins(instructions) -> dict[str, tuple[str, set[str]]]:
             base, axes = origin.get(ins.value, (ins.value, set()))
             origin[ins.out] = (base, axes | {st.axis for st in ins.path.steps})
     return origin
+
+
+def _defer_to_parameters(graph: OpGraph, instructions: list, layouts: dict[str, Spec], mesh: Mesh) -> list:
+    """Move an at-use gradient sum of an activation made from parameters alone to those parameters.
+
+    GPT-2's position embedding is looked up with replicated positions from a replicated table, then
+    added to the batch-split token embeddings: its gradient is partial over the data axes, summed in
+    backward by a blocking all-reduce where the add reads it. A gradient's backward through an op is
+    linear in the gradient and, when every input of the op is the same on every rank of the axes,
+    the same function on each rank: sum(vjp(x, g_r)) = vjp(x, sum(g_r)). So the sum can be taken of the
+    parameters' gradients instead, once per step in the overlapped buckets (Program.grad_sync), off
+    backward's critical path. Done when the activation has that one use, its op's inputs are parameters
+    (no conversion) or integer values (no gradient), all replicated over the axes, and the parameters are
+    no larger than the activation (the bucket then sends no more than the blocking sum did)."""
+    readers: dict[str, int] = {}
+    for ins in instructions:
+        for a in ([ins.value] if isinstance(ins, Convert) else ins.args):
+            readers[a] = readers.get(a, 0) + 1
+    made = {ins.node.name: k for k, ins in enumerate(instructions) if isinstance(ins, Run)}
+    out = list(instructions)
+
+    def replicated(name: str, axes) -> bool:
+        spec = layouts.get(name)
+        return spec is not None and not (set(spec.used_axes()) | set(spec.partial)) & set(axes)
+
+    def local_bytes(name: str) -> int:
+        v = graph.values[name]
+        return math.prod(local_shape(v.shape, layouts[name], mesh)) * DTYPE_BYTES.get(v.dtype, 4)
+
+    for k, ins in enumerate(instructions):
+        if not isinstance(ins, Run) or not ins.grad_reduce:
+            continue
+        keep = []
+        for i, axes in ins.grad_reduce:
+            a = ins.args[i]
+            src = out[made[a]] if a in made else None
+            params = [j for j, b in enumerate(src.args) if graph.values.get(b) is not None
+                      and graph.values[b].kind == "param"] if src is not None else []
+            others = [b for j, b in enumerate(src.args) if j not in params] if src is not None else []
+            if (src is None or readers.get(a) != 1 or not params
+                    or any(graph.values.get(b) is None or graph.values[b].dtype not in INT_DTYPES for b in others)
+                    or not all(replicated(b, axes) for b in src.args) or not replicated(a, axes)
+                    or sum(local_bytes(src.args[j]) for j in params) > local_bytes(a)):
+                keep.append((i, axes))
+                continue
+            have = dict(src.grad_reduce)
+            out[made[a]] = src = Run(src.node, src.strategy, src.args, tuple(sorted(
+                {**have, **{j: tuple(x for x in mesh.names if x in set(have.get(j, ())) | set(axes))
+                            for j in params}}.items())))
+        out[k] = Run(ins.node, ins.strategy, ins.args, tuple(keep))
+    return out
 
 
 def _param_grad_sync(graph: OpGraph, instructions, origin, mesh: Mesh) -> dict[str, tuple[str, ...]]:
