@@ -59,7 +59,7 @@ import torch
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
-from planlang.plan.data import batch_dim, data_axes, data_degree, tensor_axes
+from planlang.plan.data import batch_dim, data_degree, tensor_axes
 from planlang.plan.schedule import activation_peaks, in_flight
 from planlang.plan.selection import covered_modules
 from planlang.plan.units import format_bytes
