@@ -8,7 +8,8 @@ and fed the same batch:
 
     mlp-dp, gpt2-dp       `data x : [dp, _]`                       vs DistributedDataParallel
     mlp-tp, gpt2-tp       Megatron shards (stdlib patterns.megatron) vs parallelize_module with
-                          ColwiseParallel / RowwiseParallel on the same layers
+                          ColwiseParallel / RowwiseParallel on the same layers; gpt2-tp
+                          pins lm_head's output replicated, as the native twin leaves it
     mlp-dp2xtp2           dp x tp on a 2 x 2 mesh                   vs DeviceMesh + parallelize_module +
                                                                        DDP over the dp group
     gpt2-pp-1f1b          `pipeline ... schedule 1f1b` through      vs torch.distributed.pipelining
@@ -166,6 +167,9 @@ def plan_text(case: Case) -> str:
         else:
             lines += ["for block in h[*] {", "    apply megatron.attention(tp) to block.attn",
                       "    apply megatron.mlp(tp) to block.mlp", "}"]
+            if case.kind == "tp":
+                # the head computed replicated, as parallelize_module leaves it (and so the loss)
+                lines.append("shard output of lm_head : [_, _, _]")
     if case.kind in ("pp", "pp_tp"):
         half = kw["layers"] // 2
         lines += [f"pipeline over pp schedule 1f1b microbatches {case.microbatches} {{",
@@ -778,15 +782,34 @@ def summarize(case: Case, ranks: list[dict], memory_key: str = "tracker") -> Row
                max(p for _, p in peaks) / 2**20, worst, max(diffs))
 
 
+# the collective each profiler op name issues: the functional op (`all_reduce`), the in-place c10d op
+# (`allreduce_`) and the legacy names are the same collective on the wire
+KIND_OF_OP = {"all_reduce": "all-reduce", "allreduce_": "all-reduce",
+              "all_gather_into_tensor": "all-gather", "_allgather_base_": "all-gather", "allgather_": "all-gather",
+              "reduce_scatter_tensor": "reduce-scatter", "_reduce_scatter_base_": "reduce-scatter",
+              "reduce_scatter_": "reduce-scatter", "broadcast_": "broadcast", "send": "send", "recv_": "recv",
+              "all_to_all_single": "all-to-all", "alltoall_base_": "all-to-all"}
+
+
+def collective_kinds(ops: dict[str, int]) -> dict[str, int]:
+    """Profiler op counts -> counts per collective (see KIND_OF_OP; an unknown op name keeps its own)."""
+    kinds: dict[str, int] = {}
+    for op, n in ops.items():
+        kinds[KIND_OF_OP.get(op, op)] = kinds.get(KIND_OF_OP.get(op, op), 0) + n
+    return kinds
+
+
 def collectives_table(rows: list[tuple[Case, list[dict]]]) -> str:
-    lines = ["collectives per step on rank 0 (torch.profiler; native | planlang)"]
+    lines = ["collectives per step on rank 0 (torch.profiler; native | planlang; `same` compares the "
+             "collectives, counted per kind: all_reduce and allreduce_ are both all-reduces)"]
     for case, ranks in rows:
         c = ranks[0]["collectives"]
 
         def fmt(d):
             return ", ".join(f"{k} x{v}" for k, v in sorted(d.items())) or "none"
 
-        lines.append(f"  {case.name:<14} {fmt(c['native'])}  |  {fmt(c['planlang'])}")
+        same = "same" if collective_kinds(c["native"]) == collective_kinds(c["planlang"]) else "differ"
+        lines.append(f"  {case.name:<15} {same:<6} {fmt(c['native'])}  |  {fmt(c['planlang'])}")
     return "\n".join(lines)
 
 
@@ -860,9 +883,9 @@ def main(argv: list[str] | None = None) -> int:
             notes.append(f"{case.name}: torch.cuda.max_memory_allocated peaks native {c.native_mib:.2f} MiB, "
                          f"planlang {c.planlang_mib:.2f} MiB, worst rank ratio {c.memory_ratio:.3f}")
     if any(r.case == "gpt2-tp" for r in rows):
-        notes.append("gpt2-tp: the plan leaves lm_head and the loss open; planlang's lowering splits them over the "
-                     "batch across tp (half the logits per rank, the lm_head gradient summed over tp after "
-                     "backward), the native twin keeps them replicated")
+        notes.append("gpt2-tp: the plan pins `shard output of lm_head : [_, _, _]`, so the head and the loss run "
+                     "replicated over tp as in the native twin (left open, the lowering splits them over the batch "
+                     "across tp: one gather and one gradient sum more, less compute)")
     text = "\n".join([HEADER, *map(str, rows), "", coll, "", *notes]) + "\n"
     for name, err in failed:
         text += f"FAILED {name}: {err.strip().splitlines()[-1]}\n"

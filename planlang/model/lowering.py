@@ -304,8 +304,13 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
             # an op that had to gather the batch, and where whole values (a parameter) grow a batch dim
             resplit = [s for s in keeps_data if _splits_batch(s.output, daxes)] \
                 if node.op.output and node.op.output[0] in batch_sizes else []
+            pool = resplit or keeps_data or faithful or cands
+            if pin is not None:
+                # a pinned output is computed in its layout where a strategy can make it so (the module
+                # runs as the plan says, as parallelize_module runs it); converted after the op otherwise
+                pool = [s for s in pool if normalize(s.output, mesh) == normalize(pin, mesh)] or pool
             best, best_cost = None, math.inf
-            for s in resplit or keeps_data or faithful or cands:
+            for s in pool:
                 c = s.flops / pricer.peak + s.comm_seconds
                 for v, want in zip(in_vals, s.inputs):
                     c += pricer.cost(v.shape, layouts[current.get(v.name, v.name)], want, DTYPE_BYTES.get(v.dtype, 4))
