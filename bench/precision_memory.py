@@ -12,7 +12,8 @@ The model zoo's plans (tests/zoo/plans.py) with precision fields in the optimize
 
 Each plan is estimated as `planlang estimate` does (estimate_plan with the lowered program run on meta,
 or the simulation of the model's code under ZeRO-3) and measured as bench/zoo_memory.py measures: 4 gloo
-ranks through planlang.apply, two warm-up steps, then one step under torch's MemTracker; the error is
+ranks through planlang.apply, two warm-up steps, then the median of five steps under torch's MemTracker;
+the error is
 estimate / measured - 1.
 """
 from __future__ import annotations

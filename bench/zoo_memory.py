@@ -4,8 +4,9 @@ Run: .venv/bin/python bench/zoo_memory.py [--models llama,resnet] [--layouts dp4
 
 For each (model, layout) of tests/zoo/plans.py: `planlang.model.estimate.estimate_plan` predicts the
 per-device peak (the planlang runtime's gradient sync, "flat"); 4 gloo ranks then run the plan through
-`planlang.apply` (the plan's optimizer, ZeRO as it says) - two untracked warm-up steps, then one step
-(forward, loss, backward, gradient sync, optimizer step, zero_grad) under torch's MemTracker with the
+`planlang.apply` (the plan's optimizer, ZeRO as it says) - two untracked warm-up steps, then five steps
+(forward, loss, backward, gradient sync, optimizer step, zero_grad), each under its own MemTracker (the
+step of median peak is reported; a single step's peak moves by a few buffers) with the
 model, the optimizer and the batch registered (bench/memory_measure.py's method). The table gives each
 rank's measured peak less the step's input and target tensors (created before the step, as
 bench/memory_accuracy.py compares: the estimate covers what the step allocates and the state it keeps),
@@ -40,6 +41,7 @@ from planlang.plan.complete import complete  # noqa: E402
 from tests.zoo.plans import LAYOUTS, ZOO, plan_text  # noqa: E402  (also EXTRA_LAYOUTS: --layouts pp2dp2i)
 
 WORLD = 4
+MEASURED_STEPS = 5  # steps measured after the warm-up, each under its own MemTracker; the median is reported
 
 
 def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> None:
@@ -72,7 +74,6 @@ def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> N
 
     step()
     step()
-    mt = _tracker()
     runner = getattr(pm, "runner", None)  # a pipeline: this rank's stage modules
     # tensors the runtime keeps between steps that MemTracker would not see otherwise: the persistent
     # gradient buckets (made in the warm-up steps; the gradients are their slices only after backward)
@@ -81,11 +82,17 @@ def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> N
     # a precision plan's f32 master copy of the weights (planlang.runtime.precision.MasterWeights): kept
     # between steps, and not among the parameters MemTracker reads from the optimizer's groups until its step
     kept += list(getattr(opt, "masters", ()))
-    mt.track_external(*kept, torch.nn.ModuleList(runner.stage_modules.values()) if runner is not None else pm, opt,
-                      *inputs, *targets)
-    with mt:
-        step()
-    peak = _categories(mt.get_tracker_snapshot("peak"))
+    peaks = []
+    for _ in range(MEASURED_STEPS):
+        mt = _tracker()
+        mt.track_external(*kept, torch.nn.ModuleList(runner.stage_modules.values()) if runner is not None else pm,
+                          opt, *inputs, *targets)
+        with mt:
+            step()
+        peaks.append(_categories(mt.get_tracker_snapshot("peak")))
+    # the step of median peak: a step's peak moves by a few buffers from one step to the next (when the
+    # garbage collector frees the previous step's autograd graph, what FSDP2's buffers reuse)
+    peak = sorted(peaks, key=lambda p: p["Total"])[len(peaks) // 2]
     # MemTracker files a tensor given to track_external as an input unless it saw it otherwise first (a
     # bucket whose slices are gradients): what is filed there beyond the batch is the buckets, the runtime's
     batch = sum(t.numel() * t.element_size() for t in (*inputs, *targets))

@@ -116,8 +116,8 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL211", "unknown-input", E, "unknown input",
      "`data NAME : [...]` names an input that no `input` statement declares."),
     ("PL212", "unknown-field", E, "unknown field",
-     "A device block takes `memory` and `flops.<dtype>`; a link block takes `bandwidth` and `latency`;\n"
-     "an optimizer block takes `zero`. Other fields are typos or unsupported."),
+     "A device block takes `memory`, `flops.<dtype>` and `backend`; a link block takes `bandwidth`\n"
+     "and `latency`; an optimizer block takes `zero`. Other fields are typos or unsupported."),
     ("PL213", "missing-field", E, "required field missing",
      "A device needs `memory`; a link needs `bandwidth` (its `latency` defaults to 0)."),
     ("PL214", "unknown-dtype", E, "unknown dtype",

@@ -41,6 +41,10 @@ class MetaAutocast(TorchFunctionMode):
         self._cache.clear()
         return super().__exit__(*exc)
 
+    def release(self) -> None:
+        """Drop the cached parameter casts (`torch.autocast` clears its cache when its region ends)."""
+        self._cache.clear()
+
     def _cast(self, x, dtype: torch.dtype):
         if isinstance(x, (list, tuple)):
             return type(x)(self._cast(v, dtype) for v in x)

@@ -619,7 +619,8 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                 later = min(inflight, micro - 1)
                 transient = max(transient, again - (inflight - later) * saved_s)
         backward_phase = acts + transient + gathered
-        per_block = _zero_blocks_peak(sim, facts, params, zero_n, zero, prec) if fsdp and s is None else None
+        gloo = plan.mesh.device is not None and plan.mesh.device.backend == "gloo"
+        per_block = _zero_blocks_peak(sim, facts, params, zero_n, zero, prec, gloo) if fsdp and s is None else None
         if per_block is not None:
             backward_phase = per_block
         elif fsdp:
@@ -724,7 +725,7 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
 
 
 def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: int,
-                      prec: T.Precision | None = None) -> int | None:
+                      prec: T.Precision | None = None, gloo: bool = False) -> int | None:
     """The most bytes live beside the kept parameter shards and optimizer state in a step of ZeRO-2/3 with
     one FSDP2 unit per repeated block (planlang.runtime.zero_blocks; the blocks are `facts.blocks`, the
     outermost nn.ModuleList entries), or None without a block holding parameters of its own (the whole
@@ -785,8 +786,21 @@ def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: 
     def at(i: int) -> int:
         return B[i] if 0 <= i < n else 0
 
+    def reduce_scatter(i: int, gathered: int) -> int:
+        """What FSDP2 holds beside the simulated step's tensors when block i's backward is done and its
+        gradients are reduce-scattered (foreach_reduce): the block resharded (`gathered` parameters are
+        still held), the previous reduce-scatter's input freed first (one input buffer at a time), the
+        gradients copied into the reduce-scatter input (in `reduce`) and then freed, the output (and with
+        gloo, whose reduce-scatter all-reduces a copy of its input, that copy); the blocks done are sharded."""
+        done = sum(G[j] for j in range(i + 1, n))
+        mine = int(G[i] * rr)
+        base = R + gathered - G[i] - done + int(done * mr) // shards
+        return base + mine + max(G[i], (mine if gloo else 0) + mine // shards)
+
     out = 0
     for (kind, i), live in sim.segments.items():
+        if kind == "B" and i < n and ("B", i - 1) in sim.segment_starts:  # block i's backward done
+            out = max(out, sim.segment_starts[("B", i - 1)] + reduce_scatter(i, sum(B[:i]) if zero == 2 else at(i - 1)))
         if zero == 2:  # parameters stay gathered from a block's forward until its backward has run
             kept = sum(B[: max(i, -1) + 1]) if kind != "B" else sum(B[: min(i, n - 1) + 1])
             if kind == "F":

@@ -15,9 +15,11 @@ from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
+from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
+from .autocast import MetaAutocast
 from .trace import bind_inputs, meta_or_fake
 
 
@@ -195,6 +197,7 @@ class LiveBytes(TorchDispatchMode):
         # the part of the step running now (`enter`) and the most bytes live in each part
         self.segment: object = None
         self.segment_peak: dict[object, int] = {}
+        self.segment_start: dict[object, int] = {}  # the bytes live when a part is first entered
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -230,6 +233,7 @@ class LiveBytes(TorchDispatchMode):
         """The step's next part begins (what is live now counts toward its peak)."""
         self.segment = segment
         self.segment_peak[segment] = max(self.segment_peak.get(segment, 0), self.live)
+        self.segment_start.setdefault(segment, self.live)
 
     def reset_peak(self) -> None:
         self.peak = self.live
@@ -262,6 +266,8 @@ class StepMemory:
     # loss's); and each block's parameter gradients. What FSDP2 adds per part (ZeRO-3 per block) is the
     # estimator's (estimate._zero_blocks_peak)
     segments: dict = field(default_factory=dict)
+    # the bytes live when each part began: ("B", i - 1)'s is what is live when block i's backward is done
+    segment_starts: dict = field(default_factory=dict)
     block_grads: tuple[int, ...] = ()
 
 
@@ -326,13 +332,18 @@ def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, st
 
 def _block_hooks(module: torch.nn.Module, mode: "LiveBytes", blocks: tuple[str, ...]) -> list:
     """Hooks that name the part of the step running (`StepMemory.segments`): a block's forward, the root
-    code after it, and in backward, from a block's output gradient on, that block's backward."""
+    code after it, and in backward, from a block's output gradient on, that block's backward; from the
+    first block's input gradient on, the root code's backward before it, ("B", -1)."""
     handles = []
     for i, name in enumerate(blocks):
         m = module.get_submodule(name)
 
-        def before(_mod, _args, i=i):
+        def before(_mod, args, i=i):
             mode.enter(("F", i))
+            if i == 0:
+                for t in tree_flatten(args)[0]:
+                    if isinstance(t, torch.Tensor) and t.grad_fn is not None:
+                        t.grad_fn.register_prehook(lambda _g: mode.enter(("B", -1)))
 
         def after(_mod, _args, out, i=i):
             mode.enter(("F+", i))
@@ -365,7 +376,7 @@ def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
                     if p.grad is not None:
                         b = next((i for i, name in enumerate(blocks) if n.startswith(name + ".")), None)
                         grads[b] = grads.get(b, 0) + p.grad.untyped_storage().nbytes()
-                first = replace(first, segments=dict(mode.segment_peak),
+                first = replace(first, segments=dict(mode.segment_peak), segment_starts=dict(mode.segment_start),
                                 block_grads=tuple(grads.get(i, 0) for i in range(len(blocks))))
             if not accumulate:
                 return first
@@ -376,6 +387,16 @@ def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
     finally:
         for h in handles:
             h.remove()
+
+
+def _end_autocast_region() -> None:
+    """The training loop's autocast region ends with the loss (the runtime's `torch.autocast` covers
+    forward and loss): the weight casts it cached live on only where autograd saved them, and are freed
+    by backward as it goes. A MetaAutocast around the simulation stays on for checkpoint recomputation,
+    but drops its cache here as autocast does when its region ends."""
+    for m in _get_current_function_mode_stack():
+        if isinstance(m, MetaAutocast):
+            m.release()
 
 
 def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage, blocks: int | None = None) -> StepMemory:
@@ -400,6 +421,7 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage, bloc
         mode.reset_peak()
         if blocks is not None:
             mode.enter(("B", blocks))  # the loss's and the head's backward, before the last block's
+        _end_autocast_region()
         with mode:
             scalar.backward()
     del scalar

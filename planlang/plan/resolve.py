@@ -412,9 +412,18 @@ class Resolver:
 
     def _device(self, st: A.DeviceDecl) -> T.Device | None:
         fields = self._fields(
-            st.fields, lambda k: k == "memory" or (k.startswith("flops.") and k.count(".") == 1),
-            ["memory", "flops.bf16", "flops.f32"], "device",
+            st.fields, lambda k: k in ("memory", "backend") or (k.startswith("flops.") and k.count(".") == 1),
+            ["memory", "flops.bf16", "flops.f32", "backend"], "device",
         )
+        backend = "nccl"
+        if "backend" in fields:
+            value = fields["backend"].value
+            if isinstance(value, A.Str) and value.value in T.BACKENDS:
+                backend = value.value
+            else:
+                self.diags.append(diag("PL221", f"`backend` is one of {', '.join(map(repr, T.BACKENDS))}, not "
+                                                f"`{value}`", value.span,
+                                       help='write `backend = "gloo"` for CPU ranks, `"nccl"` (the default) for GPUs'))
         flops = []
         for key, f in fields.items():
             if key.startswith("flops."):
@@ -432,7 +441,7 @@ class Resolver:
         mem = self._quantity(fields["memory"].value, Kind.MEMORY, "memory")
         if mem is None:
             return None
-        return T.Device(st.name.text, int(mem), tuple(sorted(flops)), span=st.span)
+        return T.Device(st.name.text, int(mem), tuple(sorted(flops)), backend, span=st.span)
 
     def _link(self, st: A.LinkDecl) -> T.Link | None:
         fields = self._fields(st.fields, lambda k: k in ("bandwidth", "latency"), ["bandwidth", "latency"], "link")

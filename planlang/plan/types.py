@@ -51,11 +51,17 @@ def is_hole(x) -> bool:
 
 
 # ------------------------------------------------------------------------------ hardware
+#: the torch.distributed backends a device's ranks can run (a device's `backend` field)
+BACKENDS = ("nccl", "gloo")
+
+
 @dataclass(frozen=True)
 class Device:
     name: str
     memory: int  # bytes
     flops: tuple[tuple[str, float], ...] = ()  # dtype -> FLOP/s
+    # the torch.distributed backend its ranks run: what the estimator assumes collectives allocate
+    backend: str = "nccl"
     span: Span = _span()
 
     def __str__(self) -> str:

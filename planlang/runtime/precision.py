@@ -47,11 +47,15 @@ def storage_dtype(prec: Precision, fsdp: bool) -> torch.dtype:
 
 def mp_policy(prec: Precision):
     """FSDP2's MixedPrecisionPolicy for ZeRO-2/3: gathered parameters in `params`, gradients
-    reduce-scattered in `reduce`; None for the all-f32 step."""
+    reduce-scattered in `reduce`; None for the all-f32 step. Under autocast, FSDP2 does not cast a unit's
+    floating inputs to `params`: autocast casts what each op reads, and the root unit's inputs are the
+    whole batch, of which the rank reads its slice (cast whole, the slice an op saves would keep the whole
+    copy alive through backward)."""
     if not prec.mixed:
         return None
     param = None if prec.params == prec.master else torch_dtype(prec.params)
-    return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=torch_dtype(prec.reduce))
+    return MixedPrecisionPolicy(param_dtype=param, reduce_dtype=torch_dtype(prec.reduce),
+                                cast_forward_inputs=not prec.autocast)
 
 
 def autocast(prec: Precision, device_type: str):

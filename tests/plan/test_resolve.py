@@ -153,3 +153,14 @@ pipeline over pp schedule interleaved chunks 2 microbatches 4 {
 """
     res = check_text(text, "t.plan")
     assert [d.code for d in res.diagnostics] == ["PL302"]
+
+
+def test_a_device_says_its_backend():
+    mesh = "\nmesh m of 2 x d { dp = 2 over l }\n"
+    assert resolve_text(HW + mesh, "t.plan").plan.mesh.device.backend == "nccl"  # the default
+    gloo = HW.replace("flops.bf16 = 312 TFLOPS", 'flops.bf16 = 312 TFLOPS; backend = "gloo"')
+    assert resolve_text(gloo + mesh, "t.plan").plan.mesh.device.backend == "gloo"
+    bad = resolve_text(HW.replace("flops.bf16 = 312 TFLOPS", 'backend = "mpi"') + mesh, "t.plan")
+    assert codes(bad) == ["PL221"] and "`backend` is one of 'nccl', 'gloo'" in bad.diagnostics[0].message
+    assert resolve_text("use hardware\nmesh m of 2 x hardware.cpu { dp = 2 over hardware.loopback }\n",
+                        "t.plan").plan.mesh.device.backend == "gloo"
