@@ -377,11 +377,6 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "`compute` is the dtype `torch.autocast` runs matmuls in; autocast narrows, it never widens, so compute\n"
      "wider than `params` (bf16 parameters, f32 compute) would not run as written. Store the parameters\n"
      "in the compute dtype or wider (`params = f32`, `compute = bf16` is automatic mixed precision)."),
-    ("PL514", "precision-pipeline", E, "loss scaling in a pipeline plan",
-     "A pipeline runs its precision fields (bf16 parameters, autocast, the f32 master copy, the reduce\n"
-     "dtype) but not loss scaling yet: torch.distributed.pipelining's schedules call backward on each\n"
-     "microbatch's loss themselves, and the dynamic scale's skip of an overflowed step is not wired into\n"
-     "them. Use bf16, which needs no loss scaling, or run the f16 plan without `pipeline`."),
     # model-aware (planlang.model.checks)
     ("PL560", "over-budget", E, "estimated peak memory exceeds the budget",
      "The estimator (`planlang estimate`) predicts that a device's peak memory in a training step is above\n"

@@ -500,8 +500,8 @@ def optimizer_arguments(ctx) -> Diags:
 def precision_support(ctx) -> Diags:
     """The optimizer block's precision fields (planlang.plan.types.Precision): PL509 a dtype no step is kept
     in; PL510 the device declares no `flops.<compute>`; PL511 f16 without loss scaling; PL512 master
-    weights narrower than the parameters; PL513 compute wider than the parameters; PL514 loss scaling in
-    a pipeline (torch's schedules call backward on the loss the plan's scale would have to multiply)."""
+    weights narrower than the parameters; PL513 compute wider than the parameters. (PL514, loss scaling
+    in a pipeline, is retired: the pipeline runtime scales each microbatch's loss.)"""
     opt = ctx.plan.optimizer
     prec = opt.precision if opt is not None else None
     if prec is None:
@@ -533,10 +533,6 @@ def precision_support(ctx) -> Diags:
                    f"compute (it declares {declared})", prec.span_of("compute" if "compute" in
                    dict(prec.field_spans) else "precision"), labels=[Label(dev.span, "device declared here")],
                    help=f"add `flops.{prec.compute} = ...` to device `{dev.name}`")
-    if ctx.plan.pipeline is not None and prec.loss_scale is not None:
-        yield diag("PL514", "loss scaling in a pipeline plan does not run yet", prec.span_of("loss_scale"),
-                   labels=[Label(ctx.plan.pipeline.span, "pipeline declared here")],
-                   help="use bf16 (no loss scaling), or run the f16 plan without `pipeline`")
 
 
 def data_parallel_support(ctx) -> Diags:
@@ -611,6 +607,6 @@ RULES = [
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),
     (optimizer_arguments, ("PL506", "PL508")),
-    (precision_support, ("PL509", "PL510", "PL511", "PL512", "PL513", "PL514")),
+    (precision_support, ("PL509", "PL510", "PL511", "PL512", "PL513")),
     (data_parallel_support, ("PL313", "PL415", "PL507")),
 ]

@@ -462,9 +462,6 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
     groups = MeshGroups(plan.mesh, device.type)
-    if plan.pipeline is not None and plan.precision.loss_scale is not None:
-        raise PlanError("loss scaling in a pipeline plan does not run yet (PL514): use bf16, or run the f16 plan "
-                        "without `pipeline`")
     if plan.pipeline is not None and not tensor_axes(plan):
         try:
             return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)

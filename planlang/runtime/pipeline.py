@@ -53,7 +53,7 @@ from planlang.model.load import build_model, meta_inputs, plan_loss
 from .data_parallel import DataParallelError, data_axes, zero_axis
 from .executor import sync_batch_norm
 from planlang.model.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
-from .precision import autocast, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
+from .precision import LossScale, autocast, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
 from planlang.model.recompute import wrap_chain, wrap_each
@@ -247,6 +247,8 @@ class PipelineRunner:
         self.after_backward: Callable[[], None] | None = None
         self.reduce_dtype: torch.dtype | None = None  # the plan's precision `reduce` (average_gradients)
         self._scaled = _ScaledLoss(loss_fn, layout.microbatches)
+        # the plan's loss scale (f16): each microbatch's loss is multiplied by it before its backward
+        self.loss_scale: LossScale | None = None
         self._signature: tuple | None = None
         self.stages: list = []
         self.schedule = None
@@ -304,9 +306,11 @@ class PipelineRunner:
             self._build(tuple(x[: batch // m] for x in inputs))
             self._signature = signature
         tgt = None
+        scale = 1.0 if self.loss_scale is None else self.loss_scale.value  # this step's, before its update
         if self.has_last:
             tgt = target if target is not None else torch.zeros(batch, device=self.device)
             self._scaled.takes_target = target is not None
+            self._scaled.scale = scale
         losses: list[torch.Tensor] = []
         self.schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses,  # type: ignore[union-attr]
                            return_outputs=False)
@@ -318,6 +322,8 @@ class PipelineRunner:
         if not self.has_last:
             return None
         loss = torch.stack([x.detach() for x in losses]).sum()
+        if scale != 1.0:
+            loss = loss / scale
         for g in self.dp_groups:  # every rank of a data group holds the same stages: all last or none
             dist.all_reduce(loss, group=g)
             loss /= dist.get_world_size(g)
@@ -408,17 +414,18 @@ def _with_output(loss_fn: Callable, spec, from_last: tuple[bool, ...] | None = N
 
 
 class _ScaledLoss:
-    """loss(output, target) / m; without a target, loss(output) / m (the dummy target is ignored)."""
+    """loss(output, target) / m; without a target, loss(output) / m (the dummy target is ignored); times
+    `scale`, the loss scale of the step (f16: planlang.runtime.precision.LossScale)."""
 
     def __init__(self, fn: Callable[..., torch.Tensor], microbatches: int) -> None:
-        self.fn, self.m, self.takes_target = fn, microbatches, True
+        self.fn, self.m, self.takes_target, self.scale = fn, microbatches, True, 1.0
 
     def __call__(self, output, target):
         value = self.fn(output, target) if self.takes_target else self.fn(output)
         if not isinstance(value, torch.Tensor) or value.dim() != 0:
             raise PipelineError(f"the loss returned {type(value).__name__} {getattr(value, 'shape', '')}, "
                                 "not a scalar tensor", "make `loss(output, *targets)` return the mean loss")
-        return value / self.m
+        return value * (self.scale / self.m) if self.scale != 1.0 else value / self.m
 
 
 def _batch_size(inputs, target) -> int:
@@ -528,6 +535,8 @@ class PipelinedModel:
                  shapes: dict[str, tuple[torch.Size, torch.dtype]],
                  fsdp_axes: tuple[str, ...] = ()):
         self.runner, self.plan, self.groups = runner, plan, groups
+        if plan.precision.loss_scale is not None:  # the optimizer unscales, and skips a step that overflowed
+            runner.loss_scale = LossScale(plan.precision.loss_scale)
         self.fsdp_axes = fsdp_axes  # ZeRO-2/3: the stage modules are FSDP2 units over these axes
         self.checkpoint_groups: list[list[str]] = []  # the plan's checkpoint groups, as wrapped
         self.pp_group = runner.pp_group
@@ -566,7 +575,7 @@ class PipelinedModel:
             params = [p for p in self.parameters() if p.requires_grad]
             return wrap_optimizer(params, self.plan.precision,
                                   lambda ps: build_optimizer(ps, self.plan.optimizer, self.groups, cls=cls, **kwargs),
-                                  fsdp=bool(self.fsdp_axes), loss_scale=None)
+                                  fsdp=bool(self.fsdp_axes), loss_scale=self.runner.loss_scale)
         except OptimizerError as e:
             raise PipelineError(str(e), "fix the plan's `optimizer` or the arguments of pm.optimizer()") from e
 

@@ -178,7 +178,9 @@ def describe(pm, opt) -> dict:
     state = sum(local(v).numel() for st in inner.state.values() for k, v in st.items() if k == "exp_avg"
                 or (k == "momentum_buffer" and v is not None))
     full = sum(math.prod(s) for s in _piece_shapes(pm)) if hasattr(pm, "layouts") else sum(p.numel() for p in params)
+    scale = getattr(opt, "loss_scale", None)
     return {"model": type(pm).__name__, "optimizer": type(opt).__name__,
+            "loss_scale": None if scale is None else scale.value,
             "fsdp_axes": list(getattr(pm, "fsdp_axes", ())),
             "checkpoint_groups": [list(g) for g in getattr(pm, "checkpoint_groups", ())],
             "grad_local_numel": sum(local(p.grad).numel() for p in params if p.grad is not None),

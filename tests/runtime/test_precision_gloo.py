@@ -26,6 +26,9 @@ PLANS = {
     # pipelines: the module cut (pp x dp, ZeRO-1) and the program cut (pp x tp), bf16 with the f32 master
     "gpt2_pp2_dp2_zero1_bf16": ("MasterWeights", "PipelinedModel"),
     "gpt2_pp2_tp2_bf16": ("MasterWeights", "ProgramPipelinedModel"),
+    # and in f16 with a dynamic loss scale: each microbatch's loss scaled, the step unscaled
+    "gpt2_pp2_dp2_zero1_f16": ("MasterWeights", "PipelinedModel"),
+    "gpt2_pp2_tp2_f16": ("MasterWeights", "ProgramPipelinedModel"),
 }
 
 
@@ -50,6 +53,8 @@ def test_matches_one_process_in_the_same_precision(config):
     optimizer, model = PLANS[config]
     assert r["report"]["optimizer"] == optimizer
     assert r["report"]["model"] == model
+    # f16 steps with a dynamic loss scale (2^16 to start), which the optimizer holds; the others with none
+    assert (r["report"]["loss_scale"] is not None) == config.endswith("_f16")
 
 
 def test_the_bound_comes_from_the_dtype():
