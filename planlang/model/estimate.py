@@ -741,6 +741,13 @@ def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: 
         backward of block i    R + B[i] + B[i-1]     gathered again, the block before it prefetched,
                                + G[i+1]              the reduce-scatter input of the block after it (kept
                                                      until the next reduce-scatter)
+        its reduce-scatter     R + B[i-1] + G[i]     at the end of its backward (what the simulated step
+                               (+ G[i]) + G[i]/n     holds then, `StepMemory.segment_starts`): block i
+                                                     resharded and the input before freed first; its
+                                                     gradients copied into the input, and while they are
+                                                     freed the output is made (with gloo, whose
+                                                     reduce-scatter all-reduces a copy of the input, the
+                                                     copy too)
 
     ZeRO-2 (not resharded after forward) keeps every block gathered from its forward until its backward
     has run: the parameters of blocks 0..i take the place of the gathered block, without prefetch in
@@ -749,13 +756,15 @@ def _zero_blocks_peak(sim, facts, params: dict[str, _Param], shards: int, zero: 
     With precision fields (`prec`), FSDP2 gathers in `params` (B and R in that dtype), keeps the
     reduce-scatter input in `reduce` and the reduce-scattered gradients in `master`, while the simulated
     step holds gradients in `params`: G[i+1] is scaled by reduce/params and the done gradients by
-    master/params.
+    master/params; the reduce-scatter's input, its copy and its output (the G[i] of that row but the first,
+    and G[i]/n) are in `reduce`.
 
     In the backward of block i, the simulated step still holds the whole gradients of the blocks after
     it; FSDP2 has reduce-scattered them to 1/shards (`G[j]`: block j's gradients). The simulation follows
     what is saved and freed op by op, so a peak inside a block's backward, with part of its activations
     and part of its gradients live, is where it falls. Against MemTracker through planlang.apply
-    (bench/zero_blocks.py, GPT-2 in four shapes on dp 4): ZeRO-3 within 0.1 %, ZeRO-2 within 3 %. The
+    (bench/zero_blocks.py, GPT-2 in four shapes on dp 4): ZeRO-3 within 0.1 %, ZeRO-2 within 3 %; the
+    zoo's four architectures in bf16, autocast and f32 within 4 % (bench/precision_memory.py). The
     runtime keeps a block in the root unit when the program interleaves it with other code or shares its
     parameters; this counts every block holding unshared parameters."""
     if not sim.segments:
