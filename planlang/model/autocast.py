@@ -41,6 +41,11 @@ class MetaAutocast(TorchFunctionMode):
         self._cache.clear()
         return super().__exit__(*exc)
 
+    def recompute_context(self):
+        """The context torch.utils.checkpoint's recomputation runs in (its `context_fn`): autocast again, as
+        torch's checkpoint re-enters autocast for it, a region of its own with its own cache."""
+        return MetaAutocast(self.dtype)
+
     def release(self) -> None:
         """Drop the cached parameter casts (`torch.autocast` clears its cache when its region ends)."""
         self._cache.clear()

@@ -4,8 +4,26 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import contextlib
+
 import torch
 import torch.utils.checkpoint as cp
+from torch.overrides import _get_current_function_mode_stack
+
+from .autocast import MetaAutocast
+
+
+def _contexts():
+    """checkpoint's `context_fn`: nothing around the forward; around the recomputation, which backward
+    runs outside any torch-function mode, the meta autocast the forward ran under (torch's checkpoint
+    re-enters a real torch.autocast by itself)."""
+    meta = next((m for m in reversed(_get_current_function_mode_stack()) if isinstance(m, MetaAutocast)), None)
+    return contextlib.nullcontext(), (meta.recompute_context() if meta is not None else contextlib.nullcontext())
+
+
+def checkpoint(fn, *args, **kwargs):
+    """torch.utils.checkpoint, non-reentrant, whose recomputation casts as its forward did (`_contexts`)."""
+    return cp.checkpoint(fn, *args, use_reentrant=False, context_fn=_contexts, **kwargs)
 
 
 def wrap_chain(mods: Sequence[torch.nn.Module]) -> None:
@@ -17,7 +35,7 @@ def wrap_chain(mods: Sequence[torch.nn.Module]) -> None:
             x = f(x)
         return x
 
-    mods[0].forward = lambda x, _run=run_chain: cp.checkpoint(_run, x, use_reentrant=False)
+    mods[0].forward = lambda x, _run=run_chain: checkpoint(_run, x)
     for m in mods[1:]:
         m.forward = lambda x: x
 
@@ -26,4 +44,4 @@ def wrap_each(mods: Sequence[torch.nn.Module]) -> None:
     """Every module checkpointed on its own (a group whose modules take more than one tensor)."""
 
     for m in mods:
-        m.forward = (lambda f: lambda *a, **k: cp.checkpoint(f, *a, use_reentrant=False, **k))(m.forward)
+        m.forward = (lambda f: lambda *a, **k: checkpoint(f, *a, **k))(m.forward)

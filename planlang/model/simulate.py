@@ -392,8 +392,8 @@ def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
 def _end_autocast_region() -> None:
     """The training loop's autocast region ends with the loss (the runtime's `torch.autocast` covers
     forward and loss): the weight casts it cached live on only where autograd saved them, and are freed
-    by backward as it goes. A MetaAutocast around the simulation stays on for checkpoint recomputation,
-    but drops its cache here as autocast does when its region ends."""
+    by backward as it goes. The MetaAutocast around the simulation drops its cache here, as autocast does
+    when its region ends (checkpoint recomputation casts in a region of its own: recompute.checkpoint)."""
     for m in _get_current_function_mode_stack():
         if isinstance(m, MetaAutocast):
             m.release()
@@ -424,6 +424,8 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage, bloc
         _end_autocast_region()
         with mode:
             scalar.backward()
+        if blocks is not None:  # the first block's input has no gradient: its backward ends the step's
+            mode.segment_start.setdefault(("B", -1), mode.live)
     del scalar
     if keep_output:
         del out

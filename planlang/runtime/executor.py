@@ -15,7 +15,6 @@ import zlib
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-import torch.utils.checkpoint as torch_checkpoint
 from torch.fx.node import map_aggregate
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -23,6 +22,7 @@ from planlang.cost.comm import Collective
 from planlang.model.opgraph import OpaqueCall, TensorArg
 from planlang.runtime.local_ops import run_local
 from planlang.model.lowering import Convert, Program, Run
+from planlang.model.recompute import checkpoint
 from planlang.runtime.redistribute import MeshGroups, run_path
 
 
@@ -215,7 +215,7 @@ class Runtime:
         return run_path(x, c.shape, c.path, self.prog.mesh, self.groups, self.recorder)
 
     def checkpoint(self, fn, *args):
-        return torch_checkpoint.checkpoint(fn, *args, use_reentrant=False)
+        return checkpoint(fn, *args)
 
     def run(self, name: str, *args: torch.Tensor) -> torch.Tensor:
         ins = self.runs[name]

@@ -47,10 +47,10 @@ def storage_dtype(prec: Precision, fsdp: bool) -> torch.dtype:
 
 def mp_policy(prec: Precision):
     """FSDP2's MixedPrecisionPolicy for ZeRO-2/3: gathered parameters in `params`, gradients
-    reduce-scattered in `reduce`; None for the all-f32 step. Under autocast, FSDP2 does not cast a unit's
-    floating inputs to `params`: autocast casts what each op reads, and the root unit's inputs are the
-    whole batch, of which the rank reads its slice (cast whole, the slice an op saves would keep the whole
-    copy alive through backward)."""
+    reduce-scattered in `reduce`; None for the all-f32 step. Under autocast, FSDP2 casts no unit's floating
+    inputs to `params` (the block units' and the root's alike): autocast casts what each op reads, as in
+    the step without ZeRO. The root unit's inputs are the whole batch, of which the rank reads its slice:
+    cast whole, the slice an op saves would keep the whole copy alive through backward."""
     if not prec.mixed:
         return None
     param = None if prec.params == prec.master else torch_dtype(prec.params)
@@ -94,9 +94,13 @@ class LossScale:
 
 
 def _any_rank(flag: bool, device) -> bool:
-    """Whether `flag` holds on any rank (every rank agrees on skipping a step)."""
+    """Whether `flag` holds on any rank (every rank agrees on skipping a step). `device`: where the flag's
+    tensor goes; None (a rank with no gradients, a pipeline rank without parameters) takes the backend's."""
     if not dist.is_initialized() or dist.get_world_size() == 1:
         return flag
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" \
+            else torch.device("cpu")
     t = torch.tensor([1.0 if flag else 0.0], device=device)
     dist.all_reduce(t)
     return bool(t.item() > 0)
@@ -164,7 +168,7 @@ class MasterWeights(_Wrapping):
                 m.grad.mul_(inv)
                 overflow = overflow or not bool(torch.isfinite(m.grad).all())
         if self.loss_scale is not None:
-            overflow = _any_rank(overflow, self.masters[0].device)
+            overflow = _any_rank(overflow, self.masters[0].device if self.masters else None)
             self.loss_scale.update(overflow)
         if not overflow:
             self.inner.step()
@@ -206,7 +210,7 @@ class ScaledOptimizer(_Wrapping):
                 g.mul_(inv)
                 device = g.device
                 overflow = overflow or not bool(torch.isfinite(g).all())
-        overflow = _any_rank(overflow, device or torch.device("cpu"))
+        overflow = _any_rank(overflow, device)
         self.loss_scale.update(overflow)
         if not overflow:
             self.inner.step()
