@@ -29,6 +29,8 @@ PLANS = {
     # and in f16 with a dynamic loss scale: each microbatch's loss scaled, the step unscaled
     "gpt2_pp2_dp2_zero1_f16": ("MasterWeights", "PipelinedModel"),
     "gpt2_pp2_tp2_f16": ("MasterWeights", "ProgramPipelinedModel"),
+    # ZeRO-2 stages (FSDP2 units gathering f16 from f32 shards): the optimizer unscales the shards' gradients
+    "gpt2_pp2_dp2_zero2_f16": ("ScaledOptimizer", "PipelinedModel"),
 }
 
 
