@@ -104,3 +104,15 @@ def test_predicted_gradient_sums_are_in_the_reduce_dtype(tmp_path):
     amp = (apply_worker.PLANS / "gpt2_dp4_amp_bf16.plan").read_text()  # reduce = bf16
     f32 = amp.replace("    compute = bf16", "    compute = f32").replace("    reduce = bf16", "    reduce = f32")
     assert grad_sync_bytes(amp) * 2 == grad_sync_bytes(f32) > 0
+
+
+def test_fsdp2_leaves_the_inputs_to_autocast():
+    # FSDP2 would cast the root unit's whole-batch inputs to bf16 before the rank takes its slice (and the
+    # slice a conv saves would keep the whole copy through backward): autocast casts what each op reads
+    from planlang.runtime.precision import mp_policy
+
+    policy = mp_policy(Precision("bf16", "bf16", "f32", "f32"))  # f32 shards gathered in bf16
+    assert policy.param_dtype == torch.bfloat16 and policy.reduce_dtype == torch.float32
+    assert policy.cast_forward_inputs is False
+    amp = mp_policy(Precision("f32", "bf16", "f32", "f32"))  # f32 parameters under autocast
+    assert amp.param_dtype is None and amp.cast_forward_inputs is False
