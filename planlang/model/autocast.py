@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
+from torch.overrides import TorchFunctionMode, _get_current_function_mode_stack
 
 LOWER = {
     F.linear, torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.Tensor.__rmatmul__,
@@ -71,4 +71,9 @@ class MetaAutocast(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-__all__ = ["MetaAutocast", "LOWER", "FP32"]
+def active_meta_autocast() -> "MetaAutocast | None":
+    """The innermost MetaAutocast on the torch-function mode stack, or None."""
+    return next((m for m in reversed(_get_current_function_mode_stack()) if isinstance(m, MetaAutocast)), None)
+
+
+__all__ = ["MetaAutocast", "LOWER", "FP32", "active_meta_autocast"]

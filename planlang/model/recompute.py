@@ -8,16 +8,14 @@ import contextlib
 
 import torch
 import torch.utils.checkpoint as cp
-from torch.overrides import _get_current_function_mode_stack
-
-from .autocast import MetaAutocast
+from .autocast import active_meta_autocast
 
 
 def _contexts():
     """checkpoint's `context_fn`: nothing around the forward; around the recomputation, which backward
     runs outside any torch-function mode, the meta autocast the forward ran under (torch's checkpoint
     re-enters a real torch.autocast by itself)."""
-    meta = next((m for m in reversed(_get_current_function_mode_stack()) if isinstance(m, MetaAutocast)), None)
+    meta = active_meta_autocast()
     return contextlib.nullcontext(), (meta.recompute_context() if meta is not None else contextlib.nullcontext())
 
 

@@ -15,11 +15,10 @@ from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
-from torch.overrides import _get_current_function_mode_stack
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .autocast import MetaAutocast
+from .autocast import active_meta_autocast
 from .trace import bind_inputs, meta_or_fake
 
 
@@ -394,9 +393,9 @@ def _end_autocast_region() -> None:
     forward and loss): the weight casts it cached live on only where autograd saved them, and are freed
     by backward as it goes. The MetaAutocast around the simulation drops its cache here, as autocast does
     when its region ends (checkpoint recomputation casts in a region of its own: recompute.checkpoint)."""
-    for m in _get_current_function_mode_stack():
-        if isinstance(m, MetaAutocast):
-            m.release()
+    meta = active_meta_autocast()
+    if meta is not None:
+        meta.release()
 
 
 def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage, blocks: int | None = None) -> StepMemory:
