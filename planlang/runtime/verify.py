@@ -18,8 +18,9 @@ Every error of the plan against the one-process run (loss, each gradient, each p
 optimizer step) is judged against what rounding alone does to one process: the same steps are also run
 in float64, and the plan's error on a quantity may be at most NOISE_FACTOR times the error of the
 one-process run against float64 on that quantity, or `tol`, whichever is larger. A plan with a master
-copy of its weights (mixed precision) keeps one trajectory per run instead: the master copy inside the
-optimizer cannot be set from the plan's parameters. A correct plan passes whatever the optimizer; a wrong update
+copy of its weights (mixed precision) cannot hand its parameters over (the master copy inside the
+optimizer is no parameter): one process follows them instead, its master copy starting equal and stepping
+the plan's gradients, and the float64 twin takes one process's parameters before each step. A correct plan passes whatever the optimizer; a wrong update
 (a gradient summed twice, a missing gradient, a step on the wrong piece) is orders of magnitude above
 rounding and fails. The float64 run measures rounding only when it computes the same function: when one
 process's first loss differs from float64's by more than YARDSTICK_LIMIT (dropout, random ops), every
@@ -110,11 +111,6 @@ def rel(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> float:
 # that floor: exact zeros (the key bias of attention: softmax ignores a constant shift) leave only
 # rounding noise on both sides, and noise over noise is not a relative error.
 GRAD_FLOOR = 1e-3
-# In a bf16/f16 plan a gradient element can cancel to exactly zero in one run and not in the other (a sum
-# of a hundred bf16 values does that often); Adam then moves that element by lr in one run only, which for
-# a bias still near its zero init is 1/sqrt(n) of its norm. Parameters of a mixed-precision plan are
-# therefore compared against this fraction of the whole model's parameter norm at least (f32 plans: none).
-PARAM_FLOOR = 1e-2
 
 
 def make_batch(model: nn.Module, plan: CompletePlan, loss_fn,
@@ -246,15 +242,21 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     ref_loss_fn = loss_fn or (lambda out: out.sum())
     exact_params = dict(exact.named_parameters())
     yardstick = True  # until the first loss says the float64 run computes something else
-    same_start = not prec.mixed  # module docstring: each step judged from the plan's parameters
+    # module docstring: each step judged from the plan's parameters; a mixed-precision one-process run
+    # follows them through the plan's gradients (its master copy starts equal and steps the same ones)
+    same_start = not prec.mixed
     rows = []
     for s, (inputs, targets) in enumerate(batches):
         if same_start and s:
-            _start_from(params, model if plan.pipeline is None else None, ref, exact)
+            _start_from(params, model if plan.pipeline is None else None, (ref, exact))
+        elif not same_start:  # float64 measures the one-process run's rounding at that run's own point
+            _start_from({n: p.detach() for n, p in ref.named_parameters()}, ref, (exact,))
         opt.zero_grad(set_to_none=True)
         ref_opt.zero_grad(set_to_none=True)
         exact_opt.zero_grad(set_to_none=True)
         loss = pm.step(*inputs, *targets)
+        ref_scaled_by = 1.0 if ref_scale is None else ref_scale.value
+        plan_scaled_by = loss_scale_value(opt)
         with autocast(prec, "cpu"):
             ref_loss = ref_loss_fn(call_model(ref, plan, inputs), *targets)
         (ref_loss if ref_scale is None else ref_scale.scale(ref_loss)).backward()
@@ -266,25 +268,22 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
             say(f"one process's first loss {rv:.8g} differs from float64's {xv:.8g} by more than rounding "
                 f"(a random model, e.g. dropout): every error is judged against --tol {tol:g} alone")
         grads = pm.full_grads()
-        total = math.sqrt(sum(float(p.grad.double().norm()) ** 2 for p in ref.parameters() if p.grad is not None))
-        # a gradient the plan did not produce counts as a relative error of 1 (all of it missing)
-        errs = {n: rel(grads[n], p.grad, GRAD_FLOOR * total) if n in grads else 1.0
-                for n, p in ref.named_parameters() if p.grad is not None}
-        noise = {n: rel(p.grad, exact_params[n].grad, GRAD_FLOOR * total) for n, p in ref.named_parameters()
-                 if yardstick and p.grad is not None and exact_params[n].grad is not None}
-        worst, gerr, gbound = judged(errs, noise, tol)
+        ref_grads = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}
+        overflow = overflow_verdict(grads, ref_grads) if prec.loss_scale is not None else None
+        if overflow is not None:  # a skipped step: its gradients are not numbers to compare
+            worst, gerr, gbound = overflow, (0.0 if overflow.startswith("both") else 1.0), bound(0.0, tol)
+        else:
+            worst, gerr, gbound = _judge_grads(grads, ref_grads, exact_params, ref_scaled_by, tol, yardstick)
         if report is not None and s == len(batches) - 1:
             report.update(describe(pm, opt))  # gradients still there; optimizer state from earlier steps
-        if same_start:  # the one-process optimizers step the plan's gradients
-            _take_grads(grads, ref, exact)
+        _take_grads(grads, ref, exact, plan_scaled_by)  # the one-process optimizers step the plan's gradients
         opt.step()
         ref_opt.step()
-        exact_opt.step()
+        if overflow is None:
+            exact_opt.step()  # (an overflowed step is skipped by both runs in the plan's precision)
         params = pm.full_parameters()
-        pfloor = PARAM_FLOOR * math.sqrt(sum(float(p.detach().double().norm()) ** 2 for p in ref.parameters())) \
-            if prec.mixed else 0.0
-        perrs = {n: rel(params[n], p.detach(), pfloor) for n, p in ref.named_parameters() if n in params}
-        pnoise = {n: rel(p.detach(), exact_params[n].detach(), pfloor) for n, p in ref.named_parameters()
+        perrs = {n: rel(params[n], p.detach()) for n, p in ref.named_parameters() if n in params}
+        pnoise = {n: rel(p.detach(), exact_params[n].detach()) for n, p in ref.named_parameters()
                   if yardstick and n in params}
         if plan.pipeline is None:  # and the state forward keeps: BatchNorm's running statistics
             mine, exact_bufs = dict(model.named_buffers()), dict(exact.named_buffers())
@@ -304,26 +303,69 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     return rows
 
 
-def _start_from(params: dict[str, torch.Tensor], model: nn.Module | None, ref: nn.Module, exact: nn.Module) -> None:
-    """Set the one-process model and its float64 twin to the plan's parameters (and, without a pipeline,
-    its floating buffers: BatchNorm's running statistics) before a step."""
+def loss_scale_value(opt) -> float:
+    """The loss scale `opt` unscales its gradients by (1.0 without loss scaling)."""
+    scale = getattr(opt, "loss_scale", None)
+    return 1.0 if scale is None else scale.value
+
+
+def _judge_grads(grads: dict[str, torch.Tensor], ref_grads: dict[str, torch.Tensor],
+                 exact_params: dict[str, nn.Parameter], ref_scaled_by: float, tol: float,
+                 yardstick: bool) -> tuple[str, float, float]:
+    """(name, error, bound) of the worst-judged gradient: the plan's gradients against one process's (both
+    multiplied by the same loss scale), each bounded by one process's own error against float64 (whose
+    gradients are not scaled: one process's are divided by its scale to compare)."""
+    total = math.sqrt(sum(float(g.double().norm()) ** 2 for g in ref_grads.values()))
+    # a gradient the plan did not produce counts as a relative error of 1 (all of it missing)
+    errs = {n: rel(grads[n], g, GRAD_FLOOR * total) if n in grads else 1.0 for n, g in ref_grads.items()}
+    noise = {n: rel(g.double() / ref_scaled_by, exact_params[n].grad, GRAD_FLOOR * total / ref_scaled_by)
+             for n, g in ref_grads.items() if yardstick and exact_params[n].grad is not None}
+    return judged(errs, noise, tol)
+
+
+def overflow_verdict(grads: dict[str, torch.Tensor], ref_grads: dict[str, torch.Tensor]) -> str | None:
+    """Whether a step under a loss scale overflowed: None when neither run has a non-finite gradient, else
+    the verdict that stands for the gradient comparison. Both runs overflowed: the step is skipped by
+    both, as it should be. One run only: a wrong gradient, unless the other run's largest gradient
+    element is within a factor 2 of its dtype's largest finite value (rounding decides at that edge)."""
+    def overflowed(gs):
+        return any(not bool(torch.isfinite(g).all()) for g in gs.values())
+
+    def at_the_edge(gs):
+        return any(float(g.detach().abs().max()) >= torch.finfo(g.dtype).max / 2 for g in gs.values() if g.numel())
+
+    plan_over, ref_over = overflowed(grads), overflowed(ref_grads)
+    if not plan_over and not ref_over:
+        return None
+    if plan_over and ref_over:
+        return "both runs overflowed (the step skipped)"
+    if at_the_edge(ref_grads if plan_over else grads):
+        return "both runs at the edge of overflow (the step skipped in one)"
+    return "overflow under the plan only" if plan_over else "overflow in one process only"
+
+
+def _start_from(params: dict[str, torch.Tensor], buffers_of: nn.Module | None, twins: tuple[nn.Module, ...]) -> None:
+    """Set each twin (the one-process model, its float64 twin) to `params` and, when `buffers_of` is
+    given, to that module's floating buffers (BatchNorm's running statistics) before a step."""
     with torch.no_grad():
-        for twin in (ref, exact):
+        for twin in twins:
             for n, p in twin.named_parameters():
                 if n in params:
                     p.copy_(params[n].to(p.dtype))
-            if model is not None:
-                mine = dict(model.named_buffers())
+            if buffers_of is not None:
+                mine = dict(buffers_of.named_buffers())
                 for n, b in twin.named_buffers():
                     if b.is_floating_point() and n in mine:
                         b.copy_(mine[n].detach().cpu().to(b.dtype))
 
 
-def _take_grads(grads: dict[str, torch.Tensor], ref: nn.Module, exact: nn.Module) -> None:
-    """The plan's gradients as the one-process optimizers' (a parameter the plan gave none: none)."""
-    for twin in (ref, exact):
+def _take_grads(grads: dict[str, torch.Tensor], ref: nn.Module, exact: nn.Module, scaled_by: float) -> None:
+    """The plan's gradients as the one-process optimizers' (a parameter the plan gave none: none); the
+    float64 twin, which scales no loss, takes them divided by the plan's loss scale."""
+    for twin, div in ((ref, 1.0), (exact, scaled_by)):
         for n, p in twin.named_parameters():
-            p.grad = grads[n].detach().to(p.dtype).clone() if n in grads else None
+            p.grad = (grads[n].detach().to(p.dtype) / div if div != 1.0 else grads[n].detach().to(p.dtype).clone()) \
+                if n in grads else None
 
 
 def render(rows: list[StepRow], tol: float) -> str:
