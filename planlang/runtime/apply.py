@@ -63,7 +63,8 @@ from planlang.model.lowering import LoweringError, Program, Run, data_axes, lowe
 from planlang.runtime.pipeline import PipelineError, apply_pipeline, check_pipeline_plan
 from planlang.runtime.program_pipeline import build_program_pipeline
 from planlang.runtime.placement import ParamLayout
-from planlang.runtime.precision import LossScale, autocast, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
+from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
+                                        wrap_optimizer)
 from planlang.runtime.redistribute import MeshGroups, redistribute
 from planlang.runtime.zero import OptimizerError, build_optimizer
 from planlang.runtime.zero_blocks import Block, BlockCaller, block_ranges
@@ -434,6 +435,7 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
     opt = plan.optimizer
     fsdp = opt is not None and opt.zero_stage in (2, 3) and opt.zero_axis is not None and groups.size(opt.zero_axis) > 1
     layouts = shard_parameters(model, prog, groups.coords, device, storage_dtype(prec, fsdp) if prec.mixed else None)
+    cast_buffers(model, prec)
     try:
         return build_program_pipeline(model, plan, prog, layouts, groups, device, recorder)
     except (PipelineError, LoweringError) as e:
@@ -474,6 +476,7 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     fsdp = _fsdp_setup(plan, groups) is not None
     dtype = storage_dtype(plan.precision, fsdp) if plan.precision.mixed else None
     layouts = shard_parameters(model, prog, groups.coords, device, dtype)
+    cast_buffers(model, plan.precision)
     blocks = zero_blocks(model, prog, plan)
     code = generate(prog, dist.get_rank(), groups.coords, title=plan.path,
                     blocks=[(b.start, b.end, b.name) for b in blocks])

@@ -53,7 +53,7 @@ from planlang.model.load import build_model, meta_inputs, plan_loss
 from .data_parallel import DataParallelError, data_axes, zero_axis
 from .executor import sync_batch_norm
 from planlang.model.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
-from .precision import LossScale, autocast, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
+from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
 from planlang.model.recompute import wrap_chain, wrap_each
@@ -688,6 +688,7 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     prec = plan.precision
     if prec.mixed:  # the parameters in the dtype they are stored in (FSDP2: its shards, the master copy)
         cast_parameters(model, storage_dtype(prec, fsdp))
+        cast_buffers(model, prec)
         loss_fn = loss_fn or plan_loss(plan)
         if loss_fn is not None:
             loss_fn = in_precision(loss_fn, prec, device)

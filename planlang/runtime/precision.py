@@ -231,15 +231,34 @@ def wrap_optimizer(params: list[torch.Tensor], prec: Precision, make, fsdp: bool
 
 
 def reference_model(model: nn.Module, prec: Precision) -> nn.Module:
-    """The one-process model in the plan's precision: its floating parameters in `params`, buffers as
-    they are, as `planlang.apply` places them (the run then wraps forward in `autocast` and steps with
-    `wrap_optimizer`, as the plan does)."""
+    """The one-process model in the plan's precision: its floating parameters in `params` and its buffers
+    as `cast_buffers` leaves them, as `planlang.apply` places them (the run then wraps forward in
+    `autocast` and steps with `wrap_optimizer`, as the plan does)."""
     if prec.params != "f32":
         with torch.no_grad():
             for p in model.parameters():
                 if p.is_floating_point():
                     p.data = p.data.to(torch_dtype(prec.params))
+    cast_buffers(model, prec)
     return model
+
+
+def cast_buffers(model: nn.Module, prec: Precision) -> None:
+    """A module's floating buffers in the dtype its parameters run in (`params`): BatchNorm's running
+    statistics with its weight, as torch's batch_norm requires of them (bf16 weight, f32 statistics:
+    "expected scalar type BFloat16 but found Float"). Buffers of modules without parameters of their own
+    (rotary frequency tables, masks) stay as the model built them: they are not the module's state in
+    the parameters' precision, and rounding a frequency table to bf16 would move every position."""
+    if prec.params == "f32":
+        return
+    dtype = torch_dtype(prec.params)
+    with torch.no_grad():
+        for module in model.modules():
+            if next(module.parameters(recurse=False), None) is None:
+                continue
+            for name, b in list(module.named_buffers(recurse=False)):
+                if b is not None and b.is_floating_point() and b.dtype != dtype:
+                    setattr(module, name, b.to(dtype))
 
 
 def tolerance(prec: Precision, tol: float) -> float:
@@ -255,4 +274,4 @@ TOL_ROUNDOFFS = 4.0
 
 
 __all__ = ["DTYPES", "UNIT_ROUNDOFF", "torch_dtype", "storage_dtype", "mp_policy", "autocast", "LossScale",
-           "MasterWeights", "ScaledOptimizer", "wrap_optimizer", "reference_model", "tolerance", "TOL_ROUNDOFFS"]
+           "MasterWeights", "ScaledOptimizer", "wrap_optimizer", "reference_model", "cast_buffers", "tolerance", "TOL_ROUNDOFFS"]
