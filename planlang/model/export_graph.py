@@ -38,6 +38,8 @@ from typing import Any, Callable
 import torch
 from torch import fx, nn
 
+from planlang.cost.ops.rules import sdpa_heads_fit
+from planlang.cost.ops.tensor_ops import einsum_fits
 from planlang.model.graph_values import (DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value,
                                          dtype_name, keyword_inputs, loss_step, op_spec, rename_inputs)
 
@@ -499,11 +501,12 @@ def _dropout(b, node):
 
 def _softmax(kind: str):
     def rule(b, node):
-        if node.target in (aten.softmax.int, aten.log_softmax.int) and _a(node, 2, "dtype") is not None:
-            return False
-        if node.target in (aten._softmax.default, aten._log_softmax.default) and node.args[2]:
-            return False  # half_to_float
-        b.emit(node, kind, [b.tensor(node.args[0], node)], {"dim": node.args[1]})
+        x = b.tensor(node.args[0], node)
+        attrs = {"dim": node.args[1]}
+        out = dtype_name(node.meta["val"].dtype)
+        if out != b.values[x].dtype:  # softmax(x, dim, dtype=torch.float32), or _softmax's half_to_float
+            attrs["dtype"] = out
+        b.emit(node, kind, [x], attrs)
     return rule
 
 
@@ -536,16 +539,64 @@ def _slice(b, node):
     # aten.slice(x, dim=0, start=None, end=None, step=1)
     x = b.tensor(node.args[0], node)
     shape = b.values[x].shape
-    if _a(node, 4, "step", 1) != 1:
-        return False
+    step = _a(node, 4, "step", 1)
     d = _a(node, 1, "dim", 0) % len(shape)
     start, end = _a(node, 2, "start"), _a(node, 3, "end")
     start = 0 if start is None else start
     end = shape[d] if end is None else min(end, shape[d])
-    if start in (0, -shape[d]) and end == shape[d]:
+    if start in (0, -shape[d]) and end == shape[d] and step == 1:
         b.env[node.name] = x  # the whole dim
         return
-    b.emit(node, "slice", [x], {"dim": d, "start": start, "end": end})
+    b.emit(node, "slice", [x], {"dim": d, "start": start, "end": end, **({"step": step} if step != 1 else {})})
+
+
+def _index(b, node):
+    """x[..., idx, ...] with one 1-D integer index (Falcon's `qkv[..., [-2], :]`: a constant) is
+    index_select along that dim; indexing dim 0 (the batch: not per sample) or with several indices
+    stays an opaque call."""
+    x = b.tensor(node.args[0], node)
+    idx = list(node.args[1])
+    used = [d for d, i in enumerate(idx) if i is not None]
+    if len(used) != 1 or used[0] == 0 or not isinstance(idx[used[0]], fx.Node):
+        return False
+    t = idx[used[0]].meta.get("val")
+    if not _is_tensor(t) or t.dim() != 1 or t.dtype not in (torch.int64, torch.int32):
+        return False
+    b.emit(node, "index_select", [x, b.tensor(idx[used[0]], node)], {"dim": used[0]})
+
+
+def _index_select(b, node):
+    # aten.index_select(x, dim, index)
+    x = b.tensor(node.args[0], node)
+    d = node.args[1] % len(b.values[x].shape)
+    if d == 0:
+        return False
+    b.emit(node, "index_select", [x, b.tensor(node.args[2], node)], {"dim": d})
+
+
+def _stack(b, node):
+    b.emit(node, "stack", [b.tensor(a, node) for a in node.args[0]], {"dim": _a(node, 1, "dim", 0)})
+
+
+def _roll(b, node):
+    # aten.roll(x, shifts, dims=[]): along dim 0 (the batch) or flattened (no dims) it is not per sample
+    x = b.tensor(node.args[0], node)
+    rank = len(b.values[x].shape)
+    shifts, dims = _a(node, 1, "shifts"), _a(node, 2, "dims", ())
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    if not dims or len(dims) != len(shifts) or any(d % rank == 0 for d in dims):
+        return False
+    b.emit(node, "roll", [x], {"shifts": shifts, "dims": tuple(d % rank for d in dims)})
+
+
+def _einsum(b, node):
+    # aten.einsum(equation, tensors, path=None)
+    xs = [b.tensor(a, node) for a in node.args[1]]
+    eq = node.args[0]
+    if not einsum_fits(eq, tuple(b.values[v].shape for v in xs), tuple(node.meta["val"].shape)):
+        return False
+    b.emit(node, "einsum", xs, {"equation": eq})
 
 
 def _split(b, node):
@@ -626,7 +677,10 @@ def _sdpa(b, node):
     #                                   scale=None, enable_gqa=False)
     q, k = node.args[0].meta["val"], node.args[1].meta["val"]
     mask = _a(node, 3, "attn_mask")
-    if q.dim() != 4 or _a(node, 4, "dropout_p", 0.0) != 0.0 or node.kwargs.get("enable_gqa", False):
+    if q.dim() != 4 or _a(node, 4, "dropout_p", 0.0) != 0.0:
+        return False
+    if not sdpa_heads_fit(tuple(q.shape), tuple(k.shape), tuple(node.args[2].meta["val"].shape),
+                          bool(node.kwargs.get("enable_gqa", False))):
         return False
     causal = bool(_a(node, 5, "is_causal", False))
     if mask is not None:
@@ -687,6 +741,12 @@ RULES: dict[Any, Callable] = {
     aten.t.default: _transpose,
     aten.permute.default: _permute,
     aten.cat.default: _cat,
+    aten.stack.default: _stack,
+    aten.index.Tensor: _index,
+    aten.index_select.default: _index_select,
+    aten.roll.default: _roll,
+    aten.einsum.default: _einsum,
+    aten.type_as.default: _identity,  # the same dtype; another: an opaque call, per sample
     aten.slice.Tensor: _slice,
     aten.split.Tensor: _split,
     aten.split_with_sizes.default: _split,

@@ -22,6 +22,8 @@ from torch import fx, nn
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 
+from planlang.cost.ops.rules import sdpa_heads_fit
+from planlang.cost.ops.tensor_ops import einsum_fits
 from planlang.model.export_graph import export_op_graph
 from planlang.model.graph_values import (  # noqa: F401 - the graph's value types are part of this module's API
     DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value, dtype_name, keyword_inputs, loss_step,
@@ -258,8 +260,12 @@ def _lower_node(b: _Builder, node: fx.Node) -> None:  # noqa: C901 - one dispatc
             b.env[node.name] = b.emit(node, UNARY_METHOD[name], [b.tensor_of(x0, node, 0)])
         elif name in BINARY_METHOD and len(node.args) == 2 and not node.kwargs:
             _binary(b, node, BINARY_METHOD[name])
-        elif name in ("softmax", "log_softmax") and not node.kwargs.get("dtype"):
-            b.env[node.name] = b.emit(node, name, [b.tensor_of(x0, node, 0)], {"dim": _static(b, _arg(node, 1, "dim"))})
+        elif name in ("softmax", "log_softmax"):
+            _softmax(b, node, name)
+        elif name == "type_as" and _same_dtype(b, node):
+            b.env[node.name] = b.env[x0.name]  # the same dtype: the value itself (another: opaque, per sample)
+        elif name == "roll":
+            _roll(b, node)
         elif name in ("sum", "mean") and not node.kwargs.get("dtype"):
             _reduce(b, node, name)
         else:
@@ -286,14 +292,21 @@ def _lower_node(b: _Builder, node: fx.Node) -> None:  # noqa: C901 - one dispatc
             ins.append(b.tensor_of(node.kwargs["bias"], node, 2))
         b.env[node.name] = b.emit(node, "linear", ins)
     elif target is F.scaled_dot_product_attention and _arg(node, 3, "attn_mask") is None \
-            and not _static(b, _arg(node, 4, "dropout_p", 0.0)) and not node.kwargs.get("enable_gqa"):
+            and not _static(b, _arg(node, 4, "dropout_p", 0.0)) and _sdpa_heads_fit(b, node):
         ins = [b.tensor_of(node.args[i], node, i) for i in range(3)]
         b.env[node.name] = b.emit(node, "scaled_dot_product_attention", ins,
                                   {"is_causal": bool(_static(b, _arg(node, 5, "is_causal", False))),
                                    "scale": _static(b, node.kwargs.get("scale"))})
-    elif target in (F.softmax, torch.softmax, F.log_softmax, torch.log_softmax) and not node.kwargs.get("dtype"):
-        kind = "log_softmax" if target in (F.log_softmax, torch.log_softmax) else "softmax"
-        b.env[node.name] = b.emit(node, kind, [b.tensor_of(node.args[0], node, 0)], {"dim": _static(b, _arg(node, 1, "dim"))})
+    elif target in (F.softmax, torch.softmax, F.log_softmax, torch.log_softmax) \
+            and set(node.kwargs) <= {"dim", "dtype", "_stacklevel"} and len(node.args) <= 2:
+        _softmax(b, node, "log_softmax" if target in (F.log_softmax, torch.log_softmax) else "softmax")
+    elif target is torch.stack:
+        xs = [b.tensor_of(a, node, i) for i, a in enumerate(node.args[0])]
+        b.env[node.name] = b.emit(node, "stack", xs, {"dim": _static(b, _arg(node, 1, "dim", 0))})
+    elif target is torch.roll:
+        _roll(b, node)
+    elif target is torch.einsum and _einsum(b, node):
+        pass
     elif target is F.cross_entropy and _plain_cross_entropy(b, node):
         ins = [b.tensor_of(node.args[0], node, 0), b.tensor_of(_arg(node, 1, "target"), node, 1)]
         b.env[node.name] = b.emit(node, "cross_entropy", ins,
@@ -330,6 +343,53 @@ def _lower_node(b: _Builder, node: fx.Node) -> None:  # noqa: C901 - one dispatc
         b.env[node.name] = b.emit(node, "embedding", [b.tensor_of(node.args[0], node, 0), b.tensor_of(node.args[1], node, 1)])
     else:
         b.env[node.name] = b.opaque(node)
+
+
+def _softmax(b: _Builder, node: fx.Node, kind: str) -> None:
+    """softmax/log_softmax over `dim`; with `dtype` (softmax(x, -1, dtype=torch.float32)) computed in it."""
+    x = b.tensor_of(node.args[0], node, 0)
+    attrs = {"dim": _static(b, _arg(node, 1, "dim"))}
+    out = dtype_name(b.meta(node).dtype)
+    if out != b.values[x].dtype:
+        attrs["dtype"] = out
+    b.env[node.name] = b.emit(node, kind, [x], attrs)
+
+
+def _same_dtype(b: _Builder, node: fx.Node) -> bool:
+    return isinstance(node.args[0], fx.Node) and node.args[0].name in b.env \
+        and b.values[b.env[node.args[0].name]].dtype == dtype_name(b.meta(node).dtype)
+
+
+def _roll(b: _Builder, node: fx.Node) -> None:
+    """torch.roll along given dims other than dim 0 (the batch: not per sample); anything else opaque."""
+    x = b.tensor_of(node.args[0], node, 0)
+    rank = len(b.shape_of(x))
+    shifts, dims = _static(b, _arg(node, 1, "shifts")), _static(b, _arg(node, 2, "dims", ()))
+    shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+    dims = (dims,) if isinstance(dims, int) else tuple(dims or ())
+    if not dims or len(dims) != len(shifts) or any(d % rank == 0 for d in dims):
+        b.env[node.name] = b.opaque(node)
+        return
+    b.env[node.name] = b.emit(node, "roll", [x], {"shifts": shifts, "dims": tuple(d % rank for d in dims)})
+
+
+def _einsum(b: _Builder, node: fx.Node) -> bool:
+    """torch.einsum(eq, *operands) or (eq, [operands]) as the einsum op where its rule fits."""
+    eq = _static(b, node.args[0])
+    args = node.args[1] if len(node.args) == 2 and isinstance(node.args[1], (list, tuple)) else node.args[1:]
+    if node.kwargs or not isinstance(eq, str) or not all(isinstance(a, fx.Node) and a.name in b.env for a in args):
+        return False
+    xs = [b.env[a.name] for a in args]
+    if not einsum_fits(eq, tuple(b.shape_of(v) for v in xs), tuple(b.meta(node).shape)):
+        return False
+    b.env[node.name] = b.emit(node, "einsum", xs, {"equation": eq})
+    return True
+
+
+def _sdpa_heads_fit(b: _Builder, node: fx.Node) -> bool:
+    shapes = [tuple(b.meta(a).shape) if isinstance(a, fx.Node) and b.meta(a) is not None else ()
+              for a in node.args[:3]]
+    return len(node.args) >= 3 and sdpa_heads_fit(*shapes, bool(_static(b, node.kwargs.get("enable_gqa", False))))
 
 
 def _plain_cross_entropy(b: _Builder, node: fx.Node) -> bool:
@@ -438,8 +498,11 @@ def _getitem(b: _Builder, node: fx.Node) -> None:
     idx = _static(b, idx)
     items = idx if isinstance(idx, tuple) else (idx,)
     shape = b.shape_of(x)
+    if sum(s is Ellipsis for s in items) == 1:  # x[..., ::2]: the dims the ellipsis stands for, whole
+        k = items.index(Ellipsis)
+        items = items[:k] + (slice(None),) * (len(shape) - len(items) + 1) + items[k + 1:]
     ints = [isinstance(s, int) and not isinstance(s, bool) for s in items]
-    if len(items) <= len(shape) and all(isinstance(s, slice) and s.step in (None, 1) or i for s, i in zip(items, ints)):
+    if len(items) <= len(shape) and all(isinstance(s, slice) and (s.step or 1) > 0 or i for s, i in zip(items, ints)):
         items = tuple(slice(s % shape[d], s % shape[d] + 1) if ints[d] else s for d, s in enumerate(items))
         cur = x
         for d, s in enumerate(items):
@@ -447,11 +510,13 @@ def _getitem(b: _Builder, node: fx.Node) -> None:
                 continue
             start = s.start or 0
             end = shape[d] if s.stop is None else s.stop
-            out = torch.empty(shape[:d] + (len(range(*slice(start, end).indices(shape[d]))),) + shape[d + 1:],
+            step = s.step or 1  # x[..., ::2]: every second element (GPT-J's rotary)
+            out = torch.empty(shape[:d] + (len(range(*slice(start, end, step).indices(shape[d]))),) + shape[d + 1:],
                               device="meta", dtype=_TORCH_DTYPE.get(b.values[x].dtype, torch.float32))
             last = all(t == slice(None) for t in items[d + 1:]) and not any(ints)
             name = node.name if last else f"{node.name}_d{d}"
-            cur = b.emit(node, "slice", [cur], {"dim": d, "start": start, "end": end}, out=out, name=name)
+            attrs = {"dim": d, "start": start, "end": end, **({"step": step} if step != 1 else {})}
+            cur = b.emit(node, "slice", [cur], attrs, out=out, name=name)
             shape = b.shape_of(cur)
         if any(ints):
             cur = b.emit(node, "reshape", [cur])

@@ -12,6 +12,8 @@ module fails while one lacks it. Mostly the plain torch op on local shards; the 
 * cross-entropy with the vocab dim split: all-reduce(max) and all-reduce(sum) over the vocab axes;
 * mean: local sum divided by the *global* count, so a split reduced dim leaves an exact partial sum;
 * causal attention with the query sequence split: the mask is offset by the chunk start;
+* attention with fewer key/value heads than query heads: each local query head reads its own key/value
+  head (selected by the global head index), so a split of the query heads needs no split of k and v;
 * dropout: the global mask is drawn from `seed` (`dropout_mask`) and sliced, as single-process.
 """
 from __future__ import annotations
@@ -28,6 +30,7 @@ from planlang.cost.layout import local_shape, local_slices
 from planlang.cost.ops import registry
 from planlang.cost.ops.base import OpSpec, Strategy
 from planlang.cost.ops.rules import dims_attr, slice_bounds
+from planlang.model.graph_values import DTYPES
 from planlang.plan.types import Mesh, Spec
 
 UNARY = {"gelu": F.gelu, "relu": torch.relu, "silu": F.silu, "tanh": torch.tanh, "exp": torch.exp, "neg": torch.neg,
@@ -169,14 +172,19 @@ def _rms_norm(op, strategy, xs, dev):  # torch's own kernel (eps None: the dtype
     return F.rms_norm(x, tuple(x.shape[x.dim() - nd:]), xs[1] if len(xs) > 1 else None, op.attr("eps"))
 
 
+def _dtype(name: str | None) -> torch.dtype | None:
+    """A dtype attr (the op graph's names: "f32", "bf16", ...) as torch's."""
+    return None if name is None else next(t for t, n in DTYPES.items() if n == name)
+
+
 @implements("softmax")
-def _softmax(op, strategy, xs, dev):
-    return torch.softmax(xs[0], op.attr("dim", -1))
+def _softmax(op, strategy, xs, dev):  # dtype: softmax(..., dtype=torch.float32) computes in (and returns) it
+    return torch.softmax(xs[0], op.attr("dim", -1), dtype=_dtype(op.attr("dtype")))
 
 
 @implements("log_softmax")
 def _log_softmax(op, strategy, xs, dev):
-    return torch.log_softmax(xs[0], op.attr("dim", -1))
+    return torch.log_softmax(xs[0], op.attr("dim", -1), dtype=_dtype(op.attr("dtype")))
 
 
 @implements(*UNARY)
@@ -244,7 +252,32 @@ def _slice(op, strategy, xs, dev):
         shape = list(x.shape)  # the whole value in block order: every device's share of the block
         y = x.reshape(shape[:d] + [factor, blocks, length // factor] + shape[d + 1:]).select(d + 1, index)
         return y.reshape(shape[:d] + [length] + shape[d + 1:])
+    step = op.attr("step", 1) or 1
+    if step != 1:  # x[..., start::step]: the cut dim is whole here (the rule keeps it so)
+        return x[(slice(None),) * d + (slice(start, start + step * (length - 1) + 1, step),)]
     return x.narrow(d, start, length)
+
+
+@implements("stack")
+def _stack(op, strategy, xs, dev):
+    return torch.stack(xs, dim=op.attr("dim", 0))
+
+
+@implements("roll")
+def _roll(op, strategy, xs, dev):  # rolled dims are whole on every device (the rule keeps them so)
+    return torch.roll(xs[0], tuple(op.attr("shifts")), tuple(op.attr("dims")))
+
+
+@implements("index_select")
+def _index_select(op, strategy, xs, dev):  # negative indices count from the end, as x[..., [-2], :] does
+    x, index = xs
+    n = x.shape[op.attr("dim", 0)]
+    return x.index_select(op.attr("dim", 0), torch.where(index < 0, index + n, index).to(x.device))
+
+
+@implements("einsum")
+def _einsum(op, strategy, xs, dev):  # the split letters split every operand alike: the local einsum is the piece
+    return torch.einsum(op.attr("equation"), *xs)
 
 
 @implements("dropout")
@@ -276,6 +309,8 @@ def _embedding(op, strategy, xs, dev):
 def _sdpa(op, strategy, xs, dev):
     coords, mesh = dev.coords, dev.mesh
     q, k, v = xs
+    if op.inputs[1][1] != op.inputs[0][1]:  # fewer key/value heads (whole here): each query head's own
+        k, v = _kv_heads(op, strategy, dev, k), _kv_heads(op, strategy, dev, v)
     causal = op.attr("is_causal", False)
     scale = op.attr("scale")
     saxes = strategy.inputs[0].dims[2]
@@ -288,6 +323,15 @@ def _sdpa(op, strategy, xs, dev):
     rows = torch.arange(start, start + n).unsqueeze(1)
     mask = rows >= torch.arange(t).unsqueeze(0)  # torch's is_causal: top-left aligned tril
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+
+
+def _kv_heads(op, strategy, dev, t: torch.Tensor) -> torch.Tensor:
+    """k or v [B, G, T, D] (every key/value head) for this device's query heads: global query head i
+    reads key/value head i // (H / G), as torch's enable_gqa (and a broadcast G = 1) does."""
+    heads, groups = op.inputs[0][1], op.inputs[1][1]
+    start, n = chunk(heads, strategy.inputs[0].dims[1], dev.mesh, dev.coords)
+    index = torch.arange(start, start + n, device=t.device) // (heads // groups)
+    return t.index_select(1, index)
 
 
 @implements("cross_entropy")

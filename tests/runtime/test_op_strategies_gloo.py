@@ -121,6 +121,20 @@ def _cases() -> list[Case]:
         lambda x, t: F.cross_entropy(x, t, reduction="none"), ints={1: (0, 16)})
     add("dropout", op("dropout", [(4, 8, 8)], (4, 8, 8), p=0.25, seed=7),
         lambda x: x * dropout_mask((4, 8, 8), 0.25, 7) / 0.75)
+    # issue 27's ops (planlang/cost/ops/tensor_ops.py; slice with a step, attention with fewer k/v heads)
+    add("slice-step", op("slice", [(4, 8, 8)], (4, 8, 4), dim=2, start=1, end=8, step=2), lambda x: x[..., 1::2])
+    add("stack", op("stack", [(4, 8, 4), (4, 8, 4)], (4, 8, 4, 2), dim=-1), lambda a, b: torch.stack([a, b], -1))
+    add("roll", op("roll", [(4, 8, 8)], (4, 8, 8), shifts=(3,), dims=(1,)), lambda x: torch.roll(x, 3, 1))
+    add("index_select", op("index_select", [(4, 8, 8), (2,)], (4, 2, 8), ints=(1,), dim=1),
+        lambda x, i: x.index_select(1, i), ints={1: (0, 8)})
+    add("einsum-scores", op("einsum", [(4, 8, 2, 4), (4, 8, 2, 4)], (4, 2, 8, 8), equation="bthd,bshd->bhts"),
+        lambda q, k: torch.einsum("bthd,bshd->bhts", q, k))
+    add("einsum-ellipsis", op("einsum", [(4, 8, 8), (8, 4)], (4, 8, 4), equation="...k,kn->...n"),
+        lambda x, w: torch.einsum("...k,kn->...n", x, w))
+    add("sdpa-mqa", op("scaled_dot_product_attention", [(4, 4, 8, 4), (4, 1, 8, 4), (4, 1, 8, 4)], (4, 4, 8, 4),
+                       is_causal=True), lambda q, k, v: _sdpa_ref(q, k, v, True))
+    add("sdpa-gqa", op("scaled_dot_product_attention", [(4, 4, 8, 4), (4, 2, 8, 4), (4, 2, 8, 4)], (4, 4, 8, 4)),
+        lambda q, k, v: _sdpa_ref(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), False))
     return C
 
 

@@ -21,8 +21,11 @@ Input conventions (what `planlang.model` must produce and `planlang.runtime.loca
     permute                x                                               attr dims
     cat                    x1, x2, ...                                     attr dim
     split                  x                                               attrs dim, split_size (int | list), index
-    slice getitem          x                                               attrs dim, start, end (step 1)
-    scaled_dot_product_attention   q[B, H, S, D], k[B, H, T, D], v[B, H, T, D]   attrs is_causal, scale
+    slice getitem          x                                               attrs dim, start, end, step (default 1)
+    scaled_dot_product_attention   q[B, H, S, D], k[B, G, T, D], v[B, G, T, E]   attrs is_causal, scale
+                           (G == H, or G < H dividing it: multi-query / grouped-query attention, query head
+                           i reading key/value head i // (H / G), as torch's enable_gqa and a broadcast G = 1)
+    stack roll einsum      see tensor_ops.py
     cross_entropy          logits[N, V], target[N] (integer)               attr reduction ("mean" | "sum" | "none")
     dropout                x                                               attrs p, seed, training
 """
@@ -338,7 +341,8 @@ def slice_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 
 def slice_bounds(op: OpSpec) -> tuple[int, int, int]:
-    """(dim, start, length) of the piece a split/slice/getitem op keeps."""
+    """(dim, start, length) of the piece a split/slice/getitem op keeps (a slice with a step keeps every
+    `step`-th element from start: `length` of them, the output's size; its end is start + span)."""
     x = op.inputs[0]
     d = op.attr("dim", 0) % len(x)
     if op.kind == "split":
@@ -350,18 +354,31 @@ def slice_bounds(op: OpSpec) -> tuple[int, int, int]:
     start = op.attr("start", 0) or 0
     end = op.attr("end", x[d])
     start, end = start % x[d] if start < 0 else start, min(end + x[d] if end < 0 else end, x[d])
-    return d, start, end - start
+    step = op.attr("step", 1) or 1
+    return d, start, len(range(start, end, step))
 
 
 # ------------------------------------------------------------------------------ attention
 @rule("scaled_dot_product_attention", saves=(0, 1, 2), saves_output=True, backward_ratio=2.5)
 def sdpa_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Split batch and/or heads; or the query sequence (k, v replicated on it; causal masks offset by the
-    chunk start). The head dim and the key sequence are never split."""
+    chunk start). The head dim and the key sequence are never split. With fewer key/value heads than
+    query heads (multi-query, grouped-query: `g`) k and v keep all of theirs wherever the query heads
+    are split: each device reads the key/value head of each of its query heads (runtime.local_ops), and
+    the gradients of k and v are partial sums over the axes splitting the query heads."""
     q, k = op.inputs[0], op.inputs[1]
-    eq = Equation(("bhsd", "bhtd", "bhte"), "bhse", frozenset("dte"))
+    kv = "bhtd" if k[1] == q[1] else "bgtd"
+    eq = Equation(("bhsd", kv, kv[:3] + "e"), "bhse", frozenset("dteg"))
     b, h, s, d = q
     return einsum_strategies(op, mesh, eq, 4.0 * b * h * s * k[2] * d)
+
+
+def sdpa_heads_fit(q, k, v, enable_gqa: bool) -> bool:
+    """Whether the attention rule describes q, k, v of these shapes: one batch, and k and v with the
+    query's heads, or fewer dividing them under enable_gqa, or one broadcast (multi-query attention)."""
+    if len(q) != 4 or len(k) != 4 or len(v) != 4 or k[0] != q[0] or v[:3] != k[:3] or k[3] != q[3]:
+        return False
+    return k[1] == q[1] or k[1] == 1 or (enable_gqa and k[1] > 0 and q[1] % k[1] == 0)
 
 
 # ------------------------------------------------------------------------------ cross-entropy
