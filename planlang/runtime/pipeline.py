@@ -467,6 +467,14 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     spec = getattr(all_stages[-1], OUT_SPEC, None)
     if spec is not None:  # cut from torch.export: the last stage returns the output's tensors
         loss_fn = _with_output(loss_fn, spec, getattr(all_stages[-1], OUT_FROM_LAST, None))
+    # tied parameters of stages on different pipeline ranks (a rank's own stages share one object), and
+    # each alias's model name: found before `transform_stage`, whose FSDP2 wrapping (ZeRO-2/3) replaces a
+    # stage's parameters with new objects and so unties them from the stages this rank does not hold
+    tied = [t for t in tied_parameters(model, all_stages)
+            if len({i % layout.pp_size for i, st in enumerate(all_stages)
+                    if any(n in t.names for n, _ in st.named_parameters(remove_duplicate=False))}) > 1]
+    first = {id(p): n for n, p in model.named_parameters()}
+    canonical = {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if first[id(p)] != n}
     modules = {}
     for i in mine:
         mod = all_stages[i]
@@ -479,12 +487,6 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
             raise PipelineError(f"data axis `{a}` is the pipeline axis or not in the mesh",
                                 "average gradients over the mesh's data-parallel axes only")
     _sync_batch_norms(modules.values(), [groups.group(a) for a in axes if groups.size(a) > 1])
-    # tied parameters of stages on different pipeline ranks (a rank's own stages share one object)
-    tied = [t for t in tied_parameters(model, all_stages)
-            if len({i % layout.pp_size for i, st in enumerate(all_stages)
-                    if any(n in t.names for n, _ in st.named_parameters(remove_duplicate=False))}) > 1]
-    first = {id(p): n for n, p in model.named_parameters()}
-    canonical = {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if first[id(p)] != n}
     return PipelineRunner(modules, layout, groups.group(axis), loss_fn, device,
                           [groups.group(a) for a in axes], reduce_grads, tied, canonical)
 
