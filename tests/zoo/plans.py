@@ -16,6 +16,15 @@ ZOO = {
     # an encoder-decoder: two inputs, passed to forward by name
     "t5": ("examples.zoo.seq2seq:t5",
            "input_ids : i64[batch = 8, seq = 16]\ninput decoder_input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
+    "falcon": ("examples.zoo.causal_lm:falcon", "input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
+    "gptj": ("examples.zoo.causal_lm:gptj", "input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
+    "gemma2": ("examples.zoo.causal_lm:gemma2", "input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
+    "phi": ("examples.zoo.causal_lm:phi", "input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
+    "distilbert": ("examples.zoo.masked_lm:distilbert", "input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
+    "bart": ("examples.zoo.seq2seq:bart",
+             "input_ids : i64[batch = 8, seq = 16]\ninput decoder_input_ids : i64[batch = 8, seq = 16]", "[dp, _]"),
+    "convnext": ("examples.zoo.vision:convnext", "pixel_values : f32[batch = 8, c = 3, h = 32, w = 32]",
+                 "[dp, _, _, _]"),
 }
 
 # the two pipeline stages of each model, as its modules are named (`planlang inspect` lists them)
@@ -27,8 +36,21 @@ STAGES = {
     "vit": ("vit.embeddings, vit.layers[0]", "vit.layers[1], vit.layernorm, classifier"),
     "resnet": ("stem, bn, blocks[0]", "blocks[1], pool, fc"),
 }
-STAGES["qwen2"] = STAGES["mistral"] = STAGES["llama"]
+STAGES["qwen2"] = STAGES["mistral"] = STAGES["gemma2"] = STAGES["llama"]
 STAGES["t5"] = ("shared, encoder", "decoder, lm_head")
+STAGES.update({
+    "falcon": ("transformer.word_embeddings, transformer.rotary_emb, transformer.h[0]",
+               "transformer.h[1], transformer.ln_f, lm_head"),
+    "gptj": ("transformer.wte, transformer.drop, transformer.rotary_emb, transformer.h[0]",
+             "transformer.h[1], transformer.ln_f, lm_head"),
+    "phi": ("model.embed_tokens, model.rotary_emb, model.embed_dropout, model.layers[0]",
+            "model.layers[1], model.final_layernorm, lm_head"),
+    "distilbert": ("distilbert.embeddings, distilbert.transformer.layer[0]",
+                   "distilbert.transformer.layer[1], activation, vocab_transform, vocab_layer_norm, vocab_projector"),
+    "bart": ("model.shared, model.encoder", "model.decoder, lm_head"),
+    "convnext": ("convnext.embeddings, convnext.encoder.stages[0]",
+                 "convnext.encoder.stages[1], convnext.layernorm, classifier"),
+})
 
 # Megatron tensor parallelism over tp, as each architecture's modules are named (patterns.megatron)
 _LLAMA_TP = """for layer in model.layers[*] {
@@ -67,6 +89,61 @@ TENSOR_PARALLEL = {
 }}
 shard {stack}.block[0].layer[0].SelfAttention.relative_attention_bias.weight : [_, tp]"""
                      for stack, extra, ff in (("encoder", "", 1), ("decoder", "    apply megatron.t5_attention(tp) to block.layer[1].EncDecAttention\n", 2))),
+    "gemma2": _LLAMA_TP,
+    # GPT-J: q, k, v and out_proj without biases; the MLP's fc_in and fc_out with theirs. The rotary's
+    # x[..., ::2] cuts each head's own dims: the heads stay split over tp through it
+    "gptj": """for block in transformer.h[*] {
+    shard block.attn.q_proj.weight : [tp, _]
+    shard block.attn.k_proj.weight : [tp, _]
+    shard block.attn.v_proj.weight : [tp, _]
+    shard block.attn.out_proj.weight : [_, tp]
+    shard block.mlp.fc_in.weight : [tp, _]
+    shard block.mlp.fc_in.bias : [tp]
+    shard block.mlp.fc_out.weight : [_, tp]
+}""",
+    # Phi: q, k, v and dense with biases, partial rotary on each head's first half
+    "phi": """for layer in model.layers[*] {
+    shard layer.self_attn.q_proj.weight : [tp, _]
+    shard layer.self_attn.q_proj.bias : [tp]
+    shard layer.self_attn.k_proj.weight : [tp, _]
+    shard layer.self_attn.k_proj.bias : [tp]
+    shard layer.self_attn.v_proj.weight : [tp, _]
+    shard layer.self_attn.v_proj.bias : [tp]
+    shard layer.self_attn.dense.weight : [_, tp]
+    apply megatron.linear_mlp(tp) to layer.mlp
+}""",
+    # Falcon's query_key_value is one fused projection of 4 query heads and the single key/value head
+    # (multi-query): not cut into equal per-head pieces, so attention stays whole; the MLP is split
+    "falcon": """for block in transformer.h[*] {
+    shard block.mlp.dense_h_to_4h.weight : [tp, _]
+    shard block.mlp.dense_4h_to_h.weight : [_, tp]
+}""",
+    "distilbert": """for layer in distilbert.transformer.layer[*] {
+    shard layer.attention.q_lin.weight : [tp, _]
+    shard layer.attention.q_lin.bias : [tp]
+    shard layer.attention.k_lin.weight : [tp, _]
+    shard layer.attention.k_lin.bias : [tp]
+    shard layer.attention.v_lin.weight : [tp, _]
+    shard layer.attention.v_lin.bias : [tp]
+    shard layer.attention.out_lin.weight : [_, tp]
+    shard layer.ffn.lin1.weight : [tp, _]
+    shard layer.ffn.lin1.bias : [tp]
+    shard layer.ffn.lin2.weight : [_, tp]
+}""",
+    # BART: fairseq names (q_proj, k_proj, v_proj, out_proj; the layer's own fc1 and fc2)
+    "bart": """for layer in model.encoder.layers[*] {
+    apply megatron.linear_attention(tp) to layer.self_attn
+    apply megatron.linear_mlp(tp) to layer
+}
+for layer in model.decoder.layers[*] {
+    apply megatron.linear_attention(tp) to layer.self_attn
+    apply megatron.linear_attention(tp) to layer.encoder_attn
+    apply megatron.linear_mlp(tp) to layer
+}""",
+    # ConvNeXt: each block's pointwise MLP (pwconv1, pwconv2: nn.Linear over channels last) is split
+    "convnext": "\n".join(f"""shard convnext.encoder.stages[{i}].layers[0].pwconv1.weight : [tp, _]
+shard convnext.encoder.stages[{i}].layers[0].pwconv1.bias : [tp]
+shard convnext.encoder.stages[{i}].layers[0].pwconv2.weight : [_, tp]""" for i in (0, 1)),
     # a CNN has no attention or MLP block: its classifier is split by classes (column-parallel)
     "resnet": """shard fc.weight : [tp, _]
 shard fc.bias : [tp]

@@ -1,8 +1,9 @@
 """Model-zoo conformance without processes: every architecture of examples/zoo (Hugging Face Llama,
-Qwen2, Mistral, GPT-2, BERT and ViT from configs, a CNN with BatchNorm and GroupNorm) under data
-parallelism over 4 devices checks clean against its model, and its lowered per-rank program keeps the
-batch split: no op runs on the whole batch (PL364), every activation whose dim 0 is the batch holds
-batch / 4 samples on a rank, and no conversion gathers over the data axis."""
+Qwen2, Mistral, GPT-2, BERT, ViT, T5, Falcon, GPT-J, Gemma2, Phi, DistilBERT, BART and ConvNeXt from
+configs, a CNN with BatchNorm and GroupNorm) under data parallelism over 4 devices checks clean against
+its model, and its lowered per-rank program keeps the batch split: no op runs on the whole batch
+(PL364), every activation whose dim 0 is the batch holds batch / 4 samples on a rank, and no conversion
+gathers over the data axis."""
 from __future__ import annotations
 
 import pytest
