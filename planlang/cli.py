@@ -28,7 +28,7 @@ from planlang.lang.codes import CODES, explain as explain_code
 from planlang.lang.config import Config, ConfigError, load_config
 from planlang.lang.diagnostics import Diagnostic, did_you_mean
 from planlang.lang.render import render, summary_line
-from planlang.lang.source import SourceFile, decode_plan
+from planlang.lang.source import SourceFile, decode_plan, plan_text
 from planlang.plan.complete import IncompletePlan, complete as as_complete
 from planlang.plan.types import ModelRef
 
@@ -154,9 +154,10 @@ def _read_plan(name: str, stdin_filename: Optional[str]) -> _PlanInput:
             data = Path(name).read_bytes()
         except OSError as err:
             _fail_usage(f"cannot read {name}: {err.strerror or err}")
-    source, bad = decode_plan(data, name)
-    if bad is None:
-        return _PlanInput(name, source.text, data)
+    try:  # the text as written: `fmt` rewrites a byte-order mark or "\r" line ends, the parser reads past them
+        return _PlanInput(name, data.decode("utf-8"), data)
+    except UnicodeDecodeError:
+        source, bad = decode_plan(data, name)
     return _PlanInput(name, source.text, data, Diagnostic(
         "PL105", CODES["PL105"].severity, "the file is not UTF-8 text: this byte is not valid UTF-8",
         source.span(*bad), help="save the file as UTF-8"))
@@ -245,10 +246,13 @@ def check(
     isolated: bool = _ISOLATED,
     exit_zero: bool = _EXIT_ZERO,
     statistics: bool = _STATS,
+    fail_on_warnings: bool = typer.Option(False, "--fail-on-warnings",
+                                          help="Exit 1 on warnings too (as `lint` does), not only on errors."),
 ) -> None:
-    """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors."""
+    """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors
+    (and on warnings with --fail-on-warnings)."""
     cfg = _config(config, isolated, select, extend_select, ignore)
-    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=False, model=model, config=cfg,
+    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=fail_on_warnings, model=model, config=cfg,
                                  stdin_filename=stdin_filename, exit_zero=exit_zero, statistics=statistics))
 
 
@@ -307,7 +311,7 @@ def fmt(
         try:
             new = format_text(text, name)
         except FormatError as err:
-            sys.stderr.write(render(list(err.diagnostics), {name: SourceFile(name, text)}, "human",
+            sys.stderr.write(render(list(err.diagnostics), {name: SourceFile(name, plan_text(text))}, "human",
                                     color=_use_color(None, sys.stderr)))
             broken += 1
             if f == STDIN and not (check_only or diff):

@@ -14,6 +14,7 @@ import pytest
 
 from planlang import __version__
 from planlang.lang.codes import CODES
+from planlang.lang.fmt import format_text
 
 REPO = Path(__file__).resolve().parents[1]
 INVALID = "tests/lang/corpus/invalid/pl301_mesh_size_mismatch.plan"  # relative to the repo root
@@ -76,6 +77,27 @@ def test_check_warning_only_exits_0_but_lint_exits_1():
     r = planlang("lint", WARNING_ONLY)
     assert r.returncode == 1
     assert "warning[PL309]" in r.stdout
+
+
+def test_check_fail_on_warnings_exits_1_on_a_warning_and_0_on_a_clean_plan(valid):
+    # `planlang explain PL364` and docs/byom.md name this option as the way to make warnings fail CI
+    r = planlang("check", "--fail-on-warnings", "--no-color", WARNING_ONLY)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "warning[PL309]" in r.stdout
+    assert planlang("check", "--fail-on-warnings", str(valid)).returncode == 0
+    assert planlang("check", "--fail-on-warnings", INVALID).returncode == 1  # errors as before
+    assert planlang("check", "--fail-on-warnings", "--exit-zero", WARNING_ONLY).returncode == 0
+
+
+def test_a_bom_and_cr_line_ends_check_clean_and_fmt_writes_plain_utf8_with_newlines(valid):
+    # editors on other systems save a byte-order mark and "\r" line ends; the plan is the same plan
+    valid.write_bytes(b"\xef\xbb\xbf" + VALID_PLAN.replace("\n", "\r").encode("utf-8"))
+    r = planlang("check", str(valid))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert planlang("fmt", "--check", str(valid)).returncode == 1  # not canonical as bytes
+    assert planlang("fmt", str(valid)).returncode == 0
+    assert valid.read_bytes() == format_text(VALID_PLAN).encode("utf-8")  # no mark, "\n" line ends
+    assert planlang("fmt", "--check", str(valid)).returncode == 0
 
 
 def test_nonexistent_file_exits_2_without_traceback(tmp_path):

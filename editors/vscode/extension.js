@@ -57,13 +57,37 @@ function firstWorkspaceFolder() {
     return folders && folders.length ? folders[0].uri.fsPath : null;
 }
 
+// Model checks import the plan's model, which is Python code of the workspace: in a workspace the user has
+// not trusted they stay off whatever the settings say (package.json also lists the setting under
+// capabilities.untrustedWorkspaces.restrictedConfigurations, so a workspace cannot turn it on itself).
+function trusted() {
+    return vscode.workspace.isTrusted === true;
+}
+
+function isInside(file, folder) {
+    const rel = path.relative(folder, file);
+    return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+}
+
+/** The `planlang` section as the server may see it: without model checks in an untrusted workspace. */
+function serverSettings(values) {
+    if (trusted() || !values || typeof values !== 'object') return values;
+    return Object.assign({}, values, { modelChecks: false });
+}
+
 async function startClient() {
     const config = vscode.workspace.getConfiguration(SECTION);
     const setting = config.get('path', 'planlang');
-    const exe = findExecutable(setting, { workspaceFolder: firstWorkspaceFolder() });
+    const folder = firstWorkspaceFolder();
+    const exe = findExecutable(setting, { workspaceFolder: folder });
     if (!exe) {
         log(`planlang: executable "${setting}" not found; syntax highlighting only. ` +
             'Install planlang (./scripts/install.sh, then activate .venv) or set "planlang.path".');
+        return;
+    }
+    if (!trusted() && folder && isInside(exe, folder)) {
+        // a program inside a workspace nobody has trusted yet is that workspace's code
+        log(`planlang: ${exe} is inside the untrusted workspace; syntax highlighting only until it is trusted.`);
         return;
     }
     let lc;
@@ -80,10 +104,27 @@ async function startClient() {
         // The server reads these at start-up; later changes of the `planlang` section reach it as
         // workspace/didChangeConfiguration (synchronize.configurationSection).
         initializationOptions: {
-            modelChecks: config.get('modelChecks', false),
+            modelChecks: trusted() && config.get('modelChecks', false),
             modelCheckDelay: config.get('modelCheckDelay', 0.5),
         },
         synchronize: { configurationSection: SECTION },
+        // Untrusted, a change is announced without its values (they would carry modelChecks), so the
+        // server asks with workspace/configuration, whose answers leave model checks off.
+        middleware: {
+            workspace: {
+                didChangeConfiguration: (sections, next) => next(trusted() ? sections : undefined),
+                configuration: async (params, token, next) => {
+                    const values = await next(params, token);
+                    if (!Array.isArray(values)) return values;
+                    return values.map((v, i) => {
+                        const section = params.items[i] && params.items[i].section;
+                        if (section === SECTION) return serverSettings(v);
+                        if (section === `${SECTION}.modelChecks`) return trusted() && v;
+                        return v;
+                    });
+                },
+            },
+        },
         outputChannel: output,
     };
     client = new lc.LanguageClient('planlang', 'planlang language server', serverOptions, clientOptions);
@@ -123,6 +164,10 @@ async function activate(context) {
         if (event.affectsConfiguration('planlang.path')) return restartClient();
         return undefined;
     }));
+    // trusted now: the settings (and an executable inside the workspace) apply in full
+    if (vscode.workspace.onDidGrantWorkspaceTrust) {
+        context.subscriptions.push(vscode.workspace.onDidGrantWorkspaceTrust(restartClient));
+    }
     await startClient();
 }
 
@@ -130,4 +175,4 @@ function deactivate() {
     return stopClient();
 }
 
-module.exports = { activate, deactivate, findExecutable };
+module.exports = { activate, deactivate, findExecutable, serverSettings };

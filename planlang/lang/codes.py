@@ -162,6 +162,11 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "can seem to end where it does not, or a name can seem to be another (\"Trojan Source\",\n"
      "CVE-2021-42574). planlang shows it escaped (`\\u202e`). Remove it; plans have no right-to-left text\n"
      "that needs one."),
+    ("PL226", "template-nesting-too-deep", E, "templates and `for` loops nest too deep",
+     "Templates applied inside templates, and `for` loops inside them, nest more than 256 levels deep\n"
+     "(the resolver expands one level inside the last, so a limit keeps it well inside Python's stack).\n"
+     "The expansion is finite (a template that applies itself is PL219): the message names the depth\n"
+     "and the templates being expanded there. Flatten the chain: apply the inner templates side by side."),
     ("PL250", "unknown-unit", E, "unknown unit",
      "Units: memory B, KB, MB, GB, TB, PB, KiB, MiB, GiB, TiB, PiB; bandwidth B/s, GB/s, GiB/s, Gb/s, Gbps;\n"
      "time ns, us, ms, s; throughput GFLOPS, TFLOPS, PFLOPS. Units are case-sensitive (GiB, not gib)."),

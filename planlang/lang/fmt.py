@@ -32,6 +32,7 @@ Layout
       )
 
   Nothing else is ever wrapped. The decision depends only on the tree, so it is idempotent.
+* Line ends are "\\n" and the text has no byte-order mark, whatever the input had ("\\r\\n", "\\r", a BOM).
 * Blank lines: runs of blank lines collapse to one; whether the user had a blank line between two
   statements, block items or full-line comments is preserved, at every block level. There is never a
   blank line at the start of the file, right after ``{`` or right before ``}``. The file ends with exactly

@@ -32,7 +32,7 @@ from lark.parsers.lalr_parser_state import ParseConf, ParserState
 from . import ast as A
 from .diagnostics import Diagnostic, Severity
 from .render._common import escape_char
-from .source import SourceFile, Span
+from .source import SourceFile, Span, plan_text
 from .syntax_errors import STATEMENT_KEYWORDS, describe_unexpected_token, quote_source
 
 # package data (in the wheel too); `grammar/` at the top of the checkout links here
@@ -586,6 +586,7 @@ def _bidi_warnings(source: SourceFile) -> tuple[Diagnostic, ...]:
 
 
 def _parse(text: str, path: str) -> ParseResult:
+    text = plan_text(text)  # without a byte-order mark, "\r" line ends as "\n": what every span counts in
     source = SourceFile(path, text)
     whole = _whole_span(source)
     empty = A.Module((), (), path, span=whole)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -30,7 +31,7 @@ class Span:
 
 @dataclass(frozen=True)
 class SourceFile:
-    """The text of one plan file with a line index."""
+    """The text of one plan file with a line index (the parser's is the file's `plan_text`)."""
 
     path: str
     text: str
@@ -72,12 +73,28 @@ class SourceFile:
         return Span(self.path, line, col, end_line, end_col, start, end)
 
 
+BOM = "\ufeff"
+_LONE_CR = re.compile(r"\r(?!\n)")
+
+
+def plan_text(text: str) -> str:
+    """The text a plan's spans count in. A leading byte-order mark is dropped (editors hide it, so a
+    column counted past it would be one off on line 1), and a "\\r" that ends a line alone (old Mac
+    line ends, still written by some editors) becomes "\\n": one character for one, so every later
+    offset is unchanged. "\\r\\n" stays as it is (the grammar reads it as one line end)."""
+    if text.startswith(BOM):
+        text = text[len(BOM):]
+    return _LONE_CR.sub("\n", text) if "\r" in text else text
+
+
 def decode_plan(data: bytes, path: str) -> tuple[SourceFile, "tuple[int, int] | None"]:
-    """The file's text, and the (start, end) character offsets of its first undecodable bytes when it
-    is not UTF-8 (the text then has U+FFFD in their place, so a diagnostic can point at them)."""
+    """The file's text (as `plan_text` reads it), and the (start, end) character offsets of its first
+    undecodable bytes when it is not UTF-8 (the text then has U+FFFD in their place, so a diagnostic can
+    point at them)."""
     try:
-        return SourceFile(path, data.decode("utf-8")), None
+        return SourceFile(path, plan_text(data.decode("utf-8"))), None
     except UnicodeDecodeError as err:
         before = data[:err.start].decode("utf-8")
         text = data.decode("utf-8", errors="replace")
-        return SourceFile(path, text), (len(before), len(before) + 1)
+        start = len(plan_text(before))  # less the byte-order mark, when the file has one
+        return SourceFile(path, plan_text(text)), (start, start + 1)

@@ -25,7 +25,9 @@ from .units import Kind, UNITS, example_units, unit_kind
 
 # package data (in the wheel too); `stdlib/` at the top of the checkout links here
 STDLIB_DIR = FsPath(__file__).resolve().parents[1] / "stdlib"
-MAX_EXPANSION_DEPTH = 32
+MAX_EXPANSION_DEPTH = 256  # template applications and `for` loops open at once (PL226): far beyond any
+                           # real plan, and each level is one or two frames of the resolver's recursion, so
+                           # a deeper (finite) chain is a coded error, not a RecursionError
 MAX_EXPANSIONS = 100_000  # template applications in one plan (PL224), plus EXPANSIONS_PER_APPLY for each
 EXPANSIONS_PER_APPLY = 100  # `apply` written in it: a chain applying the next twice per level doubles at
                             # each level, while a big plan's applications grow with its text
@@ -84,14 +86,24 @@ class _Ctx:
     loopvars: tuple[tuple[str, Selection], ...] = ()
     params: tuple[tuple[str, object], ...] = ()  # name -> str axis | int | T.Hole
     origin: tuple[Span, ...] = ()
-    depth: int = 0
+    depth: int = 0  # templates being expanded
     scope: Selection | None = None  # the innermost `for` selection or pattern `apply` target
-    active: tuple[int, ...] = ()  # id() of each template being expanded, outermost first
+    active: tuple[tuple[int, str], ...] = ()  # (id(), name as applied) of each template being expanded,
+                                              # outermost first
+    nesting: int = 0  # templates being expanded and `for` loops open, together (MAX_EXPANSION_DEPTH)
 
     @cached_property
     def bound(self) -> dict[str, object]:
         """`params` as a dict (looked up for every axis name of every spec)."""
         return dict(self.params)
+
+
+def _template_chain(names: list[str], ends: int = 3) -> str:
+    """`a` -> `b` -> `c`, the middle of a long chain left out (a message, not a listing)."""
+    shown = [f"`{n}`" for n in names]
+    if len(shown) > 2 * ends + 1:
+        shown = shown[:ends] + [f"... ({len(shown) - 2 * ends} more)"] + shown[-ends:]
+    return " -> ".join(shown)
 
 
 def _is_file(path: FsPath) -> bool:
@@ -856,9 +868,13 @@ class Resolver:
             mods = tuple(self._selection(p, ctx) for p in st.paths)
             checkpoints.append(T.CheckpointGroup(mods, every_v, per=ctx.scope, span=A.raw_span(st), origin=ctx.origin))
         elif isinstance(st, A.ForStmt):
+            if ctx.nesting >= MAX_EXPANSION_DEPTH:
+                self._too_deep(st.span, ctx, f"`for {st.var.text}`")
+                return
             sel = self._selection(st.selection, ctx)
             inner = _Ctx(ctx.ns, ctx.prefix, ctx.loopvars + ((st.var.text, sel),), ctx.params,
-                         ctx.origin + (st.span,), ctx.depth, scope=sel, active=ctx.active)
+                         ctx.origin + (st.span,), ctx.depth, scope=sel, active=ctx.active,
+                         nesting=ctx.nesting + 1)
             for b in st.body:
                 self._body(b, inner, shards, checkpoints)
         elif isinstance(st, A.ApplyStmt):
@@ -871,10 +887,14 @@ class Resolver:
         tdecl, tns = found
         # no template may apply itself, directly or through others (there are no conditions: it would
         # never end); caught at its first recursive `apply`, not after 2^32 expansions of a template
-        # that applies itself twice
-        if ctx.depth >= MAX_EXPANSION_DEPTH or id(tdecl) in ctx.active:
-            self.diags.append(diag("PL219", f"template `{st.template}` expands without end", st.span,
+        # that applies itself twice. Only that is PL219: a deep chain of different templates ends.
+        if any(active == id(tdecl) for active, _ in ctx.active):
+            chain = _template_chain([name for _, name in ctx.active] + [str(st.template)])
+            self.diags.append(diag("PL219", f"template `{st.template}` expands without end: {chain}", st.span,
                                    help="a template applies itself directly or through other templates"))
+            return
+        if ctx.nesting >= MAX_EXPANSION_DEPTH:
+            self._too_deep(st.span, ctx, f"`{st.template}`")
             return
         args = st.args or ()
         if len(args) != len(tdecl.params):
@@ -912,9 +932,20 @@ class Resolver:
         target = self._selection(st.target, ctx)
         scope = target if target.is_pattern else ctx.scope
         inner = _Ctx(tns, target, (), tuple(params), ctx.origin + (st.span,), ctx.depth + 1, scope=scope,
-                     active=ctx.active + (id(tdecl),))
+                     active=ctx.active + ((id(tdecl), str(st.template)),), nesting=ctx.nesting + 1)
         for b in tdecl.body:
             self._body(b, inner, shards, checkpoints)
+
+    def _too_deep(self, where: Span, ctx: _Ctx, last: str) -> None:
+        """PL226: a finite expansion nested deeper than MAX_EXPANSION_DEPTH, at the level (`last`: the
+        template applied or the `for` opened there) that would pass it, naming the templates around it."""
+        top = ctx.origin[0] if ctx.origin else where
+        chain = " -> ".join(filter(None, (_template_chain([name for _, name in ctx.active]), last)))
+        self.diags.append(diag(
+            "PL226", f"templates and `for` loops nest more than {MAX_EXPANSION_DEPTH} levels deep: "
+            f"{chain} would be level {ctx.nesting + 1}", where,
+            labels=[Label(top, "level 1")] if top != where else [],
+            help="flatten the chain: apply the inner templates side by side, not each inside the last"))
 
     def _argument(self, p: A.Param, a: A.Value, outer: dict) -> object:
         kind = p.kind.text

@@ -20,6 +20,7 @@ only the others.
 """
 from __future__ import annotations
 
+import builtins
 import dataclasses
 import keyword
 import re
@@ -31,11 +32,31 @@ from planlang.model.lowering import Convert, Program
 from planlang.model.pipeline_program import ProgramCut
 
 
+# Names a value may not take as they are: Python's keywords (and `__debug__`, which cannot be bound),
+# builtins (the program may call one), the step's own parameters and the functions it defines. A value
+# named so gets a `_` (`lambda` -> `lambda_`).
+_RESERVED = frozenset(keyword.kwlist) | frozenset(dir(builtins)) | {"__debug__", "rt", "p", "step", "tail"}
+_GENERATED_FUNCTION = re.compile(r"(?:checkpoint|stage)_\d+|block_\w+")
+
+
 def ident(name: str) -> str:
+    """The Python name of a value of the program: `name` itself when it can be one, else with a `_`
+    appended. The escape is one-to-one: the `_` goes on every reserved word followed by any number of
+    `_`, so `lambda` (-> `lambda_`) and a value named `lambda_` (-> `lambda__`) stay two names."""
     s = re.sub(r"\W", "_", name)
-    if not s or s[0].isdigit() or keyword.iskeyword(s):
-        s = "v_" + s
-    return s
+    if not s or s[0].isdigit():
+        return "v_" + s
+    return s + "_" if _reserved_or_underscored(s) else s
+
+
+def _reserved_or_underscored(s: str) -> bool:
+    """Whether `s` is a reserved name with zero or more `_` after it."""
+    while True:
+        if s in _RESERVED or _GENERATED_FUNCTION.fullmatch(s):
+            return True
+        if not s.endswith("_"):
+            return False
+        s = s[:-1]
 
 
 def _loc(shape, spec, mesh) -> str:

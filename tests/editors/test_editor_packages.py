@@ -80,6 +80,16 @@ def test_vsix_bundles_the_language_client_and_no_dev_tooling(vsix):
     assert len(vsix) < 400
 
 
+def test_untrusted_workspaces_are_limited_and_cannot_turn_on_code_running_settings():
+    # model checks import the plan's model (the workspace's Python) and `planlang.path` names a program
+    # to run: a workspace nobody trusted must not set either
+    caps = PACKAGE["capabilities"]["untrustedWorkspaces"]
+    assert caps["supported"] == "limited" and caps["description"]
+    assert set(caps["restrictedConfigurations"]) == {"planlang.path", "planlang.modelChecks"}
+    settings = PACKAGE["contributes"]["configuration"]["properties"]
+    assert set(caps["restrictedConfigurations"]) <= set(settings)
+
+
 def test_vsce_is_pinned_as_a_dev_dependency():
     assert re.fullmatch(r"\d+\.\d+\.\d+", PACKAGE["devDependencies"]["@vscode/vsce"])
     assert LOCK["packages"]["node_modules/@vscode/vsce"]["version"] == PACKAGE["devDependencies"]["@vscode/vsce"]

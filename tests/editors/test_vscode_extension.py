@@ -96,6 +96,40 @@ def test_other_settings_reach_the_running_server_without_a_restart(fake_planlang
     assert len(out["clients"]) == 1 and out["stopped"] == 0
 
 
+ANSWER = {"modelChecks": True, "modelCheckDelay": 2, "path": "planlang"}
+
+
+def test_a_trusted_workspace_passes_model_checks_on(fake_planlang):
+    out = run(PATH=str(fake_planlang.parent), settings={"planlang.modelChecks": True}, configurationAnswer=ANSWER)
+    (client,) = out["clients"]
+    assert client["clientOptions"]["initializationOptions"]["modelChecks"] is True
+    assert client["configuration"] == [ANSWER, True, {"tabSize": 4}]
+    assert client["announced"] == ["planlang"]  # didChangeConfiguration carries the values
+
+
+def test_an_untrusted_workspace_never_turns_model_checks_on(fake_planlang):
+    """Model checks import the workspace's model code: off at start, in every answer to the server's
+    workspace/configuration, and a change is announced without values (the server then asks)."""
+    out = run(PATH=str(fake_planlang.parent), settings={"planlang.modelChecks": True}, untrusted=True,
+              configurationAnswer=ANSWER)
+    (client,) = out["clients"]
+    assert client["clientOptions"]["initializationOptions"] == {"modelChecks": False, "modelCheckDelay": 0.5}
+    assert client["configuration"] == [dict(ANSWER, modelChecks=False), False, {"tabSize": 4}]
+    assert client["announced"] is None
+    assert client["started"] is True  # the syntax and plan checks run no model code
+
+
+def test_an_executable_inside_an_untrusted_workspace_waits_for_trust(fake_planlang, tmp_path):
+    settings = {"planlang.path": "${workspaceFolder}/bin/planlang", "planlang.modelChecks": True}
+    out = run(PATH="", workspaceFolder=str(tmp_path), settings=settings, untrusted=True)
+    assert out["clients"] == []
+    assert any("untrusted workspace" in line for line in out["log"]), out["log"]
+    out = run(PATH="", workspaceFolder=str(tmp_path), settings=settings, untrusted=True, grantTrust=True)
+    (client,) = out["clients"]  # trusted: started, with the settings in full
+    assert client["serverOptions"]["command"] == str(fake_planlang)
+    assert client["clientOptions"]["initializationOptions"]["modelChecks"] is True
+
+
 def test_deactivate_stops_the_server(fake_planlang):
     out = run(PATH=str(fake_planlang.parent), deactivate=True)
     assert out["stopped"] == 1

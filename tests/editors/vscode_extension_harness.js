@@ -2,13 +2,17 @@
 // Runs editors/vscode/extension.js outside VS Code: `vscode` and `vscode-languageclient/node` are fakes
 // that record what the extension does. One scenario per run:
 //   node vscode_extension_harness.js '{"scenario": ..., "settings": {...}, "path": "...", "noClient": false}'
-// prints {"clients": [...], "log": [...], "stopped": n, "error": null}.
+// prints {"clients": [...], "log": [...], "stopped": n, "error": null}. `untrusted`: the workspace is not
+// trusted (vscode.workspace.isTrusted false) until `grantTrust`; `configurationAnswer`: what VS Code
+// would answer the server's workspace/configuration request for `planlang`, passed through each
+// client's middleware (its result, and the sections a didChangeConfiguration announces, are recorded).
 const Module = require('module');
 const path = require('path');
 
 const args = JSON.parse(process.argv[2]);
 const record = { clients: [], log: [], stopped: 0, error: null, commands: [] };
 let configListener = null;
+let trustListener = null;
 const settings = Object.assign({}, args.settings || {});
 
 const fakeVscode = {
@@ -24,16 +28,34 @@ const fakeVscode = {
             },
         }),
         onDidChangeConfiguration: (listener) => { configListener = listener; return { dispose() {} }; },
+        isTrusted: !args.untrusted,
+        onDidGrantWorkspaceTrust: (listener) => { trustListener = listener; return { dispose() {} }; },
     },
     commands: {
         registerCommand: (name, fn) => { record.commands.push(name); return { dispose() {} }; },
     },
 };
 
+const clients = [];
+
 class FakeLanguageClient {
     constructor(id, name, serverOptions, clientOptions) {
         this.entry = { id, name, serverOptions, clientOptions: Object.assign({}, clientOptions, { outputChannel: undefined }), started: false };
+        this.middleware = (clientOptions.middleware && clientOptions.middleware.workspace) || {};
         record.clients.push(this.entry);
+        clients.push(this);
+    }
+    async probeMiddleware(answer) {
+        const items = [{ section: 'planlang' }, { section: 'planlang.modelChecks' }, { section: 'editor' }];
+        const values = [answer, answer.modelChecks, { tabSize: 4 }];
+        const next = async () => values;
+        this.entry.configuration = this.middleware.configuration
+            ? await this.middleware.configuration({ items }, null, next) : values;
+        let announced = 'not sent';
+        const send = async (sections) => { announced = sections === undefined ? null : sections; };
+        await (this.middleware.didChangeConfiguration
+            ? this.middleware.didChangeConfiguration(['planlang'], send) : send(['planlang']));
+        this.entry.announced = announced;
     }
     async start() {
         if (args.startFails) throw new Error('spawn failed');
@@ -58,10 +80,17 @@ async function main() {
     const extension = require(path.resolve(__dirname, '..', '..', 'editors', 'vscode', 'extension.js'));
     const context = { subscriptions: [] };
     await extension.activate(context);
+    if (args.grantTrust) {
+        fakeVscode.workspace.isTrusted = true;
+        await trustListener();
+    }
     if (args.changeSetting) {
         Object.assign(settings, args.changeSetting);
         const keys = Object.keys(args.changeSetting);
         await configListener({ affectsConfiguration: (k) => keys.includes(k) });
+    }
+    if (args.configurationAnswer) {
+        for (const client of clients) await client.probeMiddleware(args.configurationAnswer);
     }
     if (args.deactivate) await extension.deactivate();
     if (args.findExecutable) {

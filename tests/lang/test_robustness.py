@@ -111,8 +111,9 @@ def test_unexpected_character_is_escaped_and_named():
     assert d.code == "PL102" and d.message == "unexpected character `\\u200b` (ZERO WIDTH SPACE)"
     (d,) = check("budget 1 GiB # ok\n\u0430pply t(tp) to h\n")  # a Cyrillic a
     assert d.message == "unexpected character `\u0430` (CYRILLIC SMALL LETTER A)"
-    (d,) = check("\ufeffuse hardware\n")
+    (d,) = check("budget 1 GiB\n\ufeffbudget 2 GiB\n")  # a byte-order mark is one only at the start
     assert d.message == "unexpected character `\\ufeff` (ZERO WIDTH NO-BREAK SPACE)"
+    assert (d.span.line, d.span.col) == (2, 1)
     (d,) = check("budget 8 GiB\x00\n")
     assert d.message == "unexpected character `\\x00` (U+0000)"
     assert check("budget 8 GiB @\n")[0].message == "unexpected character `@`"
