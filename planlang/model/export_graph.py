@@ -428,6 +428,23 @@ def _identity(b: _ExportBuilder, node: fx.Node):
     b.env[node.name] = v
 
 
+def _to(b: _ExportBuilder, node: fx.Node):
+    """`x.to(dtype)` / `_to_copy(x, dtype=...)`: an explicit floating cast is a `cast` op even where it is
+    the identity here. The program is traced in f32 and run in the plan's precision, so RMSNorm's
+    `hidden.to(torch.float32)` (HF Llama, Mistral, Qwen2, Gemma) is a no-op at trace time and the upcast
+    that keeps its rsqrt finite in f16 at run time; dropping it ran the norm in f16 (NaN gradients).
+    A cast back to the input's dtype (`.to(input_dtype)`) was f32 at trace time too and stays f32: the
+    next matmul's autocast casts again, and one norm's output is kept in f32, not f16."""
+    x = node.args[0]
+    dtype = node.args[1] if node.target is torch.ops.aten.to.dtype and len(node.args) > 1 else node.kwargs.get("dtype")
+    v = b.tensor(x, node)
+    val = node.meta["val"]
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point and val.dtype.is_floating_point) \
+            or tuple(val.shape) != b.values[v].shape:
+        return _identity(b, node)
+    b.emit(node, "cast", [v], {"dtype": dtype_name(dtype)})
+
+
 def _reshape(kind: str):
     def rule(b: _ExportBuilder, node: fx.Node):
         b.emit(node, kind, [b.tensor(node.args[0], node)])
@@ -504,7 +521,10 @@ def _softmax(kind: str):
         x = b.tensor(node.args[0], node)
         attrs = {"dim": node.args[1]}
         out = dtype_name(node.meta["val"].dtype)
-        if out != b.values[x].dtype:  # softmax(x, dim, dtype=torch.float32), or _softmax's half_to_float
+        explicit = len(node.args) > 2 and isinstance(node.args[2], torch.dtype) or "dtype" in node.kwargs
+        # softmax(x, dim, dtype=torch.float32) or _softmax's half_to_float; an explicit dtype is kept even
+        # where the trace's f32 made it the identity (see `_to`): at run time in bf16 it is the upcast
+        if out != b.values[x].dtype or explicit:
             attrs["dtype"] = out
         b.emit(node, kind, [x], attrs)
     return rule
@@ -754,10 +774,10 @@ RULES: dict[Any, Callable] = {
     aten.alias.default: _identity,
     aten.clone.default: _identity,
     aten.contiguous.default: _identity,
-    aten.to.dtype: _identity,
-    aten.to.dtype_layout: _identity,
+    aten.to.dtype: _to,
+    aten.to.dtype_layout: _to,
     aten.to.device: _identity,
-    aten._to_copy.default: _identity,
+    aten._to_copy.default: _to,
     aten.cross_entropy_loss.default: _cross_entropy,
     aten.mse_loss.default: _mse,
     aten.scaled_dot_product_attention.default: _sdpa,

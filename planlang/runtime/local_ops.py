@@ -177,6 +177,11 @@ def _dtype(name: str | None) -> torch.dtype | None:
     return None if name is None else next(t for t, n in DTYPES.items() if n == name)
 
 
+@implements("cast")
+def _cast(op, strategy, xs, dev):
+    return xs[0].to(_dtype(op.attr("dtype")))
+
+
 @implements("softmax")
 def _softmax(op, strategy, xs, dev):  # dtype: softmax(..., dtype=torch.float32) computes in (and returns) it
     return torch.softmax(xs[0], op.attr("dim", -1), dtype=_dtype(op.attr("dtype")))

@@ -14,7 +14,7 @@ from tests.runtime.test_op_strategies_gloo import CASES
 
 # kinds that keep nothing for backward: linear in their inputs with constant coefficients (their
 # gradients need no saved value)
-KEEP_NOTHING = {"add", "sub", "neg", "sum", "mean", "cat", "stack", "roll"}
+KEEP_NOTHING = {"add", "sub", "neg", "sum", "mean", "cat", "stack", "roll", "cast"}
 
 
 def test_every_kind_has_a_rule_and_a_checked_local_implementation():

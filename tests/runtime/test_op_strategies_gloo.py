@@ -125,6 +125,9 @@ def _cases() -> list[Case]:
     add("slice-step", op("slice", [(4, 8, 8)], (4, 8, 4), dim=2, start=1, end=8, step=2), lambda x: x[..., 1::2])
     add("stack", op("stack", [(4, 8, 4), (4, 8, 4)], (4, 8, 4, 2), dim=-1), lambda a, b: torch.stack([a, b], -1))
     add("roll", op("roll", [(4, 8, 8)], (4, 8, 8), shifts=(3,), dims=(1,)), lambda x: torch.roll(x, 3, 1))
+    # an explicit cast (x.to(torch.float32) in RMSNorm): kept even where the f32 trace made it the identity
+    # (to f64 here: these cases compare in f64; tests/runtime/test_casts_gloo.py runs it in f16)
+    add("cast", op("cast", [(4, 8, 8)], (4, 8, 8), dtype="f64"), lambda x: x.to(torch.float64))
     add("index_select", op("index_select", [(4, 8, 8), (2,)], (4, 2, 8), ints=(1,), dim=1),
         lambda x, i: x.index_select(1, i), ints={1: (0, 8)})
     add("einsum-scores", op("einsum", [(4, 8, 2, 4), (4, 8, 2, 4)], (4, 2, 8, 8), equation="bthd,bshd->bhts"),

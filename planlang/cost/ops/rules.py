@@ -13,6 +13,7 @@ Input conventions (what `planlang.model` must produce and `planlang.runtime.loca
     rms_norm               x[..., *norm], weight[*norm]?                   attrs normalized_ndim, eps
     softmax, log_softmax   x                                               attr dim
     gelu relu silu tanh exp neg rsqrt sqrt sigmoid sin cos   x             (neg is linear)
+    cast                   x                                               attr dtype ("f32", "bf16", ...): x.to(it)
     add sub mul div        a, b broadcasting to the output
     sum mean amax          x                                               attrs dim (int | tuple | None), keepdim
     view reshape flatten unflatten   x -> output shape
@@ -160,6 +161,15 @@ def unary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     lin = op.kind in LINEAR_UNARY
     eq = Equation((xl,), xl, passthrough="one" if lin else "none", linear=(0,) if lin else ())
     return einsum_strategies(op, mesh, eq, UNARY[op.kind] * numel(op.output))
+
+
+@rule("cast", follower=True)
+def cast_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """x.to(dtype) (attr dtype: "f32", "bf16", ...): elementwise and linear, any layout passes through;
+    backward casts the gradient back and keeps nothing."""
+    xl = letters_for(len(op.inputs[0]))
+    eq = Equation((xl,), xl, passthrough="one", linear=(0,))
+    return einsum_strategies(op, mesh, eq, 0.0)
 
 
 @rule("dropout", saves=(0,), follower=True)  # saves its mask: the input's size and dtype (local_ops)

@@ -1,0 +1,51 @@
+"""Explicit casts survive the f32 trace (planlang.model.export_graph `_to`): HF Mistral's RMSNorm upcasts
+with `hidden.to(torch.float32)`, the identity when the program is traced in f32. Dropped, the norm ran in
+f16 under an f16 plan and its rsqrt's backward made every layer's gradient NaN (verify: an overflow under
+the plan only, whatever the loss scale). 4 gloo ranks, dp4, f16 with a dynamic loss scale."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformers", reason="HF Mistral needs transformers")
+
+from tests.zoo.plans import plan_text  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+F16_DEVICE = ('device cpu_f16 {\n    memory = 24 GiB\n    flops.f32 = 100 GFLOPS\n    flops.f16 = 50 GFLOPS\n'
+              '    backend = "gloo"\n}\n')
+
+
+def f16_plan(model: str, layout: str) -> str:
+    text = plan_text(model, layout)
+    text = text.replace("use hardware\n", "use hardware\n" + F16_DEVICE, 1).replace("x hardware.cpu", "x cpu_f16")
+    return text.replace("optimizer adamw(lr = 1e-3) ",
+                        "optimizer adamw(lr = 1e-3) {\n    precision = f16\n    loss_scale = dynamic\n}")
+
+
+def test_the_rms_norm_upcast_is_a_cast_op():
+    import torch
+    from transformers.models.mistral.modeling_mistral import MistralRMSNorm
+
+    from planlang.model.export_graph import export_op_graph
+
+    g = export_op_graph(MistralRMSNorm(8), {"x": torch.randn(2, 4, 8)})
+    casts = [n for n in g.nodes if n.op.kind == "cast"]
+    # the upcast before the variance and the cast back before the weight, both f32 in an f32 trace
+    assert len(casts) == 2 and all(n.op.attr("dtype") == "f32" for n in casts)
+    kinds = [n.op.kind for n in g.nodes]
+    assert kinds.index("cast") < kinds.index("rsqrt")
+
+
+def test_hf_mistral_trains_in_f16_like_one_process(tmp_path):
+    plan = tmp_path / "mistral_dp4_f16.plan"
+    plan.write_text(f16_plan("mistral", "dp4"))
+    out = subprocess.run([sys.executable, "-m", "planlang.cli", "verify", str(plan), "--steps", "2", "--quiet"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PLANLANG_BACKEND": "gloo"})
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "PASS" in out.stdout and "overflow" not in out.stdout
