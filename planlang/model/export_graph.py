@@ -41,7 +41,8 @@ from torch import fx, nn
 from planlang.cost.ops.rules import sdpa_heads_fit
 from planlang.cost.ops.tensor_ops import einsum_fits
 from planlang.model.graph_values import (DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value,
-                                         dtype_name, keyword_inputs, loss_step, op_spec, rename_inputs)
+                                         dtype_name, keyword_inputs, loss_step, op_spec, rename_inputs,
+                                         step_input_names)
 
 aten = torch.ops.aten
 
@@ -112,7 +113,7 @@ def export_op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: 
     if not outs:
         raise UnsupportedGraph("the exported step has no tensor output computed from the inputs")
     g = OpGraph(b.values, b.nodes, outs, b.consts)
-    names = list(inputs) + [f"target{i}" if len(targets) > 1 else "target" for i in range(len(targets))]
+    names = step_input_names(list(inputs), len(targets))
     return rename_inputs(g, dict(zip(b.user_inputs, names)))
 
 

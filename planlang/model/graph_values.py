@@ -196,9 +196,24 @@ def n_targets(loss_fn: Callable) -> int:
 
 
 
+def step_input_names(inputs: list[str], n_targets: int) -> list[str]:
+    """The names of a step's input Values: the plan's inputs, then the loss' targets (`target`, or
+    `target0`, `target1`, ...), each target name given `_` until it is no input's (a plan may name an input
+    `target`: the two must stay two values)."""
+    out = list(inputs)
+    for i in range(n_targets):
+        name = "target" if n_targets == 1 else f"target{i}"
+        while name in out:
+            name += "_"
+        out.append(name)
+    return out
+
+
 def rename_inputs(g: OpGraph, renames: dict[str, str]) -> OpGraph:
     if all(k == v for k, v in renames.items()):
         return g
+    if len(set(renames.values())) != len(renames):  # two values under one name would become one
+        raise ValueError(f"inputs renamed onto one name: {renames}")
     clash = set(renames.values()) & (set(g.values) - set(renames))
     if clash:
         renames = {k: v + "_in" if v in clash else v for k, v in renames.items()}

@@ -27,7 +27,7 @@ from planlang.cost.ops.tensor_ops import einsum_fits
 from planlang.model.export_graph import export_op_graph
 from planlang.model.graph_values import (  # noqa: F401 - the graph's value types are part of this module's API
     DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value, dtype_name, keyword_inputs, loss_step,
-    op_spec, rename_inputs,
+    op_spec, rename_inputs, step_input_names,
 )
 
 # ------------------------------------------------------------------------------ tracing
@@ -603,7 +603,6 @@ def op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callabl
     # name the input Values after the plan's inputs and the targets
     renames = {}
     ph = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    for fx_name, plan_name in zip(ph, list(inputs) + [f"target{i}" if len(targets) > 1 else "target"
-                                                       for i in range(len(targets))]):
+    for fx_name, plan_name in zip(ph, step_input_names(list(inputs), len(targets))):
         renames[fx_name] = plan_name
     return rename_inputs(g, renames)

@@ -37,6 +37,20 @@ class _Recorder:
         return x
 
 
+def _ops_of(loss) -> dict:
+    """Each op the recorded loss was computed through: op name -> its arguments."""
+    ops: dict = {}
+
+    def walk(v):
+        if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
+            ops[v[0]] = v[1]
+            for a in v[1]:
+                walk(a)
+
+    walk(loss)
+    return ops
+
+
 def _program(name: str, monkeypatch) -> str:
     monkeypatch.chdir(REPO)
     res = check_text(PLAN.format(name=name), str(REPO / "names.plan"))
@@ -57,15 +71,7 @@ def test_the_program_compiles_and_reads_the_input_it_was_given(name, shown, monk
     params = {ref: ref for ref in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")}
     loss = scope["step"](_Recorder(), params, "THE INPUT", "THE TARGET")
     # the loss is mean((fc2(act(fc1(x))) - target)^2): follow it back to fc1's first argument
-    ops = {}
-
-    def walk(v):
-        if isinstance(v, tuple) and len(v) == 2 and isinstance(v[0], str):
-            ops[v[0]] = v[1]
-            for a in v[1]:
-                walk(a)
-
-    walk(loss)
+    ops = _ops_of(loss)
     assert ops["model_fc1"][0] == "THE INPUT"  # not the function `checkpoint_0`, not the parameters
     assert "THE TARGET" in ops["mse_loss_diff"]
 
@@ -80,3 +86,16 @@ def test_the_escape_is_one_to_one():
              "block_h_", "stage_1", "stage_1_", "match", "x_"]
     assert len({ident(n) for n in names}) == len(names)
     assert all(ident(n).isidentifier() for n in names)
+
+
+def test_an_input_named_target_stays_apart_from_the_loss_target(monkeypatch):
+    """The loss' target is named `target`: a plan input of that name once became the same value, and fc1
+    read the loss target (no error). The target is named `target_` then (graph_values.step_input_names)."""
+    code = _program("target", monkeypatch)
+    assert "def step(rt, p, target, target_):" in code
+    scope: dict = {}
+    exec(code, scope)  # noqa: S102 - the program under test
+    params = {ref: ref for ref in ("fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias")}
+    loss = scope["step"](_Recorder(), params, "THE INPUT", "THE TARGET")
+    ops = _ops_of(loss)
+    assert ops["model_fc1"][0] == "THE INPUT" and "THE TARGET" in ops["mse_loss_diff"]
