@@ -5,7 +5,9 @@ Run: .venv/bin/python bench/mutants.py [--seed 0] [--count 400] [--train 12] [--
 
 Seeds: the example plans of examples/ (mlp_2d, mlp_dp, gpt2_3d, bert_tp, gpt2_cpu_partial with its holes
 filled), the 4-process plans the runtime tests train (tests/runtime/plans/) and two of the model zoo's
-(tests/zoo/plans.py). Each mutant is a seed with one edit of one class (a share of them a second edit of
+(tests/zoo/plans.py), and 13 more of the zoo's Hugging Face and CNN architectures (Qwen2, Mistral and Falcon
+under dp x tp, GPT-J, Gemma2, DistilBERT, BART, T5, ConvNeXt and ResNet under dp, Phi as a pipeline, ViT
+under dp x tp, BERT under ZeRO-3). Each mutant is a seed with one edit of one class (a share of them a second edit of
 another class):
 
   mesh          axis sizes (every factorization of the device count, a size that breaks the product,
@@ -23,6 +25,13 @@ another class):
   optimizer     every optimizer with plain and extra arguments; arguments the class lacks; values out of
                 range
   model         the factory's arguments: heads, hidden size, layers, vocabulary
+  precision     bf16, autocast (bf16 compute), f16 with a dynamic or a static loss scale (on a CPU device
+                with f16 flops), f16 without a loss scale
+  tie           GPT-2's lm_head tied to wte, alone, under ZeRO-2/3 over dp and (pipelines) under GPipe and
+                interleaved 1F1B
+  overlap       a glob shard beside an explicit shard of the same parameter (`fc*.weight` beside
+                `fc1.weight`), with the same spec and with another
+  implicit      the data axes left implicit (no `data` statement), alone and with a batch of 2
 
 Each mutant goes the way a user's plan goes:
 
@@ -64,7 +73,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 CLASSES = ("mesh", "spec", "stages", "microbatches", "schedule", "zero", "checkpoint", "input", "optimizer",
-           "model")
+           "model", "precision", "tie", "overlap", "implicit")
 
 
 # ------------------------------------------------------------------------------------------ seeds
@@ -103,6 +112,21 @@ def seeds() -> dict[str, tuple[str, str, tuple[str, ...]]]:
         "hf_gpt2_dp2_tp2": ((rt / "hf_gpt2_dp2_tp2.plan").read_text(), "transformer.h", ("attn", "mlp")),
         "llama_pp2dp2": (_zoo("llama", "pp2dp2"), "model.layers", ("self_attn", "mlp")),
         "resnet_zero3": (_zoo("resnet", "zero3"), "blocks", ()),
+        # the model zoo's other Hugging Face architectures (issue 27): grouped- and multi-query attention
+        # under tp, interleaved rotary, casts, encoder-decoders, a BatchNorm CNN under data parallelism
+        "qwen2_dp2tp2": (_zoo("qwen2", "dp2tp2"), "model.layers", ("self_attn", "mlp")),
+        "mistral_dp2tp2": (_zoo("mistral", "dp2tp2"), "model.layers", ("self_attn", "mlp")),
+        "falcon_dp2tp2": (_zoo("falcon", "dp2tp2"), "transformer.h", ("self_attention", "mlp")),
+        "gptj_dp4": (_zoo("gptj", "dp4"), "transformer.h", ("attn", "mlp")),
+        "gemma2_dp4": (_zoo("gemma2", "dp4"), "model.layers", ("self_attn", "mlp")),
+        "phi_pp2dp2": (_zoo("phi", "pp2dp2"), "model.layers", ("self_attn", "mlp")),
+        "distilbert_dp4": (_zoo("distilbert", "dp4"), "distilbert.transformer.layer", ("attention", "ffn")),
+        "bart_dp4": (_zoo("bart", "dp4"), "model.encoder.layers", ("self_attn", "fc1")),
+        "t5_dp4": (_zoo("t5", "dp4"), "encoder.block", ("layer",)),
+        "vit_dp2tp2": (_zoo("vit", "dp2tp2"), "vit.layers", ("attention", "mlp")),
+        "bert_zero3": (_zoo("bert", "zero3"), "bert.encoder.layer", ("attention", "intermediate", "output")),
+        "convnext_dp4": (_zoo("convnext", "dp4"), "convnext.encoder.stages", ()),
+        "resnet_dp4": (_zoo("resnet", "dp4"), "blocks", ()),
     }
     return out
 
@@ -432,9 +456,92 @@ def op_model(text, blocks, subs):
     return out
 
 
+F16_DEVICE = ('device cpu_f16 {\n    memory = 24 GiB\n    flops.f32 = 100 GFLOPS\n    flops.f16 = 50 GFLOPS\n'
+              '    backend = "gloo"\n}\n')
+
+
+def _with_f16_device(text: str) -> str:
+    """The plan on a CPU device that declares f16 flops (hardware.cpu declares f32 and bf16: PL510)."""
+    return re.sub(r"^(use hardware\n)", r"\1" + F16_DEVICE.replace("\\", "\\\\"), text, count=1, flags=re.M) \
+        .replace("x hardware.cpu", "x cpu_f16")
+
+
+def op_precision(text, blocks, subs):
+    """The optimizer block's precision fields: bf16, f16 with a dynamic or static loss scale (on a device
+    with f16 flops), f16 without one (PL511), autocast only (f32 parameters, bf16 compute)."""
+    m = _OPT.search(text)
+    cur = (m.group(3) or "").strip()
+
+    def block(*fields):
+        return "\n    ".join([cur] + list(fields) if cur else list(fields))
+
+    out = [("precision = bf16", _set_optimizer(text, block=block("precision = bf16"))),
+           ("compute = bf16 (autocast)", _set_optimizer(text, block=block("compute = bf16"))),
+           ("precision = f16 without a loss scale", _set_optimizer(text, block=block("precision = f16")))]
+    if "hardware.cpu" in text:
+        f16 = _with_f16_device(text)
+        out += [("precision = f16, loss_scale = dynamic (cpu_f16)",
+                 _set_optimizer(f16, block=block("precision = f16", "loss_scale = dynamic"))),
+                ("precision = f16, loss_scale = 1024 (cpu_f16)",
+                 _set_optimizer(f16, block=block("precision = f16", "loss_scale = 1024")))]
+    return out
+
+
+def op_tie(text, blocks, subs):
+    """GPT-2's lm_head tied to wte: across pipeline stages, under ZeRO, with every other edit on top."""
+    m = _MODEL.search(text)
+    if not m or "examples.gpt2.model" not in m.group(1) or "tie_embeddings" in m.group(2):
+        return []
+    tied = text[:m.end(2)] + ", tie_embeddings = true" + text[m.end(2):]
+    out = [("tie_embeddings = true", tied)]
+    # the tied weight under each ZeRO stage over the data axis, and (a pipeline) under each schedule
+    for what, z in op_zero(tied, blocks, subs):
+        if re.fullmatch(r"zero = [123] over dp", what):
+            out.append((f"tie_embeddings = true; {what}", z))
+            out += [(f"tie_embeddings = true; {what}; {w2}", t2) for w2, t2 in op_schedule(z, blocks, subs)
+                    if "4 stages" in w2 or w2 == "schedule gpipe"]
+    return out
+
+
+_SHARD_TARGET = re.compile(r"^(\s*)shard ([\w\[\]*.:]+?)(\d+)(\.\w+)\s*:\s*\[([^\]\n]*)\]", re.M)
+
+
+def op_overlap(text, blocks, subs):
+    """A glob beside an explicit shard of the same parameter (`shard fc*.weight` beside `shard fc2.weight`):
+    the same spec (no conflict), a different one (PL310, against the model's parameter names)."""
+    names = [a for a, _ in _mesh_axes(_expand_inline_mesh(text))]
+    out = []
+    for mt in _SHARD_TARGET.finditer(text):
+        indent, stem, _, leaf, inner = mt.groups()
+        glob = f"{stem}*{leaf}"
+        entries = _split_entries(inner)
+        other = ["_" if e != "_" else (names[-1] if names else "_") for e in entries]
+        for what, spec in (("same spec", entries), ("another spec", other)):
+            line = f"{indent}shard {glob} : [{', '.join(spec)}]\n"
+            at = text.find("\n", mt.end()) + 1
+            out.append((f"`{glob}` beside `{mt.group(0).strip()}` ({what})", text[:at] + line + text[at:]))
+    return out
+
+
+def op_implicit(text, blocks, subs):
+    """The data axes left implicit (every `data` statement taken away), alone and with a batch of 2."""
+    base = re.sub(r"^data [^\n]*\n?", "", text, flags=re.M)
+    if base == text:
+        return []
+    out = [("data statements taken away (implicit data axes)", base)]
+    m = _INPUT.search(base)
+    if m:
+        dims = m.group(3).split(",")
+        name = dims[0].split("=")[0].strip()
+        small = base[:m.start(3)] + ", ".join([f"{name} = 2"] + dims[1:]) + base[m.end(3):]
+        out.append(("implicit data axes, batch 2", small))
+    return out
+
+
 OPERATORS = {"mesh": op_mesh, "spec": op_spec, "stages": op_stages, "microbatches": op_microbatches,
              "schedule": op_schedule, "zero": op_zero, "checkpoint": op_checkpoint, "input": op_input,
-             "optimizer": op_optimizer, "model": op_model}
+             "optimizer": op_optimizer, "model": op_model, "precision": op_precision, "tie": op_tie,
+             "overlap": op_overlap, "implicit": op_implicit}
 
 
 @dataclass
@@ -455,7 +562,10 @@ class Mutant:
 
 
 # Seeds whose mutants cost several seconds each (12-layer models at full width): fewer of them.
-HEAVY = {"gpt2_3d": 0.35, "bert_tp": 0.35, "hf_gpt2_dp2_tp2": 0.5, "llama_pp2dp2": 0.6}
+HEAVY = {"gpt2_3d": 0.35, "bert_tp": 0.35, "hf_gpt2_dp2_tp2": 0.5, "llama_pp2dp2": 0.6,
+         **{z: 0.5 for z in ("qwen2_dp2tp2", "mistral_dp2tp2", "falcon_dp2tp2", "gptj_dp4", "gemma2_dp4",
+                             "phi_pp2dp2", "distilbert_dp4", "bart_dp4", "t5_dp4", "vit_dp2tp2", "bert_zero3",
+                             "convnext_dp4", "resnet_dp4")}}
 
 
 def generate(count: int, seed: int = 0) -> list[Mutant]:
@@ -613,7 +723,7 @@ def evaluate(m: Mutant, folder: str) -> Mutant:
         m.seconds = time.perf_counter() - t
         return m
     m.world = world_size(plan)
-    m.cpu = plan.mesh.device.name in ("cpu",) or "hardware.cpu" in m.text
+    m.cpu = plan.mesh.device.name.startswith("cpu") or "hardware.cpu" in m.text
     stage = "preflight"
     try:
         with contextlib.redirect_stderr(quiet):
