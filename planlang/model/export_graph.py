@@ -462,6 +462,12 @@ def _permute(b, node):
     b.emit(node, "permute", [b.tensor(node.args[0], node)], {"dims": tuple(node.args[1])})
 
 
+def _numpy_t(b, node):
+    # x.T (HF FalconLinear's `input @ self.weight.T`): its dims reversed
+    x = b.tensor(node.args[0], node)
+    b.emit(node, "permute", [x], {"dims": tuple(range(len(b.values[x].shape)))[::-1]})
+
+
 def _embedding(b, node):
     # aten.embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False)
     if _a(node, 3, "scale_grad_by_freq", False) or _a(node, 4, "sparse", False):
@@ -761,6 +767,7 @@ RULES: dict[Any, Callable] = {
     aten.transpose.int: _transpose,
     aten.t.default: _transpose,
     aten.permute.default: _permute,
+    aten.numpy_T.default: _numpy_t,
     aten.cat.default: _cat,
     aten.stack.default: _stack,
     aten.index.Tensor: _index,
