@@ -107,6 +107,9 @@ def test_the_op_runs_on_each_ranks_samples_without_pl364(tmp_path, name):
     for i in runs:
         if i.node.op.kind in kinds | {"opaque"} and i.node.op.output and i.node.op.output[0] == 8:
             assert i.output.axes_of(0) == ("dp",), f"{i.node.name} ({i.node.op.kind}) is {i.output}"
+    if name == "upcast_softmax":  # computed in float64; type_as back to float32 runs per sample
+        assert [i.node.op.attr("dtype") for i in runs if i.node.op.kind == "softmax"] == ["f64"]
+        assert [i.node.op.attr("target") for i in runs if i.node.op.kind == "opaque"] == ["type_as"]
 
 
 def test_a_roll_along_the_batch_still_gathers_it_and_says_so(tmp_path):

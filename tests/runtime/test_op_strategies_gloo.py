@@ -122,6 +122,8 @@ def _cases() -> list[Case]:
     add("dropout", op("dropout", [(4, 8, 8)], (4, 8, 8), p=0.25, seed=7),
         lambda x: x * dropout_mask((4, 8, 8), 0.25, 7) / 0.75)
     # issue 27's ops (planlang/cost/ops/tensor_ops.py; slice with a step, attention with fewer k/v heads)
+    add("softmax-dtype", op("softmax", [(4, 8, 8)], (4, 8, 8), dim=-1, dtype="f32"),
+        lambda x: torch.softmax(x, -1, dtype=torch.float32))
     add("slice-step", op("slice", [(4, 8, 8)], (4, 8, 4), dim=2, start=1, end=8, step=2), lambda x: x[..., 1::2])
     add("stack", op("stack", [(4, 8, 4), (4, 8, 4)], (4, 8, 4, 2), dim=-1), lambda a, b: torch.stack([a, b], -1))
     add("roll", op("roll", [(4, 8, 8)], (4, 8, 8), shifts=(3,), dims=(1,)), lambda x: torch.roll(x, 3, 1))
