@@ -249,6 +249,27 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "correctly, because the lowering gathers the features before the heads are formed, but that\n"
      "costs the communication and memory the split was meant to save. Use a tensor-parallel size that\n"
      "divides the heads, or a model with a multiple of it."),
+    ("PL368", "model-exited", E, "the model's code exited the process",
+     "The model's factory (or its module while imported, or its forward while probed) called `sys.exit`,\n"
+     "`exit` or `os._exit` instead of returning. planlang stops the exit and reports it: had the process\n"
+     "ended there, `check --model` would have exited with that status and no output, and a CI gate would\n"
+     "pass having checked nothing. Return the model; keep a script's entry point under\n"
+     "`if __name__ == \"__main__\":` and raise an exception for a bad argument."),
+    ("PL369", "plan-not-lowerable", E, "the plan cannot be lowered",
+     "`check --model` lowers the plan as `planlang.apply` does on every rank (`lower`, `verify` and `run`\n"
+     "too), and the lowering failed: an op of the model has no strategy for the layouts the plan gives its\n"
+     "inputs, or shapes its rule does not accept, or the model has a construct the op graph does not\n"
+     "take, or the loss accepts none of the targets planlang makes, or the lowered program's memory\n"
+     "cannot be estimated (so the budget is not checked). The message names the op, where it runs and\n"
+     "the cause; the diagnostic points at the shard statement over that module's parameters, else at the\n"
+     "model. Every rank would raise the same error at launch. Split the op's inputs another way, rewrite\n"
+     "the op in the model, or report it."),
+    ("PL370", "no-loss", N, "no loss: the step trains the sum of the output",
+     "The model defines no loss where planlang looks for one (a function `loss(output, *targets)` in the\n"
+     "factory's module, or a method `loss(self, output, *targets)` of the model; docs/byom.md) and its\n"
+     "output is not a scalar, so check, estimate, verify, apply and run take the sum of the output as the\n"
+     "loss, and a training step takes no targets. That is rarely what you train: define `loss`, or pass\n"
+     "`loss_fn=` to `planlang.apply`."),
     # ------------------------------------------------------------------ PL4xx pipeline and checkpoint
     ("PL401", "stage-count", E, "number of stages does not match the pipeline axis",
      "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved schedule)."),

@@ -26,11 +26,11 @@ from planlang.plan.resolve import Resolution, Resolver, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
 
-from planlang.plan.data import data_axes, data_degree, tensor_axes
+from planlang.plan.data import data_degree, tensor_axes
 from planlang.plan.units import format_bytes
 
 from .estimate import estimate_plan
-from .load import ModelLoadError, build_model, guess_targets, meta_inputs, plan_loss
+from .load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
 from .lowering import Fallback, LoweringError, lower, mark_checkpoints
 from .opgraph import op_graph
 from .pipeline_program import cut_program, microbatch_plan
@@ -134,6 +134,7 @@ class ModelFacts(ModuleFacts):
     (module name -> (heads, key/value heads or None))."""
 
     heads: dict[str, tuple[int, int | None]] = field(default_factory=dict)
+    failures: list["LoweringFailure"] = field(default_factory=list)  # facts the probe could not compute
 
 
 _HEAD_ATTRS = ("num_heads", "n_head", "n_heads", "heads", "num_attention_heads")
@@ -384,6 +385,96 @@ def batch_norm_microbatches(ctx) -> Iterator[Diagnostic]:
                     "per-microbatch statistics")
 
 
+@dataclass(frozen=True)
+class LoweringFailure:
+    """A fact `check --model` needed and could not compute (PL369), as data: `stage` is "graph" (the op
+    graph of the model cannot be built), "lower" (no strategy for the layouts the plan gives an op),
+    "targets" (the loss accepts no targets planlang makes) or "estimate" (the lowered program's memory);
+    `op` and `module` name the op being lowered, when known."""
+
+    stage: str
+    cause: str
+    op: str | None = None
+    module: str | None = None
+
+    @classmethod
+    def of(cls, err: BaseException, stage: str | None = None) -> "LoweringFailure":
+        """The failure `err` is: the op it was raised for is the innermost `node` the op-graph builder or
+        the lowering was working on (their loops name it so; the exception's message may not)."""
+        op = module = None
+        found = None
+        tb = err.__traceback__
+        while tb is not None:
+            f = tb.tb_frame
+            if f.f_globals.get("__name__", "").startswith("planlang.model.") and "node" in f.f_locals:
+                found = f.f_locals["node"]
+            tb = tb.tb_next
+        spec = getattr(found, "op", None)
+        if hasattr(spec, "kind"):  # an OpNode of the graph: the lowering's
+            op = str(spec.attr("target", spec.kind)) if spec.kind == "opaque" else spec.kind
+            module, stage = found.module, stage or "lower"
+        elif found is not None and hasattr(found, "target"):  # an fx node: building the graph
+            op = getattr(found.target, "__name__", str(found.target))
+            stage = stage or "graph"
+        return cls(stage or "lower", f"{type(err).__name__}: {err}", op, module)
+
+
+class NoTargets(Exception):
+    """The loss (`found`: where) accepts none of the targets planlang makes (load.target_candidates)."""
+
+    def __init__(self, found: str):
+        super().__init__(f"{found} accepts none of the targets planlang makes for it (the model's integer input, "
+                         "class indices over the output's leading dims, the output's shape, one value per sample)")
+        self.found = found
+
+
+_FAILURE_HELP = {
+    "graph": "planlang cannot build this model's op graph: rewrite the construct in the model (`planlang lower` "
+             "shows the program once it lowers), or report it",
+    "lower": "every rank would raise this when the plan is applied: split this op's inputs another way (the "
+             "statement marked), rewrite the op in the model, or report it",
+    "targets": "make the loss take the output and targets shaped as docs/byom.md says (the model's integer "
+               "input, class indices, the output's shape, or one value per sample)",
+    "estimate": "the budget cannot be checked; report it with the plan",
+}
+
+
+def _failure_site(plan, facts, f: LoweringFailure):
+    """Where a failure is the user's to fix: the first shard statement over a parameter of the module the
+    op runs in (a template's application for its lines), else the budget for an estimate, else the model."""
+    model_span = plan.model.span
+    if f.stage == "lower" and f.module is not None and facts is not None:
+        inside = [n for n in facts.params if not f.module or n.startswith(f.module + ".")]
+        for rule in plan.shards:
+            if rule.kind == "param" and rule.target.select(inside):
+                where, labels = site_and_labels(rule.span, rule.origin)
+                return where, labels + [Label(model_span, "the op is in this model")]
+    if f.stage == "estimate" and plan.budget is not None:
+        return plan.budget.span, [Label(model_span, "the model")]
+    return model_span, []
+
+
+def unlowerable(ctx) -> Iterator[Diagnostic]:
+    """PL369: what `check --model` could not compute about the plan, each failure once (the probe's and
+    the lowering's: facts["failures"])."""
+    facts = ctx.facts.get("model")
+    seen = set()
+    for f in [*(getattr(facts, "failures", None) or []), *(ctx.facts.get("failures") or [])]:
+        if (f.stage, f.cause) not in seen:
+            seen.add((f.stage, f.cause))
+            yield failure_diagnostic(ctx.plan, facts, f)
+
+
+def failure_diagnostic(plan, facts, f: LoweringFailure) -> Diagnostic:
+    """PL369 for one failure: what could not be computed, the op and where it runs, the exception."""
+    where = "" if f.module is None else f" in `{to_plan_name(f.module)}`" if f.module else " at the top level"
+    what = {"targets": "the plan's loss cannot be traced", "estimate": "the plan's memory cannot be estimated"
+            }.get(f.stage, "the plan cannot be lowered")
+    op = f": `{f.op}`{where} fails" if f.op else ""
+    span, labels = _failure_site(plan, facts, f)
+    return diag("PL369", f"{what}{op}: {f.cause}", span, labels=labels, help=_FAILURE_HELP[f.stage])
+
+
 MODEL_RULES = (
     Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs_model=True),
     Rule("attention_head_splits", ("PL365",), attention_head_splits, needs_model=True),
@@ -393,15 +484,18 @@ MODEL_RULES = (
     Rule("batch_split", ("PL364",), batch_split, needs_model=True),
     Rule("zero_units", ("PL468",), zero_units, needs_model=True),
     Rule("batch_norm_microbatches", ("PL466",), batch_norm_microbatches, needs_model=True),
+    Rule("unlowerable", ("PL369",), unlowerable, needs_model=True),
 )
 ALL_RULES = RULES + MODEL_RULES  # the model-free rules first, in their order, then the model-aware ones
 
 
 def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estimate=None,
-             fallbacks: list[Fallback] | None = None, root_blocks: dict[str, str] | None = None):
+             fallbacks: list[Fallback] | None = None, root_blocks: dict[str, str] | None = None,
+             failures: list[LoweringFailure] | None = None):
     """The one validation of a resolved plan, for every command and the language server: every rule,
     the model-aware ones when the model's `facts` are given (PL560 when its `estimate` is, PL364 when
-    the lowering's `fallbacks` are, PL468 when its `root_blocks` are: `lowering_facts`)."""
+    the lowering's `fallbacks` are, PL468 when its `root_blocks` are: `lowering_facts`; PL369 for the
+    lowering's and the estimate's `failures`)."""
     extra = {"model": facts} if facts is not None else {}
     if facts is not None and estimate is not None:
         extra["estimate"] = estimate
@@ -409,6 +503,8 @@ def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estim
         extra["lowering"] = fallbacks
     if facts is not None and root_blocks:
         extra["root_blocks"] = root_blocks
+    if facts is not None and failures:
+        extra["failures"] = failures
     return check_resolution(res, path, extra or None, ALL_RULES)
 
 
@@ -474,11 +570,19 @@ class StrictMeta(TorchDispatchMode):
 
 
 def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
-    """The plan's loss (its model module's `loss`) on the targets `planlang verify` and `planlang.apply` make
-    (planlang.model.load.guess_targets), under StrictMeta: what their first step would raise."""
-    loss = plan_loss(plan)
+    """The plan's loss (load.plan_loss: its model module's `loss`, else the model's `loss` method) on the
+    targets `planlang verify` and `planlang.apply` make (planlang.model.load.guess_targets), under
+    StrictMeta: what their first step would raise; NoTargets when the loss takes none of the targets made
+    for it (apply would refuse the plan)."""
+    loss = plan_loss(plan, module)
+    if loss is None:
+        return
+    found = f"the `loss` method of {type(module).__name__}" if getattr(loss, "__self__", None) is module \
+        else f"`loss` of `{plan.model.module}`"
     inputs = meta_inputs(plan.inputs)
-    targets = guess_targets(module, loss, inputs) if loss is not None else None
+    targets = guess_targets(module, loss, inputs)
+    if targets is None:
+        raise NoTargets(found)
     if not targets:
         return
 
@@ -492,18 +596,26 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
 
 
 def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
-    """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails."""
+    """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails (PL368 when
+    the model's code exits the process). A loss no target fits is a failure in the facts (PL369)."""
 
     if plan.model is None:
         return None, []
     try:
         module = build_model(plan.model, plan.path)
-        with StrictMeta():
+        with no_exit(), StrictMeta():  # the forward is the model's code too: it must not end planlang
             probed = probe_modules(module, meta_inputs(plan.inputs))
         facts = ModelFacts(**vars(probed), heads=attention_heads(module))
-        _loss_on_verify_targets(module, plan)
+        try:
+            with no_exit():
+                _loss_on_verify_targets(module, plan)
+        except NoTargets as err:  # a fact of the plan, not a failed probe: the other checks still run
+            facts.failures = [LoweringFailure("targets", str(err))]
     except ModelLoadError as err:
         return None, [diag(err.code, err.message, plan.model.span, help=err.help)]
+    except SystemExit as err:  # sys.exit or os._exit in the forward or the loss
+        return None, [diag("PL368", f"running the model on the declared inputs exited the process: {exited(err)}",
+                           plan.model.span, help=EXIT_HELP)]
     except Exception as err:  # the model's forward failed on the declared inputs
         return None, [diag("PL261", f"running the model on the declared inputs raised {type(err).__name__}: {err}",
                            plan.model.span, help="check the `input` declarations: names, dtypes and shapes",
@@ -514,29 +626,31 @@ def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
 @dataclass(frozen=True)
 class Lowered:
     """What `check --model` reads off the runtime's lowering of a plan: the ops run on the whole batch
-    (PL364) and, under ZeRO-2/3, the repeated blocks left in the root FSDP2 unit with why (PL468)."""
+    (PL364) and, under ZeRO-2/3, the repeated blocks left in the root FSDP2 unit with why (PL468); or
+    why it cannot be lowered (PL369: a fact check cannot compute is an error, never a silent pass)."""
 
     fallbacks: list[Fallback]
     root_blocks: dict[str, str]
+    failure: LoweringFailure | None = None
 
 
 def lowering_facts(plan) -> Lowered | None:
     """The runtime's lowering of this complete plan, from the same op graph and lowering `planlang.apply`
-    runs; None when the plan has no data axes or a pipeline (whose stages run module code, not the
-    lowering) or when lowering fails (the run reports why)."""
-    if not data_axes(plan, trivial=False) or plan.pipeline is not None:
+    runs (every plan without a pipeline: apply lowers it whatever its axes); None for a pipeline plan
+    (`stage_split_diagnostics` cuts those). A failure is the Lowered's `failure`: the run would raise it."""
+    if plan.pipeline is not None:
         return None
     try:
         model = build_model(plan.model, plan.path)
         prog = _lowered(model, plan)
-        if prog is None:
-            return None
         opt, mesh = plan.optimizer, plan.mesh
         zero = opt is not None and opt.zero_stage >= 2 and opt.zero_axis is not None and \
             (mesh.axis_size(opt.zero_axis) or 1) > 1
         return Lowered(prog.fallbacks, block_ranges(model, prog)[1] if zero else {})
-    except Exception:  # noqa: BLE001 - lowering failures are the runtime's to report, with their own message
-        return None
+    except ModelLoadError:
+        return None  # the model facts report it (PL26x, PL368)
+    except Exception as err:  # noqa: BLE001 - the model's op or the plan's layouts: PL369 names which
+        return Lowered([], {}, LoweringFailure.of(err, "targets" if isinstance(err, NoTargets) else None))
 
 
 def stage_split_diagnostics(plan) -> list[Diagnostic]:
@@ -565,12 +679,13 @@ def stage_split_diagnostics(plan) -> list[Diagnostic]:
 
 
 def _lowered(model: nn.Module, plan):
-    """The plan's program as planlang.apply lowers it (None when no targets fit the loss)."""
+    """The plan's program as planlang.apply lowers it (NoTargets when no targets fit the loss, as apply
+    refuses the plan then)."""
     inputs = meta_inputs(plan.inputs)
-    loss = plan_loss(plan)
+    loss = plan_loss(plan, model)
     targets = guess_targets(model, loss, inputs) if loss is not None else ()
     if targets is None:
-        return None
+        raise NoTargets("the plan's loss")
     graph = op_graph(model, inputs, loss, tuple(targets)) if loss is not None else op_graph(model, inputs)
     prog = lower(graph, plan)
     prog.checkpoint_groups = mark_checkpoints(prog, plan)
@@ -584,14 +699,16 @@ def _program_cut_diagnostics(plan) -> list[Diagnostic]:
     p = plan.pipeline
     try:
         prog = _lowered(build_model(plan.model, plan.path), microbatch_plan(plan))
-        if prog is not None:
-            cut_program(prog, plan)
+        cut_program(prog, plan)
     except LoweringError as err:
         return [diag("PL467", str(err), p.span, help="keep whole modules in each stage in the model's execution "
                                                     "order, each checkpoint group inside one stage; `planlang "
                                                     "lower --rank R` prints the stages rank R runs")]
-    except Exception:  # noqa: BLE001 - other failures are the model facts' or the runtime's to report
-        return []
+    except ModelLoadError:
+        return []  # reported by the model facts
+    except Exception as err:  # noqa: BLE001 - an op the lowering cannot lower: the run would raise it
+        return [failure_diagnostic(plan, None, LoweringFailure.of(err, "targets" if isinstance(err, NoTargets)
+                                                                  else None))]
     return []
 
 
@@ -606,16 +723,21 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
         return validate(res, path)
     facts, diags = model_facts_for(res.plan)
     extra = {}
-    if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not any(
+    if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not facts.failures and not any(
             d.severity is Severity.ERROR for d in res.diagnostics):
-        try:
-            extra["estimate"] = estimate_plan(complete(res.plan), facts=facts, program=program)  # probed once
-        except Exception:  # noqa: BLE001 - an estimate is optional; the other checks still run
-            pass
         lowered = lowering_facts(complete(res.plan))
         if lowered is not None:
             extra["fallbacks"], extra["root_blocks"] = lowered.fallbacks, lowered.root_blocks
-    result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"), extra.get("root_blocks"))
+            extra["failures"] = [lowered.failure] if lowered.failure is not None else []
+        if not extra.get("failures"):  # the estimate measures the same lowered program: one error is enough
+            try:
+                extra["estimate"] = estimate_plan(complete(res.plan), facts=facts, program=program)  # probed once
+            except ModelLoadError:
+                pass  # the model facts report it
+            except Exception as err:  # noqa: BLE001 - the budget cannot be checked: PL369, never a silent pass
+                extra["failures"] = [LoweringFailure.of(err, "estimate")]
+    result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"), extra.get("root_blocks"),
+                      extra.get("failures"))
     if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not result.errors:
         diags = diags + stage_split_diagnostics(complete(res.plan))  # only what the checks could not tell
     if diags:

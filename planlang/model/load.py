@@ -9,10 +9,13 @@ of it edited since an earlier build in the same process is imported again (planl
 from __future__ import annotations
 
 import importlib
+import inspect
+import os
 import sys
 import traceback
 import warnings
 from contextlib import contextmanager
+from typing import Callable
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -32,11 +35,45 @@ TORCH_DTYPES = {
 
 
 class ModelLoadError(Exception):
-    """The model could not be imported or built. `code` is PL260 (import) or PL261 (factory call)."""
+    """The model could not be imported or built. `code` is PL260 (import), PL261 (factory call) or PL368
+    (the model's code exited the process)."""
 
     def __init__(self, code: str, message: str, help: str, detail: str = ""):
         super().__init__(message)
         self.code, self.message, self.help, self.detail = code, message, help, detail
+
+
+class _OsExit(SystemExit):
+    """`os._exit(status)` called by the model's code while `no_exit` holds it (a SystemExit, so that the
+    code's own `except Exception` does not swallow it, as it could not have swallowed the real exit)."""
+
+    how = "os._exit"
+
+
+@contextmanager
+def no_exit():
+    """Run the model's code so that it cannot end planlang: `os._exit` raises `_OsExit` instead of ending
+    the process at once (no output, its status as planlang's: a CI gate would pass having checked
+    nothing) and is restored after; `sys.exit`'s SystemExit is the caller's to catch (`exited`)."""
+    real = os._exit
+
+    def refuse(status: int = 0):
+        raise _OsExit(status)
+
+    os._exit = refuse  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        os._exit = real  # type: ignore[assignment]
+
+
+def exited(err: SystemExit) -> str:
+    """What the model's code did, for a message: `sys.exit(0)`, `os._exit(3)`."""
+    return f"{getattr(err, 'how', 'sys.exit')}({err.code!r})"
+
+
+EXIT_HELP = ("the model's code must return, not end the process: keep a script's entry point under "
+             "`if __name__ == \"__main__\":`, and raise an exception for a bad argument")
 
 
 @contextmanager
@@ -57,11 +94,29 @@ def import_factory(ref: ModelRef, plan_path: str | None = None):
         raise ModelLoadError("PL260", f'model factory "{ref.factory}" has no callable',
                              'write "package.module:callable", e.g. "examples.mlp.model:build"')
     try:
-        mod = importlib.import_module(ref.module)
+        with no_exit():
+            mod = _import(ref, plan_path)
+    except SystemExit as err:
+        raise ModelLoadError("PL368", f"importing `{ref.module}` exited the process: {exited(err)}", EXIT_HELP,
+                             traceback.format_exc()) from None
+    fn = getattr(mod, ref.attr, None)
+    if fn is None or not callable(fn):
+        names = [n for n in dir(mod) if not n.startswith("_") and callable(getattr(mod, n))]
+
+        guess = did_you_mean(ref.attr, names)
+        raise ModelLoadError("PL260", f"`{ref.module}` has no callable `{ref.attr}`",
+                             f"did you mean `{guess}`?" if guess else f"callables there: {', '.join(names[:8])}")
+    return fn
+
+
+def _import(ref: ModelRef, plan_path: str | None):
+    """The factory's module, from sys.path first, then from the plan's folder and those above it."""
+    try:
+        return importlib.import_module(ref.module)
     except ModuleNotFoundError:
         with _extra_path(search_roots(plan_path)):
             try:
-                mod = importlib.import_module(ref.module)
+                return importlib.import_module(ref.module)
             except ModuleNotFoundError as err:
                 raise ModelLoadError(
                     "PL260", f"cannot import `{ref.module}`: {err}",
@@ -73,14 +128,6 @@ def import_factory(ref: ModelRef, plan_path: str | None = None):
     except Exception as err:
         raise ModelLoadError("PL260", f"importing `{ref.module}` raised {type(err).__name__}: {err}",
                              "fix the error in the model's module", traceback.format_exc()) from err
-    fn = getattr(mod, ref.attr, None)
-    if fn is None or not callable(fn):
-        names = [n for n in dir(mod) if not n.startswith("_") and callable(getattr(mod, n))]
-
-        guess = did_you_mean(ref.attr, names)
-        raise ModelLoadError("PL260", f"`{ref.module}` has no callable `{ref.attr}`",
-                             f"did you mean `{guess}`?" if guess else f"callables there: {', '.join(names[:8])}")
-    return fn
 
 
 def build_model(ref: ModelRef, plan_path: str | None = None, device: str | torch.device = "meta") -> torch.nn.Module:
@@ -92,13 +139,17 @@ def build_model(ref: ModelRef, plan_path: str | None = None, device: str | torch
     before = refresh(model_source(ref, plan_path))
     try:
         fn = import_factory(ref, plan_path)
+        call = f"{ref.factory}({', '.join(f'{k}={v!r}' for k, v in ref.kwargs)})"
         try:
-            with torch.device(device):
+            with no_exit(), torch.device(device):
                 model = fn(**dict(ref.kwargs))
+        except SystemExit as err:  # sys.exit, exit(), os._exit: not a model, and planlang must not end here
+            raise ModelLoadError("PL368", f"the model factory `{call}` exited the process: {exited(err)}, "
+                                 "instead of returning a model", EXIT_HELP, traceback.format_exc()) from None
         except Exception as err:
             raise ModelLoadError(
-                "PL261", f"`{ref.factory}({', '.join(f'{k}={v!r}' for k, v in ref.kwargs)})` raised "
-                f"{type(err).__name__}: {err}", "check the model arguments in the plan", traceback.format_exc(),
+                "PL261", f"`{call}` raised {type(err).__name__}: {err}", "check the model arguments in the plan",
+                traceback.format_exc(),
             ) from err
     finally:
         record(before, plan_path)
@@ -108,14 +159,14 @@ def build_model(ref: ModelRef, plan_path: str | None = None, device: str | torch
     return model
 
 
-def model_loss(ref: ModelRef):
-    """The loss a training step of this model computes, for estimates: the factory module's own
-    `loss(output, *targets)` when it defines one (the convention of the bundled examples), else None
-    (the caller then sums the output). The plan declares inputs, not targets, so targets are made to fit:
-    the model's integer inputs (a language model scores its own tokens), then class indices over the
-    output's leading dims, then zeros of the output's shape (regression), then one float per sample —
-    the first that the loss function accepts without a warning."""
-    fn = loss_function(ref)
+def model_loss(ref: ModelRef, plan_path: str | None = None, model: torch.nn.Module | None = None):
+    """The loss a training step of this model computes, for estimates: `loss_function`'s (the factory
+    module's `loss`, else the model's `loss` method), else None (the caller then sums the output). The
+    plan declares inputs, not targets, so targets are made to fit: the model's integer inputs (a language
+    model scores its own tokens), then class indices over the output's leading dims, then zeros of the
+    output's shape (regression), then one float per sample — the first that the loss function accepts
+    without a warning."""
+    fn = loss_function(ref, plan_path, model)
     if fn is None:
         return None
 
@@ -138,19 +189,59 @@ def model_loss(ref: ModelRef):
     return loss
 
 
-def loss_function(ref: ModelRef, plan_path: str | None = None):
-    """The factory module's own `loss(output, *targets)` (the bundled examples' convention), or None."""
+def loss_function(ref: ModelRef, plan_path: str | None = None, model: torch.nn.Module | None = None):
+    """The model's loss, where docs/byom.md says to define it, or None (the output's sum is then the loss):
+
+      1. the factory module's function `loss(output, *targets)` (the bundled examples' convention);
+      2. else the model's method `loss(self, output, *targets)`, bound to `model`, or, when the caller has
+         no instance, to one built on meta (so a method reads the model's settings, not its weights).
+
+    The one place every command finds the loss: check, estimate, verify, apply and run agree on it."""
     try:
-        with _extra_path(search_roots(plan_path)):
+        with no_exit(), _extra_path(search_roots(plan_path)):
             fn = getattr(importlib.import_module(ref.module), "loss", None)
-    except Exception:  # noqa: BLE001 - no importable loss: the caller's default applies
+    except (Exception, SystemExit):  # noqa: BLE001 - build_model reports an unimportable module (PL260/PL368)
+        fn = None
+    if callable(fn):
+        return fn
+    return loss_method(model if model is not None else build_model(ref, plan_path))
+
+
+def loss_method(model: torch.nn.Module) -> Callable | None:
+    """`model.loss`, bound, when the model's class defines a method `loss` (a function, static or class
+    method); None otherwise — a submodule or parameter that happens to be named `loss` is not one."""
+    fn = inspect.getattr_static(type(model), "loss", None)
+    if inspect.isfunction(fn) or isinstance(fn, (staticmethod, classmethod)):
+        return getattr(model, "loss")
+    return None
+
+
+def plan_loss(plan, model: torch.nn.Module | None = None):
+    """The loss of a plan's model (`loss_function` of its `model` declaration; `model`: the instance a
+    `loss` method is bound to), or None. Without a `model` line, `model`'s own `loss` method, if any."""
+    if plan.model is None:
+        return loss_method(model) if model is not None else None
+    return loss_function(plan.model, plan.path, model)
+
+
+def sum_loss_note(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> str | None:
+    """PL370's message for a model without a loss (`plan_loss` is None) whose output is not a scalar: the
+    step then trains the output's sum (docs/byom.md's default), which is said, never silent. The output's
+    shape comes from a run under FakeTensorMode (nothing is allocated)."""
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
+            out = model(**fin) if keyword_inputs(model, list(fin)) else model(*fin.values())
+            y = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
+    except Exception:  # noqa: BLE001 - only a note: a forward that cannot run is the lowering's to report
         return None
-    return fn if callable(fn) else None
-
-
-def plan_loss(plan):
-    """The loss of a plan's model (`loss_function` of its `model` declaration), or None."""
-    return loss_function(plan.model, plan.path) if plan.model is not None else None
+    if y is None or y.dim() == 0:
+        return None
+    code = "PL370"  # a note (planlang.lang.codes): the documented default, said where it applies
+    return (f"note[{code}]: the model defines no loss: a training step's loss is the sum of its output "
+            f"{list(y.shape)}, and the step takes no targets; define `loss(output, *targets)` in the factory's "
+            "module or a `loss(self, output, *targets)` method on the model (docs/byom.md; `planlang explain PL370`)")
 
 
 def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:

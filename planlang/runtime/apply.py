@@ -48,7 +48,7 @@ from planlang.cost.layout import local_shape, local_slices
 from planlang.lang.diagnostics import Severity
 from planlang.lang.render import render
 from planlang.model.head_blocks import block_factor, blocked_order, unblocked_order
-from planlang.model.load import guess_targets, meta_inputs, plan_loss
+from planlang.model.load import guess_targets, meta_inputs, plan_loss, sum_loss_note
 from planlang.model.opgraph import dtype_name, op_graph
 from planlang.model.pipeline_program import microbatch_plan
 from planlang.plan.data import tensor_axes
@@ -282,7 +282,7 @@ def lower_plan(model: nn.Module, plan: CompletePlan, loss_fn: Callable | None = 
                targets: tuple[torch.Tensor, ...] | None = None) -> Program:
     """Passes 2–4 (no process group needed): the program every rank runs."""
 
-    loss_fn = loss_fn or plan_loss(plan)
+    loss_fn = loss_fn or plan_loss(plan, model)  # the module's `loss`, else the model's `loss` method
     inputs = meta_inputs(plan.inputs)
     if loss_fn is None:
         loss_fn = _sum_loss
@@ -453,9 +453,15 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     An op that must run on the whole batch although the plan splits it (PL364) is a warning on rank 0's
     stderr; with `strict` (default: the environment's PLANLANG_STRICT=1, which `--strict` sets) a PlanError."""
     plan = load_plan(plan)
+    # found once, on this model: a `loss` method is bound to it, whichever runtime path runs the plan
+    loss_fn = loss_fn or plan_loss(plan, model)
     if not dist.is_initialized():
         raise PlanError("torch.distributed is not initialised: launch with `planlang run` or torchrun and call "
                         "torch.distributed.init_process_group first")
+    if loss_fn is None and dist.get_rank() == 0:  # the output's sum trains: said, not silent (PL370)
+        note = sum_loss_note(model, meta_inputs(plan.inputs))
+        if note:
+            sys.stderr.write(note + "\n")
     world = math.prod(plan.mesh.shape)
     if world != dist.get_world_size():
         raise PlanError(f"the plan's mesh has {world} devices but {dist.get_world_size()} processes were "
