@@ -446,6 +446,18 @@ def _to(b: _ExportBuilder, node: fx.Node):
     b.emit(node, "cast", [v], {"dtype": dtype_name(dtype)})
 
 
+def _type_as(b: _ExportBuilder, node: fx.Node):
+    """`x.type_as(other)`: x itself where the dtypes agree at trace time (other's dtype follows the
+    plan's at run time, as x's does: Gemma2's norm casting back to its input's dtype), a `cast` to
+    other's dtype where they differ."""
+    v = b.tensor(node.args[0], node)
+    out = dtype_name(node.meta["val"].dtype)
+    if out == b.values[v].dtype:
+        b.env[node.name] = v
+        return
+    b.emit(node, "cast", [v], {"dtype": out})
+
+
 def _reshape(kind: str):
     def rule(b: _ExportBuilder, node: fx.Node):
         b.emit(node, kind, [b.tensor(node.args[0], node)])
@@ -774,7 +786,7 @@ RULES: dict[Any, Callable] = {
     aten.index_select.default: _index_select,
     aten.roll.default: _roll,
     aten.einsum.default: _einsum,
-    aten.type_as.default: _identity,  # the same dtype; another: an opaque call, per sample
+    aten.type_as.default: _type_as,
     aten.slice.Tensor: _slice,
     aten.split.Tensor: _split,
     aten.split_with_sizes.default: _split,

@@ -262,8 +262,8 @@ def _lower_node(b: _Builder, node: fx.Node) -> None:  # noqa: C901 - one dispatc
             _binary(b, node, BINARY_METHOD[name])
         elif name in ("softmax", "log_softmax"):
             _softmax(b, node, name)
-        elif name == "type_as" and _same_dtype(b, node):
-            b.env[node.name] = b.env[x0.name]  # the same dtype: the value itself (another: opaque, per sample)
+        elif name == "type_as" and isinstance(x0, fx.Node) and x0.name in b.env:
+            _type_as(b, node)
         elif name == "roll":
             _roll(b, node)
         elif name in ("sum", "mean") and not node.kwargs.get("dtype"):
@@ -350,14 +350,19 @@ def _softmax(b: _Builder, node: fx.Node, kind: str) -> None:
     x = b.tensor_of(node.args[0], node, 0)
     attrs = {"dim": _static(b, _arg(node, 1, "dim"))}
     out = dtype_name(b.meta(node).dtype)
-    if out != b.values[x].dtype:
+    # an explicit dtype is kept where the f32 trace made it the identity (export_graph's `_softmax`): at
+    # run time under bf16 it is the upcast
+    if out != b.values[x].dtype or node.kwargs.get("dtype") is not None:
         attrs["dtype"] = out
     b.env[node.name] = b.emit(node, kind, [x], attrs)
 
 
-def _same_dtype(b: _Builder, node: fx.Node) -> bool:
-    return isinstance(node.args[0], fx.Node) and node.args[0].name in b.env \
-        and b.values[b.env[node.args[0].name]].dtype == dtype_name(b.meta(node).dtype)
+def _type_as(b: _Builder, node: fx.Node) -> None:
+    """x.type_as(other): x itself where the dtypes agree at trace time (other's follows the plan's at
+    run time, as x's does), a `cast` to other's dtype where they differ."""
+    x = b.env[node.args[0].name]
+    out = dtype_name(b.meta(node).dtype)
+    b.env[node.name] = x if out == b.values[x].dtype else b.emit(node, "cast", [x], {"dtype": out})
 
 
 def _roll(b: _Builder, node: fx.Node) -> None:

@@ -32,7 +32,6 @@ PER_SAMPLE = frozenset({
     # elementwise math and activations without a rule
     "abs", "clamp", "clamp_min", "clamp_max", "clip", "pow", "erf", "log", "log1p", "expm1", "reciprocal",
     "where", "masked_fill", "sign", "floor", "ceil", "round", "square",
-    "type_as",  # a cast to another tensor's dtype (the same dtype is the value itself: no op)
     "hardtanh", "leaky_relu", "elu", "selu", "celu", "mish", "softplus", "hardswish", "hardsigmoid", "relu6",
     "LeakyReLU", "ELU", "SELU", "CELU", "Mish", "Softplus", "Hardswish", "Hardsigmoid", "ReLU6", "Hardtanh",
     "PReLU", "prelu",
