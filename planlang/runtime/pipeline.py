@@ -451,7 +451,7 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     assert plan.pipeline is not None  # pipeline_layout refused a plan without one
     axis = plan.pipeline.axis
     if loss_fn is None:
-        loss_fn = plan_loss(plan)
+        loss_fn = plan_loss(plan, model)
         if loss_fn is None:
             raise PipelineError(
                 f"no loss for training: `{plan.model.module if plan.model else 'the model module'}` defines no "
@@ -691,7 +691,7 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     if prec.mixed:  # the parameters in the dtype they are stored in (FSDP2: its shards, the master copy)
         cast_parameters(model, storage_dtype(prec, fsdp))
         cast_buffers(model, prec)
-        loss_fn = loss_fn or plan_loss(plan)
+        loss_fn = loss_fn or plan_loss(plan, model)
         if loss_fn is not None:
             loss_fn = in_precision(loss_fn, prec, device)
     shapes = {n: (p.shape, p.dtype) for n, p in model.named_parameters()}

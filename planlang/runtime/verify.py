@@ -225,7 +225,7 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     if model is None:
         say(f"building the model {plan.model.factory if plan.model else ''} on the CPU")
         model = build_model(plan.model, plan.path, device="cpu")
-    loss_fn = plan_loss(plan)
+    loss_fn = plan_loss(plan, model)  # a `loss` method is bound to the model it reads
     prec = plan.precision
     ref = reference_model(copy.deepcopy(model), prec)  # one process in the plan's precision
     exact = copy.deepcopy(model).double()  # the rounding yardstick (module docstring)
@@ -239,7 +239,9 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     ref_opt = reference_optimizer(ref.parameters(), plan, precision=True)
     ref_scale = getattr(ref_opt, "loss_scale", None)
     exact_opt = reference_optimizer(exact.parameters(), plan)
-    ref_loss_fn = loss_fn or (lambda out: out.sum())
+    # each twin's loss: a `loss` method reads its own model (settings and weights), not the plan's
+    ref_loss_fn = plan_loss(plan, ref) or (lambda out: out.sum())
+    exact_loss_fn = plan_loss(plan, exact) or (lambda out: out.sum())
     exact_params = dict(exact.named_parameters())
     yardstick = True  # until the first loss says the float64 run computes something else
     # module docstring: each step judged from the plan's parameters; a mixed-precision one-process run
@@ -260,7 +262,7 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
         with autocast(prec, "cpu"):
             ref_loss = ref_loss_fn(call_model(ref, plan, inputs), *targets)
         (ref_loss if ref_scale is None else ref_scale.scale(ref_loss)).backward()
-        exact_loss = ref_loss_fn(call_model(exact, plan, _double(inputs)), *_double(targets))
+        exact_loss = exact_loss_fn(call_model(exact, plan, _double(inputs)), *_double(targets))
         exact_loss.backward()
         lv, rv, xv = float(loss.detach()), float(ref_loss.detach()), float(exact_loss.detach())
         if s == 0 and abs(rv - xv) > limit * max(abs(xv), 1e-30):
