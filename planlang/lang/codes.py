@@ -212,7 +212,10 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "stdlib/hardware.plan or one measured by `planlang probe`."),
     ("PL310", "conflicting-shard", E, "same target sharded twice",
      "Two shard statements name the same target with different specs, or two data statements give the\n"
-     "same input different specs. Keep one."),
+     "same input different specs. Keep one. With the model (`check --model`), patterns are resolved\n"
+     "against its real names: `shard fc*.weight : [tp, _]` and `shard fc2.weight : [_, tp]` both shard\n"
+     "`fc2.weight`, and no statement takes precedence, so the later is reported, naming both and the\n"
+     "parameters. Write the pattern as the names that need its spec, or give both the same spec."),
     ("PL311", "no-mesh", E, "no mesh declared",
      "The plan shards, splits data or pipelines over axes but declares no mesh."),
     ("PL312", "mesh-count-indivisible", E, "device count not divisible by the fixed axis sizes",
@@ -230,7 +233,10 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "returns or receives)."),
     ("PL362", "dim-not-divisible", E, "sharded dim not divisible by its axes",
      "Every dim split over mesh axes must be divisible by the product of their sizes; the message shows\n"
-     "the tensor, the dim and the arithmetic (`3072 is not divisible by tp(5) = 5`)."),
+     "the tensor, the dim and the arithmetic (`3072 is not divisible by tp(5) = 5`). An activation's\n"
+     "batch dim is split over the data axes too, whether its spec names them or not: under\n"
+     "`data x : [dp, _]` the spec `[tp, _]` is laid out as `[(dp, tp), _]`, so the batch must divide by\n"
+     "dp * tp."),
     ("PL363", "shard-target-is-module", E, "shard target is a module, not a parameter",
      "`shard PATH : SPEC` shards parameters; PATH matched modules only. Name the parameters\n"
      "(`fc1.weight`), or shard the module's activation with `output of PATH`."),

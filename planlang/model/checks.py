@@ -26,7 +26,7 @@ from planlang.plan.resolve import Resolution, Resolver, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules
 
-from planlang.plan.data import data_degree, tensor_axes
+from planlang.plan.data import activation_layout, data_degree, tensor_axes
 from planlang.plan.units import format_bytes
 
 from .estimate import estimate_plan
@@ -112,6 +112,9 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
                     shapes.append((f"{rule.kind} of {to_plan_name(h)}", shape))
         if not isinstance(rule.spec, T.Spec):
             continue
+        # an activation is laid out with the data axes on its batch dim (implicit in its spec): the runtime
+        # needs that layout to divide, not only the spec as written
+        laid = rule.spec if rule.kind == "param" or mesh is None else activation_layout(plan, rule.spec)
         for name, shape in shapes[:1] + [s for s in shapes[1:] if s[1] != shapes[0][1]]:
             if rule.spec.rank != len(shape):
                 yield diag("PL361", f"`{name}` has {len(shape)} dims {list(shape)}, but the spec {rule.spec} has "
@@ -121,8 +124,14 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
             if mesh is None:
                 continue
             for d, n in enumerate(shape):
-                ar = _dims_arith(rule.spec, d, mesh)
-                if ar and n % ar[0]:
+                ar = _dims_arith(laid, d, mesh)
+                if ar and n % ar[0] and laid.axes_of(d) != rule.spec.axes_of(d):
+                    yield diag("PL362", f"`{name}` {list(shape)}: dim {d} is {n}, not divisible by {ar[1]} = {ar[0]} "
+                               f"(the data axes split the batch dim of every activation: {rule.spec} is laid out as "
+                               f"{laid})", where, labels=labels,
+                               help=f"use a batch that is a multiple of {ar[0]}, or move "
+                                    f"{', '.join(rule.spec.axes_of(d))} to another dim of the spec")
+                elif ar and n % ar[0]:
                     yield diag("PL362", f"`{name}` {list(shape)}: dim {d} is {n}, not divisible by {ar[1]} = {ar[0]}",
                                where, labels=labels,
                                help=f"split dim {d} over axes whose sizes divide {n}, or leave it `_`")

@@ -33,7 +33,7 @@ from planlang.model.head_blocks import Blocked, find_blocked, mark_blocked
 from planlang.model.opgraph import OpGraph, OpNode
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompleteMesh, CompletePlan
-from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes
+from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes, with_data_axes
 from planlang.plan.types import Mesh, Spec
 from planlang.plan.units import format_bytes
 
@@ -120,14 +120,6 @@ def data_axes(plan: CompletePlan) -> tuple[str, ...]:
     return tuple(a for a in plan_data_axes(plan) if (plan.mesh.axis_size(a) or 1) > 1)
 
 
-def with_data_axes(spec: Spec, axes: tuple[str, ...]) -> Spec:
-    """An activation spec with the plan's data axes on its batch dim (dim 0) unless it names them."""
-    if not spec.dims or any(a in spec.used_axes() for a in axes):
-        return spec
-    first = tuple(axes) + tuple(spec.axes_of(0))
-    return Spec((first,) + tuple(spec.dims[1:]), spec.partial)
-
-
 def _without_unit_axes(spec: Spec, mesh: Mesh | None = None) -> Spec:
     """The spec without axes of size 1 (splitting over one device is no split)."""
     def keep(a: str) -> bool:
@@ -137,7 +129,9 @@ def _without_unit_axes(spec: Spec, mesh: Mesh | None = None) -> Spec:
 
 
 def param_specs(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
-    """The plan's layout of every parameter (later rules win, as in the checker); replicated default."""
+    """The plan's layout of every parameter; replicated by default. Two statements that select one
+    parameter with different specs are PL310 (no precedence: planlang.plan.shard_overlaps), so a checked
+    plan gives each parameter at most one spec."""
     params = {v.ref: v for v in graph.params()}
     names = list(params)
     out = {n: Spec(tuple(() for _ in params[n].shape)) for n in names}
@@ -183,7 +177,14 @@ def output_pins(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
         if rule.kind != "output":
             continue
         for hit in rule.target.select(names):
-            pins[outs[hit]] = with_data_axes(_without_unit_axes(rule.spec, plan.mesh), axes)
+            pin = with_data_axes(_without_unit_axes(rule.spec, plan.mesh), axes)
+            shape = graph.values[outs[hit]].shape
+            if len(shape) == pin.rank and not is_valid(shape, pin, plan.mesh):
+                # said here, at the statement: otherwise the op making it finds no strategy and names neither
+                raise LoweringError(f"`{rule}`: the output of `{hit}` {list(shape)} cannot be laid out as {pin} "
+                                    f"on {plan.mesh} (the data axes are implicit on its batch dim; a dim does not "
+                                    "divide): `planlang check --model` reports this as PL362")
+            pins[outs[hit]] = pin
     return pins
 
 

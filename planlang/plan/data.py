@@ -65,6 +65,24 @@ def data_degree(plan: T.Plan) -> int:
     return math.prod(s for s in sizes if isinstance(s, int))
 
 
+def with_data_axes(spec: T.Spec, axes: tuple[str, ...]) -> T.Spec:
+    """An activation spec as the runtime lays the value out: the plan's data axes `axes` on its batch dim
+    (dim 0) in front of what the spec puts there, unless the spec names one of them (docs/language.md
+    §14.1: the data axes are implicit on the batch dim of every activation). So under `data x : [dp, _]`
+    `[tp, _]` is `[(dp, tp), _]`: its dim 0 must divide by dp * tp. A hole at dim 0 is left to the solver."""
+    if not spec.dims or not axes or T.is_hole(spec.dims[0]) or any(a in spec.used_axes() for a in axes):
+        return spec
+    first = tuple(axes) + tuple(spec.axes_of(0))
+    return T.Spec((first,) + tuple(spec.dims[1:]), spec.partial, span=spec.span, dim_spans=spec.dim_spans,
+                  partial_spans=spec.partial_spans)
+
+
+def activation_layout(plan: T.Plan, spec: T.Spec) -> T.Spec:
+    """`spec`, the spec of an activation of `plan`, with the plan's data axes of more than one device on
+    its batch dim (`with_data_axes`): the layout the runtime gives the value."""
+    return with_data_axes(spec, data_axes(plan, trivial=False))
+
+
 def tensor_axes(plan: T.Plan) -> tuple[str, ...]:
     """The axes of more than one device that a `shard` spec splits over and that are neither data axes
     nor the pipeline axis (tensor parallelism), in mesh order. A pipeline plan with any runs its stages

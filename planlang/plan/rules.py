@@ -18,6 +18,7 @@ from .data import batch_axes, batch_dim, batch_split_conflict, data_axes
 from .optimizers import NO_FSDP, argument_problems
 from .resolve import diag
 from .selection import Selection, index_range
+from .shard_overlaps import plan_name, shard_overlaps
 from .units import format_bytes
 
 Diags = Iterator[Diagnostic]
@@ -189,7 +190,8 @@ def spec_axes(ctx) -> Diags:
 
 
 def conflicting_shards(ctx) -> Diags:
-    """PL310: the same target (or input) with two different specs."""
+    """PL310: the same target (or input) with two different specs; with the model's names
+    (`ctx.facts["model"]`), also two statements whose selections overlap on a parameter or module."""
     # kind -> target -> the first rule for it (selections are equal exactly when their texts are)
     seen: dict[str, dict[Selection, T.ShardRule]] = {}
     for r in ctx.plan.shards:
@@ -203,6 +205,7 @@ def conflicting_shards(ctx) -> Diags:
             yield diag("PL310", f"`{r.target}` is sharded twice: {first.spec} and {r.spec}", r.site,
                        labels=[Label(first.site, f"first sharded as {first.spec} here")],
                        help="keep one shard statement for each target")
+    yield from _overlapping_shards(ctx)
     first_data: dict[str, T.DataSpec] = {}
     for d in ctx.plan.data:
         if d.input in first_data and first_data[d.input].spec != d.spec:
@@ -210,6 +213,33 @@ def conflicting_shards(ctx) -> Diags:
             yield diag("PL310", f"input `{d.input}` has two data specs: {f.spec} and {d.spec}", d.span,
                        labels=[Label(f.span, "first given here")], help="keep one `data` statement per input")
         first_data.setdefault(d.input, d)
+
+
+def _overlapping_shards(ctx) -> Diags:
+    """PL310 at the later of two statements that select the same real parameter (or module) with
+    different specs: the language has no precedence between them (docs/language.md §14.1), so neither
+    may silently win. Needs the model's names; the statements' texts alone cannot tell."""
+    facts = ctx.facts.get("model")
+    if facts is None:
+        return
+    names = {"param": list(facts.params), "output": list(facts.all_modules), "input": list(facts.all_modules)}
+    seen = set()
+    for o in shard_overlaps(ctx.plan.shards, names):
+        later, earlier = o.later, o.earlier
+        where, labels = site_and_labels(later.span, later.origin)
+        first, _ = site_and_labels(earlier.span, earlier.origin)
+        if (where, first) in seen:
+            continue  # a template applied to every block: one diagnostic for its lines
+        seen.add((where, first))
+        shown = ", ".join(f"`{plan_name(n)}`" for n in o.names[:4]) + (
+            f" and {len(o.names) - 4} more" if len(o.names) > 4 else "")
+        yield diag("PL310", f"{shown} {'is' if len(o.names) == 1 else 'are'} sharded twice: {earlier.spec} by "
+                            f"`{earlier}` (line {first.line}) and {later.spec} by `{later}`", where,
+                   labels=labels + [Label(first, f"`{earlier.target}` selects {'it' if len(o.names) == 1 else 'them'} "
+                                                 f"too, as {earlier.spec}")],
+                   help=f"no statement takes precedence: write `{earlier.target}` as the names that need "
+                        f"{earlier.spec}, without {'it' if len(o.names) == 1 else 'these'}, or give both "
+                        "statements the same spec")
 
 
 def data_specs(ctx) -> Diags:
