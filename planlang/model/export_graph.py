@@ -435,9 +435,12 @@ def _to(b: _ExportBuilder, node: fx.Node):
     `hidden.to(torch.float32)` (HF Llama, Mistral, Qwen2, Gemma) is a no-op at trace time and the upcast
     that keeps its rsqrt finite in f16 at run time; dropping it ran the norm in f16 (NaN gradients).
     A cast back to the input's dtype (`.to(input_dtype)`) was f32 at trace time too and stays f32: the
-    next matmul's autocast casts again, and one norm's output is kept in f32, not f16."""
+    next matmul's autocast casts again, and one norm's output is kept in f32, not f16. Only `aten.to.dtype`
+    (`x.to(torch.float32)`, `x.float()`, `x.to(y.dtype)`) is a cast: `x.to(device)` exports as
+    `to.dtype_layout` with the trace's dtype filled in, which says nothing of the run's (HF GPT-2's
+    position embeddings: cast to f32, they made the residual stream f32 beside f16 LayerNorm weights)."""
     x = node.args[0]
-    dtype = node.args[1] if node.target is torch.ops.aten.to.dtype and len(node.args) > 1 else node.kwargs.get("dtype")
+    dtype = node.args[1] if len(node.args) > 1 else node.kwargs.get("dtype")
     v = b.tensor(x, node)
     val = node.meta["val"]
     if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point and val.dtype.is_floating_point) \
@@ -795,9 +798,9 @@ RULES: dict[Any, Callable] = {
     aten.clone.default: _identity,
     aten.contiguous.default: _identity,
     aten.to.dtype: _to,
-    aten.to.dtype_layout: _to,
+    aten.to.dtype_layout: _identity,
     aten.to.device: _identity,
-    aten._to_copy.default: _to,
+    aten._to_copy.default: _identity,
     aten.cross_entropy_loss.default: _cross_entropy,
     aten.mse_loss.default: _mse,
     aten.scaled_dot_product_attention.default: _sdpa,
