@@ -503,7 +503,8 @@ def zero_sharding(ctx) -> Diags:
     if isinstance(opt.zero_stage, int) and opt.zero_stage and opt.zero_axis is None:
         yield diag("PL503", f"ZeRO stage {opt.zero_stage} has no axis", opt.span,
                    help=f"write `zero = {opt.zero_stage} over dp`")
-    if isinstance(opt.zero_axis, str) and ctx.plan.data and ctx.plan.mesh and ctx.plan.mesh.axis(opt.zero_axis):
+    # (with no `data` statement at all the batch is split over no axis: a ZeRO axis is then no data axis)
+    if isinstance(opt.zero_axis, str) and ctx.plan.mesh and ctx.plan.mesh.axis(opt.zero_axis):
         axes = data_axes(ctx.plan)
         known = len(batch_axes(ctx.plan)) == len(ctx.plan.data)  # a `?` batch split: the solver's to choose
         if known and opt.zero_axis not in axes:
