@@ -255,6 +255,15 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "correctly, because the lowering gathers the features before the heads are formed, but that\n"
      "costs the communication and memory the split was meant to save. Use a tensor-parallel size that\n"
      "divides the heads, or a model with a multiple of it."),
+    ("PL366", "weight-gathered", W, "a sharded parameter is gathered every step",
+     "The plan splits a parameter, but the op of the model that reads it has no strategy for that layout\n"
+     "(a fused gate/up weight cut in two by `split`/`chunk`; a weight read by an op with no sharding rule),\n"
+     "so the lowered program all-gathers it back to whole (or moves it to another split) before the op in\n"
+     "every step: the collective the split was meant to save runs anyway, and every rank holds the whole\n"
+     "weight while the op runs. The message names the parameter, the op and the bytes per rank per step;\n"
+     "`planlang lower` shows the conversion. Shard it so that the op has a strategy (split a dim the op\n"
+     "keeps whole), write the op as ops planlang has rules for when it has none (or report it), or leave\n"
+     "the parameter replicated."),
     ("PL368", "model-exited", E, "the model's code exited the process",
      "The model's factory (or its module while imported, or its forward while probed) called `sys.exit`,\n"
      "`exit` or `os._exit` instead of returning. planlang stops the exit and reports it: had the process\n"

@@ -36,6 +36,7 @@ from .opgraph import op_graph
 from .pipeline_program import cut_program, microbatch_plan
 from .stages import OUT_SPEC, StageSplitError, split_stages
 from .trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
+from .weight_gathers import WeightGather, weight_gathers
 from .zero_units import block_ranges
 
 
@@ -484,6 +485,35 @@ def failure_diagnostic(plan, facts, f: LoweringFailure) -> Diagnostic:
     return diag("PL369", f"{what}{op}: {f.cause}", span, labels=labels, help=_FAILURE_HELP[f.stage])
 
 
+def weight_gathers_rule(ctx) -> Iterator[Diagnostic]:
+    """PL366: a parameter the plan splits that the lowered program converts every step (facts["gathers"]:
+    weight_gathers.WeightGather, from `lowering_facts`): all-gathered back to whole, or moved to another
+    split, because the op reading it has no strategy for the stored layout. One diagnostic per shard
+    statement (a template applied to every block: its line), naming the parameters, the op and the bytes."""
+    gathers = ctx.facts.get("gathers") or ()
+    plan = ctx.plan
+    by_site: dict = {}
+    for g in gathers:
+        rule = next((r for r in reversed(plan.shards) if r.kind == "param" and r.target.matches(g.param)), None)
+        where, labels = site_and_labels(rule.span, rule.origin) if rule is not None else (plan.model.span, [])
+        by_site.setdefault(where, (labels, []))[1].append(g)
+    for where, (labels, gs) in by_site.items():
+        g = gs[0]
+        what = "all-gathered back to whole" if g.whole else f"converted to {g.to}"
+        more = f" (and {len(gs) - 1} more parameter(s) of this statement, {format_bytes(sum(x.bytes for x in gs))} " \
+               "in all)" if len(gs) > 1 else ""
+        at = f" in `{to_plan_name(g.module)}`" if g.module else ""
+        why = "which has no sharding rule" if g.opaque else "which has no strategy for its stored layout"
+        fix = (f"`{g.op}` runs on whole values: write it in the model as ops planlang has rules for, or report "
+               "it" if g.opaque else
+               f"shard `{to_plan_name(g.param)}` so that `{g.op}` has a strategy for it (split a dim the op keeps whole)")
+        yield diag("PL366", f"`{to_plan_name(g.param)}` {list(g.shape)}, stored as {g.stored}, is {what} every step "
+                            f"for `{g.op}`{at}, {why} ({', '.join(g.steps)}: {format_bytes(g.bytes)} per rank per "
+                            f"step){more}", where, labels=labels,
+                   help=f"{fix}; or leave it replicated: the gathered weight costs the communication and the memory "
+                        "the split was meant to save (`planlang lower` shows the conversion)")
+
+
 MODEL_RULES = (
     Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs_model=True),
     Rule("attention_head_splits", ("PL365",), attention_head_splits, needs_model=True),
@@ -493,6 +523,7 @@ MODEL_RULES = (
     Rule("batch_split", ("PL364",), batch_split, needs_model=True),
     Rule("zero_units", ("PL468",), zero_units, needs_model=True),
     Rule("batch_norm_microbatches", ("PL466",), batch_norm_microbatches, needs_model=True),
+    Rule("weight_gathers", ("PL366",), weight_gathers_rule, needs_model=True),
     Rule("unlowerable", ("PL369",), unlowerable, needs_model=True),
 )
 ALL_RULES = RULES + MODEL_RULES  # the model-free rules first, in their order, then the model-aware ones
@@ -500,7 +531,8 @@ ALL_RULES = RULES + MODEL_RULES  # the model-free rules first, in their order, t
 
 def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estimate=None,
              fallbacks: list[Fallback] | None = None, root_blocks: dict[str, str] | None = None,
-             failures: list[LoweringFailure] | None = None):
+             failures: list[LoweringFailure] | None = None,
+             gathers: list[WeightGather] | None = None):
     """The one validation of a resolved plan, for every command and the language server: every rule,
     the model-aware ones when the model's `facts` are given (PL560 when its `estimate` is, PL364 when
     the lowering's `fallbacks` are, PL468 when its `root_blocks` are: `lowering_facts`; PL369 for the
@@ -512,6 +544,8 @@ def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estim
         extra["lowering"] = fallbacks
     if facts is not None and root_blocks:
         extra["root_blocks"] = root_blocks
+    if facts is not None and gathers:
+        extra["gathers"] = gathers
     if facts is not None and failures:
         extra["failures"] = failures
     return check_resolution(res, path, extra or None, ALL_RULES)
@@ -640,6 +674,7 @@ class Lowered:
 
     fallbacks: list[Fallback]
     root_blocks: dict[str, str]
+    gathers: tuple[WeightGather, ...] = field(default=(), kw_only=True)  # sharded weights moved every step (PL366)
     failure: LoweringFailure | None = None
 
 
@@ -655,7 +690,8 @@ def lowering_facts(plan) -> Lowered | None:
         opt, mesh = plan.optimizer, plan.mesh
         zero = opt is not None and opt.zero_stage >= 2 and opt.zero_axis is not None and \
             (mesh.axis_size(opt.zero_axis) or 1) > 1
-        return Lowered(prog.fallbacks, block_ranges(model, prog)[1] if zero else {})
+        return Lowered(prog.fallbacks, block_ranges(model, prog)[1] if zero else {},
+                       gathers=tuple(weight_gathers(prog, plan)))
     except ModelLoadError:
         return None  # the model facts report it (PL26x, PL368)
     except Exception as err:  # noqa: BLE001 - the model's op or the plan's layouts: PL369 names which
@@ -737,6 +773,7 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
         lowered = lowering_facts(complete(res.plan))
         if lowered is not None:
             extra["fallbacks"], extra["root_blocks"] = lowered.fallbacks, lowered.root_blocks
+            extra["gathers"] = list(lowered.gathers)
             extra["failures"] = [lowered.failure] if lowered.failure is not None else []
         if not extra.get("failures"):  # the estimate measures the same lowered program: one error is enough
             try:
@@ -746,7 +783,8 @@ def check_with_model(path: str, text: str | None = None, search_paths: tuple[str
             except Exception as err:  # noqa: BLE001 - the budget cannot be checked: PL369, never a silent pass
                 extra["failures"] = [LoweringFailure.of(err, "estimate")]
     result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"), extra.get("root_blocks"),
-                      extra.get("failures"))
+                      extra.get("failures"),
+                      gathers=extra.get("gathers"))
     if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not result.errors:
         diags = diags + stage_split_diagnostics(complete(res.plan))  # only what the checks could not tell
     if diags:

@@ -1,16 +1,18 @@
 """Plans `check --model` accepted and the runtime then ran as something else, or refused (issue 27, "No
-silent wrong numbers"): overlapping shard patterns (PL310) and an activation spec whose implicit data
-axes do not divide the batch (PL362)."""
+silent wrong numbers"): overlapping shard patterns (PL310), an activation spec whose implicit data axes
+do not divide the batch (PL362), and sharded weights the lowering gathers every step (PL366)."""
 from __future__ import annotations
 
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 from planlang.model.checks import check_with_model
 from planlang.model.load import build_model
+from planlang.model.weight_gathers import weight_gathers
 from planlang.plan.complete import complete
 from planlang.runtime.apply import PlanError, lower_plan
 
@@ -79,3 +81,100 @@ def test_batch_2_with_the_data_axes_left_implicit_and_tp_on_the_features_is_clea
     p = mlp_plan(tmp_path, ("batch = 64", "batch = 2"), ("shard output of act : [dp, tp]", "shard output of act : [_, tp]"),
                  ("shard output of fc1 : [dp, tp]", "shard output of fc1 : [_, tp]"))
     assert [d for d in diags(p) if d[0] in ("PL362", "PL369")] == []
+
+
+# ------------------------------------------------------------------------------ gathered weights
+GATED = '''\
+import torch.nn.functional as F
+from torch import nn
+
+
+class Gated(nn.Module):
+    """A gated MLP whose `up` holds the gate's and the up projection's rows in one weight, cut in forward."""
+
+    def __init__(self, d=16, h=32):
+        super().__init__()
+        self.up = nn.Linear(d, 2 * h)
+        self.down = nn.Linear(h, d)
+
+    def forward(self, x):
+        gate_w, up_w = self.up.weight.chunk(2, dim=0)
+        gate_b, up_b = self.up.bias.chunk(2, dim=0)
+        return self.down(F.silu(F.linear(x, gate_w, gate_b)) * F.linear(x, up_w, up_b))
+
+
+def build():
+    return Gated()
+'''
+
+GATED_PLAN = """\
+use hardware
+model m = "gated_up:build"()
+input x : f32[batch = 8, features = 16]
+mesh ranks of 4 x hardware.cpu {{
+    dp = 2 over hardware.loopback
+    tp = 2 over hardware.loopback
+}}
+budget 1 GiB per device
+optimizer adamw(lr = 0.001)
+data x : [dp, _]
+{shards}"""
+
+
+def gated(tmp_path, shards: str) -> Path:
+    (tmp_path / "gated_up.py").write_text(GATED)
+    p = tmp_path / "gated.plan"
+    p.write_text(GATED_PLAN.format(shards=textwrap.dedent(shards)))
+    return p
+
+
+def test_a_sharded_weight_cut_in_forward_is_gathered_every_step_pl366(tmp_path):
+    p = gated(tmp_path, "shard up.weight : [tp, _]\nshard up.bias : [tp]\nshard down.weight : [_, tp]\n")
+    got = [d for d in check_with_model(str(p)).diagnostics if d.code == "PL366"]
+    assert [(d.span.line, d.severity.value) for d in got] == [(11, "warning"), (12, "warning")], got
+    msg = got[0].message
+    assert msg.startswith("`up.weight` [64, 16], stored as [tp, _], is all-gathered back to whole every step for "
+                          "`split`"), msg
+    # 64 x 16 f32 gathered over tp = 2: each rank sends its half, 2 KiB, as `planlang lower --traffic` counts
+    assert "(all_gather(tp, dim 0): 2 KiB per rank per step)" in msg
+    assert "leave it replicated" in got[0].help and "`split` has a strategy" in got[0].help
+    plan = complete(check_with_model(str(p)).plan)
+    found = weight_gathers(lower_plan(build_model(plan.model, plan.path), plan), plan)
+    assert [(g.param, g.op, g.whole, g.bytes) for g in found] == [("up.weight", "split", True, 2048.0),
+                                                                  ("up.bias", "split", True, 128.0)]
+
+
+def test_weights_used_as_stored_are_not_pl366(tmp_path):
+    p = gated(tmp_path, "shard down.weight : [_, tp]\n")  # up replicated: the cut needs nothing
+    assert [d for d in check_with_model(str(p)).diagnostics if d.code == "PL366"] == []
+    assert [d for d in diags(mlp_plan(tmp_path)) if d[0] == "PL366"] == []  # Megatron's MLP: no gather
+
+
+SCAN = '''\
+import torch
+from torch import nn
+
+
+class Scan(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(32, 16))
+
+    def forward(self, x):
+        return x @ torch.cumsum(self.w, dim=0).t()  # a scan along the dim the plan splits
+
+
+def build():
+    return Scan()
+'''
+
+
+def test_a_sharded_weight_read_by_an_op_without_a_rule_names_the_op_pl366(tmp_path):
+    (tmp_path / "scan_w.py").write_text(SCAN)
+    p = tmp_path / "scan.plan"
+    p.write_text(GATED_PLAN.format(shards="shard w : [tp, _]\n").replace('"gated_up:build"', '"scan_w:build"'))
+    got = [d for d in check_with_model(str(p)).diagnostics if d.code == "PL366"]
+    assert len(got) == 1 and got[0].span.line == 11, got
+    assert "`w` [32, 16], stored as [tp, _], is all-gathered back to whole every step for `cumsum`" in got[0].message
+    assert "(all_gather(tp, dim 0): 1 KiB per rank per step)" in got[0].message
+    assert "leave it replicated" in got[0].help
