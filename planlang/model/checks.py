@@ -506,7 +506,8 @@ def weight_gathers_rule(ctx) -> Iterator[Diagnostic]:
         why = "which has no sharding rule" if g.opaque else "which has no strategy for its stored layout"
         fix = (f"`{g.op}` runs on whole values: write it in the model as ops planlang has rules for, or report "
                "it" if g.opaque else
-               f"shard `{to_plan_name(g.param)}` so that `{g.op}` has a strategy for it (split a dim the op keeps whole)")
+               f"shard `{to_plan_name(g.param)}` so that `{g.op}` has a strategy for it (split a dim the op keeps "
+               "whole)")
         yield diag("PL366", f"`{to_plan_name(g.param)}` {list(g.shape)}, stored as {g.stored}, is {what} every step "
                             f"for `{g.op}`{at}, {why} ({', '.join(g.steps)}: {format_bytes(g.bytes)} per rank per "
                             f"step){more}", where, labels=labels,

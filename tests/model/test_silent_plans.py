@@ -78,7 +78,8 @@ def test_the_same_spec_with_a_batch_that_divides_checks_clean_and_lowers(tmp_pat
 
 
 def test_batch_2_with_the_data_axes_left_implicit_and_tp_on_the_features_is_clean(tmp_path):
-    p = mlp_plan(tmp_path, ("batch = 64", "batch = 2"), ("shard output of act : [dp, tp]", "shard output of act : [_, tp]"),
+    p = mlp_plan(tmp_path, ("batch = 64", "batch = 2"),
+                 ("shard output of act : [dp, tp]", "shard output of act : [_, tp]"),
                  ("shard output of fc1 : [dp, tp]", "shard output of fc1 : [_, tp]"))
     assert [d for d in diags(p) if d[0] in ("PL362", "PL369")] == []
 
