@@ -5,19 +5,13 @@ ranks: data parallel (BatchNorm synced over dp) and a GPipe pipeline over pp2 x 
 batch_norm inside the stages)."""
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
 from planlang.plan.types import Precision
 from planlang.runtime.precision import cast_buffers, reference_model
+from tests.runtime.verify_cli import verify_text
 from tests.zoo.plans import plan_text
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_buffers_follow_their_modules_parameters():
@@ -44,10 +38,4 @@ def test_a_batch_norm_cnn_trains_in_bf16_like_one_process(tmp_path, layout):
     text = plan_text("resnet", layout).replace("optimizer adamw(lr = 1e-3) ",
                                                "optimizer adamw(lr = 1e-3) { precision = bf16 }")
     assert "precision = bf16" in text
-    plan = tmp_path / f"resnet_{layout}_bf16.plan"
-    plan.write_text(text)
-    out = subprocess.run([sys.executable, "-m", "planlang.cli", "verify", str(plan), "--steps", "2", "--quiet"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PLANLANG_BACKEND": "gloo"})
-    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
-    assert "PASS" in out.stdout
+    verify_text(text, tmp_path, f"resnet_{layout}_bf16")
