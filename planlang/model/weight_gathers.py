@@ -16,6 +16,7 @@ from planlang.plan.complete import CompletePlan
 from planlang.plan.types import Spec
 
 from .lowering import Convert, Program, Run
+from .traffic import predict_step_traffic
 
 # steps that slice a local copy or mark it partial: no bytes move in forward
 _LOCAL = ("shard", "to_partial")
@@ -58,8 +59,6 @@ def weight_gathers(prog: Program, plan: CompletePlan) -> list[WeightGather]:
     """Every conversion of a parameter the plan splits (over an axis of more than one device) that moves
     bytes in forward, in program order. A replicated parameter sliced or marked partial moves nothing
     and is not listed."""
-    from .traffic import predict_step_traffic  # traffic imports the lowering too; only needed here
-
     mesh = prog.mesh
     params = {v.name: v for v in prog.graph.params()}
     found: list[tuple[Convert, str]] = []
