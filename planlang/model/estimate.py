@@ -257,10 +257,13 @@ def _wrap_checkpoints(module: torch.nn.Module, plan: CompletePlan, facts) -> lis
     for group in plan_checkpoint_groups(plan, facts):
         mods = [module.get_submodule(n) for n in group]
         # a chain: consecutive items of one container (`h.2`, `h.3`, ...), each taking one tensor of the
-        # shape the one before returns; equal shapes alone are not enough (`attn`, `mlp` of a block have
-        # a residual and a norm between them, which running one on the other's output would skip)
+        # shape the one before returns and no keyword arguments (an HF decoder layer's attention_mask and
+        # position embeddings, which may differ from layer to layer: Gemma2's sliding and global masks);
+        # equal shapes alone are not enough (`attn`, `mlp` of a block have a residual and a norm between
+        # them, which running one on the other's output would skip)
         chain_ok = len(group) > 1 and _consecutive_items(group) and all(
-            len(facts.calls[n].inputs) == 1 and len(facts.calls[n].outputs) == 1 for n in group
+            len(facts.calls[n].inputs) == 1 and len(facts.calls[n].outputs) == 1 and not facts.calls[n].keywords
+            for n in group
         ) and all(facts.calls[a].output == facts.calls[b].inputs[0] for a, b in zip(group, group[1:]))
         if chain_ok:
             wrap_chain(mods)

@@ -55,6 +55,7 @@ class ModuleCall:
     inputs: tuple[tuple[int, ...] | None, ...]
     output: tuple[int, ...] | None
     outputs: tuple[tuple[int, ...] | None, ...] = ()
+    keywords: tuple[str, ...] = ()  # the keyword arguments it was called with (HF layers: attention_mask=...)
 
 
 @dataclass
@@ -83,11 +84,12 @@ def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> M
     order: list[str] = []
     handles = []
 
-    def pre(mod, args):
+    def pre(mod, args, kwargs):
         name = names.get(id(mod), "")
         if name and name not in calls:
             order.append(name)
-            calls[name] = ModuleCall(name, type(mod).__name__, tuple(_shape(a) for a in tree_flatten(args)[0]), None)
+            calls[name] = ModuleCall(name, type(mod).__name__, tuple(_shape(a) for a in tree_flatten(args)[0]), None,
+                                     keywords=tuple(kwargs))
 
     def post(mod, args, out):
         name = names.get(id(mod), "")
@@ -98,7 +100,7 @@ def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> M
             call.output = call.outputs[0] if call.outputs else None
 
     for m in {id(m): m for m in module.modules()}.values():
-        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
         handles.append(m.register_forward_hook(post))
     def run():
         calls.clear()
