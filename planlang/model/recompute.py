@@ -5,18 +5,43 @@ from __future__ import annotations
 from typing import Sequence
 
 import contextlib
+import threading
 
 import torch
 import torch.utils.checkpoint as cp
 from .autocast import active_meta_autocast
 
 
+_recomputing = threading.local()
+
+
+def is_recomputing() -> bool:
+    """Whether the forward running now is a checkpoint's recomputation (in backward). State that forward
+    updates once per step (BatchNorm's running statistics) must not be updated again there: one process,
+    which recomputes nothing, updates it once."""
+    return getattr(_recomputing, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def _recomputation():
+    _recomputing.depth = getattr(_recomputing, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _recomputing.depth -= 1
+
+
+@contextlib.contextmanager
+def _recompute_context(meta):
+    with _recomputation(), (meta.recompute_context() if meta is not None else contextlib.nullcontext()):
+        yield
+
+
 def _contexts():
     """checkpoint's `context_fn`: nothing around the forward; around the recomputation, which backward
     runs outside any torch-function mode, the meta autocast the forward ran under (torch's checkpoint
-    re-enters a real torch.autocast by itself)."""
-    meta = active_meta_autocast()
-    return contextlib.nullcontext(), (meta.recompute_context() if meta is not None else contextlib.nullcontext())
+    re-enters a real torch.autocast by itself), and the mark `is_recomputing` reads."""
+    return contextlib.nullcontext(), _recompute_context(active_meta_autocast())
 
 
 def checkpoint(fn, *args, **kwargs):

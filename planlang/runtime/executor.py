@@ -13,6 +13,7 @@ import math
 import zlib
 
 import torch
+import torch.nn.functional as F
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.fx.node import map_aggregate
@@ -22,7 +23,7 @@ from planlang.cost.comm import Collective
 from planlang.model.opgraph import OpaqueCall, TensorArg
 from planlang.runtime.local_ops import run_local
 from planlang.model.lowering import Convert, Program, Run
-from planlang.model.recompute import checkpoint
+from planlang.model.recompute import checkpoint, is_recomputing
 from planlang.runtime.redistribute import MeshGroups, run_path
 
 
@@ -102,7 +103,7 @@ def sync_batch_norm(x: torch.Tensor, weight, bias, bn: _BatchNorm, groups) -> to
     count = float(x.numel() // x.shape[1]) * math.prod(dist.get_world_size(g) for g in groups)
     stats: list[torch.Tensor] = []
     y = _SyncBatchNorm.apply(x, weight, bias, bn.eps, groups, count, stats)
-    if bn.training and bn.track_running_stats:
+    if bn.training and bn.track_running_stats and not is_recomputing():  # once per step (recompute.py)
         mean, var = stats
         with torch.no_grad():
             bn.num_batches_tracked.add_(1)
@@ -110,6 +111,12 @@ def sync_batch_norm(x: torch.Tensor, weight, bias, bn: _BatchNorm, groups) -> to
             bn.running_mean.mul_(1 - m).add_(mean, alpha=m)
             bn.running_var.mul_(1 - m).add_(var * (count / (count - 1)), alpha=m)
     return y
+
+
+def batch_norm_recomputed(x: torch.Tensor, weight, bias, bn: _BatchNorm) -> torch.Tensor:
+    """BatchNorm's training forward in a checkpoint's recomputation: the batch's statistics, as the first
+    forward used, without updating the running statistics a second time."""
+    return F.batch_norm(x, None, None, weight, bias, True, 0.0, bn.eps)
 
 
 def _mutated_consts(prog: Program) -> set[str]:
@@ -253,4 +260,6 @@ class Runtime:
         if batch_axes and isinstance(module, _BatchNorm) and (module.training or not module.track_running_stats):
             groups = [self.groups.group(a) for a in batch_axes]
             return sync_batch_norm(args[0], params.get("weight"), params.get("bias"), module, groups)
+        if isinstance(module, _BatchNorm) and module.training and is_recomputing():
+            return batch_norm_recomputed(args[0], params.get("weight"), params.get("bias"), module)
         return torch.func.functional_call(module, params, tuple(args), kwargs)

@@ -51,12 +51,12 @@ from planlang.plan.complete import CompletePlan
 from planlang.model.load import build_model, meta_inputs, plan_loss
 
 from .data_parallel import DataParallelError, data_axes, zero_axis
-from .executor import sync_batch_norm
+from .executor import batch_norm_recomputed, sync_batch_norm
 from planlang.model.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
 from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
-from planlang.model.recompute import wrap_chain, wrap_each
+from planlang.model.recompute import is_recomputing, wrap_chain, wrap_each
 from planlang.model.trace import probe_modules
 from planlang.plan.types import Spec
 
@@ -495,9 +495,8 @@ def _sync_batch_norms(stages, data_groups: list) -> None:
     """Every BatchNorm a stage calls as a module normalizes its microbatch with the statistics of all the
     data-parallel ranks' microbatches (planlang.runtime.executor.sync_batch_norm: SyncBatchNorm's
     semantics), as the lowering does without a pipeline: with one microbatch that is one process's
-    BatchNorm on the batch. (A torch.export cut inlines BatchNorm; `planlang check --model` says so, PL466.)"""
-    if not data_groups:
-        return
+    BatchNorm on the batch. (A torch.export cut inlines BatchNorm; `planlang check --model` says so, PL466.)
+    In a checkpoint's recomputation it leaves the running statistics alone (updated once per step)."""
     for stage in stages:
         for bn in stage.modules():
             if isinstance(bn, _BatchNorm) and "forward" not in vars(bn):
@@ -507,7 +506,11 @@ def _sync_batch_norms(stages, data_groups: list) -> None:
 def _synced_batch_norm(bn: _BatchNorm, data_groups: list, x: torch.Tensor) -> torch.Tensor:
     if not bn.training:
         return type(bn).forward(bn, x)
-    return sync_batch_norm(x, bn.weight, bn.bias, bn, data_groups)
+    if data_groups:
+        return sync_batch_norm(x, bn.weight, bn.bias, bn, data_groups)
+    if is_recomputing():
+        return batch_norm_recomputed(x, bn.weight, bn.bias, bn)
+    return type(bn).forward(bn, x)
 
 
 def _axis_size(groups, plan: CompletePlan) -> int:
