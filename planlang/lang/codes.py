@@ -392,7 +392,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "ZeRO-2 and ZeRO-3 give the optimizer FSDP2's sharded parameters (DTensors, one slice per rank). Not\n"
      "every torch optimizer can update those: Adafactor updates its factored second moments in place on\n"
      "row and column norms, which a sharded parameter holds as partial sums, and fails at its first step\n"
-     "on every rank. Use ZeRO-1 (each rank steps whole parameters) or another optimizer."),
+     "on every rank. Use ZeRO-1 (each rank steps whole parameters) or another optimizer. The same\n"
+     "optimizer on a matrix that tensor parallelism splits over its last two dims would average the\n"
+     "rank's piece only and step differently from one process: that is PL508 too."),
     ("PL509", "precision-dtype", E, "a dtype training state cannot be kept in",
      "The precision fields of the optimizer block (`precision`, `params`, `compute`, `reduce`,\n"
      "`master`) take f32, bf16 or f16. Integer dtypes, fp8 and tf32 (a matmul mode of f32, not a storage\n"

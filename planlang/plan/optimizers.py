@@ -80,6 +80,15 @@ NO_FSDP: dict[str, str] = {
                  "in place",
 }
 
+# optimizers whose update of a matrix reads the whole matrix (not each element on its own), and how: on a
+# piece split over its last two dims (tensor parallelism keeps plain local pieces) they read the piece's
+WHOLE_MATRIX: dict[str, str] = {
+    "adafactor": "Adafactor factors the second moment of a matrix into the mean of its squared gradient "
+                 "over each row and over each column; a rank holding a piece averages the piece's rows and "
+                 "columns only, so its update differs from one process's (verify: parameter error 5e-4 "
+                 "after one step of HF GPT-2 dp2 x tp2)",
+}
+
 # arguments the name implies when the plan does not give them (planlang.runtime.zero.TORCH_OPTIMIZERS)
 IMPLIED: dict[str, dict[str, object]] = {"momentum": {"momentum": 0.9}}
 

@@ -15,7 +15,7 @@ from planlang.lang.source import Span
 
 from . import types as T
 from .data import batch_axes, batch_dim, batch_split_conflict, data_axes
-from .optimizers import NO_FSDP, argument_problems
+from .optimizers import NO_FSDP, WHOLE_MATRIX, argument_problems
 from .resolve import diag
 from .selection import Selection, index_range
 from .shard_overlaps import plan_name, shard_overlaps
@@ -526,6 +526,16 @@ def optimizer_arguments(ctx) -> Diags:
         yield diag("PL508", f"`{opt.name}` cannot step ZeRO-{opt.zero_stage}'s sharded parameters: "
                    f"{NO_FSDP[opt.name]}", opt.span,
                    help=f"use `zero = 1 over {opt.zero_axis}` (whole parameters per rank), or another optimizer")
+    if opt.name in WHOLE_MATRIX and mesh is not None:
+        split = next((r for r in ctx.plan.shards if r.kind == "param" and isinstance(r.spec, T.Spec)
+                      and r.spec.rank >= 2 and any((mesh.axis_size(a) or 1) > 1 for d in (-2, -1)
+                                                   for a in r.spec.axes_of(r.spec.rank + d))), None)
+        if split is not None:
+            yield diag("PL508", f"`{opt.name}` cannot step a matrix split over its last two dims: "
+                       f"{WHOLE_MATRIX[opt.name]}", opt.span,
+                       labels=[Label(split.site, f"`{split.target}` split as {split.spec} here")],
+                       help="use another optimizer (adamw steps each element on its own), or keep the last two "
+                            "dims of every parameter whole")
 
 
 def precision_support(ctx) -> Diags:
