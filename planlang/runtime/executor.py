@@ -119,17 +119,18 @@ def batch_norm_recomputed(x: torch.Tensor, weight, bias, bn: _BatchNorm) -> torc
     return F.batch_norm(x, None, None, weight, bias, True, 0.0, bn.eps)
 
 
-def _mutated_consts(prog: Program) -> set[str]:
-    """Constants of the graph that an opaque in-place op (`add_`, `Tensor.mul_`) takes as its first
-    tensor: the op writes into them."""
-    out = set()
+def _const_writers(prog: Program) -> dict[str, int]:
+    """The opaque in-place ops (`add_`, `Tensor.mul_`) whose first tensor is a constant of the graph (T5's
+    relative-position buckets, folded by torch.export, then `add_`-ed): instruction name -> the index of
+    that input, which the op writes into."""
+    out = {}
     for ins in prog.instructions:
         call = getattr(getattr(ins, "node", None), "call", None)
         if call is None or not str(getattr(call.target, "__name__", call.target)).endswith("_"):
             continue
         first = next((a for a in call.args if isinstance(a, TensorArg)), None)
         if first is not None and ins.node.inputs[first.index] in prog.graph.consts:
-            out.add(ins.node.inputs[first.index])
+            out[ins.node.name] = first.index
     return out
 
 
@@ -204,7 +205,7 @@ class Runtime:
             else:
                 self.runs[ins.node.name] = ins
         self._consts = {k: v.to(device) for k, v in prog.graph.consts.items()}
-        self._mutated = _mutated_consts(prog)
+        self._writers = _const_writers(prog)
         self.step_index = 0
         self.modules = None  # the model (for opaque module calls), set by apply
         # ZeRO-2/3 per block: rt.block(name, fn, *xs) runs a block's instructions as its module's forward
@@ -213,9 +214,7 @@ class Runtime:
 
     # -- generated code's calls
     def const(self, name: str) -> torch.Tensor:
-        # a constant an in-place op writes to (T5's relative-position buckets, folded by torch.export,
-        # then `add_`-ed) starts from its captured value every step
-        return self._consts[name].clone() if name in self._mutated else self._consts[name]
+        return self._consts[name]
 
     def convert(self, name: str, x: torch.Tensor) -> torch.Tensor:
         c = self.converts[name]
@@ -227,6 +226,12 @@ class Runtime:
     def run(self, name: str, *args: torch.Tensor) -> torch.Tensor:
         ins = self.runs[name]
         xs = list(args)
+        if name in self._writers:
+            # an in-place op on a constant writes into a copy: every run of it, the step's and a checkpoint's
+            # recomputation in backward, starts from the captured value (recomputed into the constant
+            # itself, T5's buckets were added twice and the tensor saved for backward changed under it)
+            i = self._writers[name]
+            xs[i] = xs[i].clone()
         for i, axes in ins.grad_reduce:
             if isinstance(xs[i], torch.Tensor) and xs[i].requires_grad:
                 xs[i] = GradSum.apply(xs[i], axes, self.groups, self.recorder)
