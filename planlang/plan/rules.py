@@ -271,6 +271,15 @@ def data_specs(ctx) -> Diags:
                 yield diag("PL305", f"{dim} {size} is not divisible by {arithmetic} = {total}",
                            _entry_span(d.spec, i), labels=[Label(inp.span, f"{dim} = {size} declared here")],
                            help=f"make {dim} a multiple of {total}, or split it over fewer devices")
+    # an input no `data` statement splits still goes through the pipeline in microbatches of its batch
+    split = {d.input for d in plan.data}
+    for inp in plan.inputs if micro else ():
+        if inp.name in split or not inp.dims:
+            continue
+        dim, size = inp.dims[batch_dim(inp)]
+        if isinstance(size, int) and size % micro:
+            yield diag("PL305", f"{dim} {size} is not divisible by microbatches({micro})", inp.span,
+                       help=f"make {dim} a multiple of {micro}, or use fewer microbatches")
 
 
 # ------------------------------------------------------------------------------ pipeline
