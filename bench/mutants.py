@@ -1,7 +1,7 @@
 """Soundness as a tested invariant: mutants of the example plans, each either rejected by `check --model`
 or run by the runtime; none accepted and then refused or crashed on (issue #17, item 1).
 
-Run: .venv/bin/python bench/mutants.py [--seed 0] [--count 400] [--train 12] [--jobs 2] [--out FILE]
+Run: .venv/bin/python bench/mutants.py [--seed 0] [--count 640] [--train 28] [--jobs 2] [--out FILE]
 
 Seeds: the example plans of examples/ (mlp_2d, mlp_dp, gpt2_3d, bert_tp, gpt2_cpu_partial with its holes
 filled), the 4-process plans the runtime tests train (tests/runtime/plans/) and two of the model zoo's
@@ -859,9 +859,9 @@ def table(ms: list[Mutant], seconds: float | None = None) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--count", type=int, default=400)
+    ap.add_argument("--count", type=int, default=640)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--train", type=int, default=12, help="lowered 4-process mutants to train with verify")
+    ap.add_argument("--train", type=int, default=28, help="lowered 4-process mutants to train with verify")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "bench/results/mutants.txt"))
     ap.add_argument("--list", action="store_true", help="print the mutants and stop")

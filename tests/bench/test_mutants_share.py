@@ -4,7 +4,7 @@ lowered for every rank, its optimizer built and `planlang.apply` run on rank 0 w
 group); one lowered mutant trained by `planlang verify` on 4 gloo processes. None may be accepted and
 then fail.
 
-The full run is `python bench/mutants.py` (400 mutants, 12 trained; results in bench/results/mutants.txt).
+The full run is `python bench/mutants.py` (640 mutants, 28 trained; results in bench/results/mutants.txt).
 """
 from __future__ import annotations
 
