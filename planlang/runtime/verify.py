@@ -366,8 +366,7 @@ def _take_grads(grads: dict[str, torch.Tensor], ref: nn.Module, exact: nn.Module
     float64 twin, which scales no loss, takes them divided by the plan's loss scale."""
     for twin, div in ((ref, 1.0), (exact, scaled_by)):
         for n, p in twin.named_parameters():
-            p.grad = (grads[n].detach().to(p.dtype) / div if div != 1.0 else grads[n].detach().to(p.dtype).clone()) \
-                if n in grads else None
+            p.grad = grads[n].detach().to(p.dtype) / div if n in grads else None  # a new tensor, not the plan's
 
 
 def render(rows: list[StepRow], tol: float) -> str:

@@ -2,33 +2,24 @@
 plans and world sizes is in test_checkpoint_gloo.py."""
 from __future__ import annotations
 
-import socket
-from datetime import timedelta
 
 import pytest
 import torch
-import torch.distributed as dist
 
 from planlang.plan.types import Axis, Mesh, Spec
 from planlang.runtime.checkpoint import CheckpointError, load_checkpoint, load_full_state, save_checkpoint
 from planlang.runtime.placement import ParamLayout
+from tests.runtime.one_process import one_process_group
 
 MESH = Mesh("m", None, (Axis("dp", 1),))
 
 
 @pytest.fixture(scope="module")
 def groups():
-    if dist.is_initialized():
-        pytest.skip("a default process group already exists in this process")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
-                            timeout=timedelta(seconds=30))
     from planlang.runtime.redistribute import MeshGroups
 
-    yield MeshGroups(MESH)
-    dist.destroy_process_group()
+    with one_process_group():
+        yield MeshGroups(MESH)
 
 
 def _trained(opt_cls, **kw):

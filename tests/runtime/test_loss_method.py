@@ -6,23 +6,21 @@ non-scalar output trains the output's sum, as documented, and `apply` says so (P
 from __future__ import annotations
 
 import copy
-import socket
 import subprocess
 import sys
 import textwrap
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-import torch.distributed as dist  # noqa: E402
 
 from planlang.model.checks import check_with_model  # noqa: E402
 from planlang.model.estimate import estimate_plan  # noqa: E402
 from planlang.model.load import build_model, model_loss, plan_loss  # noqa: E402
 from planlang.runtime.apply import apply, load_plan  # noqa: E402
+from tests.runtime.one_process import one_process_group  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,15 +130,8 @@ def test_estimate_prices_the_method(tmp_path):
 
 @pytest.fixture
 def world_of_one():
-    if dist.is_initialized():
-        pytest.skip("a default process group already exists in this process")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1,
-                            timeout=timedelta(seconds=30))
-    yield
-    dist.destroy_process_group()
+    with one_process_group():
+        yield
 
 
 def test_a_step_takes_the_inputs_and_the_methods_targets(tmp_path, world_of_one, capsys):
