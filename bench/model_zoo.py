@@ -2,7 +2,8 @@
 
 Run: .venv/bin/python bench/model_zoo.py [--models llama,bert] [--layouts dp4,zero3] [--steps 2]
 
-For each (model, layout) - the plans of tests/zoo/plans.py, 4 gloo processes on CPU:
+For each (model, layout) - the plans of tests/zoo/plans.py (bf16: dp4 under `precision = bf16`), 4 gloo
+processes on CPU:
   check    `planlang check --model`: the diagnostics' codes (empty: clean)
   program  the lowered per-rank program (no processes): ops run on the whole batch (PL364) and the
            activations whose dim 0 is the batch that are not split over dp (both 0 when the batch stays
@@ -65,7 +66,7 @@ def verify_row(path: Path, steps: int) -> tuple[str, str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--models", default=",".join(ZOO))
-    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--layouts", default="dp4,dp2tp2,pp2dp2,zero3,bf16")
     ap.add_argument("--steps", type=int, default=2)
     ap.add_argument("--out", default=None, help="also write the table here")
     args = ap.parse_args()

@@ -160,7 +160,7 @@ STAGES4["qwen2"] = STAGES4["mistral"] = STAGES4["llama"]
 
 LAYOUTS = ("dp4", "dp2tp2", "zero3", "pp2dp2", "pp2tp2")
 # measured by bench/zoo_memory.py only: interleaved 1F1B, pp2 x dp2, two chunks per rank
-EXTRA_LAYOUTS = ("pp2dp2i",)
+EXTRA_LAYOUTS = ("pp2dp2i", "bf16")  # bf16: dp4 under `precision = bf16` (bench/model_zoo.py)
 BATCH_NORM = {"resnet"}  # models with BatchNorm
 
 
@@ -168,6 +168,8 @@ def plan_text(model: str, layout: str = "dp4") -> str:
     factory, inp, spec = ZOO[model]
     data = "\n".join(f"data {line.split(':')[0].replace('input ', '').strip()} : {spec}" for line in inp.splitlines())
     zero = "{\n    zero = 3 over dp\n}" if layout == "zero3" else ""
+    if layout == "bf16":  # dp4, parameters and compute in bf16, f32 reduction and master weights
+        zero = "{\n    precision = bf16\n}"
     uses, mesh, rest = "use hardware", "    dp = 4 over hardware.loopback", ""
     if layout == "dp2tp2":
         uses += "\nuse patterns.megatron" if "megatron." in TENSOR_PARALLEL[model] else ""
