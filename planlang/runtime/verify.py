@@ -322,7 +322,25 @@ def _judge_grads(grads: dict[str, torch.Tensor], ref_grads: dict[str, torch.Tens
     errs = {n: rel(grads[n], g, GRAD_FLOOR * total) if n in grads else 1.0 for n, g in ref_grads.items()}
     noise = {n: rel(g.double() / ref_scaled_by, exact_params[n].grad, GRAD_FLOOR * total / ref_scaled_by)
              for n, g in ref_grads.items() if yardstick and exact_params[n].grad is not None}
+    for n, g in ref_grads.items():
+        noise[n] = max(noise.get(n, 0.0), rounding_floor(g, total))
     return judged(errs, noise, tol)
+
+
+def rounding_floor(grad: torch.Tensor, total: float) -> float:
+    """The least rounding error a gradient can be expected to carry, relative to what it is compared
+    against (its norm, or GRAD_FLOOR of the model's): one unit roundoff of its dtype times the model's
+    gradient norm. A gradient that is zero in exact arithmetic (a bias before `x - x.mean(0)`) is the
+    sum of terms of the model's scale that cancel; both runs keep rounding of that scale, and one
+    process's own error against float64 may by chance be far below it (the bias's noise is noise over
+    noise), so its own error alone is no bound. Capped at ROUNDING_FLOOR_CAP: in bf16 a gradient under
+    GRAD_FLOOR is all rounding, yet a gradient the plan left out (error 1) must still fail."""
+    unit = torch.finfo(grad.dtype).eps / 2 if grad.is_floating_point() else 0.0
+    scale = max(float(grad.double().norm()), GRAD_FLOOR * total)
+    return min(unit * total / scale, ROUNDING_FLOOR_CAP) if scale > 0 else 0.0
+
+
+ROUNDING_FLOOR_CAP = 0.05  # NOISE_FACTOR times it stays below 1, the error of a missing gradient
 
 
 def overflow_verdict(grads: dict[str, torch.Tensor], ref_grads: dict[str, torch.Tensor]) -> str | None:
