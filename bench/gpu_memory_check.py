@@ -16,7 +16,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from planlang.model.estimate import estimate_plan  # noqa: E402
+from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.plan.checker import check_text  # noqa: E402
 
 PLAN = """use hardware
@@ -53,7 +53,7 @@ def measure(ref, kwargs, inp, extra):
     shape = [int(d.split("=")[1]) for d in dims.rstrip("]").split(",")]
     x = (torch.randint(0, 1000, shape) if dtype.startswith("i") else torch.randn(shape)).cuda()
     if "checkpoint" in extra:
-        from planlang.model.recompute import wrap_chain
+        from planlang.model.program.recompute import wrap_chain
 
         every = int(extra.split()[-1])
         blocks = list(model.h)

@@ -42,7 +42,7 @@ def grad_sync(case, runtime: str = "torch") -> str:
 
 
 def predicted(case, runtime: str = "torch") -> list:
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from planlang.plan.checker import check_text
 
     res = check_text(to_plan(case), str(ROOT / "bench" / f"{case.name}.plan"))

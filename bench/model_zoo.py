@@ -27,8 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from planlang.model.checks import check_with_model  # noqa: E402
-from planlang.model.load import build_model  # noqa: E402
-from planlang.model.lowering import Run  # noqa: E402
+from planlang.model.capture.load import build_model  # noqa: E402
+from planlang.model.program.lowering import Run  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
 from planlang.runtime.apply import lower_plan  # noqa: E402
 from tests.zoo.plans import BATCH, LAYOUTS, ZOO, plan_text  # noqa: E402

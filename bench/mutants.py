@@ -628,7 +628,7 @@ def lower_every_rank(plan) -> None:
     """What `planlang lower --rank R` computes for every rank R (planlang.runtime.launch.lower_source),
     with the rank-independent part (the model built on meta, the program lowered) done once."""
     # lazy: torch loads only in the workers that evaluate
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
     from planlang.runtime.apply import lower_plan, report_fallbacks
     from planlang.runtime.codegen import generate as generate_code
     from planlang.runtime.launch import coords_of, pipeline_source, world_size
@@ -649,7 +649,7 @@ def build_plan_optimizer(plan) -> None:
     """The plan's optimizer class with its arguments over the model's parameters (on meta), as every rank
     builds it (planlang.runtime.verify.reference_optimizer: the class and arguments, ZeRO aside)."""
     # lazy: torch loads only in the workers that evaluate
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
     from planlang.runtime.verify import reference_optimizer
 
     reference_optimizer(build_model(plan.model, plan.path).parameters(), plan)
@@ -667,7 +667,7 @@ def apply_rank0(plan) -> None:
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from planlang.model.load import build_model, plan_loss
+    from planlang.model.capture.load import build_model, plan_loss
     from planlang.runtime.apply import apply
     from planlang.runtime.launch import world_size
     from planlang.runtime.verify import make_batch, plan_optimizer

@@ -12,7 +12,7 @@
   (time, memory, balanced), each solve stopped after --solve-limit CPU seconds;
 
 as absolute figures and as ratios to the best grid plan. Configurations: bench/plan_configs/configs.py.
-Every step is planlang.model.step_time's, the one model `planlang estimate` reports and `planlang solve`
+Every step is planlang.model.price.step_time's, the one model `planlang estimate` reports and `planlang solve`
 prices candidates with (docs/step_time.md), so the solver's figures and the baselines' are comparable.
 
 Run: .venv/bin/python bench/plan_quality.py [--quick] [--solve-limit S] [--config TEXT ...]
@@ -47,8 +47,8 @@ OBJECTIVES = ("time", "memory", "balanced")
 
 CAVEATS = """\
 Caveats (read before the numbers):
-* Everything is PREDICTED by planlang.model.estimate (nothing is run). Its step time is
-  planlang.model.step_time's, the one `planlang solve` prices with: compute (flops / (the device's peak
+* Everything is PREDICTED by planlang.model.price.estimate (nothing is run). Its step time is
+  planlang.model.price.step_time's, the one `planlang solve` prices with: compute (flops / (the device's peak
   at the plan's compute dtype x 0.5)), the lowered program's tensor-parallel collectives and the loss
   all-reduce on the critical path, the data-parallel gradient sums and ZeRO's gathers and
   reduce-scatters with what overlaps backward (and forward) hidden, and the pipeline bubble from the
@@ -92,9 +92,9 @@ class SolveTimeout(BaseException):
 # ------------------------------------------------------------------------------ pricing
 def price_text(text: str, path: Path) -> tuple[int, float, bool]:
     """(peak bytes, step seconds, fits the budget) of a complete plan, as driver.price() does: the largest
-    peak and the slowest step over planlang.model.estimate's rows."""
+    peak and the slowest step over planlang.model.price.estimate's rows."""
     from planlang.lang.render import render
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from planlang.plan.checker import check_text
 
     res = check_text(text, str(path))

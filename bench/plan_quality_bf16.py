@@ -2,7 +2,7 @@
 utilisation and the physical floor of each step.
 
 Every plan of bench/plan_quality.py (the Megatron grid, pure DP, ZeRO-2 DP, the uniform pipeline) is
-priced twice by planlang.model.estimate: as written (f32) and with `precision = bf16` in its optimizer
+priced twice by planlang.model.price.estimate: as written (f32) and with `precision = bf16` in its optimizer
 block (bf16 parameters and compute, f32 reduction and master weights; compute at the device's
 `flops.bf16`). For each bf16 plan:
 
@@ -50,7 +50,7 @@ def with_precision(text: str) -> str:
 
 def price(text: str, path: Path) -> tuple[int, float, bool]:
     from planlang.lang.diagnostics import Severity
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from planlang.plan.checker import check_text
     from planlang.plan.complete import complete
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     configs = [c for c in CONFIGS if (not args.quick or c.quick)
                and (not args.config or any(t in f"{c.paper} {c.label}" for t in args.config))]
     lines = ["plan quality in bf16 (bench/plan_quality_bf16.py): bench/plan_quality.py's plans with "
-             "`precision = bf16`, priced by planlang.model.estimate",
+             "`precision = bf16`, priced by planlang.model.price.estimate",
              "floor = 6 · parameters · tokens / (devices · bf16 peak); MFU = the same over the predicted step", ""]
     print("\n".join(lines), flush=True)
     below = 0

@@ -32,7 +32,7 @@ from zoo_memory import WORLD, finish, measure  # noqa: E402
 
 from planlang.lang.diagnostics import Severity  # noqa: E402
 from planlang.model.checks import check_with_model  # noqa: E402
-from planlang.model.estimate import estimate_plan  # noqa: E402
+from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
 from planlang.runtime.program_memory import measure as measure_program  # noqa: E402
 from tests.zoo.plans import plan_text  # noqa: E402

@@ -24,10 +24,10 @@ def main() -> None:
     t0 = time.perf_counter()
     import torch  # noqa: F401
 
-    from planlang.model.load import build_model, meta_inputs
-    from planlang.model.profile import profile_model
-    from planlang.model.simulate import simulate_step
-    from planlang.model.trace import probe_modules, trace_graph
+    from planlang.model.capture.load import build_model, meta_inputs
+    from planlang.model.capture.profile import profile_model
+    from planlang.model.capture.simulate import simulate_step
+    from planlang.model.capture.trace import probe_modules, trace_graph
     from planlang.plan.types import Input, ModelRef
     from planlang.plan.units import format_bytes
 

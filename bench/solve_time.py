@@ -146,7 +146,7 @@ def stack_rows(layers, meshes, options, emit) -> list[Row]:
     import torch
 
     from examples.gpt2.model import build, loss
-    from planlang.model.opgraph import op_graph
+    from planlang.model.capture.opgraph import op_graph
 
     rows = []
     for n in layers:
@@ -174,7 +174,7 @@ def tight_rows(cases, options, emit) -> list[Row]:
     import torch
 
     from examples.gpt2.model import build, loss
-    from planlang.model.opgraph import op_graph
+    from planlang.model.capture.opgraph import op_graph
     from planlang.solve.ilp import solve
     from planlang.solve.intra_op import build_problem
 
@@ -210,7 +210,7 @@ def bert_rows(devices, options, emit) -> list[Row]:
     import torch
 
     from examples.bert.model import BertLayer
-    from planlang.model.opgraph import op_graph
+    from planlang.model.capture.opgraph import op_graph
     from planlang.solve.ilp import SolveOptions
 
     opts = SolveOptions(**{**options.__dict__, "alpha": 1.0})
@@ -232,8 +232,8 @@ def bert_rows(devices, options, emit) -> list[Row]:
 
 def end_to_end(case: str, plan_text: str, options, emit, target: float) -> Row:
     """As `planlang solve` runs the ILP (driver._ilp_spec): plan -> meta model -> targets -> graph -> solve."""
-    from planlang.model.load import build_model, guess_targets, meta_inputs, plan_loss
-    from planlang.model.opgraph import op_graph
+    from planlang.model.capture.load import build_model, guess_targets, meta_inputs, plan_loss
+    from planlang.model.capture.opgraph import op_graph
     from planlang.plan.resolve import resolve_text
     from planlang.solve.intra_op import build_problem, problem_args
     from planlang.solve.ilp import solve
@@ -354,7 +354,7 @@ def warm_up() -> None:
     import torch
 
     from examples.gpt2.model import build, loss
-    from planlang.model.opgraph import op_graph
+    from planlang.model.capture.opgraph import op_graph
     from planlang.solve.intra_op import solve_intra_op
 
     with torch.device("meta"):

@@ -11,7 +11,7 @@ under `zero = 2 over dp` and `zero = 3 over dp`: `planlang.apply` shards each bl
 steps, then one step (forward, loss, backward, optimizer step, zero_grad) under torch's MemTracker with
 the ParallelModel, the optimizer and the batch registered (bench/zoo_memory.py's method); the table
 gives the measured peak less the batch (the estimate covers what the step allocates and the state it
-keeps), `planlang.model.estimate.estimate_plan`'s peak and the error (estimate / measured - 1). The row
+keeps), `planlang.model.price.estimate.estimate_plan`'s peak and the error (estimate / measured - 1). The row
 "zero3 whole" runs ZeRO-3 with the whole model as one unit (the runtime before per-block units: the
 block list emptied) for comparison; the estimator prices per-block units only, so it has no estimate.
 """
@@ -29,7 +29,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from zoo_memory import WORLD, finish, measure  # noqa: E402  (planlang.apply on 4 gloo ranks, one step under MemTracker)
 
-from planlang.model.estimate import estimate_plan  # noqa: E402
+from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.plan.checker import check_file  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
 

@@ -2,7 +2,7 @@
 
 Run: .venv/bin/python bench/zoo_memory.py [--models llama,resnet] [--layouts dp4,zero3] [--out FILE]
 
-For each (model, layout) of tests/zoo/plans.py: `planlang.model.estimate.estimate_plan` predicts the
+For each (model, layout) of tests/zoo/plans.py: `planlang.model.price.estimate.estimate_plan` predicts the
 per-device peak (the planlang runtime's gradient sync, "flat"); 4 gloo ranks then run the plan through
 `planlang.apply` (the plan's optimizer, ZeRO as it says) - two untracked warm-up steps, then five steps
 (forward, loss, backward, gradient sync, optimizer step, zero_grad), each under its own MemTracker (the
@@ -33,9 +33,9 @@ from memory_measure import _categories, _tracker  # noqa: E402
 
 from planlang.lang.diagnostics import Severity  # noqa: E402
 from planlang.model.checks import check_with_model  # noqa: E402
-from planlang.model.estimate import estimate_plan  # noqa: E402
+from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.runtime.program_memory import measure as measure_program  # noqa: E402
-from planlang.model.load import build_model, plan_loss  # noqa: E402
+from planlang.model.capture.load import build_model, plan_loss  # noqa: E402
 from planlang.plan.checker import check_file  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
 from tests.zoo.plans import LAYOUTS, ZOO, plan_text  # noqa: E402  (also EXTRA_LAYOUTS: --layouts pp2dp2i)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from planlang.lang.version import __version__
 __all__ = ["apply", "PlanError", "__version__"]
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time these come from __getattr__

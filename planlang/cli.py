@@ -23,7 +23,7 @@ from typing import List, Optional
 
 import typer
 
-from planlang import __version__
+from planlang.lang.version import __version__
 from planlang.lang.codes import CODES, explain as explain_code
 from planlang.lang.config import Config, ConfigError, load_config
 from planlang.lang.diagnostics import Diagnostic, did_you_mean
@@ -377,7 +377,7 @@ def inspect(
             _fail_usage("give the model's inputs with --input, e.g. --input 'idx:i64[batch=4,seq=128]'")
     # lazy: torch loads only when this runs
     from planlang.model.inspect import inspect_model, render_json, render_text
-    from planlang.model.load import ModelLoadError
+    from planlang.model.capture.load import ModelLoadError
 
     try:
         info = inspect_model(ref, inputs, plan_path, depth)
@@ -397,8 +397,8 @@ def estimate(
 
     checked = _runnable_plan(plan)
     # lazy: torch loads only when this runs
-    from planlang.model.estimate import estimate_plan, render_table
-    from planlang.model.load import ModelLoadError
+    from planlang.model.price.estimate import estimate_plan, render_table
+    from planlang.model.capture.load import ModelLoadError
     from planlang.runtime.program_memory import measure
 
     try:
@@ -454,7 +454,7 @@ def lower(
 ) -> None:
     """Print the per-rank Python the runtime generates and runs for this plan."""
     # lazy: torch loads only when this runs
-    from planlang.model.load import ModelLoadError
+    from planlang.model.capture.load import ModelLoadError
     from planlang.runtime.apply import PlanError
     from planlang.runtime.launch import lower_source
 
@@ -477,7 +477,7 @@ def _preflight(plan: Path) -> None:
     """The runtime's checks that need no processes (combinations it refuses, ZeRO and schedule rules),
     reported before torchrun starts anything."""
     # lazy: torch loads only when this runs
-    from planlang.model.load import ModelLoadError
+    from planlang.model.capture.load import ModelLoadError
     from planlang.runtime.apply import PlanError
     from planlang.runtime.verify import preflight
 
@@ -630,7 +630,7 @@ def solve(
     say = SolveProgress(sys.stderr)
     say.line(f"checking {plan} with its model (builds it on meta)")  # before torch loads: a few seconds
     # lazy: torch loads only when this runs
-    from planlang.model.load import ModelLoadError
+    from planlang.model.capture.load import ModelLoadError
     from planlang.solve.driver import INFEASIBLE, SEARCH_CUT, Infeasible, SolveError, solve as run_solve
 
     _validated_plan(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
@@ -640,7 +640,7 @@ def solve(
         t0, say = say.t0, SolveProgress(user_err)
         say.t0 = t0  # elapsed from the command's start
         try:
-            # candidates are priced by planlang.model.step_time, as `planlang estimate` prices the result
+            # candidates are priced by planlang.model.price.step_time, as `planlang estimate` prices the result
             res = run_solve(str(plan), objective.value, say, time_limit=time_limit,
                             started=t0)  # the limit bounds the whole command, model checks included
         except Infeasible as e:
@@ -683,7 +683,7 @@ def diff(
     if failed:
         raise typer.Exit(2)
     # lazy: torch loads only when this runs
-    from planlang.model.load import ModelLoadError
+    from planlang.model.capture.load import ModelLoadError
     from planlang.report.diff import compare, diff_json, render_diff, summarize
 
     try:

@@ -1,6 +1,10 @@
 """The package's layers, enforced over its import graph (function-local imports included):
 
-    lang -> plan -> cost -> model -> solve | runtime -> report | lsp -> cli
+    lang -> plan -> cost -> model -> solve | runtime -> report | lsp -> cli -> the package root
+
+and inside model, by what each part does:
+
+    model.capture -> model.program -> model.price -> model (validation: checks, inspect)
 
 A module imports only from its own layer or the layers before it; solve and runtime do not import each
 other, nor do report and lsp; no two modules import each other, directly or round a longer cycle; and
@@ -17,7 +21,9 @@ import networkx as nx
 import pytest
 
 PKG = Path(__file__).resolve().parents[1] / "planlang"
-ORDER = {"lang": 0, "plan": 1, "cost": 2, "model": 3, "solve": 4, "runtime": 4, "report": 5, "lsp": 5, "cli": 6}
+ORDER = {"lang": 0, "plan": 1, "cost": 2, "model": 3, "solve": 4, "runtime": 4, "report": 5, "lsp": 5, "cli": 6,
+         "root": 7}  # the root (`planlang.apply`, loaded on first use) sits above everything
+MODEL_ORDER = {"capture": 0, "program": 1, "price": 2}  # model's own modules (validation) above all three
 TORCH_FREE = ("lang", "plan", "cost")
 TORCH_ALLOWED = {"planlang.cost.probe"}  # the link probe: run by torchrun, never imported by the checker
 
@@ -62,7 +68,17 @@ for _name, _path in MODULES.items():
 
 def _layer(module: str) -> str | None:
     parts = module.split(".")
+    if parts == ["planlang"]:
+        return "root"
     return parts[1] if len(parts) > 1 and parts[1] in ORDER else None
+
+
+def _model_floor(module: str) -> int | None:
+    """A model module's floor: capture 0, program 1, price 2, validation (model's own modules) 3."""
+    parts = module.split(".")
+    if parts[:2] != ["planlang", "model"] or len(parts) < 3:
+        return None
+    return MODEL_ORDER.get(parts[2], 3)
 
 
 def test_the_graph_is_the_packages():
@@ -83,6 +99,17 @@ def test_layers_import_only_downwards():
             continue
         if ORDER[lb] > ORDER[la] or ORDER[lb] == ORDER[la]:  # a later layer, or a sibling (solve/runtime)
             wrong.append(f"{a} (line {data['line']}) imports {b}: {la} may not import {lb}")
+    assert wrong == []
+
+
+def test_the_root_has_a_layer_and_nothing_imports_it():
+    assert _layer("planlang") == "root"
+    assert [a for a, b in GRAPH.edges() if b == "planlang"] == []
+
+
+def test_model_floors_import_only_downwards():
+    wrong = [f"{a} (line {data['line']}) imports {b}" for a, b, data in GRAPH.edges(data=True)
+             if _model_floor(a) is not None and _model_floor(b) is not None and _model_floor(b) > _model_floor(a)]
     assert wrong == []
 
 

@@ -10,7 +10,7 @@ with `s` a model stage and `j` a microbatch. Stage `s` runs on rank `s mod p` (w
 model stage `s` is chunk `s // p` of its rank, as planlang's interleaved schedule places it). The
 sequences per rank are planlang.plan.schedule.rank_orders.
 
-Communication between stages is taken as free. planlang.model.step_time prices a pipeline step with it;
+Communication between stages is taken as free. planlang.model.price.step_time prices a pipeline step with it;
 the report draws it. For equal stage times the idle share of the step (the
 bubble) is (p - 1) / (m + p - 1) for gpipe and 1f1b, and (p - 1) / (v·m + p - 1) for interleaved when
 each chunk takes 1/v of a stage's time (the paper's bubble fraction (p - 1)/(v·m) of the ideal time,

@@ -20,6 +20,7 @@ from lsprotocol import types as L
 from planlang.lang import ast as A
 from planlang.lang.codes import CODES
 from planlang.plan.resolve import DTYPES, Resolver
+from planlang.plan.selection import to_plan_name
 from planlang.plan.types import OPTIMIZERS, PRECISION_DTYPES
 from planlang.plan.units import UNITS, Kind
 
@@ -190,9 +191,6 @@ def module_paths(ref: Analysis | list[Analysis], insight: ModelInsight | None, l
     out: dict[str, str] = {v: "loop variable" for v in loopvars}
     facts = insight.facts if insight else None
     if facts is not None:
-        # lazy: torch loads only when this runs
-        from planlang.model.checks import to_plan_name  # the model layer is loaded when facts exist
-
         for name in facts.all_modules:
             call = facts.calls.get(name)
             out.setdefault(to_plan_name(name), call.type if call else "module")

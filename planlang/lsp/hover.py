@@ -18,7 +18,7 @@ from lsprotocol import types as L
 from planlang.lang import ast as A
 from planlang.lang.codes import explain
 from planlang.plan import types as T
-from planlang.plan.selection import Selection
+from planlang.plan.selection import Selection, to_plan_name
 from planlang.plan.units import UNITS, format_bytes
 
 from .analysis import Analysis, references, same_line
@@ -243,9 +243,6 @@ def _path(analysis: Analysis, sym: Symbol, insight: ModelInsight | None, model_c
 
 
 def _shard_rule(rule: T.ShardRule, facts, mesh: T.Mesh | None) -> str:
-    # lazy: torch loads only when this runs
-    from planlang.model.checks import to_plan_name  # facts exist: the model layer is loaded
-
     spec = rule.spec if isinstance(rule.spec, T.Spec) else None
     if rule.kind == "param":
         hits = rule.target.select(list(facts.params))
@@ -285,9 +282,6 @@ def _shard_rule(rule: T.ShardRule, facts, mesh: T.Mesh | None) -> str:
 
 
 def _selection_info(sel: Selection, facts) -> str:
-    # lazy: torch loads only when this runs
-    from planlang.model.checks import to_plan_name
-
     params = sel.select(list(facts.params))
     mods = sel.select(facts.all_modules)
     lines = []

@@ -6,10 +6,10 @@ document's text, builds and probes the model, estimates per-device memory, and r
 `planlang check --model` does for a file on disk, for the editor's unsaved text.
 
 Caches are keyed by content. The probed model is cached per model declaration (factory, arguments,
-inputs, the plan's folder) and the *source* of the model (planlang.model.source.ModelSource, torch-free):
+inputs, the plan's folder) and the *source* of the model (planlang.model.capture.source.ModelSource, torch-free):
 a digest of the factory's file and of every Python module it brought in from the plan's folder or its
 own package. When one of those files changes, the key changes: the next run builds the model again, and
-the model layer imports the current code (planlang.model.load.build_model); the estimator keys its own
+the model layer imports the current code (planlang.model.capture.load.build_model); the estimator keys its own
 caches by the same source, so nothing computed from the old code is shown. The estimate is cached per
 plan and model source. Both caches are bounded (least recently used first out).
 """
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from planlang.lang.diagnostics import Diagnostic, Severity
-from planlang.model.source import ModelSource, imported_source, model_source  # torch-free
+from planlang.model.capture.source import ModelSource, imported_source, model_source  # torch-free
 from planlang.plan.complete import complete
 from planlang.plan.types import Plan
 
@@ -42,8 +42,8 @@ class ModelInsight:
 
     diagnostics: tuple[Diagnostic, ...]  # all of them, model-free included
     plan: Plan | None = None
-    facts: object | None = None  # planlang.model.trace.ModuleFacts
-    estimates: tuple = ()  # planlang.model.estimate.DeviceEstimate, one per device class
+    facts: object | None = None  # planlang.model.capture.trace.ModuleFacts
+    estimates: tuple = ()  # planlang.model.price.estimate.DeviceEstimate, one per device class
     notes: tuple[str, ...] = field(default=())
     source: "ModelSource | None" = None  # the files the model was built from, as they were
     stale: bool = False  # the model's source has changed since: facts and estimates were dropped
@@ -133,7 +133,7 @@ class ModelChecker:
 
 def _estimate(plan: Plan, facts):
     # lazy: torch loads only when this runs
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from planlang.runtime.program_memory import measure
 
     return estimate_plan(complete(plan), facts=facts, program=measure)  # the facts just probed: the estimator need not probe again

@@ -27,7 +27,7 @@ from pathlib import Path
 from lsprotocol import types as L
 from pygls.lsp.server import LanguageServer
 
-from planlang import __version__
+from planlang.lang.version import __version__
 from planlang.lang.diagnostics import Diagnostic
 
 from .analysis import Analysis, analyze, reader, references, stand_in_for

@@ -1,7 +1,7 @@
 """Model-aware checks: the plan against the real module tree and tensor shapes (traced on meta).
 
 Registered into the checker's rule list with `needs_model=True`; they read `ctx.facts["model"]`, a
-`ModuleFacts` (planlang.model.trace). `model_facts_for(plan)` builds it, or returns a load diagnostic.
+`ModuleFacts` (planlang.model.capture.trace). `model_facts_for(plan)` builds it, or returns a load diagnostic.
 Their codes sit in the model-aware slots (x60–x89) of each range; like every code, their entries (name,
 severity, title, explanation) are in the table of planlang.lang.codes.
 """
@@ -24,31 +24,20 @@ from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import complete
 from planlang.plan.resolve import Resolution, Resolver, diag
 from planlang.plan.rules import site_and_labels
-from planlang.plan.selection import Selection, covered_modules
+from planlang.plan.selection import Selection, covered_modules, to_plan_name
 
 from planlang.plan.data import activation_layout, data_degree, tensor_axes
 from planlang.plan.units import format_bytes
 
-from .estimate import estimate_plan
-from .load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
-from .lowering import Fallback, LoweringError, lower, mark_checkpoints
-from .opgraph import op_graph
-from .pipeline_program import cut_program, microbatch_plan
-from .stages import OUT_SPEC, StageSplitError, split_stages
-from .trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
-from .weight_gathers import WeightGather, weight_gathers
-from .zero_units import block_ranges
-
-
-def to_plan_name(name: str) -> str:
-    """`h.0.attn` -> `h[0].attn` (how plans write container children)."""
-    out = []
-    for part in name.split("."):
-        if part.isdigit():
-            out.append(f"[{part}]")
-        else:
-            out.append(("." if out else "") + part)
-    return "".join(out)
+from .price.estimate import estimate_plan
+from .capture.load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
+from .program.lowering import Fallback, LoweringError, lower, mark_checkpoints
+from .capture.opgraph import op_graph
+from .program.pipeline_program import cut_program, microbatch_plan
+from .program.stages import OUT_SPEC, StageSplitError, split_stages
+from .capture.trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
+from .price.weight_gathers import WeightGather, weight_gathers
+from .program.zero_units import block_ranges
 
 
 def _suggest(sel: Selection, names: list[str]) -> str:
@@ -615,7 +604,7 @@ class StrictMeta(TorchDispatchMode):
 
 def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
     """The plan's loss (load.plan_loss: its model module's `loss`, else the model's `loss` method) on the
-    targets `planlang verify` and `planlang.apply` make (planlang.model.load.guess_targets), under
+    targets `planlang verify` and `planlang.apply` make (planlang.model.capture.load.guess_targets), under
     StrictMeta: what their first step would raise; NoTargets when the loss takes none of the targets made
     for it (apply would refuse the plan)."""
     loss = plan_loss(plan, module)
@@ -740,7 +729,7 @@ def _lowered(model: nn.Module, plan):
 
 def _program_cut_diagnostics(plan) -> list[Diagnostic]:
     """PL467 when the plan's program (one microbatch, lowered as planlang.apply lowers it) cannot be cut
-    into its stages (planlang.model.pipeline_program: data flowing backwards, a checkpoint group across a
+    into its stages (planlang.model.program.pipeline_program: data flowing backwards, a checkpoint group across a
     boundary, the loss outside the last stage)."""
     p = plan.pipeline
     try:

@@ -11,10 +11,10 @@ import json
 from planlang.plan.types import Input, ModelRef
 from planlang.plan.units import format_bytes
 
-from .checks import to_plan_name
-from .load import build_model, meta_inputs
-from .profile import profile_model
-from .trace import probe_modules
+from planlang.plan.selection import to_plan_name
+from .capture.load import build_model, meta_inputs
+from .capture.profile import profile_model
+from .capture.trace import probe_modules
 
 
 def parse_input(text: str) -> Input:

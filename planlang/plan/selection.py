@@ -159,6 +159,17 @@ class Selection:
 A.lazy_span_field(Selection)
 
 
+def to_plan_name(name: str) -> str:
+    """`h.0.attn` -> `h[0].attn` (how plans write container children)."""
+    out = []
+    for part in name.split("."):
+        if part.isdigit():
+            out.append(f"[{part}]")
+        else:
+            out.append(("." if out else "") + part)
+    return "".join(out)
+
+
 def _split_dots(text: str) -> list[str]:
     parts, depth, cur = [], 0, []
     for ch in text:

@@ -51,7 +51,7 @@ class StageTimes:
 @dataclass(frozen=True)
 class ReportData:
     plan: CompletePlan
-    estimates: tuple  # planlang.model.estimate.DeviceEstimate, one per device class
+    estimates: tuple  # planlang.model.price.estimate.DeviceEstimate, one per device class
     bars: tuple[MemoryBar, ...]
     schedule: SimulatedSchedule | None
     stage_times: StageTimes | None
@@ -131,8 +131,8 @@ def build_report_data(path: str) -> ReportData:
     resolution, plan = _checked_plan(path)
     # lazy: torch loads only when this runs
     from planlang.model.checks import model_facts_for, validate
-    from planlang.model.estimate import estimate_plan
-    from planlang.model.load import ModelLoadError
+    from planlang.model.price.estimate import estimate_plan
+    from planlang.model.capture.load import ModelLoadError
     from planlang.runtime.program_memory import measure
 
     facts, load_diags = model_facts_for(plan)

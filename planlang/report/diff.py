@@ -7,10 +7,10 @@
 What is compared, per device class (`planlang estimate`'s rows: "all devices", or one per stage):
 
     memory       parameters, gradients, optimizer, buffers, activations, transient, peak (bytes;
-                 planlang.model.estimate's classes, unchanged)
+                 planlang.model.price.estimate's classes, unchanged)
     step time    the estimator's step seconds
     collectives  per (kind, mesh axes): calls, bytes each rank sends and the cost model's seconds for one
-                 training step as planlang.model.step_time prices it (the lowered program's collectives
+                 training step as planlang.model.price.step_time prices it (the lowered program's collectives
                  and ZeRO's, what `planlang lower --traffic` prints; a pipeline's busiest stage); a
                  pipeline that runs the model's own modules says why instead of numbers
     text         a unified diff of the two plans' canonical formatting (planlang.lang.fmt), so layout and
@@ -237,7 +237,7 @@ def summarize(plan, text: str, path: str) -> PlanSide:
     """The numbers of one validated, complete plan (planlang.plan.complete.CompletePlan): the estimator's
     rows and the predicted traffic of one step. `text` is the plan file's text (formatted here)."""
     # lazy: torch loads only when this runs
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from planlang.runtime.program_memory import measure
 
     rows = estimate_plan(plan, program=measure)
@@ -252,11 +252,11 @@ def summarize(plan, text: str, path: str) -> PlanSide:
 
 def step_collectives(plan) -> tuple[dict[tuple[str, str], Collectives] | None, str]:
     """Per (kind, axes): calls, bytes sent per rank and cost-model seconds of one step as the step-time
-    model prices it (planlang.model.step_time.lowered_traffic: the lowered program's collectives and
+    model prices it (planlang.model.price.step_time.lowered_traffic: the lowered program's collectives and
     ZeRO's; a pipeline's busiest stage), or (None, why)."""
     # lazy: torch loads only when this runs
-    from planlang.model.step_time import lowered_traffic
-    from planlang.model.traffic import unsupported
+    from planlang.model.price.step_time import lowered_traffic
+    from planlang.model.price.traffic import unsupported
 
     why = unsupported(plan)
     if why:

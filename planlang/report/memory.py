@@ -1,6 +1,6 @@
 """What the memory chart draws: each device class's peak, stacked by the classes the estimator reports.
 
-The estimator (planlang.model.estimate) composes a device's peak as
+The estimator (planlang.model.price.estimate) composes a device's peak as
 
     parameters + optimizer state + buffers + max(backward phase, optimizer phase)
     backward phase  = activations + backward transient (gradients produced so far, temporaries)
@@ -57,5 +57,5 @@ def memory_bar(row, optimizer_temporaries: int) -> MemoryBar:
     bar = MemoryBar(row.device, base + top, row.peak, phase)
     if bar.height != row.peak:  # the estimator's composition changed: fail loudly rather than draw wrong bars
         raise ValueError(f"{row.device}: memory classes add up to {bar.height} bytes, the estimated peak is "
-                         f"{row.peak}; planlang.report.memory no longer matches planlang.model.estimate")
+                         f"{row.peak}; planlang.report.memory no longer matches planlang.model.price.estimate")
     return bar

@@ -15,9 +15,9 @@ does after it.
 The passes, in order (each a function of this module or the modules it names):
 
 1. `load_plan`           resolve and check the plan (errors stop here, rendered);
-2. `op_graph`            trace model + loss with torch.fx into the op graph (planlang.model.opgraph);
-3. `lower`               layouts, strategies, conversions, gradient reductions (planlang.model.lowering);
-4. `mark_checkpoints`    the plan's checkpoint groups as instruction ranges (planlang.model.lowering);
+2. `op_graph`            trace model + loss with torch.fx into the op graph (planlang.model.capture.opgraph);
+3. `lower`               layouts, strategies, conversions, gradient reductions (planlang.model.program.lowering);
+4. `mark_checkpoints`    the plan's checkpoint groups as instruction ranges (planlang.model.program.lowering);
 5. `shard_parameters`    each parameter replaced by its local piece (initial values = the single-process
                          model's, whatever the seed);
 6. `generate`            per-rank Python (planlang.runtime.codegen), compiled and run by `ParallelModel`;
@@ -47,10 +47,10 @@ from torch.distributed.tensor import DTensor
 from planlang.cost.layout import local_shape, local_slices
 from planlang.lang.diagnostics import Severity
 from planlang.lang.render import render
-from planlang.model.head_blocks import block_factor, blocked_order, unblocked_order
-from planlang.model.load import guess_targets, meta_inputs, plan_loss, sum_loss_note
-from planlang.model.opgraph import dtype_name, op_graph
-from planlang.model.pipeline_program import microbatch_plan
+from planlang.model.program.head_blocks import block_factor, blocked_order, unblocked_order
+from planlang.model.capture.load import guess_targets, meta_inputs, plan_loss, sum_loss_note
+from planlang.model.capture.opgraph import dtype_name, op_graph
+from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan.data import tensor_axes
 from planlang.plan import types as T
 from planlang.plan.complete import CompleteOptimizer, CompletePlan, IncompletePlan, complete
@@ -59,7 +59,7 @@ from planlang.runtime.codegen import generate
 from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
-from planlang.model.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
+from planlang.model.program.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
 from planlang.runtime.pipeline import PipelineError, apply_pipeline, check_pipeline_plan
 from planlang.runtime.program_pipeline import build_program_pipeline
 from planlang.runtime.placement import ParamLayout
@@ -402,7 +402,7 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
     # the root unit is never resharded after forward (FSDP2's own default for the root): its forward spans
     # the whole step's forward, and backward starts with the head it holds, so resharding it would only
     # all-gather it again at once (one all-gather of the embeddings and head per step, tests/runtime/
-    # test_zero_traffic_gloo.py); its peak is the same either way (planlang.model.estimate counts it whole)
+    # test_zero_traffic_gloo.py); its peak is the same either way (planlang.model.price.estimate counts it whole)
     fully_shard(pm, mesh=mesh, reshard_after_forward=False, **mp)
     for unit in [*units, pm]:  # per unit: the FSDPModule setters act on their own module's parameters
         unit.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API

@@ -42,7 +42,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.placement_types import _StridedShard  # FSDP2 + TP's dim-0 convention
 
-from planlang.model.head_blocks import blocked_order, unblocked_order
+from planlang.model.program.head_blocks import blocked_order, unblocked_order
 from planlang.plan.types import Spec
 
 from .data_parallel import unwrap
@@ -144,7 +144,7 @@ class _Param:
 
     def piece(self, local: torch.Tensor | None = None, placements: tuple | None = None):
         """This piece (or `local`, a tensor placed like it) as a DTensor of the global shape, to save. A
-        parameter stored per head (planlang.model.head_blocks) holds its share of every block, which no
+        parameter stored per head (planlang.model.program.head_blocks) holds its share of every block, which no
         DTensor placement describes: its pieces are gathered over the block axis and put in the model's
         order, replicated over that axis (one parameter whole at a time; every rank calls this in the
         same order)."""

@@ -28,8 +28,8 @@ import re
 from collections.abc import Sequence
 
 from planlang.cost.layout import local_shape
-from planlang.model.lowering import Convert, Program
-from planlang.model.pipeline_program import ProgramCut
+from planlang.model.program.lowering import Convert, Program
+from planlang.model.program.pipeline_program import ProgramCut
 
 
 # Names a value may not take as they are: Python's keywords (and `__debug__`, which cannot be bound),
@@ -237,7 +237,7 @@ def _in_order(block) -> list[str]:
 def generate_pipeline(prog: Program, cut: ProgramCut, rank: int | None = None,
                       coords: dict[str, int] | None = None, title: str = "",
                       stages: Sequence[int] | None = None) -> str:
-    """Python source of a pipeline plan's stages for one rank (planlang.model.pipeline_program): a
+    """Python source of a pipeline plan's stages for one rank (planlang.model.program.pipeline_program): a
     function `stage_<s>(rt, p, <received>)` per stage (those in `stages`, default all) returning the
     values it sends on, and `tail(rt, p, <last stage's outputs>, <targets>)` returning the local loss.
     The program is one microbatch's; every value keeps its lowered layout across stage boundaries."""

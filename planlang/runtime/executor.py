@@ -20,10 +20,10 @@ from torch.fx.node import map_aggregate
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from planlang.cost.comm import Collective
-from planlang.model.opgraph import OpaqueCall, TensorArg
+from planlang.model.capture.opgraph import OpaqueCall, TensorArg
 from planlang.runtime.local_ops import run_local
-from planlang.model.lowering import Convert, Program, Run
-from planlang.model.recompute import checkpoint, is_recomputing
+from planlang.model.program.lowering import Convert, Program, Run
+from planlang.model.program.recompute import checkpoint, is_recomputing
 from planlang.runtime.redistribute import MeshGroups, run_path
 
 

@@ -253,7 +253,7 @@ def lower_source(plan: CompletePlan, rank: int, strict: bool = False) -> str:
     """The generated per-rank Python for `rank`, from the model built on meta (no processes). Ops that run
     on the whole batch (PL364) are warnings on stderr, or with `strict` a PlanError."""
     # lazy: torch loads only when this runs
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
     from planlang.runtime.apply import lower_plan, report_fallbacks, zero_blocks
     from planlang.runtime.codegen import generate
 
@@ -277,7 +277,7 @@ def program_pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[s
     """For a pipeline plan with tensor parallelism: the functions of the stages `rank` holds and the loss
     tail, as planlang.runtime.program_pipeline runs them (one microbatch's program, cut into stages)."""
     # lazy: torch loads only when this runs
-    from planlang.model.pipeline_program import cut_program, microbatch_plan
+    from planlang.model.program.pipeline_program import cut_program, microbatch_plan
     from planlang.runtime.apply import lower_plan, report_fallbacks
     from planlang.runtime.codegen import generate_pipeline
     from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
@@ -299,7 +299,7 @@ def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]
     forward as torch.fx prints it (the pipeline runs the model's own modules inside the stages)."""
     # lazy: torch loads only when this runs
     from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
-    from planlang.model.stages import cut_values, split_stages
+    from planlang.model.program.stages import cut_values, split_stages
 
     check_pipeline_plan(plan)
     p, mesh = plan.pipeline, plan.mesh

@@ -30,7 +30,7 @@ from planlang.cost.layout import local_shape, local_slices
 from planlang.cost.ops import registry
 from planlang.cost.ops.base import OpSpec, Strategy
 from planlang.cost.ops.rules import dims_attr, slice_bounds
-from planlang.model.graph_values import DTYPES
+from planlang.model.capture.graph_values import DTYPES
 from planlang.plan.types import Mesh, Spec
 
 UNARY = {"gelu": F.gelu, "relu": torch.relu, "silu": F.silu, "tanh": torch.tanh, "exp": torch.exp, "neg": torch.neg,
@@ -249,7 +249,7 @@ def _slice(op, strategy, xs, dev):
     x = xs[0]
     d, start, length = slice_bounds(op)
     blocks = op.attr("blocks")
-    if blocks:  # a piece of a value stored per block (planlang.model.head_blocks)
+    if blocks:  # a piece of a value stored per block (planlang.model.program.head_blocks)
         factor = math.prod(dev.mesh.axis_size(a) for a in op.attr("block_axes"))
         index = start // length
         if strategy.output.axes_of(d):  # this device's share of the piece: its share of the block

@@ -1,6 +1,6 @@
 """Pipeline parallelism: the plan's stages driven by torch.distributed.pipelining schedules.
 
-`build_pipeline(model, plan, groups)` cuts the model into the plan's stages (planlang.model.stages),
+`build_pipeline(model, plan, groups)` cuts the model into the plan's stages (planlang.model.program.stages),
 keeps the stages this rank owns, wraps each in a `PipelineStage` over the pipeline axis' process group
 and builds the schedule the plan names:
 
@@ -48,16 +48,16 @@ from torch.utils._pytree import tree_unflatten
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
 
-from planlang.model.load import build_model, meta_inputs, plan_loss
+from planlang.model.capture.load import build_model, meta_inputs, plan_loss
 
 from .data_parallel import DataParallelError, data_axes, zero_axis
 from .executor import batch_norm_recomputed, sync_batch_norm
-from planlang.model.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
+from planlang.model.program.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
 from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 from planlang.cost.layout import local_shape, local_slices
-from planlang.model.recompute import is_recomputing, wrap_chain, wrap_each
-from planlang.model.trace import probe_modules
+from planlang.model.program.recompute import is_recomputing, wrap_chain, wrap_each
+from planlang.model.capture.trace import probe_modules
 from planlang.plan.types import Spec
 
 StageTransform = Callable[[int, nn.Module], nn.Module]
@@ -753,7 +753,7 @@ def in_precision(fn: Callable, prec, device) -> Callable:
 
 
 def plan_checkpoint_groups(plan: CompletePlan) -> list[list[str]]:
-    """The plan's checkpoint groups as module names in execution order (planlang.model.estimate's
+    """The plan's checkpoint groups as module names in execution order (planlang.model.price.estimate's
     expansion: planlang.plan.checkpoints), the order found by running the model on meta."""
 
     if not plan.checkpoints or plan.model is None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from planlang.plan.types import Mesh, Spec
 
 if TYPE_CHECKING:
-    from planlang.model.head_blocks import Blocked
+    from planlang.model.program.head_blocks import Blocked
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class ParamLayout:
     shape: tuple[int, ...]
     spec: Spec
     dtype: str = "f32"
-    blocked: Blocked | None = None  # stored per head (planlang.model.head_blocks)
+    blocked: Blocked | None = None  # stored per head (planlang.model.program.head_blocks)
 
     def __str__(self) -> str:
         return f"{self.name}: {list(self.shape)} {self.spec}"

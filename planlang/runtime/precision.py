@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import MixedPrecisionPolicy
 
-from planlang.model.autocast import MetaAutocast
+from planlang.model.capture.autocast import MetaAutocast
 from planlang.plan.types import Precision
 
 DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16, "f64": torch.float64}
@@ -60,7 +60,7 @@ def mp_policy(prec: Precision):
 
 def autocast(prec: Precision, device_type: str):
     """`torch.autocast` in the compute dtype when it is below f32, else nothing (on meta, where torch has
-    no autocast, planlang.model.autocast.MetaAutocast)."""
+    no autocast, planlang.model.capture.autocast.MetaAutocast)."""
     if not prec.autocast:
         return contextlib.nullcontext()
     if device_type == "meta":  # the program run on meta (program_memory): torch has no meta autocast

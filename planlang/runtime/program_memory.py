@@ -1,13 +1,13 @@
 """What one rank's lowered program holds in memory, measured by running it on the meta device.
 
-The estimator (planlang.model.estimate) simulates the model's own code with local parameter shapes. The
+The estimator (planlang.model.price.estimate) simulates the model's own code with local parameter shapes. The
 planlang runtime runs something else: the lowered per-rank program, which may split ops the plan leaves
 open over any axis (a language-model head and its loss over the batch across tp), convert layouts, free
 values after their last use and sum gradients in buckets. To estimate what runs, `measure` runs that
 program: `planlang.apply` of the plan on rank 0 of its world under torch's fake process group (its
 collectives do nothing; torchtitan's dry runs use the same), with the model, inputs and targets on the
 meta device (no memory, no compute), for three training steps (forward, loss, backward, gradient sums,
-the plan's optimizer step, zero_grad) under planlang.model.simulate's live-bytes tracker. The last step
+the plan's optimizer step, zero_grad) under planlang.model.capture.simulate's live-bytes tracker. The last step
 is the figure, as bench/memory_measure.py measures a real step after two warm-up steps.
 
 Where the program cannot run so, `measure` returns the reason and the estimator keeps its simulation of
@@ -27,8 +27,8 @@ import torch
 import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from planlang.model.load import build_model, plan_loss
-from planlang.model.simulate import Existing, LiveBytes, fused_attention
+from planlang.model.capture.load import build_model, plan_loss
+from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import tensor_axes
 

@@ -3,7 +3,7 @@ torch.distributed.pipelining's schedules.
 
 A pipeline plan whose `shard` specs split over a tensor axis (planlang.plan.data.tensor_axes) runs
 here; a pipeline of data parallelism alone keeps planlang.runtime.pipeline's module cut. The program is
-lowered once for one microbatch of the global batch (planlang.model.pipeline_program.microbatch_plan),
+lowered once for one microbatch of the global batch (planlang.model.program.pipeline_program.microbatch_plan),
 on the whole mesh, exactly as without a pipeline: the same layouts, conversions, collectives and
 per-parameter gradient sums. `cut_program` gives each instruction to a stage; `generate_pipeline` writes
 one function per stage, and this rank's stages become `ProgramStage` modules:
@@ -34,10 +34,10 @@ from torch import nn
 from torch.distributed.fsdp import fully_shard
 
 from planlang.cost.layout import local_shape
-from planlang.model.head_blocks import block_factor, unblocked_order
-from planlang.model.load import TORCH_DTYPES
-from planlang.model.lowering import Program, trained_parameters
-from planlang.model.pipeline_program import ProgramCut, cut_program
+from planlang.model.program.head_blocks import block_factor, unblocked_order
+from planlang.model.capture.load import TORCH_DTYPES
+from planlang.model.program.lowering import Program, trained_parameters
+from planlang.model.program.pipeline_program import ProgramCut, cut_program
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
 from planlang.plan.types import Precision, Spec

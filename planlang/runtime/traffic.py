@@ -1,4 +1,4 @@
-"""What collectives a real training step issues, measured in the units planlang.model.traffic predicts
+"""What collectives a real training step issues, measured in the units planlang.model.price.traffic predicts
 (`Transfer`, `Traffic`), and the per-step traffic table `planlang lower --traffic` prints.
 
 Measurement (`CollectiveSpy`) is a TorchDispatchMode: it sees every c10d and functional-collective op
@@ -15,9 +15,9 @@ from torch.distributed.distributed_c10d import _resolve_process_group
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from planlang.cost.comm import Collective, collective_time, group
-from planlang.model.load import build_model
-from planlang.model.pipeline_program import microbatch_plan
-from planlang.model.traffic import (PHASES, Traffic, Transfer, stage_traffic, transfer,  # noqa: F401 - API
+from planlang.model.capture.load import build_model
+from planlang.model.program.pipeline_program import microbatch_plan
+from planlang.model.price.traffic import (PHASES, Traffic, Transfer, stage_traffic, transfer,  # noqa: F401 - API
                                     multi_axis_sums, predict_step_traffic, program_zero_units, unsupported)
 from planlang.plan.complete import CompleteMesh
 from planlang.plan.types import Mesh

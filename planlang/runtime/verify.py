@@ -49,8 +49,8 @@ from torch import nn
 from torch.distributed.tensor import DTensor
 
 from planlang.cost.layout import local_shape
-from planlang.model.load import build_model, guess_targets, meta_inputs, plan_loss
-from planlang.model.graph_values import keyword_inputs
+from planlang.model.capture.load import build_model, guess_targets, meta_inputs, plan_loss
+from planlang.model.capture.graph_values import keyword_inputs
 from planlang.plan.complete import CompletePlan
 from planlang.runtime.apply import PlanError, apply, load_plan
 from planlang.runtime.data_parallel import DataParallelError, zero_axis

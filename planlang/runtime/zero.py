@@ -7,7 +7,7 @@
     ZeRO 2, 3  a plain optimizer over the FSDP2-sharded parameters (data_parallel.wrap_data_parallel
                must run first): each rank's state covers its dim-0 slice of every parameter
 
-The estimator (planlang.model.estimate) divides the optimizer state by the ZeRO axis size for every
+The estimator (planlang.model.price.estimate) divides the optimizer state by the ZeRO axis size for every
 stage. That is exact for FSDP2 (every tensor sliced), but ZeroRedundancyOptimizer partitions *whole
 parameters*, greedily by size, so a rank holding the largest tensor (e.g. an embedding) can carry more
 than 1/N of the state.

@@ -18,7 +18,7 @@ gathers the block again in backward (prefetching the block before it), and the b
 reduce-scattered as soon as its backward ends. So at most about two blocks' parameters are whole at once
 instead of the model's.
 
-Which blocks qualify, and why the others stay in the root unit, is planlang.model.zero_units.block_ranges
+Which blocks qualify, and why the others stay in the root unit, is planlang.model.program.zero_units.block_ranges
 (`planlang check --model` reports those left out: PL468).
 """
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Callable
 
 from torch import nn
 
-from planlang.model.zero_units import Block, block_ranges  # noqa: F401 - part of this module's API
+from planlang.model.program.zero_units import Block, block_ranges  # noqa: F401 - part of this module's API
 
 
 class BlockCaller:

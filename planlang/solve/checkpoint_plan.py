@@ -2,7 +2,7 @@
 
 map-memory-aware-auto-parallel §5.3 runs the activation-checkpoint solver on the graph the intra-op stage
 has sharded; here that graph is the model with every parameter replaced by its local shard and the batch
-each device sees (the estimator's local model, planlang.model.estimate), cut into a chain at the model's
+each device sees (the estimator's local model, planlang.model.price.estimate), cut into a chain at the model's
 longest list of repeated blocks (GPT-2's `h.0` .. `h.11`, plus what runs before and after them:
 planlang.solve.linearize.chain_for_modules). Blocks are what a `checkpoint` line can name, so the groups
 rotor chooses are written back as they are (`checkpoint h[0:4]`, one line per group).
@@ -57,14 +57,14 @@ def repeated_blocks(module_names: list[str]) -> tuple[str, int] | None:
 
 def plan_chain(plan: CompletePlan, efficiency: float = 0.5, facts=None):
     """The LinearChain of the plan's local model over its repeated blocks (one microbatch). `facts`: the
-    model's probe (planlang.model.trace.ModuleFacts) when the caller has it (the solver's ModelFacts)."""
+    model's probe (planlang.model.capture.trace.ModuleFacts) when the caller has it (the solver's ModelFacts)."""
     # lazy: torch loads only when this runs
     import torch
 
     # lazy: torch loads only when this runs
-    from planlang.model import estimate as E
-    from planlang.model.load import build_model, meta_inputs, model_loss
-    from planlang.model.trace import probe_modules
+    from planlang.model.price import estimate as E
+    from planlang.model.capture.load import build_model, meta_inputs, model_loss
+    from planlang.model.capture.trace import probe_modules
 
     # lazy: torch loads only when this runs
     from .linearize import chain_for_modules
@@ -102,7 +102,7 @@ def plan_chain(plan: CompletePlan, efficiency: float = 0.5, facts=None):
 
 def activation_budget(row, budget: int) -> int:
     """What a device has left for activations: its budget minus parameters, gradients, optimizer states
-    and buffers (an estimator row, planlang.model.estimate.DeviceEstimate)."""
+    and buffers (an estimator row, planlang.model.price.estimate.DeviceEstimate)."""
     return budget - row.parameters - row.gradients - row.optimizer - row.buffers
 
 

@@ -4,7 +4,7 @@
 Stage 1 enumerates the coarse choices — the factorizations of the device count over the mesh axes left
 `?` (fixed sizes are constraints) — with every other hole at a default (ZeRO 0, the smallest valid
 microbatch count ≥ stages, stages balanced by the min–max partition DP over per-layer flops, replicated
-specs, no checkpointing), and prices each candidate plan with planlang.model.estimate (per-device peak
+specs, no checkpointing), and prices each candidate plan with planlang.model.price.estimate (per-device peak
 memory by class and step time). Stage 2 refines the best meshes as map §5.3 does:
 
   1. the intra-op ILP (planlang.solve.intra_op, the plan's fixed specs as constraints) solved at memory
@@ -336,7 +336,7 @@ class _Search:
         """The chosen candidate's choices written into the input's text, once, with the header (or
         Infeasible when it does not fit)."""
         # lazy: torch loads only when this runs
-        from planlang.model.estimate import format_bytes
+        from planlang.model.price.estimate import format_bytes
 
         if not chosen.fits:
             smallest = min(self.tried, key=lambda c: c.peak)

@@ -5,7 +5,7 @@ model: the model built on meta, its probe (modules in execution order, call shap
 profile at the whole batch and its layer sequence (planlang.solve.pipeline_stages.plan_layers), and the
 op graph the intra-op ILP reads are the same for all of them. The estimator's simulations and profiles
 of *local* models do depend on the candidate, but only on part of it (local parameter shapes, batch,
-checkpoint groups, stages): two candidates that agree there share one (planlang.model.estimate keys
+checkpoint groups, stages): two candidates that agree there share one (planlang.model.price.estimate keys
 them), and `ModelFacts.estimates` keeps them for the whole solve — no bounded module-wide cache, no
 eviction in the middle of a search.
 
@@ -31,15 +31,15 @@ class ModelFacts:
 
     @property
     def modules(self):
-        """The probe: planlang.model.trace.ModuleFacts (modules, call shapes, parameters)."""
+        """The probe: planlang.model.capture.trace.ModuleFacts (modules, call shapes, parameters)."""
         return self.layers.facts  # type: ignore[attr-defined]
 
     def op_graph(self, plan: T.Plan):
         """The op graph of the model with its loss (traced once; `plan` gives the inputs and the loss)."""
         if self.graph is None:
             # lazy: torch loads only when this runs
-            from planlang.model.load import guess_targets, meta_inputs, plan_loss
-            from planlang.model.opgraph import op_graph
+            from planlang.model.capture.load import guess_targets, meta_inputs, plan_loss
+            from planlang.model.capture.opgraph import op_graph
 
             model = self.layers.module  # type: ignore[attr-defined]
             inputs = meta_inputs(plan.inputs)

@@ -1,6 +1,6 @@
 """The intra-op sharding problem of a model: op graph + mesh -> ILP instance -> specs.
 
-`build_problem(graph, mesh, ...)` turns a `planlang.model.opgraph.OpGraph` into an `ilp.Instance`:
+`build_problem(graph, mesh, ...)` turns a `planlang.model.capture.opgraph.OpGraph` into an `ilp.Instance`:
 
 * every op is a node whose options are `planlang.cost.ops.strategies(op, mesh)` (an op without a rule,
   such as "opaque", gets one all-replicated option); compute = local forward flops x (1 + backward
@@ -61,7 +61,7 @@ from planlang.plan.types import Mesh, Spec, is_hole
 from .ilp import Edge, Instance, Node, Option, Result, SolveOptions, Step, solve
 
 if TYPE_CHECKING:
-    from planlang.model.opgraph import OpGraph, Value
+    from planlang.model.capture.opgraph import OpGraph, Value
 
 # what the solver assumes of an op without registered facts (an opaque call): it keeps every input
 _OPAQUE = OpKind("opaque", lambda op, mesh: [])
@@ -91,7 +91,7 @@ def optimizer_state_elements(name: str | None) -> float:
     if not name:
         return 0.0
     # lazy: torch loads only when this runs
-    from planlang.model.estimate import STATE_ELEMENTS
+    from planlang.model.price.estimate import STATE_ELEMENTS
 
     return float(STATE_ELEMENTS.get(name, 2))
 

@@ -15,8 +15,8 @@
 * `group_modules` / `checkpoint_lines` turn the groups of a solved chain (rotor.solve_groups, or
   rotor.top_level_groups of a rotor schedule) into module paths and `checkpoint h[2:5]` lines.
 
-Measurement: one forward + loss + backward on the meta device (planlang.model.simulate.LiveBytes follows
-every storage's life; planlang.model.profile's flop counter counts each op's flops), with the running
+Measurement: one forward + loss + backward on the meta device (planlang.model.capture.simulate.LiveBytes follows
+every storage's life; planlang.model.capture.profile's flop counter counts each op's flops), with the running
 stage switched at stage boundaries — in forward when a stage's first node or module starts, in backward
 when the gradient of a stage's input is complete (a tensor hook). Per stage:
 
@@ -43,9 +43,9 @@ import torch
 import torch.fx as fx
 from torch.utils._pytree import tree_flatten
 
-from planlang.model.profile import _FlopMode
-from planlang.model.simulate import Existing, LiveBytes, fused_attention
-from planlang.model.trace import bind_inputs, meta_or_fake, trace_graph
+from planlang.model.capture.profile import _FlopMode
+from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
+from planlang.model.capture.trace import bind_inputs, meta_or_fake, trace_graph
 
 from .rotor import Chain
 
@@ -164,7 +164,7 @@ def _has_float(meta) -> bool:
 
 
 def graph_nodes(facts) -> list[GraphNode]:
-    """The graph of planlang.model.trace.trace_graph (GraphFacts: fx graph with shapes propagated and
+    """The graph of planlang.model.capture.trace.trace_graph (GraphFacts: fx graph with shapes propagated and
     module paths) as GraphNodes for `linearize`."""
     gm = facts.graph_module
     module_of = {info.name: info.module for info in facts.nodes}
@@ -374,7 +374,7 @@ def chain_for_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
     run one after the other: one stage), plus an end stage for whatever runs before the first of them
     and one for whatever runs after the last (dropped when nothing does), then the loss.
 
-    `module` and `inputs` on the meta device; `loss(output, inputs)` as in planlang.model.load.model_loss
+    `module` and `inputs` on the meta device; `loss(output, inputs)` as in planlang.model.capture.load.model_loss
     (default: the sum of the output); `throughput` in flop/s; comm_fw / comm_bw seconds per stage as in
     rotor.Chain (end stages included)."""
     groups = [(s,) if isinstance(s, str) else tuple(s) for s in stages]
@@ -444,7 +444,7 @@ def chain_for_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
 
 def chain_for_graph(module: torch.nn.Module, inputs: dict[str, torch.Tensor], *, throughput: float, loss=None,
                     seeds: Iterable[str] = (), facts=None) -> LinearChain:
-    """The chain of Algorithm 2's node groups of the model's fx graph (planlang.model.trace.trace_graph
+    """The chain of Algorithm 2's node groups of the model's fx graph (planlang.model.capture.trace.trace_graph
     unless its GraphFacts are given), each group measured as a stage. Stage names are the groups' first
     and last nodes; `modules` lists the modules each group's nodes run in (for information: a group may
     hold ops of a parent module, such as a residual add, that no `checkpoint` line can name)."""

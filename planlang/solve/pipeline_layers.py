@@ -2,7 +2,7 @@
 
 `layer_sequence` lists the model's top-level modules in execution order, expanding containers (a
 ModuleList such as GPT-2's `h`, a ModuleDict, a Sequential) into their children, with each layer's cost
-from the symbolic profile (planlang.model.profile): forward + backward flops, parameter bytes and the
+from the symbolic profile (planlang.model.capture.profile): forward + backward flops, parameter bytes and the
 activation bytes autograd saves for the profiled batch. It checks what a contiguous partition needs:
 every layer's modules run together and the layers run one after another (else the model is not a chain
 and `model_tree` + the tree partition apply), and no parameter is shared between two layers (a pipeline
@@ -21,9 +21,9 @@ from typing import Sequence
 
 import torch
 
-from planlang.model.checks import to_plan_name
-from planlang.model.profile import Profile, profile_model
-from planlang.model.trace import ModuleFacts, probe_modules
+from planlang.plan.selection import to_plan_name
+from planlang.model.capture.profile import Profile, profile_model
+from planlang.model.capture.trace import ModuleFacts, probe_modules
 
 from .partition import PartitionError
 from .tree_partition import TreeNode, TreePartition

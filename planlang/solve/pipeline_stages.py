@@ -30,10 +30,10 @@ from .pipeline_layers import LayerSequence, layer_sequence, model_tree, stage_se
 from .throughput_stages import Submesh, throughput_stages
 from .tree_partition import tree_partition
 from planlang.cost.comm import Collective, DEFAULT_LINK, Group, collective_time, compute_time
-from planlang.model.estimate import STATE_ELEMENTS
-from planlang.model.load import build_model, meta_inputs, model_loss
-from planlang.model.profile import profile_model
-from planlang.model.trace import probe_modules
+from planlang.model.price.estimate import STATE_ELEMENTS
+from planlang.model.capture.load import build_model, meta_inputs, model_loss
+from planlang.model.capture.profile import profile_model
+from planlang.model.capture.trace import probe_modules
 
 
 @dataclass(frozen=True)
@@ -198,7 +198,7 @@ def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None
     """CAPTURE's plan: stages with data- or tensor-parallel degrees minimising predicted peak memory.
     Degrees go to the plan's data axis (dp) or its other non-pipeline axis (tp); a dp degree must divide
     the samples of a microbatch. `node_size` defaults to the devices of one pipeline slice (the mesh's
-    device count / the stage count). `extra_in_flight=1` counts 1F1B's peak as planlang.model.estimate
+    device count / the stage count). `extra_in_flight=1` counts 1F1B's peak as planlang.model.price.estimate
     does (min(p − i + 1, m)); the default is the steady-state rule min(p − i, m)."""
     mesh = plan.mesh
     if mesh is None or mesh.size is None:

@@ -2,8 +2,8 @@
 No text: the candidate is a `CompletePlan` the search built by substituting its choices into the input's
 plan (planlang.solve.substitute).
 
-A candidate's peak and step time are the estimator's (planlang.model.estimate, whose step is
-planlang.model.step_time's: compute, the lowered program's collectives, the gradient sums and ZeRO's
+A candidate's peak and step time are the estimator's (planlang.model.price.estimate, whose step is
+planlang.model.price.step_time's: compute, the lowered program's collectives, the gradient sums and ZeRO's
 collectives with what overlaps, the pipeline's bubble) — the figures `planlang estimate` prints for the
 solved plan. The search prices a candidate's step in two steps (`Steps`): from the local model's profile
 alone (a lower bound: every collective left out only lowers it), then with its lowered program's
@@ -20,7 +20,7 @@ from .facts import ModelFacts
 
 @dataclass(frozen=True)
 class Priced:
-    rows: tuple  # planlang.model.estimate.DeviceEstimate, one per device class
+    rows: tuple  # planlang.model.price.estimate.DeviceEstimate, one per device class
     steps: tuple[float, ...]  # each row's step seconds
     peak: int  # the largest device's peak bytes
     fits: bool
@@ -34,7 +34,7 @@ class Priced:
 
 @dataclass(frozen=True)
 class Lowered:
-    """A candidate's lowered-program collectives (planlang.model.step_time.lowered_traffic: one Traffic
+    """A candidate's lowered-program collectives (planlang.model.price.step_time.lowered_traffic: one Traffic
     per model stage; None for a pipeline that runs the model's modules), or `note`, why it could not be
     lowered (its gradient sums are then priced from its parameters)."""
 
@@ -42,14 +42,14 @@ class Lowered:
     note: str = ""
 
     def for_estimate(self):
-        """What planlang.model.estimate.estimate_plan takes as `traffic`."""
+        """What planlang.model.price.estimate.estimate_plan takes as `traffic`."""
         return self.note if self.note else (list(self.traffic) if self.traffic is not None else None)
 
 
 def lowered(plan: CompletePlan, facts: ModelFacts) -> Lowered:
     """The candidate's program lowered with the solve's op graph and model, and its collectives."""
     # lazy: torch loads only when this runs
-    from planlang.model.step_time import lowered_traffic
+    from planlang.model.price.step_time import lowered_traffic
 
     try:
         graph = facts.op_graph(plan) if plan.pipeline is None else None
@@ -64,7 +64,7 @@ def price_plan(plan: CompletePlan, facts: ModelFacts, low: Lowered | None = None
     model cannot run (the search skips such a candidate and says why). `low`: its lowered program's
     collectives when the caller has them (else lowered here)."""
     # lazy: torch loads only when this runs
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
 
     low = low if low is not None else lowered(plan, facts)
     rows = estimate_plan(plan, facts=facts.modules, cache=facts.estimates, traffic=low.for_estimate())
@@ -78,10 +78,10 @@ def price_plan(plan: CompletePlan, facts: ModelFacts, low: Lowered | None = None
 @dataclass(frozen=True)
 class Steps:
     """A candidate's step times priced without its memory (price_steps): what the step-time model needs
-    of the local model's profile (planlang.model.estimate.StepInputs) and — once `with_lowered` has
+    of the local model's profile (planlang.model.price.estimate.StepInputs) and — once `with_lowered` has
     lowered its program — its collectives, which price_plan then reuses."""
 
-    inputs: object  # planlang.model.estimate.StepInputs
+    inputs: object  # planlang.model.price.estimate.StepInputs
     low: Lowered | None = None  # None: not lowered yet
 
     def lower(self, plan: CompletePlan) -> float:
@@ -104,10 +104,10 @@ class Steps:
 
 def price_steps(plan: CompletePlan, facts: ModelFacts) -> Steps | None:
     """The candidate's step inputs from the profile of the local model alone
-    (planlang.model.estimate.estimate_steps: no simulated step, no memory), its program not yet lowered;
+    (planlang.model.price.estimate.estimate_steps: no simulated step, no memory), its program not yet lowered;
     None when the estimator cannot profile the local model."""
     # lazy: torch loads only when this runs
-    from planlang.model.estimate import estimate_steps
+    from planlang.model.price.estimate import estimate_steps
 
     inputs = estimate_steps(plan, facts=facts.modules, cache=facts.estimates)
     return None if inputs is None else Steps(inputs)
@@ -136,7 +136,7 @@ class Candidate:
     def __str__(self) -> str:
         what = ", ".join(f"{k}={v}" for k, v in self.choices)
         # lazy: torch loads only when this runs
-        from planlang.model.estimate import format_bytes
+        from planlang.model.price.estimate import format_bytes
 
         return f"{what}: peak {format_bytes(self.peak)}, step {self.step_time * 1e3:.2f} ms" + ("" if self.fits else " (over budget)")
 

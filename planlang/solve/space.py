@@ -17,6 +17,7 @@ from functools import lru_cache
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups as expand_groups
 from planlang.plan.data import batch_axes, batch_dim
+from planlang.plan.selection import to_plan_name
 
 from .checkpoint_plan import repeated_blocks
 from .classify import Holes, TemplateArguments, hole_key
@@ -386,9 +387,6 @@ class Space:
     def ckpt_options(self) -> list[str]:
         """`every k` groups over the model's longest list of repeated blocks (pipeline plans, whose
         activations the chain of the whole model does not describe per stage)."""
-        # lazy: torch loads only when this runs
-        from planlang.model.checks import to_plan_name
-
         found = repeated_blocks([n for n in self.facts().modules.all_modules if n])
         if found is None:
             return []

@@ -97,7 +97,7 @@ def test_capture_sizes_match_table_1_with_a_tied_head():
 
 @pytest.mark.parametrize("cfg", [MMR[0], MAP[0]], ids=lambda c: c.slug)
 def test_parameter_count_matches_the_factory(cfg):
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
 
     res, _ = _check(plan_text(cfg, grid(cfg)[0], "grid"), cfg)
     model = build_model(res.plan.model, res.plan.path)

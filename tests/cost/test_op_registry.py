@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from planlang.cost.ops import UnknownOp, op_kind, registry
-from planlang.model.graph_values import Value, op_spec
+from planlang.model.capture.graph_values import Value, op_spec
 from planlang.runtime import local_ops
 from tests.runtime.test_op_strategies_gloo import CASES
 

@@ -62,7 +62,7 @@ def test_activation_shape_and_local_shard(run):
 
 
 def test_stage_hover_shows_the_estimate_of_that_stage(run):
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
 
     path, _, insight = run
     reference = {e.device: e for e in estimate_plan(analyze(PLAN, path).plan)}

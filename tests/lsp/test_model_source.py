@@ -1,6 +1,6 @@
 """Model facts follow the model's source: when the factory's file, or a module it imports from the
 plan's folder or its package, changes, the next model check builds the current code, and the server's
-hover never shows numbers of the old model (planlang.model.source.ModelSource)."""
+hover never shows numbers of the old model (planlang.model.capture.source.ModelSource)."""
 import sys
 import time
 
@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 from planlang.lsp.analysis import analyze  # noqa: E402
 from planlang.lsp.hover import hover  # noqa: E402
 from planlang.lsp.model_checks import CACHE_SIZE, ModelChecker  # noqa: E402
-from planlang.model.source import SOURCES, SOURCES_SIZE  # noqa: E402
+from planlang.model.capture.source import SOURCES, SOURCES_SIZE  # noqa: E402
 from planlang.lsp.positions import LineIndex  # noqa: E402
 from planlang.plan.units import format_bytes  # noqa: E402
 
@@ -97,7 +97,7 @@ def test_an_edited_module_imported_by_the_factory_is_built_again(model_dir):
     assert "float32 [512, 64]" in _hover(text, path, second, "shard fc1.weight", len("shard fc1."))
     assert f"| parameters | {_stage0_bytes(512)} |" in _hover(text, path, second, "stage fc1", 2)
     # the estimator's own cache was kept in step: a direct estimate agrees
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
 
     direct = {e.device: e for e in estimate_plan(analyze(text, path).plan)}
     assert direct["stage 0"].parameters == second.estimate_for("stage 0").parameters

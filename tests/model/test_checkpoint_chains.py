@@ -21,7 +21,7 @@ def test_layers_called_with_keywords_are_recorded_so():
     import torch
 
     from examples.zoo.causal_lm import mistral
-    from planlang.model.trace import probe_modules
+    from planlang.model.capture.trace import probe_modules
 
     facts = probe_modules(mistral().to("meta"), {"input_ids": torch.zeros(2, 16, dtype=torch.long, device="meta")})
     assert "attention_mask" in facts.calls["model.layers.0"].keywords

@@ -5,8 +5,8 @@ looks up. The numerics of the deferred plans are checked against one process by 
 (tests/runtime: verify parity and predicted == measured traffic on GPT-2 dp plans)."""
 from __future__ import annotations
 
-from planlang.model.lowering import Run, lower
-from planlang.model.traffic import graph_of
+from planlang.model.program.lowering import Run, lower
+from planlang.model.price.traffic import graph_of
 from planlang.plan.checker import check_text
 from planlang.plan.complete import complete
 

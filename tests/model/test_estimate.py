@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.distributed._tools.mem_tracker import MemTracker
 
-from planlang.model.estimate import estimate_plan
+from planlang.model.price.estimate import estimate_plan
 from planlang.plan.checker import check_text
 
 PLAN = """use hardware
@@ -149,7 +149,7 @@ def test_accumulated_backward_matches_measured():
     gradient is live while autograd computes the next one. Simulated on meta vs measured by MemTracker."""
     import importlib
 
-    from planlang.model.simulate import simulate_step
+    from planlang.model.capture.simulate import simulate_step
 
     kwargs = {"layers": 2, "hidden": 128, "heads": 4, "vocab": 1000, "seq": 64}
     mod = importlib.import_module("examples.gpt2.model")

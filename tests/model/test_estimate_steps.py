@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from planlang.model import estimate as E
+from planlang.model.price import estimate as E
 from planlang.plan.complete import complete
 from planlang.plan.checker import check_text
 
@@ -36,7 +36,7 @@ def test_steps_alone_are_the_estimates_steps(name):
     assert not res.errors, res.diagnostics
     plan = complete(res.plan)
     cache: dict = {}
-    from planlang.model.step_time import lowered_traffic
+    from planlang.model.price.step_time import lowered_traffic
 
     inputs = E.estimate_steps(plan, cache=cache)  # the profile first, as the solver does
     rows = E.estimate_plan(plan, cache=cache)

@@ -1,4 +1,4 @@
-"""The torch.export fallback of the op graph (planlang.model.export_graph): models symbolic tracing
+"""The torch.export fallback of the op graph (planlang.model.capture.export_graph): models symbolic tracing
 refuses get the same OpSpecs the fx path makes, and the graph, run op by op in one process with the
 runtime's local ops, computes the model's loss and gradients."""
 from __future__ import annotations
@@ -12,8 +12,8 @@ import torch.nn.functional as F
 from torch import fx, nn
 
 from planlang.cost.ops.base import Strategy
-from planlang.model.export_graph import AtenCall, causal_mask
-from planlang.model.opgraph import OpGraph, TensorArg, UnsupportedGraph, op_graph, trace
+from planlang.model.capture.export_graph import AtenCall, causal_mask
+from planlang.model.capture.opgraph import OpGraph, TensorArg, UnsupportedGraph, op_graph, trace
 from planlang.plan.types import Mesh, Spec
 from planlang.runtime.local_ops import run_local
 
@@ -304,7 +304,7 @@ def test_an_opaque_call_of_a_torch_dispatch_wrapper_pickles():
     pickle cannot name) goes by its public name and comes back as the same function."""
     import pickle
 
-    from planlang.model.graph_values import OpaqueCall
+    from planlang.model.capture.graph_values import OpaqueCall
 
     call = OpaqueCall("call_function", F.max_pool2d, (2,), (("stride", 2),))
     back = pickle.loads(pickle.dumps(call))

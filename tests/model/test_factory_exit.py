@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from planlang.model.load import ModelLoadError, build_model  # noqa: E402
+from planlang.model.capture.load import ModelLoadError, build_model  # noqa: E402
 from planlang.plan.types import ModelRef  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,12 +1,12 @@
-"""Fused projections stored per head (planlang.model.head_blocks): which parameters the lowering blocks,
+"""Fused projections stored per head (planlang.model.program.head_blocks): which parameters the lowering blocks,
 that the cut of a blocked value needs no gather, and the reordering the runtime shards and gathers by."""
 from __future__ import annotations
 
 import pytest
 import torch
 
-from planlang.model.head_blocks import Blocked, blocked_order, unblocked_order
-from planlang.model.lowering import Convert, Run
+from planlang.model.program.head_blocks import Blocked, blocked_order, unblocked_order
+from planlang.model.program.lowering import Convert, Run
 from planlang.plan.checker import check_text
 from planlang.plan.complete import complete
 from planlang.runtime.apply import lower_plan
@@ -29,7 +29,7 @@ def _program(text: str, path: str = "gpt2.plan"):
     res = check_text(text, path)
     assert not res.errors, [str(d) for d in res.diagnostics]
     plan = complete(res.plan)
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
 
     return lower_plan(build_model(plan.model, plan.path), plan)
 
@@ -89,7 +89,7 @@ def test_the_estimate_runs_gpt2_attention_on_local_heads():
     """HF's GPT-2 cuts c_attn's output by the global size and views it by Conv1D's `nf`: the estimate's
     local simulation follows the runtime (local heads) instead of falling back to the unsharded model."""
     pytest.importorskip("transformers")
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from tests.zoo.plans import plan_text
 
     res = check_text(plan_text("gpt2", "dp2tp2"), "/tmp/gpt2_dp2tp2.plan")

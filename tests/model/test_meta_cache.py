@@ -1,4 +1,4 @@
-"""planlang.model.simulate.MetaOpCache: a meta kernel's outputs remembered by its arguments' metadata. The
+"""planlang.model.capture.simulate.MetaOpCache: a meta kernel's outputs remembered by its arguments' metadata. The
 simulation, the profile and whole estimates are the same with it as without it (every field, not within
 a tolerance), and it never hands out a view, a mutated argument or a storage twice."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from planlang.model import estimate as E
-from planlang.model.profile import profile_model
-from planlang.model.simulate import MetaOpCache, simulate_step
+from planlang.model.price import estimate as E
+from planlang.model.capture.profile import profile_model
+from planlang.model.capture.simulate import MetaOpCache, simulate_step
 from planlang.plan.complete import complete
 from planlang.plan.resolve import Resolver
 

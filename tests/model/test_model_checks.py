@@ -3,9 +3,10 @@ import textwrap
 
 import pytest
 
-from planlang.model.checks import check_with_model, to_plan_name
-from planlang.model.load import ModelLoadError, build_model, meta_inputs
-from planlang.model.trace import probe_modules, trace_graph
+from planlang.model.checks import check_with_model
+from planlang.plan.selection import to_plan_name
+from planlang.model.capture.load import ModelLoadError, build_model, meta_inputs
+from planlang.model.capture.trace import probe_modules, trace_graph
 from planlang.plan.types import Input, ModelRef
 
 HEAD = """\

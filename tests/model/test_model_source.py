@@ -1,4 +1,4 @@
-"""The model layer follows the model's source within one process (planlang.model.source): an edited
+"""The model layer follows the model's source within one process (planlang.model.capture.source): an edited
 model file is built again and estimated afresh, even when the edit keeps the file's size and mtime
 second; the estimator's caches are keyed by that source and stay bounded."""
 import os
@@ -8,10 +8,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from planlang.model import estimate as E  # noqa: E402
-from planlang.model import source as S  # noqa: E402
-from planlang.model.estimate import estimate_plan  # noqa: E402
-from planlang.model.load import build_model  # noqa: E402
+from planlang.model.price import estimate as E  # noqa: E402
+from planlang.model.capture import source as S  # noqa: E402
+from planlang.model.price.estimate import estimate_plan  # noqa: E402
+from planlang.model.capture.load import build_model  # noqa: E402
 from planlang.plan.checker import check_text  # noqa: E402
 
 MODEL = '''import torch

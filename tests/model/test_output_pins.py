@@ -6,8 +6,8 @@ tests and bench/runtime_overhead.py's gpt2-tp case measure the same counts)."""
 from __future__ import annotations
 
 from planlang.cost.layout import normalize
-from planlang.model.lowering import Convert, Run, lower
-from planlang.model.traffic import graph_of, predict_step_traffic
+from planlang.model.program.lowering import Convert, Run, lower
+from planlang.model.price.traffic import graph_of, predict_step_traffic
 from planlang.plan.checker import check_text
 from planlang.plan.complete import complete
 

@@ -1,4 +1,4 @@
-"""Cutting a lowered program into pipeline stages (planlang.model.pipeline_program), on meta: GPT-2
+"""Cutting a lowered program into pipeline stages (planlang.model.program.pipeline_program), on meta: GPT-2
 (hidden 64) under pp2 x tp2 with Megatron attention and MLP. No processes."""
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from planlang.model.load import build_model
-from planlang.model.lowering import Convert, LoweringError, Run
-from planlang.model.pipeline_program import cut_program, microbatch_plan
+from planlang.model.capture.load import build_model
+from planlang.model.program.lowering import Convert, LoweringError, Run
+from planlang.model.program.pipeline_program import cut_program, microbatch_plan
 from planlang.runtime.apply import load_plan, lower_plan
 
 PLANS = Path(__file__).resolve().parents[1] / "runtime" / "plans"

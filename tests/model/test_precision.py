@@ -8,8 +8,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from planlang.model.autocast import MetaAutocast
-from planlang.model.estimate import estimate_plan
+from planlang.model.capture.autocast import MetaAutocast
+from planlang.model.price.estimate import estimate_plan
 from planlang.plan.checker import check_text
 from planlang.plan.complete import complete
 
@@ -76,7 +76,7 @@ def _row(fields: str):
 
 
 def _elems(plan) -> int:
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
 
     return sum(p.numel() for p in build_model(plan.model, plan.path).parameters())
 
@@ -86,7 +86,7 @@ def test_estimate_counts_each_class_in_its_dtype():
     _, bf16 = _row("    precision = bf16")
     _, pure = _row("    precision = bf16\n    master = bf16")
     n = _elems(plan)
-    tensors = sum(1 for _ in __import__("planlang.model.load", fromlist=["x"]).build_model(plan.model, plan.path)
+    tensors = sum(1 for _ in __import__("planlang.model.capture.load", fromlist=["x"]).build_model(plan.model, plan.path)
                   .parameters())
     assert f32.parameters == 4 * n and bf16.parameters == 2 * n
     assert f32.buffers == 4 * n and bf16.buffers == 2 * n  # gradient buckets in the parameters' dtype
@@ -120,7 +120,7 @@ def test_compute_time_at_the_compute_dtypes_throughput():
 
 
 def test_the_table_says_the_precision():
-    from planlang.model.estimate import render_table
+    from planlang.model.price.estimate import render_table
 
     plan, row = _row("    precision = bf16")
     text = render_table(plan, [row])
@@ -134,7 +134,7 @@ def test_the_simulated_autocast_region_ends_with_the_loss():
     # autocast's cached weight casts are freed as backward uses them (the runtime's region covers forward
     # and loss): four 512 x 512 layers save their bf16 casts (2 MiB); backward makes 4 MiB of f32
     # gradients. Were the casts kept to the end of backward, the peak would pass saved + gradients.
-    from planlang.model.simulate import simulate_step
+    from planlang.model.capture.simulate import simulate_step
 
     m = torch.nn.Sequential(*[torch.nn.Linear(512, 512, bias=False) for _ in range(4)]).to("meta")
     with MetaAutocast(torch.bfloat16):
@@ -180,8 +180,8 @@ def test_a_block_on_the_raw_input_has_its_reduce_scatter_counted():
     # one block reading the model's input (no gradient flows below it): its reduce-scatter ends the
     # backward, and gloo's copy of the input is counted there too
     import math as _math
-    from planlang.model.estimate import _zero_blocks_peak
-    from planlang.model.simulate import simulate_step
+    from planlang.model.price.estimate import _zero_blocks_peak
+    from planlang.model.capture.simulate import simulate_step
 
     class Net(torch.nn.Module):
         def __init__(self):

@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from planlang.model.inspect import inspect_model, parse_input, render_text
-from planlang.model.profile import profile_model
+from planlang.model.capture.profile import profile_model
 from planlang.plan.types import ModelRef
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from planlang.model.checks import check_with_model
-from planlang.model.load import build_model
-from planlang.model.weight_gathers import weight_gathers
+from planlang.model.capture.load import build_model
+from planlang.model.price.weight_gathers import weight_gathers
 from planlang.plan.complete import complete
 from planlang.runtime.apply import PlanError, lower_plan
 

@@ -1,4 +1,4 @@
-"""The simulated step (planlang.model.simulate) against eager PyTorch on CPU: the same live bytes."""
+"""The simulated step (planlang.model.capture.simulate) against eager PyTorch on CPU: the same live bytes."""
 from __future__ import annotations
 
 import warnings
@@ -6,7 +6,7 @@ import warnings
 import pytest
 import torch
 
-from planlang.model.simulate import Existing, LiveBytes, simulate_step
+from planlang.model.capture.simulate import Existing, LiveBytes, simulate_step
 
 pytest.importorskip("transformers")
 

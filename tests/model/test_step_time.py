@@ -1,4 +1,4 @@
-"""planlang.model.step_time: the step-time formula, part by part, on hand-made work and traffic (no model),
+"""planlang.model.price.step_time: the step-time formula, part by part, on hand-made work and traffic (no model),
 and against the closed-form pipeline bubble."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from planlang.cost.comm import Collective, collective_time, compute_time, group
 from planlang.cost.schedule import closed_form_bubble
-from planlang.model.step_time import StageWork, step_times
-from planlang.model.traffic import Traffic, transfer
+from planlang.model.price.step_time import StageWork, step_times
+from planlang.model.price.traffic import Traffic, transfer
 from planlang.plan.checker import check_text
 from planlang.plan.complete import complete
 

@@ -9,8 +9,8 @@ import textwrap
 import pytest
 
 from planlang.model.checks import check_with_model
-from planlang.model.load import build_model
-from planlang.model.lowering import Run
+from planlang.model.capture.load import build_model
+from planlang.model.program.lowering import Run
 from planlang.plan.complete import complete
 from planlang.runtime.apply import lower_plan
 

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 import planlang.model.checks as checks  # noqa: E402
-import planlang.model.lowering as lowering  # noqa: E402
+import planlang.model.program.lowering as lowering  # noqa: E402
 from planlang.model.checks import check_with_model  # noqa: E402
 
 MODEL = textwrap.dedent("""\

@@ -136,7 +136,7 @@ def test_report_without_pipeline_draws_no_schedule_and_says_so(tmp_path):
 
 
 def test_memory_bars_equal_the_estimators_numbers(tiny_data, tiny_report):
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from planlang.runtime.program_memory import measure
 
     data = tiny_data

@@ -26,7 +26,7 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     sys.path.insert(0, os.getcwd())
-    from planlang.model.load import build_model, plan_loss
+    from planlang.model.capture.load import build_model, plan_loss
     from planlang.plan.checker import check_text
     from planlang.runtime.apply import apply
 

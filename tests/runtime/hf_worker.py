@@ -1,6 +1,6 @@
 """Worker for tests/runtime/test_hf_gloo.py: one launch of 4 gloo ranks runs planlang.runtime.verify on
 the Hugging Face GPT-2 plans (tests/runtime/plans/hf_*.plan), whose op graph comes from torch.export
-(planlang.model.export_graph); rank 0 writes every plan's rows, `describe` facts, parameter counts and seconds."""
+(planlang.model.capture.export_graph); rank 0 writes every plan's rows, `describe` facts, parameter counts and seconds."""
 from __future__ import annotations
 
 import functools
@@ -41,7 +41,7 @@ def results() -> dict[str, dict]:
 def _numel(plan_path: str) -> dict[str, int]:
     """The plan's model's parameter elements (a tied parameter once), and those of the MLP weights and
     biases Megatron's MLP pattern splits (c_fc weight and bias, c_proj weight), from a meta build."""
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
     from planlang.runtime.apply import load_plan
 
     plan = load_plan(plan_path)

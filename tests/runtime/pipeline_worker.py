@@ -130,7 +130,7 @@ def _key_bias_masked(name: str, t: torch.Tensor) -> torch.Tensor:
 
 
 def run_config(name: str, text: str, kind: str) -> dict:
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
     from planlang.plan.resolve import resolve_text
     from planlang.runtime.pipeline import build_pipeline, data_axes, plan_loss
     from planlang.runtime.redistribute import MeshGroups

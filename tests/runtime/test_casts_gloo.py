@@ -1,4 +1,4 @@
-"""Explicit casts survive the f32 trace (planlang.model.export_graph `_to`): HF Mistral's RMSNorm upcasts
+"""Explicit casts survive the f32 trace (planlang.model.capture.export_graph `_to`): HF Mistral's RMSNorm upcasts
 with `hidden.to(torch.float32)`, the identity when the program is traced in f32. Dropped, the norm ran in
 f16 under an f16 plan and its rsqrt's backward made every layer's gradient NaN (verify: an overflow under
 the plan only, whatever the loss scale). 4 gloo ranks, dp4, f16 with a dynamic loss scale."""
@@ -34,7 +34,7 @@ def test_the_rms_norm_upcast_is_a_cast_op():
     import torch
     from transformers.models.mistral.modeling_mistral import MistralRMSNorm
 
-    from planlang.model.export_graph import export_op_graph
+    from planlang.model.capture.export_graph import export_op_graph
 
     g = export_op_graph(MistralRMSNorm(8), {"x": torch.randn(2, 4, 8)})
     casts = [n for n in g.nodes if n.op.kind == "cast"]

@@ -1,5 +1,5 @@
 """BatchNorm inside a checkpoint group updates its running statistics once per step: the recomputation
-in backward (planlang.model.recompute.is_recomputing) normalizes with the batch's statistics and leaves
+in backward (planlang.model.program.recompute.is_recomputing) normalizes with the batch's statistics and leaves
 the running ones alone. Before, they were updated twice and verify found blocks.0.bn.running_mean off by
 0.9 (found by bench/mutants.py). 4 gloo ranks: dp4 (the lowered program's checkpoint, BatchNorm synced
 over dp) and a GPipe pipeline over pp2 x dp2 (checkpointed stage modules)."""
@@ -19,7 +19,7 @@ def test_running_statistics_are_updated_once(tmp_path, layout):
 def test_the_recomputation_is_marked():
     import torch
 
-    from planlang.model.recompute import checkpoint, is_recomputing
+    from planlang.model.program.recompute import checkpoint, is_recomputing
 
     seen = []
 

@@ -1,4 +1,4 @@
-"""A fused q/k/v projection stored per head (planlang.model.head_blocks) on 2 real gloo ranks: each rank's
+"""A fused q/k/v projection stored per head (planlang.model.program.head_blocks) on 2 real gloo ranks: each rank's
 columns of GPT-2's `c_attn` are its heads of q, of k and of v; a DCP checkpoint of that run holds the
 tensor in the model's order (read back whole it equals the parameters gathered from the ranks, and a
 run under plain data parallelism loads it into the same values)."""
@@ -41,7 +41,7 @@ def _worker(rank: int, port: int, out: str) -> None:
     dist.init_process_group("gloo", rank=rank, world_size=2)
     sys.path.insert(0, os.getcwd())
     from examples.gpt2.model import build
-    from planlang.model.head_blocks import blocked_order
+    from planlang.model.program.head_blocks import blocked_order
     from planlang.runtime.apply import apply
     from planlang.runtime.checkpoint import load_checkpoint, load_full_state, save_checkpoint
 

@@ -1,4 +1,4 @@
-"""The loss is found where docs/byom.md says, in one place (planlang.model.load.loss_function): the factory
+"""The loss is found where docs/byom.md says, in one place (planlang.model.capture.load.loss_function): the factory
 module's `loss(output, *targets)`, else the model's method `loss(self, output, *targets)`. A method used to
 be ignored: check, estimate and verify summed the output (verify printed PASS comparing the wrong loss) and
 `pm.step(x, y)` under `planlang run` failed with "expected 1 tensors (x), got 2". A model with neither and a
@@ -17,8 +17,8 @@ torch = pytest.importorskip("torch")
 
 
 from planlang.model.checks import check_with_model  # noqa: E402
-from planlang.model.estimate import estimate_plan  # noqa: E402
-from planlang.model.load import build_model, model_loss, plan_loss  # noqa: E402
+from planlang.model.price.estimate import estimate_plan  # noqa: E402
+from planlang.model.capture.load import build_model, model_loss, plan_loss  # noqa: E402
 from planlang.runtime.apply import apply, load_plan  # noqa: E402
 from tests.runtime.one_process import one_process_group  # noqa: E402
 

@@ -13,7 +13,7 @@ from examples.gpt2.model import build as gpt2
 from planlang.plan.resolve import resolve_text
 from planlang.runtime.apply import PlanError, load_plan
 from planlang.runtime.pipeline import PipelineError, data_axes, pipeline_layout, plan_loss
-from planlang.model.stages import StageSplitError, param_fqns, split_model, split_stages, stage_values
+from planlang.model.program.stages import StageSplitError, param_fqns, split_model, split_stages, stage_values
 from tests.runtime.pipeline_worker import SkipNet
 
 GPT2_2 = [["wte", "wpe", "drop", "h[0:2]"], ["h[2:4]", "ln_f", "lm_head"]]

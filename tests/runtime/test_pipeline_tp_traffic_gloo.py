@@ -70,10 +70,10 @@ def test_each_rank_issues_its_stages_predicted_collectives(results, config):
 
 def test_traffic_table_has_a_table_per_stage_and_the_step_time_prices_each_stage_s():
     from planlang.cost.comm import collective_time, group
-    from planlang.model.load import build_model
-    from planlang.model.pipeline_program import microbatch_plan
+    from planlang.model.capture.load import build_model
+    from planlang.model.program.pipeline_program import microbatch_plan
     from planlang.runtime.apply import load_plan, lower_plan
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from planlang.runtime.traffic import stage_traffic, traffic_table
 
     path = PLANS / "gpt2_3d_cpu.plan"

@@ -92,7 +92,7 @@ def test_predicted_gradient_sums_are_in_the_reduce_dtype(tmp_path):
     """planlang.runtime.traffic prices the gradient buckets in the plan's `reduce` dtype (grad_sync casts them)."""
     from planlang.plan.checker import check_file
     from planlang.plan.complete import complete
-    from planlang.model.traffic import graph_of as _graph_of, predict_step_traffic
+    from planlang.model.price.traffic import graph_of as _graph_of, predict_step_traffic
 
     def grad_sync_bytes(text):
         path = tmp_path / f"p{len(text)}.plan"

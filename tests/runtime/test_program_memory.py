@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch.distributed as dist
 
-from planlang.model.estimate import estimate_plan
+from planlang.model.price.estimate import estimate_plan
 from planlang.plan.checker import check_text
 from planlang.plan.complete import complete
 from planlang.runtime.program_memory import ProgramMemory, measure, reason_not_measured

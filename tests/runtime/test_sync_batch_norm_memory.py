@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from planlang.model.simulate import Existing, LiveBytes
+from planlang.model.capture.simulate import Existing, LiveBytes
 from planlang.runtime.executor import sync_batch_norm
 
 

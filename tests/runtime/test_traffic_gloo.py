@@ -119,7 +119,7 @@ def test_measured_equals_predicted(results, config):
 # ------------------------------------------------------------------------------ without processes
 @functools.lru_cache(maxsize=None)
 def _lowered(name: str, path: str = ""):
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
     from planlang.runtime.apply import load_plan, lower_plan
 
     plan = load_plan(path or str(PLANS / f"{name}.plan"))
@@ -141,8 +141,8 @@ def test_data_parallel_moves_the_gradients_once():
 
 
 def test_prediction_from_graph_equals_prediction_from_program():
-    from planlang.model.load import meta_inputs, plan_loss
-    from planlang.model.opgraph import op_graph
+    from planlang.model.capture.load import meta_inputs, plan_loss
+    from planlang.model.capture.opgraph import op_graph
     from planlang.runtime.traffic import predict_step_traffic
 
     plan, model, prog = _lowered("gpt2_dp2_tp2_ckpt")
@@ -165,9 +165,9 @@ def test_traffic_table():
 def test_derived_plans_exercise_their_case(results, tmp_path):
     """The derived plans test what they are for: a checkpoint group whose trailing collective is not
     recomputed, and cross-entropy's own collectives."""
-    from planlang.model.lowering import Convert
-    from planlang.model.lowering import gradient_flow as _gradient_flow
-    from planlang.model.traffic import recomputed
+    from planlang.model.program.lowering import Convert
+    from planlang.model.program.lowering import gradient_flow as _gradient_flow
+    from planlang.model.price.traffic import recomputed
 
     plan, _, prog = _lowered("", _plan_path("gpt2_tp4_ckpt_pinned", tmp_path))
     req, grad = _gradient_flow(prog)

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from planlang.model.load import build_model
+from planlang.model.capture.load import build_model
 from planlang.runtime.apply import load_plan, lower_plan, zero_blocks
 from planlang.runtime.codegen import generate
 from planlang.runtime.launch import lower_source

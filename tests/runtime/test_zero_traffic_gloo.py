@@ -2,9 +2,9 @@
 
 One gloo launch with 4 ranks runs two whole training steps (forward, backward, gradient sums, the
 optimizer's step) of each plan under planlang.apply and records the second with CollectiveSpy. The
-prediction is `planlang.model.step_time.lowered_traffic`, what `planlang estimate` and `planlang solve`
+prediction is `planlang.model.price.step_time.lowered_traffic`, what `planlang estimate` and `planlang solve`
 price: the lowered program's collectives, the gradient sums FSDP2 does not take over, and ZeRO's own
-(planlang.model.traffic.zero_transfers): ZeRO-1's broadcast of every parameter after the step, FSDP2's
+(planlang.model.price.traffic.zero_transfers): ZeRO-1's broadcast of every parameter after the step, FSDP2's
 all-gathers per unit (one per block, then the root), ZeRO-3's second gathers of the blocks in backward, and the
 reduce-scatters in the `reduce` dtype with dim 0 padded to the ZeRO axis. Compared on every rank, call
 by call: the multiset of (kind, mesh axes, S).
@@ -45,7 +45,7 @@ def _calls(rows) -> Counter:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    from planlang.model.step_time import lowered_traffic
+    from planlang.model.price.step_time import lowered_traffic
 
     out = tmp_path_factory.mktemp("zero_traffic")
     jobs, predicted = [], {}

@@ -15,11 +15,11 @@ def rows(traffic) -> list:
 def lowered_with_batch(plan_path: str, microbatch: bool = False):
     """(plan, program, inputs, targets) of one step, from the plan alone (no process group): the model
     built on the CPU from seed 0, verify's batch, the program lowered - for one microbatch of a
-    pipeline's batch with `microbatch` (planlang.model.pipeline_program)."""
+    pipeline's batch with `microbatch` (planlang.model.program.pipeline_program)."""
     import torch
 
-    from planlang.model.load import build_model, plan_loss
-    from planlang.model.pipeline_program import microbatch_plan
+    from planlang.model.capture.load import build_model, plan_loss
+    from planlang.model.program.pipeline_program import microbatch_plan
     from planlang.runtime.apply import load_plan, lower_plan
     from planlang.runtime.verify import make_batch
 
@@ -38,7 +38,7 @@ def measure(plan_path: str, inputs, targets) -> dict:
     import torch
     import torch.distributed as dist
 
-    from planlang.model.load import build_model, plan_loss
+    from planlang.model.capture.load import build_model, plan_loss
     from planlang.runtime.apply import apply, load_plan
     from planlang.runtime.traffic import CollectiveSpy
 
@@ -73,7 +73,7 @@ def measure_step(plan_path: str, inputs, targets) -> dict:
     import torch
     import torch.distributed as dist
 
-    from planlang.model.load import build_model, plan_loss
+    from planlang.model.capture.load import build_model, plan_loss
     from planlang.runtime.apply import apply, load_plan
     from planlang.runtime.traffic import CollectiveSpy
 

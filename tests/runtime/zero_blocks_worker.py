@@ -60,7 +60,7 @@ def _grads(blocks) -> list[str]:
 def _case(plan: str) -> dict:
     import torch
 
-    from planlang.model.load import build_model
+    from planlang.model.capture.load import build_model
     from planlang.runtime.apply import load_plan
     from planlang.runtime.verify import verify
 

@@ -90,7 +90,7 @@ def _gpt(tmp_path: Path, budget: str) -> str:
 
 
 def _price(path: str, text: str):
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
 
     rows = estimate_plan(check_text(text, path).plan)
     return max(r.peak for r in rows), max(r.step_time for r in rows)
@@ -156,10 +156,10 @@ def test_budget_sweep_ends_with_the_unconstrained_optimum(tmp_path):
 
 
 def test_candidates_are_priced_with_their_collectives_as_estimate_prices_them(tmp_path):
-    """The solver's step is planlang.model.step_time's, as `planlang estimate` gives it for the plan: over a
+    """The solver's step is planlang.model.price.step_time's, as `planlang estimate` gives it for the plan: over a
     link a million times slower than loopback the tensor-parallel candidates pay for their collectives
     and the solver keeps to data parallelism; with the usual link it does not have to."""
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
     from planlang.plan.complete import complete
 
     slow = tmp_path / "slow.plan"

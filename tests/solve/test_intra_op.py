@@ -7,7 +7,7 @@ from torch import nn
 
 from planlang.cost.comm import Collective, collective_time, group
 from planlang.cost.layout import conversion_path, enumerate_layouts, local_numel
-from planlang.model.opgraph import op_graph
+from planlang.model.capture.opgraph import op_graph
 from planlang.plan.types import Axis, Device, Hole, Link, Mesh, Spec
 from planlang.solve.ilp import InfeasibleBudget, SolveOptions, evaluate, solve
 from planlang.solve.intra_op import (

@@ -8,9 +8,9 @@ import torch
 
 from examples.gpt2.model import build, loss as gpt2_loss
 from planlang.lang.parser import parse
-from planlang.model.profile import profile_model
-from planlang.model.simulate import simulate_step
-from planlang.model.trace import trace_graph
+from planlang.model.capture.profile import profile_model
+from planlang.model.capture.simulate import simulate_step
+from planlang.model.capture.trace import trace_graph
 from planlang.solve.linearize import (GraphNode, chain_for_graph, chain_for_modules, group_modules,
                                       checkpoint_lines, common_nodes, graph_nodes, linearize, plan_path)
 from planlang.solve.rotor import (InfeasibleBudget, discretise, min_peak, simulate, solve, solve_groups,
@@ -119,7 +119,7 @@ def test_gpt2_chain_has_one_stage_per_block_plus_the_ends(gpt2, gpt2_chain):
 
 
 def test_gpt2_chain_memory_against_the_simulated_step(gpt2, gpt2_chain):
-    # the chain's peak without checkpointing vs planlang.model.simulate's eager step (every tensor's life
+    # the chain's peak without checkpointing vs planlang.model.capture.simulate's eager step (every tensor's life
     # followed; model inputs not counted, parameter gradients excluded here as in the chain). The chain is
     # conservative: it holds the logits through the loss (rotor's abar includes the stage output), which
     # eager frees once cross-entropy has saved its log-softmax.

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from planlang.model.checks import pipeline_stages as pipeline_rule
-from planlang.model.profile import profile_model
-from planlang.model.trace import probe_modules
+from planlang.model.capture.profile import profile_model
+from planlang.model.capture.trace import probe_modules
 from planlang.plan.checker import CheckContext
 from planlang.plan.resolve import resolve_text
 from planlang.plan.selection import Selection

@@ -72,9 +72,10 @@ def test_no_text_round_trip_inside_the_search(which, tmp_path, monkeypatch):
 def test_model_facts_are_computed_once_per_solve(which, tmp_path, monkeypatch):
     """One probe of the model, one whole-batch profile, at most one op-graph trace per solve; each local
     simulation once per distinct key (candidates that differ only in ZeRO or the optimizer share one).
-    A pipeline candidate's program is lowered from the graph of one microbatch (planlang.model.traffic.
+    A pipeline candidate's program is lowered from the graph of one microbatch (planlang.model.price.traffic.
     graph_of, traced once per process), not counted here."""
-    from planlang.model import estimate, opgraph, trace
+    from planlang.model.capture import opgraph, trace
+    from planlang.model.price import estimate
     from planlang.solve import driver, pipeline_stages
 
     path = _tight(tmp_path, which)
@@ -89,14 +90,14 @@ def test_model_facts_are_computed_once_per_solve(which, tmp_path, monkeypatch):
     assert probes == 1, calls
     assert calls["planlang.solve.driver.model_facts"] == 1
     assert calls["planlang.solve.pipeline_stages.profile_model"] == 1
-    assert calls.get("planlang.model.opgraph.op_graph", 0) <= 1
+    assert calls.get("planlang.model.capture.opgraph.op_graph", 0) <= 1
     simulated = search.facts().estimates["simulated"]
     # a local model whose code does not follow its shards is simulated again unsharded (estimate's fallback)
     again = sum(any(n.startswith("local simulation failed") for n in notes) for *_, notes in simulated.values())
-    assert calls["planlang.model.estimate.simulate_step"] == len(simulated) + again
+    assert calls["planlang.model.price.estimate.simulate_step"] == len(simulated) + again
     assert len(simulated) <= len(res.tried)
     assert which != "mlp" or len(simulated) < len(res.tried)  # ZeRO's candidates share their simulation
-    assert calls.get("planlang.model.estimate.profile_model", 0) == len(search.facts().estimates["profiled"]) + again
+    assert calls.get("planlang.model.price.estimate.profile_model", 0) == len(search.facts().estimates["profiled"]) + again
 
 
 @pytest.mark.parametrize("where", ["mesh axis size", "data spec", "shard spec entry", "schedule", "chunks",
@@ -116,7 +117,7 @@ def test_each_candidate_is_the_plan_its_text_resolves_to(where, tmp_path):
     written = complete(check_text(res.text, path).plan)
     assert written == res.best.plan
     # lazy: torch loads only when this runs
-    from planlang.model.estimate import estimate_plan
+    from planlang.model.price.estimate import estimate_plan
 
     # priced as the earlier search priced it (the text's plan, no caller's facts or cache): the same peak
     assert max(r.peak for r in estimate_plan(written)) == res.best.peak

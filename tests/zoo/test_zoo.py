@@ -12,9 +12,9 @@ pytest.importorskip("transformers", reason="the zoo's Hugging Face models need t
 
 from planlang.cost.ops import registry  # noqa: E402
 from planlang.model.checks import check_with_model  # noqa: E402
-from planlang.model.load import build_model  # noqa: E402
-from planlang.model.lowering import Convert, Run  # noqa: E402
-from planlang.model.pipeline_program import cut_program, microbatch_plan  # noqa: E402
+from planlang.model.capture.load import build_model  # noqa: E402
+from planlang.model.program.lowering import Convert, Run  # noqa: E402
+from planlang.model.program.pipeline_program import cut_program, microbatch_plan  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
 from planlang.runtime.apply import lower_plan  # noqa: E402
 from tests.zoo.plans import BATCH, ZOO, plan_text  # noqa: E402
@@ -125,7 +125,7 @@ def _llama_cut(tmp_path, layout: str):
     """Llama under `layout`, checked clean with its model, and the stages split_stages cuts it into."""
     import torch
 
-    from planlang.model.stages import split_stages
+    from planlang.model.program.stages import split_stages
 
     (tmp_path / "pp.plan").write_text(plan_text("llama", layout))
     res = check_with_model(str(tmp_path / "pp.plan"))
@@ -138,7 +138,7 @@ def _llama_cut(tmp_path, layout: str):
 
 def _chained_logits(stages, ids):
     """The stages run one after the other, each on what the one before returned; the model's output."""
-    from planlang.model.stages import OUT_SPEC
+    from planlang.model.program.stages import OUT_SPEC
     from torch.utils._pytree import tree_unflatten
 
     sent = (ids,)
@@ -177,7 +177,7 @@ def test_a_pipeline_the_model_cannot_be_cut_into_is_refused_before_launch(tmp_pa
     """When torch.export cannot cut the model either (here its tracer is made to fail), `check --model`
     (so every command that runs a plan) says so with PL467, naming both tracers' reasons, instead of an
     error after launch."""
-    import planlang.model.stages as stages
+    import planlang.model.program.stages as stages
 
     def refuse(*args, **kwargs):
         raise RuntimeError("no split for you")

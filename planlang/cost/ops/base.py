@@ -76,7 +76,7 @@ class OpKind:
     otherwise); `follower` marks a unary elementwise op that the intra-op ILP merges into its producer
     (Alpa §5.1). The local implementation (torch) is registered under the same name in
     `planlang.runtime.local_ops`, which refuses to import while any kind here lacks one; both front ends
-    (`planlang.model.opgraph`, `planlang.model.export_graph`) refuse to emit a kind missing here.
+    (`planlang.model.capture.opgraph`, `planlang.model.capture.export_graph`) refuse to emit a kind missing here.
     """
 
     name: str

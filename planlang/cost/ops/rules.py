@@ -328,7 +328,7 @@ def cat_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 @rule("split", "slice", "getitem", alias=True)
 def slice_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """The cut dim whole. A piece of a value stored in blocks (`blocks`, `block_axes`: a fused projection
-    split per head, planlang.model.head_blocks) may also keep the cut dim split over the block axes: each
+    split per head, planlang.model.program.head_blocks) may also keep the cut dim split over the block axes: each
     device's share of the value is its share of every block, so its share of a piece is a local piece."""
     rank = len(op.output)
     d = op.attr("dim", 0) % rank

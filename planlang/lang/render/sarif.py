@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from planlang import __version__
+from ..version import __version__
 
 from ..codes import CODES, DIAGNOSTICS_DOC, REPOSITORY_URL, Code
 from ._common import severity_name, sorted_diagnostics, to_posix

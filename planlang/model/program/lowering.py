@@ -29,8 +29,8 @@ from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, local_
 from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
 from planlang.cost.ops.einsum import INT_DTYPES
 from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
-from planlang.model.head_blocks import Blocked, find_blocked, mark_blocked
-from planlang.model.opgraph import OpGraph, OpNode
+from planlang.model.program.head_blocks import Blocked, find_blocked, mark_blocked
+from planlang.model.capture.opgraph import OpGraph, OpNode
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes, with_data_axes

@@ -1,4 +1,4 @@
-"""The values of an op graph (planlang.model.opgraph builds it from torch.fx, planlang.model.export_graph
+"""The values of an op graph (planlang.model.capture.opgraph builds it from torch.fx, planlang.model.capture.export_graph
 from torch.export): tensors, op nodes, opaque calls, the graph, and the model-with-loss module both
 front ends trace. A module of its own so that the two front ends share it without importing each other."""
 from __future__ import annotations

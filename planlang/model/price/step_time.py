@@ -6,7 +6,7 @@ Per row (the whole mesh without a pipeline; one pipeline rank with one), from pl
     F, B   forward and backward compute: their flops (backward includes the recomputation of checkpoint
            groups) / (flops.<compute dtype> x efficiency), over every microbatch
     T      the lowered program's collectives of forward, loss, recomputation and backward
-           (planlang.model.traffic): a collective's output is the next op's input, so they lie on the
+           (planlang.model.price.traffic): a collective's output is the next op's input, so they lie on the
            critical path and none overlaps compute
     O_f    ZeRO-2/3's forward all-gathers: FSDP2 prefetches the next unit's while this one computes, so all
            but the first hide behind forward compute          exposed  max(first, O_f - F)
@@ -38,10 +38,10 @@ from planlang.cost.schedule import simulate
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_axes, tensor_axes
 
-from .load import build_model
-from .lowering import lower, mark_checkpoints
-from .pipeline_program import microbatch_plan
-from .traffic import (Traffic, Transfer, ZeroUnit, fsdp_axes, graph_of, predict_step_traffic, program_zero_units,
+from planlang.model.capture.load import build_model
+from planlang.model.program.lowering import lower, mark_checkpoints
+from planlang.model.program.pipeline_program import microbatch_plan
+from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, fsdp_axes, graph_of, predict_step_traffic, program_zero_units,
                       stage_traffic, transfer, zero_transfers)
 
 FORWARD_PHASES = ("forward", "loss")
@@ -166,7 +166,7 @@ def _ranks(plan: CompletePlan, stages: int) -> int:
 
 
 def lowered_traffic(plan: CompletePlan, graph=None, model=None) -> list[Traffic] | None:
-    """Per model stage, the collectives of the plan's lowered program (planlang.model.traffic): forward,
+    """Per model stage, the collectives of the plan's lowered program (planlang.model.price.traffic): forward,
     loss, recomputation, backward and the gradient sums, with ZeRO's collectives without a pipeline (its
     FSDP2 units are the program's blocks); None for a pipeline that runs the model's own modules (no
     program: `parameter_transfers` gives its sums). `graph`: the op graph of a plan without a pipeline,

@@ -8,7 +8,7 @@ whole, not decomposed). Parameters are lifted to graph inputs; the graph signatu
 its FQN, and a tied parameter (HF's `lm_head.weight` = `transformer.wte.weight`) becomes one Value
 under the name `named_parameters()` gives it first (the name `apply` shards and reduces it by).
 
-The nodes become the same `OpSpec`s planlang.model.opgraph makes from fx nodes:
+The nodes become the same `OpSpec`s planlang.model.capture.opgraph makes from fx nodes:
 
 * ops with a cost rule: linear, addmm, matmul/mm, bmm, embedding, layer_norm, dropout, softmax,
   log_softmax, gelu/relu/silu/tanh/exp/neg, add/sub/mul/div (python scalars become 0-d consts),
@@ -40,7 +40,7 @@ from torch import fx, nn
 
 from planlang.cost.ops.rules import sdpa_heads_fit
 from planlang.cost.ops.tensor_ops import einsum_fits
-from planlang.model.graph_values import (DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value,
+from planlang.model.capture.graph_values import (DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value,
                                          dtype_name, keyword_inputs, loss_step, op_spec, rename_inputs,
                                          step_input_names)
 
@@ -97,7 +97,7 @@ def export_step(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Call
 def export_op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callable | None = None,
                     targets: tuple[torch.Tensor, ...] = ()) -> OpGraph:
     """The op graph of `model` (and `loss_fn(output, *targets)`) from torch.export; input Values carry
-    the plan's input names and `target`/`targetN`, as planlang.model.opgraph.op_graph names them."""
+    the plan's input names and `target`/`targetN`, as planlang.model.capture.opgraph.op_graph names them."""
     ep, root = export_step(model, inputs, loss_fn, targets)
     inline_wrappers(ep.graph_module)
     prefix = "model" if root is not model else ""

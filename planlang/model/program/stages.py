@@ -46,9 +46,9 @@ from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim, data_degree
 from planlang.plan.selection import Selection
 
-from .load import TORCH_DTYPES
-from .graph_values import keyword_inputs
-from .trace import meta_or_fake, probe_modules
+from planlang.model.capture.load import TORCH_DTYPES
+from planlang.model.capture.graph_values import keyword_inputs
+from planlang.model.capture.trace import meta_or_fake, probe_modules
 
 
 class StageSplitError(ValueError):

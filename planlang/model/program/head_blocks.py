@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from planlang.model.opgraph import OpGraph, OpNode
+from planlang.model.capture.opgraph import OpGraph, OpNode
 from planlang.plan.types import Mesh, Spec
 
 # (kind, the input that is the weight, the weight dim that becomes the output's last dim, the bias input)

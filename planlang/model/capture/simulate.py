@@ -18,8 +18,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from .autocast import active_meta_autocast
-from .trace import bind_inputs, meta_or_fake
+from planlang.model.capture.autocast import active_meta_autocast
+from planlang.model.capture.trace import bind_inputs, meta_or_fake
 
 
 @contextlib.contextmanager

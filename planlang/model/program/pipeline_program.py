@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from planlang.model.lowering import Convert, LoweringError, Program, Run
+from planlang.model.program.lowering import Convert, LoweringError, Program, Run
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim
 

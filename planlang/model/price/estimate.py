@@ -33,7 +33,7 @@ peak = parameters + optimizer + buffers + max(backward phase, after-backward pha
 Activations and transients come from a simulated step on the meta device (`simulate.py`) of the local
 model: the batch each device sees, parameters replaced by their local shards (so Megatron-style
 column/row splits shrink the activations they produce), checkpoint groups wrapped in
-torch.utils.checkpoint. Step time: planlang.model.step_time (docs/step_time.md).
+torch.utils.checkpoint. Step time: planlang.model.price.step_time (docs/step_time.md).
 
 Precision (the optimizer block's precision fields, planlang.plan.types.Precision; all f32 without them):
 parameters and gradients in `params` (under ZeRO-2/3 FSDP2 keeps its shards and their gradients in
@@ -41,7 +41,7 @@ parameters and gradients in `params` (under ZeRO-2/3 FSDP2 keeps its shards and 
 (`master` ≠ `params`, not under ZeRO-2/3, whose shards are the copy) and, during the step, the copy's f32
 gradients; gradient buckets in `params`, summed in `reduce` (a bucket cast to it lives until the sums
 finish); activations as the step makes them under autocast (the simulated step and the program on meta
-run with planlang.model.autocast.MetaAutocast); compute time at the device's `flops.<compute>`; the
+run with planlang.model.capture.autocast.MetaAutocast); compute time at the device's `flops.<compute>`; the
 data-parallel gradient all-reduce priced in `reduce`.
 """
 from __future__ import annotations
@@ -64,16 +64,16 @@ from planlang.plan.schedule import activation_peaks, in_flight
 from planlang.plan.selection import covered_modules
 from planlang.plan.units import format_bytes
 
-from .autocast import MetaAutocast
-from .head_blocks import cut_per_head
-from .load import build_model, meta_inputs, model_loss
-from .profile import profile_model
-from .recompute import wrap_chain, wrap_each
-from .simulate import simulate_step
-from .step_time import StageWork, StepTime, lowered_traffic, plan_traffic, stage_seconds, step_times
-from .traffic import Traffic, ZeroUnit, fsdp_numel
-from .source import imported_source, model_source
-from .trace import probe_modules
+from planlang.model.capture.autocast import MetaAutocast
+from planlang.model.program.head_blocks import cut_per_head
+from planlang.model.capture.load import build_model, meta_inputs, model_loss
+from planlang.model.capture.profile import profile_model
+from planlang.model.program.recompute import wrap_chain, wrap_each
+from planlang.model.capture.simulate import simulate_step
+from planlang.model.price.step_time import StageWork, StepTime, lowered_traffic, plan_traffic, stage_seconds, step_times
+from planlang.model.price.traffic import Traffic, ZeroUnit, fsdp_numel
+from planlang.model.capture.source import imported_source, model_source
+from planlang.model.capture.trace import probe_modules
 
 STATE_ELEMENTS = {  # optimizer state elements per parameter element (fp32)
     "adam": 2, "adamw": 2, "lion": 1, "momentum": 1, "rmsprop": 1, "adagrad": 1, "sgd": 0, "adafactor": 0,
@@ -101,7 +101,7 @@ class DeviceEstimate:
     # a pipeline rank's model stages (several under an interleaved schedule) and each one's step time
     stages: tuple[int, ...] = ()
     stage_times: tuple[float, ...] = ()
-    step: StepTime | None = None  # step_time by the parts of planlang.model.step_time's formula
+    step: StepTime | None = None  # step_time by the parts of planlang.model.price.step_time's formula
 
     def __str__(self) -> str:
         return f"{self.device}: peak {format_bytes(self.peak)}"
@@ -196,7 +196,7 @@ def _with_local_params(module: torch.nn.Module, params: dict[str, _Param]) -> No
 class _LocalPieces(torch.overrides.TorchFunctionMode):
     """Model code that cuts a fused projection's output by the *global* piece size (GPT-2's
     `c_attn(x).split(self.split_size, dim=2)`), run on a local shard: the runtime stores such a weight
-    per head (planlang.model.head_blocks), so each device's output holds its share of every piece, and
+    per head (planlang.model.program.head_blocks), so each device's output holds its share of every piece, and
     the local cut is by the global size over the split. `widths`: (local width, global width, devices)
     of every split parameter dim."""
 
@@ -281,7 +281,7 @@ GRAD_SYNC = ("flat", "ddp")
 
 
 # Caches for commands that estimate many plans of one model in one process (solve, the language server),
-# keyed by the model's source (planlang.model.source: the content of its files), so an edited model is
+# keyed by the model's source (planlang.model.capture.source: the content of its files), so an edited model is
 # probed and simulated again; least recently used first out.
 FACTS_SIZE = 8
 SIMULATED_SIZE = 32
@@ -454,7 +454,7 @@ def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
 
 @dataclass(frozen=True)
 class StepInputs:
-    """What planlang.model.step_time needs of a plan besides its lowered program's traffic: each model
+    """What planlang.model.price.step_time needs of a plan besides its lowered program's traffic: each model
     stage's work and the bytes of its parameters (a ZeroUnit). `steps(plan, lowered)` gives each row's
     step as `estimate_plan` does with that traffic; `lower_bound(plan)` a step no larger, without it."""
 
@@ -502,7 +502,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     plans keep the simulation of the model's code, and why. `cache`: a dict the caller keeps for the
     plans of one model (the solver's planlang.solve.facts.ModelFacts, one per solve), holding the
     simulations and profiles of local models in place of the module's bounded caches. `traffic`: the
-    lowered program's collectives (planlang.model.step_time.lowered_traffic) when the caller has them,
+    lowered program's collectives (planlang.model.price.step_time.lowered_traffic) when the caller has them,
     or why it could not lower the plan; lowered here otherwise (`graph`: the model's op graph, when the
     caller has it)."""
     if grad_sync not in GRAD_SYNC:
@@ -659,7 +659,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
 
 def _with_steps(plan: CompletePlan, rows: list[DeviceEstimate], inputs: "StepInputs", traffic, graph,
                 efficiency: float) -> list[DeviceEstimate]:
-    """`rows` with their step times (planlang.model.step_time) and each stage's busy time. The program is
+    """`rows` with their step times (planlang.model.price.step_time) and each stage's busy time. The program is
     lowered here unless the caller passes its `traffic` (or why it could not lower it); without it the
     gradient sums are priced from the parameters, and the rows say so."""
     note = ""

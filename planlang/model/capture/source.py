@@ -3,7 +3,7 @@
 A model's *source* is its factory's file and every module its last build in this process imported from
 the plan's folder or the factory's own package (its "local" modules), each with a digest of the file's
 content (`ModelSource`). Caches of anything computed from the model key by `model_source(ref, path)`:
-an edited model file gives another key, in the same process. `build_model` (planlang.model.load) calls
+an edited model file gives another key, in the same process. `build_model` (planlang.model.capture.load) calls
 `refresh` before it imports, so a build always runs the current code: when a file changed since it was
 imported, the model's modules leave sys.modules (with stale bytecode, whose check by whole-second mtime
 and size a quick edit can pass) and are imported again; and `record` after it, to learn the local
@@ -29,8 +29,6 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
-
-import planlang
 
 DIGESTS_SIZE = 4096  # files whose last digest is remembered
 SOURCES_SIZE = 128  # model modules whose imported files are remembered
@@ -243,7 +241,7 @@ def _local_roots(module: str, factory: str | None, plan_path: str | None) -> lis
 def _foreign_roots() -> tuple[str, ...]:
     """Folders whose modules are never the model's own: this package, the interpreter's."""
 
-    out = [str(Path(planlang.__file__).resolve().parent)]
+    out = [str(Path(__file__).resolve().parents[2])]  # the planlang package
     for p in {sys.prefix, sys.base_prefix, sys.exec_prefix}:
         out.append(str(Path(p).resolve()))
     return tuple(out)

@@ -1,4 +1,4 @@
-"""Checkpoint wrappers shared by the estimator (planlang.model.estimate) and the pipeline runtime
+"""Checkpoint wrappers shared by the estimator (planlang.model.price.estimate) and the pipeline runtime
 (planlang.runtime.pipeline): how a plan's checkpoint group becomes non-reentrant torch.utils.checkpoint."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 
 import torch
 import torch.utils.checkpoint as cp
-from .autocast import active_meta_autocast
+from planlang.model.capture.autocast import active_meta_autocast
 
 
 _recomputing = threading.local()

@@ -15,8 +15,8 @@ from planlang.cost.layout import normalize
 from planlang.plan.complete import CompletePlan
 from planlang.plan.types import Spec
 
-from .lowering import Convert, Program, Run
-from .traffic import predict_step_traffic
+from planlang.model.program.lowering import Convert, Program, Run
+from planlang.model.price.traffic import predict_step_traffic
 
 # steps that slice a local copy or mark it partial: no bytes move in forward
 _LOCAL = ("shard", "to_partial")
@@ -26,7 +26,7 @@ _LOCAL = ("shard", "to_partial")
 class WeightGather:
     """Parameter `param` (global `shape`), stored as `stored`, converted to `to` by `steps` every step for
     the op `op` in `module` to read; `bytes`: what one rank sends for it in a step (forward and the
-    gradient's way back, as planlang.model.traffic counts them)."""
+    gradient's way back, as planlang.model.price.traffic counts them)."""
 
     param: str
     shape: tuple[int, ...]

@@ -4,7 +4,7 @@
 `build(layers=12)` under `torch.device("meta")`, so no parameter memory is allocated. The module is
 looked up on sys.path, then from the plan's folder and each folder above it (a plan inside a project
 finds the project's packages), then the current directory. A build follows the model's source: a file
-of it edited since an earlier build in the same process is imported again (planlang.model.source).
+of it edited since an earlier build in the same process is imported again (planlang.model.capture.source).
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from torch.utils._pytree import tree_flatten
 
 from planlang.plan.types import Input, ModelRef
 
-from .graph_values import keyword_inputs
-from .source import model_source, record, refresh, search_roots
+from planlang.model.capture.graph_values import keyword_inputs
+from planlang.model.capture.source import model_source, record, refresh, search_roots
 from planlang.lang.diagnostics import did_you_mean
 
 TORCH_DTYPES = {
@@ -135,7 +135,7 @@ def build_model(ref: ModelRef, plan_path: str | None = None, device: str | torch
 
     The build runs the model's current code: modules of it whose files changed since an earlier build in
     this process are imported again, and the local modules the build imports are remembered
-    (planlang.model.source)."""
+    (planlang.model.capture.source)."""
     before = refresh(model_source(ref, plan_path))
     try:
         fn = import_factory(ref, plan_path)

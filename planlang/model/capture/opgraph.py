@@ -24,8 +24,8 @@ from torch.fx.passes.shape_prop import ShapeProp
 
 from planlang.cost.ops.rules import sdpa_heads_fit
 from planlang.cost.ops.tensor_ops import einsum_fits
-from planlang.model.export_graph import export_op_graph
-from planlang.model.graph_values import (  # noqa: F401 - the graph's value types are part of this module's API
+from planlang.model.capture.export_graph import export_op_graph
+from planlang.model.capture.graph_values import (  # noqa: F401 - the graph's value types are part of this module's API
     DTYPES, OpaqueCall, OpGraph, OpNode, TensorArg, UnsupportedGraph, Value, dtype_name, keyword_inputs, loss_step,
     op_spec, rename_inputs, step_input_names,
 )
@@ -595,7 +595,7 @@ def op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callabl
              targets: tuple[torch.Tensor, ...] = ()) -> OpGraph:
     """The op graph of `model` (and `loss_fn(output, *targets)` when given) for `inputs` (meta ok).
     Models symbolic tracing refuses (Hugging Face transformers) are captured with torch.export instead
-    (planlang.model.export_graph)."""
+    (planlang.model.capture.export_graph)."""
     try:
         gm = trace(model, loss_fn, keyword_inputs(model, list(inputs)) or len(inputs))
     except UnsupportedGraph as traced:

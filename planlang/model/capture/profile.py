@@ -25,8 +25,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from .simulate import Existing, MetaOpCache, fused_attention
-from .trace import bind_inputs, meta_or_fake
+from planlang.model.capture.simulate import Existing, MetaOpCache, fused_attention
+from planlang.model.capture.trace import bind_inputs, meta_or_fake
 
 
 @dataclass

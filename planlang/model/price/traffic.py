@@ -21,7 +21,7 @@ predicted that way; the cost model's op rules price such a sum as one collective
 which sends less (2(n-1)/n S instead of the sum over the axes) — `multi_axis_sums` lists where that
 happens.
 
-The runtime measures the same units (planlang.runtime.traffic.CollectiveSpy); planlang.model.step_time
+The runtime measures the same units (planlang.runtime.traffic.CollectiveSpy); planlang.model.price.step_time
 prices this traffic into a step time.
 """
 from __future__ import annotations
@@ -36,11 +36,11 @@ from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_axes, tensor_axes
 from planlang.plan.types import Mesh
 
-from .load import build_model, guess_targets, meta_inputs, plan_loss
-from .lowering import Convert, Run, gradient_flow, lower, mark_checkpoints, trained_parameters
-from .opgraph import OpGraph, op_graph
-from .pipeline_program import cut_program
-from .zero_units import block_ranges
+from planlang.model.capture.load import build_model, guess_targets, meta_inputs, plan_loss
+from planlang.model.program.lowering import Convert, Run, gradient_flow, lower, mark_checkpoints, trained_parameters
+from planlang.model.capture.opgraph import OpGraph, op_graph
+from planlang.model.program.pipeline_program import cut_program
+from planlang.model.program.zero_units import block_ranges
 
 PHASES = ("forward", "loss", "recompute", "backward", "grad_sync", "zero_forward", "zero_backward", "zero_step")
 
@@ -200,7 +200,7 @@ def _origin(prog) -> dict[str, str]:
 
 def unsupported(plan: CompletePlan) -> str:
     """Why the prediction from a lowered program does not cover `plan` ("" when it does): a pipeline
-    without tensor parallelism runs the model's own modules, not a program (planlang.model.step_time
+    without tensor parallelism runs the model's own modules, not a program (planlang.model.price.step_time
     prices its gradient sums from the stages' parameters)."""
     if plan.pipeline is not None and not tensor_axes(plan):
         return ("the plan's pipeline runs the model's own modules; per-step traffic is predicted for plans "
@@ -321,7 +321,7 @@ def gradient_sums(plan: CompletePlan, prog, only: set[int] | None = None) -> lis
 
 def stage_traffic(plan: CompletePlan, prog) -> list[Traffic]:
     """Per pipeline stage of a pipeline x tensor-parallel plan, the collectives of one step: `prog` is the
-    program of one microbatch (planlang.model.pipeline_program), cut into the plan's stages; each stage
+    program of one microbatch (planlang.model.program.pipeline_program), cut into the plan's stages; each stage
     issues its instructions' collectives once per microbatch (the last stage also its loss's), then sums
     its parameters' gradients once (the point-to-point sends between stages are not listed)."""
 
@@ -446,7 +446,7 @@ def fsdp_axes(plan: CompletePlan) -> tuple[str, ...]:
 
 def program_zero_units(model, prog, plan: CompletePlan) -> list[ZeroUnit]:
     """The plan's ZeRO units for a program run without a pipeline: under ZeRO-2/3 the blocks
-    planlang.runtime.apply shards as FSDP2 units of their own (planlang.model.zero_units.block_ranges),
+    planlang.runtime.apply shards as FSDP2 units of their own (planlang.model.program.zero_units.block_ranges),
     in execution order, then the root unit; under ZeRO-1 one group of every trained parameter."""
     opt = plan.optimizer
     if opt is None or opt.zero_stage == 0:

@@ -2,7 +2,7 @@
 program (planlang.runtime.zero_blocks runs them; `planlang check --model` reports the ones left in the
 root unit, PL468, and the estimator prices the units).
 
-A block is one of the model's repeated blocks (planlang.model.trace.module_list_blocks: an outermost
+A block is one of the model's repeated blocks (planlang.model.capture.trace.module_list_blocks: an outermost
 entry of an `nn.ModuleList`, GPT-2's `h.N`, Llama's `model.layers.N`, the modules a plan's `for` loops
 over) whose instructions are contiguous in the program, whose parameters are used only there and shared
 with no other module, and whose range holds whole checkpoint groups; the others (and everything outside
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-from planlang.model.lowering import Convert, Program, Run
-from planlang.model.trace import module_list_blocks
+from planlang.model.program.lowering import Convert, Program, Run
+from planlang.model.capture.trace import module_list_blocks
 
 
 @dataclass(frozen=True)
