@@ -397,7 +397,8 @@ def estimate(
 
     checked = _runnable_plan(plan)
     # lazy: torch loads only when this runs
-    from planlang.model.price.estimate import estimate_plan, render_table
+    from planlang.model.price.estimate import estimate_plan
+    from planlang.report.estimate_table import render_table
     from planlang.model.capture.load import ModelLoadError
     from planlang.runtime.program_memory import measure
 
