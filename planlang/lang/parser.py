@@ -33,6 +33,7 @@ from . import ast as A
 from .diagnostics import Diagnostic, Severity
 from .render._common import escape_char
 from .source import SourceFile, Span, plan_text
+from .spec_text import is_canonical
 from .syntax_errors import STATEMENT_KEYWORDS, describe_unexpected_token, quote_source
 
 # package data (in the wheel too); `grammar/` at the top of the checkout links here
@@ -1085,12 +1086,7 @@ class _Seg:
 # path: a space, tab, form feed or carriage return; a line continuation; a number with a leading zero or
 # an underscore (`h[01]`, `h[1_0]`): numbers stand after `[` or `:` in a path
 _CANONICAL_PATH = re.compile(r"[ \t\f\r\\]|[\[:](?:0[0-9_]|[0-9]*_)")
-# spec: anything but `[e, e, ...]` with e one of `_`, `?`, a name, `(name, name, ...)`, then optionally
-# ` partial(name, ...)`, single spaces after commas, nothing else
-_SPEC_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_SPEC_ENTRY = rf"(?:_|\?|{_SPEC_NAME}|\({_SPEC_NAME}(?:, {_SPEC_NAME})*\))"
-_CANONICAL_SPEC_RE = re.compile(
-    rf"\[(?:{_SPEC_ENTRY}(?:, {_SPEC_ENTRY})*)?\](?: partial\({_SPEC_NAME}(?:, {_SPEC_NAME})*\))?")
+# spec: anything but what `spec_text.is_canonical` accepts
 
 
 class _NotCanonicalSpec:
@@ -1098,7 +1094,7 @@ class _NotCanonicalSpec:
 
     @staticmethod
     def search(text: str):
-        return None if _CANONICAL_SPEC_RE.fullmatch(text) else True
+        return None if is_canonical(text) else True
 
 
 _CANONICAL_SPEC = _NotCanonicalSpec()
