@@ -2,7 +2,7 @@
 
 map-memory-aware-auto-parallel §5.3 runs the activation-checkpoint solver on the graph the intra-op stage
 has sharded; here that graph is the model with every parameter replaced by its local shard and the batch
-each device sees (the estimator's local model, planlang.model.price.estimate), cut into a chain at the model's
+each device sees (the estimator's local model, planlang.model.price.local_model), cut into a chain at the model's
 longest list of repeated blocks (GPT-2's `h.0` .. `h.11`, plus what runs before and after them:
 planlang.solve.linearize.chain_for_modules). Blocks are what a `checkpoint` line can name, so the groups
 rotor chooses are written back as they are (`checkpoint h[0:4]`, one line per group).
@@ -59,10 +59,7 @@ def plan_chain(plan: CompletePlan, efficiency: float = 0.5, facts=None):
     """The LinearChain of the plan's local model over its repeated blocks (one microbatch). `facts`: the
     model's probe (planlang.model.capture.trace.ModuleFacts) when the caller has it (the solver's ModelFacts)."""
     # lazy: torch loads only when this runs
-    import torch
-
-    # lazy: torch loads only when this runs
-    from planlang.model.price import estimate as E
+    from planlang.model.price.local_model import local_inputs, local_params, with_local_params
     from planlang.model.capture.load import build_model, meta_inputs, model_loss
     from planlang.model.capture.trace import probe_modules
 
@@ -81,16 +78,11 @@ def plan_chain(plan: CompletePlan, efficiency: float = 0.5, facts=None):
     if found is None:
         raise NoChain("the model has no list of repeated blocks (a ModuleList) to checkpoint")
     head, n = found
-    params = {}
-    for name, (shape, dtype) in facts.params.items():
-        if facts.canonical(name) != name:
-            continue
-        itemsize = torch.empty((), dtype=getattr(torch, dtype)).element_size()
-        params[name] = E._Param(name, shape, itemsize, E._local_shape(shape, E._spec_for(name, plan), plan.mesh), None)
-    E._with_local_params(module, params)
+    _, params = local_params(plan, facts)
+    with_local_params(module, params)
     dp = data_degree(plan)
     micro = plan.pipeline.microbatches if plan.pipeline else 1
-    inputs = E._local_inputs(plan, dp * micro)
+    inputs = local_inputs(plan, dp * micro)
 
     throughput = 1.0 / compute_time(1.0, plan.mesh, "f32", efficiency)
     stages = [f"{head}.{i}" for i in range(n)]

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from planlang.model.price import caches
 from planlang.model.price import estimate as E
 from planlang.model.capture.profile import profile_model
 from planlang.model.capture.simulate import MetaOpCache, simulate_step
@@ -62,8 +63,8 @@ def test_estimates_are_the_same_with_the_cache(plan, without_cache):
     value = complete(Resolver().resolve_file(str(ROOT / plan)).plan)
 
     def fresh():
-        E._SIMULATED.clear()
-        E._PROFILED.clear()
+        caches.SIMULATIONS.clear()
+        caches.PROFILES.clear()
         return E.estimate_plan(value)
 
     plain = without_cache(fresh)

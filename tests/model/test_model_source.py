@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from planlang.model.price import estimate as E  # noqa: E402
+from planlang.model.price import caches as C  # noqa: E402
 from planlang.model.capture import source as S  # noqa: E402
 from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.model.capture.load import build_model  # noqa: E402
@@ -105,8 +105,8 @@ def test_an_edited_model_is_estimated_afresh_in_one_process(project, monkeypatch
     p = project()
     p.write_model(100)
     assert p.parameters() == _param_bytes(100)
-    facts_entries = len(E._FACTS)
-    assert p.parameters() == _param_bytes(100) and len(E._FACTS) == facts_entries  # unchanged: cached
+    facts_entries = len(C.MODEL_FACTS)
+    assert p.parameters() == _param_bytes(100) and len(C.MODEL_FACTS) == facts_entries  # unchanged: cached
 
     p.write_model(400)  # bigger, same size, right away
     assert p.parameters() == _param_bytes(400)
@@ -130,7 +130,7 @@ def test_the_source_keys_what_was_computed_from_it(project):
     assert p.parameters() == _param_bytes(100)
     built = S.model_source(plan.model, p.plan_path)
     assert built.files and not built.changed() and built == S.imported_source(plan.model)
-    assert all(k[0] == built.files for k in E._FACTS if k[1] == str(plan.model))
+    assert all(k[0] == built.files for k in C.MODEL_FACTS if k[1] == str(plan.model))
     p.write_model(200)
     assert built.changed() and S.model_source(plan.model, p.plan_path) != built
     assert p.parameters() == _param_bytes(200)
@@ -165,11 +165,11 @@ def test_a_module_imported_outside_a_build_is_taken_as_it_is(project):
 
 
 def test_caches_stay_bounded_over_many_models(project):
-    projects = [project(f"m{i}") for i in range(E.FACTS_SIZE + 4)]
+    projects = [project(f"m{i}") for i in range(C.MODEL_FACTS.size + 4)]
     for i, p in enumerate(projects):
         p.write_model(10 + i)
         assert p.parameters() == _param_bytes(10 + i)
-        assert len(E._FACTS) <= E.FACTS_SIZE and len(E._SIMULATED) <= E.SIMULATED_SIZE
+        assert len(C.MODEL_FACTS) <= C.MODEL_FACTS.size and len(C.SIMULATIONS) <= C.SIMULATIONS.size
     assert len(S.SOURCES.seen) <= S.SOURCES_SIZE
     assert projects[-1].parameters() == _param_bytes(10 + len(projects) - 1)  # the newest is still there
 

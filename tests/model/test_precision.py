@@ -120,7 +120,7 @@ def test_compute_time_at_the_compute_dtypes_throughput():
 
 
 def test_the_table_says_the_precision():
-    from planlang.model.price.estimate import render_table
+    from planlang.report.estimate_table import render_table
 
     plan, row = _row("    precision = bf16")
     text = render_table(plan, [row])
@@ -180,7 +180,7 @@ def test_a_block_on_the_raw_input_has_its_reduce_scatter_counted():
     # one block reading the model's input (no gradient flows below it): its reduce-scatter ends the
     # backward, and gloo's copy of the input is counted there too
     import math as _math
-    from planlang.model.price.estimate import _zero_blocks_peak
+    from planlang.model.price.zero_peaks import zero_blocks_peak
     from planlang.model.capture.simulate import simulate_step
 
     class Net(torch.nn.Module):
@@ -203,8 +203,8 @@ def test_a_block_on_the_raw_input_has_its_reduce_scatter_counted():
 
     params = {n: P(n, s) for n, s in (("blocks.0.weight", (256, 256)), ("blocks.0.bias", (256,)))}
     grads = (256 * 256 + 256) * 4
-    nccl = _zero_blocks_peak(sim, Facts, params, 4, 3)
-    gloo = _zero_blocks_peak(sim, Facts, params, 4, 3, gloo=True)
+    nccl = zero_blocks_peak(sim, Facts, params, 4, 3)
+    gloo = zero_blocks_peak(sim, Facts, params, 4, 3, gloo=True)
     # gloo's copy makes the moment the output's quarter larger (grads -> grads + grads/4 after copy-in); without
     # the moment counted, the two would be equal
     assert 0 < gloo - nccl <= grads // 4 and _math.isfinite(gloo)

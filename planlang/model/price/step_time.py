@@ -22,8 +22,9 @@ With a pipeline of p ranks and m microbatches each model stage s runs m forwards
 f_s = (F_s + T_f,s) / m and m backwards of b_s = (B_s + T_b,s) / m (T_f: forward and loss collectives;
 T_b: recomputation and backward; ZeRO-3 re-gathers the stage's unit for each one), and the schedule's event
 simulation (planlang.cost.schedule: gpipe, 1f1b, interleaved; the bubble of Narayanan et al. 2021, §2.2)
-gives the makespan M. A stage sums its gradients after its last backward (the pipeline's
-GradSync.finish, average_gradients), so nothing of them overlaps:
+gives the makespan M (`price_step` returns that schedule with the rows; the report draws it). A stage
+sums its gradients after its last backward (the pipeline's GradSync.finish, average_gradients), so nothing
+of them overlaps:
 
     step of rank r = M + O_b,r + O_f,r + A_r              bubble of rank r = M - (its forward and backward)
 
@@ -34,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from planlang.cost.comm import Collective, collective_time, compute_time, group
-from planlang.cost.schedule import simulate
+from planlang.cost.schedule import SimulatedSchedule, simulate
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_axes, tensor_axes
 
@@ -91,22 +92,50 @@ def _hidden(plan: CompletePlan, ts: list[Transfer], window: float, exposed_one: 
     return exposed, total - exposed
 
 
-def step_times(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic],
-               efficiency: float = 0.5) -> list[StepTime]:
-    """Each row's step (see the module docstring): `work` and `traffic` per model stage (one entry
-    without a pipeline); rows per pipeline rank (rank r holds stages r, r + p, ... under interleaving)."""
+@dataclass(frozen=True)
+class PipelineSchedule:
+    """A pipeline step as this model prices it: each model stage's forward and backward of one microbatch
+    (f_s and b_s above: compute, in-line collectives, ZeRO-3's gathers of the stage's unit), seconds, and
+    the schedule simulated from them (planlang.cost.schedule), whose makespan is M."""
+
+    forward: tuple[float, ...]
+    backward: tuple[float, ...]
+    simulated: SimulatedSchedule
+
+    def __str__(self) -> str:
+        return f"{self.simulated}"
+
+    def busy(self, stage: int) -> float:
+        """Stage `stage`'s forwards and backwards over every microbatch, seconds."""
+        return self.simulated.microbatches * (self.forward[stage] + self.backward[stage])
+
+
+@dataclass(frozen=True)
+class PricedStep:
+    """Each row's step (one per pipeline rank, or one for the whole mesh) and, with a pipeline, the
+    schedule they are read from (None without one, or without the device's throughput)."""
+
+    rows: tuple[StepTime, ...]
+    schedule: PipelineSchedule | None
+
+
+def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic],
+               efficiency: float = 0.5) -> PricedStep:
+    """Each row's step (see the module docstring) and the pipeline's schedule: `work` and `traffic` per
+    model stage (one entry without a pipeline); rows per pipeline rank (rank r holds stages r, r + p, ...
+    under interleaving)."""
     mesh = plan.mesh
     if mesh is None or mesh.device is None or not mesh.device.flops:
         nan = float("nan")
-        return [StepTime(nan, nan, nan, nan, nan, nan)] * _ranks(plan, len(work))
+        return PricedStep((StepTime(nan, nan, nan, nan, nan, nan),) * _ranks(plan, len(work)), None)
     F, B, Tf, Tb, gathers, sums = _parts(plan, work, traffic, efficiency)
     after = [_seconds(plan, _phase(t, ("zero_step",))) for t in traffic]
     if plan.pipeline is None:
         ef, of = _hidden(plan, gathers[0], F[0], 0)
         eb, ob = _hidden(plan, sums[0], B[0], -1)
         compute, tensor = F[0] + B[0], Tf[0] + Tb[0]
-        return [StepTime(compute, tensor, of + ob, ef + eb + after[0], 0.0,
-                         compute + tensor + ef + eb + after[0])]
+        return PricedStep((StepTime(compute, tensor, of + ob, ef + eb + after[0], 0.0,
+                                    compute + tensor + ef + eb + after[0]),), None)
     m = plan.pipeline.microbatches
     kind = plan.pipeline.schedule.kind
     chunks = plan.pipeline.schedule.chunks if kind == "interleaved" else 1
@@ -121,30 +150,25 @@ def step_times(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
         compute = sum(F[s] + B[s] for s in mine)
         tensor = busy - compute
         rows.append(StepTime(compute, tensor, 0.0, comm, sim.makespan - busy, sim.makespan + comm))
-    return rows
+    return PricedStep(tuple(rows), PipelineSchedule(tuple(fwd), tuple(bwd), sim))
+
+
+def step_times(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic],
+               efficiency: float = 0.5) -> list[StepTime]:
+    """Each row's step (`price_step` without the schedule)."""
+    return list(price_step(plan, work, traffic, efficiency).rows)
 
 
 def _microbatch_times(plan: CompletePlan, F, B, Tf, Tb, gathers, sums):
     """Per model stage, one microbatch's forward and backward seconds (ZeRO-3's gathers of the stage's
     unit, one per microbatch in each, inside them) and those re-gathers of the backward."""
+    assert plan.pipeline is not None
     m = plan.pipeline.microbatches
     regather = [[t for t in sums[s] if t.phase == "zero_backward" and t.kind == Collective.ALL_GATHER]
                 for s in range(len(F))]
     fwd = [(F[s] + Tf[s] + _seconds(plan, gathers[s])) / m for s in range(len(F))]
     bwd = [(B[s] + Tb[s] + _seconds(plan, regather[s])) / m for s in range(len(F))]
     return fwd, bwd, regather
-
-
-def stage_seconds(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic],
-                  efficiency: float = 0.5) -> list[float]:
-    """Each pipeline stage's forwards and backwards over all microbatches (the report's schedule), seconds."""
-    mesh = plan.mesh
-    if mesh is None or mesh.device is None or not mesh.device.flops:
-        return [float("nan")] * len(work)
-    F, B, Tf, Tb, gathers, sums = _parts(plan, work, traffic, efficiency)
-    fwd, bwd, _ = _microbatch_times(plan, F, B, Tf, Tb, gathers, sums)
-    m = plan.pipeline.microbatches
-    return [m * (f + b) for f, b in zip(fwd, bwd)]
 
 
 def _parts(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic], efficiency: float):
