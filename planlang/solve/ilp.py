@@ -62,9 +62,10 @@ class Option:
 
     `memory` counts while the node is live (see `Step`); `volume` is the bytes a device sends for the
     strategy's own collectives; `redundancy` is the bytes per device beyond a perfectly even split
-    (min-memory-redundancy-ilp eq. 4 divided by the device count)."""
+    (min-memory-redundancy-ilp eq. 4 divided by the device count). `name`: what the option is, printed
+    with str() (a layout's `Spec`, a strategy's name)."""
 
-    name: str
+    name: object
     compute: float = 0.0
     comm: float = 0.0
     memory: float = 0.0
@@ -187,9 +188,9 @@ class Instance:
             for o in n.options:
                 vals = (o.compute, o.comm, o.memory, o.volume, o.redundancy)
                 if not all(math.isfinite(v) for v in vals):
-                    raise ILPError(f"node {n.name!r} option {o.name!r} has a non-finite cost")
+                    raise ILPError(f"node {n.name!r} option `{o.name}` has a non-finite cost")
                 if o.memory < 0:
-                    raise ILPError(f"node {n.name!r} option {o.name!r} has negative memory")
+                    raise ILPError(f"node {n.name!r} option `{o.name}` has negative memory")
             idx[n.name] = n
         object.__setattr__(self, "_idx", idx)
         for e in self.edges:

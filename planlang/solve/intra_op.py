@@ -231,7 +231,7 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
             opts = []
             for spec in options:
                 local = local_numel(v.shape, spec, mesh)
-                opts.append(Option(str(spec), memory=local * per_elem,
+                opts.append(Option(spec, memory=local * per_elem,
                                    redundancy=(local - math.prod(v.shape) / ndev) * per_elem))
             shared[key] = (options, tuple(opts))
         options, opts = shared[key]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from planlang.plan.complete import CompletePlan
 
 from .facts import ModelFacts
+from .space import Choices
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,7 @@ class Candidate:
     """A priced candidate: its choices (in a fixed order, for tables and tie-breaks), the plan value
     that was priced, and the price."""
 
-    choices: tuple[tuple[str, str], ...]  # (what, value)
+    choices: Choices  # (what, value)
     plan: CompletePlan = field(compare=False, repr=False)
     peak: int  # the largest device's peak bytes
     step_time: float  # the slowest device's step seconds

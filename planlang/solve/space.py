@@ -1,18 +1,19 @@
 """The candidates a plan's holes allow: the options of each choice, and a candidate's choices turned into
-what fills each hole (`fills`: the value the search substitutes into the plan, and the text written at
-the end for the same choice).
+what fills each hole (`fills`: the value the search substitutes into the plan, printed once, when the
+chosen plan is written, planlang.solve.holes).
 
 A candidate is named by its choices, `(what, value)` pairs in a fixed order (`choices`): the mesh's axis
 sizes and the choices made with them (`assign`: pipeline axis, schedule, chunks, data axes, stage degrees,
 `every ?` and template arguments), microbatches, the stage partition's method, ZeRO, each spec hole's
-spec, the checkpoint groups. Every value is a short label the header and the progress lines print; the
-value it stands for is built from it here, once per candidate (no plan text is read or written).
+spec, the checkpoint groups. A choice that is one of the plan's values (a schedule, data axes, a spec)
+is that value; the others are short labels. Each prints as the header and the progress lines show it;
+the value of each hole is built from them here, once per candidate (no plan text is read or written).
 """
 from __future__ import annotations
 
 import itertools
 import math
-from functools import lru_cache
+from typing import Union
 
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups as expand_groups
@@ -21,7 +22,7 @@ from planlang.plan.selection import to_plan_name
 
 from .checkpoint_plan import repeated_blocks
 from .classify import Holes, TemplateArguments, hole_key
-from .holes import Fill
+from .holes import Fill, axes_text
 from .substitute import Values, checkpoint_groups
 
 
@@ -45,8 +46,25 @@ def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
     return out
 
 
-def choices_of(assign, micro, zero, specs, ckpt, stages="flops") -> tuple[tuple[str, str], ...]:
-    out = [(f"axis {k}" if " " not in k else k, str(v)) for k, v in assign.items()]
+class Axes(tuple[str, ...]):
+    """Axes chosen together (the data axes), major to minor: a tuple that prints as a spec entry does
+    (`_`, `dp`, `(dp, tp)`)."""
+
+    def __str__(self) -> str:
+        return axes_text(self)
+
+
+#: a choice's value: a label (a number, an axis, `-`, a stage method, ...), or the value itself where
+#: it is one of the plan's (a schedule, data axes, a spec); each prints as the header and the progress
+#: lines show it
+Choice = Union[str, Axes, T.Schedule, T.Spec]
+Choices = tuple[tuple[str, Choice], ...]  # (what, value), in a fixed order
+
+
+def choices_of(assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: str | None,
+               stages: str = "flops") -> Choices:
+    out: list[tuple[str, Choice]] = [(f"axis {k}" if " " not in k else k, v if isinstance(v, (Axes, T.Schedule)) else str(v))
+                                     for k, v in assign.items()]
     out.append(("microbatches", "-" if micro is None else str(micro)))
     out.append(("stages", stages))
     out.append(("zero", str(zero)))
@@ -124,8 +142,8 @@ class Space:
         if p is None:
             return "", 1
         if T.is_hole(p.schedule):
-            words = str(assign.get(SCHEDULE, "1f1b")).split()
-            return words[0], int(words[2]) if len(words) == 3 else 1
+            chosen = assign.get(SCHEDULE, T.Schedule("1f1b"))
+            return chosen.kind, chosen.chunks if chosen.kind == "interleaved" else 1
         kind = p.schedule.kind  # type: ignore[union-attr]
         chunks = p.schedule.chunks  # type: ignore[union-attr]
         if T.is_hole(chunks):
@@ -153,7 +171,7 @@ class Space:
     def input_data_axes(self, assign: dict) -> dict[str, tuple[str, ...]]:
         """Each `data` statement's input -> the axes its batch dim is split over (written or chosen)."""
         out = dict(batch_axes(self.plan))
-        chosen = _axes_of_text(assign[DATA_AXES]) if DATA_AXES in assign else ()
+        chosen = assign.get(DATA_AXES, Axes())
         for d, _ in self.holes.data:
             out.setdefault(d.input, chosen)
         return out
@@ -171,7 +189,8 @@ class Space:
             banned = self._written_axes() | {a for split in batch_axes(self.plan).values() for a in split}
             free = [a for a in mesh.names if a not in banned]
             pps = [a for a in free if size[a] > 1] or free[:1]  # type: ignore[assignment]
-        schedules: list[str | None] = ["1f1b", "gpipe", "interleaved chunks 2"] if h.schedule is not None else [None]
+        schedules: list[T.Schedule | None] = [T.Schedule("1f1b"), T.Schedule("gpipe"), T.Schedule("interleaved", 2)] \
+            if h.schedule is not None else [None]
         chunks: list[str | None] = ["2", "3", "4"] if h.chunks is not None else [None]
         out = []
         for pp in pps:
@@ -194,19 +213,19 @@ class Space:
                         out.append(extra)
         return out
 
-    def _data_options(self, assign: dict) -> list[str]:
+    def _data_options(self, assign: dict) -> list[Axes]:
         """The data axes' candidates: every set (in mesh order) of axes of size > 1 that are not the
         pipeline's, not used by a written spec nor on another dim of a `data` spec; or none."""
         written = batch_axes(self.plan)
         if written:  # every input splits its batch over the same axes: one input's written split fixes it
-            return [axes_text(next(iter(written.values())))]
+            return [Axes(next(iter(written.values())))]
         banned = self._written_axes() | {self.pp_axis(assign)}
         for d, _ in self.holes.data:
             if isinstance(d.spec, T.Spec):
                 banned.update(d.spec.used_axes())
         free = [a for a in self.plan.mesh.names if a not in banned and self.size_of(assign, a) > 1]
         sets = [c for n in range(len(free), -1, -1) for c in itertools.combinations(free, n)]
-        return [axes_text(c) for c in sets]
+        return [Axes(c) for c in sets]
 
     # -- the choices made after the rest (stage degrees, `every ?`, template arguments)
     def _inner_defaults(self, assign: dict) -> dict:
@@ -349,39 +368,38 @@ class Space:
                 return tuple(shape)
         raise SolveError(f"`{rule.kind} of {rule.target}` matches no module the model runs")
 
-    def spec_options(self, rule: T.ShardRule, assign: dict) -> list[str]:
+    def spec_options(self, rule: T.ShardRule, assign: dict) -> list[T.Spec]:
         """Candidate specs: replicated, or one axis (not a data or the pipeline axis) splitting one dim it
         divides (an activation's batch dim aside: the data axes split it). A spec with `?` entries keeps
-        its written entries; each `?` is `_` or an axis the spec does not use that divides its dim."""
+        its written entries; each `?` is `_` or an axis the spec does not use that divides its dim (an
+        entry a template argument leaves open stays its hole: the argument fills it)."""
         shape = self.shape_of(rule)
         skip = {self.pp_axis(assign)} | set(self.data_axes_of(assign))
         axes = [a for a in self.plan.mesh.names if a not in skip and self.size_of(assign, a) > 1]
         spec = next(s for r, s in self.holes.specs if r is rule)
-        if T.is_hole(spec):
+        if isinstance(spec, T.Hole):
             first = 0 if rule.kind == "param" else 1
-            opts = [_replicated_text(len(shape))]
+            opts = [_replicated(len(shape))]
             for a in axes:
                 for d in range(first, len(shape)):
                     if shape[d] % self.size_of(assign, a) == 0:
-                        opts.append("[" + ", ".join(a if i == d else "_" for i in range(len(shape))) + "]")
+                        opts.append(T.Spec(tuple((a,) if i == d else () for i in range(len(shape)))))
             return opts
-        used = set(spec.used_axes())  # type: ignore[union-attr]
-        per_dim: list[list[str]] = []
-        for d, x in enumerate(spec.dims):  # type: ignore[union-attr]
-            if not T.is_hole(x):
-                per_dim.append([axes_text(x)])  # type: ignore[arg-type]
+        used = set(spec.used_axes())
+        per_dim: list[list[tuple[str, ...] | T.Hole]] = []
+        for d, x in enumerate(spec.dims):
+            if not isinstance(x, T.Hole):
+                per_dim.append([x])
             elif not self.literal(x):
-                per_dim.append(["?"])  # a template argument's entry: the argument fills it
+                per_dim.append([x])  # a template argument's entry: the argument fills it
             else:
                 n = shape[d] if d < len(shape) else 1
-                per_dim.append(["_"] + [a for a in axes if a not in used and n % self.size_of(assign, a) == 0])
+                per_dim.append([()] + [(a,) for a in axes if a not in used and n % self.size_of(assign, a) == 0])
         opts = []
         for combo in itertools.product(*per_dim):
-            holes = [e for e, x in zip(combo, spec.dims) if T.is_hole(x)]  # type: ignore[union-attr]
-            named = [e for e in holes if e not in ("_", "?")]
+            named = [e for e, x in zip(combo, spec.dims) if isinstance(x, T.Hole) and isinstance(e, tuple) and e]
             if len(named) == len(set(named)):
-                tail = f" partial({', '.join(spec.partial)})" if spec.partial else ""  # type: ignore[union-attr]
-                opts.append("[" + ", ".join(combo) + "]" + tail)
+                opts.append(T.Spec(tuple(combo), spec.partial))
         return opts
 
     def ckpt_options(self) -> list[str]:
@@ -394,67 +412,65 @@ class Space:
         sel = to_plan_name(head) + "[*]"
         return [f"{sel} every {k}" for k in (1, 2, 4) if k <= n] + [f"{sel}"]
 
-    # -- a candidate's fills: the value of each hole (substituted) and its text (written at the end)
-    def fills(self, assign: dict, micro: int | None, zero: int, specs: dict[int, str],
+    # -- a candidate's fills: the value of each hole (substituted, and printed once when the plan is written)
+    def fills(self, assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec],
               ckpt: str | None, stages: str = "flops") -> dict[str, Fill]:
         h = self.holes
         fills: dict[str, Fill] = {}
         for name, hole in h.axes:
-            fills[f"axis {name}"] = Fill(hole, str(assign[name]), value=int(assign[name]))
+            fills[f"axis {name}"] = Fill(hole, int(assign[name]))
         if h.pp_axis is not None:
-            fills[PP_AXIS] = Fill(h.pp_axis, str(assign[PP_AXIS]), value=str(assign[PP_AXIS]))
+            fills[PP_AXIS] = Fill(h.pp_axis, str(assign[PP_AXIS]))
         if h.schedule is not None:
-            fills[SCHEDULE] = Fill(h.schedule, str(assign[SCHEDULE]), value=_schedule(str(assign[SCHEDULE])))
+            fills[SCHEDULE] = Fill(h.schedule, assign[SCHEDULE])
         if h.chunks is not None:
-            fills[CHUNKS] = Fill(h.chunks, str(assign[CHUNKS]), value=int(assign[CHUNKS]))
+            fills[CHUNKS] = Fill(h.chunks, int(assign[CHUNKS]))
         for j, (d, holes) in enumerate(h.data):
             inp = self.plan.input(d.input)
-            split = self.input_data_axes(assign).get(d.input, ())
-            bd, axes = batch_dim(inp), axes_text(split)
+            split = tuple(self.input_data_axes(assign).get(d.input, ()))
+            bd = batch_dim(inp)
             for dim, hole in holes:
                 if dim < 0:  # the whole spec: the batch dim over the data axes, the others whole
                     rank = len(inp.shape) if inp is not None else 1
-                    text = "[" + ", ".join(axes if i == bd else "_" for i in range(rank)) + "]"
-                    value: object = T.Spec(tuple(tuple(split) if i == bd else () for i in range(rank)))
+                    value: object = T.Spec(tuple(split if i == bd else () for i in range(rank)))
                 else:
-                    text = axes if dim == bd else "_"
-                    value = tuple(split) if dim == bd else ()
-                fills[f"data {j} {dim}"] = Fill(hole, text, value=value)
+                    value = split if dim == bd else ()
+                fills[f"data {j} {dim}"] = Fill(hole, value)
         if h.degrees:
             for (_, _, hole), v in zip(h.degrees, str(assign[DEGREES]).split(",")):
-                fills[f"degree {hole_key(hole)}"] = Fill(hole, v, value=int(v))
+                fills[f"degree {hole_key(hole)}"] = Fill(hole, int(v))
         for i, hole in enumerate(h.every):
-            fills[f"every {i}"] = Fill(hole, str(assign[f"every {i}"]), value=int(assign[f"every {i}"]))
+            fills[f"every {i}"] = Fill(hole, int(assign[f"every {i}"]))
         for i, hole in enumerate(h.arguments):
             v = str(assign[f"argument {i}"])
-            fills[f"argument {i}"] = Fill(hole, v, value=int(v) if i in self.int_arguments else v)
+            fills[f"argument {i}"] = Fill(hole, int(v) if i in self.int_arguments else v)
         if h.zero is not None:
-            fills["zero"] = Fill(h.zero, str(zero), value=zero)
+            fills["zero"] = Fill(h.zero, zero)
         if h.zero_axis is not None:
-            axis = self._data_axis(assign)
-            fills["zero axis"] = Fill(h.zero_axis, axis, value=axis)
+            fills["zero axis"] = Fill(h.zero_axis, self._data_axis(assign))
         if h.micro is not None:
-            fills["microbatches"] = Fill(h.micro, str(micro), value=micro)
+            fills["microbatches"] = Fill(h.micro, micro)
         if h.stages is not None:
             # lazy: torch loads only when this runs
             from planlang.solve.pipeline_stages import to_stages
 
             chosen = self.stage_choices(assign, stages)
-            fills["stages"] = Fill(h.stages, "\n" + "\n".join(str(c) for c in chosen) + "\n", value=to_stages(chosen))
+            fills["stages"] = Fill(h.stages, to_stages(chosen), text="\n" + "\n".join(str(c) for c in chosen) + "\n")
         for k, (rule, hole) in enumerate(h.specs):
-            text = specs.get(k, _replicated_text(len(self.shape_of(rule))))
-            if T.is_hole(hole):
-                fills[f"spec {k}"] = Fill(hole, text, value=spec_value(text))
+            spec = specs.get(k)
+            if spec is None:
+                spec = _replicated(len(self.shape_of(rule)))
+            if isinstance(hole, T.Hole):
+                fills[f"spec {k}"] = Fill(hole, spec)
             else:  # a spec with `?` entries: each entry from the chosen spec
-                entries = _entries_of(text)
-                for d, x in enumerate(hole.dims):  # type: ignore[union-attr]
-                    if T.is_hole(x) and self.literal(x):
-                        fills[f"spec {k} {d}"] = Fill(x, entries[d], value=_axes_of_text(entries[d]))
+                for d, x in enumerate(hole.dims):
+                    if isinstance(x, T.Hole) and self.literal(x):
+                        fills[f"spec {k} {d}"] = Fill(x, spec.axes_of(d))
         if h.checkpoint is not None:
-            fills["checkpoint"] = Fill(h.checkpoint, ckpt, value=checkpoint_groups(tuple(
-                ("checkpoint " + ckpt).split("\n")))) if ckpt else \
-                Fill(h.checkpoint, "", drop_line="checkpoint: none (planlang solve: the plan fits without recomputation)",
-                     value=())
+            fills["checkpoint"] = Fill(h.checkpoint, checkpoint_groups(tuple(("checkpoint " + ckpt).split("\n"))),
+                                       text=ckpt) if ckpt else \
+                Fill(h.checkpoint, (), text="",
+                     drop_line="checkpoint: none (planlang solve: the plan fits without recomputation)")
         return fills
 
     def fills_of(self, choices) -> dict[str, Fill]:
@@ -463,10 +479,10 @@ class Space:
         ch = dict(choices)
         assign = self.assign_of(choices)
         micro = int(ch["microbatches"]) if ch.get("microbatches", "-") != "-" else None
-        specs = {int(k[len("spec "):]): v for k, v in ch.items() if k.startswith("spec ")}
+        specs = {int(k[len("spec "):]): v for k, v in ch.items() if isinstance(v, T.Spec)}
         ckpt = ch.get("checkpoint")
-        return self.fills(assign, micro, int(ch.get("zero", 0)), specs, None if ckpt in (None, "none") else ckpt,
-                          ch.get("stages", "flops"))
+        return self.fills(assign, micro, int(str(ch.get("zero", 0))), specs,
+                          None if ckpt in (None, "none") else str(ckpt), str(ch.get("stages", "flops")))
 
     def values(self, fills: dict[str, Fill]) -> Values:
         """What the fills put into the plan value (planlang.solve.substitute)."""
@@ -486,49 +502,10 @@ class Space:
         return out
 
 
-def _schedule(label: str) -> T.Schedule:
-    """`1f1b`, `gpipe`, `interleaved chunks 2` as the resolver reads them."""
-    words = label.split()
-    return T.Schedule(words[0], int(words[2]) if len(words) == 3 else 1)
-
-
 def _with_every(g: T.CheckpointGroup, every: int | None) -> T.CheckpointGroup:
     return T.CheckpointGroup(g.modules, every, per=g.per, span=g.span, origin=g.origin)
 
 
-def _replicated_text(rank: int) -> str:
-    return "[" + ", ".join("_" for _ in range(rank)) + "]"
+def _replicated(rank: int) -> T.Spec:
+    return T.Spec(tuple(() for _ in range(rank)))
 
-
-def axes_text(axes: tuple[str, ...]) -> str:
-    """A spec entry: `_`, an axis, or a tuple of axes (major to minor)."""
-    return "_" if not axes else axes[0] if len(axes) == 1 else "(" + ", ".join(axes) + ")"
-
-
-def _axes_of_text(text: str) -> tuple[str, ...]:
-    text = text.strip().strip("()")
-    return tuple(a.strip() for a in text.split(",") if a.strip() and a.strip() != "_")
-
-
-def _entries_of(spec_text: str) -> list[str]:
-    """The entries of a spec's label (`[_, (dp, tp)] partial(tp)` -> `_`, `(dp, tp)`)."""
-    inner = spec_text[spec_text.index("[") + 1:spec_text.rindex("]")]
-    out, depth, cur = [], 0, ""
-    for ch in inner:
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            out.append(cur.strip())
-            cur = ""
-        else:
-            cur += ch
-    return out + [cur.strip()] if cur.strip() else out
-
-
-@lru_cache(maxsize=None)
-def spec_value(label: str) -> T.Spec:
-    """The spec a whole-spec label stands for (`[_, tp] partial(dp)`; the labels the search makes)."""
-    partial = ()
-    if " partial(" in label:
-        partial = _axes_of_text(label[label.index(" partial(") + len(" partial("):label.rindex(")")])
-    return T.Spec(tuple(_axes_of_text(e) for e in _entries_of(label)), tuple(partial))

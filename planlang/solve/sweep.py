@@ -13,14 +13,14 @@ from __future__ import annotations
 from planlang.plan import types as T
 
 from .anytime import Cut
-from .space import SolveError, axes_text
+from .space import SolveError
 
 ALPHA = 0.25  # map §5.3's expansion coefficient: budgets M, 1.25 M, ..., 1.25^9 M (about 7.5 M)
 SWEEP = 10
 MAX_SPEC_SETS = 3  # spec sets of the sweep refined per mesh (each costs a round of estimates)
 
 
-def spec_sets(search, assign: dict) -> list[dict[int, str]]:
+def spec_sets(search, assign: dict) -> list[dict[int, T.Spec]]:
     """Spec sets for the spec holes: the intra-op ILP's solutions at budgets (1 + α)^n · M (map
     §5.3), distinct ones in order of increasing budget, ending with the unconstrained optimum; a
     spec with `?` entries is restricted to the layouts that keep its written entries. If the ILP
@@ -34,7 +34,7 @@ def spec_sets(search, assign: dict) -> list[dict[int, str]]:
     if all(len(o) == 1 for o in opts.values()):
         return [{k: o[0] for k, o in opts.items()}]
     params = [k for k, (rule, _) in enumerate(h.specs) if rule.kind == "param" and len(opts[k]) > 1]
-    sets: list[dict[int, str]] | None = None
+    sets: list[dict[int, T.Spec]] | None = None
     if params:
         try:
             sets = _ilp_spec_sets(search, assign, params)
@@ -42,7 +42,7 @@ def spec_sets(search, assign: dict) -> list[dict[int, str]]:
             search.notes.append(f"intra-op ILP did not run ({type(e).__name__}: {e}); spec options priced by the "
                                 "estimator")
     if sets is None:
-        specs: dict[int, str] = {}
+        specs: dict[int, T.Spec] = {}
         for k in params:
             specs[k] = _priced_spec(search, k, assign, specs, opts[k])
         sets = [specs]
@@ -82,7 +82,7 @@ def _ilp_options(search):
     return SolveOptions(time_limit=max(1.0, search.clock.left()))
 
 
-def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, str]]:
+def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, T.Spec]]:
     # lazy: numpy loads only when this runs
     from planlang.solve.ilp import InfeasibleBudget, SolveTimeout, solve as ilp_solve
     from planlang.solve.intra_op import decode
@@ -121,7 +121,7 @@ def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, str
         # time objective's specs go on too: memory redundancy alone is indifferent between layouts
         # of equal size (a column split where Megatron's row split would do), and the estimator,
         # which prices whole plans, decides
-        out = []
+        out: list[dict[int, T.Spec]] = []
         for objective in (search.objective, "time"):
             try:
                 sol = decode(problem, solve_ilp(problem.instance.with_budget(
@@ -129,7 +129,7 @@ def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, str
             except Cut:
                 cut_short(out)
                 break
-            specs = {k: _spec_label(search, k, sol, assign) for k in which}
+            specs = {k: _spec_choice(search, k, sol, assign) for k in which}
             search.progress(f"intra-op ILP ({objective}, {len(problem.kinds)} nodes): " + targets(specs))
             if specs not in out:
                 out.append(specs)
@@ -151,21 +151,22 @@ def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, str
                 cut_short([free] + sols)
                 break
     sols.append((None, free))
-    out: list[dict[int, str]] = []
+    found: list[dict[int, T.Spec]] = []
     for b, sol in sols:
-        specs = {k: _spec_label(search, k, sol, assign) for k in which}
+        specs = {k: _spec_choice(search, k, sol, assign) for k in which}
         where = "unconstrained" if b is None else f"budget {b / 2**30:.3g} GiB"
         search.progress(f"intra-op ILP ({where}, {len(problem.kinds)} nodes): " + targets(specs)
                         + f"; {sol.result.metrics.time * 1e3:.3g} ms, peak {sol.result.metrics.peak / 2**20:.4g} MiB")
-        if specs not in out:
-            out.append(specs)
-    if len(out) > MAX_SPEC_SETS:  # the tightest, the unconstrained optimum, and one between
-        out = [out[0], out[len(out) // 2], out[-1]]
-    return out
+        if specs not in found:
+            found.append(specs)
+    if len(found) > MAX_SPEC_SETS:  # the tightest, the unconstrained optimum, and one between
+        found = [found[0], found[len(found) // 2], found[-1]]
+    return found
 
 
-def _spec_label(search, k: int, sol, assign: dict) -> str:
-    """The ILP's spec for hole `k`, as the search labels it."""
+def _spec_choice(search, k: int, sol, assign: dict) -> T.Spec:
+    """The ILP's spec for hole `k`: its layout of the parameter, but whole over the data and pipeline
+    axes; a spec with `?` entries keeps its written entries (and those a template argument fills)."""
     rule, hole = search.holes.specs[k]
     hits = rule.target.select(list(sol.params))
     if not hits:
@@ -174,22 +175,19 @@ def _spec_label(search, k: int, sol, assign: dict) -> str:
     # parameters stay whole over data and pipeline axes (ZeRO is the plan's way to shard over data)
     drop = set(search.space.data_axes_of(assign)) | {search.space.pp_axis(assign)}
     chosen = [tuple(a for a in spec.axes_of(d) if a not in drop) for d in range(spec.rank)]
-    if T.is_hole(hole):
-        return str(T.Spec(tuple(chosen)))
-    used = set(hole.used_axes())  # type: ignore[union-attr]
-    entries = []
-    for d, x in enumerate(hole.dims):  # type: ignore[union-attr]
-        if not T.is_hole(x):
-            entries.append(axes_text(x))  # type: ignore[arg-type]
-        elif not search.space.literal(x):
-            entries.append("?")
+    if isinstance(hole, T.Hole):
+        return T.Spec(tuple(chosen))
+    used = set(hole.used_axes())
+    entries: list[tuple[str, ...] | T.Hole] = []
+    for d, x in enumerate(hole.dims):
+        if not isinstance(x, T.Hole) or not search.space.literal(x):
+            entries.append(x)  # written, or the entry a template argument fills
         else:
-            entries.append(axes_text(tuple(a for a in chosen[d] if a not in used)))
-    tail = f" partial({', '.join(hole.partial)})" if hole.partial else ""  # type: ignore[union-attr]
-    return "[" + ", ".join(entries) + "]" + tail
+            entries.append(tuple(a for a in chosen[d] if a not in used))
+    return T.Spec(tuple(entries), hole.partial)
 
 
-def _priced_spec(search, k: int, assign: dict, fixed: dict[int, str], opts: list[str]) -> str:
+def _priced_spec(search, k: int, assign: dict, fixed: dict[int, T.Spec], opts: list[T.Spec]) -> T.Spec:
     """Each option priced as a whole plan by the estimator; the best under the objective."""
     micro = search.space.micro_options(assign)[0] if search.holes.micro is not None else None
     priced = [(search.price_at(assign, micro, 0, {**fixed, k: opt}, None), i, opt) for i, opt in enumerate(opts)]
