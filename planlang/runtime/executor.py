@@ -20,6 +20,7 @@ from torch.fx.node import map_aggregate
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from planlang.cost.comm import Collective
+from planlang.cost.ops import op_kind
 from planlang.model.capture.opgraph import OpaqueCall, TensorArg
 from planlang.runtime.local_ops import run_local
 from planlang.model.program.lowering import Convert, Program, Run
@@ -240,8 +241,9 @@ class Runtime:
         if ins.node.op.kind == "opaque":  # per sample on the local batch (planlang.cost.ops.per_sample)
             return self._opaque(ins.node.call, xs, ins.strategy.output.axes_of(0))
         op = ins.node.op
-        if op.kind == "dropout" and op.attr("training", True) and op.attr("p", 0.0) > 0:
-            # a fresh global mask every step, the same on every rank (sliced to the local piece)
+        kind = op_kind(op.kind)
+        if kind.random and not kind.is_identity(op):
+            # a fresh global mask (dropout) every step, the same on every rank (sliced to the local piece)
             seed = zlib.crc32(f"{name}:{self.step_index}".encode())
             op = dataclasses.replace(op, attrs=tuple(sorted(dict(op.attrs, seed=seed).items())))
         return run_local(op, ins.strategy, xs, self.groups.coords, self.prog.mesh, self.groups.group)

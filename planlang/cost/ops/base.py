@@ -12,7 +12,7 @@ in `backward` beyond what converting layouts costs. `flops` and `memory` are per
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from planlang.plan.types import DTYPE_BYTES, Mesh, Spec  # noqa: F401 - DTYPE_BYTES: defined once, in plan.types
 
@@ -66,17 +66,53 @@ RuleFn = Callable[[OpSpec, Mesh], list[Strategy]]
 
 
 @dataclass(frozen=True)
-class OpKind:
-    """Everything the toolchain knows about one op kind, declared once, beside its rule.
+class Targets:
+    """The torch calls the front ends lower to one op kind, by name (this layer imports no torch; the
+    model layer resolves the names: planlang.model.capture.targets). `functions`: fx call_function
+    targets by dotted path ("torch.nn.functional.gelu", "operator.add"); `methods`: fx call_method names
+    ("relu" for `x.relu()`); `modules`: module classes an fx call_module runs, matched by exact type
+    ("torch.nn.GELU"); `aten`: the ATen overloads torch.export records ("aten.gelu.default"). A target
+    names one kind in the whole registry (tests/cost/test_op_table.py)."""
 
-    `rule` gives its sharding strategies; `saves` the input slots it keeps for backward (parameters are
-    counted as parameters, so only their converted copies count) and `saves_output` whether it keeps its
-    output; `alias` says its output is a view of input 0 (no bytes of its own); `backward_ratio` is
-    backward flops / forward flops (two matmuls per matmul: input and weight gradients; one pass
-    otherwise); `follower` marks a unary elementwise op that the intra-op ILP merges into its producer
-    (Alpa §5.1). The local implementation (torch) is registered under the same name in
-    `planlang.runtime.local_ops`, which refuses to import while any kind here lacks one; both front ends
-    (`planlang.model.capture.opgraph`, `planlang.model.capture.export_graph`) refuse to emit a kind missing here.
+    functions: tuple[str, ...] = ()
+    methods: tuple[str, ...] = ()
+    modules: tuple[str, ...] = ()
+    aten: tuple[str, ...] = ()
+
+    def names(self) -> tuple[str, ...]:
+        """Every target, methods as "Tensor.<name>" (so that a method and a function never share a name)."""
+        return self.functions + tuple(f"Tensor.{m}" for m in self.methods) + self.modules + self.aten
+
+
+def on(*functions: str, methods: tuple[str, ...] = (), modules: tuple[str, ...] = (),
+       aten: tuple[str, ...] = ()) -> Targets:
+    """`Targets` written as a call: on("torch.relu", methods=("relu",), aten=("aten.relu.default",))."""
+    return Targets(tuple(functions), tuple(methods), tuple(modules), tuple(aten))
+
+
+# (the input that is the weight, the weight dim that becomes the output's last dim, the bias input)
+Product = tuple[int, int, int | None]
+
+
+@dataclass(frozen=True)
+class OpKind:
+    """Everything the toolchain knows about one op kind, declared once, beside its rule: one entry of the
+    op table.
+
+    `rule` gives its sharding strategies; `targets` the torch calls that lower to it (`Targets`); `saves`
+    the input slots it keeps for backward (parameters are counted as parameters, so only their converted
+    copies count) and `saves_output` whether it keeps its output; `alias` says its output is a view of
+    input 0 (no bytes of its own); `backward_ratio` is backward flops / forward flops (two matmuls per
+    matmul: input and weight gradients; one pass otherwise); `follower` marks a unary elementwise op that
+    the intra-op ILP merges into its producer (Alpa §5.1); `product` marks a linear product whose weight
+    a fused projection may store per head (planlang.model.program.head_blocks); `random` an op that draws
+    random numbers (the executor gives it a fresh `seed` attr every step); `identity` says when an
+    instance is the identity (a dropout in eval or with p = 0: it runs nothing and keeps nothing).
+
+    The local implementation (torch) is registered under the same name in `planlang.runtime.local_ops`,
+    which refuses to import while any kind here lacks one; both front ends
+    (`planlang.model.capture.opgraph`, `planlang.model.capture.export_graph`) lower a kind's targets by
+    looking them up here and refuse to emit a kind missing here.
     """
 
     name: str
@@ -86,22 +122,36 @@ class OpKind:
     alias: bool = False
     backward_ratio: float = 1.0
     follower: bool = False
+    targets: Targets = Targets()
+    product: Product | None = None
+    random: bool = False
+    identity: Callable[[OpSpec], bool] | None = None
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def saves_nothing(self) -> bool:
+        """Whether its autograd keeps no tensor for backward (sums, differences, views, casts ...)."""
+        return not self.saves and not self.saves_output
+
+    def is_identity(self, op: OpSpec) -> bool:
+        return self.identity is not None and self.identity(op)
 
 
 _KINDS: dict[str, OpKind] = {}
 
 
-def _per_kind(value, kind: str, default):
+def _per_kind(value: Any, kind: str, default: Any) -> Any:
     """A fact given for every kind of a rule (a value) or per kind (a dict; kinds it omits get `default`)."""
     return value.get(kind, default) if isinstance(value, dict) else value
 
 
-def rule(*kinds: str, saves=(), saves_output=False, alias=False, backward_ratio=1.0, follower=False):
-    """Register a strategy generator for one or more op kinds, with each kind's memory and cost facts
-    (`OpKind`); a fact may be one value for all `kinds` or a dict by kind."""
+def rule(*kinds: str, saves: Any = (), saves_output: Any = False, alias: Any = False, backward_ratio: Any = 1.0,
+         follower: Any = False, targets: Any = None, product: Any = None, random: bool = False,
+         identity: Callable[[OpSpec], bool] | None = None) -> Callable[[RuleFn], RuleFn]:
+    """Register a strategy generator for one or more op kinds, with each kind's targets and memory and
+    cost facts (`OpKind`); a fact may be one value for all `kinds` or a dict by kind."""
 
     def deco(fn: RuleFn) -> RuleFn:
         for k in kinds:
@@ -109,7 +159,8 @@ def rule(*kinds: str, saves=(), saves_output=False, alias=False, backward_ratio=
                 raise ValueError(f"op kind {k!r} already has a rule")
             _KINDS[k] = OpKind(k, fn, tuple(_per_kind(saves, k, ())), bool(_per_kind(saves_output, k, False)),
                                bool(_per_kind(alias, k, False)), float(_per_kind(backward_ratio, k, 1.0)),
-                               bool(_per_kind(follower, k, False)))
+                               bool(_per_kind(follower, k, False)), _per_kind(targets, k, None) or Targets(),
+                               _per_kind(product, k, None), random, identity)
         return fn
 
     return deco

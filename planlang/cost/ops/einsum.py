@@ -137,7 +137,7 @@ def einsum_strategies(op: OpSpec, mesh: Mesh, eq: Equation, global_flops: float,
     axes = mesh_axes(mesh)
     contracted = eq.contracted
     shardable = [c for c in eq.letters if c not in eq.unshardable]
-    choices: list[object] = [None] + shardable
+    choices: list[object] = [None, *shardable]
     if eq.passthrough == "one":
         choices += [("P", i) for i in eq.linear if is_float_input(op, i)]
     elif eq.passthrough == "all" and eq.linear:

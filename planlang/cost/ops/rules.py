@@ -38,7 +38,7 @@ import math
 from planlang.plan.types import Mesh, Spec
 
 from ..comm import Collective, price
-from .base import OpSpec, Strategy, rule
+from .base import OpSpec, Strategy, on, rule
 from .einsum import (
     Equation, EquationError, broadcast_equation, einsum_strategies, letters_for, local_numel, mesh_axes,
 )
@@ -55,7 +55,8 @@ def dims_attr(attr, rank: int) -> list[int]:
 
 
 # ------------------------------------------------------------------------------ matmuls
-@rule("linear", saves=(0, 1), backward_ratio=2.0)
+@rule("linear", saves=(0, 1), backward_ratio=2.0, product=(1, 0, 2),
+      targets=on("torch.nn.functional.linear", modules=("torch.nn.Linear",), aten=("aten.linear.default",)))
 def linear_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     x, w = op.inputs[0], op.inputs[1]
     batch = letters_for(len(x) - 1, skip="kn")
@@ -79,7 +80,9 @@ def _matmul_letters(a, b, out) -> tuple[list[str], str, set[str]]:
     return [ins[0] + "mk", ins[1] + "kn"], ob + "mn", un
 
 
-@rule("matmul", "bmm", saves=(0, 1), backward_ratio=2.0)
+@rule("matmul", "bmm", saves=(0, 1), backward_ratio=2.0, product={"matmul": (1, -1, None)},
+      targets={"matmul": on("torch.matmul", "operator.matmul", aten=("aten.matmul.default", "aten.mm.default")),
+               "bmm": on("torch.bmm", aten=("aten.bmm.default",))})
 def matmul_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     a, b = op.inputs
     ins, o, un = _matmul_letters(a, b, op.output)
@@ -88,7 +91,7 @@ def matmul_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 2.0 * numel(op.output) * k)
 
 
-@rule("addmm", saves=(1, 2), backward_ratio=2.0)
+@rule("addmm", saves=(1, 2), backward_ratio=2.0, product=(2, 1, 0), targets=on("torch.addmm", aten=("aten.addmm.default",)))
 def addmm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     bias, m1, m2 = op.inputs
     (bl,), o, un = broadcast_equation((bias,), op.output)  # o == "ab"
@@ -96,7 +99,7 @@ def addmm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 2.0 * m1[0] * m1[1] * m2[1] + numel(op.output))
 
 
-@rule("conv2d", saves=(0, 1), backward_ratio=2.0)
+@rule("conv2d", saves=(0, 1), backward_ratio=2.0, targets=on(modules=("torch.nn.Conv2d",), aten=("aten.conv2d.default",)))
 def conv2d_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     w = op.inputs[1]
     groups = op.attr("groups", 1)
@@ -109,7 +112,8 @@ def conv2d_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 
 # ------------------------------------------------------------------------------ embedding
-@rule("embedding", saves=(0,))
+@rule("embedding", saves=(0,), targets=on("torch.nn.functional.embedding", modules=("torch.nn.Embedding",),
+                                          aten=("aten.embedding.default",)))
 def embedding_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """idx split on its dims, weight split on the hidden dim (column-parallel), or on the vocab dim: each
     device looks up the rows it holds, zeros the rest (masked lookup), and the output is partial."""
@@ -129,17 +133,22 @@ def _norm(op: OpSpec, mesh: Mesh, cost: float) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, cost * numel(x))
 
 
-@rule("layer_norm", saves=(0, 1))
+@rule("layer_norm", saves=(0, 1), targets=on("torch.nn.functional.layer_norm", modules=("torch.nn.LayerNorm",),
+                                             aten=("aten.layer_norm.default",)))
 def layer_norm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return _norm(op, mesh, 8.0)
 
 
-@rule("rms_norm", saves=(0, 1))
+@rule("rms_norm", saves=(0, 1), targets=on(modules=("torch.nn.RMSNorm",)))
 def rms_norm_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return _norm(op, mesh, 5.0)
 
 
-@rule("softmax", "log_softmax", saves_output=True)
+@rule("softmax", "log_softmax", saves_output=True,
+      targets={"softmax": on("torch.nn.functional.softmax", "torch.softmax", methods=("softmax",),
+                             aten=("aten.softmax.int", "aten._softmax.default")),
+               "log_softmax": on("torch.nn.functional.log_softmax", "torch.log_softmax", methods=("log_softmax",),
+                                 aten=("aten.log_softmax.int", "aten._log_softmax.default"))})
 def softmax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     x = op.inputs[0]
     xl = letters_for(len(x))
@@ -152,10 +161,26 @@ def softmax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 UNARY = {"gelu": 8.0, "relu": 1.0, "silu": 4.0, "tanh": 4.0, "exp": 1.0, "neg": 1.0, "rsqrt": 2.0, "sqrt": 2.0,
          "sigmoid": 4.0, "sin": 4.0, "cos": 4.0}
 LINEAR_UNARY = {"neg"}
+UNARY_TARGETS = {
+    "gelu": on("torch.nn.functional.gelu", modules=("torch.nn.GELU",), aten=("aten.gelu.default",)),
+    "relu": on("torch.relu", "torch.nn.functional.relu", methods=("relu",), modules=("torch.nn.ReLU",),
+               aten=("aten.relu.default",)),
+    "silu": on("torch.nn.functional.silu", modules=("torch.nn.SiLU",), aten=("aten.silu.default",)),
+    "tanh": on("torch.tanh", methods=("tanh",), modules=("torch.nn.Tanh",), aten=("aten.tanh.default",)),
+    "exp": on("torch.exp", methods=("exp",), aten=("aten.exp.default",)),
+    "neg": on("torch.neg", "operator.neg", methods=("neg",), aten=("aten.neg.default",)),
+    "rsqrt": on("torch.rsqrt", methods=("rsqrt",), aten=("aten.rsqrt.default",)),
+    "sqrt": on("torch.sqrt", methods=("sqrt",), aten=("aten.sqrt.default",)),
+    "sigmoid": on("torch.sigmoid", "torch.nn.functional.sigmoid", methods=("sigmoid",), modules=("torch.nn.Sigmoid",),
+                  aten=("aten.sigmoid.default",)),
+    "sin": on("torch.sin", methods=("sin",), aten=("aten.sin.default",)),
+    "cos": on("torch.cos", methods=("cos",), aten=("aten.cos.default",)),
+}
 
 
 @rule(*UNARY, saves={k: (0,) for k in ("gelu", "silu", "tanh", "sin", "cos")},
-      saves_output={k: True for k in ("relu", "exp", "tanh", "rsqrt", "sqrt", "sigmoid")}, follower=True)
+      saves_output={k: True for k in ("relu", "exp", "tanh", "rsqrt", "sqrt", "sigmoid")}, follower=True,
+      targets=UNARY_TARGETS)
 def unary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     xl = letters_for(len(op.inputs[0]))
     lin = op.kind in LINEAR_UNARY
@@ -163,7 +188,8 @@ def unary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, UNARY[op.kind] * numel(op.output))
 
 
-@rule("cast", follower=True)
+# x.to(dtype) (torch.export) and x.type_as(y) where the dtypes differ at trace time (the front ends)
+@rule("cast", follower=True, targets=on(methods=("type_as",), aten=("aten.to.dtype", "aten.type_as.default")))
 def cast_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """x.to(dtype) (attr dtype: "f32", "bf16", ...): elementwise and linear, any layout passes through;
     backward casts the gradient back and keeps nothing."""
@@ -172,7 +198,10 @@ def cast_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 0.0)
 
 
-@rule("dropout", saves=(0,), follower=True)  # saves its mask: the input's size and dtype (local_ops)
+# saves its mask: the input's size and dtype (local_ops); the identity in eval or with p = 0
+@rule("dropout", saves=(0,), follower=True, random=True,
+      identity=lambda op: not op.attr("training", True) or op.attr("p", 0.0) == 0,
+      targets=on("torch.nn.functional.dropout", modules=("torch.nn.Dropout",), aten=("aten.dropout.default",)))
 def dropout_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Elementwise and linear in x for a fixed mask; the runtime draws the global mask from `seed` and
     slices it, so every layout yields the single-process result."""
@@ -184,7 +213,14 @@ def dropout_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 BINARY_PASSTHROUGH = {"add": ("all", (0, 1)), "sub": ("all", (0, 1)), "mul": ("one", (0, 1)), "div": ("one", (0,))}
 
 
-@rule(*BINARY_PASSTHROUGH, saves={"mul": (0, 1), "div": (0, 1)})
+@rule(*BINARY_PASSTHROUGH, saves={"mul": (0, 1), "div": (0, 1)}, targets={
+    "add": on("operator.add", "torch.add", methods=("add",), aten=("aten.add.Tensor", "aten.add.Scalar")),
+    "sub": on("operator.sub", "torch.sub", methods=("sub",), aten=("aten.sub.Tensor", "aten.sub.Scalar")),
+    # x ** 2 and x ** 3 are products (as ATen computes them)
+    "mul": on("operator.mul", "torch.mul", methods=("mul",),
+              aten=("aten.mul.Tensor", "aten.mul.Scalar", "aten.pow.Tensor_Scalar")),
+    "div": on("operator.truediv", "torch.div", methods=("div",), aten=("aten.div.Tensor", "aten.div.Scalar")),
+})
 def binary_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     ins, o, un = broadcast_equation(op.inputs, op.output)
     mode, lin = BINARY_PASSTHROUGH[op.kind]
@@ -203,7 +239,8 @@ def _reduce_equation(op: OpSpec) -> tuple[str, str, list[int]]:
     return xl, ol, red
 
 
-@rule("sum", "mean")
+@rule("sum", "mean", targets={"sum": on("torch.sum", methods=("sum",), aten=("aten.sum.dim_IntList", "aten.sum.default")),
+                             "mean": on("torch.mean", methods=("mean",), aten=("aten.mean.dim", "aten.mean.default"))})
 def sum_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """A split reduced dim leaves a partial sum (mean: each device divides by the global count)."""
     xl, ol, _ = _reduce_equation(op)
@@ -211,7 +248,7 @@ def sum_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, float(numel(op.inputs[0])))
 
 
-@rule("amax", saves=(0,), saves_output=True)
+@rule("amax", saves=(0,), saves_output=True, targets=on(aten=("aten.amax.default",)))
 def amax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     xl, ol, red = _reduce_equation(op)
     eq = Equation((xl,), ol, frozenset({xl[i] for i in red} | {c for c in ol if c.isupper()}))
@@ -219,7 +256,9 @@ def amax_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 
 # ------------------------------------------------------------------------------ views
-@rule("transpose", "permute", alias=True)
+@rule("transpose", "permute", alias=True, targets={
+    "transpose": on("torch.transpose", methods=("transpose",), aten=("aten.transpose.int", "aten.t.default")),
+    "permute": on(methods=("permute",), aten=("aten.permute.default", "aten.numpy_T.default"))})
 def permute_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     x = op.inputs[0]
     xl = letters_for(len(x))
@@ -269,7 +308,11 @@ def _major(dims: list[int], shape) -> int | None:
     return None
 
 
-@rule("view", "reshape", "flatten", "unflatten", alias=True)
+@rule("view", "reshape", "flatten", "unflatten", alias=True, targets={
+    "view": on(methods=("view",), aten=("aten.view.default", "aten._unsafe_view.default")),
+    "reshape": on("torch.reshape", methods=("reshape",),
+                  aten=("aten.reshape.default", "aten.unsqueeze.default", "aten.squeeze.dim", "aten.squeeze.dims")),
+    "flatten": on("torch.flatten", methods=("flatten",), aten=("aten.flatten.using_ints",))})
 def reshape_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """A split survives a reshape when it is on the major (first non-1) dim of a group of input dims
     whose product equals that of a group of output dims, it lands on the group's major output dim, and
@@ -295,14 +338,14 @@ def reshape_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
             continue
         part = tuple(a for (a, _), ch in zip(axes, assign) if ch == "P")
         ospec = Spec(tuple(map(tuple, dout)), part)
-        name = " ".join(f"{a}:{'partial' if ch == 'P' else f'dim{groups[ch][0]}'}"
+        name = " ".join(f"{a}:{f'dim{groups[ch][0]}' if isinstance(ch, int) else 'partial'}"
                         for (a, _), ch in zip(axes, assign) if ch is not None) or "replicate"
         out.append(Strategy(name, (Spec(tuple(map(tuple, din)), part),), ospec, flops=0.0,
                             memory=local_numel(y, ospec, mesh) * op.itemsize))
     return out
 
 
-@rule("expand", alias=True)
+@rule("expand", alias=True, targets=on(methods=("expand", "expand_as"), aten=("aten.expand.default",)))
 def expand_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """x broadcast to the output shape: a dim x keeps passes its split through; a dim that grows from 1
     (or is new) may be split on the output with x whole there (each device expands to its local size).
@@ -313,7 +356,7 @@ def expand_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 
 
 # ------------------------------------------------------------------------------ cat, split, slice
-@rule("cat")
+@rule("cat", targets=on("torch.cat", aten=("aten.cat.default",)))
 def cat_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     rank = len(op.output)
     d = op.attr("dim", 0) % rank
@@ -325,7 +368,11 @@ def cat_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 0.0)
 
 
-@rule("split", "slice", "getitem", alias=True)
+# split: a chunk/split call is one "split" op per piece a getitem takes (the front ends)
+@rule("split", "slice", "getitem", alias=True, targets={
+    "split": on("torch.chunk", "torch.split", methods=("chunk", "split"),
+                aten=("aten.split.Tensor", "aten.split_with_sizes.default", "aten.chunk.default")),
+    "slice": on(aten=("aten.slice.Tensor", "aten.select.int"))})
 def slice_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """The cut dim whole. A piece of a value stored in blocks (`blocks`, `block_axes`: a fused projection
     split per head, planlang.model.program.head_blocks) may also keep the cut dim split over the block axes: each
@@ -369,7 +416,8 @@ def slice_bounds(op: OpSpec) -> tuple[int, int, int]:
 
 
 # ------------------------------------------------------------------------------ attention
-@rule("scaled_dot_product_attention", saves=(0, 1, 2), saves_output=True, backward_ratio=2.5)
+@rule("scaled_dot_product_attention", saves=(0, 1, 2), saves_output=True, backward_ratio=2.5,
+      targets=on("torch.nn.functional.scaled_dot_product_attention", aten=("aten.scaled_dot_product_attention.default",)))
 def sdpa_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Split batch and/or heads; or the query sequence (k, v replicated on it; causal masks offset by the
     chunk start). The head dim and the key sequence are never split. With fewer key/value heads than
@@ -392,7 +440,8 @@ def sdpa_heads_fit(q, k, v, enable_gqa: bool) -> bool:
 
 
 # ------------------------------------------------------------------------------ cross-entropy
-@rule("cross_entropy", saves=(0, 1))
+@rule("cross_entropy", saves=(0, 1),
+      targets=on("torch.nn.functional.cross_entropy", aten=("aten.cross_entropy_loss.default",)))
 def cross_entropy_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Split N: each device sums its rows' losses (divided by the global N for mean) -> partial loss.
     Split V (vocab-parallel): all-reduce(max) and all-reduce(sum) of per-row statistics over the vocab
@@ -403,7 +452,7 @@ def cross_entropy_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     strategies = einsum_strategies(op, mesh, eq, 5.0 * numel(logits))
     out = []
     for s in strategies:
-        vaxes = s.inputs[0].dims[1]
+        vaxes = s.inputs[0].axes_of(1)
         if not vaxes:
             out.append(s)
             continue

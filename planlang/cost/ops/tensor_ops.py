@@ -13,13 +13,13 @@ import math
 
 from planlang.plan.types import Mesh
 
-from .base import OpSpec, Strategy, rule
+from .base import OpSpec, Strategy, on, rule
 from .einsum import UPPER, Equation, EquationError, einsum_strategies, letter_sizes, letters_for
 
 numel = math.prod
 
 
-@rule("stack")
+@rule("stack", targets=on("torch.stack", aten=("aten.stack.default",)))
 def stack_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Every input keeps its layout on the output's other dims; the new dim (n long) is whole. Linear in
     each input separately, but a pass-through partial must cover all of them (the output mixes them
@@ -34,7 +34,7 @@ def stack_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 0.0)
 
 
-@rule("roll")
+@rule("roll", targets=on("torch.roll", methods=("roll",), aten=("aten.roll.default",)))
 def roll_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Rolled dims whole (an element moves across any split of them); the others keep any split, which
     makes a roll along the sequence or spatial dims per sample. Linear (a permutation of elements)."""
@@ -45,7 +45,8 @@ def roll_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return einsum_strategies(op, mesh, eq, 0.0)
 
 
-@rule("index_select", saves=(1,))
+# x[..., idx, ...] with one 1-d index is an index_select (torch.export)
+@rule("index_select", saves=(1,), targets=on(aten=("aten.index_select.default", "aten.index.Tensor")))
 def index_select_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """The indexed dim whole, and the index whole (the rows it picks may be anywhere); the other dims
     keep any split, so picking heads or channels is per sample. Linear in x."""
@@ -100,7 +101,7 @@ def einsum_fits(equation: str, shapes: tuple[tuple[int, ...], ...], out: tuple[i
     return True
 
 
-@rule("einsum", saves=(0, 1), backward_ratio=2.0)
+@rule("einsum", saves=(0, 1), backward_ratio=2.0, targets=on("torch.einsum", aten=("aten.einsum.default",)))
 def einsum_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Any letter may be split: a letter kept in the output splits every tensor holding it (the batch
     of hand-written attention "bthd,bshd->bhts" is per sample; heads split are head parallelism), a

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from planlang.cost.comm import Collective, bytes_sent
 from planlang.cost.layout import local_numel, local_shape
+from planlang.cost.ops import registry
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_axes, tensor_axes
@@ -134,9 +135,10 @@ def _per_axis(kind: Collective, axes, full: int, mesh: Mesh, phase: str, what: s
 
 
 # op kinds whose autograd saves no tensor for backward (as planlang.runtime.local_ops runs them): sums,
-# differences, views, slices and concatenation; the identity of a dropout with p = 0
-_SAVES_NOTHING = frozenset({"add", "sub", "neg", "sum", "mean", "view", "reshape", "flatten", "unflatten",
-                            "transpose", "permute", "cat", "split", "slice", "getitem"})
+# differences, views, slices, concatenation and casts (the op table's `saves_nothing`); an instance that
+# is the identity (a dropout in eval or with p = 0: `OpKind.is_identity`) saves nothing either
+_KINDS = registry()
+_SAVES_NOTHING = frozenset(k for k, f in _KINDS.items() if f.saves_nothing)
 
 
 def _saves_tensors(ins, req: dict[str, bool]) -> bool:
@@ -147,9 +149,8 @@ def _saves_tensors(ins, req: dict[str, bool]) -> bool:
     op = ins.node.op
     if ins.strategy is not None and op.kind in _SAVES_NOTHING:
         return False
-    if op.kind == "dropout" and (not op.attr("training", True) or op.attr("p", 0.0) == 0):
-        return False
-    return True
+    kind = _KINDS.get(op.kind)  # None: an opaque call
+    return not (kind is not None and kind.is_identity(op))
 
 
 def recomputed(prog, start: int, end: int, req: dict[str, bool], grad: set[str]) -> list:

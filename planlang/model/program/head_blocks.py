@@ -22,11 +22,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from planlang.cost.ops import registry
 from planlang.model.capture.opgraph import OpGraph, OpNode
 from planlang.plan.types import Mesh, Spec
 
-# (kind, the input that is the weight, the weight dim that becomes the output's last dim, the bias input)
-_PRODUCTS = {"addmm": (2, 1, 0), "linear": (1, 0, 2), "matmul": (1, -1, None)}
+# kind -> (the input that is the weight, the weight dim that becomes the output's last dim, the bias
+# input): the op table's `product`s (linear, addmm, matmul)
+_PRODUCTS = {k: f.product for k, f in registry().items() if f.product is not None}
 _VIEWS = ("view", "reshape")
 
 
