@@ -13,7 +13,7 @@
 
 Repeated blocks repeat the same ops: strategies and priced options are computed once per distinct op,
 edge matrices once per distinct (value shape, option lists), and conversions by one search per source
-layout over a numbered graph of a shape's layouts (`LayoutGraph`), so building grows with the number of
+layout over a numbered graph of a shape's layouts (layout_graph.py), so building grows with the number of
 distinct ops rather than with depth; the nodes of a block share their option tuples and matrices.
 
 Data-parallel gradient synchronisation is charged once, by the op that uses the parameter: when a
@@ -40,25 +40,22 @@ tensor whose consumer converts it counts in both layouts (an over-estimate of th
 """
 from __future__ import annotations
 
-import heapq
 import math
 import re
 import time
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import TYPE_CHECKING
 
-import numpy as np
-
-from planlang.cost.comm import Collective, CommCost, bytes_sent, compute_time, price
-from planlang.cost.layout import (
-    conversion_path, enumerate_layouts, is_valid, local_numel, neighbors, normalize, step_comms,
-)
+from planlang.cost.comm import Collective, CommCost, compute_time, price
+from planlang.cost.layout import conversion_path, enumerate_layouts, is_valid, local_numel, normalize
 from planlang.cost.ops import OpKind, OpSpec, Strategy, UnknownOp, op_kind, strategies
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.plan.types import Mesh, Spec, is_hole
 
 from .ilp import Edge, Instance, Node, Option, Result, SolveOptions, Step, solve
+from .layout_graph import (  # noqa: F401 - LayoutGraph, layout_graph and costs_from are part of this module's API
+    LayoutGraph, comm_volume, costs_from, edge_matrices, layout_graph,
+)
 
 if TYPE_CHECKING:
     from planlang.model.capture.opgraph import OpGraph, Value
@@ -164,10 +161,6 @@ def _fallback(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     return [Strategy("replicate (no rule)", tuple(_replicated(len(s)) for s in op.inputs), _replicated(len(op.output)),
                      memory=math.prod(op.output) * op.itemsize)]
 
-
-def _volume(comms, mesh: Mesh) -> float:
-    """Bytes a device sends for these collectives (the communication volume of min-memory-redundancy §3.4)."""
-    return sum(bytes_sent(c.kind, math.prod(mesh.axis_size(a) or 1 for a in c.axes), c.size_bytes) for c in comms)
 
 
 def block_key(path: str) -> tuple[str, tuple[str, ...]]:
@@ -307,7 +300,7 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
                         tuple(s.output for s in src_list)
                 if (id(dst_list), slot) not in dst_lists:
                     dst_lists[id(dst_list), slot] = tuple(s.inputs[slot] for s in dst_list)
-                cache[key] = _edge_matrices(tuple(v.shape), _itemsize(v.dtype), src_lists[id(src_list)],
+                cache[key] = edge_matrices(tuple(v.shape), _itemsize(v.dtype), src_lists[id(src_list)],
                                             dst_lists[id(dst_list), slot], mesh)
             sec, vol, mem = cache[key]
             edges.append(Edge(src, n.name, slot, sec, vol, mem))
@@ -337,7 +330,7 @@ def _op_options(op: OpSpec, ss: list[Strategy], alias: bool, no_grad: tuple[int,
         flops = s.flops * (1.0 + ratio)
         comms = _without_no_grad_allreduces(op, s, list(no_grad), mesh)
         opts.append(Option(s.name, compute=compute_time(flops, mesh, op.dtype, efficiency) if flops else 0.0,
-                           comm=sum(c.seconds for c in comms), memory=mem, volume=_volume(comms, mesh),
+                           comm=sum(c.seconds for c in comms), memory=mem, volume=comm_volume(comms, mesh),
                            redundancy=(mem - math.prod(op.output) * op.itemsize / ndev) if mem else 0.0))
     return tuple(opts)
 
@@ -438,109 +431,6 @@ def keeps_written(layout: Spec, written: Spec, mesh: Mesh) -> bool:
 
 def _has_hole(spec) -> bool:
     return is_hole(spec) or spec.has_holes
-
-
-def _edge_matrices(shape, itemsize, src_specs, dst_specs, mesh):
-    """Seconds, bytes sent and bytes of the converted copy for every (source, target) layout pair."""
-    g = layout_graph(tuple(shape), mesh, itemsize)
-    srcs = [g.node(normalize(a, mesh)) for a in src_specs]
-    dst = np.array([g.node(normalize(d, mesh)) for d in dst_specs], dtype=int)
-    dst_bytes = np.array([local_numel(shape, d, mesh) * itemsize for d in dst_specs], dtype=float)
-    rows = [g.reach(i) for i in srcs]
-    sec = np.array([r[0][dst] for r in rows]).reshape(len(src_specs), len(dst_specs))
-    vol = np.array([r[1][dst] for r in rows]).reshape(sec.shape)
-    moved = np.array([r[2][dst] > 0 for r in rows]).reshape(sec.shape)
-    return np.where(moved, sec, 0.0), np.where(moved, vol, 0.0), np.where(moved, dst_bytes[None, :], 0.0)
-
-
-class LayoutGraph:
-    """Every layout of one shape on a mesh (the states `conversion_path` searches), numbered, with each
-    one-step transform as (target, seconds forward + backward, bytes sent per device). Built once per
-    (shape, mesh, itemsize) so that a search from each source layout runs over integers."""
-
-    def __init__(self, shape: tuple[int, ...], mesh: Mesh, itemsize: int) -> None:
-        self.specs: list[Spec] = []
-        self.index: dict[Spec, int] = {}
-        self.adj: list[list[tuple[int, float, float]]] = []
-        self._reach: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self.shape, self.mesh, self.itemsize = shape, mesh, itemsize
-        for spec in enumerate_layouts(shape, mesh, partial=True):
-            self._add(normalize(spec, mesh))
-        self._close()
-
-    def node(self, spec: Spec) -> int:
-        """The number of a normalized layout (one outside the enumeration is added with what it reaches)."""
-        j = self.index.get(spec)
-        if j is None:
-            j = self._add(spec)
-            self._close()
-            self._reach.clear()  # searches so far did not see the new states
-        return j
-
-    def _add(self, spec: Spec) -> int:
-        j = self.index.get(spec)
-        if j is None:
-            j = self.index[spec] = len(self.specs)
-            self.specs.append(spec)
-        return j
-
-    def _close(self) -> None:
-        """Transforms of every state not expanded yet (adding the states they lead to)."""
-        shape, mesh, size = self.shape, self.mesh, self.itemsize
-        while len(self.adj) < len(self.specs):
-            spec = self.specs[len(self.adj)]
-            out = []
-            for st, nxt in neighbors(shape, spec, mesh):
-                comms = [c for c in step_comms(shape, spec, st, mesh, size) if c]
-                # seconds as planlang.cost.layout.step_cost sums them (forward, then backward)
-                out.append((self._add(nxt), sum((c.seconds for c in comms), 0.0), _volume(comms, mesh)))
-            self.adj.append(out)
-
-    def reach(self, src: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(seconds, bytes sent, steps) of the cheapest conversion from `src` to every layout: Dijkstra
-        with `conversion_path`'s order (cost, then steps, then discovery), so the seconds are equal."""
-        got = self._reach.get(src)
-        if got is not None:
-            return got
-        n = len(self.specs)
-        dist = [math.inf] * n
-        vol = [0.0] * n
-        hops = [0] * n
-        done = [False] * n
-        dist[src] = 0.0
-        heap = [(0.0, 0, 0, src)]
-        counter = 1
-        while heap:
-            d, h, _, u = heapq.heappop(heap)
-            if done[u]:
-                continue
-            done[u] = True
-            for v, cost, volume in self.adj[u]:
-                if done[v]:
-                    continue
-                nd = d + cost
-                if dist[v] == math.inf or nd < dist[v] - 1e-15:
-                    dist[v], vol[v], hops[v] = nd, vol[u] + volume, h + 1
-                    heapq.heappush(heap, (nd, h + 1, counter, v))
-                    counter += 1
-        got = self._reach[src] = (np.array(dist), np.array(vol), np.array(hops))
-        return got
-
-
-@lru_cache(maxsize=1024)
-def layout_graph(shape: tuple[int, ...], mesh: Mesh, itemsize: int) -> LayoutGraph:
-    return LayoutGraph(shape, mesh, itemsize)
-
-
-def costs_from(shape: tuple[int, ...], src: Spec, mesh: Mesh, itemsize: int) -> dict[Spec, tuple[float, float, int]]:
-    """Cheapest conversion from `src` to every layout it reaches: normalized layout -> (seconds forward
-    + backward, bytes sent per device, steps). One Dijkstra over the same transforms and step costs as
-    `planlang.cost.layout.conversion_path` (so the seconds are equal), run once per source instead of
-    once per pair."""
-    g = layout_graph(tuple(shape), mesh, itemsize)
-    dist, vol, hops = g.reach(g.node(normalize(src, mesh)))
-    return {g.specs[j]: (float(dist[j]), float(vol[j]), int(hops[j])) for j in range(len(g.specs))
-            if dist[j] < math.inf}
 
 
 def _block_groups(graph, nodes, refs) -> tuple[tuple[str, ...], ...]:

@@ -63,8 +63,8 @@ Choices = tuple[tuple[str, Choice], ...]  # (what, value), in a fixed order
 
 def choices_of(assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: str | None,
                stages: str = "flops") -> Choices:
-    out: list[tuple[str, Choice]] = [(f"axis {k}" if " " not in k else k, v if isinstance(v, (Axes, T.Schedule)) else str(v))
-                                     for k, v in assign.items()]
+    out: list[tuple[str, Choice]] = [(f"axis {k}" if " " not in k else k,
+                                      v if isinstance(v, (Axes, T.Schedule)) else str(v)) for k, v in assign.items()]
     out.append(("microbatches", "-" if micro is None else str(micro)))
     out.append(("stages", stages))
     out.append(("zero", str(zero)))
