@@ -106,11 +106,14 @@ def sync_batch_norm(x: torch.Tensor, weight, bias, bn: _BatchNorm, groups) -> to
     y = _SyncBatchNorm.apply(x, weight, bias, bn.eps, groups, count, stats)
     if bn.training and bn.track_running_stats and not is_recomputing():  # once per step (recompute.py)
         mean, var = stats
+        tracked, running_mean, running_var = bn.num_batches_tracked, bn.running_mean, bn.running_var
+        if tracked is None or running_mean is None or running_var is None:
+            raise ValueError(f"{type(bn).__name__} tracks running statistics without their buffers")
         with torch.no_grad():
-            bn.num_batches_tracked.add_(1)
-            m = bn.momentum if bn.momentum is not None else 1.0 / float(bn.num_batches_tracked)
-            bn.running_mean.mul_(1 - m).add_(mean, alpha=m)
-            bn.running_var.mul_(1 - m).add_(var * (count / (count - 1)), alpha=m)
+            tracked.add_(1)
+            m = bn.momentum if bn.momentum is not None else 1.0 / float(tracked)
+            running_mean.mul_(1 - m).add_(mean, alpha=m)
+            running_var.mul_(1 - m).add_(var * (count / (count - 1)), alpha=m)
     return y
 
 
@@ -126,8 +129,9 @@ def _const_writers(prog: Program) -> dict[str, int]:
     that input, which the op writes into."""
     out = {}
     for ins in prog.instructions:
-        call = getattr(getattr(ins, "node", None), "call", None)
-        if call is None or not str(getattr(call.target, "__name__", call.target)).endswith("_"):
+        call = ins.node.call if isinstance(ins, Run) else None
+        if not isinstance(ins, Run) or call is None or \
+                not str(getattr(call.target, "__name__", call.target)).endswith("_"):
             continue
         first = next((a for a in call.args if isinstance(a, TensorArg)), None)
         if first is not None and ins.node.inputs[first.index] in prog.graph.consts:
@@ -208,7 +212,7 @@ class Runtime:
         self._consts = {k: v.to(device) for k, v in prog.graph.consts.items()}
         self._writers = _const_writers(prog)
         self.step_index = 0
-        self.modules = None  # the model (for opaque module calls), set by apply
+        self.modules: torch.nn.Module | None = None  # the model (for opaque module calls), set by apply
         # ZeRO-2/3 per block: rt.block(name, fn, *xs) runs a block's instructions as its module's forward
         # (planlang.runtime.zero_blocks.BlockCaller), set by apply when the program has blocks
         self.block = None
@@ -236,10 +240,12 @@ class Runtime:
         for i, axes in ins.grad_reduce:
             if isinstance(xs[i], torch.Tensor) and xs[i].requires_grad:
                 xs[i] = GradSum.apply(xs[i], axes, self.groups, self.recorder)
-        if ins.strategy is None:
-            return self._opaque(ins.node.call, xs)
-        if ins.node.op.kind == "opaque":  # per sample on the local batch (planlang.cost.ops.per_sample)
-            return self._opaque(ins.node.call, xs, ins.strategy.output.axes_of(0))
+        if ins.strategy is None or ins.node.op.kind == "opaque":
+            call = ins.node.call
+            if call is None:
+                raise ValueError(f"{name}: an opaque op without its call")
+            # with a strategy: per sample on the local batch (planlang.cost.ops.per_sample)
+            return self._opaque(call, xs, () if ins.strategy is None else ins.strategy.output.axes_of(0))
         op = ins.node.op
         kind = op_kind(op.kind)
         if kind.random and not kind.is_identity(op):
@@ -261,6 +267,8 @@ class Runtime:
             return call.target(*args, **kwargs)
         if call.op == "call_method":
             return getattr(args[0], call.target)(*args[1:], **kwargs)
+        if self.modules is None:
+            raise ValueError(f"opaque module call {call.target}: the runtime has no model (apply sets it)")
         module = self.modules.get_submodule(call.target)
         n_params = len(pnames)
         params = dict(zip(pnames, xs[len(xs) - n_params:])) if n_params else {}

@@ -44,11 +44,19 @@ def dropout_mask(shape: tuple[int, ...], p: float, seed: int) -> torch.Tensor:
     return torch.rand(tuple(shape), generator=g, dtype=torch.float64) >= p
 
 
+def _axis_size(mesh: Mesh, axis: str) -> int:
+    """The size of a mesh axis the program runs on (every size is known by then)."""
+    size = mesh.axis_size(axis)
+    if size is None:
+        raise ValueError(f"mesh axis {axis!r} has no size")
+    return size
+
+
 def chunk(n: int, axes: tuple[str, ...], mesh: Mesh, coords: dict[str, int]) -> tuple[int, int]:
     """(start, length) of the chunk of a dim of size n split by `axes` that this device holds."""
     index, count = 0, 1
     for a in axes:
-        size = mesh.axis_size(a)
+        size = _axis_size(mesh, a)
         index = index * size + coords[a]
         count *= size
     return index * (n // count), n // count
@@ -376,7 +384,7 @@ def partial_pieces(value: torch.Tensor, spec: Spec, mesh: Mesh, coords: dict[str
     every coordinate (a test helper: deterministic in `seed`, the same on every device)."""
     piece = value
     for j, a in enumerate(spec.partial):
-        n = mesh.axis_size(a)
+        n = _axis_size(mesh, a)
         g = torch.Generator().manual_seed(seed * 1009 + j)
         noise = torch.randn((n,) + tuple(value.shape), generator=g, dtype=value.dtype)
         piece = piece / n + noise[coords[a]] - noise.mean(0)
