@@ -4,8 +4,9 @@
         out/schedule.png, out/schedule.svg, out/report.json, out/index.html]
 
 - memory.{png,svg}: each device class's estimated peak, stacked by memory class, with the budget line;
-- schedule.{png,svg}: the pipeline schedule (GPipe, 1F1B or interleaved) simulated from the per-stage
-  times, with its bubble; not drawn for a plan without a pipeline (the page says so);
+- schedule.{png,svg}: the pipeline schedule (GPipe, 1F1B or interleaved) the estimate's step time was read
+  from (planlang.model.price.step_time), with its bubble; not drawn for a plan without a pipeline or
+  without the device's throughput (the page says why);
 - report.json: the numbers behind both charts; index.html: the plan's summary, the charts and the tables.
 
 `report_command` (the CLI) also prints one line per device class (estimated peak against the budget, or
@@ -45,17 +46,20 @@ def _formats(formats: Iterable[str] | str) -> tuple[str, ...]:
 
 
 def report_json(data: ReportData) -> dict:
-    """The numbers behind the charts (bytes and seconds)."""
-    sim = data.schedule
+    """The numbers behind the charts (bytes and seconds). Each device's `step_time` and `step` are the
+    estimate's; the schedule's `makespan` is the span of its forwards and backwards (a rank's step adds
+    the gradient sums after it), `forward` and `backward` each stage's time for one microbatch."""
+    sched = data.schedule
+    sim = sched.simulated if sched is not None else None
     return {
         "plan": data.plan.path,
         "budget": data.plan.budget.bytes if data.plan.budget else None,
         "devices": [r.as_dict() | {"bar": dict(b.segments), "peak_phase": b.phase}
                     for r, b in zip(data.estimates, data.bars)],
-        "schedule": None if sim is None else {
+        "schedule": None if sched is None or sim is None else {
             "kind": sim.kind, "ranks": sim.ranks, "chunks": sim.chunks, "microbatches": sim.microbatches,
-            "step": sim.makespan, "bubble_ratio": sim.bubble_ratio,
-            "time_unit": "s" if data.stage_times and data.stage_times.measured else "forward",
+            "makespan": sim.makespan, "bubble_ratio": sim.bubble_ratio,
+            "forward": list(sched.forward), "backward": list(sched.backward),
             "boxes": [[b.kind, b.stage, b.rank, b.microbatch, b.start, b.end] for b in sim.boxes]},
         "schedule_note": data.schedule_note,
     }
@@ -91,7 +95,7 @@ def _bar_labels(data: ReportData) -> list[str]:
 
 
 def _write(data: ReportData, out: Path, fmts: tuple[str, ...]) -> list[Path]:
-    sim = data.schedule
+    sim = data.schedule.simulated if data.schedule is not None else None
     limit, what = memory_limit(data.plan)
     note = "" if sim is None or sim.chunks == 1 else (
         f"each pipeline rank holds {sim.chunks} stages; the estimate (and each bar) is of one stage, so a rank's "
@@ -100,10 +104,9 @@ def _write(data: ReportData, out: Path, fmts: tuple[str, ...]) -> list[Path]:
     written = draw_memory(data.bars, limit, what, title, out / "memory", fmts, _bar_labels(data), note)
     images = {"memory": "memory"}
     if sim is not None:
-        title = (f"{data.name}: {data.plan.pipeline.schedule} schedule, "  # type: ignore[union-attr]
-                 f"{sim.ranks} pipeline ranks × {sim.microbatches} microbatches")
-        written += draw_schedule(sim, bool(data.stage_times and data.stage_times.measured), title,
-                                 out / "schedule", fmts)
+        kind = data.plan.pipeline.schedule if data.plan.pipeline is not None else sim.kind
+        title = f"{data.name}: {kind} schedule, {sim.ranks} pipeline ranks × {sim.microbatches} microbatches"
+        written += draw_schedule(sim, title, out / "schedule", fmts)
         images["schedule"] = "schedule"
     else:  # a chart left from an earlier report into this folder would contradict the page
         for f in FORMATS:

@@ -1,26 +1,29 @@
-"""Gather what a report shows: the checked plan, its estimate, the memory bars and the simulated schedule.
+"""Gather what a report shows: the checked plan, its estimate, the memory bars and the pipeline schedule.
 
 The plan is checked as `planlang check --model` does (model-free rules, then the model-aware ones with
 the estimate), except that an over-budget estimate (PL560) does not stop the report: showing where the
 memory goes is the point. Any other error does, with the diagnostics rendered for the user.
+
+The step time and the schedule are the estimate's (planlang.model.price.step_time, as `planlang estimate`
+prices them): each row's step, and the pipeline's schedule simulated from each stage's forward and
+backward of one microbatch. The report simulates nothing of its own.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from planlang.lang.diagnostics import Diagnostic, Severity
 from planlang.plan.complete import CompletePlan, IncompletePlan, complete
 
 from .memory import MemoryBar, memory_bar
-from planlang.cost.schedule import ScheduleError, SimulatedSchedule, simulate
 from planlang.lang.render import render
 
-# A backward pass needs about twice the forward's FLOPs (gradients for both the input and the weights;
-# Narayanan et al. 2021's FLOP count). The estimator gives one compute time per stage, so the schedule
-# splits it 1 : 2.
-FORWARD_SHARE = 1 / 3
+if TYPE_CHECKING:  # the estimate's modules import torch; the report loads them only when it estimates
+    from planlang.model.price.estimate import DeviceEstimate
+    from planlang.model.price.step_time import PipelineSchedule
+
 OVER_BUDGET = "PL560"
 
 
@@ -34,34 +37,18 @@ class ReportError(Exception):
 
 
 @dataclass(frozen=True)
-class StageTimes:
-    """Per-microbatch forward and backward time of each model stage, in seconds (or in units of a
-    forward when `measured` is False: the estimator had no device throughput)."""
-
-    forward: tuple[float, ...]
-    backward: tuple[float, ...]
-    measured: bool
-
-    def __str__(self) -> str:
-        unit = "s" if self.measured else " units"
-        return ", ".join(f"stage {i}: F {f:.3g}{unit} B {b:.3g}{unit}"
-                         for i, (f, b) in enumerate(zip(self.forward, self.backward)))
-
-
-@dataclass(frozen=True)
 class ReportData:
     plan: CompletePlan
-    estimates: tuple  # planlang.model.price.estimate.DeviceEstimate, one per device class
+    estimates: tuple[DeviceEstimate, ...]  # one per device class, each with its step time
     bars: tuple[MemoryBar, ...]
-    schedule: SimulatedSchedule | None
-    stage_times: StageTimes | None
+    schedule: PipelineSchedule | None  # the estimate's: stage times per microbatch and the simulated schedule
     diagnostics: tuple[Diagnostic, ...] = ()  # what the check found and did not stop the report
     schedule_note: str = ""  # why there is no schedule chart
     sources: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __str__(self) -> str:
         return f"report of {self.plan.path}: {len(self.bars)} device classes" + (
-            f", {self.schedule}" if self.schedule else "")
+            f", {self.schedule.simulated}" if self.schedule else "")
 
     @property
     def name(self) -> str:
@@ -97,37 +84,19 @@ def _checked_plan(path: str):
         raise ReportError(f"{path} has {len(err.holes)} holes (`?`); solve it first (`planlang solve {path}`)") from err
 
 
-def stage_times(microbatches: int, steps: list[float]) -> StageTimes:
-    """Per-microbatch forward/backward time of each stage from the estimator's per-stage compute time
-    (`steps`, each covering all microbatches), split FORWARD_SHARE : rest; equal times when the estimate
-    has no usable time."""
-    m = microbatches
-    measured = all(isinstance(t, float) and math.isfinite(t) and t > 0 for t in steps)
-    per_micro = [t / m for t in steps] if measured else [1 / FORWARD_SHARE] * len(steps)
-    return StageTimes(tuple(t * FORWARD_SHARE for t in per_micro),
-                      tuple(t * (1 - FORWARD_SHARE) for t in per_micro), measured)
-
-
-def _schedule(plan: CompletePlan, rows) -> tuple[SimulatedSchedule | None, StageTimes | None, str]:
-    p = plan.pipeline
-    if p is None:
-        return None, None, "The plan has no pipeline, so there is no schedule to draw."
-    kind = p.schedule.kind
-    chunks = p.schedule.chunks if kind == "interleaved" else 1
-    # each model stage's step time, from the rows of the pipeline ranks holding it
-    per_stage = {s: t for r in rows for s, t in zip(r.stages, r.stage_times)}
-    if sorted(per_stage) != list(range(len(p.stages))):
-        return None, None, "The estimate has no per-stage figures, so the schedule cannot be simulated."
-    times = stage_times(p.microbatches, [per_stage[s] for s in range(len(p.stages))])
-    try:
-        sim = simulate(kind, list(times.forward), list(times.backward), p.microbatches, chunks)
-    except ScheduleError as err:
-        return None, times, f"The schedule cannot be simulated: {err}."
-    return sim, times, ""
+def _schedule(plan: CompletePlan, rows) -> tuple[PipelineSchedule | None, str]:
+    """The schedule the estimate's step time was read from, or why there is none to draw."""
+    if plan.pipeline is None:
+        return None, "The plan has no pipeline, so there is no schedule to draw."
+    sched = rows[0].schedule if rows else None
+    if sched is None:
+        return None, ("The mesh's device declares no compute throughput (flops), so neither the step time nor "
+                      "the pipeline schedule can be priced.")
+    return sched, ""
 
 
 def build_report_data(path: str) -> ReportData:
-    """Check `path` (with its model), estimate it and simulate its pipeline schedule."""
+    """Check `path` (with its model) and estimate it: memory, step time and the pipeline's schedule."""
     resolution, plan = _checked_plan(path)
     # lazy: torch loads only when this runs
     from planlang.model.checks import model_facts_for, validate
@@ -152,5 +121,5 @@ def build_report_data(path: str) -> ReportData:
         raise ReportError(f"{path} has errors; fix them first (`planlang check --model {path}`)",
                           _render(blocking, checked.sources))
     bars = tuple(memory_bar(r, r.step_temporaries) for r in rows)
-    sim, times, note = _schedule(plan, rows)
-    return ReportData(plan, tuple(rows), bars, sim, times, tuple(checked.diagnostics), note, dict(checked.sources))
+    sched, note = _schedule(plan, rows)
+    return ReportData(plan, tuple(rows), bars, sched, tuple(checked.diagnostics), note, dict(checked.sources))

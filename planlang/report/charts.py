@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from planlang.plan.units import format_bytes
 
 from .memory import CLASSES, MemoryBar
 from planlang.cost.schedule import SimulatedSchedule, closed_form_bubble
+
+if TYPE_CHECKING:  # types only: matplotlib loads when a chart is drawn
+    from matplotlib.typing import RcKeyType
 
 COLORS = dict(zip(CLASSES, ("#4c72b0", "#8172b3", "#937860", "#55a868", "#a6d4a0", "#dd8452", "#f2c09a",
                             "#e8b07a")))
@@ -20,7 +24,7 @@ BUDGET_COLOR = "#c0392b"
 LIGHT = {"backward transient", "optimizer-step temporaries", "step transient"}  # light segments take dark numbers
 BREAK_BELOW = 0.4  # break the y axis when every peak is below this share of the budget
 # fixed SVG ids and no date, so that a report written twice is byte-for-byte the same
-RC = {"svg.fonttype": "none", "svg.hashsalt": "planlang-report", "font.size": 10}
+RC: dict[RcKeyType, Any] = {"svg.fonttype": "none", "svg.hashsalt": "planlang-report", "font.size": 10}
 
 
 def _save(fig, base: Path, formats) -> list[Path]:
@@ -55,8 +59,9 @@ def draw_memory(bars: tuple[MemoryBar, ...], limit: int | None, limit_label: str
     from matplotlib.figure import Figure
 
     highest = max(b.peak for b in bars)
-    broken = bool(limit) and highest < BREAK_BELOW * limit
-    unit, scale = _unit(highest if broken or not limit else max(highest, limit))
+    lim = limit or 0  # 0: no line to draw
+    broken = bool(lim) and highest < BREAK_BELOW * lim
+    unit, scale = _unit(highest if broken or not lim else max(highest, lim))
     with matplotlib.rc_context(RC):
         fig = Figure(figsize=(max(6.5, 4.2 + 1.5 * len(bars)), 5.4), layout="constrained")
         if broken:
@@ -65,7 +70,7 @@ def draw_memory(bars: tuple[MemoryBar, ...], limit: int | None, limit_label: str
             ax = fig.add_subplot(grid[1], sharex=top_ax)
         else:
             top_ax = ax = fig.add_subplot()
-        ymax = (highest * 1.38 if broken or not limit else max(highest * 1.3, limit * 1.15)) / scale
+        ymax = (highest * 1.38 if broken or not lim else max(highest * 1.3, lim * 1.15)) / scale
         used: list[str] = []
         for x, bar in enumerate(bars):
             bottom = 0.0
@@ -80,22 +85,22 @@ def draw_memory(bars: tuple[MemoryBar, ...], limit: int | None, limit_label: str
                     ax.text(x, bottom + h / 2, f"{h:.3g}", ha="center", va="center", fontsize=8.5,
                             color="#222222" if name in LIGHT else "white")
                 bottom += h
-            share = f"\n{bar.peak / limit:.0%} of {limit_label}" if limit else ""
-            over = bool(limit) and bar.peak > limit
+            share = f"\n{bar.peak / lim:.0%} of {limit_label}" if lim else ""
+            over = bool(lim) and bar.peak > lim
             ax.text(x, bottom + 0.012 * ymax, f"{format_bytes(bar.peak)}{share}\npeak in {bar.phase}",
                     ha="center", va="bottom", fontsize=8.5, color=BUDGET_COLOR if over else "#222222")
         ax.set_ylim(0, ymax)
-        if limit:
-            top_ax.axhline(limit / scale, color=BUDGET_COLOR, linestyle="--", linewidth=1.4,
-                           label=f"{limit_label}: {format_bytes(limit)}")
+        if lim:
+            top_ax.axhline(lim / scale, color=BUDGET_COLOR, linestyle="--", linewidth=1.4,
+                           label=f"{limit_label}: {format_bytes(lim)}")
         if broken:
-            top_ax.set_ylim(limit / scale * 0.9, limit / scale * 1.08)
-            top_ax.set_yticks([limit / scale])
+            top_ax.set_ylim(lim / scale * 0.9, lim / scale * 1.08)
+            top_ax.set_yticks([lim / scale])
             top_ax.tick_params(bottom=False, labelbottom=False)
             top_ax.spines[["bottom", "top", "right"]].set_visible(False)
             ax.spines["top"].set_visible(False)
             # the usual break marks: a slash at each end of the cut in the y axis
-            marks = dict(marker=[(-1, -0.5), (1, 0.5)], markersize=10, linestyle="none", color="k", mec="k",
+            marks: dict[str, Any] = dict(marker=[(-1, -0.5), (1, 0.5)], markersize=10, linestyle="none", color="k", mec="k",
                          mew=1, clip_on=False)
             top_ax.plot([0], [0], transform=top_ax.transAxes, **marks)
             ax.plot([0], [1], transform=ax.transAxes, **marks)
@@ -118,17 +123,15 @@ def draw_memory(bars: tuple[MemoryBar, ...], limit: int | None, limit_label: str
     return _save(fig, base, formats)
 
 
-def _time_unit(span: float, measured: bool) -> tuple[str, str, float]:
+def _time_unit(span: float) -> tuple[str, str, float]:
     """(axis label, unit, factor from seconds) for a step of `span` seconds."""
-    if not measured:
-        return "time (a stage's forward = 1, its backward = 2)", "units", 1.0
     for unit, k in (("s", 1.0), ("ms", 1e3), ("µs", 1e6)):
         if span * k >= 2:
             return f"time ({unit})", unit, k
     return "time (ns)", "ns", 1e9
 
 
-def draw_schedule(sim: SimulatedSchedule, measured: bool, title: str, base: Path, formats) -> list[Path]:
+def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> list[Path]:
     """One row per pipeline rank; a box per forward and backward of a microbatch, numbered, over time."""
     # lazy: matplotlib loads only when a chart is drawn
     import matplotlib
@@ -136,7 +139,7 @@ def draw_schedule(sim: SimulatedSchedule, measured: bool, title: str, base: Path
     from matplotlib.patches import Patch
 
     p, v = sim.ranks, sim.chunks
-    label, unit, k = _time_unit(sim.makespan, measured)
+    label, unit, k = _time_unit(sim.makespan)
     with matplotlib.rc_context(RC):
         width = 12.0
         fig = Figure(figsize=(width, 2.3 + 0.55 * p), layout="constrained")
@@ -164,8 +167,8 @@ def draw_schedule(sim: SimulatedSchedule, measured: bool, title: str, base: Path
         ax.spines[["top", "right"]].set_visible(False)
         reference = closed_form_bubble(sim.kind, p, sim.microbatches, v)
         formula = "(p−1)/(v·m+p−1)" if sim.kind == "interleaved" else "(p−1)/(m+p−1)"
-        ax.set_title(f"bubble (idle share of the step): {sim.bubble_ratio:.1%}    ·    equal stage times would give "
-                     f"{formula} = {reference:.1%}    ·    simulated step {sim.makespan * k:.4g} {unit}",
+        ax.set_title(f"bubble (idle share of the span): {sim.bubble_ratio:.1%}    ·    equal stage times would give "
+                     f"{formula} = {reference:.1%}    ·    span {sim.makespan * k:.4g} {unit}",
                      loc="left", fontsize=9.5, color="#333333")
         if v > 1:
             handles = ([Patch(color=FORWARD_SHADES[c % 4], label=f"forward, chunk {c}") for c in range(v)]

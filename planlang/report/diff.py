@@ -265,6 +265,8 @@ def step_collectives(plan) -> tuple[dict[tuple[str, str], Collectives] | None, s
         stages = lowered_traffic(plan)
     except ValueError as err:
         return None, str(err)
+    if stages is None:  # no program (`unsupported` says which plans): nothing lowered to count
+        return None, "the plan has no lowered program to count collectives in"
 
     def seconds(t) -> float:
         return collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes)

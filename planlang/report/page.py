@@ -11,7 +11,7 @@ import math
 from planlang.plan import types as T
 from planlang.plan.units import format_bytes
 
-from .build import FORWARD_SHARE, ReportData
+from .build import ReportData
 from planlang.lang.render import render
 
 STYLE = """
@@ -42,7 +42,7 @@ def _row(cells, head: bool = False, nums: tuple[int, ...] = ()) -> str:
 def _seconds(t: float) -> str:
     if not isinstance(t, float) or not math.isfinite(t):
         return "–"
-    return f"{t * 1e3:.2f} ms" if t < 10 else f"{t:.2f} s"
+    return f"{t * 1e3:.3g} ms" if t < 10 else f"{t:.3g} s"  # as the step's parts (StepTime) print
 
 
 def memory_limit(plan: T.Plan) -> tuple[int | None, str]:
@@ -86,31 +86,37 @@ def _summary(data: ReportData) -> str:
 def _memory_table(data: ReportData) -> str:
     limit, what = memory_limit(data.plan)
     head = ("device", "parameters", "gradients", "optimizer state", "buffers", "activations", "transient",
-            "peak", "peak in", what or "limit", "step time (no bubble)")
-    nums = tuple(range(1, 8)) + (10,)
+            "peak", "peak in", what or "limit", "step time", "of which bubble")
+    nums = tuple(range(1, 8)) + (10, 11)
     out = [_row(head, head=True, nums=nums)]
     for r, bar in zip(data.estimates, data.bars):
         fit = "–" if limit is None else ('<span class="ok">fits</span>' if r.peak <= limit else
                                          f'<span class="over">over by {_e(format_bytes(r.peak - limit))}</span>')
+        bubble = _seconds(r.step.bubble) if r.step is not None else "–"
         out.append(_row((_e(r.device), *(_e(format_bytes(getattr(r, k))) for k in (
             "parameters", "gradients", "optimizer", "buffers", "activations", "transient")),
-            f"<b>{_e(format_bytes(r.peak))}</b>", _e(bar.phase), fit, _seconds(r.step_time)), nums=nums))
+            f"<b>{_e(format_bytes(r.peak))}</b>", _e(bar.phase), fit, _seconds(r.step_time), bubble), nums=nums))
     return "<table>" + "".join(out) + "</table>"
+
+
+def _step_lines(data: ReportData) -> str:
+    """Each row's step time by the parts of the step-time model's formula, as `planlang estimate` prints it."""
+    items = "".join(f"<li>{_e(r.device)}: {_e(r.step)}</li>" for r in data.estimates if r.step is not None)
+    return f"<ul>{items}</ul>" if items else ""
 
 
 def _stage_table(data: ReportData) -> str:
     p = data.plan.pipeline
     if p is None:
         return ""
-    ranks = data.schedule.ranks if data.schedule else len(p.stages)
-    times = data.stage_times
-    unit = (lambda t: _seconds(t)) if times and times.measured else (lambda t: f"{t:.3g} units")
+    sched = data.schedule
+    ranks = sched.simulated.ranks if sched else len(p.stages)
     nums = (1, 4, 5)
     out = [_row(("stage", "rank", "modules", "sub-mesh degrees", "forward / microbatch", "backward / microbatch"),
                 head=True, nums=nums)]
     for st in p.stages:
-        f = unit(times.forward[st.index]) if times and st.index < len(times.forward) else "–"
-        b = unit(times.backward[st.index]) if times and st.index < len(times.backward) else "–"
+        f = _seconds(sched.forward[st.index]) if sched and st.index < len(sched.forward) else "–"
+        b = _seconds(sched.backward[st.index]) if sched and st.index < len(sched.backward) else "–"
         degrees = ", ".join(f"{k} = {v}" for k, v in st.degrees) or "mesh sizes"
         out.append(_row((_e(st.index), _e(st.index % ranks), "<code>" + _e(", ".join(map(str, st.modules))) + "</code>",
                          _e(degrees), f, b), nums=nums))
@@ -130,7 +136,7 @@ def render_page(data: ReportData, images: dict[str, str], formats) -> str:
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>{_e(title)}</title>",
              f"<style>{STYLE}</style>\n</head>\n<body>", f"<h1>{_e(title)}</h1>",
              '<p class="muted">Estimated by <code>planlang estimate</code> from the model traced on the meta device; '
-             "the schedule is an event simulation of the plan's pipeline.</p>",
+             "the step time and the pipeline schedule are its step-time model's.</p>",
              "<h2>Plan</h2>", _summary(data), "<h2>Peak memory per device</h2>"]
     if "memory" in images:
         parts.append(_image(images["memory"], formats))
@@ -140,21 +146,24 @@ def render_page(data: ReportData, images: dict[str, str], formats) -> str:
                  "optimizer state and DDP gradient buckets always; then either the backward pass's saved activations "
                  "and transient tensors (gradients produced so far, temporaries, recomputation), or, when the "
                  "optimizer step is the higher point, all gradients plus the optimizer's temporaries. The table's "
-                 "<i>transient</i> column is both transients together, as the estimator reports it; its <i>step "
-                 "time</i> is the stage's compute for all microbatches plus the data-parallel gradient all-reduce, "
-                 "without the pipeline's idle time (the simulated step below includes it).</p>")
+                 "<i>transient</i> column is both transients together, as the estimator reports it. Its <i>step "
+                 "time</i> is <code>planlang estimate</code>'s: compute, the collectives on the critical path, the "
+                 "gradient sums and ZeRO's collectives that compute does not hide, and in a pipeline the "
+                 "<i>bubble</i>, the device's idle time in the schedule, which the last column shows on its own.</p>")
+    parts.append(_step_lines(data))
     parts.append("<h2>Pipeline schedule</h2>")
-    if data.schedule is not None and "schedule" in images:
-        sim = data.schedule
+    sched = data.schedule
+    if sched is not None and "schedule" in images:
+        sim = sched.simulated
         parts.append(_image(images["schedule"], formats))
-        measured = data.stage_times.measured if data.stage_times else False
-        step = _seconds(sim.makespan) if measured else f"{sim.makespan:.4g} units"
-        parts.append(f"<p>Simulated step: <b>{_e(step)}</b>; bubble (idle share of all ranks' time): "
-                     f"<b>{sim.bubble_ratio:.1%}</b>.</p>")
-        parts.append(f'<p class="muted">Each stage\'s per-microbatch time is its estimated compute time per step '
-                     f"divided by the microbatches, split {FORWARD_SHARE:.0%} forward / {1 - FORWARD_SHARE:.0%} backward"
-                     + ("" if measured else " (no device throughput is known, so all stages take equal time)")
-                     + "; sends between stages are taken as free.</p>")
+        parts.append(f"<p>Schedule span (every forward and backward of every microbatch): "
+                     f"<b>{_e(_seconds(sim.makespan))}</b>; idle share of all ranks' time in it (the bubble): "
+                     f"<b>{sim.bubble_ratio:.1%}</b>. A rank's step time is this span plus the gradient sums and "
+                     "ZeRO's collectives that run after its last backward.</p>")
+        parts.append('<p class="muted">Each stage\'s forward and backward of one microbatch are those of the step-time '
+                     "model (planlang.model.price.step_time): its compute at the device's throughput, its collectives "
+                     "on the critical path, ZeRO-3's gathers of its parameters; sends between stages are taken as "
+                     "free.</p>")
     else:
         parts.append(f"<p>{_e(data.schedule_note or 'No schedule chart.')}</p>")
     parts.append(_stage_table(data))

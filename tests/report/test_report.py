@@ -1,5 +1,5 @@
 """`write_report` end to end on small plans: the files it writes, the numbers behind the memory bars
-against the estimator's, and clear errors for plans it cannot report on."""
+and the step time against the estimator's, and clear errors for plans it cannot report on."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from planlang.report import ReportError, build_report_data, report_command, write_report
-from planlang.cost.schedule import simulate
 
 ROOT = Path(__file__).resolve().parents[2]
 MLP_2D = ROOT / "examples" / "mlp" / "mlp_2d.plan"
@@ -159,26 +158,49 @@ def test_memory_bars_equal_the_estimators_numbers(tiny_data, tiny_report):
             assert 0 <= bar.segment("optimizer-step temporaries") <= row.transient
 
 
-def test_schedule_uses_the_estimated_stage_times(tiny_data):
+def test_schedule_is_the_one_the_estimates_step_time_was_read_from(tiny_data, tiny_report):
     data = tiny_data
-    times = data.stage_times
-    assert times.measured
-    for f, b, row in zip(times.forward, times.backward, data.estimates):
-        assert (f + b) * 4 == pytest.approx(row.stage_times[0])  # 4 microbatches
-        assert row.step_time >= row.stage_times[0]  # the step adds the bubble and the gradient sums
-        assert b == pytest.approx(2 * f)
-    again = simulate("gpipe", list(times.forward), list(times.backward), 4)
-    assert data.schedule.bubble_ratio == pytest.approx(again.bubble_ratio)
-    assert [b.start for b in data.schedule.boxes] == [b.start for b in again.boxes]
+    sched = data.schedule
+    assert sched is not None and all(r.schedule == sched for r in data.estimates)  # nothing simulated again
+    for i, row in enumerate(data.estimates):
+        assert (sched.forward[i] + sched.backward[i]) * 4 == pytest.approx(row.stage_times[0])  # 4 microbatches
+        # a rank's step: the schedule's span plus the sums after its last backward; its bubble is idle time
+        assert row.step.total == pytest.approx(sched.simulated.makespan + row.step.exposed)
+        assert row.step.bubble == pytest.approx(sched.simulated.makespan - row.stage_times[0])
+    written = json.loads((tiny_report[0] / "report.json").read_text())
+    assert written["schedule"]["makespan"] == sched.simulated.makespan
+    assert written["schedule"]["forward"] == list(sched.forward)
+    assert [d["step_time"] for d in written["devices"]] == [r.step_time for r in data.estimates]
+    page = (tiny_report[0] / "index.html").read_text()
+    assert "no bubble" not in page and "Simulated step" not in page
+    for row in data.estimates:  # one step time per row, its bubble beside it
+        assert f"{row.step_time * 1e3:.3g} ms" in page and f"{row.step.bubble * 1e3:.3g} ms" in page
 
 
-def test_a_device_without_throughput_gets_equal_stage_times_and_the_closed_form_bubble(plans, tmp_path):
+@pytest.mark.parametrize("which", ["pipeline", "no pipeline"])
+def test_the_reports_step_time_is_the_estimates(which, plans):
+    """The step time the report shows is `planlang estimate`'s for the same plan, row by row."""
+    from planlang.model.price.estimate import estimate_plan
+    from planlang.runtime.program_memory import measure
+
+    data = build_report_data(plans["tiny"] if which == "pipeline" else str(MLP_2D))
+    rows = estimate_plan(data.plan, program=measure)  # as `planlang estimate` runs it
+    assert [r.step_time for r in data.estimates] == [r.step_time for r in rows]
+    assert [r.step for r in data.estimates] == [r.step for r in rows]
+    assert all(r.step_time > 0 for r in rows)
+    if which == "pipeline":
+        assert data.schedule == rows[0].schedule and data.schedule is not None
+        assert all(r.step.bubble > 0 for r in rows)
+    else:
+        assert data.schedule is None and [r.step.bubble for r in rows] == [0.0]
+
+
+def test_a_device_without_throughput_has_no_step_time_and_no_schedule(plans, tmp_path):
     files = write_report(plans["nospeed"], str(tmp_path), formats=["png"])
-    assert (tmp_path / "schedule.png").read_bytes()[:8] == PNG_MAGIC and tmp_path / "schedule.png" in files
-    sched = json.loads((tmp_path / "report.json").read_text())["schedule"]
-    assert sched["kind"] == "1f1b" and sched["time_unit"] == "forward"
-    assert sched["bubble_ratio"] == pytest.approx((2 - 1) / (8 + 2 - 1))
-    assert sched["step"] == pytest.approx((8 + 2 - 1) * 3.0)  # forward 1 + backward 2 per stage
+    assert sorted(f.name for f in files) == ["index.html", "memory.png", "report.json"]
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["schedule"] is None and "no compute throughput" in data["schedule_note"]
+    assert "no compute throughput" in (tmp_path / "index.html").read_text()
 
 
 def test_an_over_budget_plan_is_reported_with_the_overflow(plans, tmp_path):

@@ -21,7 +21,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable, Iterator
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:  # types only: this module imports no torch
+    from planlang.model.capture.profile import Profile
+    from planlang.model.capture.trace import ModuleFacts
 
 V = TypeVar("V")
 
@@ -71,12 +75,12 @@ class LruCache(Generic[V]):
             return list(self._entries.values())
 
 
-MODEL_FACTS: LruCache[object] = LruCache("model facts", 8)
+MODEL_FACTS: LruCache[ModuleFacts] = LruCache("model facts", 8)
 SIMULATIONS: LruCache[tuple] = LruCache("simulated steps", 32)
-PROFILES: LruCache[object] = LruCache("profiles", 32)
+PROFILES: LruCache[Profile] = LruCache("profiles", 32)
 
 
-def caller_caches(cache: dict | None) -> tuple[LruCache[tuple], LruCache[object]]:
+def caller_caches(cache: dict | None) -> tuple[LruCache[tuple], LruCache[Profile]]:
     """The simulations and profiles to use: the module's bounded ones, or those kept in the caller's
     `cache` (created there on first use, unbounded)."""
     if cache is None:

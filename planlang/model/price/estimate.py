@@ -61,15 +61,15 @@ from planlang.plan.schedule import activation_peaks, in_flight
 from planlang.plan.units import format_bytes
 
 from planlang.model.capture.load import build_model, meta_inputs, model_loss
-from planlang.model.capture.profile import profile_model
+from planlang.model.capture.profile import Profile, profile_model
 from planlang.model.capture.simulate import simulate_step
 from planlang.model.capture.source import imported_source, model_source
 from planlang.model.capture.trace import probe_modules
 from planlang.model.price.caches import MODEL_FACTS, LruCache, caller_caches
 from planlang.model.price.local_model import (LocalParam, LocalPieces, autocast_for, axis_product, build_local_model,
-                                              has_module,
-                                              in_precision, local_inputs, local_params, plan_checkpoint_groups,
-                                              sized, split_widths, with_local_params, wrap_checkpoints)
+                                              has_module, in_precision, local_inputs, local_params,
+                                              plan_checkpoint_groups, plan_model, sized, split_widths,
+                                              with_local_params, wrap_checkpoints)
 from planlang.model.price.step_time import (PipelineSchedule, StageWork, StepTime, lowered_traffic, plan_traffic,
                                             price_step, step_times)
 from planlang.model.price.traffic import Traffic, ZeroUnit, fsdp_numel
@@ -129,20 +129,20 @@ def _model_facts(plan: T.Plan, facts=None) -> tuple:
     if facts is None:
         facts = MODEL_FACTS.get(key)
     if facts is None:
-        facts = probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs))
+        facts = probe_modules(build_model(plan_model(plan), plan.path), meta_inputs(plan.inputs))
         key = _model_key(plan, imported_source(plan.model) or model_source(plan.model, plan.path))
     return MODEL_FACTS.put(key, facts), key
 
 
 def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], divide: int, micro: int, stage_of,
-                    profile_key: tuple, profiled: LruCache) -> tuple:
+                    profile_key: tuple, profiled: LruCache[Profile]) -> tuple:
     """One simulated step and profile of the local model (parameters replaced by their shards, the
     batch divided by `divide`, the plan's checkpoint groups wrapped); the parameters that got a gradient;
     notes. The profile of a local model is reused from `profiled` (by `profile_key`: what it depends on)
     when one was made, and kept there otherwise."""
     module, notes = build_local_model(plan, facts, params)
     local_in = local_inputs(plan, divide)
-    loss = model_loss(plan.model)
+    loss = model_loss(plan_model(plan))
     stage_map = stage_of or None
     # the parts of the step FSDP2's per-block units change (ZeRO-2/3 without a pipeline: zero_blocks_peak)
     blocks = () if stage_map else tuple(b for b in getattr(facts, "blocks", ()) if has_module(module, b))
@@ -154,7 +154,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
                 prof = profiled.put(profile_key, profile_model(module, local_in, loss))
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
-        module = build_model(plan.model, plan.path)
+        module = build_model(plan_model(plan), plan.path)
         in_precision(module, plan.precision)
         notes += wrap_checkpoints(module, plan, facts)
         with autocast_for(plan.precision):
@@ -361,7 +361,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             # torch.distributed.pipelining allocates a receive buffer per microbatch at the first step and
             # keeps them: activations from the previous stage, gradients from the next one
             buffers += micro * (_boundary_bytes(facts, stage_of, s, dp * micro, "in")
-                                + _boundary_bytes(facts, stage_of, s, dp * micro, "out", last=stages[-1]))
+                                + _boundary_bytes(facts, stage_of, s, dp * micro, "out", last=max(stage_of.values())))
             acts = saved_s * inflight
             transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s)
             if micro > 1:
@@ -376,7 +376,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                 later = min(inflight, micro - 1)
                 transient = max(transient, again - (inflight - later) * saved_s)
         backward_phase = acts + transient + gathered
-        gloo = plan.mesh.device is not None and plan.mesh.device.backend == "gloo"
+        gloo = mesh is not None and mesh.device is not None and mesh.device.backend == "gloo"
         per_block = zero_blocks_peak(sim, facts, params, zero_n, zero, prec, gloo) if fsdp and s is None else None
         if per_block is not None:
             backward_phase = per_block

@@ -45,6 +45,13 @@ class LocalParam:
     stages: frozenset  # the pipeline stages holding it (several for a parameter tied across stages)
 
 
+def plan_model(plan: T.Plan) -> T.ModelRef:
+    """The plan's model; ValueError when it declares none."""
+    if plan.model is None:
+        raise ValueError("the plan declares no model")
+    return plan.model
+
+
 def spec_for(name: str, plan: CompletePlan) -> T.Spec | None:
     """The spec of the last `shard` rule selecting parameter `name`, or None (replicated)."""
     found = None
@@ -218,7 +225,7 @@ def wrap_checkpoints(module: torch.nn.Module, plan: CompletePlan, facts) -> list
 def build_local_model(plan: CompletePlan, facts, params: dict[str, LocalParam]) -> tuple[torch.nn.Module, list[str]]:
     """The plan's model on meta as one device runs it: local parameter shapes, the `params` dtype, the
     checkpoint groups wrapped; and the notes wrapping them left."""
-    module = build_model(plan.model, plan.path)
+    module = build_model(plan_model(plan), plan.path)
     with_local_params(module, params)
     in_precision(module, plan.precision)
     return module, wrap_checkpoints(module, plan, facts)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from planlang.cost.comm import Collective, collective_time, compute_time, group
 from planlang.cost.schedule import SimulatedSchedule, simulate
-from planlang.plan.complete import CompletePlan
+from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.data import data_axes, tensor_axes
 
 from planlang.model.capture.load import build_model
@@ -74,8 +74,14 @@ class StepTime:
                 f"exposed sums {ms(self.exposed)} + bubble {ms(self.bubble)} ({ms(self.overlapped)} overlapped)")
 
 
+def _mesh(plan: CompletePlan) -> CompleteMesh:
+    if plan.mesh is None:
+        raise ValueError("the plan declares no mesh")
+    return plan.mesh
+
+
 def _seconds(plan: CompletePlan, ts: list[Transfer]) -> float:
-    return sum((collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes) for t in ts), 0.0)
+    return sum((collective_time(t.kind, group(_mesh(plan), t.axes), t.full_bytes) for t in ts), 0.0)
 
 
 def _phase(traffic: Traffic, phases) -> list[Transfer]:
@@ -173,8 +179,8 @@ def _microbatch_times(plan: CompletePlan, F, B, Tf, Tb, gathers, sums):
 
 def _parts(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic], efficiency: float):
     dtype = plan.precision.compute
-    F = [compute_time(w.forward_flops, plan.mesh, dtype, efficiency) for w in work]
-    B = [compute_time(w.backward_flops, plan.mesh, dtype, efficiency) for w in work]
+    F = [compute_time(w.forward_flops, _mesh(plan), dtype, efficiency) for w in work]
+    B = [compute_time(w.backward_flops, _mesh(plan), dtype, efficiency) for w in work]
     Tf = [_seconds(plan, _phase(t, FORWARD_PHASES)) for t in traffic]
     Tb = [_seconds(plan, _phase(t, BACKWARD_PHASES)) for t in traffic]
     gathers = [_phase(t, ("zero_forward",)) for t in traffic]
@@ -205,7 +211,11 @@ def lowered_traffic(plan: CompletePlan, graph=None, model=None) -> list[Traffic]
     prog = lower(graph if graph is not None else graph_of(plan), plan)
     prog.checkpoint_groups = mark_checkpoints(prog, plan)
     zero = plan.optimizer is not None and plan.optimizer.zero_stage > 0
-    units = program_zero_units(model if model is not None else build_model(plan.model, plan.path), prog, plan) if zero else []
+    if zero and model is None:
+        if plan.model is None:
+            raise ValueError("the plan declares no model")
+        model = build_model(plan.model, plan.path)
+    units = program_zero_units(model, prog, plan) if zero else []
     return [predict_step_traffic(plan, prog, zero=units)]
 
 
@@ -217,7 +227,7 @@ def parameter_transfers(plan: CompletePlan, unit: ZeroUnit, sums: bool) -> list[
     out = []
     if sums:
         skip = set(fsdp_axes(plan))
-        out += [transfer(Collective.ALL_REDUCE, (a,), unit.reduced, plan.mesh, "grad_sync", unit.name)
+        out += [transfer(Collective.ALL_REDUCE, (a,), unit.reduced, _mesh(plan), "grad_sync", unit.name)
                 for a in data_axes(plan, trivial=False) if a not in skip]
     micro = plan.pipeline.microbatches if plan.pipeline is not None else 1
     return out + zero_transfers(plan, [unit], micro)

@@ -77,12 +77,12 @@ def zero_blocks_peak(sim, facts, params: dict[str, LocalParam], shards: int, zer
     shared = {n for group in facts.shared for n in group if len({block_of(m) for m in group}) > 1}
     B = [0] * len(names)
     R = 0
-    mixed = prec is not None and prec.mixed
-    rr = prec.bytes("reduce") / prec.bytes("params") if mixed else 1.0  # the reduce-scatter input's dtype
-    mr = prec.bytes("master") / prec.bytes("params") if mixed else 1.0  # the sharded gradients' dtype
+    mixed = prec if prec is not None and prec.mixed else None
+    rr = mixed.bytes("reduce") / mixed.bytes("params") if mixed else 1.0  # the reduce-scatter input's dtype
+    mr = mixed.bytes("master") / mixed.bytes("params") if mixed else 1.0  # the sharded gradients' dtype
     for p in params.values():
         i = block_of(p.name)
-        size = math.prod(p.local) * (prec.bytes("params") if mixed else p.itemsize)
+        size = math.prod(p.local) * (mixed.bytes("params") if mixed else p.itemsize)
         if i is None or p.name in shared:
             R += size
         else:
