@@ -11,6 +11,7 @@ from functools import cached_property
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Label, did_you_mean
 from planlang.lang.source import Span
+from planlang.lang.spec_text import read_spec
 
 from . import types as T
 from .resolve_values import DTYPES, PARAM_KINDS, Namespace, ResolverBase, diag
@@ -390,17 +391,8 @@ class PlanBuilder(ResolverBase):
 
 
 def _spec_shape(text: str) -> tuple:
-    """(entries, partial, names) of a spec written `text` (as `ast.spec_text` prints it): entries as
-    tuples of axis names (() for `_`), or None when one is a hole `?`; every name it uses."""
-    close = text.index("]")
-    body = text[1:close]
-    entries = []
-    for item in A._split_top(body) if body else ():
-        if item == "?":
-            entries = None
-            break
-        entries.append(() if item == "_" else tuple(item.strip("()").split(", ")))
-    partial = tuple(text[close + len(" partial(") + 1:-1].split(", ")) if len(text) > close + 1 else ()
-    names = {a for axes in entries or () for a in axes} | set(partial)
-    return (None if entries is None else tuple(entries)), partial, names
-
+    """(entries, partial, names) of a spec written `text` (as `ast.spec_text` prints it; read by the one
+    spec reader, planlang.lang.spec_text): entries as tuples of axis names (() for `_`), or None when one
+    is a hole `?`; every name it uses."""
+    read = read_spec(text)
+    return read.axes(), read.partial, read.names()

@@ -129,10 +129,13 @@ def classify(plan: T.Plan, sources: dict | None = None, module=None) -> Holes:
 
 
 # ------------------------------------------------------------------------------ template arguments
-def _axes_of_text(text: str) -> tuple[str, ...]:
-    """The axis names of a spec entry as written (`tp`, `(dp, t)`, `_`)."""
-    text = text.strip().strip("()")
-    return tuple(a.strip() for a in text.split(",") if a.strip() and a.strip() != "_")
+def _entry_axes(entry) -> tuple[str, ...]:
+    """The axis names of a parsed spec entry (`tp`, `(dp, t)`; none for `_` and `?`)."""
+    if isinstance(entry, A.AxisEntry):
+        return (entry.axis.text,)
+    if isinstance(entry, A.AxisTuple):
+        return tuple(a.text for a in entry.axes)
+    return ()
 
 
 @dataclass(frozen=True)
@@ -154,19 +157,21 @@ class TemplateArguments:
     they apply) to the spec entries each leaves open, by walking each shard rule's chain of `apply` sites
     (its `origin`) over the parsed files — the resolver's binding of parameters, replayed for `?`."""
 
-    def __init__(self, plan: T.Plan, arguments: list[T.Hole], modules: dict, sources: dict) -> None:
+    def __init__(self, plan: T.Plan, arguments: list[T.Hole], modules: dict, sources: dict | None = None) -> None:
+        # `sources` is not read: the entries are found in the parsed files (`modules`)
         self.applies: dict[tuple[str, int], A.ApplyStmt] = {}
         self.templates: dict[str, list[A.TemplateDecl]] = {}
+        self.specs: dict[tuple[str, int], A.Spec] = {}  # where a template's spec is written -> its parse
         self.owner: dict[tuple[str, int], A.ApplyStmt] = {}  # a `?` argument's key -> its `apply`
         for mod in modules.values():
-            self._index(mod.statements if mod is not None else ())
+            self._index(mod.statements if mod is not None else (), False)
         self.index = {hole_key(a): i for i, a in enumerate(arguments)}
         self.entries: dict[int, ArgumentEntry] = {}  # id() of an entry hole of the input plan -> its argument
         for r in plan.shards:
             if isinstance(r.spec, T.Spec) and r.spec.has_holes and r.origin:
-                self._follow(r, sources)
+                self._follow(r)
 
-    def _index(self, stmts) -> None:
+    def _index(self, stmts, in_template: bool) -> None:
         for st in stmts:
             if isinstance(st, A.ApplyStmt):
                 self.applies[(st.span.file, st.span.start)] = st
@@ -175,9 +180,11 @@ class TemplateArguments:
                         self.owner[(a.span.file, a.span.start)] = st
             elif isinstance(st, A.TemplateDecl):
                 self.templates.setdefault(st.name.text, []).append(st)
-                self._index(st.body)
+                self._index(st.body, True)
             elif isinstance(st, A.ForStmt):
-                self._index(st.body)
+                self._index(st.body, in_template)
+            elif in_template and isinstance(st, A.ShardStmt) and isinstance(st.spec, A.Spec):
+                self.specs[(st.spec.span.file, st.spec.span.start)] = st.spec
 
     def template(self, st: A.ApplyStmt) -> A.TemplateDecl | None:
         """The template an `apply` names (by its last name: `megatron.attention` -> `attention`), when
@@ -196,7 +203,7 @@ class TemplateArguments:
                 return p.kind.text == "int"
         return False
 
-    def _follow(self, rule: T.ShardRule, sources: dict) -> None:
+    def _follow(self, rule: T.ShardRule) -> None:
         env: dict[str, int] = {}  # parameter -> the argument it is bound to, in the innermost template so far
         for site in rule.origin:
             st = self.applies.get((site.file, site.start))
@@ -212,11 +219,18 @@ class TemplateArguments:
                 elif isinstance(a, A.Ref) and len(a.name.parts) == 1 and a.name.parts[0].text in env:
                     bound[p.name.text] = env[a.name.parts[0].text]
             env = bound
-        for x in rule.spec.dims:  # type: ignore[union-attr]
-            src = sources.get(x.span.file) if T.is_hole(x) else None
-            if src is None:
+        spec = rule.spec
+        if not isinstance(spec, T.Spec):
+            return
+        parsed = self.specs.get((spec.span.file, spec.span.start))
+        if parsed is None:
+            return
+        # each entry of the template's spec as parsed, by where it is written (the hole's span)
+        written_at = {(e.span.file, e.span.start): _entry_axes(e) for e in parsed.entries}
+        for x in spec.dims:
+            if not isinstance(x, T.Hole) or hole_key(x) not in written_at:
                 continue
-            written = _axes_of_text(src.text[x.span.start:x.span.end])
+            written = written_at[hole_key(x)]
             params = [a for a in written if a in env]
             if len(params) == 1:
                 self.entries[id(x)] = ArgumentEntry(env[params[0]], written, params[0])
