@@ -1,10 +1,22 @@
-"""Turn Lark's "unexpected token, expected one of {...}" into a sentence and a help line."""
+"""Syntax diagnostics: Lark's exceptions (which the fast driver raises as Lark's parser would) turned into
+PL1xx diagnostics that say in words what was expected; PL106 for brackets nested too deep, PL225 for a
+bidirectional control character.
+"""
 from __future__ import annotations
 
-from lark import Token
+import re
+import unicodedata
 
-from .diagnostics import did_you_mean
-from .render._common import escape_text
+from lark import Token
+from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+
+from .diagnostics import Diagnostic, Severity, did_you_mean
+from .lark_parser import lark_parser
+from .lexical import brackets, code_of
+from .render._common import escape_char, escape_text
+from .source import SourceFile
+
+MAX_NESTING = 64  # brackets open at once (PL106); every pass over the tree recurses once per level
 
 STATEMENT_KEYWORDS = (
     "use", "model", "input", "device", "link", "mesh", "budget", "optimizer", "data", "shard",
@@ -115,3 +127,149 @@ def _help_for(tok: Token, exp: set[str]) -> str:
     if exp == {"INT"} or exp == {"INT", "QMARK"}:
         return "write a whole number (digits, `_` allowed as separator)" + (", or `?`" if "QMARK" in exp else "")
     return "see `docs/language.md` for the statement's form"
+
+
+_NOT_BRACKET = re.compile(r"[^{}()\[\]]+")
+_ONE_KIND = str.maketrans("{[}]", "(())")
+
+
+def max_nesting_at_most(text: str, limit: int) -> bool:
+    """True when brackets (outside strings and comments) never stand more than `limit` deep, by string
+    operations only (a big plan has millions of characters): with the brackets alone, each pass that
+    removes `()` pairs takes off one level of matched brackets, and what is left is `)...)(...(`, the
+    closers ignored at depth 0 and the openers never closed; no bracket is deeper than the passes plus
+    those openers. False means: maybe deeper, look closely."""
+    only = _NOT_BRACKET.sub("", code_of(text)).translate(_ONE_KIND)
+    passes = 0
+    while "()" in only:
+        passes += 1
+        if passes > limit:
+            return False
+        only = only.replace("()", "")
+    return passes + only.count("(") <= limit
+
+
+def nesting_diagnostic(source: SourceFile) -> Diagnostic | None:
+    """PL106 at the first bracket opened while MAX_NESTING are open (outside strings and comments), so
+    that no later pass (the tree transformer, the resolver, the formatter) recurses without bound."""
+    text = source.text
+    if text.count("{") + text.count("(") + text.count("[") <= MAX_NESTING or max_nesting_at_most(text, MAX_NESTING):
+        return None
+    depth = 0
+    for ch, i in brackets(text):
+        if ch in "{([":
+            depth += 1
+            if depth > MAX_NESTING:
+                return Diagnostic(
+                    "PL106", Severity.ERROR, f"brackets nested more than {MAX_NESTING} deep",
+                    source.span(i, i + 1),
+                    help=f"a plan nests a few levels; flatten this to at most {MAX_NESTING} open brackets",
+                )
+        elif depth > 0:
+            depth -= 1
+    return None
+
+
+def diagnostic_for(err: UnexpectedInput, source: SourceFile, work: str) -> Diagnostic:
+    if isinstance(err, UnexpectedCharacters):
+        pos = err.pos_in_stream
+        ch = work[pos] if pos < len(work) else ""
+        if ch == '"':
+            end = work.find("\n", pos)
+            end = len(work) if end < 0 else end
+            return Diagnostic(
+                "PL103", Severity.ERROR, "unterminated string", source.span(pos, end),
+                help='close the string with `"` on the same line',
+            )
+        return Diagnostic(
+            "PL102", Severity.ERROR, f"unexpected character {describe_char(ch)}", source.span(pos, pos + 1),
+            help=_char_help(ch),
+        )
+    if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
+        return _eof_diagnostic(source, work)
+    assert isinstance(err, UnexpectedToken)
+    tok = err.token
+    start = tok.start_pos if tok.start_pos is not None else 0
+    end = tok.end_pos if tok.end_pos is not None else start + max(1, len(str(tok)))
+    if tok.type == "_NL":
+        end = start + 1
+    expected = accepted(err)
+    names = {t.name: t.pattern.value for t in lark_parser().terminals}
+    message, help_ = describe_unexpected_token(tok, expected, work, names)
+    return Diagnostic("PL101", Severity.ERROR, message, source.span(start, end), help=help_)
+
+
+def accepted(err: UnexpectedToken) -> set[str]:
+    """The terminals the parser really accepts here (LALR's `expected` set over-approximates after a
+    reduction; the interactive parser tries each candidate)."""
+    try:
+        acc = set(err.interactive_parser.accepts()) if err.interactive_parser is not None else set()
+    except Exception:  # accepts() replays the parser; fall back to Lark's own set
+        acc = set()
+    return acc or set(err.expected or ())
+
+
+def describe_char(ch: str) -> str:
+    """`@`, or `\\u200b` (ZERO WIDTH SPACE): a character that is not plain ASCII is escaped if it prints
+    nothing or passes for a space, and named (a Cyrillic `а` looks like a Latin `a`)."""
+    if " " <= ch < "\x7f":
+        return f"`{ch}`"
+    shown = escape_char(ch) or ch
+    name = unicodedata.name(ch, "")
+    return f"`{shown}` ({name})" if name else f"`{shown}` (U+{ord(ch):04X})"
+
+
+def _char_help(ch: str) -> str:
+    if ch == "'":
+        return 'strings use double quotes: "examples.mlp:build"'
+    if ch in "-+":
+        return "numbers in plans are never negative; arithmetic is not part of the language"
+    if ch == "=":
+        return "`==` is not an operator here; use `=` to give a value"
+    return "remove it, or put it inside a comment (`# ...`) or a string"
+
+
+def _eof_diagnostic(source: SourceFile, work: str) -> Diagnostic:
+    """An unexpected end of file is almost always an unclosed bracket: point at the opener."""
+    stack: list[tuple[str, int]] = []
+    pairs = {"}": "{", ")": "(", "]": "["}
+    for ch, i in brackets(work):
+        if ch in "{([":
+            stack.append((ch, i))
+        elif stack and stack[-1][0] == pairs[ch]:
+            stack.pop()
+    end = len(source.text)
+    if stack:
+        ch, pos = stack[-1]
+        closer = {"{": "}", "(": ")", "[": "]"}[ch]
+        return Diagnostic(
+            "PL104", Severity.ERROR, f"unexpected end of file: `{ch}` is never closed",
+            source.span(pos, pos + 1), help=f"add the matching `{closer}`",
+        )
+    return Diagnostic(
+        "PL104", Severity.ERROR, "unexpected end of file: the last statement is incomplete",
+        source.span(max(0, end - 1), end), help="finish the statement or remove it",
+    )
+
+
+# Unicode's explicit bidirectional embeddings, overrides (U+202A-U+202E) and isolates (U+2066-U+2069)
+BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def bidi_warnings(source: SourceFile) -> tuple[Diagnostic, ...]:
+    """PL225 once per line that holds a bidirectional control (Trojan Source: the line reads in another
+    order than it is shown), at its first one."""
+    out, last_line = [], 0
+    for m in BIDI.finditer(source.text):
+        span = source.span(m.start(), m.end())
+        if span.line == last_line:
+            continue
+        last_line = span.line
+        ch = m.group()
+        out.append(Diagnostic(
+            "PL225", Severity.WARNING,
+            f"bidirectional control character {describe_char(ch)}: the line may be shown in another order "
+            "than it is read", span,
+            help="remove it (\"Trojan Source\", CVE-2021-42574); plans need no right-to-left text",
+        ))
+    return tuple(out)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from lsprotocol import types as L
 
 from planlang.lang import ast as A
+from planlang.lang.lexical import scan
 
 from .analysis import Analysis
 from .keywords import KEYWORDS
@@ -25,15 +26,6 @@ TOKEN_TYPES = ["keyword", "namespace", "type", "function", "parameter", "variabl
 TOKEN_MODIFIERS = ["declaration", "defaultLibrary"]
 LEGEND = L.SemanticTokensLegend(TOKEN_TYPES, TOKEN_MODIFIERS)
 DECLARATION = 1
-
-LEXICAL = re.compile(r"""
-    (?P<comment>\#[^\n]*)
-  | (?P<string>"(?:[^"\\\n]|\\.)*"?)
-  | (?P<number>[0-9](?:_?[0-9])*(?:\.[0-9](?:_?[0-9])*)?(?:[eE][+-]?[0-9]+)?(?![A-Za-z_]))
-  | (?P<word>[A-Za-z0-9_]+)
-  | (?P<hole>\?)
-""", re.X)
-
 
 @dataclass(frozen=True, order=True)
 class Token:
@@ -131,16 +123,17 @@ def tree_tokens(module: A.Module) -> list[Token]:
 
 
 def lexical_tokens(text: str) -> list[Token]:
+    """Keywords, comments, strings, numbers and holes, from the scanner the parser's recovery uses too
+    (`planlang.lang.lexical.scan`)."""
     out = []
-    for m in LEXICAL.finditer(text):
-        kind = m.lastgroup
+    for kind, start, end in scan(text):
         if kind == "word":
-            if m.group(0) in KEYWORDS:
-                out.append(Token(m.start(), m.end(), "keyword"))
+            if text[start:end] in KEYWORDS:
+                out.append(Token(start, end, "keyword"))
         elif kind == "hole":
-            out.append(Token(m.start(), m.end(), "operator"))
-        else:
-            out.append(Token(m.start(), m.end(), kind))
+            out.append(Token(start, end, "operator"))
+        elif kind != "bracket":
+            out.append(Token(start, end, kind))
     return out
 
 

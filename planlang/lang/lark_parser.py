@@ -1,0 +1,93 @@
+"""Lark's LALR parser for the grammar (`planlang/grammar/planlang.lark`): contextual lexer, newlines made
+significant by `PlanPostLex`, comments kept aside by a lexer callback (`SINK`, per thread), and the
+reductions of `reductions.py` installed in place of Lark's tree builder, so that it builds the same AST as
+the fast driver (`driver.py`), which reads its tables. It parses where the fast driver cannot.
+"""
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from pathlib import Path as FsPath
+
+from lark import Lark, Token
+
+from .reductions import install_builders
+from .source import SourceFile, Span
+from .to_ast import ToAst
+
+# package data (in the wheel too); `grammar/` at the top of the checkout links here
+GRAMMAR_PATH = FsPath(__file__).resolve().parents[1] / "grammar" / "planlang.lark"
+
+
+class PlanPostLex:
+    """Newline handling: ignore newlines inside ( ) and [ ], fold runs of newlines into one."""
+
+    always_accept = ("_NL",)
+
+    def process(self, stream):
+        # No lookahead here: the contextual lexer lexes each token in the parser state left by the
+        # tokens already yielded, so a newline must be passed on before the next token is read.
+        depth = 0
+        last_nl = True  # newlines before the first statement are dropped too
+        for tok in stream:
+            if tok.type == "_NL":
+                if depth == 0 and not last_nl:
+                    last_nl = True
+                    yield tok
+                continue
+            last_nl = False
+            if tok.type in ("LPAR", "LSQB"):
+                depth += 1
+            elif tok.type in ("RPAR", "RSQB") and depth > 0:
+                depth -= 1
+            yield tok
+
+
+class CommentSink:
+    """The COMMENT tokens of the parse running in this thread. Lark's lexer callbacks belong to the one
+    cached parser, so the list is thread-local: parses in several threads (the language server's) do
+    not see each other's comments, and need no lock."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+
+    @property
+    def tokens(self) -> list[Token]:
+        return self._local.__dict__.setdefault("tokens", [])
+
+    @tokens.setter
+    def tokens(self, value: list[Token]) -> None:
+        self._local.tokens = value
+
+    def __call__(self, tok: Token) -> Token:
+        self.tokens.append(tok)
+        return tok
+
+
+SINK = CommentSink()
+
+
+@lru_cache(maxsize=1)
+def lark_parser() -> Lark:
+    """The one LALR parser, whose reductions build AST nodes directly (`reductions.install_builders`): no Lark
+    tree is built and walked again, and a node's span comes from its first and last tokens."""
+    lark = Lark(
+        GRAMMAR_PATH.read_text(),
+        parser="lalr",
+        lexer="contextual",
+        postlex=PlanPostLex(),
+        maybe_placeholders=True,
+        lexer_callbacks={"COMMENT": SINK},
+        cache=True,
+    )
+    install_builders(lark, ToAst)
+    return lark
+
+
+def tok_span(source: SourceFile, tok: Token) -> Span:
+    """The span of a Lark token in `source`."""
+    if tok.end_line is not None and tok.start_pos is not None:  # a lexed token knows its lines and columns
+        return Span(source.path, tok.line, tok.column, tok.end_line, tok.end_column, tok.start_pos, tok.end_pos)
+    start = tok.start_pos or 0
+    end = tok.end_pos if tok.end_pos is not None else start + len(str(tok))
+    return source.span(start, end)
