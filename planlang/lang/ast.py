@@ -473,22 +473,6 @@ def _spec_of_text(text: str, span: int) -> tuple[tuple, tuple]:
     return tuple(entries), partial
 
 
-def _split_top(body: str) -> list[str]:
-    """`a, (b, c), _` -> ["a", "(b, c)", "_"] (a canonical spec's entries). Kept for plan/resolve.py's
-    `_spec_shape` until it reads specs with `spec_text.read_spec`; nothing in this module uses it."""
-    out, depth, cur = [], 0, 0
-    for i, ch in enumerate(body):
-        if ch == "(":
-            depth += 1
-        elif ch == ")":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            out.append(body[cur:i])
-            cur = i + 2
-    out.append(body[cur:])
-    return out
-
-
 def _spans_at(span: int):
     """For a short packed span: (a, b) -> the packed span of its characters a..b (offsets in it)."""
     v = span >> 1
