@@ -17,7 +17,7 @@ from pathlib import Path as FsPath
 from typing import Callable
 
 from planlang.lang import ast as A
-from planlang.lang.diagnostics import Label, did_you_mean
+from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.parser import ParseResult, no_cycle_collection, parse
 from planlang.lang.source import SourceFile, Span, decode_plan
 
@@ -199,14 +199,15 @@ class Resolver(PlanBuilder):
     def _declare(self, module: A.Module, ns: Namespace, is_root: bool) -> None:
         seen: dict[str, Span] = {}
 
-        def claim(name: A.Name, what: str) -> bool:
-            if name.text in seen:
+        def claim(name: A.Name | tuple[str, Span], what: str) -> bool:
+            text, span = (name.text, name.span) if isinstance(name, A.Name) else name
+            if text in seen:
                 self.diags.append(diag(
-                    "PL209", f"{what} `{name.text}` is declared twice", name.span,
-                    labels=[Label(seen[name.text], "first declared here")], help="rename or remove one of them",
+                    "PL209", f"{what} `{text}` is declared twice", span,
+                    labels=[Label(seen[text], "first declared here")], help="rename or remove one of them",
                 ))
                 return False
-            seen[name.text] = name.span
+            seen[text] = span
             return True
 
         for st in module.statements:
@@ -214,7 +215,7 @@ class Resolver(PlanBuilder):
                 alias = st.alias.text if st.alias else (
                     _stem(st.target.value) if isinstance(st.target, A.Str) else st.target.parts[-1].text)
                 span = st.alias.span if st.alias else st.target.span
-                if not claim(A.Name(alias, span=span), "name"):
+                if not claim((alias, span), "name"):
                     continue
                 loaded = self._load(st, ns.path)
                 if loaded is None:

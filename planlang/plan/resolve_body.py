@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Callable, cast
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Label, did_you_mean
@@ -18,6 +19,12 @@ from .resolve_values import DTYPES, PARAM_KINDS, Namespace, ResolverBase, diag
 from .selection import Selection
 from .units import Kind
 
+# a node's span as stored (`ast.raw_span`: packed or a `Span`), passed on as `span=` unchanged: the plan's
+# types keep it and read it as the `Span` they are typed with (`ast.lazy_span_field`); a big plan has millions
+_raw = cast(Callable[[object], Span], A.raw_span)
+# a parsed spec stored as `dim_spans` / `partial_spans`, which read its entries' spans only when asked
+# (plan/types.py `_entry_spans`)
+_lazy_spans = cast(Callable[[A.Spec], tuple[Span, ...]], lambda spec: spec)
 MAX_EXPANSION_DEPTH = 256  # template applications and `for` loops open at once (PL226): far beyond any
                            # real plan, and each level is one or two frames of the resolver's recursion, so
                            # a deeper (finite) chain is a coded error, not a RecursionError
@@ -79,12 +86,12 @@ class PlanBuilder(ResolverBase):
         library = len(meshes) > 1 and not any(isinstance(s, A.ModelDecl) for s in module.statements)
         if library:
             seen_mesh: dict[str, Span] = {}
-            for st in meshes:
-                if st.name.text in seen_mesh:
-                    self.diags.append(diag("PL209", f"mesh `{st.name.text}` is declared twice", st.name.span,
-                                           labels=[Label(seen_mesh[st.name.text], "first declared here")]))
-                seen_mesh.setdefault(st.name.text, st.name.span)
-                self._mesh(st, ns)
+            for m in meshes:
+                if m.name.text in seen_mesh:
+                    self.diags.append(diag("PL209", f"mesh `{m.name.text}` is declared twice", m.name.span,
+                                           labels=[Label(seen_mesh[m.name.text], "first declared here")]))
+                seen_mesh.setdefault(m.name.text, m.name.span)
+                self._mesh(m, ns)
 
         for st in module.statements:
             if library and isinstance(st, (A.MeshDecl, A.MeshAlias)):
@@ -177,7 +184,7 @@ class PlanBuilder(ResolverBase):
                     (d.axis.text, T.Hole("stage degree", span=d.size.span) if isinstance(d.size, A.Hole) else d.size.value)
                     for d in sd.degrees
                 )
-                out.append(T.Stage(i, tuple(Selection.from_path(p) for p in sd.paths), degrees, span=A.raw_span(sd)))
+                out.append(T.Stage(i, tuple(Selection.from_path(p) for p in sd.paths), degrees, span=_raw(sd)))
             stages = tuple(out)
         return T.Pipeline(axis, schedule, micro, stages, span=st.span)
 
@@ -194,7 +201,7 @@ class PlanBuilder(ResolverBase):
     def _spec(self, spec, ctx: _Ctx, what: str) -> T.Spec | T.Hole:
         # spans are passed on as the parser stored them (A.raw_span): a big plan has millions
         if isinstance(spec, A.Hole):
-            return T.Hole(what, span=A.raw_span(spec))
+            return T.Hole(what, span=_raw(spec))
         # in a template, the same spec node with the same arguments resolves to the same Spec (holes
         # aside: a hole argument carries the span of its `apply`); not when resolving it reported something
         key = (None if not ctx.depth or any(isinstance(v, T.Hole) for _, v in ctx.params)
@@ -221,14 +228,14 @@ class PlanBuilder(ResolverBase):
             if isinstance(e, A.Replicated):
                 dims.append(())
             elif isinstance(e, A.Hole):
-                dims.append(T.Hole("spec entry", span=A.raw_span(e)))
+                dims.append(T.Hole("spec entry", span=_raw(e)))
             elif isinstance(e, A.AxisEntry):
                 v = self._axis_name(e.axis, ctx)
-                dims.append(T.Hole("spec entry", span=A.raw_span(e)) if isinstance(v, T.Hole) else (v,))
+                dims.append(T.Hole("spec entry", span=_raw(e)) if isinstance(v, T.Hole) else (v,))
             else:
                 vs = [self._axis_name(a, ctx) for a in e.axes]
-                dims.append(T.Hole("spec entry", span=A.raw_span(e)) if any(isinstance(v, T.Hole) for v in vs)
-                            else tuple(vs))
+                names = tuple(v for v in vs if isinstance(v, str))
+                dims.append(names if len(names) == len(vs) else T.Hole("spec entry", span=_raw(e)))
         partial = []
         for p in spec.partial:
             v = self._axis_name(p, ctx)
@@ -241,9 +248,9 @@ class PlanBuilder(ResolverBase):
         if not any(isinstance(d, T.Hole) for d in dims_t):
             dims_t = self._dims.setdefault(dims_t, dims_t)
         partial_t = self._dims.setdefault(partial_t, partial_t)
-        return T.Spec(dims_t, partial_t, span=A.raw_span(spec),
-                      dim_spans=tuple([A.raw_span(e) for e in spec.entries]),
-                      partial_spans=tuple([A.raw_span(p) for p in spec.partial]))
+        return T.Spec(dims_t, partial_t, span=_raw(spec),
+                      dim_spans=tuple([_raw(e) for e in spec.entries]),
+                      partial_spans=tuple([_raw(p) for p in spec.partial]))
 
     def _spec_from_shape(self, shape, spec: A.Spec, ctx: _Ctx) -> T.Spec | None:
         """`_spec_of` for a spec of that shape when it reports nothing and has no hole: every axis name
@@ -252,12 +259,14 @@ class PlanBuilder(ResolverBase):
         bound = ctx.bound
         if entries is None or any(not isinstance(bound.get(n, ""), str) for n in names):
             return None
-        dims = tuple(axes if not axes else tuple(bound.get(a, a) for a in axes) for axes in entries)
+        axis = {k: v for k, v in bound.items() if isinstance(v, str)}  # the parameters bound to an axis
+        dims = tuple(axes if not axes else tuple(axis.get(a, a) for a in axes) for axes in entries)
         dims = self._dims.setdefault(dims, dims)
-        partial_t = tuple(bound.get(a, a) for a in partial)
+        partial_t = tuple(axis.get(a, a) for a in partial)
         partial_t = self._dims.setdefault(partial_t, partial_t)
         # the entries' spans stay with the parsed spec until a diagnostic asks for them
-        return T.Spec(dims, partial_t, span=A.raw_span(spec), dim_spans=spec, partial_spans=spec)
+        lazy = _lazy_spans(spec)
+        return T.Spec(dims, partial_t, span=_raw(spec), dim_spans=lazy, partial_spans=lazy)
 
     def _selection(self, path: A.Path, ctx: _Ctx) -> Selection:
         sel = Selection.from_path(path, self._segments)
@@ -281,7 +290,7 @@ class PlanBuilder(ResolverBase):
             else:
                 target, kind = self._selection(st.target, ctx), "param"
             spec = self._spec(st.spec, ctx, "spec")
-            shards.append(T.ShardRule(target, spec, kind, span=A.raw_span(st), origin=ctx.origin))
+            shards.append(T.ShardRule(target, spec, kind, span=_raw(st), origin=ctx.origin))
         elif isinstance(st, A.CheckpointStmt):
             if isinstance(st.paths, A.Hole):
                 self.diags.append(diag("PL221", "`checkpoint ?` can only stand at the top level of a plan", st.span))
@@ -296,11 +305,11 @@ class PlanBuilder(ResolverBase):
                                            every.span))
                     every_v = None
             elif isinstance(every, A.Hole):
-                every_v = T.Hole("checkpoint every", span=A.raw_span(every))
+                every_v = T.Hole("checkpoint every", span=_raw(every))
             else:
                 every_v = every.value if every is not None else None
             mods = tuple(self._selection(p, ctx) for p in st.paths)
-            checkpoints.append(T.CheckpointGroup(mods, every_v, per=ctx.scope, span=A.raw_span(st), origin=ctx.origin))
+            checkpoints.append(T.CheckpointGroup(mods, every_v, per=ctx.scope, span=_raw(st), origin=ctx.origin))
         elif isinstance(st, A.ForStmt):
             if ctx.nesting >= MAX_EXPANSION_DEPTH:
                 self._too_deep(st.span, ctx, f"`for {st.var.text}`")

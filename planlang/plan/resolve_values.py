@@ -15,7 +15,7 @@ from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.source import SourceFile, Span
 
 from . import types as T
-from .units import Kind, UNITS, example_units, unit_kind
+from .units import Kind, UNITS, example_units
 
 MAX_QUANTITY = 1e30  # base units (bytes, B/s, s, FLOP/s): far beyond any machine, below float overflow
 
@@ -96,9 +96,9 @@ class ResolverBase:
                     help=f"did you mean `{guess}`?" if guess else f"{kind.value} units: {example_units(kind)}",
                 ))
                 return None
-            if unit_kind(unit) != kind:
+            if UNITS[unit][0] != kind:
                 self.diags.append(diag(
-                    "PL251", f"{what} needs a {kind.value} unit, but `{unit}` is a {unit_kind(unit).value} unit",
+                    "PL251", f"{what} needs a {kind.value} unit, but `{unit}` is a {UNITS[unit][0].value} unit",
                     value.unit.span, help=f"{kind.value} units: {example_units(kind)}",
                 ))
                 return None
