@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Union
+from typing import Any, Union
 
 from .source import Span
 from .spec_text import read_spec
@@ -56,6 +56,13 @@ def pack_span(fid: int, line: int, col: int, end_line: int, end_col: int, start:
         return ((((line << _COL_S | col) << _LEN_S | n) << _START_S | start) << _FID_S | fid) << 1 | 1
     return ((((((line << _FIELD | col) << _FIELD | end_line) << _FIELD | end_col) << _FIELD | start)
              << _FIELD | end) << _FIELD | fid) << 1
+
+
+# What a node's `span=` takes: a `Span`, or the int `pack_span` makes of one (stored as given, read back as a
+# `Span`, see `lazy_span_field`). The dataclasses declare `span: Span`, what reading gives; a field read and
+# written in two types is more than a frozen dataclass can declare to a type checker, so the packed form is
+# passed as this (Any), by the parser's builders only.
+SpanArg = Any
 
 
 def unpack_span(v: int) -> Span:
@@ -112,17 +119,10 @@ def span_offsets(v) -> tuple[int, int]:
     return v.start, v.end
 
 
-def _span():
-    return field(default=NO_SPAN, compare=False, repr=False, kw_only=True)
-
-
-def _text():
-    return field(default="", compare=False, repr=False, kw_only=True)
-
-
 @dataclass(frozen=True, slots=True)
 class Node:
-    span: Span = _span()
+    # keyword-only and left out of equality and repr: a node says what it says wherever it was written
+    span: Span = field(default=NO_SPAN, compare=False, repr=False, kw_only=True)
 
 
 def lazy_span_field(cls, name: str = "span", many: bool = False) -> None:
@@ -183,7 +183,7 @@ class Hole(Node):
 @dataclass(frozen=True, slots=True)
 class Int(Node):
     value: int
-    text: str = _text()
+    text: str = field(default="", compare=False, repr=False, kw_only=True)  # as written: `1_000`, `1e3`
 
     def __str__(self) -> str:
         return self.text or str(self.value)
@@ -192,7 +192,7 @@ class Int(Node):
 @dataclass(frozen=True, slots=True)
 class Float(Node):
     value: float
-    text: str = _text()
+    text: str = field(default="", compare=False, repr=False, kw_only=True)  # as written: `1_000`, `1e3`
 
     def __str__(self) -> str:
         return self.text or repr(self.value)
@@ -201,7 +201,7 @@ class Float(Node):
 @dataclass(frozen=True, slots=True)
 class Str(Node):
     value: str
-    text: str = _text()
+    text: str = field(default="", compare=False, repr=False, kw_only=True)  # as written: `1_000`, `1e3`
 
     def __str__(self) -> str:
         return self.text or '"' + self.value.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -329,10 +329,12 @@ def _read_segments(path: Path) -> tuple[Segment, ...]:
     return _get_segments(path)
 
 
-Path.segments = property(_read_segments, _set_segments, doc="The segments (built from the text when stored so).")
+# after the class is made (its slot is the store): setattr, as for `span` in `lazy_span_field`
+setattr(Path, "segments", property(_read_segments, _set_segments,
+                                   doc="The segments (built from the text when stored so)."))
 
 
-def _segments_of_text(text: str, span: int) -> tuple[Segment, ...]:
+def _segments_of_text(text: str, span: Span | int) -> tuple[Segment, ...]:
     """The segments of a path written `text` (as `path_text` prints it) whose span is the short packed
     span `span`: the spans the parser gives them, from their offsets in the text."""
     at = _spans_at(span)
@@ -341,7 +343,7 @@ def _segments_of_text(text: str, span: int) -> tuple[Segment, ...]:
     for part in text.split("."):
         k = part.find("[")
         name = part if k < 0 else part[:k]
-        sels = []
+        sels: list[Selector] = []
         while k >= 0:
             end = part.index("]", k)
             inner, a = part[k + 1:end], pos + k
@@ -448,11 +450,13 @@ def _read_partial(spec: Spec) -> tuple:
     return _get_partial(spec)
 
 
-Spec.entries = property(_read_entries, _set_entries, doc="The entries (built from the text when stored so).")
-Spec.partial = property(_read_partial, _set_partial, doc="The partial(...) axes (built from the text when stored so).")
+setattr(Spec, "entries", property(_read_entries, _set_entries,
+                                  doc="The entries (built from the text when stored so)."))
+setattr(Spec, "partial", property(_read_partial, _set_partial,
+                                  doc="The partial(...) axes (built from the text when stored so)."))
 
 
-def _spec_of_text(text: str, span: int) -> tuple[tuple, tuple]:
+def _spec_of_text(text: str, span: Span | int) -> tuple[tuple, tuple]:
     """(entries, partial) of a spec written `text` (as `spec_text` prints it) whose span is the short
     packed span `span`, with the spans the parser gives them; read by `spec_text.read_spec`."""
     at = _spans_at(span)
@@ -473,8 +477,11 @@ def _spec_of_text(text: str, span: int) -> tuple[tuple, tuple]:
     return tuple(entries), partial
 
 
-def _spans_at(span: int):
-    """For a short packed span: (a, b) -> the packed span of its characters a..b (offsets in it)."""
+def _spans_at(span: Span | int):
+    """For a short packed span: (a, b) -> the packed span of its characters a..b (offsets in it). Paths
+    and specs are stored as their text only with such a span (the parser's `ToAst._canonical`)."""
+    if not isinstance(span, int) or not span & 1:
+        raise ValueError("a path or spec stored as text has a short packed span")
     v = span >> 1
     fid = v & ((1 << _FID_S) - 1)
     v >>= _FID_S

@@ -7,7 +7,9 @@ makes building or running it fail, and `parser.py` then parses with Lark's own p
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from sys import intern
+from typing import TypeVar
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -21,6 +23,7 @@ from .lark_parser import SINK
 from .reductions import BUILDER, build_nothing, rule_callbacks
 from .to_ast import ToAst
 
+_Err = TypeVar("_Err", bound=UnexpectedInput)
 
 class Fallback(Exception):
     """The fast path stops at something it does not handle (no plan gets here: Lark would fail on it too);
@@ -119,11 +122,12 @@ class FastParser:
         states = [self.start_state]
         values: list = []
         comments: list[A.Comment] = []
-        comment, pack, fid = A.Comment, A.pack_span, builder.fid
+        comment, fid = A.Comment, builder.fid
+        pack: Callable[..., A.SpanArg] = A.pack_span  # a comment's span, packed
         n = len(text)
         pos, line, line_start = 0, 1, 0
         depth, last_nl = 0, True  # PlanPostLex: brackets open, and whether the last token fed was a newline
-        tok = None
+        tok: tuple | None = None
         BUILDER.ast = builder
         while True:
             # ---- the next token the parser sees (lexed in the parser's state, as the contextual lexer does)
@@ -201,7 +205,7 @@ class FastParser:
         lexer_thread = LexerThread.from_text(self.contextual, text)
         return ParserState(ParseConf(self.table, {}, "start"), lexer_thread, list(states), list(values))
 
-    def _interactive(self, err: UnexpectedInput, parser_state: ParserState) -> UnexpectedInput:
+    def _interactive(self, err: _Err, parser_state: ParserState) -> _Err:
         err.interactive_parser = InteractiveParser(self.lalr, parser_state, parser_state.lexer)  # parse_from_state's
         return err
 

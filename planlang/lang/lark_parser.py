@@ -5,6 +5,7 @@ the fast driver (`driver.py`), which reads its tables. It parses where the fast 
 """
 from __future__ import annotations
 
+import logging
 import threading
 from functools import lru_cache
 from pathlib import Path as FsPath
@@ -14,6 +15,8 @@ from lark import Lark, Token
 from .reductions import install_builders
 from .source import SourceFile, Span
 from .to_ast import ToAst
+
+log = logging.getLogger(__name__)
 
 # package data (in the wheel too); `grammar/` at the top of the checkout links here
 GRAMMAR_PATH = FsPath(__file__).resolve().parents[1] / "grammar" / "planlang.lark"
@@ -70,7 +73,9 @@ SINK = CommentSink()
 @lru_cache(maxsize=1)
 def lark_parser() -> Lark:
     """The one LALR parser, whose reductions build AST nodes directly (`reductions.install_builders`): no Lark
-    tree is built and walked again, and a node's span comes from its first and last tokens."""
+    tree is built and walked again, and a node's span comes from its first and last tokens. Installing them
+    reads names of Lark's that it does not promise to keep: where that fails (logged once, at debug), the
+    parser builds Lark's `Tree`, with positions, and `reductions.tree_to_ast` makes the same AST of it."""
     lark = Lark(
         GRAMMAR_PATH.read_text(),
         parser="lalr",
@@ -78,16 +83,24 @@ def lark_parser() -> Lark:
         postlex=PlanPostLex(),
         maybe_placeholders=True,
         lexer_callbacks={"COMMENT": SINK},
+        propagate_positions=True,  # for Lark's own tree, where the reductions cannot be installed
         cache=True,
     )
-    install_builders(lark, ToAst)
+    try:
+        install_builders(lark, ToAst)
+    except Exception as exc:  # noqa: BLE001 -- Lark's parser as it is then: it builds a Tree
+        log.debug("the parser's reductions cannot be installed in Lark's parser (%s: %s); its trees are "
+                  "turned into the AST instead", type(exc).__name__, exc, exc_info=exc)
     return lark
 
 
 def tok_span(source: SourceFile, tok: Token) -> Span:
     """The span of a Lark token in `source`."""
-    if tok.end_line is not None and tok.start_pos is not None:  # a lexed token knows its lines and columns
-        return Span(source.path, tok.line, tok.column, tok.end_line, tok.end_column, tok.start_pos, tok.end_pos)
+    line, col, end_line, end_col = tok.line, tok.column, tok.end_line, tok.end_column
+    start, end = tok.start_pos, tok.end_pos
+    if (line is not None and col is not None and end_line is not None and end_col is not None and start is not None
+            and end is not None):  # a lexed token knows its lines and columns
+        return Span(source.path, line, col, end_line, end_col, start, end)
     start = tok.start_pos or 0
     end = tok.end_pos if tok.end_pos is not None else start + len(str(tok))
     return source.span(start, end)

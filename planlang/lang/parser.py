@@ -33,7 +33,7 @@ from .driver import Fallback, FastParser
 from .lark_parser import GRAMMAR_PATH, SINK, CommentSink, PlanPostLex, lark_parser, tok_span
 from .lexical import code_of
 from .recovery import MAX_SYNTAX_ERRORS, recover
-from .reductions import BUILDER
+from .reductions import BUILDER, Reduced, tree_to_ast
 from .source import SourceFile, Span, plan_text
 from .syntax_errors import BIDI, MAX_NESTING, accepted, bidi_warnings, diagnostic_for, nesting_diagnostic
 from .to_ast import CANONICAL_PATH, CANONICAL_SPEC, MAX_DIGITS, ToAst
@@ -141,8 +141,12 @@ def _attempt(source: SourceFile, work: str, build: bool) -> tuple[A.Module | Non
             _fell_back("running", exc)
     SINK.tokens = []
     builder = BUILDER.ast = _builder(source)  # a fresh one: a failed parse may have built some nodes
-    module = lark_parser().parse(work).value
-    return module, [A.Comment(str(t), span=tok_span(source, t)) for t in SINK.tokens], builder
+    parsed = lark_parser().parse(work)
+    if isinstance(parsed, Reduced):  # what the reductions installed in it build
+        built = parsed.value
+    else:  # they could not be installed: Lark's own tree
+        built = tree_to_ast(parsed, builder) if build else None
+    return built, [A.Comment(str(t), span=tok_span(source, t)) for t in SINK.tokens], builder
 
 
 _FAST: dict[bool, FastParser | None] = {}  # build -> the fast driver, or None where it failed

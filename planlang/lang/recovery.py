@@ -72,7 +72,7 @@ def recover(source: SourceFile, attempt: Attempt) -> tuple[A.Module | None, tupl
                 work = _blank_lines(work, first, last)
                 continue
             comma = _missing_comma(err, work, comma_tried)
-            if comma is not None:  # items wrapped over lines with a `,` missing at a line's end
+            if comma is not None and isinstance(err, UnexpectedToken):  # (it is one, when comma is found)  # items wrapped over lines with a `,` missing at a line's end
                 comma_tried.add(comma)
                 retry = work[:comma] + "," + work[comma + 1:]
                 if _parses_past(attempt, source, retry, work.find("\n", err.token.end_pos)):
@@ -98,12 +98,11 @@ def recover(source: SourceFile, attempt: Attempt) -> tuple[A.Module | None, tupl
             blanked[line] = level
             work = _blank_line(work, line, keep_braces=(level == 1))
             continue
-        if work is not text:  # the comments of the text as written, not of what was blanked
-            comments = [c for c in comments if _comment_in(c, text)]
-        comments = tuple(comments)
+        # the comments of the text as written, not of what was blanked
+        kept = tuple(comments if work is text else [c for c in comments if _comment_in(c, text)])
         if diags or builder.diags:
-            return None, comments, tuple(diags or builder.diags)
-        return module, comments, ()
+            return None, kept, tuple(diags or builder.diags)
+        return module, kept, ()
     return None, (), tuple(diags)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from lark import Lark, Token
+from lark import Lark, Token, Tree
 from lark.parse_tree_builder import ChildFilterLALR_NoPlaceholders, maybe_create_child_filter
 
 BUILDER = threading.local()  # `.ast`: the to_ast.ToAst of the parse running in this thread
@@ -50,7 +50,7 @@ def rule_callbacks(lark: Lark, builder: type, lark_tokens: bool) -> dict:
     for rule in lark.rules:
         opts = rule.options
         name = rule.alias or opts.template_source or rule.origin.name
-        flt = maybe_create_child_filter(rule.expansion, opts.keep_all_tokens, False, opts.empty_indices)
+        flt = maybe_create_child_filter(rule.expansion, opts.keep_all_tokens, False, list(opts.empty_indices))
         if flt is None:
             include = tuple((i, False, 0) for i in range(len(rule.expansion)))
             tail = 0
@@ -176,7 +176,7 @@ def _callback(method, include, tail, expand1, lark_tokens):
             if type(c) is not Reduced:
                 return c
             return Reduced(c.value, first, last)
-        items: list = []
+        items = []
         for i, splice, nones in include:
             if nones:
                 items += [None] * nones
@@ -202,3 +202,23 @@ def _callback(method, include, tail, expand1, lark_tokens):
 def lark_token(t: Token) -> tuple:
     """A Lark token in the form the builders take (the fast driver's tokens)."""
     return (t.type, t.value, t.start_pos, t.end_pos, t.line, t.column, t.end_line, t.end_column)
+
+
+def tree_to_ast(tree: Tree, builder: Any) -> Any:
+    """What the reductions build, from the `Tree` Lark's parser builds without them (with
+    `propagate_positions`): each rule's method of `builder`, with its children as they are in the tree
+    (Lark shaped them) and its positions from the tree's `meta` (Lark's container positions, as
+    `Reduced` holds them). Only Lark's public API: the last resort where `install_builders` cannot be."""
+    items = [tree_to_ast(c, builder) if isinstance(c, Tree) else lark_token(c) if isinstance(c, Token) else c
+             for c in tree.children]
+    meta = tree.meta
+    if meta.empty:
+        reduced = Reduced(None, None, None)
+    else:
+        reduced = Reduced(None, (None, None, meta.start_pos, None, meta.line, meta.column, None, None),
+                          (None, None, None, meta.end_pos, None, None, meta.end_line, meta.end_column))
+    name = str(tree.data)
+    method = getattr(type(builder), name, None)
+    if method is None or name.startswith("_"):
+        raise TypeError(f"no AST builder for grammar rule `{name}`")
+    return method(builder, reduced, items)

@@ -172,7 +172,7 @@ def nesting_diagnostic(source: SourceFile) -> Diagnostic | None:
 
 def diagnostic_for(err: UnexpectedInput, source: SourceFile, work: str) -> Diagnostic:
     if isinstance(err, UnexpectedCharacters):
-        pos = err.pos_in_stream
+        pos = err.pos_in_stream or 0  # always set by the lexer
         ch = work[pos] if pos < len(work) else ""
         if ch == '"':
             end = work.find("\n", pos)

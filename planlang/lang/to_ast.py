@@ -104,7 +104,7 @@ class ToAst:
         return self._number(tok, int)
 
     # helpers -----------------------------------------------------------------------
-    def _span(self, meta: Reduced) -> "Span | int":
+    def _span(self, meta: Reduced | _Sel | _Seg) -> A.SpanArg:
         """The span of a rule's text, packed (`ast.pack_span`)."""
         first, last = meta.first, meta.last
         if first is None:
@@ -119,7 +119,7 @@ class ToAst:
                                                   first[START], last[END])
         return span
 
-    def _tspan(self, tok: tuple) -> int:
+    def _tspan(self, tok: tuple) -> A.SpanArg:
         return A.pack_span(self.fid, tok[LINE], tok[COL], tok[ELINE], tok[ECOL], tok[START], tok[END])
 
     def _intnode(self, tok) -> A.Int:

@@ -124,3 +124,31 @@ def test_syntax_errors_are_the_texts_not_a_fallback(fresh, caplog):
             assert not P.parse(text).ok
     assert P._FAST[True] is not None and P._FAST[False] is not None
     assert _fallback_logged(caplog) == []
+
+
+@pytest.fixture
+def lark_without_reductions(monkeypatch):
+    """Lark's parser as it would be if the reductions could not be installed in it (a Lark release that
+    moved `parser.parser.parser.callbacks` or changed `maybe_create_child_filter`)."""
+    from planlang.lang import lark_parser as LP
+
+    def changed_lark(lark, builder):
+        raise TypeError("maybe_create_child_filter() takes 3 positional arguments")
+
+    monkeypatch.setattr(LP, "install_builders", changed_lark)
+    LP.lark_parser.cache_clear()
+    yield
+    LP.lark_parser.cache_clear()  # built again, with the reductions
+
+
+def test_without_the_reductions_larks_tree_gives_the_same_ast(by_fast_driver, fresh, lark_without_reductions,
+                                                               monkeypatch, caplog, capsys):
+    def changed_lark(self, lark, build=True):
+        raise TypeError("Lark changed: _parse_table is gone")
+
+    monkeypatch.setattr(FastParser, "__init__", changed_lark)
+    with caplog.at_level(logging.DEBUG, logger="planlang"):
+        for path, text in PLANS:
+            assert _everything(P.parse(text, path)) == by_fast_driver[path], path
+    assert any("cannot be installed" in r.getMessage() for r in caplog.records)
+    assert capsys.readouterr().out == ""
