@@ -1,0 +1,80 @@
+"""planlang.lang.lexical, the one scanner of comments and strings, agrees with the grammar (the parser)."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from planlang.lang import ast as A
+from planlang.lang.lexical import brackets, code_of, scan
+from planlang.lang.parser import GRAMMAR_PATH, parse
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _plans() -> list[tuple[str, str]]:
+    files = sorted({*ROOT.glob("examples/**/*.plan"), *ROOT.glob("planlang/stdlib/**/*.plan"),
+                    *ROOT.glob("tests/**/*.plan")})
+    out = []
+    for f in files:
+        try:
+            out.append((str(f.relative_to(ROOT)), f.read_text(encoding="utf-8")))
+        except UnicodeDecodeError:
+            continue
+    return out
+
+
+def _strings(x) -> list[tuple[int, int]]:
+    """The offsets of every string literal node under `x`."""
+    if isinstance(x, A.Str):
+        return [A.span_offsets(A.raw_span(x))]
+    if dataclasses.is_dataclass(x) and not isinstance(x, type):
+        return [s for f in dataclasses.fields(x) if f.name != "comments" for s in _strings(getattr(x, f.name))]
+    if isinstance(x, (tuple, list)):
+        return [s for i in x for s in _strings(i)]
+    return []
+
+
+def _spans(kind: str, text: str) -> list[tuple[int, int]]:
+    return [(a, b) for k, a, b in scan(text) if k == kind]
+
+
+def test_comments_and_strings_are_the_parsers_on_every_plan():
+    compared = 0
+    for path, text in _plans():
+        res = parse(text, path)
+        if not res.ok or "\r" in text or text.startswith("\ufeff"):
+            continue
+        comments = [A.span_offsets(A.raw_span(c)) for c in res.module.comments]
+        assert _spans("comment", text) == comments, path
+        strings = sorted(_strings(res.module))
+        assert _spans("string", text) == strings, path
+        compared += 1
+    assert compared > 100
+
+
+def test_strings_are_the_grammars():
+    grammar = GRAMMAR_PATH.read_text()
+    string = re.search(r'^STRING: /(.*)/$', grammar, re.M).group(1)
+    for text in ['"a"', r'"a\"b"', r'"a\\"', r'"\\\\"', r'"x\ty"', '"é"']:
+        assert re.fullmatch(string, text)
+        assert _spans("string", text + " # c") == [(0, len(text))]
+
+
+@pytest.mark.parametrize("line, code", [
+    ('shard a : [dp]  # a [ comment', "shard a : [dp]  "),
+    ('model m = "x.y:build(" # )', "model m =  "),
+    (r'use "a\"b{" as x', "use  as x"),
+    (r'use "a\\" as x # "', "use  as x "),  # an escaped backslash: the `"` ends the string
+    ('model m = "open [ to the end', "model m = "),  # a string left open ends with its line
+])
+def test_code_of_leaves_out_comments_and_strings(line, code):
+    assert code_of(line) == code
+
+
+def test_brackets_outside_strings_and_comments():
+    text = 'mesh m of 4 x gpu {  # {\n  tp = "[" ; x = [(a)]\n}\n'
+    assert [ch for ch, _ in brackets(text)] == ["{", "[", "(", ")", "]", "}"]
+    assert all(text[at] == ch for ch, at in brackets(text))
