@@ -72,7 +72,8 @@ def recover(source: SourceFile, attempt: Attempt) -> tuple[A.Module | None, tupl
                 work = _blank_lines(work, first, last)
                 continue
             comma = _missing_comma(err, work, comma_tried)
-            if comma is not None and isinstance(err, UnexpectedToken):  # (it is one, when comma is found)  # items wrapped over lines with a `,` missing at a line's end
+            # items wrapped over lines with a `,` missing at a line's end (`err` is an UnexpectedToken then)
+            if comma is not None and isinstance(err, UnexpectedToken):
                 comma_tried.add(comma)
                 retry = work[:comma] + "," + work[comma + 1:]
                 if _parses_past(attempt, source, retry, work.find("\n", err.token.end_pos)):
@@ -278,7 +279,3 @@ def _unclosed_before(err: UnexpectedInput, source: SourceFile, work: str) -> tup
         if margin > indent:
             break
     return None
-
-
-# strings and comments as `_nesting_diagnostic` reads them: a string ends at a newline or at a `"` after
-# any character but a backslash

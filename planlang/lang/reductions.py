@@ -40,7 +40,8 @@ def install_builders(lark: Lark, builder: type) -> None:
     """Replace the callbacks of Lark's LALR parser (which build a `Tree`, shaped by `?rule`, `_rule`,
     filtered tokens and `[ ]` placeholders) by ones that shape the children the same way and hand them to
     the `builder` method of the rule. Done once per process: the current builder is thread-local."""
-    lark.parser.parser.parser.callbacks = rule_callbacks(lark, builder, lark_tokens=True)  # ParsingFrontend -> LALR_Parser -> _Parser
+    # ParsingFrontend -> LALR_Parser -> _Parser
+    lark.parser.parser.parser.callbacks = rule_callbacks(lark, builder, lark_tokens=True)
 
 
 def rule_callbacks(lark: Lark, builder: type, lark_tokens: bool) -> dict:
