@@ -39,10 +39,10 @@ def hole_key(hole: T.Hole) -> tuple[str, int]:
     return (hole.span.file, hole.span.start)
 
 
-def _apply_holes(module) -> list:
+def _apply_holes(module) -> list[A.Hole]:
     """The `?` arguments of every `apply` in a parsed plan file (at the top level, in `for` bodies and
     in template bodies)."""
-    out = []
+    out: list[A.Hole] = []
 
     def walk(stmts) -> None:
         for st in stmts:
@@ -68,59 +68,63 @@ def classify(plan: T.Plan, sources: dict | None = None, module=None) -> Holes:
 
     if plan.mesh:
         for a in plan.mesh.axes:
-            if T.is_hole(a.size):
-                h.axes.append((a.name, a.size))  # type: ignore[arg-type]
+            if isinstance(a.size, T.Hole):
+                h.axes.append((a.name, a.size))
                 known.add(id(a.size))
     if plan.optimizer:
-        if T.is_hole(plan.optimizer.zero_stage):
-            h.zero = plan.optimizer.zero_stage  # type: ignore[assignment]
+        if isinstance(plan.optimizer.zero_stage, T.Hole):
+            h.zero = plan.optimizer.zero_stage
             known.add(id(h.zero))
-        if T.is_hole(plan.optimizer.zero_axis):
-            h.zero_axis = plan.optimizer.zero_axis  # type: ignore[assignment]
+        if isinstance(plan.optimizer.zero_axis, T.Hole):
+            h.zero_axis = plan.optimizer.zero_axis
             known.add(id(h.zero_axis))
     for d in plan.data:
-        if T.is_hole(d.spec):
-            h.data.append((d, [(-1, d.spec)]))  # type: ignore[list-item]
+        if isinstance(d.spec, T.Hole):
+            h.data.append((d, [(-1, d.spec)]))
             known.add(id(d.spec))
         elif d.spec.has_holes:
-            h.data.append((d, [(i, x) for i, x in enumerate(d.spec.dims) if T.is_hole(x)]))  # type: ignore[misc]
-            known.update(id(x) for x in d.spec.dims if T.is_hole(x))
+            h.data.append((d, [(i, x) for i, x in enumerate(d.spec.dims) if isinstance(x, T.Hole)]))
+            known.update(id(x) for x in d.spec.dims if isinstance(x, T.Hole))
     p = plan.pipeline
     if p is not None:
         for name, x in (("pp_axis", p.axis), ("schedule", p.schedule), ("micro", p.microbatches), ("stages", p.stages)):
             if T.is_hole(x):
                 setattr(h, name, x)
                 known.add(id(x))
-        if isinstance(p.schedule, T.Schedule) and T.is_hole(p.schedule.chunks):
-            h.chunks = p.schedule.chunks  # type: ignore[assignment]
+        if isinstance(p.schedule, T.Schedule) and isinstance(p.schedule.chunks, T.Hole):
+            h.chunks = p.schedule.chunks
             known.add(id(h.chunks))
-        if not T.is_hole(p.stages):
-            for st in p.stages:  # type: ignore[union-attr]
+        if not isinstance(p.stages, T.Hole):
+            for st in p.stages:
                 for ax, v in st.degrees:
-                    if T.is_hole(v):
-                        h.degrees.append((st.index, ax, v))  # type: ignore[arg-type]
+                    if isinstance(v, T.Hole):
+                        h.degrees.append((st.index, ax, v))
                         known.add(id(v))
     every_seen: set[tuple[str, int]] = set()
     for g in plan.checkpoints:
-        if T.is_hole(g.every):
-            if hole_key(g.every) not in every_seen:  # type: ignore[arg-type]
-                every_seen.add(hole_key(g.every))  # type: ignore[arg-type]
-                h.every.append(g.every)  # type: ignore[arg-type]
+        if isinstance(g.every, T.Hole):
+            if hole_key(g.every) not in every_seen:
+                every_seen.add(hole_key(g.every))
+                h.every.append(g.every)
             known.add(id(g.every))
     h.arguments = [T.Hole("template argument", span=a.span) for a in _apply_holes(module)
                    if (a.span.file, a.span.start) not in every_seen]
     seen_spans = set()
     for r in plan.shards:
         spec = r.spec
-        if T.is_hole(spec) or spec.has_holes:  # type: ignore[union-attr]
-            entries = [spec] if T.is_hole(spec) else [x for x in spec.dims if T.is_hole(x)]  # type: ignore[union-attr]
-            mine = [x for x in entries if literal(x)]
-            if mine and (spec.span.start, spec.span.file) not in seen_spans:  # type: ignore[union-attr]
-                seen_spans.add((spec.span.start, spec.span.file))  # type: ignore[union-attr]
-                h.specs.append((r, spec))  # type: ignore[arg-type]
-            known.update(id(x) for x in mine)
-            if h.arguments:  # entries a template parameter given `?` left open: the argument fills them
-                known.update(id(x) for x in entries if not literal(x))
+        if isinstance(spec, T.Hole):
+            entries = [spec]
+        elif spec.has_holes:
+            entries = [x for x in spec.dims if isinstance(x, T.Hole)]
+        else:
+            continue
+        mine = [x for x in entries if literal(x)]
+        if mine and (spec.span.start, spec.span.file) not in seen_spans:
+            seen_spans.add((spec.span.start, spec.span.file))
+            h.specs.append((r, spec))
+        known.update(id(x) for x in mine)
+        if h.arguments:  # entries a template parameter given `?` left open: the argument fills them
+            known.update(id(x) for x in entries if not literal(x))
     if plan.checkpoint_hole is not None:
         h.checkpoint = plan.checkpoint_hole
         known.add(id(h.checkpoint))
@@ -196,7 +200,7 @@ class TemplateArguments:
         """Does the template parameter given this `?` take an int (else an axis)?"""
         st = self.owner.get(hole_key(argument))
         decl = self.template(st) if st is not None else None
-        if decl is None:
+        if st is None or decl is None:
             return False
         for p, a in zip(decl.params, st.args or ()):
             if isinstance(a, A.Hole) and (a.span.file, a.span.start) == hole_key(argument):

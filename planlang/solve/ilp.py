@@ -104,7 +104,7 @@ def follower_maps(inst: Instance) -> dict[str, tuple[str, np.ndarray]]:
     for e in inst.edges:
         ins.setdefault(e.dst, []).append(e)
     fixed = {v for v, _ in inst.fixed} | {v for v, _ in inst.allowed}
-    out = {}
+    out: dict[str, tuple[str, np.ndarray]] = {}
     maps: dict[tuple[int, ...], np.ndarray | None] = {}  # per shared options and edge matrices
     for n in inst.nodes:
         es = ins.get(n.name, [])
@@ -114,8 +114,9 @@ def follower_maps(inst: Instance) -> dict[str, tuple[str, np.ndarray]]:
         key = (id(n.options), id(e.seconds), id(e.volume), id(e.memory))
         if key not in maps:
             maps[key] = _follower_map(n, e)
-        if maps[key] is not None:
-            out[n.name] = (e.src, maps[key])
+        m = maps[key]
+        if m is not None:
+            out[n.name] = (e.src, m)
     return out
 
 
@@ -177,13 +178,16 @@ def _drop_dominated_rows(red: "Reduced", base_memory: float) -> None:
     for r, (_, form, ci) in enumerate(red.rows):
         key = _form_key(form) if base_memory >= 0 else (_form_key(form), ci is None)
         k = best.get(key)
-        if k is None or (ci if ci is not None else -1) > (red.rows[k][2] if red.rows[k][2] is not None else -1):
+        kept = red.rows[k][2] if k is not None else None
+        if k is None or (ci if ci is not None else -1) > (kept if kept is not None else -1):
             best[key] = r
     keep = sorted(best.values())
     rows = [red.rows[r] for r in keep]
     # merge chain segments no kept row refers to into the next referenced one
     used = sorted({ci for _, _, ci in rows if ci is not None})
-    chain, remap, at = [], {}, 0
+    chain: list[Form] = []
+    remap: dict[int, int] = {}
+    at = 0
     for ci in used:
         merged = Form()
         for f in red.chain[at:ci + 1]:
@@ -216,13 +220,13 @@ def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "fol
     roots = sorted({uf.find(v)[0] for v in sizes0}, key=list(sizes0).index)
     for r in roots:
         if not uf.allowed[r].any():
-            members = [v for v in sizes0 if uf.find(v)[0] == r]
-            raise ILPError(f"the fixed choices of {', '.join(members)} contradict each other or their group: "
+            clashing = [v for v in sizes0 if uf.find(v)[0] == r]
+            raise ILPError(f"the fixed choices of {', '.join(clashing)} contradict each other or their group: "
                            "no option is left")
     cls = {r: i for i, r in enumerate(roots)}
     opts = [np.flatnonzero(uf.allowed[r]) for r in roots]
     sizes = [len(o) for o in opts]
-    members = {}
+    members: dict[str, tuple[int, np.ndarray]] = {}
     for v in sizes0:
         r, m = uf.find(v)
         members[v] = (cls[r], m[opts[cls[r]]])
@@ -263,7 +267,7 @@ def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "fol
 
     def edge_volume(e: Edge) -> np.ndarray:
         if id(e.volume) not in scaled:
-            scaled[id(e.volume)] = alpha * e.volume
+            scaled[id(e.volume)] = alpha * np.asarray(e.volume)  # an array once the instance is validated
         return scaled[id(e.volume)]
 
     def finish(form: Form) -> Form:
@@ -277,7 +281,7 @@ def reduce_instance(inst: Instance, objectives: Iterable[str], merge: str = "fol
         for n in inst.nodes:
             node_term(form, n.name, option_vector(n, kind))
         for e in inst.edges:
-            edge_term(form, e, e.seconds if kind == "time" else edge_volume(e))
+            edge_term(form, e, np.asarray(e.seconds) if kind == "time" else edge_volume(e))
         red.objectives[kind] = finish(form)
 
     mem = {n.name: option_vector(n, "bytes") for n in inst.nodes}
@@ -380,7 +384,7 @@ def _peak_cause(inst: Instance, choice: dict[str, int]) -> str:
     terms = [(inst.node(v).options[choice[v]].memory, v) for v in dict.fromkeys(step.nodes)]
     for i in dict.fromkeys(step.edges):
         e = inst.edges[i]
-        terms.append((float(e.memory[choice[e.src], choice[e.dst]]), str(e)))
+        terms.append((float(np.asarray(e.memory)[choice[e.src], choice[e.dst]]), str(e)))
     terms = sorted((t for t in terms if t[0] > 0), reverse=True)
     top = ", ".join(f"{name} {format_bytes(int(b))}" for b, name in terms[:3])
     more = f" and {len(terms) - 3} more" if len(terms) > 3 else ""

@@ -306,10 +306,10 @@ def build(red: Reduced, goal: Goal, budget: float | None) -> _Model:
         np.add.at(cost, cols, vals)
     if peak_col is not None:
         cost[peak_col] += goal.peak * mem_scale / scale
-    r, c, v = b.matrix()
+    rows, columns, values = b.matrix()
     return _Model(cost, np.concatenate(b.lower), np.concatenate(b.upper), np.concatenate(b.integer),
                   np.concatenate(b.rlo) if b.rlo else np.zeros(0), np.concatenate(b.rhi) if b.rhi else np.zeros(0),
-                  r, c, v, x, 1.0 / scale, const)
+                  rows, columns, values, x, 1.0 / scale, const)
 
 
 # ------------------------------------------------------------------------------ solvers
@@ -524,6 +524,7 @@ def _solve_with(name: str, model: _Model, red: Reduced, goal: Goal, options: Sol
         if not integral:
             raise SolverFailed(f"{label} returned a fractional assignment for the MIP")
     value = goal_value(red, goal, picks)
+    true_bound: float | None
     if lp_integral or (status == "optimal" and bound is None):
         true_bound = value
     else:

@@ -217,19 +217,20 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
             continue
         size = _itemsize(v.dtype)
         given = v.kind == "input" and v.ref in data and not _has_hole(data[v.ref])
-        key = (tuple(v.shape), size, v.kind, check_spec("data", v, data[v.ref]) if given else None)
-        if key not in shared:
-            options = [key[3]] if given else enumerate_layouts(v.shape, mesh, partial=False)
+        written = check_spec("data", v, data[v.ref]) if given else None
+        layout_key = (tuple(v.shape), size, v.kind, written)
+        if layout_key not in shared:
+            specs = [written] if written is not None else enumerate_layouts(v.shape, mesh, partial=False)
             per_elem = size * 2 + states * 4 if v.kind == "param" else size  # param + grad + fp32 states
-            opts = []
-            for spec in options:
+            priced = []
+            for spec in specs:
                 local = local_numel(v.shape, spec, mesh)
-                opts.append(Option(spec, memory=local * per_elem,
-                                   redundancy=(local - math.prod(v.shape) / ndev) * per_elem))
-            shared[key] = (options, tuple(opts))
-        options, opts = shared[key]
-        kinds[v.name], layouts[v.name], refs[v.name] = v.kind, options, v.ref
-        nodes[v.name] = Node(v.name, opts)
+                priced.append(Option(spec, memory=local * per_elem,
+                                     redundancy=(local - math.prod(v.shape) / ndev) * per_elem))
+            shared[layout_key] = (specs, tuple(priced))
+        specs, layout_opts = shared[layout_key]
+        kinds[v.name], layouts[v.name], refs[v.name] = v.kind, specs, v.ref
+        nodes[v.name] = Node(v.name, layout_opts)
 
     # ops: strategies. Repeated blocks repeat the same OpSpecs: strategies and priced options are
     # computed once per distinct (op, aliasing, inputs without gradient) and shared, so the build
@@ -252,12 +253,12 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
         if alias and n.inputs and n.inputs[0] in values and values[n.inputs[0]].kind == "op":
             alias_of[n.name] = alias_of.get(n.inputs[0], n.inputs[0])
         no_grad = tuple(i for i, v in enumerate(n.inputs) if v in values and values[v].kind in ("input", "const"))
-        key = (n.op, n.name in alias_of, no_grad)
-        opts = op_options.get(key)
-        if opts is None:
-            opts = op_options[key] = _op_options(n.op, ss, n.name in alias_of, no_grad, mesh, efficiency, ndev)
+        op_key = (n.op, n.name in alias_of, no_grad)
+        op_opts = op_options.get(op_key)
+        if op_opts is None:
+            op_opts = op_options[op_key] = _op_options(n.op, ss, n.name in alias_of, no_grad, mesh, efficiency, ndev)
         kinds[n.name], strats[n.name] = "op", ss
-        nodes[n.name] = Node(n.name, opts, follower=f.follower or alias)
+        nodes[n.name] = Node(n.name, op_opts, follower=f.follower or alias)
 
     # outputs must not stay partial sums: charge the cheapest conversion to a whole layout
     for out in graph.outputs:
@@ -296,8 +297,8 @@ def _build(graph, mesh, budget, data, fixed, optimizer, efficiency, share_blocks
             key = (tuple(v.shape), v.dtype, id(src_list), id(dst_list), slot)
             if key not in cache:
                 if id(src_list) not in src_lists:
-                    src_lists[id(src_list)] = tuple(src_list) if kinds[src] != "op" else \
-                        tuple(s.output for s in src_list)
+                    src_lists[id(src_list)] = tuple(layouts[src]) if kinds[src] != "op" else \
+                        tuple(s.output for s in strats[src])
                 if (id(dst_list), slot) not in dst_lists:
                     dst_lists[id(dst_list), slot] = tuple(s.inputs[slot] for s in dst_list)
                 cache[key] = edge_matrices(tuple(v.shape), _itemsize(v.dtype), src_lists[id(src_list)],
@@ -403,8 +404,10 @@ def _without_no_grad_allreduces(op: OpSpec, s: Strategy, slots: list[int], mesh:
     if not slots or "equation" not in extra:
         return comms
     letters = str(extra["equation"]).split("->")[0].split(",")
+    assign = extra["assign"]
+    pairs = assign if isinstance(assign, tuple) else ()  # (axis, letter or "P" or (kind, input))
     for i in slots:
-        axes = [a for a, ch in extra["assign"] if (isinstance(ch, str) and ch != "P" and ch not in letters[i])
+        axes = [a for a, ch in pairs if (isinstance(ch, str) and ch != "P" and ch not in letters[i])
                 or (isinstance(ch, tuple) and ch[1] != i)]
         axes = [a for a in mesh.names if a in axes and a not in s.inputs[i].partial]
         if not axes:

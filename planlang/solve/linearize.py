@@ -362,7 +362,8 @@ def _chain(facts: list[StageFacts], throughput: float, comm_fw, comm_bw, recompu
     xbar = [max(f.xbar, xs[i + 1]) for i, f in enumerate(facts[:n])] + [facts[n].xbar]
     fw = [f.fwd_flops / throughput for f in facts[:n]]
     bw = [f.bwd_flops / throughput for f in facts[:n]] + [(facts[n].fwd_flops + facts[n].bwd_flops) / throughput]
-    return Chain(fw, bw, xs, xbar, [f.ftmp for f in facts[:n]], [f.btmp for f in facts],
+    return Chain(tuple(fw), tuple(bw), tuple(xs), tuple(xbar), tuple(f.ftmp for f in facts[:n]),
+                 tuple(f.btmp for f in facts),
                  tuple(comm_fw or ()), tuple(comm_bw or ()), recompute_comm)
 
 

@@ -111,7 +111,7 @@ def min_max_partition(costs: Sequence[float], k: int) -> Partition:
     for j in range(k, 0, -1):
         target = best[j][s]
         e = next(e for e in range(s + 1, n - j + 2)
-                 if best[j - 1][e] is not None and _merge(best[j - 1][e], seg[s][e]) == target)
+                 if (prev := best[j - 1][e]) is not None and _merge(prev, seg[s][e]) == target)
         bounds.append(e)
         s = e
     return Partition(tuple(bounds), tuple(seg[a][b] for a, b in zip(bounds, bounds[1:])))

@@ -194,7 +194,7 @@ def selections(names: Sequence[str]) -> list[str]:
     """Plan selections for consecutive modules: runs of one container's children become `h[a:b]`."""
     out: list[str] = []
     run: tuple[str, int, int] | None = None  # container, start, stop
-    for name in list(names) + [None]:  # type: ignore[list-item]
+    for name in [*names, None]:
         ci = _container_index(name) if name is not None else None
         if run and ci and ci[0] == run[0] and ci[1] == run[2]:
             run = (run[0], run[1], run[2] + 1)

@@ -20,6 +20,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+import torch
+
 from planlang.plan import types as T
 from planlang.plan.data import batch_dim
 from planlang.plan.selection import Selection
@@ -32,8 +34,8 @@ from .tree_partition import tree_partition
 from planlang.cost.comm import Collective, DEFAULT_LINK, Group, collective_time, compute_time
 from planlang.model.price.estimate import STATE_ELEMENTS
 from planlang.model.capture.load import build_model, meta_inputs, model_loss
-from planlang.model.capture.profile import profile_model
-from planlang.model.capture.trace import probe_modules
+from planlang.model.capture.profile import Profile, profile_model
+from planlang.model.capture.trace import ModuleFacts, probe_modules
 
 
 @dataclass(frozen=True)
@@ -114,9 +116,9 @@ class ModelParts:
     """The plan's model on meta with its probe and profile; `layers` is its layer sequence, or None for
     a model that is not a chain of modules (then only the tree partition applies)."""
 
-    module: object
-    facts: object
-    profile: object
+    module: torch.nn.Module
+    facts: ModuleFacts
+    profile: Profile
     layers: LayerSequence | None
     chain_error: str = ""
 
@@ -310,7 +312,7 @@ def tree_stages(plan: T.Plan, stages: int | None = None, alpha: float = 0.5,
     return [StageChoice(tuple(s), (), f"load {load:.3g}") for s, load in zip(sels, result.loads)]
 
 
-METHODS = {"balanced": balanced_stages, "memory": memory_stages, "throughput": throughput_stages_for_plan,
+METHODS: dict[str, Callable[..., list[StageChoice]]] = {"balanced": balanced_stages, "memory": memory_stages, "throughput": throughput_stages_for_plan,
            "tree": tree_stages}
 
 

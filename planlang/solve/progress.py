@@ -26,9 +26,12 @@ import tempfile
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator, TextIO
 
 from planlang.plan.units import format_bytes
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 
 class Reporter:
@@ -82,33 +85,34 @@ class SolveProgress(Reporter):
         self.command = command
         self.t0 = time.monotonic()
         self.state = _State()
-        self._bar = None
-        self._task = None
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
 
     # -- the bar (terminal)
-    def _start_bar(self) -> None:
+    def _start_bar(self) -> Progress:
         # lazy: rich loads only when a terminal watches
         from rich.console import Console
         from rich.progress import (BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn,
                                    TimeElapsedColumn, TimeRemainingColumn)
 
         console = Console(file=self.stream, highlight=False)
-        self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[priced]} priced, best {task.fields[best]}"),
-                             TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
-                             console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
-        self._task = self._bar.add_task(self.state.phase, total=self.state.total or None, priced=0, best="-")
-        for task in self._bar.tasks:  # elapsed from the command's start, as the plain lines count it
-            if task.id == self._task and task.start_time is not None:
+        bar = self._bar = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                   TextColumn("{task.fields[priced]} priced, best {task.fields[best]}"),
+                                   TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn(),
+                                   console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
+        task_id = self._task = bar.add_task(self.state.phase, total=self.state.total or None, priced=0, best="-")
+        for task in bar.tasks:  # elapsed from the command's start, as the plain lines count it
+            if task.id == task_id and task.start_time is not None:
                 task.start_time -= time.monotonic() - self.t0
-        self._bar.start()
+        bar.start()
+        return bar
 
     def _update(self) -> None:
-        if self._bar is None:
-            self._start_bar()
+        bar = self._bar if self._bar is not None else self._start_bar()
         s = self.state
-        self._bar.update(self._task, description=s.phase, total=s.total or None, completed=s.done,
-                         priced=s.priced, best=s.best)
+        if self._task is not None:
+            bar.update(self._task, description=s.phase, total=s.total or None, completed=s.done,
+                       priced=s.priced, best=s.best)
 
     # -- plain lines
     def line(self, msg: str) -> None:
@@ -198,8 +202,11 @@ def captured_output() -> Iterator[tuple[object, Captured]]:
     with tempfile.TemporaryFile(mode="w+b") as sink, warnings.catch_warnings():
         text = open(sink.fileno(), "w", closefd=False, encoding="utf-8", errors="replace")
         moved = _move_log_streams((py_out, py_err, sys.__stdout__, sys.__stderr__), text)
-        warnings.showwarning = lambda message, category, filename, lineno, file=None, line=None: text.write(
-            warnings.formatwarning(message, category, filename, lineno, line))
+        def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                 file: TextIO | None = None, line: str | None = None) -> None:
+            text.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+        warnings.showwarning = show
         try:
             os.dup2(sink.fileno(), 1)
             os.dup2(sink.fileno(), 2)

@@ -78,7 +78,7 @@ _NONE, _ALL = -2, -1  # decision codes in the DP's choice table; >= 1 is the che
 
 def _forward_sweep_peaks(x, ftmp, n_stages: int) -> list[list[float]]:
     """sweep[s][s'] = peak of F_ck s, F_n s+1 .. s'-1 beyond a_s and the incoming gradient."""
-    sweep = [[0] * (n_stages + 1) for _ in range(n_stages + 1)]
+    sweep: list[list[float]] = [[0] * (n_stages + 1) for _ in range(n_stages + 1)]
     for s in range(n_stages):
         peak = x[s + 1] + ftmp[s]
         sweep[s][s + 1] = peak
@@ -208,7 +208,7 @@ def _tables(c: Chain, S: int) -> tuple[np.ndarray, np.ndarray]:
     return C, W
 
 
-def _walk(c: Chain, cs: Chain, W: np.ndarray, s: int, t: int, m: int, out: list[Op]) -> tuple[float, int]:
+def _walk(c: Chain, cs: Chain, W: np.ndarray, s: int, t: int, m: int, out: list[Op]) -> tuple[float, ...]:
     """Append the ops of segment (s, t) with m slots to `out`; return its peak (a_s excluded) in bytes
     (chain c) and in slots (chain cs)."""
     L = c.length
@@ -313,7 +313,7 @@ def group_ops(length: int, groups: Sequence[tuple[int, int]]) -> tuple[Op, ...]:
     """The operations torch.utils.checkpoint performs for these groups of a chain of `length` stages: a
     group's forward keeps only its input (F_ck, then F_n), its backward recomputes every stage of it with
     grad (F_all ...) and runs their backward; stages outside groups run F_all once."""
-    start = {}
+    start: dict[int, int] = {}
     for a, b in sorted(groups):
         if not 0 <= a < b <= length or any(a < e and s < b for s, e in start.items()):
             raise ValueError(f"checkpoint group [{a}:{b}] is empty, out of range or overlaps another")
@@ -343,7 +343,8 @@ def group_ops(length: int, groups: Sequence[tuple[int, int]]) -> tuple[Op, ...]:
 def _all_chain_peak(c: Chain, s: int, e: int) -> float:
     """Peak (a_s excluded) of F_all s .. e then B e .. s with delta_{e+1} held: a group's recomputation."""
     g = c.x[e + 1]
-    peak = below = 0  # below: abar of the stages before j
+    peak: float = 0
+    below: float = 0  # abar of the stages before j
     for j in range(s, e + 1):
         peak = max(peak, below + g + c.xbar[j] + c.ftmp[j])
         below += c.xbar[j]

@@ -79,7 +79,10 @@ class Space:
 
     def __init__(self, plan: T.Plan, holes: Holes, path: str, source: str, arguments: TemplateArguments,
                  facts) -> None:
+        if plan.mesh is None:
+            raise SolveError("the plan has no mesh")
         self.plan = plan
+        self.mesh: T.Mesh = plan.mesh
         self.holes = holes
         self.path = path
         self.source = source
@@ -95,8 +98,8 @@ class Space:
 
     # -- the mesh and the choices made with it (stage 1)
     def device_count(self) -> int:
-        mesh = self.plan.mesh
-        fixed = math.prod(a.size for a in mesh.axes if not T.is_hole(a.size))  # type: ignore[misc]
+        mesh = self.mesh
+        fixed = math.prod(a.size for a in mesh.axes if isinstance(a.size, int))
         if mesh.device_count is not None:
             if mesh.device_count % fixed:
                 raise SolveError(f"the fixed axis sizes ({fixed}) do not divide the mesh's {mesh.device_count} devices")
@@ -125,7 +128,7 @@ class Space:
                    for inp, axes in self.input_data_axes(assign).items())
 
     def size_of(self, assign: dict, axis: str | None) -> int:
-        for a in self.plan.mesh.axes:
+        for a in self.mesh.axes:
             if a.name == axis:
                 return assign.get(axis, a.size) if T.is_hole(a.size) else a.size  # type: ignore[return-value]
         return 1
@@ -178,11 +181,11 @@ class Space:
 
     def data_axes_of(self, assign: dict) -> tuple[str, ...]:
         axes = {a for split in self.input_data_axes(assign).values() for a in split}
-        return tuple(a for a in self.plan.mesh.names if a in axes)
+        return tuple(a for a in self.mesh.names if a in axes)
 
     def _outer_options(self, sizes: dict) -> list[dict]:
         h, p = self.holes, self.plan.pipeline
-        mesh = self.plan.mesh
+        mesh = self.mesh
         size = {a.name: self.size_of(sizes, a.name) for a in mesh.axes}
         pps: list[str | None] = [None]
         if h.pp_axis is not None:  # not an axis a written spec or data split uses (PL308)
@@ -223,7 +226,7 @@ class Space:
         for d, _ in self.holes.data:
             if isinstance(d.spec, T.Spec):
                 banned.update(d.spec.used_axes())
-        free = [a for a in self.plan.mesh.names if a not in banned and self.size_of(assign, a) > 1]
+        free = [a for a in self.mesh.names if a not in banned and self.size_of(assign, a) > 1]
         sets = [c for n in range(len(free), -1, -1) for c in itertools.combinations(free, n)]
         return [Axes(c) for c in sets]
 
@@ -247,18 +250,23 @@ class Space:
         """Per-stage degrees for the `with AXIS = ?` holes (in their order, comma-joined): divisors of the
         device count whose stages' devices add up to the mesh (PL410)."""
         p, h = self.plan.pipeline, self.holes
-        mesh = self.plan.mesh
+        mesh = self.mesh
         total = math.prod(self.size_of(assign, a.name) for a in mesh.axes)
         pp = self.pp_axis(assign)
         divisors = [d for d in range(1, total + 1) if total % d == 0]
+        stages = p.stages if p is not None and not isinstance(p.stages, T.Hole) else ()
         out = []
         for values in itertools.islice(itertools.product(divisors, repeat=len(h.degrees)), 4096):
             chosen = {(st, ax): v for (st, ax, _), v in zip(h.degrees, values)}
-            devices = 0
-            for st in p.stages:  # type: ignore[union-attr]
-                given = dict(st.degrees)
-                devices += math.prod(chosen.get((st.index, a.name), given.get(a.name, self.size_of(assign, a.name)))
-                                     for a in mesh.axes if a.name != pp)  # type: ignore[misc]
+
+            def degree(st: T.Stage, axis: str) -> int:
+                v = chosen.get((st.index, axis))  # a hole's choice, else as written, else the mesh's size
+                if v is not None:
+                    return v
+                written = dict(st.degrees).get(axis)
+                return written if isinstance(written, int) else self.size_of(assign, axis)
+
+            devices = sum(math.prod(degree(st, a.name) for a in mesh.axes if a.name != pp) for st in stages)
             if devices == total:
                 out.append(",".join(map(str, values)))
         return out
@@ -269,7 +277,7 @@ class Space:
         if i in self.int_arguments:
             return ["1", "2", "4"]
         pp, data = self.pp_axis(assign), set(self.data_axes_of(assign))
-        axes = [a for a in self.plan.mesh.names if a != pp]
+        axes = [a for a in self.mesh.names if a != pp]
         first = [a for a in axes if a not in data and self.size_of(assign, a) > 1]
         return first + [a for a in axes if a not in first]
 
@@ -350,7 +358,7 @@ class Space:
 
     def _data_axis(self, assign: dict) -> str:
         axes = self.data_axes_of(assign)
-        return axes[0] if axes else self.plan.mesh.names[0]
+        return axes[0] if axes else self.mesh.names[0]
 
     def shape_of(self, rule: T.ShardRule) -> tuple[int, ...]:
         """The global shape of what a rule shards: its (first) parameter, or the module's output or input."""
@@ -375,7 +383,7 @@ class Space:
         entry a template argument leaves open stays its hole: the argument fills it)."""
         shape = self.shape_of(rule)
         skip = {self.pp_axis(assign)} | set(self.data_axes_of(assign))
-        axes = [a for a in self.plan.mesh.names if a not in skip and self.size_of(assign, a) > 1]
+        axes = [a for a in self.mesh.names if a not in skip and self.size_of(assign, a) > 1]
         spec = next(s for r, s in self.holes.specs if r is rule)
         if isinstance(spec, T.Hole):
             first = 0 if rule.kind == "param" else 1
@@ -394,7 +402,8 @@ class Space:
                 per_dim.append([x])  # a template argument's entry: the argument fills it
             else:
                 n = shape[d] if d < len(shape) else 1
-                per_dim.append([()] + [(a,) for a in axes if a not in used and n % self.size_of(assign, a) == 0])
+                entry: list[tuple[str, ...] | T.Hole] = [()]
+                per_dim.append(entry + [(a,) for a in axes if a not in used and n % self.size_of(assign, a) == 0])
         opts = []
         for combo in itertools.product(*per_dim):
             named = [e for e, x in zip(combo, spec.dims) if isinstance(x, T.Hole) and isinstance(e, tuple) and e]
@@ -456,16 +465,16 @@ class Space:
 
             chosen = self.stage_choices(assign, stages)
             fills["stages"] = Fill(h.stages, to_stages(chosen), text="\n" + "\n".join(str(c) for c in chosen) + "\n")
-        for k, (rule, hole) in enumerate(h.specs):
+        for k, (rule, written) in enumerate(h.specs):
             spec = specs.get(k)
             if spec is None:
                 spec = _replicated(len(self.shape_of(rule)))
-            if isinstance(hole, T.Hole):
-                fills[f"spec {k}"] = Fill(hole, spec)
+            if isinstance(written, T.Hole):
+                fills[f"spec {k}"] = Fill(written, spec)
             else:  # a spec with `?` entries: each entry from the chosen spec
-                for d, x in enumerate(hole.dims):
+                for dim, x in enumerate(written.dims):
                     if isinstance(x, T.Hole) and self.literal(x):
-                        fills[f"spec {k} {d}"] = Fill(x, spec.axes_of(d))
+                        fills[f"spec {k} {dim}"] = Fill(x, spec.axes_of(dim))
         if h.checkpoint is not None:
             fills["checkpoint"] = Fill(h.checkpoint, checkpoint_groups(tuple(("checkpoint " + ckpt).split("\n"))),
                                        text=ckpt) if ckpt else \

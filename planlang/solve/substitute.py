@@ -39,7 +39,7 @@ def substitute(plan: T.Plan, values: Values) -> T.Plan:
     changes: dict = {}
     if plan.mesh is not None and plan.mesh.has_holes:
         changes["mesh"] = replace(plan.mesh, axes=tuple(
-            replace(a, size=values.of(a.size)) if T.is_hole(a.size) else a for a in plan.mesh.axes))
+            replace(a, size=_value(a.size, values)) if T.is_hole(a.size) else a for a in plan.mesh.axes))
     opt = plan.optimizer
     if opt is not None and (T.is_hole(opt.zero_stage) or T.is_hole(opt.zero_axis)):
         changes["optimizer"] = replace(opt, zero_stage=_value(opt.zero_stage, values),
@@ -53,16 +53,16 @@ def substitute(plan: T.Plan, values: Values) -> T.Plan:
         p = plan.pipeline
         schedule = _value(p.schedule, values)
         if isinstance(schedule, T.Schedule) and T.is_hole(schedule.chunks):
-            schedule = replace(schedule, chunks=values.of(schedule.chunks))
+            schedule = replace(schedule, chunks=_value(schedule.chunks, values))
         stages = _value(p.stages, values)
         if not T.is_hole(stages):
             stages = tuple(replace(st, degrees=tuple((a, _value(v, values)) for a, v in st.degrees))
-                           if any(T.is_hole(v) for _, v in st.degrees) else st for st in stages)  # type: ignore[union-attr]
+                           if any(T.is_hole(v) for _, v in st.degrees) else st for st in stages)
         changes["pipeline"] = replace(p, axis=_value(p.axis, values), schedule=schedule,
                                       microbatches=_value(p.microbatches, values), stages=stages)
     groups = plan.checkpoints
     if any(T.is_hole(g.every) for g in groups):
-        groups = tuple(replace(g, every=values.of(g.every)) if T.is_hole(g.every) else g for g in groups)
+        groups = tuple(replace(g, every=_value(g.every, values)) if T.is_hole(g.every) else g for g in groups)
     if plan.checkpoint_hole is not None and values.checkpoints is not None:
         # the groups stand where `checkpoint ?` is written, among the plan's other checkpoint statements
         at = plan.checkpoint_hole.span
