@@ -54,17 +54,25 @@ class Axes(tuple[str, ...]):
         return axes_text(self)
 
 
+class Degrees(tuple[int, ...]):
+    """The degrees chosen for the `with AXIS = ?` holes, in their order: a tuple that prints comma-joined
+    (`2,1`)."""
+
+    def __str__(self) -> str:
+        return ",".join(map(str, self))
+
+
 #: a choice's value: a label (a number, an axis, `-`, a stage method, ...), or the value itself where
-#: it is one of the plan's (a schedule, data axes, a spec); each prints as the header and the progress
-#: lines show it
-Choice = Union[str, Axes, T.Schedule, T.Spec]
+#: it is one of the plan's (a schedule, data axes, stage degrees, a spec); each prints as the header and
+#: the progress lines show it
+Choice = Union[str, Axes, Degrees, T.Schedule, T.Spec]
 Choices = tuple[tuple[str, Choice], ...]  # (what, value), in a fixed order
 
 
 def choices_of(assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: str | None,
                stages: str = "flops") -> Choices:
     out: list[tuple[str, Choice]] = [(f"axis {k}" if " " not in k else k,
-                                      v if isinstance(v, (Axes, T.Schedule)) else str(v)) for k, v in assign.items()]
+                                      v if isinstance(v, (Axes, Degrees, T.Schedule)) else str(v)) for k, v in assign.items()]
     out.append(("microbatches", "-" if micro is None else str(micro)))
     out.append(("stages", stages))
     out.append(("zero", str(zero)))
@@ -238,7 +246,7 @@ class Space:
         out: dict = {}
         if self.holes.degrees:
             opts = self._degree_options(assign)
-            same = ",".join(str(self.size_of(assign, ax)) for _, ax, _ in self.holes.degrees)
+            same = Degrees(self.size_of(assign, ax) for _, ax, _ in self.holes.degrees)
             out[DEGREES] = same if same in opts or not opts else opts[0]
         for i in range(len(self.holes.every)):
             out[f"every {i}"] = "1"
@@ -246,8 +254,8 @@ class Space:
             out[f"argument {i}"] = self._argument_options(i, assign)[0]
         return out
 
-    def _degree_options(self, assign: dict) -> list[str]:
-        """Per-stage degrees for the `with AXIS = ?` holes (in their order, comma-joined): divisors of the
+    def _degree_options(self, assign: dict) -> list[Degrees]:
+        """Per-stage degrees for the `with AXIS = ?` holes (in their order): divisors of the
         device count whose stages' devices add up to the mesh (PL410)."""
         p, h = self.plan.pipeline, self.holes
         mesh = self.mesh
@@ -268,7 +276,7 @@ class Space:
 
             devices = sum(math.prod(degree(st, a.name) for a in mesh.axes if a.name != pp) for st in stages)
             if devices == total:
-                out.append(",".join(map(str, values)))
+                out.append(Degrees(values))
         return out
 
     def _argument_options(self, i: int, assign: dict) -> list[str]:
@@ -308,13 +316,13 @@ class Space:
                 out.append(str(k))
         return out or ["1"]
 
-    def inner_options(self, key: str, cand) -> list[str]:
+    def inner_options(self, key: str, cand) -> list[Choice]:
         assign = self.assign_of(cand.choices)
         if key == DEGREES:
-            return self._degree_options(assign)
+            return list(self._degree_options(assign))
         if key.startswith("every "):
-            return self._every_options(int(key.split()[1]), cand)
-        return self._argument_options(int(key.split()[1]), assign)
+            return list(self._every_options(int(key.split()[1]), cand))
+        return list(self._argument_options(int(key.split()[1]), assign))
 
     def assign_of(self, choices) -> dict:
         keys = set(self.outer_keys) | set(self.inner_keys)
@@ -446,8 +454,8 @@ class Space:
                     value = split if dim == bd else ()
                 fills[f"data {j} {dim}"] = Fill(hole, value)
         if h.degrees:
-            for (_, _, hole), v in zip(h.degrees, str(assign[DEGREES]).split(",")):
-                fills[f"degree {hole_key(hole)}"] = Fill(hole, int(v))
+            for (_, _, hole), degree in zip(h.degrees, assign[DEGREES]):
+                fills[f"degree {hole_key(hole)}"] = Fill(hole, degree)
         for i, hole in enumerate(h.every):
             fills[f"every {i}"] = Fill(hole, int(assign[f"every {i}"]))
         for i, hole in enumerate(h.arguments):
