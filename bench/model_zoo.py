@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planlang.model.checks import check_with_model  # noqa: E402
+from planlang.model.validation import check_with_model  # noqa: E402
 from planlang.model.capture.load import build_model  # noqa: E402
 from planlang.model.program.lowering import Run  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402

@@ -695,7 +695,7 @@ def evaluate(m: Mutant, folder: str) -> Mutant:
     import io
 
     from planlang.lang.diagnostics import Severity
-    from planlang.model.checks import check_with_model
+    from planlang.model.validation import check_with_model
     from planlang.plan.complete import IncompletePlan, complete as as_complete
     from planlang.runtime.launch import world_size
     from planlang.runtime.verify import preflight

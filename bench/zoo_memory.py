@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from memory_measure import _categories, _tracker  # noqa: E402
 
 from planlang.lang.diagnostics import Severity  # noqa: E402
-from planlang.model.checks import check_with_model  # noqa: E402
+from planlang.model.validation import check_with_model  # noqa: E402
 from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.runtime.program_memory import measure as measure_program  # noqa: E402
 from planlang.model.capture.load import build_model, plan_loss  # noqa: E402

@@ -167,7 +167,7 @@ def _check_one(name: str, text: str, model: bool, use_paths: tuple[str, ...] = (
     """Check one plan given as text: its `use "file"` imports resolve next to `name` (and in `use_paths`)."""
     if model:  # imports torch: only on request
         # lazy: torch loads only when this runs
-        from planlang.model.checks import check_with_model
+        from planlang.model.validation import check_with_model
         from planlang.runtime.program_memory import measure
 
         return check_with_model(name, text=text, search_paths=use_paths, program=measure)
@@ -395,35 +395,34 @@ def estimate(
 ) -> None:
     """Estimate per-device peak memory (by class) and step time of a plan, from its model on meta."""
 
-    checked = _runnable_plan(plan)
+    v = _validated(plan)
+    checked = v.complete
     # lazy: torch loads only when this runs
-    from planlang.model.price.estimate import estimate_plan
     from planlang.report.estimate_table import render_table
-    from planlang.model.capture.load import ModelLoadError
-    from planlang.runtime.program_memory import measure
 
-    try:
-        rows = estimate_plan(checked, program=measure)
-    except ModelLoadError as err:
-        _fail_usage(f"{err.message}\n  help: {err.help}")
+    if v.estimate is None:  # validation estimates every plan it completes, or fails with PL369
+        _fail_usage(f"{plan} cannot be estimated (`planlang check --model {plan}` says why)")
+    rows = list(v.estimate)
     if format is TableFormat.json:
         sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
     else:
         sys.stdout.write(render_table(checked, rows))
 
 
-def _validated_plan(plan: Path, *, complete: bool = True):
-    """The plan checked against its model — the checks of `planlang check --model`, so every command that
-    runs or prices a plan rejects what `check --model` rejects, with the same codes — or an error naming
-    what to fix (its diagnostics, holes left for `solve`, no model). Warnings are shown and do not stop.
-    With `complete` (the default) it is a planlang.plan.complete.CompletePlan: no holes, concrete fields."""
+def _validated(plan: Path, *, complete: bool = True):
+    """The plan validated against its model (planlang.model.validation: the checks of `planlang check
+    --model`, so every command that runs or prices a plan rejects what `check --model` rejects, with the
+    same codes) — or an error naming what to fix (its diagnostics, holes left for `solve`, no model).
+    Warnings are shown and do not stop. With `complete` (the default) its `complete` plan is set: no
+    holes, concrete fields."""
     # lazy: torch loads only when this runs
-    from planlang.model.checks import check_with_model
+    from planlang.model.validation import validate_file
     from planlang.runtime.program_memory import measure
 
     if not plan.is_file():
         _fail_usage(f"no such file: {plan}")
-    res = check_with_model(str(plan), program=measure)
+    v = validate_file(str(plan), program=measure)
+    res = v.check
     if res.diagnostics:
         sys.stderr.write(render(list(res.diagnostics), res.sources, "human", color=_use_color(None, sys.stderr)))
     if any(d.code == "PL364" for d in res.diagnostics):
@@ -432,16 +431,21 @@ def _validated_plan(plan: Path, *, complete: bool = True):
         _fail_usage(f"{plan} has errors; fix them first (`planlang check --model {plan}` shows the same)")
     if res.plan.model is None:
         _fail_usage(f"{plan} declares no model")
-    if not complete:
-        return res.plan
+    if not complete or v.complete is not None:
+        return v
     try:
-        return as_complete(res.plan)
+        as_complete(res.plan)
     except IncompletePlan as err:
         where = ", ".join(f"{h.what} at {h.span.line}:{h.span.col}" for h in err.holes)
         _fail_usage(f"{plan} has {len(err.holes)} holes (`?`: {where}); run `planlang solve {plan}` first")
+    _fail_usage(f"{plan} cannot be completed")  # validation completes every plan without errors or holes
 
 
-_runnable_plan = _validated_plan  # the commands that run or price a complete plan
+def _runnable_plan(plan: Path):
+    """The complete plan of `_validated` (the commands that run or price it)."""
+    return _validated(plan).complete
+
+
 
 
 @app.command()
@@ -634,7 +638,7 @@ def solve(
     from planlang.model.capture.load import ModelLoadError
     from planlang.solve.driver import INFEASIBLE, SEARCH_CUT, Infeasible, SolveError, solve as run_solve
 
-    _validated_plan(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
+    _validated(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
 
     failure = None
     with captured_output() as (user_err, captured):  # banners, logging, warnings: not the user's

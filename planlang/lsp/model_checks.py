@@ -22,9 +22,8 @@ from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from planlang.lang.diagnostics import Diagnostic, Severity
+from planlang.lang.diagnostics import Diagnostic
 from planlang.model.capture.source import ModelSource, imported_source, model_source  # torch-free
-from planlang.plan.complete import complete
 from planlang.plan.types import Plan
 
 log = logging.getLogger(__name__)
@@ -102,38 +101,24 @@ class ModelChecker:
 
     def run(self, text: str, path: str, read: Callable[[str], str] | None = None) -> ModelInsight:
         # lazy: torch loads only when this runs
-        from planlang.model.checks import model_facts_for, validate  # torch
+        from planlang.model.validation import probe, validate_plan  # torch
         from planlang.plan.resolve import Resolver
+        from planlang.runtime.program_memory import measure
 
         res = (Resolver(read=read) if read else Resolver()).resolve_text(text, path)
         plan = res.plan
         if plan is None or plan.model is None:
-            return ModelInsight(validate(res, path).diagnostics, plan)
+            return ModelInsight(validate_plan(res, path).diagnostics, plan)
         source = model_source(plan.model, path)  # the files of its last build, as they read now
         base = (plan.model, plan.inputs, os.path.dirname(os.path.abspath(path)))
-        facts, load_diags = self._facts.get(base + (source.files,)), []
-        if facts is None:  # failures are not cached: their diagnostics point at this version's lines
-            facts, load_diags = model_facts_for(plan)  # builds the current code
+        probed = self._facts.get(base + (source.files,))
+        if probed is None:  # failures are not cached: their diagnostics point at this version's lines
+            probed = probe(plan)  # builds the current code
             source = imported_source(plan.model) or source  # the files that build read
-            if facts is not None:
-                self._facts.put(base + (source.files,), facts)
-        extra: dict = {}
-        notes: list[str] = []
-        if facts is not None and plan.mesh is not None and not plan.holes() and not any(
-                d.severity is Severity.ERROR for d in res.diagnostics):
-            try:
-                extra["estimate"] = self._estimates.get_or((plan, source.files), lambda: _estimate(plan, facts))
-            except Exception as err:  # noqa: BLE001 - an estimate is optional; the other checks still run
-                notes.append(f"estimate failed: {type(err).__name__}: {err}")
-                log.info("estimate failed for %s: %r", path, err)
-        result = validate(res, path, facts, extra.get("estimate"))
-        return ModelInsight(tuple(load_diags) + result.diagnostics, plan, facts,
-                            tuple(extra.get("estimate") or ()), tuple(notes), source)
-
-
-def _estimate(plan: Plan, facts):
-    # lazy: torch loads only when this runs
-    from planlang.model.price.estimate import estimate_plan
-    from planlang.runtime.program_memory import measure
-
-    return estimate_plan(complete(plan), facts=facts, program=measure)  # the facts just probed: the estimator need not probe again
+            if probed.facts is not None:
+                self._facts.put(base + (source.files,), probed)
+        # the same validation as `planlang check --model` (planlang.model.validation), so the editor shows
+        # the same diagnostics; kept per plan and model source
+        texts = tuple(sorted((name, src.text) for name, src in res.sources.items()))  # every file, as read now
+        v = self._estimates.get_or((texts, source.files), lambda: validate_plan(res, path, measure, probed))
+        return ModelInsight(v.diagnostics, plan, probed.facts, tuple(v.estimate or ()), (), source)

@@ -1,43 +1,29 @@
 """Model-aware checks: the plan against the real module tree and tensor shapes (traced on meta).
 
-Registered into the checker's rule list with `needs_model=True`; they read `ctx.facts["model"]`, a
-`ModuleFacts` (planlang.model.capture.trace). `model_facts_for(plan)` builds it, or returns a load diagnostic.
-Their codes sit in the model-aware slots (x60–x89) of each range; like every code, their entries (name,
-severity, title, explanation) are in the table of planlang.lang.codes.
+Each is a rule of the checker's list that names the facts it reads (`needs`); planlang.model.validation
+computes those facts once per plan and runs `validate`. Their codes sit in the model-aware slots
+(x60–x89) of each range; like every code, their entries (name, severity, title, explanation) are in the
+table of planlang.lang.codes.
 """
 from __future__ import annotations
 
 import math
-import weakref
-from dataclasses import dataclass, field
 from typing import Iterator
 
 import torch
-from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from planlang.lang.diagnostics import Diagnostic, Label, Severity, did_you_mean
+from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.plan import types as T
 from planlang.plan.checker import CheckResult, RULES, Rule, check_resolution
 from planlang.plan.checkpoints import checkpoint_groups
-from planlang.plan.complete import complete
-from planlang.plan.resolve import Resolution, Resolver, diag
+from planlang.plan.data import activation_layout, data_degree, tensor_axes
+from planlang.plan.resolve import Resolution, diag
 from planlang.plan.rules import site_and_labels
 from planlang.plan.selection import Selection, covered_modules, to_plan_name
-
-from planlang.plan.data import activation_layout, data_degree, tensor_axes
 from planlang.plan.units import format_bytes
 
-from .price.estimate import estimate_plan
-from .capture.load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
-from .program.lowering import Fallback, LoweringError, lower, mark_checkpoints
-from .capture.opgraph import op_graph
-from .program.pipeline_program import cut_program, microbatch_plan
-from .program.stages import OUT_SPEC, StageSplitError, split_stages
-from .capture.trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
-from .price.weight_gathers import WeightGather, weight_gathers
-from .program.zero_units import block_ranges
+from .capture.trace import ModuleFacts
+from .facts import LoweringFailure
 
 
 def _suggest(sel: Selection, names: list[str]) -> str:
@@ -127,41 +113,10 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
                                help=f"split dim {d} over axes whose sizes divide {n}, or leave it `_`")
 
 
-@dataclass
-class ModelFacts(ModuleFacts):
-    """The probed facts plus what the rules read off the module objects: each attention module's heads
-    (module name -> (heads, key/value heads or None))."""
-
-    heads: dict[str, tuple[int, int | None]] = field(default_factory=dict)
-    failures: list["LoweringFailure"] = field(default_factory=list)  # facts the probe could not compute
 
 
-_HEAD_ATTRS = ("num_heads", "n_head", "n_heads", "heads", "num_attention_heads")
-_KV_ATTRS = ("num_key_value_heads", "n_kv_heads", "num_kv_heads")
 
 
-def _count(obj, names: tuple[str, ...]) -> int | None:
-    for a in names:
-        v = getattr(obj, a, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            return v
-    return None
-
-
-def attention_heads(module: nn.Module) -> dict[str, tuple[int, int | None]]:
-    """Modules that declare a head count (`heads`, `num_heads`, `n_head`, ...: the examples, torch's
-    MultiheadAttention, Hugging Face's attention modules, which may keep it in their `config`)."""
-    out = {}
-    for name, m in module.named_modules():
-        if not name:
-            continue
-        heads, kv = _count(m, _HEAD_ATTRS), _count(m, _KV_ATTRS)
-        cfg = getattr(m, "config", None)
-        if heads is None and cfg is not None and "attention" in type(m).__name__.lower():
-            heads, kv = _count(cfg, ("num_attention_heads", "n_head")), _count(cfg, _KV_ATTRS)
-        if heads is not None:
-            out[name] = (heads, kv if kv != heads else None)
-    return out
 
 
 def _heads_scope(name: str) -> str:
@@ -324,7 +279,7 @@ def memory_budget(ctx) -> Iterator[Diagnostic]:
     """PL560: every device's estimated peak within the budget (or the device memory)."""
 
     plan = ctx.plan
-    estimates = ctx.facts.get("estimate") or []
+    estimates = ctx.facts["estimate"]
     limit = plan.budget.bytes if plan.budget else (plan.mesh.device.memory if plan.mesh and plan.mesh.device else None)
     if limit is None:
         return
@@ -339,9 +294,9 @@ def memory_budget(ctx) -> Iterator[Diagnostic]:
 
 
 def batch_split(ctx) -> Iterator[Diagnostic]:
-    """PL364: ops the lowering runs on the whole batch although the plan splits it (facts["lowering"]: the
-    program's fallbacks, when the plan was lowered)."""
-    fallbacks = ctx.facts.get("lowering") or []
+    """PL364: ops the lowering runs on the whole batch although the plan splits it (facts["lowered"]: the
+    program's fallbacks)."""
+    fallbacks = ctx.facts["lowered"].fallbacks
     data = [d for d in ctx.plan.data if d.span is not None]
     span = data[0].span if data else ctx.plan.model.span  # type: ignore[union-attr]
     for fb in fallbacks:
@@ -354,9 +309,9 @@ def batch_split(ctx) -> Iterator[Diagnostic]:
 
 
 def zero_units(ctx) -> Iterator[Diagnostic]:
-    """PL468: a repeated block ZeRO-2/3 leaves in the root FSDP2 unit (facts["root_blocks"]: block -> why,
-    from the lowering), whose parameters are then gathered with the root's for the whole step."""
-    left = ctx.facts.get("root_blocks") or {}
+    """PL468: a repeated block ZeRO-2/3 leaves in the root FSDP2 unit (facts["lowered"].root_blocks: block
+    -> why), whose parameters are then gathered with the root's for the whole step."""
+    left = ctx.facts["lowered"].root_blocks
     opt = ctx.plan.optimizer
     if not left or opt is None:
         return
@@ -383,48 +338,6 @@ def batch_norm_microbatches(ctx) -> Iterator[Diagnostic]:
                     "GroupNorm or LayerNorm, or accept "
                     "per-microbatch statistics")
 
-
-@dataclass(frozen=True)
-class LoweringFailure:
-    """A fact `check --model` needed and could not compute (PL369), as data: `stage` is "graph" (the op
-    graph of the model cannot be built), "lower" (no strategy for the layouts the plan gives an op),
-    "targets" (the loss accepts no targets planlang makes) or "estimate" (the lowered program's memory);
-    `op` and `module` name the op being lowered, when known."""
-
-    stage: str
-    cause: str
-    op: str | None = None
-    module: str | None = None
-
-    @classmethod
-    def of(cls, err: BaseException, stage: str | None = None) -> "LoweringFailure":
-        """The failure `err` is: the op it was raised for is the innermost `node` the op-graph builder or
-        the lowering was working on (their loops name it so; the exception's message may not)."""
-        op = module = None
-        found = None
-        tb = err.__traceback__
-        while tb is not None:
-            f = tb.tb_frame
-            if f.f_globals.get("__name__", "").startswith("planlang.model.") and "node" in f.f_locals:
-                found = f.f_locals["node"]
-            tb = tb.tb_next
-        spec = getattr(found, "op", None)
-        if hasattr(spec, "kind"):  # an OpNode of the graph: the lowering's
-            op = str(spec.attr("target", spec.kind)) if spec.kind == "opaque" else spec.kind
-            module, stage = found.module, stage or "lower"
-        elif found is not None and hasattr(found, "target"):  # an fx node: building the graph
-            op = getattr(found.target, "__name__", str(found.target))
-            stage = stage or "graph"
-        return cls(stage or "lower", f"{type(err).__name__}: {err}", op, module)
-
-
-class NoTargets(Exception):
-    """The loss (`found`: where) accepts none of the targets planlang makes (load.target_candidates)."""
-
-    def __init__(self, found: str):
-        super().__init__(f"{found} accepts none of the targets planlang makes for it (the model's integer input, "
-                         "class indices over the output's leading dims, the output's shape, one value per sample)")
-        self.found = found
 
 
 _FAILURE_HELP = {
@@ -455,10 +368,10 @@ def _failure_site(plan, facts, f: LoweringFailure):
 
 def unlowerable(ctx) -> Iterator[Diagnostic]:
     """PL369: what `check --model` could not compute about the plan, each failure once (the probe's and
-    the lowering's: facts["failures"])."""
-    facts = ctx.facts.get("model")
+    lowering's and the estimate's: facts["failures"])."""
+    facts = ctx.facts["model"]
     seen = set()
-    for f in [*(getattr(facts, "failures", None) or []), *(ctx.facts.get("failures") or [])]:
+    for f in [*facts.failures, *ctx.facts["failures"]]:
         if (f.stage, f.cause) not in seen:
             seen.add((f.stage, f.cause))
             yield failure_diagnostic(ctx.plan, facts, f)
@@ -479,7 +392,7 @@ def weight_gathers_rule(ctx) -> Iterator[Diagnostic]:
     weight_gathers.WeightGather, from `lowering_facts`): all-gathered back to whole, or moved to another
     split, because the op reading it has no strategy for the stored layout. One diagnostic per shard
     statement (a template applied to every block: its line), naming the parameters, the op and the bytes."""
-    gathers = ctx.facts.get("gathers") or ()
+    gathers = ctx.facts["lowered"].gathers
     plan = ctx.plan
     by_site: dict = {}
     for g in gathers:
@@ -504,280 +417,58 @@ def weight_gathers_rule(ctx) -> Iterator[Diagnostic]:
                         "the split was meant to save (`planlang lower` shows the conversion)")
 
 
-MODEL_RULES = (
-    Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs_model=True),
-    Rule("attention_head_splits", ("PL365",), attention_head_splits, needs_model=True),
-    Rule("pipeline_stages", ("PL360", "PL460", "PL461", "PL462", "PL463"), pipeline_stages, needs_model=True),
-    Rule("checkpoint_paths", ("PL360", "PL464", "PL465"), checkpoint_paths, needs_model=True),
-    Rule("memory_budget", ("PL560",), memory_budget, needs_model=True),
-    Rule("batch_split", ("PL364",), batch_split, needs_model=True),
-    Rule("zero_units", ("PL468",), zero_units, needs_model=True),
-    Rule("batch_norm_microbatches", ("PL466",), batch_norm_microbatches, needs_model=True),
-    Rule("weight_gathers", ("PL366",), weight_gathers_rule, needs_model=True),
-    Rule("unlowerable", ("PL369",), unlowerable, needs_model=True),
+
+
+def stage_split(ctx) -> Iterator[Diagnostic]:
+    """PL467 (or the checker's code for the same cause) when the pipeline's stages cannot be cut out of the
+    model as the runtime cuts them, PL466 when the cut inlines BatchNorm under data parallelism, PL369
+    when an op of the cut program cannot be lowered (facts["stage_cut"]: validation.StageCut)."""
+    cut = ctx.facts["stage_cut"]
+    p = ctx.plan.pipeline
+    if cut.error is not None:
+        code, message, help = cut.error
+        yield diag(code, message, p.span, help=help)
+    if cut.failure is not None:
+        yield failure_diagnostic(ctx.plan, None, cut.failure)
+    if cut.inlined_norms:
+        norms = cut.inlined_norms
+        yield diag("PL466", f"{len(norms)} BatchNorm module(s) (`{to_plan_name(norms[0])}`...) run inlined in "
+                            "stages cut by torch.export: each data-parallel rank normalizes its own samples",
+                   p.span, help="make the model traceable by torch.fx between its stage modules, replace "
+                                "BatchNorm with GroupNorm or LayerNorm, or accept per-rank statistics")
+
+
+# The model-aware rules, in three phases, each rule with the facts it reads (planlang.model.validation
+# computes each once): "model" (facts.ModelFacts), "failures" (what could not be computed: PL369),
+# "lowered" (validation.Lowered: the program's fallbacks, ZeRO's root blocks, gathered weights),
+# "estimate" (the estimator's rows), "stage_cut" (validation.StageCut). A phase runs only on a plan the
+# phases before it accepted: lowering or cutting a plan with errors would restate them (PL369 beside the
+# error that causes it). A rule whose facts were not computed does not run.
+MODEL_RULES = (  # the plan against the probed model
+    Rule("shard_targets", ("PL360", "PL361", "PL362", "PL363"), shard_targets, needs=("model",)),
+    Rule("attention_head_splits", ("PL365",), attention_head_splits, needs=("model",)),
+    Rule("pipeline_stages", ("PL360", "PL460", "PL461", "PL462", "PL463"), pipeline_stages, needs=("model",)),
+    Rule("checkpoint_paths", ("PL360", "PL464", "PL465"), checkpoint_paths, needs=("model",)),
+    Rule("batch_norm_microbatches", ("PL466",), batch_norm_microbatches, needs=("model",)),
+    Rule("unlowerable", ("PL369",), unlowerable, needs=("model", "failures")),
 )
-ALL_RULES = RULES + MODEL_RULES  # the model-free rules first, in their order, then the model-aware ones
+PROGRAM_RULES = (  # the plan's lowered program and its estimate
+    Rule("memory_budget", ("PL560",), memory_budget, needs=("model", "estimate")),
+    Rule("batch_split", ("PL364",), batch_split, needs=("model", "lowered")),
+    Rule("zero_units", ("PL468",), zero_units, needs=("model", "lowered")),
+    Rule("weight_gathers", ("PL366",), weight_gathers_rule, needs=("model", "lowered")),
+    Rule("unlowerable", ("PL369",), unlowerable, needs=("model", "failures")),
+)
+STAGE_RULES = (  # the pipeline's stages as the runtime cuts them
+    Rule("stage_split", ("PL466", "PL467", "PL369"), stage_split, needs=("model", "stage_cut")),
+)
+PHASES = (RULES + MODEL_RULES, PROGRAM_RULES, STAGE_RULES)
+ALL_RULES = RULES + MODEL_RULES + PROGRAM_RULES[:-1] + STAGE_RULES  # every rule once, in order (docs, explain)
 
 
-def validate(res: Resolution, path: str, facts: ModuleFacts | None = None, estimate=None,
-             fallbacks: list[Fallback] | None = None, root_blocks: dict[str, str] | None = None,
-             failures: list[LoweringFailure] | None = None,
-             gathers: list[WeightGather] | None = None):
-    """The one validation of a resolved plan, for every command and the language server: every rule,
-    the model-aware ones when the model's `facts` are given (PL560 when its `estimate` is, PL364 when
-    the lowering's `fallbacks` are, PL468 when its `root_blocks` are: `lowering_facts`; PL369 for the
-    lowering's and the estimate's `failures`)."""
-    extra = {"model": facts} if facts is not None else {}
-    if facts is not None and estimate is not None:
-        extra["estimate"] = estimate
-    if facts is not None and fallbacks is not None:
-        extra["lowering"] = fallbacks
-    if facts is not None and root_blocks:
-        extra["root_blocks"] = root_blocks
-    if facts is not None and gathers:
-        extra["gathers"] = gathers
-    if facts is not None and failures:
-        extra["failures"] = failures
-    return check_resolution(res, path, extra or None, ALL_RULES)
-
-
-aten = torch.ops.aten
-
-
-class StrictMeta(TorchDispatchMode):
-    """What the meta kernels let through and the CPU and CUDA kernels refuse, raised while the model is
-    probed on meta (so that PL261 reports it before anything launches):
-
-      - a matrix product or convolution of operands of different dtypes (an f64 or integer input into
-        f32 weights: meta's mm and convolution do not compare dtypes);
-      - an embedding lookup past the end of its table with indices made by `arange` (positions: a
-        sequence longer than the model's position embedding; meta tensors hold no values, but an
-        arange's largest value is known from its arguments and kept through views);
-      - a negative log-likelihood (cross-entropy) loss whose class indices are not int64."""
-
-    PRODUCTS = {aten.mm.default, aten.addmm.default, aten.bmm.default, aten.baddbmm.default, aten.mv.default,
-                aten.addmv.default, aten.dot.default, aten.convolution.default}
-    VIEWS = {aten.unsqueeze.default, aten.view.default, aten._unsafe_view.default, aten.expand.default,
-             aten.slice.Tensor, aten.reshape.default, aten.clone.default, aten._to_copy.default, aten.alias.default,
-             aten.lift_fresh.default, aten.detach.default}
-
-    def __init__(self):
-        super().__init__()
-        self._top: dict[int, tuple[weakref.ref, int]] = {}  # id(tensor) -> (the tensor, its largest value)
-
-    def _largest(self, t) -> int | None:
-        entry = self._top.get(id(t)) if isinstance(t, torch.Tensor) else None
-        return entry[1] if entry is not None and entry[0]() is t else None
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        if func in self.PRODUCTS:
-            dtypes = sorted({str(a.dtype).removeprefix("torch.") for a in args if isinstance(a, torch.Tensor)})
-            if len(dtypes) > 1:
-                raise RuntimeError(f"{func.overloadpacket.__name__} of {' and '.join(dtypes)} tensors: the CPU and "
-                                   "CUDA kernels need operands of one dtype")
-        if func.overloadpacket in (aten.nll_loss_forward, aten.nll_loss2d_forward) and len(args) >= 2:
-            if isinstance(args[1], torch.Tensor) and args[1].dtype != torch.int64:
-                raise RuntimeError(f"the loss's class indices are {str(args[1].dtype).removeprefix('torch.')} (the "
-                                   "targets `planlang verify` makes: an integer input itself for a language model); "
-                                   "the CPU and CUDA kernels need int64")
-        if func.overloadpacket is aten.embedding and len(args) >= 2:
-            top = self._largest(args[1])
-            if top is not None and top >= args[0].shape[0]:
-                raise IndexError(f"position {top} is past the end of an embedding of {args[0].shape[0]} rows "
-                                 "(the input is longer than the model's positions)")
-        out = func(*args, **kwargs)
-        if func.overloadpacket is aten.arange and isinstance(out, torch.Tensor) and out.numel():
-            nums = [a for a in args if isinstance(a, (int, float))]
-            start, end, step = (0, nums[0], 1) if len(nums) == 1 else (nums[0], nums[1], nums[2] if len(nums) > 2 else 1)
-            last = start + (out.numel() - 1) * step
-            self._top[id(out)] = (weakref.ref(out), int(max(start, last)))
-        elif isinstance(out, torch.Tensor) and args and self._largest(args[0]) is not None:
-            top = self._largest(args[0])
-            shift = args[1] * kwargs.get("alpha", 1) if len(args) > 1 and isinstance(args[1], (int, float)) else None
-            if func in self.VIEWS:
-                self._top[id(out)] = (weakref.ref(out), top)
-            elif func.overloadpacket in (aten.add, aten.sub) and shift is not None:  # positions + an offset
-                self._top[id(out)] = (weakref.ref(out), int(top + (shift if func.overloadpacket is aten.add else -shift)))
-        return out
-
-
-def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
-    """The plan's loss (load.plan_loss: its model module's `loss`, else the model's `loss` method) on the
-    targets `planlang verify` and `planlang.apply` make (planlang.model.capture.load.guess_targets), under
-    StrictMeta: what their first step would raise; NoTargets when the loss takes none of the targets made
-    for it (apply would refuse the plan)."""
-    loss = plan_loss(plan, module)
-    if loss is None:
-        return
-    found = f"the `loss` method of {type(module).__name__}" if getattr(loss, "__self__", None) is module \
-        else f"`loss` of `{plan.model.module}`"
-    inputs = meta_inputs(plan.inputs)
-    targets = guess_targets(module, loss, inputs)
-    if targets is None:
-        raise NoTargets(found)
-    if not targets:
-        return
-
-    def run():
-        args, kwargs = bind_inputs(module, inputs)
-        with torch.no_grad():
-            loss(module(*args, **kwargs), *targets)
-
-    with StrictMeta():
-        meta_or_fake(run)
-
-
-def model_facts_for(plan: T.Plan) -> tuple[ModelFacts | None, list[Diagnostic]]:
-    """Build the plan's model on meta and probe it; a PL26x diagnostic instead when that fails (PL368 when
-    the model's code exits the process). A loss no target fits is a failure in the facts (PL369)."""
-
-    if plan.model is None:
-        return None, []
-    try:
-        module = build_model(plan.model, plan.path)
-        with no_exit(), StrictMeta():  # the forward is the model's code too: it must not end planlang
-            probed = probe_modules(module, meta_inputs(plan.inputs))
-        facts = ModelFacts(**vars(probed), heads=attention_heads(module))
-        try:
-            with no_exit():
-                _loss_on_verify_targets(module, plan)
-        except NoTargets as err:  # a fact of the plan, not a failed probe: the other checks still run
-            facts.failures = [LoweringFailure("targets", str(err))]
-    except ModelLoadError as err:
-        return None, [diag(err.code, err.message, plan.model.span, help=err.help)]
-    except SystemExit as err:  # sys.exit or os._exit in the forward or the loss
-        return None, [diag("PL368", f"running the model on the declared inputs exited the process: {exited(err)}",
-                           plan.model.span, help=EXIT_HELP)]
-    except Exception as err:  # the model's forward failed on the declared inputs
-        return None, [diag("PL261", f"running the model on the declared inputs raised {type(err).__name__}: {err}",
-                           plan.model.span, help="check the `input` declarations: names, dtypes and shapes",
-                           labels=[Label(i.span, "declared here") for i in plan.inputs[:1]])]
-    return facts, []
-
-
-@dataclass(frozen=True)
-class Lowered:
-    """What `check --model` reads off the runtime's lowering of a plan: the ops run on the whole batch
-    (PL364) and, under ZeRO-2/3, the repeated blocks left in the root FSDP2 unit with why (PL468); or
-    why it cannot be lowered (PL369: a fact check cannot compute is an error, never a silent pass)."""
-
-    fallbacks: list[Fallback]
-    root_blocks: dict[str, str]
-    gathers: tuple[WeightGather, ...] = field(default=(), kw_only=True)  # sharded weights moved every step (PL366)
-    failure: LoweringFailure | None = None
-
-
-def lowering_facts(plan) -> Lowered | None:
-    """The runtime's lowering of this complete plan, from the same op graph and lowering `planlang.apply`
-    runs (every plan without a pipeline: apply lowers it whatever its axes); None for a pipeline plan
-    (`stage_split_diagnostics` cuts those). A failure is the Lowered's `failure`: the run would raise it."""
-    if plan.pipeline is not None:
-        return None
-    try:
-        model = build_model(plan.model, plan.path)
-        prog = _lowered(model, plan)
-        opt, mesh = plan.optimizer, plan.mesh
-        zero = opt is not None and opt.zero_stage >= 2 and opt.zero_axis is not None and \
-            (mesh.axis_size(opt.zero_axis) or 1) > 1
-        return Lowered(prog.fallbacks, block_ranges(model, prog)[1] if zero else {},
-                       gathers=tuple(weight_gathers(prog, plan)))
-    except ModelLoadError:
-        return None  # the model facts report it (PL26x, PL368)
-    except Exception as err:  # noqa: BLE001 - the model's op or the plan's layouts: PL369 names which
-        return Lowered([], {}, LoweringFailure.of(err, "targets" if isinstance(err, NoTargets) else None))
-
-
-def stage_split_diagnostics(plan) -> list[Diagnostic]:
-    """The pipeline's stages cut out of the model (on meta) as the runtime will cut them; a failure is a
-    diagnostic now instead of an error after launch (PL467, or the checker's code for the same cause)."""
-    p = plan.pipeline
-    if p is None:
-        return []
-    if tensor_axes(plan):  # pipeline x tensor parallelism: the runtime cuts the lowered program
-        return _program_cut_diagnostics(plan)
-    try:
-        model = build_model(plan.model, plan.path)
-        cut = split_stages(model, plan)
-    except StageSplitError as err:
-        return [diag(err.code or "PL467", err.message, p.span, help=err.help)]
-    except ModelLoadError:
-        return []  # reported by the model facts
-    norms = [n for n, m in model.named_modules() if isinstance(m, _BatchNorm)]
-    if norms and getattr(cut[-1], OUT_SPEC, None) is not None and data_degree(plan) > 1:
-        # torch.export's cut inlines BatchNorm: the runtime cannot give it the data-parallel statistics
-        return [diag("PL466", f"{len(norms)} BatchNorm module(s) (`{to_plan_name(norms[0])}`...) run inlined in "
-                              "stages cut by torch.export: each data-parallel rank normalizes its own samples",
-                     p.span, help="make the model traceable by torch.fx between its stage modules, replace "
-                                  "BatchNorm with GroupNorm or LayerNorm, or accept per-rank statistics")]
-    return []
-
-
-def _lowered(model: nn.Module, plan):
-    """The plan's program as planlang.apply lowers it (NoTargets when no targets fit the loss, as apply
-    refuses the plan then)."""
-    inputs = meta_inputs(plan.inputs)
-    loss = plan_loss(plan, model)
-    targets = guess_targets(model, loss, inputs) if loss is not None else ()
-    if targets is None:
-        raise NoTargets("the plan's loss")
-    graph = op_graph(model, inputs, loss, tuple(targets)) if loss is not None else op_graph(model, inputs)
-    prog = lower(graph, plan)
-    prog.checkpoint_groups = mark_checkpoints(prog, plan)
-    return prog
-
-
-def _program_cut_diagnostics(plan) -> list[Diagnostic]:
-    """PL467 when the plan's program (one microbatch, lowered as planlang.apply lowers it) cannot be cut
-    into its stages (planlang.model.program.pipeline_program: data flowing backwards, a checkpoint group across a
-    boundary, the loss outside the last stage)."""
-    p = plan.pipeline
-    try:
-        prog = _lowered(build_model(plan.model, plan.path), microbatch_plan(plan))
-        cut_program(prog, plan)
-    except LoweringError as err:
-        return [diag("PL467", str(err), p.span, help="keep whole modules in each stage in the model's execution "
-                                                    "order, each checkpoint group inside one stage; `planlang "
-                                                    "lower --rank R` prints the stages rank R runs")]
-    except ModelLoadError:
-        return []  # reported by the model facts
-    except Exception as err:  # noqa: BLE001 - an op the lowering cannot lower: the run would raise it
-        return [failure_diagnostic(plan, None, LoweringFailure.of(err, "targets" if isinstance(err, NoTargets)
-                                                                  else None))]
-    return []
-
-
-def check_with_model(path: str, text: str | None = None, search_paths: tuple[str, ...] = (), program=None):
-    """`planlang check --model`: the model-free checks plus the model-aware ones (of `text`, named
-    `path`, when given: standard input). `program`: how the estimate behind PL560 measures a plan's
-    lowered program (planlang.runtime.program_memory.measure; see estimate_plan)."""
-
-    resolver = Resolver(search_paths=search_paths)
-    res = resolver.resolve_file(path) if text is None else resolver.resolve_text(text, path)
-    if res.plan is None or res.plan.model is None:
-        return validate(res, path)
-    facts, diags = model_facts_for(res.plan)
-    extra = {}
-    if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not facts.failures and not any(
-            d.severity is Severity.ERROR for d in res.diagnostics):
-        lowered = lowering_facts(complete(res.plan))
-        if lowered is not None:
-            extra["fallbacks"], extra["root_blocks"] = lowered.fallbacks, lowered.root_blocks
-            extra["gathers"] = list(lowered.gathers)
-            extra["failures"] = [lowered.failure] if lowered.failure is not None else []
-        if not extra.get("failures"):  # the estimate measures the same lowered program: one error is enough
-            try:
-                extra["estimate"] = estimate_plan(complete(res.plan), facts=facts, program=program)  # probed once
-            except ModelLoadError:
-                pass  # the model facts report it
-            except Exception as err:  # noqa: BLE001 - the budget cannot be checked: PL369, never a silent pass
-                extra["failures"] = [LoweringFailure.of(err, "estimate")]
-    result = validate(res, path, facts, extra.get("estimate"), extra.get("fallbacks"), extra.get("root_blocks"),
-                      extra.get("failures"),
-                      gathers=extra.get("gathers"))
-    if facts is not None and res.plan.mesh is not None and not res.plan.holes() and not result.errors:
-        diags = diags + stage_split_diagnostics(complete(res.plan))  # only what the checks could not tell
-    if diags:
-        result = CheckResult(result.path, tuple(diags) + result.diagnostics, result.sources, result.plan,
-                             result.modules, result.suppressed)
-    return result
+def validate(res: Resolution, path: str, facts: dict | None = None, rules=PHASES[0],
+             resolution: bool = True) -> CheckResult:
+    """`rules` over a resolved plan (the first phase: the model-free and model rules), the model-aware
+    ones with the `facts` they need (planlang.model.validation computes them; without them only the
+    model-free rules run). `resolution`: include the resolver's diagnostics (the first phase does)."""
+    return check_resolution(res, path, facts, rules, resolution)

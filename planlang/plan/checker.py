@@ -2,8 +2,10 @@
 
 Rule lists are passed explicitly, never registered on import: `RULES` are the model-free rules
 (planlang.plan.rules, in their order); the model layer's `planlang.model.checks.validate` runs
-`RULES + MODEL_RULES`. A rule is a pure function of a `CheckContext`; rules that need the model set
-`needs_model=True` and read `ctx.facts["model"]`; they are skipped when it is absent.
+`RULES + MODEL_RULES`. A rule is a pure function of a `CheckContext`; a rule names the facts it reads
+(`needs`, keys of `ctx.facts`: "model", "estimate", "lowered", ...) and is skipped when one is absent
+(planlang.model.validation computes each once and leaves out only what a plan with errors or holes
+cannot have; a fact it could not compute is a failure, PL369).
 """
 from __future__ import annotations
 
@@ -25,7 +27,11 @@ class Rule:
     name: str
     codes: tuple[str, ...]
     func: Callable[["CheckContext"], Iterable[Diagnostic]]
-    needs_model: bool = False
+    needs: tuple[str, ...] = ()  # the facts (CheckContext.facts keys) it reads; it runs only when all are there
+
+    @property
+    def needs_model(self) -> bool:
+        return "model" in self.needs
 
     def __str__(self) -> str:
         return f"{self.name} ({', '.join(self.codes)})"
@@ -63,18 +69,19 @@ class CheckResult:
 def run_rules(ctx: CheckContext, rules: Sequence[Rule] = RULES) -> list[Diagnostic]:
     out: list[Diagnostic] = []
     for rule in rules:
-        if rule.needs_model and "model" not in ctx.facts:
+        if any(f not in ctx.facts for f in rule.needs):
             continue
         out.extend(rule.func(ctx))
     return out
 
 
 def check_resolution(res: Resolution, path: str, facts: dict | None = None,
-                     rules: Sequence[Rule] = RULES) -> CheckResult:
-    """The one place a resolved plan is checked: `rules` in order, then suppression comments. Without
-    model facts (`facts["model"]`) the model-aware rules among `rules` are skipped."""
-    diags = list(res.diagnostics)
-    if res.plan is not None and not any(d.code.startswith("PL1") for d in diags):
+                     rules: Sequence[Rule] = RULES, resolution: bool = True) -> CheckResult:
+    """The one place a resolved plan is checked: `rules` in order, then suppression comments. A rule
+    whose facts (`needs`) are not in `facts` is skipped. Without `resolution` the result holds only what
+    the rules found (a later phase of planlang.model.validation), not the resolver's diagnostics."""
+    diags = list(res.diagnostics) if resolution else []
+    if res.plan is not None and not any(d.code.startswith("PL1") for d in res.diagnostics):
         ctx = CheckContext(res.plan, res.sources, res.modules, dict(facts or {}))
         diags.extend(run_rules(ctx, rules))
     kept, dropped = apply_suppressions(diags, res.modules, res.sources)

@@ -444,14 +444,16 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
 
 def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,
           targets: tuple[torch.Tensor, ...] | None = None, device: torch.device | str | None = None,
-          recorder=None, strict: bool | None = None):
+          recorder=None, strict: bool | None = None, program: Program | None = None):
     """Parallelise `model` (built the same way on every rank) under `plan` on this rank: a
     `ParallelModel`, or for a plan with a `pipeline` a planlang.runtime.pipeline `PipelinedModel`. Both
     have `step(*inputs, *targets) -> global loss`, `optimizer(cls=None, **kwargs)`, `parameters()`,
     `full_parameters()` and `full_grads()`.
 
     An op that must run on the whole batch although the plan splits it (PL364) is a warning on rank 0's
-    stderr; with `strict` (default: the environment's PLANLANG_STRICT=1, which `--strict` sets) a PlanError."""
+    stderr; with `strict` (default: the environment's PLANLANG_STRICT=1, which `--strict` sets) a PlanError.
+    `program`: the plan's program when the caller lowered it already (validation, for the estimate's run
+    on meta), for a plan without a pipeline; lowered here otherwise."""
     plan = load_plan(plan)
     # found once, on this model: a `loss` method is bound to it, whichever runtime path runs the plan
     loss_fn = loss_fn or plan_loss(plan, model)
@@ -477,7 +479,7 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
             raise PlanError(str(e)) from e
     if plan.pipeline is not None:  # pipeline x tensor parallelism: the program, cut into stages
         return _apply_program_pipeline(model, plan, groups, loss_fn, targets, device, recorder, strict)
-    prog = _lower_once(model, plan, loss_fn, targets)
+    prog = program if program is not None else _lower_once(model, plan, loss_fn, targets)
     report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
     fsdp = _fsdp_setup(plan, groups) is not None
     dtype = storage_dtype(plan.precision, fsdp) if plan.precision.mixed else None

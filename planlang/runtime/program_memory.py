@@ -28,6 +28,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from planlang.model.capture.load import build_model, plan_loss
+from planlang.model.program.lowering import Program
 from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import tensor_axes
@@ -66,8 +67,9 @@ def reason_not_measured(plan: CompletePlan) -> str | None:
     return None
 
 
-def measure(plan: CompletePlan) -> ProgramMemory | str:
-    """Run rank 0's program of `plan` on meta (see the module docstring): its memory, or why not."""
+def measure(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory | str:
+    """Run rank 0's program of `plan` on meta (see the module docstring): its memory, or why not.
+    `lowered`: the plan's program when the caller lowered it (validation), so it is not lowered again."""
     why = reason_not_measured(plan)
     if why is not None:
         return why
@@ -76,20 +78,20 @@ def measure(plan: CompletePlan) -> ProgramMemory | str:
         warnings.simplefilter("ignore")
         dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
         try:
-            return _run(plan)
+            return _run(plan, lowered)
         except Exception as err:  # noqa: BLE001 - the estimate falls back to the model's code, saying why
             return f"rank 0's program did not run on meta ({type(err).__name__}: {str(err)[:160]})"
         finally:
             dist.destroy_process_group()
 
 
-def _run(plan: CompletePlan) -> ProgramMemory:
+def _run(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory:
     model = build_model(plan.model, plan.path, device="meta")
     loss_fn = plan_loss(plan)
     inputs, targets = make_batch(model, plan, loss_fn, 0)
     inputs = [t.to("meta") for t in inputs]
     targets = tuple(t.to("meta") for t in targets)
-    pm = apply(model, plan, loss_fn=loss_fn, targets=targets or None, device="meta", strict=False)
+    pm = apply(model, plan, loss_fn=loss_fn, targets=targets or None, device="meta", strict=False, program=lowered)
     opt = plan_optimizer(pm, plan)
     params = list(pm.parameters())
     buffers = list(pm.buffers())

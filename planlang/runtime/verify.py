@@ -127,7 +127,11 @@ def make_batch(model: nn.Module, plan: CompletePlan, loss_fn,
     if loss_fn is None:
         return inputs, ()
     targets = []
-    for t in guess_targets(model, loss_fn, metas) or ():
+    # the model as the step runs it: under the plan's autocast (an f32 image into a bf16 convolution with a
+    # bias raised "Input type (float) and bias type (c10::BFloat16) should be the same" without it)
+    with autocast(plan.precision, "cpu"):
+        found = guess_targets(model, loss_fn, metas)
+    for t in found or ():
         same = [x for x in inputs if x.shape == t.shape and x.dtype == t.dtype and not x.dtype.is_floating_point]
         if same:
             targets.append(same[0])

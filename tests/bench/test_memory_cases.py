@@ -32,7 +32,7 @@ def test_plan_checks_clean(case):
 
 @pytest.mark.parametrize("name", ["mlp_tp_2", "gpt2_pp_1f1b_2_mb4", "bert_ckpt_every1"])
 def test_plan_checks_clean_with_model(name):
-    from planlang.model.checks import check_with_model
+    from planlang.model.validation import check_with_model
 
     path = ROOT / "bench" / f"_tmp_{name}.plan"
     path.write_text(to_plan(CASES_BY_NAME[name]))

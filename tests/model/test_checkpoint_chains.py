@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("transformers", reason="the zoo's Hugging Face models need transformers")
 
 from planlang.lang.diagnostics import Severity  # noqa: E402
-from planlang.model.checks import check_with_model  # noqa: E402
+from planlang.model.validation import check_with_model  # noqa: E402
 from tests.zoo.plans import plan_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from planlang.model.checks import check_with_model
+from planlang.model.validation import check_with_model
 
 ROOT = Path(__file__).resolve().parents[2]
 PLANS = sorted((ROOT / "examples").rglob("*.plan"))

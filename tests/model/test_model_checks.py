@@ -3,7 +3,7 @@ import textwrap
 
 import pytest
 
-from planlang.model.checks import check_with_model
+from planlang.model.validation import check_with_model
 from planlang.plan.selection import to_plan_name
 from planlang.model.capture.load import ModelLoadError, build_model, meta_inputs
 from planlang.model.capture.trace import probe_modules, trace_graph

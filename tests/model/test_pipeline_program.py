@@ -126,8 +126,8 @@ def test_stages_out_of_execution_order_are_refused(lowered):
 
 def test_check_reports_a_cut_the_runtime_cannot_make(monkeypatch):
     # `check --model` cuts the same program the runtime runs: its refusal is PL467 before any launch
-    import planlang.model.checks as checks
-    from planlang.model.checks import check_with_model
+    import planlang.model.validation as checks
+    from planlang.model.validation import check_with_model
 
     assert not check_with_model(str(PLANS / "gpt2_pp2_tp2.plan")).errors
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from planlang.model.checks import check_with_model
+from planlang.model.validation import check_with_model
 from planlang.model.capture.load import build_model
 from planlang.model.price.weight_gathers import weight_gathers
 from planlang.plan.complete import complete

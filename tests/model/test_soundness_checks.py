@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from planlang.model.checks import check_with_model
+from planlang.model.validation import check_with_model
 
 GPT2 = """\
 use hardware

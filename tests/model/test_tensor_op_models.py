@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from planlang.model.checks import check_with_model
+from planlang.model.validation import check_with_model
 from planlang.model.capture.load import build_model
 from planlang.model.program.lowering import Run
 from planlang.plan.complete import complete

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-import planlang.model.checks as checks  # noqa: E402
+import planlang.model.validation as checks  # noqa: E402
 import planlang.model.program.lowering as lowering  # noqa: E402
-from planlang.model.checks import check_with_model  # noqa: E402
+from planlang.model.validation import check_with_model  # noqa: E402
 
 MODEL = textwrap.dedent("""\
     import torch.nn.functional as F

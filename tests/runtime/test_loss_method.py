@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
-from planlang.model.checks import check_with_model  # noqa: E402
+from planlang.model.validation import check_with_model  # noqa: E402
 from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.model.capture.load import build_model, model_loss, plan_loss  # noqa: E402
 from planlang.runtime.apply import apply, load_plan  # noqa: E402
@@ -111,7 +111,7 @@ def test_the_module_function_comes_before_the_method(tmp_path):
 
 
 def test_check_lowers_the_step_with_the_method_and_its_target(tmp_path):
-    from planlang.model.checks import _lowered
+    from planlang.model.validation import _lowered
 
     path = _plan(tmp_path, "with_loss")
     assert not check_with_model(path).errors

@@ -39,3 +39,10 @@ def test_a_batch_norm_cnn_trains_in_bf16_like_one_process(tmp_path, layout):
                                                "optimizer adamw(lr = 1e-3) { precision = bf16 }")
     assert "precision = bf16" in text
     verify_text(text, tmp_path, f"resnet_{layout}_bf16")
+
+
+def test_a_convolution_with_a_bias_trains_in_bf16_like_one_process(tmp_path):
+    # HF ConvNeXt's patch embedding: an f32 image into a bf16 convolution with a bias. verify's reference
+    # guessed the loss's targets without the plan's autocast and raised "Input type (float) and bias type
+    # (c10::BFloat16) should be the same" (bench/model_zoo.py, convnext bf16)
+    verify_text(plan_text("convnext", "bf16"), tmp_path, "convnext_bf16")

@@ -78,7 +78,7 @@ def test_a_block_left_in_the_root_unit_is_reported_before_launch(tmp_path):
     """PL468: a checkpoint group over two blocks crosses both blocks' boundaries, so ZeRO-3 keeps them in
     the root unit; `check --model` (which every command that runs a plan calls first) says which and
     why, on the optimizer statement; the plan without the group has no PL468."""
-    from planlang.model.checks import check_with_model
+    from planlang.model.validation import check_with_model
 
     base = open(f"{PLANS}/gpt2_dp2_zero3_blocks.plan").read()
     (tmp_path / "crossed.plan").write_text(base + "checkpoint h[0], h[1]\n")

@@ -95,7 +95,7 @@ def _solved(tmp_path: Path, text: str) -> tuple[str, str]:
 
 def _assert_complete(path: str) -> None:
     # lazy: torch loads only when this runs
-    from planlang.model.checks import check_with_model
+    from planlang.model.validation import check_with_model
 
     checked = check_file(path)  # `planlang check`
     assert not checked.errors, render(list(checked.diagnostics), checked.sources, "concise")

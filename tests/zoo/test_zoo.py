@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("transformers", reason="the zoo's Hugging Face models need transformers")
 
 from planlang.cost.ops import registry  # noqa: E402
-from planlang.model.checks import check_with_model  # noqa: E402
+from planlang.model.validation import check_with_model  # noqa: E402
 from planlang.model.capture.load import build_model  # noqa: E402
 from planlang.model.program.lowering import Convert, Run  # noqa: E402
 from planlang.model.program.pipeline_program import cut_program, microbatch_plan  # noqa: E402

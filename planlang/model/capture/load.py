@@ -8,12 +8,15 @@ of it edited since an earlier build in the same process is imported again (planl
 """
 from __future__ import annotations
 
+import copy
 import importlib
 import inspect
 import os
 import sys
+import threading
 import traceback
 import warnings
+from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Callable
 
@@ -135,7 +138,66 @@ def build_model(ref: ModelRef, plan_path: str | None = None, device: str | torch
 
     The build runs the model's current code: modules of it whose files changed since an earlier build in
     this process are imported again, and the local modules the build imports are remembered
-    (planlang.model.capture.source)."""
+    (planlang.model.capture.source). On meta, a model whose declaration and source are unchanged since
+    its last build here is a copy of that build (`copy.deepcopy` runs no model code, and each caller may
+    change its copy): validating, estimating and solving a plan run the factory once."""
+    meta = torch.device(device).type == "meta"
+    if meta:
+        kept = _BUILT.copy_of(_built_key(ref, plan_path))
+        if kept is not None:
+            return kept
+    model = _build(ref, plan_path, device)
+    if meta:
+        _BUILT.keep(_built_key(ref, plan_path), model)
+    return model
+
+
+def _built_key(ref: ModelRef, plan_path: str | None) -> tuple:
+    """What a meta build depends on: the factory, its arguments, where the plan is (the factory's module
+    is looked up from there) and the model's source as it reads now."""
+    folder = os.path.dirname(os.path.abspath(plan_path)) if plan_path else None
+    return (ref.factory, ref.kwargs, folder, model_source(ref, plan_path).files)
+
+
+class _Builds:
+    """The last BUILT_SIZE meta builds, by `_built_key`; handed out as copies."""
+
+    def __init__(self) -> None:
+        self._kept: OrderedDict[tuple, torch.nn.Module] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def copy_of(self, key: tuple) -> torch.nn.Module | None:
+        with self._lock:
+            model = self._kept.get(key)
+            if model is None:
+                return None
+            self._kept.move_to_end(key)
+        try:
+            return copy.deepcopy(model)
+        except Exception:  # noqa: BLE001 - a module that cannot be copied is built again
+            return None
+
+    def keep(self, key: tuple, model: torch.nn.Module) -> None:
+        try:
+            kept = copy.deepcopy(model)  # the caller may change its model; the kept one stays as built
+        except Exception:  # noqa: BLE001 - not copyable: never kept
+            return
+        with self._lock:
+            self._kept[key] = kept
+            while len(self._kept) > BUILT_SIZE:
+                self._kept.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+
+BUILT_SIZE = 4  # meta builds kept: a few models (the language server's open plans, a diff's two)
+_BUILT = _Builds()
+
+
+def _build(ref: ModelRef, plan_path: str | None, device: str | torch.device) -> torch.nn.Module:
+    """One call of the factory (see build_model)."""
     before = refresh(model_source(ref, plan_path))
     try:
         fn = import_factory(ref, plan_path)
