@@ -96,30 +96,24 @@ def _schedule(plan: CompletePlan, rows) -> tuple[PipelineSchedule | None, str]:
 
 
 def build_report_data(path: str) -> ReportData:
-    """Check `path` (with its model) and estimate it: memory, step time and the pipeline's schedule."""
+    """Check `path` (with its model) and estimate it: memory, step time and the pipeline's schedule, read
+    from the one validation (planlang.model.validation.validate_plan), which estimates the plan once."""
     resolution, plan = _checked_plan(path)
     # lazy: torch loads only when this runs
-    from planlang.model.checks import model_facts_for, validate
-    from planlang.model.price.estimate import estimate_plan
-    from planlang.model.capture.load import ModelLoadError
+    from planlang.model.validation import validate_plan
     from planlang.runtime.program_memory import measure
 
-    facts, load_diags = model_facts_for(plan)
-    if load_diags or facts is None:
-        raise ReportError(f"the model of {path} cannot be loaded", _render(load_diags, resolution.sources))
-    try:
-        rows = estimate_plan(plan, facts=facts, program=measure)
-    except ModelLoadError as err:
-        raise ReportError(f"the model of {path} cannot be loaded: {err.message}\n  help: {err.help}") from err
-    except Exception as err:  # the model's own code failed on the plan's local shapes: the user's to fix
-        raise ReportError(f"estimating {path} failed: the model raised {type(err).__name__}: {err}\n"
-                          f"  help: `planlang check --model {path}` and `planlang inspect {path}` show what the "
-                          "model sees") from err
-    checked = validate(resolution, path, facts, rows)
+    checked = validate_plan(resolution, path, measure)
+    sources = dict(checked.check.sources)
+    if checked.facts is None:
+        raise ReportError(f"the model of {path} cannot be loaded", _render(checked.diagnostics, sources))
     blocking = [d for d in checked.diagnostics if d.severity is Severity.ERROR and d.code != OVER_BUDGET]
     if blocking:
         raise ReportError(f"{path} has errors; fix them first (`planlang check --model {path}`)",
-                          _render(blocking, checked.sources))
+                          _render(blocking, sources))
+    if not checked.estimate:
+        raise ReportError(f"{path} could not be estimated; `planlang check --model {path}` says why")
+    rows = checked.estimate
     bars = tuple(memory_bar(r, r.step_temporaries) for r in rows)
     sched, note = _schedule(plan, rows)
-    return ReportData(plan, tuple(rows), bars, sched, tuple(checked.diagnostics), note, dict(checked.sources))
+    return ReportData(plan, tuple(rows), bars, sched, tuple(checked.diagnostics), note, sources)
