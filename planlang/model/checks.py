@@ -8,7 +8,7 @@ table of planlang.lang.codes.
 from __future__ import annotations
 
 import math
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 
@@ -144,6 +144,7 @@ def attention_head_splits(ctx) -> Iterator[Diagnostic]:
     for rule in plan.shards:
         if not isinstance(rule.spec, T.Spec):
             continue
+        hits: list[tuple[str, tuple[int, ...], Sequence[int]]]  # (name, shape, the dims to check)
         if rule.kind == "param":
             hits = [(h, facts.params[h][0], range(len(facts.params[h][0]))) for h in rule.target.select(params)]
         else:  # an activation: its last dim holds the features
@@ -222,7 +223,7 @@ def pipeline_stages(ctx) -> Iterator[Diagnostic]:
             break
         last = s
     for group in facts.shared:
-        stages = {stage_of.get(n.rsplit(".", 1)[0]) for n in group} - {None}
+        stages = {stage_of[m] for m in (n.rsplit(".", 1)[0] for n in group) if m in stage_of}
         if len(stages) > 1:
             shape, dtype = facts.params[group[0]]
             size = math.prod(shape) * torch.empty((), dtype=getattr(torch, dtype)).element_size()
@@ -283,7 +284,7 @@ def memory_budget(ctx) -> Iterator[Diagnostic]:
     limit = plan.budget.bytes if plan.budget else (plan.mesh.device.memory if plan.mesh and plan.mesh.device else None)
     if limit is None:
         return
-    span = plan.budget.span if plan.budget else plan.mesh.span  # type: ignore[union-attr]
+    span = plan.budget.span if plan.budget else plan.mesh.span
     for e in estimates:
         if e.peak > limit:
             parts = (f"parameters {format_bytes(e.parameters)} + optimizer {format_bytes(e.optimizer)} + "
@@ -298,7 +299,7 @@ def batch_split(ctx) -> Iterator[Diagnostic]:
     program's fallbacks)."""
     fallbacks = ctx.facts["lowered"].fallbacks
     data = [d for d in ctx.plan.data if d.span is not None]
-    span = data[0].span if data else ctx.plan.model.span  # type: ignore[union-attr]
+    span = data[0].span if data else ctx.plan.model.span
     for fb in fallbacks:
         where = f"in `{to_plan_name(fb.module)}`" if fb.module else "at the model's top level"
         yield diag("PL364", f"`{fb.target}` {where} runs on the whole batch: its inputs are gathered over "

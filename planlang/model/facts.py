@@ -15,6 +15,7 @@ from planlang.lang.diagnostics import Diagnostic, Label
 from planlang.plan import types as T
 from planlang.plan.resolve import diag
 
+from .capture.graph_values import OpNode
 from .capture.load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
 from .capture.trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
 
@@ -80,8 +81,8 @@ class LoweringFailure:
             if f.f_globals.get("__name__", "").startswith("planlang.model.") and "node" in f.f_locals:
                 found = f.f_locals["node"]
             tb = tb.tb_next
-        spec = getattr(found, "op", None)
-        if hasattr(spec, "kind"):  # an OpNode of the graph: the lowering's
+        if isinstance(found, OpNode):  # an OpNode of the graph: the lowering's
+            spec = found.op
             op = str(spec.attr("target", spec.kind)) if spec.kind == "opaque" else spec.kind
             module, stage = found.module, stage or "lower"
         elif found is not None and hasattr(found, "target"):  # an fx node: building the graph
@@ -168,8 +169,10 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
     loss = plan_loss(plan, module)
     if loss is None:
         return
-    found = f"the `loss` method of {type(module).__name__}" if getattr(loss, "__self__", None) is module \
-        else f"`loss` of `{plan.model.module}`"
+    if plan.model is None or getattr(loss, "__self__", None) is module:  # no `model` line: the model's own method
+        found = f"the `loss` method of {type(module).__name__}"
+    else:
+        found = f"`loss` of `{plan.model.module}`"
     inputs = meta_inputs(plan.inputs)
     targets = guess_targets(module, loss, inputs)
     if targets is None:

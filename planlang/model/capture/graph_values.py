@@ -162,7 +162,7 @@ def loss_step(model: nn.Module, loss_fn: Callable | None, inputs: int | list[str
     the model takes them by name (`keyword_inputs`: T5's `decoder_input_ids` is not its second
     parameter). Without a loss the step returns the model's output."""
     names = inputs if isinstance(inputs, list) else []
-    ins = [f"arg{i}" for i in range(len(names) if names else inputs)]
+    ins = [f"arg{i}" for i in range(len(inputs) if isinstance(inputs, list) else inputs)]
     tgts = [f"target{i}" for i in range(n_targets(loss_fn))] if loss_fn is not None else []
     call = f"self.model({', '.join(f'{n}={a}' for n, a in zip(names, ins)) if names else ', '.join(ins)})"
     body = f"self.loss_fn({call}, {', '.join(tgts)})" if loss_fn is not None else call

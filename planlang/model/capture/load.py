@@ -63,11 +63,11 @@ def no_exit():
     def refuse(status: int = 0):
         raise _OsExit(status)
 
-    os._exit = refuse  # type: ignore[assignment]
+    os._exit = refuse
     try:
         yield
     finally:
-        os._exit = real  # type: ignore[assignment]
+        os._exit = real
 
 
 def exited(err: SystemExit) -> str:

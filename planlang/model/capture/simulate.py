@@ -370,7 +370,7 @@ def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
                 mode.enter(("F", -1))
             first = _run(module, args, kwargs, inputs, loss, mode, last_stage, len(blocks) if blocks else None)
             if blocks:
-                grads = {}
+                grads: dict[int | None, int] = {}  # bytes per block (None: outside every block)
                 for n, p in module.named_parameters():
                     if p.grad is not None:
                         b = next((i for i, name in enumerate(blocks) if n.startswith(name + ".")), None)
