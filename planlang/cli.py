@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 import typer
 
@@ -128,7 +128,7 @@ def _use_color(flag: Optional[bool], stream=None) -> bool:
     return (stream or sys.stdout).isatty()
 
 
-def _fail_usage(msg: str) -> None:
+def _fail_usage(msg: str) -> NoReturn:
     typer.echo(f"planlang: error: {msg}", err=True)
     raise typer.Exit(2)
 
@@ -141,7 +141,7 @@ class _PlanInput:
     name: str
     text: str
     data: bytes
-    undecodable: object = None  # a Diagnostic
+    undecodable: Diagnostic | None = None  # PL105
 
 
 def _read_plan(name: str, stdin_filename: Optional[str]) -> _PlanInput:
@@ -158,6 +158,7 @@ def _read_plan(name: str, stdin_filename: Optional[str]) -> _PlanInput:
         return _PlanInput(name, data.decode("utf-8"), data)
     except UnicodeDecodeError:
         source, bad = decode_plan(data, name)
+        assert bad is not None  # the bytes did not decode: decode_plan says where
     return _PlanInput(name, source.text, data, Diagnostic(
         "PL105", CODES["PL105"].severity, "the file is not UTF-8 text: this byte is not valid UTF-8",
         source.span(*bad), help="save the file as UTF-8"))
@@ -192,7 +193,8 @@ def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fai
         files = plan_files(paths, config)
     except UsageError as err:
         _fail_usage(str(err))
-    diags, sources = [], {}
+    diags: list[Diagnostic] = []
+    sources: dict[str, SourceFile] = {}
 
     for f in files:
         plan = _read_plan(f, stdin_filename)
@@ -638,7 +640,7 @@ def solve(
     from planlang.model.capture.load import ModelLoadError
     from planlang.solve.driver import INFEASIBLE, SEARCH_CUT, Infeasible, SolveError, solve as run_solve
 
-    _validated(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
+    validated = _validated(plan, complete=False)  # what `check --model` rejects, solve rejects before searching
 
     failure = None
     with captured_output() as (user_err, captured):  # banners, logging, warnings: not the user's
@@ -647,7 +649,7 @@ def solve(
         try:
             # candidates are priced by planlang.model.price.step_time, as `planlang estimate` prices the result
             res = run_solve(str(plan), objective.value, say, time_limit=time_limit,
-                            started=t0)  # the limit bounds the whole command, model checks included
+                            started=t0, validated=validated)  # the limit bounds the whole command, model checks included
         except Infeasible as e:
             failure = (1, f"error[{INFEASIBLE}]: {e}")
         except (SolveError, ModelLoadError) as e:

@@ -78,6 +78,7 @@ class Validated:
     has errors or holes), the estimate's rows and the lowered program (None where not computed)."""
 
     check: CheckResult
+    resolution: Resolution | None = field(default=None, repr=False)  # what was checked (solve edits it)
     facts: ModelFacts | None = None
     complete: CompletePlan | None = None
     estimate: tuple | None = None
@@ -132,11 +133,11 @@ def validate_plan(res: Resolution, path: str, program: ProgramMeasure | None = N
     this plan's model declaration and source, when the caller kept it (`probe`)."""
     plan = res.plan
     if plan is None or plan.model is None:
-        return Validated(validate(res, path))
+        return Validated(validate(res, path), res)
     probed = probed if probed is not None else probe(plan)
     module, mf, load_diags = probed.module, probed.facts, list(probed.diagnostics)
     if mf is None:
-        return Validated(_with(validate(res, path), load_diags))
+        return Validated(_with(validate(res, path), load_diags), res)
     facts: dict = {"model": mf, "failures": []}
     result = validate(res, path, facts, PHASES[0])
     ready = plan.mesh is not None and not plan.holes() and not mf.failures and not result.errors
@@ -165,7 +166,7 @@ def validate_plan(res: Resolution, path: str, program: ProgramMeasure | None = N
         if cp.pipeline is not None and not result.errors:
             facts["stage_cut"] = _stage_cut(module, cp, micro)
             result = _merged(result, validate(res, path, facts, PHASES[2], resolution=False))
-    return Validated(_with(result, load_diags), mf, cp, tuple(facts.get("estimate") or ()) or None,
+    return Validated(_with(result, load_diags), res, mf, cp, tuple(facts.get("estimate") or ()) or None,
                      prog if prog is not None else micro, traffic)
 
 
@@ -207,9 +208,9 @@ def _zero_units(model: nn.Module, plan: CompletePlan, prog: Program):
 
 
 def _lowered_facts(model: nn.Module, plan: CompletePlan, prog: Program) -> Lowered:
-    opt = plan.optimizer
-    zero = opt is not None and opt.zero_stage >= 2 and opt.zero_axis is not None and \
-        plan.mesh.size_of(opt.zero_axis) > 1
+    opt, mesh = plan.optimizer, plan.mesh
+    zero = opt is not None and opt.zero_stage >= 2 and opt.zero_axis is not None and mesh is not None and \
+        mesh.size_of(opt.zero_axis) > 1
     return Lowered(tuple(prog.fallbacks), block_ranges(model, prog)[1] if zero else {},
                    tuple(weight_gathers(prog, plan)))
 

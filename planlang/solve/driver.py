@@ -49,6 +49,7 @@ from planlang.plan import types as T
 from planlang.plan.checker import check_resolution
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.resolve import Resolver
+from planlang.model.validation import Validated
 from planlang.solve.anytime import REFINED, Clock, Cut, Where, mesh_words
 from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
                                             no_recompute_peak, plan_chain)
@@ -57,7 +58,7 @@ from planlang.solve.facts import ModelFacts, model_facts
 from planlang.solve.holes import Fill, HoleOutsidePlan, edit_key, fill_holes
 from planlang.solve.pricing import Candidate, Steps, best, price_plan, price_steps
 from planlang.solve.progress import Reporter, reporter
-from planlang.solve.space import STAGE_METHODS, SolveError, Space, choices_of, factorizations
+from planlang.solve.space import STAGE_METHODS, Choices, SolveError, Space, choices_of, factorizations
 from planlang.solve.substitute import substitute
 from planlang.solve.sweep import ALPHA, spec_sets
 
@@ -89,7 +90,7 @@ class Result:
     cut: str | None = None  # None when the search ran to the end, else what --time-limit left unexplored
     # candidates whose step time alone showed they cannot win (their memory was not priced): (choices,
     # step seconds), in the order met; the header counts them with `tried` (see docs/solve.md, Bounds)
-    bounded: list[tuple[tuple[tuple[str, str], ...], float]] = field(default_factory=list)
+    bounded: list[tuple[Choices, float]] = field(default_factory=list)
 
 
 class _Search:
@@ -97,7 +98,8 @@ class _Search:
     the model's facts (built at the first candidate), the clock, and every candidate priced."""
 
     def __init__(self, path: str, objective: str, progress: Callable[[str], None] | Reporter, alpha: float = ALPHA,
-                 time_limit: float | None = None, started: float | None = None, prune: bool = True) -> None:
+                 time_limit: float | None = None, started: float | None = None, prune: bool = True,
+                 validated: Validated | None = None) -> None:
         self.clock = Clock(time_limit, started)
         self.prune = prune and objective == "time"  # bounds by step time: the time objective only
         self.where = Where()
@@ -106,8 +108,11 @@ class _Search:
         self.report = reporter(progress)
         self.progress = self.report.message
         self.alpha = alpha
-        self.resolution = Resolver().resolve_file(path)  # the only parse of a solve
-        res = check_resolution(self.resolution, path)
+        if validated is not None and validated.resolution is not None:  # the CLI's validation: parsed once
+            self.resolution, res = validated.resolution, validated.check
+        else:
+            self.resolution = Resolver().resolve_file(path)  # the only parse of a solve
+            res = check_resolution(self.resolution, path)
         if res.errors or res.plan is None:
             raise SolveError(f"{path} has errors; fix them first:\n"
                              + render(list(res.diagnostics), res.sources, "concise"))
@@ -126,7 +131,7 @@ class _Search:
         self._facts: ModelFacts | None = None
         self._priced: dict[tuple, Candidate | None] = {}  # a candidate's edits -> it, priced (None: not a plan)
         self._steps: dict[tuple, tuple[CompletePlan, Steps | None]] = {}  # edits -> value, its steps alone
-        self._bounded: dict[tuple, tuple[tuple[tuple[str, str], ...], float]] = {}  # edits -> choices, step
+        self._bounded: dict[tuple, tuple[Choices, float]] = {}  # edits -> choices, step
         arguments = TemplateArguments(self.plan, self.holes.arguments, res.modules, res.sources)
         self.space = Space(self.plan, self.holes, path, self.source, arguments, self.facts)
 
@@ -193,7 +198,7 @@ class _Search:
                           f"{step * 1e3:.2f} ms > {beat * 1e3:.2f} ms, bounded out (memory not priced)")
         return True
 
-    def price(self, fills: dict[str, Fill], choices: tuple[tuple[str, str], ...],
+    def price(self, fills: dict[str, Fill], choices: Choices,
               beat: float | None = None) -> Candidate | None:
         """The candidate, priced (None when it does not check or cannot be built). `beat`: a step time the
         caller compares the candidate with, having a plan that fits at that step: when the candidate's
@@ -240,7 +245,7 @@ class _Search:
         """The step a candidate compared with `cur` must not exceed to matter (None: every one matters)."""
         return cur.step_time if self.prune and cur is not None and cur.fits else None
 
-    def price_at(self, assign: dict, micro: int | None, zero: int, specs: dict[int, str], ckpt: str | None,
+    def price_at(self, assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: str | None,
                  stages: str = "flops", beat: float | None = None) -> Candidate | None:
         """The candidate of these choices, priced (None when it does not check or cannot be built, or
         when its step exceeds `beat`: see `price`)."""
@@ -272,6 +277,10 @@ class _Search:
 
     def best(self, cands) -> Candidate | None:
         return best(cands, self.objective)
+
+    def better(self, cur: Candidate, *others: Candidate | None) -> Candidate:
+        """The best of `cur` and `others` (a candidate: `cur` is one)."""
+        return best([cur, *others], self.objective) or cur
 
     # -- the two stages
     def run(self) -> Result:
@@ -324,7 +333,9 @@ class _Search:
                 finals.append(self.refine(assign))
                 self.where.done(i + 1)
                 self.report.advance()
-            chosen = self.best(finals + ranked + seeds)
+            chosen = self.best(finals + ranked + seeds)  # ranked is not empty: never None
+            if chosen is None:
+                raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
         except Cut:
             cut = self.where.account(self.clock, self.considered())
             chosen = self.best(self.tried)  # every candidate priced is a complete plan that checks
@@ -380,7 +391,7 @@ class _Search:
                 out.append(first)
                 if first.fits:
                     break
-                ckpts = self.space.ckpt_options()[:1] if self.holes.checkpoint is not None else []
+                ckpts: list[str | None] = list(self.space.ckpt_options()[:1]) if self.holes.checkpoint is not None else []
                 zeros = (3, 1, 0) if self.holes.zero is not None else (0,)
                 for zero in zeros:
                     for ckpt in ckpts or [None]:
@@ -395,7 +406,7 @@ class _Search:
             self.clock.seeding = False
         return out
 
-    def refine(self, assign: dict) -> Candidate:
+    def refine(self, assign: dict) -> Candidate | None:
         """Stage 2 for one mesh (map §5.3): for each spec set of the budget sweep, the other holes in
         turn — microbatches, pipeline partition, ZeRO, then checkpointing when it does not fit."""
         self.where.at("the intra-op ILP's budget sweep")
@@ -406,7 +417,7 @@ class _Search:
             cands.append(self.refine_specs(assign, specs))
         return self.best(cands)
 
-    def refine_specs(self, assign: dict, specs: dict[int, str]) -> Candidate | None:
+    def refine_specs(self, assign: dict, specs: dict[int, T.Spec]) -> Candidate | None:
         h = self.holes
 
         def price(micro, zero, ckpt, stages, beat=None):
@@ -420,16 +431,16 @@ class _Search:
         if cur is None:
             return None
         ch = dict(cur.choices)
-        micro = int(ch["microbatches"]) if ch["microbatches"] != "-" else None
+        micro = int(str(ch["microbatches"])) if ch["microbatches"] != "-" else None
         stages = "flops"
         if h.stages is not None:
             self.where.at("the pipeline partition", within=True)
             for method in STAGE_METHODS[1:]:
                 try:
-                    cur = self.best([cur, price(micro, 0, None, method, self.beat(cur))])
+                    cur = self.better(cur, price(micro, 0, None, method, self.beat(cur)))
                 except Exception as e:  # noqa: BLE001 - a partition the model's structure does not allow
                     self.notes.append(f"stage partition by {method} skipped: {e}")
-            stages = dict(cur.choices)["stages"]
+            stages = str(dict(cur.choices)["stages"])  # a method name (space.choices_of)
         zero = 0
         if h.zero is not None:
             self.where.at("ZeRO", within=True)
@@ -438,7 +449,7 @@ class _Search:
                 if c is not None and self.objective != "memory" and c.fits:
                     cur, zero = c, z
                     break
-                cur = self.best([cur, c])
+                cur = self.better(cur, c)
             zero = int(dict(cur.choices).get("zero", 0))
         if self.space.inner_keys:
             self.where.at(", ".join(self.space.inner_keys), within=True)
@@ -446,7 +457,7 @@ class _Search:
             assign = self.space.assign_of(cur.choices)
         if h.checkpoint is not None and not cur.fits:
             self.where.at("checkpointing", within=True)
-            cur = self.best([cur] + self.checkpointed(assign, micro, zero, specs, stages, cur))
+            cur = self.better(cur, *self.checkpointed(assign, micro, zero, specs, stages, cur))
         return cur
 
     def vary(self, cur: Candidate) -> Candidate:
@@ -463,7 +474,7 @@ class _Search:
                 except Exception as e:  # noqa: BLE001 - a choice the partition cannot build
                     self.notes.append(f"skipped {key}={value}: {type(e).__name__}: {e}")
                     continue
-                cur = self.best([cur, self.price(fills, choices, self.beat(cur))])
+                cur = self.better(cur, self.price(fills, choices, self.beat(cur)))
         return cur
 
     def checkpointed(self, assign, micro, zero, specs, stages, base: Candidate) -> list[Candidate | None]:
@@ -517,7 +528,7 @@ class _Search:
 
 def solve(path: str, objective: str = "time", progress: Callable[[str], None] | Reporter = lambda s: None, *,
           alpha: float = ALPHA, time_limit: float | None = None, started: float | None = None,
-          prune: bool = True) -> Result:
+          prune: bool = True, validated: Validated | None = None) -> Result:
     """Fill every hole of the plan at `path` (see the module docstring). `time_limit` bounds
     each intra-op ILP call by the seconds left and stops the search between candidates: the result is
     then the best plan priced so far (anytime), its `cut` and header say what was left unexplored, and
@@ -525,7 +536,8 @@ def solve(path: str, objective: str = "time", progress: Callable[[str], None] | 
     CLI passes its own start, so the limit bounds the whole command), else from the call. `progress` is
     a callable given each message and priced candidate as a line, or a planlang.solve.progress.Reporter.
     `prune=False`: every candidate met is priced in full (no bounds by step time; the same result, the
-    tests compare them)."""
+    tests compare them). `validated`: the plan at `path` as planlang.model.validation validated it (the
+    CLI's), so the solve neither parses nor checks it again."""
     if objective not in OBJECTIVES:
         raise SolveError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    return _Search(path, objective, progress, alpha, time_limit, started, prune).run()
+    return _Search(path, objective, progress, alpha, time_limit, started, prune, validated).run()

@@ -32,7 +32,7 @@ class ModelFacts:
     @property
     def modules(self):
         """The probe: planlang.model.capture.trace.ModuleFacts (modules, call shapes, parameters)."""
-        return self.layers.facts  # type: ignore[attr-defined]
+        return self.layers.facts
 
     def op_graph(self, plan: T.Plan):
         """The op graph of the model with its loss (traced once; `plan` gives the inputs and the loss)."""
