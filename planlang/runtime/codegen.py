@@ -25,7 +25,7 @@ import dataclasses
 import keyword
 import re
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 
 from planlang.cost.layout import local_shape
 from planlang.model.program.lowering import Convert, Program
@@ -182,7 +182,8 @@ def _frees(uses: list[list[str]], made: list[list[str]], keep: set[str]) -> list
         for v in m:
             if v not in keep:
                 out[last[v]].append(v)
-    return [sorted(set(f), key=lambda v, order=[x for m in made for x in m]: order.index(v)) for f in out]
+    order = [x for m in made for x in m]
+    return [sorted(set(f), key=order.index) for f in out]
 
 
 def _line(prog: Program, ins) -> str:
@@ -221,7 +222,7 @@ def _checkpoint(prog: Program, start: int, end: int, k: int, outs: list[str], pa
     return lines
 
 
-def _group_outs(prog: Program, start: int, end: int, keep: set[str] = frozenset()) -> list[str]:
+def _group_outs(prog: Program, start: int, end: int, keep: Set[str] = frozenset()) -> list[str]:
     """The values a checkpoint group (or a block) makes that later instructions, the loss or `keep` (a
     pipeline stage's outputs) read."""
     later = {prog.loss} | set(keep)
@@ -283,9 +284,9 @@ def _stage_function(prog: Program, name: str, indices: list[int], inputs: Sequen
     by_ref = {v.ref: v for v in prog.graph.params()}
     for ref in params:
         lines.append(f"    {ident(by_ref[ref].name)} = p[{ref!r}]")
-    for v in prog.graph.values.values():
-        if v.kind == "const" and any(v.name in _uses([ins]) for ins in sub.instructions):
-            lines.append(f"    {ident(v.name)} = rt.const({v.name!r})")
+    for c in prog.graph.values.values():
+        if c.kind == "const" and any(c.name in _uses([ins]) for ins in sub.instructions):
+            lines.append(f"    {ident(c.name)} = rt.const({c.name!r})")
     lines.extend(_statements(sub, 0, len(sub.instructions), {}, {}, "    ", set(outputs) | set(inputs), [0]))
     outs = ", ".join(ident(o) for o in outputs)
     lines.append(f"    return {outs}{',' if len(outputs) == 1 and name != 'tail' else ''}")

@@ -127,11 +127,11 @@ def wrap_data_parallel(module: nn.Module, plan: CompletePlan, groups, *,
     estimator counts as `buffers`."""
     axes = data_axes(plan)
     stage, _ = _zero(plan)
-    z = zero_axis(plan)
+    z = zero_axis(plan)  # None exactly when stage is 0
     _check_replicated(layouts, axes)
     if not axes or _local_size(groups, axes) == 1:
         return module
-    if stage < 2:
+    if z is None or stage < 2:
         return DDP(module, process_group=data_group(groups, axes), bucket_cap_mb=bucket_cap_mb,
                    gradient_as_bucket_view=gradient_as_bucket_view)
     return _fully_shard(module, groups, axes, z, reshard=(stage == 3),

@@ -23,8 +23,13 @@ the plan's `reduce` dtype (bf16 gradients summed in f32) is cast for its all-red
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from planlang.cost.comm import Collective
+
+if TYPE_CHECKING:  # torch loads only when a sum runs (see the lazy imports below)
+    import torch
+    import torch.distributed as dist
 
 FIRST_BUCKET = 1 << 20  # bytes; DDP's first bucket
 BUCKET = 25 << 20  # bytes; DDP's bucket_cap_mb default
@@ -36,11 +41,12 @@ class Bucket:
     names: list[str]
     nbytes: int = 0
     arrived: int = 0
-    flat: object = None  # the persistent buffer, made at the first sum
-    work: object = None
-    copied: list = field(default_factory=list)  # (gradient, slice) pairs summed by copy, not as a view
+    flat: torch.Tensor | None = None  # the persistent buffer, made at the first sum
+    work: dist.Work | None = None
+    # (gradient, slice) pairs summed by copy, not as a view
+    copied: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     launched: bool = False
-    wire: object = None  # the bucket cast to the reduce dtype for its all-reduce (None: summed in place)
+    wire: torch.Tensor | None = None  # the bucket cast to the reduce dtype for its all-reduce (None: summed in place)
 
 
 def buckets(params: list[tuple[str, int, tuple[str, ...]]], first: int = FIRST_BUCKET,
@@ -69,7 +75,7 @@ def buckets(params: list[tuple[str, int, tuple[str, ...]]], first: int = FIRST_B
 class GradSync:
     """The bucketed, overlapped gradient sums of one ParallelModel (see the module docstring)."""
 
-    def __init__(self, named_params: list[tuple[str, object]], sync: dict[str, tuple[str, ...]], groups,
+    def __init__(self, named_params: list[tuple[str, torch.Tensor]], sync: dict[str, tuple[str, ...]], groups,
                  recorder=None, overlap: bool = True, reduce_dtype=None) -> None:
         self.params = dict(named_params)
         self.reduce_dtype = reduce_dtype  # the plan's precision `reduce`: a bucket in another dtype is cast
@@ -97,7 +103,7 @@ class GradSync:
         if b.arrived % len(b.names) == 0 and not self.no_sync and not b.launched:
             self._launch(b, async_op=True)
 
-    def _buffer(self, b: Bucket):
+    def _buffer(self, b: Bucket) -> torch.Tensor:
         """The bucket's persistent buffer (made at its first sum, in its first gradient's dtype) and each
         parameter's (offset, numel) in it."""
         # lazy: torch loads only when this runs
@@ -125,6 +131,8 @@ class GradSync:
 
         p = self.params[name]
         g = p.grad
+        if g is None:  # callers put only gradients that arrived
+            raise RuntimeError(f"{name} has no gradient to put in its bucket")
         flat = self._buffer(b)
         off, n = self._slices[name]
         view = flat[off:off + n].view_as(self._local(g))
@@ -182,8 +190,8 @@ class GradSync:
                 self._launch(b, async_op=False)
             if b.work is not None:
                 b.work.wait()
-            if b.wire is not None:
-                b.flat.copy_(b.wire)
+            if b.wire is not None:  # made from the buffer, which therefore exists
+                self._buffer(b).copy_(b.wire)
             for g, view in b.copied:
                 g.copy_(view)
             b.work, b.copied, b.arrived, b.launched, b.wire = None, [], 0, False, None

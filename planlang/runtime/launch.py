@@ -14,14 +14,27 @@ import sys
 import time
 from dataclasses import dataclass
 
-from planlang.plan.complete import CompleteMesh, CompletePlan
+from planlang.plan.complete import CompleteMesh, CompletePlan, complete
 from planlang.plan.data import tensor_axes
+from planlang.plan.types import ModelRef, Plan
+
+
+def plan_mesh(plan: CompletePlan) -> CompleteMesh:
+    """The plan's mesh; a ValueError naming the fix when it declares none (running a plan needs one)."""
+    if plan.mesh is None:
+        raise ValueError("the plan declares no mesh; add `mesh NAME of N x DEVICE { AXIS = N ... }`")
+    return plan.mesh
+
+
+def plan_model(plan: CompletePlan) -> ModelRef:
+    """The plan's model; a ValueError when it declares none (building, lowering and running need one)."""
+    if plan.model is None:
+        raise ValueError("the plan declares no model")
+    return plan.model
 
 
 def world_size(plan: CompletePlan) -> int:
-    if plan.mesh is None:
-        raise ValueError("the plan declares no mesh; add `mesh NAME of N x DEVICE { AXIS = N ... }`")
-    return math.prod(plan.mesh.shape)
+    return math.prod(plan_mesh(plan).shape)
 
 
 def mesh_words(plan: CompletePlan) -> str:
@@ -249,19 +262,21 @@ def coords_of(rank: int, mesh: CompleteMesh) -> dict[str, int]:
     return dict(reversed(list(out.items())))
 
 
-def lower_source(plan: CompletePlan, rank: int, strict: bool = False) -> str:
+def lower_source(plan: Plan, rank: int, strict: bool = False) -> str:
     """The generated per-rank Python for `rank`, from the model built on meta (no processes). Ops that run
-    on the whole batch (PL364) are warnings on stderr, or with `strict` a PlanError."""
+    on the whole batch (PL364) are warnings on stderr, or with `strict` a PlanError. `plan`: one the checker
+    accepted, complete (or completed here: IncompletePlan when it has holes)."""
     # lazy: torch loads only when this runs
     from planlang.model.capture.load import build_model
     from planlang.runtime.apply import lower_plan, report_fallbacks, zero_blocks
     from planlang.runtime.codegen import generate
 
+    plan = complete(plan)
     n = world_size(plan)
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} devices (0..{n - 1})")
-    model = build_model(plan.model, plan.path)
-    coords = coords_of(rank, plan.mesh)
+    model = build_model(plan_model(plan), plan.path)
+    coords = coords_of(rank, plan_mesh(plan))
     if plan.pipeline is not None and not tensor_axes(plan):
         return pipeline_source(model, plan, rank, coords)
     if plan.pipeline is not None:  # pipeline x tensor parallelism: the program of one microbatch, cut
@@ -285,7 +300,7 @@ def program_pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[s
     check_pipeline_plan(plan)
     p, mesh = plan.pipeline, plan.mesh
     assert p is not None and mesh is not None
-    layout = pipeline_layout(plan, mesh.axis_size(p.axis))
+    layout = pipeline_layout(plan, mesh.size_of(p.axis))
     mine = layout.stages_of(coords[p.axis])
     prog = lower_plan(model, microbatch_plan(plan))
     report_fallbacks(prog, strict)

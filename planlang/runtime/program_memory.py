@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import math
 import threading
 import warnings
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from planlang.plan.complete import CompletePlan
 from planlang.plan.data import tensor_axes
 
 from .apply import apply
+from .launch import plan_mesh, plan_model, world_size
 from .verify import make_batch, plan_optimizer
 
 STEPS = 3
@@ -60,7 +60,7 @@ def reason_not_measured(plan: CompletePlan) -> str | None:
         return "a pipeline's stages run the model's own modules"
     opt = plan.optimizer
     if opt is not None and (opt.zero_stage or 0) >= 2 and opt.zero_axis is not None and \
-            (plan.mesh.axis_size(opt.zero_axis) or 1) > 1:
+            plan_mesh(plan).size_of(opt.zero_axis) > 1:
         return "ZeRO-2/3 runs as FSDP2, which does not run on the meta device"
     if dist.is_available() and dist.is_initialized():
         return "this process already has a process group"
@@ -73,7 +73,7 @@ def measure(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory
     why = reason_not_measured(plan)
     if why is not None:
         return why
-    world = math.prod(plan.mesh.shape)
+    world = world_size(plan)
     with _LOCK, warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
         dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
@@ -86,7 +86,7 @@ def measure(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory
 
 
 def _run(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory:
-    model = build_model(plan.model, plan.path, device="meta")
+    model = build_model(plan_model(plan), plan.path, device="meta")
     loss_fn = plan_loss(plan)
     inputs, targets = make_batch(model, plan, loss_fn, 0)
     inputs = [t.to("meta") for t in inputs]

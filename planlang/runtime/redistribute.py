@@ -134,6 +134,13 @@ def _record(recorder, kind: Collective, axis: str, full_bytes: int) -> None:
         recorder.record(kind, (axis,), full_bytes)
 
 
+def _dim(step: Step) -> int:
+    """The tensor dim of a step that has one (every kind but all_reduce and to_partial)."""
+    if step.dim is None:
+        raise ValueError(f"{step} has no dim")
+    return step.dim
+
+
 def _chunk(x: torch.Tensor, dim: int, n: int, i: int) -> torch.Tensor:
     size = x.shape[dim] // n
     return x.narrow(dim, i * size, size).clone()
@@ -170,7 +177,7 @@ def _forward(x, step: Step, groups, recorder):
     if k == "all_gather":
         return _all_gather(x, d, a, groups, recorder)
     if k == "shard":
-        return _chunk(x, d, groups.size(a), groups.coords[a])
+        return _chunk(x, _dim(step), groups.size(a), groups.coords[a])
     if k == "all_to_all":
         return _all_to_all(x, d, step.dim2, a, groups, recorder)
     if k == "all_reduce":
@@ -185,7 +192,7 @@ def _forward(x, step: Step, groups, recorder):
 def _backward(g, step: Step, groups, recorder):
     a, d, k = step.axis, step.dim, step.kind
     if k == "all_gather":
-        return _chunk(g, d, groups.size(a), groups.coords[a])
+        return _chunk(g, _dim(step), groups.size(a), groups.coords[a])
     if k in ("shard", "reduce_scatter"):
         return _all_gather(g, d, a, groups, recorder)
     if k == "all_to_all":

@@ -11,7 +11,7 @@ import os
 
 import torch
 import torch.distributed as dist
-from torch.distributed.distributed_c10d import _resolve_process_group
+from torch.distributed.distributed_c10d import GroupName, _resolve_process_group
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from planlang.cost.comm import Collective, collective_time, group
@@ -22,7 +22,7 @@ from planlang.model.price.traffic import (PHASES, Traffic, Transfer, stage_traff
 from planlang.plan.complete import CompleteMesh
 from planlang.plan.types import Mesh
 from planlang.runtime.apply import load_plan, lower_plan
-from planlang.runtime.launch import coords_of
+from planlang.runtime.launch import coords_of, plan_mesh, plan_model
 
 
 # ------------------------------------------------------------------------------ measurement
@@ -59,14 +59,14 @@ class CollectiveSpy:
         self.traffic = Traffic()
         self.phase = "measured"
         self.unknown: list[str] = []  # collectives on groups that are no mesh axis
-        self._mode = None
+        self._mode: TorchDispatchMode | None = None
 
     def _axes(self, pg) -> tuple[str, ...] | None:
         if isinstance(pg, str):
             name = pg
             if name in self._by_name:
                 return self._by_name[name]
-            pg = _resolve_process_group(name)
+            pg = _resolve_process_group(GroupName(name))
         if not isinstance(pg, dist.ProcessGroup):
             pg = dist.ProcessGroup.unbox(pg)
         if pg.group_name in self._by_name:
@@ -80,7 +80,7 @@ class CollectiveSpy:
         axes = tuple(a for a in self.mesh.names if len({c[a] for c in cs}) > 1)
         n = 1
         for a in axes:
-            n *= self.mesh.axis_size(a) or 1
+            n *= self.mesh.size_of(a)
         return axes if n == len(ranks) else None
 
     def _record(self, func, args, kwargs, out) -> None:
@@ -133,13 +133,14 @@ class CollectiveSpy:
                     spy._record(func, args, kwargs or {}, out)
                 return out
 
-        self._mode = _Mode()
-        self._mode.__enter__()
+        self._mode = mode = _Mode()
+        mode.__enter__()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._mode.__exit__(*exc)
-        self._mode = None
+        mode, self._mode = self._mode, None
+        if mode is not None:  # entered
+            mode.__exit__(*exc)
 
 
 def _is_pg(a) -> bool:
@@ -201,10 +202,11 @@ def traffic_table(plan_path: str) -> str:
     title = os.path.relpath(plan.path) if plan.path else str(plan_path)
     if plan.pipeline is not None:  # pipeline x tensor parallelism: each stage's collectives
 
-        prog = lower_plan(build_model(plan.model, plan.path), microbatch_plan(plan))
-        return "".join(render_traffic(t, plan.mesh, f"{title}, stage {s} ({plan.pipeline.microbatches} microbatches)")
+        prog = lower_plan(build_model(plan_model(plan), plan.path), microbatch_plan(plan))
+        mesh, m = plan_mesh(plan), plan.pipeline.microbatches
+        return "".join(render_traffic(t, mesh, f"{title}, stage {s} ({m} microbatches)")
                        for s, t in enumerate(stage_traffic(plan, prog)))
-    model = build_model(plan.model, plan.path)
+    model = build_model(plan_model(plan), plan.path)
     prog = lower_plan(model, plan)
     traffic = predict_step_traffic(plan, prog, zero=program_zero_units(model, prog, plan))
     out = render_traffic(traffic, prog.mesh, os.path.relpath(plan.path) if plan.path else str(plan_path))

@@ -54,7 +54,7 @@ from planlang.model.capture.graph_values import keyword_inputs
 from planlang.plan.complete import CompletePlan
 from planlang.runtime.apply import PlanError, apply, load_plan
 from planlang.runtime.data_parallel import DataParallelError, zero_axis
-from planlang.runtime.launch import Progress
+from planlang.runtime.launch import Progress, plan_model
 from planlang.runtime.pipeline import PipelineError, check_pipeline_plan
 from planlang.runtime.precision import LossScale, UNIT_ROUNDOFF, autocast, reference_model, tolerance, wrap_optimizer
 from planlang.runtime.teardown import leave
@@ -227,8 +227,9 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     plan = load_plan(plan_path)
     torch.manual_seed(seed)
     if model is None:
-        say(f"building the model {plan.model.factory if plan.model else ''} on the CPU")
-        model = build_model(plan.model, plan.path, device="cpu")
+        model_ref = plan_model(plan)
+        say(f"building the model {model_ref.factory} on the CPU")
+        model = build_model(model_ref, plan.path, device="cpu")
     loss_fn = plan_loss(plan, model)  # a `loss` method is bound to the model it reads
     prec = plan.precision
     ref = reference_model(copy.deepcopy(model), prec)  # one process in the plan's precision
@@ -252,6 +253,7 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     # follows them through the plan's gradients (its master copy starts equal and steps the same ones)
     same_start = not prec.mixed
     rows = []
+    params: dict[str, torch.Tensor] = {}  # the plan's parameters after the last step (read from step 2 on)
     for s, (inputs, targets) in enumerate(batches):
         if same_start and s:
             _start_from(params, model if plan.pipeline is None else None, (ref, exact))
@@ -324,8 +326,8 @@ def _judge_grads(grads: dict[str, torch.Tensor], ref_grads: dict[str, torch.Tens
     total = math.sqrt(sum(float(g.double().norm()) ** 2 for g in ref_grads.values()))
     # a gradient the plan did not produce counts as a relative error of 1 (all of it missing)
     errs = {n: rel(grads[n], g, GRAD_FLOOR * total) if n in grads else 1.0 for n, g in ref_grads.items()}
-    noise = {n: rel(g.double() / ref_scaled_by, exact_params[n].grad, GRAD_FLOOR * total / ref_scaled_by)
-             for n, g in ref_grads.items() if yardstick and exact_params[n].grad is not None}
+    noise = {n: rel(g.double() / ref_scaled_by, xg, GRAD_FLOOR * total / ref_scaled_by)
+             for n, g in ref_grads.items() if yardstick and (xg := exact_params[n].grad) is not None}
     for n, g in ref_grads.items():
         noise[n] = max(noise.get(n, 0.0), rounding_floor(g, total))
     return judged(errs, noise, tol)
