@@ -67,7 +67,8 @@ class Config:
     def enabled(self, code: str, path: str | None = None) -> bool:
         ignore = self.ignore + (self._file_ignores(path) if path else ())
         chosen = _longest(code, self.select + self.extend_select)
-        return chosen is not None and chosen > _longest(code, ignore, default=-1)
+        ignored = _longest(code, ignore)
+        return chosen is not None and (ignored is None or chosen > ignored)
 
     def keep(self, diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
         return [d for d in diagnostics if self.enabled(d.code, d.span.file)]
@@ -101,9 +102,10 @@ class Config:
         return found
 
 
-def _longest(code: str, selectors: Iterable[str], default: int | None = None) -> int | None:
+def _longest(code: str, selectors: Iterable[str]) -> int | None:
+    """The length of the longest selector matching `code` (`ALL`: 0); None when none matches."""
     lengths = [0 if s == "ALL" else len(s) for s in selectors if s == "ALL" or code.startswith(s)]
-    return max(lengths, default=default)
+    return max(lengths, default=None)
 
 
 def _matches(rel: str, pattern: str) -> bool:

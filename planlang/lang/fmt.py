@@ -399,9 +399,12 @@ class _Placement:
 
     def _place(self, c: A.Comment, span, module: A.Module) -> None:
         pos, line = span.start, span.line
-        cont, items, head_line = module, module.statements, None
+        cont: A.Node = module
+        items: Sequence[A.Node] = module.statements
+        head_line: int | None = None
         while True:  # find the innermost block holding the comment
             index = self._index(cont, items)
+            candidates: Sequence[A.Node]
             if index.ordered:  # the only item whose span can hold `pos`
                 it = index.holding(pos)
                 candidates = () if it is None else (it,)
@@ -518,25 +521,25 @@ class _Formatter:
 
         # gofmt-style alignment of `shard ... : spec` runs (widths by entry index)
         widths = [0] * len(entries)
-        run: list[int] = []
+        run: list[tuple[int, A.ShardStmt]] = []  # (entry index, its statement)
 
         def flush() -> None:
-            w = max((len("shard " + target_text(entries[k][1].target)) for k in run), default=0)
-            for k in run:
+            w = max((len("shard " + target_text(stmt.target)) for _, stmt in run), default=0)
+            for k, _ in run:
                 widths[k] = w
             run.clear()
 
         for k, (kind, x) in enumerate(entries):
-            if kind == "blank" or (kind == "item" and not isinstance(x, A.ShardStmt)):
+            if kind == "item" and isinstance(x, A.ShardStmt):
+                run.append((k, x))
+            elif kind in ("blank", "item"):
                 flush()
-            elif kind == "item":
-                run.append(k)
         flush()
 
         for k, (kind, x) in enumerate(entries):
             if kind == "blank":
                 self._emit(0, "", group)
-            elif kind == "comment":
+            elif isinstance(x, A.Comment):  # kind "comment"
                 self._emit(level, _ctext(x), group)
             else:
                 self._item(x, level, group, widths[k])

@@ -176,7 +176,7 @@ class _NextCode:
                 break
             if line in self.comment_lines:
                 pass
-            elif text is None or pos == 0 or not self._blank(pos):
+            elif text is None or pos == 0 or not _blank(text, pos):
                 break
             walked.append(line)
             line += 1
@@ -186,9 +186,11 @@ class _NextCode:
             memo[k] = line
         return line
 
-    def _blank(self, pos: int) -> bool:
-        end = self.text.find("\n", pos)
-        return not self.text[pos:len(self.text) if end < 0 else end].strip()
+
+def _blank(text: str, pos: int) -> bool:
+    """Whether the line of `text` starting at offset `pos` is blank."""
+    end = text.find("\n", pos)
+    return not text[pos:len(text) if end < 0 else end].strip()
 
 
 def apply_suppressions(diags: list[Diagnostic], modules: dict[str, A.Module],

@@ -92,4 +92,4 @@ def tensor_axes(plan: T.Plan) -> tuple[str, ...]:
     skip = set(data_axes(plan)) | ({plan.pipeline.axis} if plan.pipeline is not None else set())
     used = {a for rule in plan.shards if isinstance(rule.spec, T.Spec) for a in rule.spec.used_axes()}
     return tuple(a for a in plan.mesh.names if a in used and a not in skip
-                 and isinstance(plan.mesh.axis_size(a), int) and plan.mesh.axis_size(a) > 1)
+                 and (plan.mesh.axis_size(a) or 1) > 1)

@@ -272,8 +272,10 @@ def data_specs(ctx) -> Diags:
                            _entry_span(d.spec, i), labels=[Label(inp.span, f"{dim} = {size} declared here")],
                            help=f"make {dim} a multiple of {total}, or split it over fewer devices")
     # an input no `data` statement splits still goes through the pipeline in microbatches of its batch
+    if not micro:
+        return
     split = {d.input for d in plan.data}
-    for inp in plan.inputs if micro else ():
+    for inp in plan.inputs:
         if inp.name in split or not inp.dims:
             continue
         dim, size = inp.dims[batch_dim(inp)]

@@ -9,11 +9,15 @@ from __future__ import annotations
 import fnmatch
 import re
 from dataclasses import dataclass, field
+from typing import Callable
 
 from planlang.lang import ast as A
 from planlang.lang.source import Span
 
 _NO_SPAN = A.NO_SPAN
+# a span as stored (packed or a `Span`), passed on as `span=` unchanged: what `span=` takes is `A.SpanArg`
+# (`A.lazy_span_field` reads it back as the `Span` the field is typed with)
+_raw_span: Callable[[object], A.SpanArg] = A.raw_span
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +87,7 @@ class Selection:
         """The selection a path writes. With `shared` (a dict kept across calls), equal segments are one
         SelSegment: a big plan names `attn` or `h[3]` over and over."""
         if shared is None:
-            return Selection(tuple(_segment(seg) for seg in path.segments), span=A.raw_span(path))
+            return Selection(tuple(_segment(seg) for seg in path.segments), span=_raw_span(path))
         text = A.path_compact(path)
         if text is not None:  # a parsed path kept as text: its segments are not built
             segs = []
@@ -92,7 +96,7 @@ class Selection:
                 if out is None:
                     out = shared[part] = Selection.parse(part).segments[0]
                 segs.append(out)
-            return Selection(tuple(segs), span=A.raw_span(path))
+            return Selection(tuple(segs), span=_raw_span(path))
         segs = []
         for seg in path.segments:
             key = (seg.name, seg.selectors)  # AST equality: the selectors' values, not their spans
@@ -100,7 +104,7 @@ class Selection:
             if out is None:
                 out = shared[key] = _segment(seg)
             segs.append(out)
-        return Selection(tuple(segs), span=A.raw_span(path))
+        return Selection(tuple(segs), span=_raw_span(path))
 
     @staticmethod
     def parse(text: str) -> "Selection":
@@ -123,12 +127,12 @@ class Selection:
         return Selection(tuple(segs))
 
     def prefixed(self, prefix: "Selection") -> "Selection":
-        return Selection(prefix.segments + self.segments, span=A.raw_span(self))
+        return Selection(prefix.segments + self.segments, span=_raw_span(self))
 
     def replace_head(self, var: str, value: "Selection") -> "Selection | None":
         """If the first segment is the loop variable `var` (without selectors), substitute `value`."""
         if self.segments and self.segments[0].name == var and not self.segments[0].sels:
-            return Selection(value.segments + self.segments[1:], span=A.raw_span(self))
+            return Selection(value.segments + self.segments[1:], span=_raw_span(self))
         return None
 
     @property
@@ -171,7 +175,9 @@ def to_plan_name(name: str) -> str:
 
 
 def _split_dots(text: str) -> list[str]:
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -203,7 +209,7 @@ def _match(toks, parts: list[str]) -> bool:
     return val.admits(int(head)) and _match(toks[1:], parts[1:])
 
 
-def index_range(sel: Selection) -> tuple[str, int | None, int | None] | None:
+def index_range(sel: Selection) -> tuple[str, int, int | None] | None:
     """For a selection `prefix[a:b]` / `prefix[i]` (last selector on a literal path), the container
     prefix and the half-open index range; None when the selection is not of that shape."""
     if not sel.segments:
@@ -216,7 +222,9 @@ def index_range(sel: Selection) -> tuple[str, int | None, int | None] | None:
     s = last.sels[0]
     prefix = ".".join([str(x) for x in sel.segments[:-1]] + [last.name]).strip(".")
     if s.kind == "index":
-        return prefix, s.a, (s.a + 1 if s.a is not None else None)
+        if s.a is None:  # never: an index selector is built with its index (`Sel("index", i)`)
+            return None
+        return prefix, s.a, s.a + 1
     if s.kind == "slice":
         return prefix, s.a if s.a is not None else 0, s.b
     return prefix, 0, None

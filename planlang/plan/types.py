@@ -337,6 +337,7 @@ class ShardRule:
         return user_site(self.span, self.origin)
 
 
+_cls: type  # each loop below walks its own classes
 for _cls in (DataSpec, ShardRule):
     lazy_span_field(_cls)
 
