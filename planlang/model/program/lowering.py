@@ -117,7 +117,14 @@ def data_axes(plan: CompletePlan) -> tuple[str, ...]:
     conflict = batch_split_conflict(plan)
     if conflict:
         raise LoweringError(conflict)
-    return tuple(a for a in plan_data_axes(plan) if (plan.mesh.axis_size(a) or 1) > 1)
+    return plan_data_axes(plan, trivial=False)
+
+
+def plan_mesh(plan: CompletePlan) -> CompleteMesh:
+    """The mesh the plan lowers onto; LoweringError when it declares none."""
+    if plan.mesh is None:
+        raise LoweringError("the plan declares no mesh")
+    return plan.mesh
 
 
 def _without_unit_axes(spec: Spec, mesh: Mesh | None = None) -> Spec:
@@ -125,7 +132,8 @@ def _without_unit_axes(spec: Spec, mesh: Mesh | None = None) -> Spec:
     def keep(a: str) -> bool:
         return mesh is None or (mesh.axis_size(a) or 1) > 1
 
-    return Spec(tuple(tuple(a for a in d if keep(a)) for d in spec.dims), tuple(a for a in spec.partial if keep(a)))
+    return Spec(tuple(tuple(a for a in spec.axes_of(i) if keep(a)) for i in range(spec.rank)),
+                tuple(a for a in spec.partial if keep(a)))
 
 
 def param_specs(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
@@ -169,6 +177,7 @@ def input_specs(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
 
 def output_pins(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
     """Value name -> layout an `output of MODULE` rule requires (data axes added on the batch dim)."""
+    mesh = plan_mesh(plan)
     outs = graph.module_outputs()
     names = list(outs)
     axes = data_axes(plan)
@@ -177,12 +186,12 @@ def output_pins(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
         if rule.kind != "output":
             continue
         for hit in rule.target.select(names):
-            pin = with_data_axes(_without_unit_axes(rule.spec, plan.mesh), axes)
+            pin = with_data_axes(_without_unit_axes(rule.spec, mesh), axes)
             shape = graph.values[outs[hit]].shape
-            if len(shape) == pin.rank and not is_valid(shape, pin, plan.mesh):
+            if len(shape) == pin.rank and not is_valid(shape, pin, mesh):
                 # said here, at the statement: otherwise the op making it finds no strategy and names neither
                 raise LoweringError(f"`{rule}`: the output of `{hit}` {list(shape)} cannot be laid out as {pin} "
-                                    f"on {plan.mesh} (the data axes are implicit on its batch dim; a dim does not "
+                                    f"on {mesh} (the data axes are implicit on its batch dim; a dim does not "
                                     "divide): `planlang check --model` reports this as PL362")
             pins[outs[hit]] = pin
     return pins
@@ -213,9 +222,7 @@ class _Pricer:
 
 
 def lower(graph: OpGraph, plan: CompletePlan) -> Program:
-    mesh = plan.mesh
-    if mesh is None:
-        raise LoweringError("the plan declares no mesh")
+    mesh = plan_mesh(plan)
     pricer = _Pricer(mesh)
     pspecs = param_specs(plan, graph)
     # fused projections cut into heads: stored per head, so the cut needs no gather (head_blocks.py)
@@ -283,8 +290,7 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
                                               tuple(a for a in mesh.names if a in gathered[0]), gathered[1]))
             else:
                 args = tuple(convert(i, want) for i, want in zip(node.inputs, per_sample.inputs))
-                grad = dict(per_sample.extra).get("grad_partial", ())
-                run = Run(node, per_sample, args, tuple((i, axes) for i, axes in grad if axes))
+                run = Run(node, per_sample, args, _grad_reduce(per_sample))
         else:
             try:
                 cands = strategies(node.op, mesh)
@@ -325,8 +331,7 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
                 raise LoweringError(f"no strategy of `{node.op.kind}` at {node.module or 'top level'} fits the "
                                     f"layouts {', '.join(str(layouts[i]) for i in node.inputs)}")
             args = tuple(convert(i, want) for i, want in zip(node.inputs, best.inputs))
-            grad = dict(best.extra).get("grad_partial", ())
-            run = Run(node, best, args, tuple((i, axes) for i, axes in grad if axes))
+            run = Run(node, best, args, _grad_reduce(best))
         instructions.append(run)
         layouts[node.name] = run.output
         if node.name in pins:
@@ -339,6 +344,15 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     loss = current.get(graph.outputs[0], graph.outputs[0]) if graph.outputs else ""
     return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss, fallbacks=fallbacks,
                    blocked=blocked)
+
+
+def _grad_reduce(strategy: Strategy) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """The inputs whose local gradient `strategy` leaves partial, with the axes (its `grad_partial`:
+    (input, axes) pairs), those over no axis left out: `Run.grad_reduce`."""
+    grad = dict(strategy.extra).get("grad_partial", ())
+    if not isinstance(grad, tuple):
+        raise TypeError(f"{strategy.name}: grad_partial is a {type(grad).__name__}, not (input, axes) pairs")
+    return tuple((i, axes) for i, axes in grad if axes)
 
 
 def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: Mesh,
@@ -385,7 +399,7 @@ def _gathered(in_vals, layouts: list[Spec], daxes: set[str], mesh: Mesh) -> tupl
     for v, spec in zip(in_vals, layouts):
         if v.kind in ("param", "const"):
             continue
-        mine = {a for d in spec.dims for a in d} & daxes
+        mine = {a for i in range(spec.rank) for a in spec.axes_of(i)} & daxes
         if mine:
             axes |= mine
             whole = math.prod(v.shape) * DTYPE_BYTES.get(v.dtype, 4)

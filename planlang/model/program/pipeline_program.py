@@ -120,12 +120,20 @@ def _module_stages(prog: Program, plan: CompletePlan) -> dict[str, int]:
     return out
 
 
-def _reads(ins) -> tuple[str, ...]:
+def _reads(ins: Convert | Run) -> tuple[str, ...]:
     return (ins.value,) if isinstance(ins, Convert) else tuple(ins.args)
 
 
-def _makes(ins) -> str:
+def _makes(ins: Convert | Run) -> str:
     return ins.out if isinstance(ins, Convert) else ins.node.name
+
+
+def _named(ins: Convert | Run) -> str:
+    """An instruction as a message names it: an op by its node and module, a conversion by its value."""
+    if isinstance(ins, Convert):
+        return f"the conversion of `{ins.value}`"
+    where = ins.node.module or "the model's forward"
+    return f"`{ins.node.name}` of `{where}`"
 
 
 def cut_program(prog: Program, plan: CompletePlan) -> ProgramCut:
@@ -163,10 +171,9 @@ def cut_program(prog: Program, plan: CompletePlan) -> ProgramCut:
         if k in tail_set:
             fixed = n - 1
         if fixed is not None:
-            if fixed < lo:
-                where = ins.node.module or "the model's forward"
-                raise LoweringError(f"`{ins.node.name}` of `{where}` (stage {fixed}) reads a value made in stage "
-                                    f"{lo}: stages must follow the model's execution order; move the boundary")
+            if fixed < lo:  # only an op of a selected module: the tail's stage is the last
+                raise LoweringError(f"{_named(ins)} (stage {fixed}) reads a value made in stage {lo}: stages "
+                                    "must follow the model's execution order; move the boundary")
             bound[k] = stage[k] = fixed
         elif isinstance(ins, Convert) or not producers or all(j in is_floating for j in producers):
             bound[k] = lo
@@ -186,8 +193,8 @@ def cut_program(prog: Program, plan: CompletePlan) -> ProgramCut:
     if prog.loss in made_by and stage[made_by[prog.loss]] != n - 1:
         raise LoweringError(f"the loss is computed in stage {stage[made_by[prog.loss]]}, not the last stage; "
                             "give the last stage the modules the loss reads")
-    for a, b in prog.checkpoint_groups:
-        inside = {stage[k] for k in range(a, b)}
+    for first, end in prog.checkpoint_groups:
+        inside = {stage[k] for k in range(first, end)}
         if len(inside) > 1:
             raise LoweringError(f"a checkpoint group spans pipeline stages {', '.join(map(str, sorted(inside)))}; "
                                 "keep each checkpoint group inside one stage")
@@ -232,9 +239,9 @@ def cut_program(prog: Program, plan: CompletePlan) -> ProgramCut:
         params = []
         for k in ks:
             for a in _reads(prog.instructions[k]):
-                v = g.values.get(a)
-                if v is not None and v.kind == "param" and v.ref not in params:
-                    params.append(v.ref)
+                value = g.values.get(a)
+                if value is not None and value.kind == "param" and value.ref not in params:
+                    params.append(value.ref)
         stages.append(StageCut(s, tuple(body[s]), tuple(received[s]), outs, tuple(params)))
     return ProgramCut(tuple(stages), tuple(tail), tuple(tail_reads), tuple(sorted(targets & tainted,
                                                                                key=list(g.values).index)))

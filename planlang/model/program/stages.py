@@ -39,7 +39,7 @@ import torch
 import torch.fx as fx
 from torch import nn
 
-from torch.distributed.pipelining import SplitPoint, pipeline
+from torch.distributed.pipelining import Pipe, SplitPoint, pipeline
 from torch.utils._pytree import tree_flatten
 
 from planlang.plan.complete import CompletePlan
@@ -63,7 +63,7 @@ class StageSplitError(ValueError):
 
 def plan_name(name: str) -> str:
     """`h.0.attn` -> `h[0].attn`, how plans write container children."""
-    out = []
+    out: list[str] = []
     for part in name.split("."):
         out.append(f"[{part}]" if part.isdigit() else ("." if out else "") + part)
     return "".join(out)
@@ -135,7 +135,7 @@ def microbatch_inputs(plan: CompletePlan, model: nn.Module) -> tuple[torch.Tenso
 
 
 def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
-                   names: Sequence[str] = ()) -> list[nn.Module]:
+                   names: Sequence[str] = ()) -> list[fx.GraphModule]:
     """Cut `model` with torch.distributed.pipelining's tracer (torch.export) at the first module, in
     execution order, of every stage after the first. The stage modules keep the model's parameter names
     and compose like the fx cut's; the last one returns the flattened output (tensors), and carries the
@@ -168,7 +168,7 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
     if pipe.num_stages != len(stages):
         raise StageSplitError(f"torch.export cut the model into {pipe.num_stages} stages, not {len(stages)}",
                               "start each stage at a module the model calls at its top level or in a block list")
-    modules = [pipe.get_stage_module(i) for i in range(pipe.num_stages)]
+    modules = [_stage_module(pipe, i) for i in range(pipe.num_stages)]
     _pass_through(pipe.split_gm.graph, modules)
     for m in modules[:-1]:
         m.register_forward_hook(_contiguous_outputs)
@@ -179,7 +179,16 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
     return modules
 
 
-def _pass_through(top: fx.Graph, modules: list) -> None:
+def _stage_module(pipe: Pipe, i: int) -> fx.GraphModule:
+    """Stage `i` of torch.export's cut: a submodule of the cut's GraphModule, itself a GraphModule (torch
+    types it as any Module)."""
+    m = pipe.get_stage_module(i)
+    if not isinstance(m, fx.GraphModule):
+        raise TypeError(f"torch.export's stage {i} is a {type(m).__name__}, not a GraphModule")
+    return m
+
+
+def _pass_through(top: fx.Graph, modules: list[fx.GraphModule]) -> None:
     """Rewrite the stage graphs of torch.export's cut so that each stage receives everything it or a later
     stage needs from before it, and returns what later stages need: torch.distributed.pipelining's tracer
     lets stage j read a value stage i < j - 1 made (Llama's rotary embeddings and mask, made with the

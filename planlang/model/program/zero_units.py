@@ -41,8 +41,8 @@ def block_ranges(model: nn.Module, prog: Program) -> tuple[list[Block], dict[str
     uses: dict[str, list[int]] = {}  # parameter FQN -> instructions reading it
     for i, ins in enumerate(prog.instructions):
         if isinstance(ins, Run):
-            for a in ins.args:
-                v = values.get(a)
+            for arg in ins.args:
+                v = values.get(arg)
                 if v is not None and v.kind == "param":
                     uses.setdefault(v.ref, []).append(i)
     blocks, skipped = [], {}
