@@ -30,9 +30,11 @@ Parameters are updated in place (the DTensors' local tensors are the parameters'
 """
 from __future__ import annotations
 
-import io
 import math
+import os
+import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -42,7 +44,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.placement_types import _StridedShard  # FSDP2 + TP's dim-0 convention
 
-from planlang.model.program.head_blocks import blocked_order, unblocked_order
+from planlang.model.program.head_blocks import Blocked, blocked_order, unblocked_order
 from planlang.plan.types import Spec
 
 from .data_parallel import unwrap
@@ -95,7 +97,15 @@ def chunk_bounds(n: int, parts: int, index: int) -> tuple[int, int]:
     return start, min(start + size, n)
 
 
-def _block_axis(name: str, layout: ParamLayout, mesh, extra: Mapping[str, int]) -> str | None:
+@dataclass(frozen=True)
+class _HeadSplit:
+    """How a per-head parameter's piece is cut: its blocked dim, split over the one mesh axis `axis`."""
+
+    blocked: Blocked
+    axis: str
+
+
+def _head_split(name: str, layout: ParamLayout, mesh, extra: Mapping[str, int]) -> _HeadSplit | None:
     """The one axis a per-head parameter's blocked dim is split over (None for other parameters)."""
     b = layout.blocked
     if b is None:
@@ -105,7 +115,15 @@ def _block_axis(name: str, layout: ParamLayout, mesh, extra: Mapping[str, int]) 
         raise CheckpointError(f"{name} is stored per head ({b}) and its dim {b.dim} is also split another way "
                               "(several axes, or ZeRO-2/3 sharding it); a checkpoint cannot describe that piece "
                               "yet: save under a plan that splits the heads over one axis, or use ZeRO-1")
-    return axes[0]
+    return _HeadSplit(b, axes[0])
+
+
+def _tp_shape(name: str, layout: ParamLayout, mesh) -> tuple[int, ...]:
+    """The local shape `layout`'s spec gives a parameter on `mesh`."""
+    shape = layout.spec.local_shape(layout.shape, mesh)
+    if shape is None:
+        raise CheckpointError(f"parameter {name}: layout {layout} gives no local shape on mesh {mesh}")
+    return shape
 
 
 def _dtensor(local: torch.Tensor, shape, placements, groups):
@@ -120,19 +138,19 @@ class _Param:
 
     def __init__(self, name: str, param: nn.Parameter, layout: ParamLayout, groups) -> None:
         self.name, self.param, self.layout, self.groups = name, param, layout, groups
-        self.fsdp = isinstance(param, DTensor)
         self.extra: dict[str, int] = {}
-        if self.fsdp:  # FSDP2: a DTensor over (replicate, shard) data axes, sharded on dim 0
+        want: tuple[int, ...] | None
+        if isinstance(param, DTensor):  # FSDP2: a DTensor over (replicate, shard) data axes, sharded on dim 0
             self.local = param.to_local()
             for axis, pl in zip(param.device_mesh.mesh_dim_names or (), param.placements):
                 if isinstance(pl, Shard):
                     self.extra[axis] = pl.dim
             for axis, dim in self.extra.items():
-                n = layout.spec.local_shape(layout.shape, groups.mesh)[dim]
+                n = _tp_shape(name, layout, groups.mesh)[dim]
                 if _is_strided(layout.spec, groups.mesh, axis, dim) and n % groups.size(axis):
                     raise CheckpointError(f"{name}: FSDP2 splits dim {dim} ({n} rows) unevenly over `{axis}` "
                                           "after the tensor-parallel split; DCP cannot describe that piece")
-            want = param.shape
+            want = tuple(param.shape)
         else:
             self.local = param.detach()
             want = layout.spec.local_shape(layout.shape, groups.mesh)
@@ -140,7 +158,7 @@ class _Param:
             raise CheckpointError(f"parameter {name} has local shape {list(param.shape)}, layout {layout} "
                                   f"gives {list(want) if want else '?'} on mesh {groups.mesh}")
         self.placements = placements_with(layout.spec, groups.mesh, self.extra)
-        self.block_axis = _block_axis(name, layout, groups.mesh, self.extra)
+        self.heads = _head_split(name, layout, groups.mesh, self.extra)
 
     def piece(self, local: torch.Tensor | None = None, placements: tuple | None = None):
         """This piece (or `local`, a tensor placed like it) as a DTensor of the global shape, to save. A
@@ -150,38 +168,41 @@ class _Param:
         same order)."""
         local = self.local if local is None else local
         placements = self.placements if placements is None else placements
-        if self.block_axis is None:
+        h = self.heads
+        if h is None:
             return _dtensor(local, self.layout.shape, placements, self.groups)
-        b, n = self.layout.blocked, self.groups.size(self.block_axis)
+        b, n = h.blocked, self.groups.size(h.axis)
         parts = [torch.empty_like(local) for _ in range(n)]
-        dist.all_gather(parts, local.contiguous(), group=self.groups.group(self.block_axis))
+        dist.all_gather(parts, local.contiguous(), group=self.groups.group(h.axis))
         whole = unblocked_order(torch.cat(parts, dim=b.dim), b, n)
-        return _dtensor(whole, self.layout.shape, self._replicated_on_block_axis(placements), self.groups)
+        return _dtensor(whole, self.layout.shape, self._replicated_on(h.axis, placements), self.groups)
 
     def target(self, local: torch.Tensor | None = None, placements: tuple | None = None):
         """A DTensor for DCP to load this piece into (the parameter's own storage when it can be); read
         the loaded piece back with `from_loaded`."""
         local = self.local if local is None else local
         placements = self.placements if placements is None else placements
-        if self.block_axis is None:
+        h = self.heads
+        if h is None:
             return _dtensor(local, self.layout.shape, placements, self.groups)
         shape = list(local.shape)
-        shape[self.layout.blocked.dim] *= self.groups.size(self.block_axis)
+        shape[h.blocked.dim] *= self.groups.size(h.axis)
         return _dtensor(torch.empty(shape, dtype=local.dtype), self.layout.shape,
-                        self._replicated_on_block_axis(placements), self.groups)
+                        self._replicated_on(h.axis, placements), self.groups)
 
     def from_loaded(self, local: torch.Tensor) -> torch.Tensor:
         """The local piece of what `target` loaded (its share of every block for a per-head parameter)."""
-        if self.block_axis is None:
+        h = self.heads
+        if h is None:
             return local
-        b, n = self.layout.blocked, self.groups.size(self.block_axis)
+        b, n = h.blocked, self.groups.size(h.axis)
         size = local.shape[b.dim] // n
-        me = self.groups.coords[self.block_axis]
+        me = self.groups.coords[h.axis]
         return blocked_order(local, b, n).narrow(b.dim, me * size, size)
 
-    def _replicated_on_block_axis(self, placements: tuple) -> tuple:
+    def _replicated_on(self, axis: str, placements: tuple) -> tuple:
         out = list(placements)
-        out[self.groups.mesh.names.index(self.block_axis)] = Replicate()
+        out[self.groups.mesh.names.index(axis)] = Replicate()
         return tuple(out)
 
 
@@ -256,7 +277,7 @@ class _Zero1:
     def sliced(self, par: _Param) -> bool:
         """Whether a state tensor of `par` is stored as dim-0 slices over the axis (else whole)."""
         spec, mesh = par.layout.spec, self.groups.mesh
-        if par.local.dim() == 0 or (par.block_axis is not None and par.layout.blocked.dim == 0):
+        if par.local.dim() == 0 or (par.heads is not None and par.heads.blocked.dim == 0):
             return False  # a per-head dim 0 (a fused projection's bias): its state is stored whole on the axis
         return not (_is_strided(spec, mesh, self.axis, 0) and par.local.shape[0] % self.n)
 
@@ -332,10 +353,12 @@ class _Zero1:
                 size = -(-n // self.n)
                 padded = torch.zeros((size, *local.shape[1:]), dtype=local.dtype)
                 padded[: local.shape[0]] = local
-                parts = [torch.empty_like(padded) for _ in range(self.n)] if owner == self.me else None
-                dist.gather(padded, parts, group=self.group, group_dst=owner)
                 if owner == self.me:
+                    parts = [torch.empty_like(padded) for _ in range(self.n)]
+                    dist.gather(padded, parts, group=self.group, group_dst=owner)
                     state[key] = torch.cat(parts)[:n].contiguous()
+                else:
+                    dist.gather(padded, None, group=self.group, group_dst=owner)
             if owner == self.me:
                 self.zero.optim.state[par.param] = state
 
@@ -419,7 +442,7 @@ def _install_plain(optimizer, loaded: dict[str, dict], params: dict[str, _Param]
         for key, t in st.items():
             if isinstance(t, DTensor):
                 t = q.from_loaded(t.to_local())
-                if q.fsdp:  # the optimizer of FSDP2 parameters keeps DTensors like them
+                if isinstance(q.param, DTensor):  # the optimizer of FSDP2 parameters keeps DTensors like them
                     t = DTensor.from_local(t, q.param.device_mesh, q.param.placements, run_check=False,
                                            shape=q.param.shape, stride=q.param.stride())
             state[key] = t
@@ -480,10 +503,10 @@ def load_full_state(path) -> dict:
     """Read a whole checkpoint in this process into unsharded tensors (no process group used):
     {"model": {fqn: tensor}, "optim": {"state": {fqn: {name: tensor}}, "param_groups": [...]}}."""
 
-    buf = io.BytesIO()
-    dcp_to_torch_save(str(path), buf)
-    buf.seek(0)
-    return torch.load(buf, weights_only=True)
+    with tempfile.TemporaryDirectory() as tmp:  # dcp_to_torch_save writes to a file
+        whole = os.path.join(tmp, "whole.pt")
+        dcp_to_torch_save(str(path), whole)
+        return torch.load(whole, weights_only=True)
 
 
 __all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "load_full_state", "placements_with", "chunk_bounds"]
