@@ -55,18 +55,34 @@ def is_valid(shape: tuple[int, ...], spec: Spec, mesh: Mesh) -> bool:
     used = spec.used_axes()
     if len(used) != len(set(used)) or any(mesh.axis_size(a) is None for a in used):
         return False
-    return all(shape[i] % _factor(spec.dims[i], mesh) == 0 for i in range(len(shape)))
+    return all(shape[i] % _factor(spec.axes_of(i), mesh) == 0 for i in range(len(shape)))
 
 
 def _factor(axes: tuple[str, ...], mesh: Mesh) -> int:
-    return math.prod(mesh.axis_size(a) for a in axes)  # type: ignore[misc]
+    return math.prod(_size(mesh, a) for a in axes)
+
+
+def _size(mesh: Mesh, axis: str) -> int:
+    """The size of `axis` in a layout's mesh, where it is known (`is_valid` checks the layout's axes)."""
+    n = mesh.axis_size(axis)
+    if n is None:
+        raise ValueError(f"the size of mesh axis `{axis}` is unknown (a hole, or not an axis of {mesh.name})")
+    return n
+
+
+def _axes(spec: Spec, d: int) -> tuple[str, ...]:
+    """The axes splitting dim `d` of a layout's spec (a layout has no hole `?`, see `is_valid`)."""
+    axes = spec.dims[d]
+    if isinstance(axes, Hole):
+        raise ValueError(f"dim {d} of {spec} is a hole `?`, not a layout")
+    return axes
 
 
 def enumerate_layouts(shape: tuple[int, ...], mesh: Mesh, partial: bool = True) -> list[Spec]:
     """Every valid layout of `shape` on `mesh`: each axis replicates, is partial, or splits one dim;
     axes splitting the same dim in every order. Sorted by str for stable test ids."""
     names = [a for a in mesh.names if (mesh.axis_size(a) or 1) > 1]
-    choices = ["R"] + (["P"] if partial else []) + list(range(len(shape)))
+    choices: list[str | int] = ["R", *(["P"] if partial else []), *range(len(shape))]
     out: set[Spec] = set()
     for assign in itertools.product(choices, repeat=len(names)):
         per_dim: list[list[str]] = [[] for _ in shape]
@@ -74,8 +90,8 @@ def enumerate_layouts(shape: tuple[int, ...], mesh: Mesh, partial: bool = True) 
         for ax, c in zip(names, assign):
             if c == "P":
                 part.append(ax)
-            elif c != "R":
-                per_dim[c].append(ax)  # type: ignore[index]
+            elif isinstance(c, int):  # not "R"
+                per_dim[c].append(ax)
         for orders in itertools.product(*[itertools.permutations(d) for d in per_dim]):
             spec = Spec(tuple(tuple(o) for o in orders), tuple(part))
             if is_valid(shape, spec, mesh):
@@ -99,10 +115,9 @@ def local_slices(shape: tuple[int, ...], spec: Spec, mesh: Mesh, coords: dict[st
     """The slice of the global tensor a device with mesh coordinates `coords` holds."""
     out = []
     for i, n in enumerate(shape):
-        axes = spec.dims[i]
         index, count = 0, 1
-        for a in axes:  # type: ignore[union-attr]
-            size = mesh.axis_size(a)
+        for a in _axes(spec, i):
+            size = _size(mesh, a)
             index = index * size + coords[a]
             count *= size
         if n % count:  # the runtime holds even pieces only (the checker refuses uneven splits)
@@ -134,20 +149,31 @@ def _with_dim(spec: Spec, d: int, axes: tuple[str, ...]) -> Spec:
     return Spec(tuple(dims), spec.partial)
 
 
+def _step_dim(step: Step, dim: int | None) -> int:
+    """`dim` (`step.dim` or `step.dim2`), which a step of its kind names."""
+    if dim is None:
+        raise ValueError(f"{step} names no dim")
+    return dim
+
+
 def apply_step(spec: Spec, step: Step) -> Spec:
-    a, d = step.axis, step.dim
+    a = step.axis
     if step.kind == "all_gather":
-        return _with_dim(spec, d, spec.dims[d][:-1])  # type: ignore[index]
+        d = _step_dim(step, step.dim)
+        return _with_dim(spec, d, _axes(spec, d)[:-1])
     if step.kind == "shard":
-        return _with_dim(spec, d, spec.dims[d] + (a,))  # type: ignore[operator]
+        d = _step_dim(step, step.dim)
+        return _with_dim(spec, d, _axes(spec, d) + (a,))
     if step.kind == "all_to_all":
-        s = _with_dim(spec, d, spec.dims[d][:-1])  # type: ignore[index]
-        return _with_dim(s, step.dim2, s.dims[step.dim2] + (a,))  # type: ignore[operator]
+        d, e = _step_dim(step, step.dim), _step_dim(step, step.dim2)
+        s = _with_dim(spec, d, _axes(spec, d)[:-1])
+        return _with_dim(s, e, _axes(s, e) + (a,))
     if step.kind == "all_reduce":
         return Spec(spec.dims, tuple(p for p in spec.partial if p != a))
     if step.kind == "reduce_scatter":
+        d = _step_dim(step, step.dim)
         s = Spec(spec.dims, tuple(p for p in spec.partial if p != a))
-        return _with_dim(s, d, s.dims[d] + (a,))  # type: ignore[operator]
+        return _with_dim(s, d, _axes(s, d) + (a,))
     if step.kind == "to_partial":
         return Spec(spec.dims, spec.partial + (a,))
     raise ValueError(step.kind)
@@ -167,9 +193,10 @@ def neighbors(shape: tuple[int, ...], spec: Spec, mesh: Mesh) -> tuple[tuple[Ste
         elif a not in used:
             out += [Step("shard", a, d) for d in range(len(shape))]
             out.append(Step("to_partial", a))
-    for d, axes in enumerate(spec.dims):
+    for d in range(spec.rank):
+        axes = _axes(spec, d)
         if axes:
-            a = axes[-1]  # type: ignore[index]
+            a = axes[-1]
             out.append(Step("all_gather", a, d))
             out += [Step("all_to_all", a, d, e) for e in range(len(shape)) if e != d]
     res = []
@@ -294,7 +321,8 @@ def _heuristic(a: Spec, b: Spec) -> float:
     """map §4.3's dim-by-dim difference: all-gathers cost 2, shards 1, a step penalty of 1 when a dim
     needs both; partial axes to remove cost 2, to add 1."""
     total = 0.0
-    for x, y in zip(a.dims, b.dims):
+    for d in range(min(a.rank, b.rank)):
+        x, y = _axes(a, d), _axes(b, d)
         p = 0
         while p < min(len(x), len(y)) and x[p] == y[p]:
             p += 1
@@ -309,7 +337,8 @@ def greedy_path(shape: tuple[int, ...], src: Spec, dst: Spec, mesh: Mesh, itemsi
     """The greedy heuristic search of map §4.3 (Algorithm 1): repeatedly take the one-step transform
     closest to the target by `_heuristic`. Returns None if it cycles without reaching the target."""
     src, dst = normalize(src, mesh), normalize(dst, mesh)
-    specs, steps = [src], []
+    specs: list[Spec] = [src]
+    steps: list[Step] = []
     seen = {src}
     cur = src
     while cur != dst and len(steps) < max_steps:
