@@ -69,8 +69,7 @@ class Analysis:
 
 def analyze(text: str, path: str, read: Callable[[str], str] | None = None) -> Analysis:
     """Check `text` as the plan file `path` (used modules are read with `read`, default: from disk)."""
-    kw = {"read": read} if read is not None else {}
-    result = check_text(text, path, **kw)
+    result = check_text(text, path, read=read)  # read None: the resolver reads from disk
     return Analysis(path, text, result, read)
 
 
@@ -142,8 +141,8 @@ def recover(current: Analysis) -> Analysis | None:
     blanked: dict[int, int] = {}
     for _ in range(MAX_RECOVERY_ROUNDS):
         depth = 0
-        for line in lines:
-            code = code_of(line)
+        for text_line in lines:
+            code = code_of(text_line)
             depth = max(0, depth + code.count("{") - code.count("}"))
         work = "\n".join(lines) + ("\n" + "}\n" * depth if depth else "")
         a = analyze(work, current.path, current.read)
@@ -153,9 +152,10 @@ def recover(current: Analysis) -> Analysis | None:
         progress = False
         for line in bad:
             if line > n:  # at a closing brace of ours: the text's last statement is unfinished
-                line = _last_code_line(lines)
-                if line is None:
+                last = _last_code_line(lines)
+                if last is None:
                     return None
+                line = last
             level = blanked.get(line, 0) + 1
             if level > 2:
                 continue

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from lsprotocol import types as L
 
@@ -149,7 +150,17 @@ def template_params(headers: list[str]) -> list[str]:
     return out
 
 
-def declarations(ref: Analysis | list[Analysis], kind: type) -> list[tuple[str, str]]:
+class _Declaration(Protocol):
+    """A declaration `declarations` lists: it has a name (templates, devices, links, meshes)."""
+
+    @property
+    def name(self) -> A.Name: ...
+
+
+_D = TypeVar("_D", bound=_Declaration)
+
+
+def declarations(ref: Analysis | list[Analysis], kind: type[_D] | tuple[type[_D], ...]) -> list[tuple[str, str]]:
     """(name as the plan writes it, detail) for declarations of one kind: local, then `alias.name`
     (of every reference analysis, the first's first)."""
     out: dict[str, str] = {}

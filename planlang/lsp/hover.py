@@ -56,7 +56,7 @@ def hover(analysis: Analysis, offset: int, insight: ModelInsight | None = None, 
         else:
             sym = word_symbol(analysis.text, offset, [], analysis.source)
             text = hover_text(analysis, sym, insight, model_checks) if sym is not None else None
-    if not text:
+    if not text or sym is None:  # a text comes with its symbol
         return None
     rng = LineIndex(analysis.text, encoding).range(sym.span) if sym.span.line >= 1 else None
     return L.Hover(L.MarkupContent(L.MarkupKind.Markdown, text), rng)
@@ -78,7 +78,8 @@ def hover_text(analysis: Analysis, sym: Symbol, insight: ModelInsight | None, mo
     if k == "param":
         t = template_of(sym.chain)
         p = next((p for p in t.params if p.name.text == sym.name), None) if t else None
-        return None if p is None else f"`{p.name.text}: {p.kind.text}` — parameter of template `{t.name.text}`"
+        return None if t is None or p is None else \
+            f"`{p.name.text}: {p.kind.text}` — parameter of template `{t.name.text}`"
     if k in ("template", "template-decl"):
         return _template(analysis, sym)
     if k in ("device", "link", "mesh"):
@@ -123,9 +124,11 @@ def _base(kind: str) -> str:
 # ------------------------------------------------------------------------------ names
 def _axis(plan: T.Plan | None, name: str) -> str | None:
     mesh = plan.mesh if plan else None
-    ax = mesh.axis(name) if mesh else None
+    if mesh is None:
+        return f"axis `{name}`"
+    ax = mesh.axis(name)
     if ax is None:
-        return f"axis `{name}` (not declared by the plan's mesh)" if mesh else f"axis `{name}`"
+        return f"axis `{name}` (not declared by the plan's mesh)"
     link = f"link `{ax.link_ref}`" if ax.link_ref else "no link"
     if ax.link is not None:
         link += f" ({ax.link.bandwidth / 1e9:g} GB/s, {ax.link.latency * 1e6:g} us)"
@@ -135,9 +138,12 @@ def _axis(plan: T.Plan | None, name: str) -> str | None:
 
 
 def _template(analysis: Analysis, sym: Symbol) -> str | None:
+    module: A.Module | None
     if sym.kind == "template-decl":
-        t = sym.enclosing(A.TemplateDecl)
-        path, module = analysis.path, analysis.module
+        decl = sym.enclosing(A.TemplateDecl)
+        if decl is None:  # a template-decl symbol is a name in one
+            return None
+        t, path, module = decl, analysis.path, analysis.module
     else:
         place = lookup(analysis, sym.name.split("."))
         if place is None or not isinstance(place.node, A.TemplateDecl):
@@ -230,7 +236,7 @@ def _path(analysis: Analysis, sym: Symbol, insight: ModelInsight | None, model_c
                                MODEL_STALE if insight is not None and insight.stale else "_Model not probed yet._")
     else:
         rules = [r for r in plan.shards if r.span == stmt.span] if plan and isinstance(stmt, A.ShardStmt) else []
-        if rules:
+        if plan is not None and rules:
             out = head + "\n\n" + "\n\n".join(_shard_rule(r, facts, plan.mesh) for r in rules[:3])
         else:
             sel = resolved_selection(path, sym.chain)
@@ -305,9 +311,9 @@ def _selection_info(sel: Selection, facts) -> str:
 def _stage(analysis: Analysis, sym: Symbol, insight: ModelInsight | None, model_checks: bool) -> str:
     pipe = sym.enclosing(A.PipelineDecl)
     st = sym.enclosing(A.StageDecl)
-    idx = pipe.stages.index(st) if pipe is not None and isinstance(pipe.stages, tuple) and st in pipe.stages else None
-    if idx is None:
+    if pipe is None or st is None or not isinstance(pipe.stages, tuple) or st not in pipe.stages:
         return "**stage**"
+    idx = pipe.stages.index(st)
     n = len(pipe.stages)
     head = f"**stage {idx}** of {n}: " + ", ".join(f"`{p}`" for p in st.paths)
     est = insight.estimate_for(f"stage {idx}") if insight else None

@@ -88,7 +88,7 @@ class DocState:
 
 
 class PlanServer(LanguageServer):
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("planlang", __version__, text_document_sync_kind=L.TextDocumentSyncKind.Incremental)
         self.docs: dict[str, DocState] = {}
         self.settings = Settings()

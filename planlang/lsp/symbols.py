@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, TypeVar
 
 from planlang.lang import ast as A
 from planlang.lang.parser import parse
@@ -83,6 +83,9 @@ def word_at(text: str, offset: int) -> tuple[str, int, int] | None:
 
 
 # ------------------------------------------------------------------------------ what is under the cursor
+_N = TypeVar("_N", bound=A.Node)
+
+
 @dataclass(frozen=True)
 class Symbol:
     """A classified thing under the cursor.
@@ -100,7 +103,8 @@ class Symbol:
     def __str__(self) -> str:
         return f"{self.kind} {self.name}"
 
-    def enclosing(self, *types) -> A.Node | None:
+    def enclosing(self, *types: type[_N]) -> _N | None:
+        """The innermost node of the chain that is one of `types`."""
         return next((n for n in reversed(self.chain) if isinstance(n, types)), None)
 
 
@@ -390,8 +394,8 @@ def definition(analysis: Analysis, sym: Symbol) -> Place | None:
                 return None if f is None else file_start(f)
         return lookup(analysis, sym.name.split("."))
     if sym.kind == "loopvar":
-        f = loop_vars(sym.chain).get(sym.name)
-        return None if f is None else Place(analysis.path, f.var.span, f)
+        loop = loop_vars(sym.chain).get(sym.name)
+        return None if loop is None else Place(analysis.path, loop.var.span, loop)
     if sym.kind == "input":
         for st in analysis.module.statements:
             if isinstance(st, A.InputDecl) and st.name.text == sym.name:
