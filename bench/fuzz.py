@@ -39,7 +39,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planlang import cli  # noqa: E402
+from planlang.cli import language as cli  # noqa: E402
+from planlang.cli.app import STDIN  # noqa: E402
+from planlang.lang.source import SourceFile  # noqa: E402
 from planlang.lang.config import Config  # noqa: E402
 from planlang.lang.fmt import FormatError, format_text  # noqa: E402
 from planlang.lang.render import FORMATS, render  # noqa: E402
@@ -92,11 +94,11 @@ def check_bytes(data: bytes, name: str) -> tuple[list, dict]:
     real_stdin = sys.stdin
     sys.stdin = io.TextIOWrapper(io.BytesIO(data))  # `-` reads sys.stdin.buffer: the CLI's own reading
     try:
-        plan = cli._read_plan(cli.STDIN, name)
+        plan = cli._read_plan(STDIN, name)
     finally:
         sys.stdin = real_stdin
     if plan.undecodable is not None:
-        return [plan.undecodable], {plan.name: cli.SourceFile(plan.name, plan.text)}
+        return [plan.undecodable], {plan.name: SourceFile(plan.name, plan.text)}
     res = cli._check_one(plan.name, plan.text, False)
     return _CONFIG.keep(res.diagnostics), dict(res.sources)
 

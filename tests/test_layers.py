@@ -186,7 +186,7 @@ def _lazy_reason(name: str, node, targets, in_with) -> str | None:
     """Why this function-local import is not at the top; None when nothing keeps it there."""
     if _third_party(targets) - _third_party(SPLIT[name][0] + [name]):
         return "loads a package the module does not"
-    if name == "planlang.cli" and any(_layer(t) in COMMAND_LAYERS for t in targets):
+    if _layer(name) == "cli" and any(_layer(t) in COMMAND_LAYERS for t in targets):
         return "a command's own module"
     if in_with:
         return "under a warning filter"

@@ -49,6 +49,7 @@ from planlang.plan import types as T
 from planlang.plan.checker import check_resolution
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.resolve import Resolver
+from planlang.plan.units import format_bytes
 from planlang.model.validation import Validated
 from planlang.solve.anytime import REFINED, Clock, Cut, Where, mesh_words
 from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
@@ -346,9 +347,6 @@ class _Search:
     def write(self, chosen: Candidate, cut: str | None) -> Result:
         """The chosen candidate's choices written into the input's text, once, with the header (or
         Infeasible when it does not fit)."""
-        # lazy: torch loads only when this runs
-        from planlang.model.price.estimate import format_bytes
-
         if not chosen.fits:
             smallest = min(self.tried, key=lambda c: c.peak)
             within = "" if cut is None else f" among the candidates priced before the cut ({cut})"

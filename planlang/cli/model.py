@@ -1,8 +1,6 @@
-"""The `planlang` command line: thin commands, each calling one library function.
-
-Exit codes: 0 clean, 1 findings (errors; for `lint` also warnings; for `fmt --check` unformatted
-files), 2 usage errors and internal errors. `check`, `lint`, `fmt` and `explain` never import torch.
-"""
+"""The commands that build, price or run a plan's model: `inspect`, `estimate`, `lower`, `verify`, `run`,
+`solve`, `diff`, `report`, `probe`. Each imports torch when it runs, and each starts from the one validation
+(planlang.model.validation) through `_validated`."""
 from __future__ import annotations
 
 import ast as pyast
@@ -13,334 +11,17 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
-import traceback
-from collections import Counter
-from dataclasses import dataclass
-from enum import Enum
 from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import List, Optional
 
 import typer
 
-from planlang.lang.version import __version__
-from planlang.lang.codes import CODES, explain as explain_code
-from planlang.lang.config import Config, ConfigError, load_config
-from planlang.lang.diagnostics import Diagnostic, did_you_mean
-from planlang.lang.render import render, summary_line
-from planlang.lang.source import SourceFile, decode_plan, plan_text
+from planlang.lang.render import render
 from planlang.plan.complete import IncompletePlan, complete as as_complete
 from planlang.plan.types import ModelRef
-
-app = typer.Typer(
-    name="planlang",
-    help="A declarative language and toolchain for distributed-training plans.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
+from planlang.cli.app import Objective, TableFormat, _COLOR, _fail_usage, _use_color
 
 
-class OutputFormat(str, Enum):
-    human = "human"
-    concise = "concise"
-    json = "json"
-    sarif = "sarif"
-    github = "github"
-
-
-class TableFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
-class Objective(str, Enum):
-    time = "time"
-    memory = "memory"
-    balanced = "balanced"
-
-
-class UsageError(Exception):
-    pass
-
-
-STDIN = "-"
-
-
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"planlang {__version__}")
-        raise typer.Exit(0)
-
-
-@app.callback()
-def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
-    color: Optional[bool] = typer.Option(None, "--color/--no-color",
-                                         help="Colour for every command (default: NO_COLOR, FORCE_COLOR, a terminal)."),
-) -> None:
-    if color is not None:  # rich (progress, tables) reads these too
-        os.environ.pop("NO_COLOR" if color else "FORCE_COLOR", None)
-        os.environ["FORCE_COLOR" if color else "NO_COLOR"] = "1"
-
-
-def _config(config: Optional[Path], isolated: bool, select=(), extend_select=(), ignore=()):
-    """The project configuration (planlang.toml / pyproject.toml [tool.planlang]) with the command line on top."""
-
-    try:
-        base = Config(root=Path.cwd()) if isolated else load_config(config)
-        return base.with_options(select, extend_select, ignore)
-    except ConfigError as err:
-        _fail_usage(str(err))
-
-
-def plan_files(paths: List[Path], config=None) -> list[str]:
-    """Expand arguments: files as given, folders to every *.plan below them (sorted; less what the
-    configuration excludes and git ignores), `-` for standard input."""
-
-    config = config or Config(root=Path.cwd(), respect_gitignore=False)
-    out: list[str] = []
-    for p in paths:
-        if str(p) == STDIN:
-            if STDIN in out:
-                raise UsageError("`-` (standard input) is given twice")
-            out.append(STDIN)
-        elif p.is_dir():
-            out += [str(f) for f in config.plan_files(p)]
-        elif p.is_file():
-            out.append(str(p))
-        else:
-            raise UsageError(f"no such file or folder: {p}")
-    if not out:
-        raise UsageError("no .plan files given")
-    return out
-
-
-def _use_color(flag: Optional[bool], stream=None) -> bool:
-    """--color/--no-color, else NO_COLOR (off), else FORCE_COLOR (on), else whether `stream` is a terminal."""
-    if flag is not None:
-        return flag
-    if os.environ.get("NO_COLOR"):
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return (stream or sys.stdout).isatty()
-
-
-def _fail_usage(msg: str) -> NoReturn:
-    typer.echo(f"planlang: error: {msg}", err=True)
-    raise typer.Exit(2)
-
-
-@dataclass(frozen=True)
-class _PlanInput:
-    """A file argument as read: the name diagnostics use, its text, its bytes, and PL105 when they are
-    not UTF-8 (the text then shows U+FFFD for the bad bytes)."""
-
-    name: str
-    text: str
-    data: bytes
-    undecodable: Diagnostic | None = None  # PL105
-
-
-def _read_plan(name: str, stdin_filename: Optional[str]) -> _PlanInput:
-    """A file argument; `-` reads standard input once. A file that cannot be read at all is a usage error."""
-
-    if name == STDIN:
-        data, name = sys.stdin.buffer.read(), stdin_filename or "<stdin>"
-    else:
-        try:
-            data = Path(name).read_bytes()
-        except OSError as err:
-            _fail_usage(f"cannot read {name}: {err.strerror or err}")
-    try:  # the text as written: `fmt` rewrites a byte-order mark or "\r" line ends, the parser reads past them
-        return _PlanInput(name, data.decode("utf-8"), data)
-    except UnicodeDecodeError:
-        source, bad = decode_plan(data, name)
-        assert bad is not None  # the bytes did not decode: decode_plan says where
-    return _PlanInput(name, source.text, data, Diagnostic(
-        "PL105", CODES["PL105"].severity, "the file is not UTF-8 text: this byte is not valid UTF-8",
-        source.span(*bad), help="save the file as UTF-8"))
-
-
-def _check_one(name: str, text: str, model: bool, use_paths: tuple[str, ...] = ()):
-    """Check one plan given as text: its `use "file"` imports resolve next to `name` (and in `use_paths`)."""
-    if model:  # imports torch: only on request
-        # lazy: torch loads only when this runs
-        from planlang.model.validation import check_with_model
-        from planlang.runtime.program_memory import measure
-
-        return check_with_model(name, text=text, search_paths=use_paths, program=measure)
-    # lazy: lark loads only when this runs
-    from planlang.plan.checker import check_text
-
-    return check_text(text, name, search_paths=use_paths)
-
-
-def _statistics(diags) -> str:
-    counts = Counter(d.code for d in diags)
-    width = len(str(max(counts.values(), default=0)))
-    rows = [f"{n:>{width}}  {code}  {CODES[code].name if code in CODES else ''}".rstrip()
-            for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
-    return "".join(r + "\n" for r in rows) + f"Found {sum(counts.values())} finding{'s' if len(diags) != 1 else ''}.\n"
-
-
-def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fail_on_warnings: bool,
-                model: bool = False, *, config=None, stdin_filename: Optional[str] = None,
-                exit_zero: bool = False, statistics: bool = False) -> int:
-    try:
-        files = plan_files(paths, config)
-    except UsageError as err:
-        _fail_usage(str(err))
-    diags: list[Diagnostic] = []
-    sources: dict[str, SourceFile] = {}
-
-    for f in files:
-        plan = _read_plan(f, stdin_filename)
-        if plan.undecodable is not None:  # reported where it is; the other files are still checked
-            diags.append(plan.undecodable)
-            sources[plan.name] = SourceFile(plan.name, plan.text)
-            continue
-        res = _check_one(plan.name, plan.text, model, config.use_paths if config is not None else ())
-        diags.extend(config.keep(res.diagnostics) if config is not None else res.diagnostics)
-        sources.update(res.sources)
-    if statistics:
-        sys.stdout.write(_statistics(diags))
-    else:
-        out = render(diags, sources, fmt.value, color=_use_color(color) if fmt is OutputFormat.human else False)
-        if out:
-            sys.stdout.write(out if out.endswith("\n") else out + "\n")
-    if fmt is OutputFormat.human:
-        label = f"{len(files)} file{'s' if len(files) != 1 else ''}"
-        typer.echo(f"{label}: {summary_line(diags)}", err=True)
-    bad = {"error"} | ({"warning"} if fail_on_warnings else set())
-    return 1 if not exit_zero and any(d.severity.value in bad for d in diags) else 0
-
-
-# Options `check` and `lint` share (ruff's names).
-_PATHS = typer.Argument(..., help="Plan files or folders (every *.plan below), or - for standard input.")
-_STDIN_NAME = typer.Option(None, "--stdin-filename", help="The name of the plan read from - (for locations, "
-                           "per-file-ignores and `use` of files next to it).")
-_SELECT = typer.Option([], "--select", help="Codes or prefixes to report, replacing the configuration's "
-                       "(comma-separated, repeatable): --select PL3,PL501.")
-_EXTEND = typer.Option([], "--extend-select", help="Codes or prefixes to report in addition.")
-_IGNORE = typer.Option([], "--ignore", help="Codes or prefixes not to report.")
-_CONFIG = typer.Option(None, "--config", help="A planlang.toml or pyproject.toml to read (default: the nearest one).")
-_ISOLATED = typer.Option(False, "--isolated", help="Read no configuration file.")
-_EXIT_ZERO = typer.Option(False, "--exit-zero", help="Exit 0 even when something is found.")
-_STATS = typer.Option(False, "--statistics", help="Print the number of findings per code instead of the findings.")
-_COLOR = typer.Option(None, "--color/--no-color", help="Colour (default: NO_COLOR, FORCE_COLOR, a terminal).")
-_MODEL = typer.Option(False, "--model", help="Also load the model on meta and check paths and shapes.")
-
-
-@app.command()
-def check(
-    paths: List[Path] = _PATHS,
-    format: OutputFormat = typer.Option(OutputFormat.human, "--format", "-f", help="Output format."),
-    color: Optional[bool] = _COLOR,
-    model: bool = _MODEL,
-    stdin_filename: Optional[str] = _STDIN_NAME,
-    select: List[str] = _SELECT,
-    extend_select: List[str] = _EXTEND,
-    ignore: List[str] = _IGNORE,
-    config: Optional[Path] = _CONFIG,
-    isolated: bool = _ISOLATED,
-    exit_zero: bool = _EXIT_ZERO,
-    statistics: bool = _STATS,
-    fail_on_warnings: bool = typer.Option(False, "--fail-on-warnings",
-                                          help="Exit 1 on warnings too (as `lint` does), not only on errors."),
-) -> None:
-    """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors
-    (and on warnings with --fail-on-warnings)."""
-    cfg = _config(config, isolated, select, extend_select, ignore)
-    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=fail_on_warnings, model=model, config=cfg,
-                                 stdin_filename=stdin_filename, exit_zero=exit_zero, statistics=statistics))
-
-
-@app.command()
-def lint(
-    paths: List[Path] = _PATHS,
-    format: OutputFormat = typer.Option(OutputFormat.concise, "--format", "-f", help="Output format."),
-    color: Optional[bool] = _COLOR,
-    model: bool = _MODEL,
-    stdin_filename: Optional[str] = _STDIN_NAME,
-    select: List[str] = _SELECT,
-    extend_select: List[str] = _EXTEND,
-    ignore: List[str] = _IGNORE,
-    config: Optional[Path] = _CONFIG,
-    isolated: bool = _ISOLATED,
-    exit_zero: bool = _EXIT_ZERO,
-    statistics: bool = _STATS,
-) -> None:
-    """Check plans for CI: concise output by default; exit 1 on errors or warnings."""
-    cfg = _config(config, isolated, select, extend_select, ignore)
-    raise typer.Exit(_run_checks(paths, format, color if format is OutputFormat.human else False,
-                                 fail_on_warnings=True, model=model, config=cfg, stdin_filename=stdin_filename,
-                                 exit_zero=exit_zero, statistics=statistics))
-
-
-@app.command()
-def fmt(
-    paths: List[Path] = typer.Argument(..., help="Plan files or folders, or - (standard input to standard output)."),
-    check_only: bool = typer.Option(False, "--check", help="Write nothing; exit 1 if a file would change."),
-    diff: bool = typer.Option(False, "--diff", help="Write nothing; print a unified diff of the changes."),
-    stdin_filename: Optional[str] = _STDIN_NAME,
-    config: Optional[Path] = _CONFIG,
-    isolated: bool = _ISOLATED,
-) -> None:
-    """Format plans in place (canonical layout, comments kept); `planlang fmt -` formats standard input to
-    standard output (a plan with syntax errors is written back unchanged, the errors on stderr)."""
-    # lazy: lark loads only when this runs
-    from planlang.lang.fmt import FormatError, format_text, unified_diff
-
-    try:
-        files = plan_files(paths, _config(config, isolated))
-    except UsageError as err:
-        _fail_usage(str(err))
-    changed, broken = [], 0
-    for f in files:
-        plan = _read_plan(f, stdin_filename)
-        name, text = plan.name, plan.text
-        if plan.undecodable is not None:
-            sys.stderr.write(render([plan.undecodable], {name: SourceFile(name, text)}, "human",
-                                    color=_use_color(None, sys.stderr)))
-            broken += 1
-            if f == STDIN and not (check_only or diff):
-                sys.stdout.flush()
-                sys.stdout.buffer.write(plan.data)  # a filter gives back what it got, byte for byte
-            continue
-        try:
-            new = format_text(text, name)
-        except FormatError as err:
-            sys.stderr.write(render(list(err.diagnostics), {name: SourceFile(name, plan_text(text))}, "human",
-                                    color=_use_color(None, sys.stderr)))
-            broken += 1
-            if f == STDIN and not (check_only or diff):
-                sys.stdout.write(text)  # a filter (vim's formatprg) must not lose the buffer
-            continue
-        if f == STDIN and not (check_only or diff):
-            sys.stdout.write(new)
-        if new == text:
-            continue
-        changed.append(name)
-        if diff:
-            sys.stdout.write(unified_diff(text, new, name))
-        elif check_only:
-            typer.echo(f"would reformat {name}")
-        elif f != STDIN:
-            Path(f).write_text(new, encoding="utf-8")
-            typer.echo(f"reformatted {name}", err=True)
-    verb = "would be reformatted" if (check_only or diff) else "reformatted"
-    typer.echo(f"{len(changed)} file{'s' if len(changed) != 1 else ''} {verb}, "
-               f"{len(files) - len(changed) - broken} unchanged" + (f", {broken} with syntax errors" if broken else ""),
-               err=True)
-    if broken:
-        raise typer.Exit(1)
-    raise typer.Exit(1 if changed and (check_only or diff) else 0)
-
-
-@app.command()
 def inspect(
     model: str = typer.Argument(..., help='A plan file, or a factory "package.module:callable".'),
     arg: List[str] = typer.Option([], "--arg", "-a", help="Factory keyword argument NAME=VALUE (repeatable)."),
@@ -390,7 +71,6 @@ def inspect(
     sys.stdout.write(render_json(info) if format is TableFormat.json else render_text(info))
 
 
-@app.command()
 def estimate(
     plan: Path = typer.Argument(..., help="A plan file with a model."),
     format: TableFormat = typer.Option(TableFormat.table, "--format", "-f", help="Output format."),
@@ -448,9 +128,6 @@ def _runnable_plan(plan: Path):
     return _validated(plan).complete
 
 
-
-
-@app.command()
 def lower(
     plan: Path = typer.Argument(..., help="A complete plan file with a model."),
     rank: int = typer.Option(0, "--rank", "-r", help="The rank whose program to print."),
@@ -496,7 +173,6 @@ def _preflight(plan: Path) -> None:
         _fail_usage(str(err))
 
 
-@app.command()
 def verify(
     plan: Path = typer.Argument(..., help="A complete plan file with a model."),
     steps: int = typer.Option(3, "--steps", help="Training steps to compare."),
@@ -560,7 +236,6 @@ def verify(
     raise typer.Exit({"FAIL": 1, "ERROR": 2}.get(word, code))
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(
     ctx: typer.Context,
     plan: Path = typer.Argument(..., help="A complete plan file."),
@@ -618,7 +293,6 @@ def run(
     raise typer.Exit(code)
 
 
-@app.command()
 def solve(
     plan: Path = typer.Argument(..., help="A plan with holes (`?`)."),
     output: str = typer.Option("-", "--output", "-o", help="Where to write the complete plan (- = stdout)."),
@@ -670,7 +344,6 @@ def solve(
     sys.stderr.write("".join(line + "\n" for line in res.summary))  # the header at the top of the plan
 
 
-@app.command()
 def diff(
     a: Path = typer.Argument(..., help="Plan A (the baseline): a complete plan file with a model."),
     b: Path = typer.Argument(..., help="Plan B (the what-if): a complete plan file with a model."),
@@ -709,19 +382,6 @@ def diff(
                            force_terminal=colour, no_color=not colour))
 
 
-@app.command()
-def lsp(
-    stdio: bool = typer.Option(True, "--stdio", help="Serve on stdin/stdout (the default; editors pass it)."),
-    log_level: str = typer.Option("WARNING", "--log-level", help="stderr log level: DEBUG, INFO, WARNING, ERROR."),
-) -> None:
-    """Run the language server on stdio (for editors)."""
-    # lazy: the language server's packages load only for `planlang lsp`
-    from planlang.lsp.server import main as serve
-
-    serve(["--log-level", log_level])
-
-
-@app.command()
 def report(
     plan: Path = typer.Argument(..., help="A complete plan file with a model."),
     output: Path = typer.Option(..., "--output", "-o", help="Directory to write the report into."),
@@ -737,7 +397,6 @@ def report(
     raise typer.Exit(report_command(str(plan), str(output), format))
 
 
-@app.command()
 def probe(
     mesh: str = typer.Option(..., "--mesh", help="Axes to measure, e.g. dp=2,tp=2 (product = --nproc)."),
     nproc: int = typer.Option(..., "--nproc", help="Processes to launch on this machine (torchrun)."),
@@ -763,42 +422,3 @@ def probe(
            f"--master-port={port}", "-m", "planlang.cost.probe", "--mesh", mesh, "--device", device,
            "--max-bytes", str(max_bytes), "-o", output]
     raise typer.Exit(subprocess.call(cmd))
-
-
-@app.command()
-def explain(code: str = typer.Argument(..., help="A diagnostic code such as PL301.")) -> None:
-    """Explain a diagnostic code."""
-
-    text = explain_code(code)
-    if text is None:
-        guess = did_you_mean(code.upper(), CODES)
-        _fail_usage(f"unknown code {code}" + (f"; did you mean {guess}?" if guess else
-                                              f"; codes are {min(CODES)} ... {max(CODES)} (docs/diagnostics.md)"))
-    typer.echo(text, nl=False)
-
-
-# What the `torch` extra brings (pyproject.toml): commands that price or run a model import them.
-TORCH_EXTRA = {"torch", "numpy", "networkx", "pulp", "highspy", "matplotlib"}
-
-
-def main() -> None:
-    try:
-        app()
-    except KeyboardInterrupt:
-        sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as err:  # an internal error: a bug in planlang, never the user's input
-        missing = err.name.split(".")[0] if isinstance(err, ModuleNotFoundError) and err.name else None
-        if missing in TORCH_EXTRA:  # the language-only install: a missing extra, not a bug
-            typer.echo(f"planlang: error: this command needs {missing}, which is not installed; install "
-                       f"planlang's torch extra: pip install 'planlang[torch]'", err=True)
-            sys.exit(2)
-
-        traceback.print_exc()
-        typer.echo(f"planlang: internal error: {err!r} — please report this with the plan that caused it", err=True)
-        sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,50 @@
+"""The `planlang` command line: thin commands, each calling one library function.
+
+Exit codes: 0 clean, 1 findings (errors; for `lint` also warnings; for `fmt --check` unformatted
+files), 2 usage errors and internal errors. `check`, `lint`, `fmt` and `explain` never import torch.
+The app and its shared options: planlang.cli.app; the commands: planlang.cli.language (check, lint, fmt,
+explain, lsp) and planlang.cli.model (the ones that build, price or run a model)."""
+from __future__ import annotations
+
+import sys
+import traceback
+
+import typer
+
+from planlang.cli import language as L
+from planlang.cli import model as M
+from planlang.cli.app import app
+
+# the commands, in the order `planlang --help` lists them
+for _command in (L.check, L.lint, L.fmt, M.inspect, M.estimate, M.lower, M.verify):
+    app.command()(_command)
+app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(M.run)
+for _command in (M.solve, M.diff, L.lsp, M.report, M.probe, L.explain):
+    app.command()(_command)
+
+
+# What the `torch` extra brings (pyproject.toml): commands that price or run a model import them.
+TORCH_EXTRA = {"torch", "numpy", "networkx", "pulp", "highspy", "matplotlib"}
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except SystemExit:
+        raise
+    except Exception as err:  # an internal error: a bug in planlang, never the user's input
+        missing = err.name.split(".")[0] if isinstance(err, ModuleNotFoundError) and err.name else None
+        if missing in TORCH_EXTRA:  # the language-only install: a missing extra, not a bug
+            typer.echo(f"planlang: error: this command needs {missing}, which is not installed; install "
+                       f"planlang's torch extra: pip install 'planlang[torch]'", err=True)
+            sys.exit(2)
+
+        traceback.print_exc()
+        typer.echo(f"planlang: internal error: {err!r} — please report this with the plan that caused it", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,4 @@
+"""`python -m planlang.cli`."""
+from planlang.cli import main
+
+main()
