@@ -35,6 +35,7 @@ import contextlib
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Callable
 
@@ -59,6 +60,7 @@ from planlang.runtime.codegen import generate
 from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
+from planlang.runtime.launch import plan_mesh, world_size
 from planlang.model.program.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
 from planlang.runtime.pipeline import PipelineError, apply_pipeline, check_pipeline_plan
 from planlang.runtime.program_pipeline import build_program_pipeline
@@ -75,17 +77,24 @@ class PlanError(ValueError):
 
 
 def load_plan(plan: T.Plan | str | Path) -> CompletePlan:
-    """The plan (a Plan, or a file checked here) as a CompletePlan; a PlanError when it has errors or holes."""
-    if not isinstance(plan, T.Plan):
-        # lazy: lark loads only when this runs
-        from planlang.plan.checker import check_file
+    """The plan (a Plan value, or a file) checked by the model-free rules, as a CompletePlan; a PlanError
+    naming each error when they refuse it or it has holes. A Plan value is checked too: a complete plan
+    comes out of validation only, so the runtime need not restate the checker's rules."""
+    # lazy: lark loads only when this runs
+    from planlang.plan.checker import RULES, CheckContext, check_file, run_rules
 
+    if not isinstance(plan, T.Plan):
         res = check_file(str(plan))
         if res.errors or res.plan is None:
             errors = [d for d in res.diagnostics if d.severity is Severity.ERROR]
             raise PlanError(f"{plan} has errors:\n" + "".join(
                 render([d], res.sources, "concise") + (f"  help: {d.help}\n" if d.help else "") for d in errors))
         plan = res.plan
+    else:  # a value the resolver made (no sources): the rules alone
+        errors = [d for d in run_rules(CheckContext(plan, {}, {}), RULES) if d.severity is Severity.ERROR]
+        if errors:
+            raise PlanError(f"{plan.path or 'the plan'} has errors:\n" + "".join(
+                f"  error[{d.code}]: {d.message}\n" + (f"  help: {d.help}\n" if d.help else "") for d in errors))
     try:
         return complete(plan)
     except IncompletePlan as e:
@@ -129,7 +138,7 @@ class ParallelModel(nn.Module):
     `step` adds backward and the gradient sums; `optimizer()` is the plan's optimizer (ZeRO included)."""
 
     def __init__(self, model: nn.Module, prog: Program, groups: MeshGroups, layouts: dict[str, ParamLayout],
-                 code: str, device: torch.device, recorder=None, blocks: tuple[Block, ...] = ()) -> None:
+                 code: str, device: torch.device, recorder=None, blocks: Sequence[Block] = ()) -> None:
         super().__init__()
         self.module = model
         self.program = prog
@@ -152,8 +161,8 @@ class ParallelModel(nn.Module):
         self.plan_optimizer: CompleteOptimizer | None = None  # set by apply
         self.fsdp_axes: tuple[str, ...] = ()  # the axes FSDP2 shards over (ZeRO-2/3), set by shard_optimizer
         self.grad_scale: dict[str, float] = {}  # parameter -> factor on its gradient (ZeRO-2/3, shard_optimizer)
-        self._grad_sync = None  # planlang.runtime.grad_sync.GradSync, made at the first forward
-        self._pending_loss = None  # the last global loss, its all-reduce possibly still in flight
+        self._grad_sync: GradSync | None = None  # made at the first forward
+        self._pending_loss: torch.Tensor | None = None  # the last global loss, its all-reduce possibly in flight
         self.precision = T.Precision()  # the plan's (set by apply): autocast, loss scale, reduce dtype
         self.loss_scale: LossScale | None = None
 
@@ -187,8 +196,8 @@ class ParallelModel(nn.Module):
         if not axes:
             return loss
         self._wait_loss()
-        self._pending_loss = GlobalLoss.apply(loss, tuple(axes), self.groups)
-        return self._pending_loss
+        self._pending_loss = global_loss = GlobalLoss.apply(loss, tuple(axes), self.groups)
+        return global_loss
 
     def _scaled(self, fqn: str, p: torch.Tensor) -> torch.Tensor:
         return ScaleGrad.apply(p, self.grad_scale[fqn]) if fqn in self.grad_scale else p
@@ -214,7 +223,7 @@ class ParallelModel(nn.Module):
         the torch class otherwise. `cls` and `kwargs` replace the plan's class and arguments."""
 
         try:
-            params = [p for p in self.parameters() if p.requires_grad]
+            params: list[torch.Tensor] = [p for p in self.parameters() if p.requires_grad]
             return wrap_optimizer(params, self.precision,
                                   lambda ps: build_optimizer(ps, self.plan_optimizer, self.groups, cls=cls, **kwargs),
                                   fsdp=bool(self.fsdp_axes), loss_scale=self.loss_scale)
@@ -241,7 +250,7 @@ class ParallelModel(nn.Module):
         finally:
             gs.no_sync = False
 
-    def _gradient_sums(self):
+    def _gradient_sums(self) -> GradSync:
         if self._grad_sync is None:
             # the parameters backward gives a gradient (a pooler the loss does not use gets none): the
             # buckets hold those alone, on every rank alike
@@ -361,7 +370,7 @@ def zero_blocks(model: nn.Module, prog: Program, plan: CompletePlan) -> list[Blo
     without ZeRO-2/3 over an axis of more than one device. (Generated code runs a block through
     `rt.block` whether or not FSDP2 wraps its module: the same step either way.)"""
     opt = plan.optimizer
-    if opt is None or opt.zero_stage < 2 or opt.zero_axis is None or (plan.mesh.axis_size(opt.zero_axis) or 1) == 1:
+    if opt is None or opt.zero_stage < 2 or opt.zero_axis is None or plan_mesh(plan).size_of(opt.zero_axis) == 1:
         return []
     return block_ranges(model, prog)[0]
 
@@ -397,19 +406,18 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
 
     units = [pm.module.get_submodule(b.name) for b in pm.blocks]
     mp = {} if mp_policy(plan.precision) is None else {"mp_policy": mp_policy(plan.precision)}
-    for unit in units:
-        fully_shard(unit, mesh=mesh, reshard_after_forward=(stage == 3), **mp)
+    sharded = [fully_shard(unit, mesh=mesh, reshard_after_forward=(stage == 3), **mp) for unit in units]
     # the root unit is never resharded after forward (FSDP2's own default for the root): its forward spans
     # the whole step's forward, and backward starts with the head it holds, so resharding it would only
     # all-gather it again at once (one all-gather of the embeddings and head per step, tests/runtime/
     # test_zero_traffic_gloo.py); its peak is the same either way (planlang.model.price.estimate counts it whole)
-    fully_shard(pm, mesh=mesh, reshard_after_forward=False, **mp)
-    for unit in [*units, pm]:  # per unit: the FSDPModule setters act on their own module's parameters
-        unit.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
-        unit.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - gloo has no PREMUL_SUM
-    for before, after in zip(units, units[1:]):
-        before.set_modules_to_forward_prefetch([after])  # type: ignore[attr-defined]
-        after.set_modules_to_backward_prefetch([before])  # type: ignore[attr-defined]
+    root = fully_shard(pm, mesh=mesh, reshard_after_forward=False, **mp)
+    for unit in [*sharded, root]:  # per unit: the FSDPModule setters act on their own module's parameters
+        unit.set_gradient_divide_factor(1.0)
+        unit.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+    for before, after in zip(sharded, sharded[1:]):
+        before.set_modules_to_forward_prefetch([after])
+        after.set_modules_to_backward_prefetch([before])
     pm.fsdp_axes = mesh_axes
 
 
@@ -464,14 +472,14 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         note = sum_loss_note(model, meta_inputs(plan.inputs))
         if note:
             sys.stderr.write(note + "\n")
-    world = math.prod(plan.mesh.shape)
+    world = world_size(plan)
     if world != dist.get_world_size():
         raise PlanError(f"the plan's mesh has {world} devices but {dist.get_world_size()} processes were "
                         f"launched; run with --nproc-per-node {world}")
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
-    groups = MeshGroups(plan.mesh, device.type)
+    groups = MeshGroups(plan_mesh(plan), device.type)
     if plan.pipeline is not None and not tensor_axes(plan):
         try:
             return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)

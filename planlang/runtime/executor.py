@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import zlib
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -26,6 +27,9 @@ from planlang.runtime.local_ops import run_local
 from planlang.model.program.lowering import Convert, Program, Run
 from planlang.model.program.recompute import checkpoint, is_recomputing
 from planlang.runtime.redistribute import MeshGroups, run_path
+
+if TYPE_CHECKING:  # named in an annotation only
+    from planlang.runtime.zero_blocks import BlockCaller
 
 
 class GradSum(torch.autograd.Function):
@@ -215,7 +219,7 @@ class Runtime:
         self.modules: torch.nn.Module | None = None  # the model (for opaque module calls), set by apply
         # ZeRO-2/3 per block: rt.block(name, fn, *xs) runs a block's instructions as its module's forward
         # (planlang.runtime.zero_blocks.BlockCaller), set by apply when the program has blocks
-        self.block = None
+        self.block: BlockCaller | None = None
 
     # -- generated code's calls
     def const(self, name: str) -> torch.Tensor:
