@@ -3,6 +3,7 @@ names and objects, and bad stage lists fail with the checker's codes; the plan's
 against the pipeline axis before anything runs."""
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -167,9 +168,11 @@ def test_a_python_value_crossing_a_boundary_is_reported_when_it_runs():
 
 # ------------------------------------------------------------------------------ the plan's pipeline
 def _plan(pipeline: str, mesh: str = "pp = 2 over hardware.loopback", data: str = ""):
+    devices = math.prod(int(n) for n in re.findall(r"= (\d+) over", mesh))  # the mesh's devices, as PL301 asks
     text = ("use hardware\nmodel g = "
             '"examples.gpt2.model:build"(layers = 4, hidden = 32, heads = 4, vocab = 64, seq = 8)\n'
-            f"input idx : i64[batch = 8, seq = 8]\nmesh m of 4 x hardware.cpu {{\n    {mesh}\n}}\n{data}\n{pipeline}\n")
+            f"input idx : i64[batch = 8, seq = 8]\nmesh m of {devices} x hardware.cpu {{\n    {mesh}\n}}\n{data}\n"
+            f"{pipeline}\n")
     return resolve_text(text, "t.plan").plan
 
 
