@@ -122,9 +122,8 @@ class Mesh:
         """Number of devices: the declared count, else the product of the axis sizes (None with holes)."""
         if self.device_count is not None:
             return self.device_count
-        if self.has_holes:
-            return None
-        return math.prod(a.size for a in self.axes)  # type: ignore[misc]
+        sizes = [a.size for a in self.axes if not isinstance(a.size, Hole)]
+        return math.prod(sizes) if len(sizes) == len(self.axes) else None
 
     def axis(self, name: str) -> Axis | None:
         for a in self.axes:
@@ -193,14 +192,14 @@ class Spec:
 
     def axes_of(self, dim: int) -> tuple[str, ...]:
         d = self.dims[dim]
-        return () if is_hole(d) else d  # type: ignore[return-value]
+        return () if isinstance(d, Hole) else d
 
     def used_axes(self) -> list[str]:
         """Every axis named, in order, repeats included (the checker reports repeats)."""
         out: list[str] = []
         for d in self.dims:
-            if not is_hole(d):
-                out.extend(d)  # type: ignore[arg-type]
+            if not isinstance(d, Hole):
+                out.extend(d)
         return out + list(self.partial)
 
     def shard_factor(self, dim: int, mesh: Mesh) -> int | None:
@@ -220,7 +219,7 @@ class Spec:
         for ax in mesh.names:
             p: Placement = Replicate()
             for i, d in enumerate(self.dims):
-                if not is_hole(d) and ax in d:  # type: ignore[operator]
+                if not isinstance(d, Hole) and ax in d:
                     p = Shard(i)
             if ax in self.partial:
                 p = Partial()
@@ -232,10 +231,13 @@ class Spec:
         `local_size(n, f)`. None when it cannot be known (a rank mismatch, an axis size that is a hole)."""
         if len(shape) != self.rank:
             return None
-        factors = [self.shard_factor(i, mesh) for i in range(self.rank)]
-        if any(f is None for f in factors):
-            return None
-        return tuple(local_size(n, f) for n, f in zip(shape, factors))  # type: ignore[arg-type]
+        factors: list[int] = []
+        for i in range(self.rank):
+            f = self.shard_factor(i, mesh)
+            if f is None:
+                return None
+            factors.append(f)
+        return tuple(local_size(n, f) for n, f in zip(shape, factors))
 
 
 lazy_span_field(Spec)
@@ -379,7 +381,7 @@ class Pipeline:
     span: Span = _span()
 
     def __str__(self) -> str:
-        n = "?" if is_hole(self.stages) else len(self.stages)  # type: ignore[arg-type]
+        n = "?" if isinstance(self.stages, Hole) else len(self.stages)
         return f"pipeline over {self.axis}: {self.schedule}, {self.microbatches} microbatches, {n} stages"
 
 
@@ -532,24 +534,24 @@ class Plan:
         """Every hole in the plan, in a stable order."""
         out: list[Hole] = []
         if self.mesh:
-            out += [a.size for a in self.mesh.axes if is_hole(a.size)]  # type: ignore[misc]
+            out += [a.size for a in self.mesh.axes if isinstance(a.size, Hole)]
         if self.optimizer:
-            out += [x for x in (self.optimizer.zero_stage, self.optimizer.zero_axis) if is_hole(x)]  # type: ignore[misc]
+            out += [x for x in (self.optimizer.zero_stage, self.optimizer.zero_axis) if isinstance(x, Hole)]
         for d in self.data:
             out += _spec_holes(d.spec)
         for r in self.shards:
             out += _spec_holes(r.spec)
         if self.pipeline:
             p = self.pipeline
-            out += [x for x in (p.axis, p.schedule, p.microbatches, p.stages) if is_hole(x)]  # type: ignore[misc]
-            if isinstance(p.schedule, Schedule) and is_hole(p.schedule.chunks):
-                out.append(p.schedule.chunks)  # type: ignore[arg-type]
-            if not is_hole(p.stages):
-                for st in p.stages:  # type: ignore[union-attr]
-                    out += [v for _, v in st.degrees if is_hole(v)]  # type: ignore[misc]
+            out += [x for x in (p.axis, p.schedule, p.microbatches, p.stages) if isinstance(x, Hole)]
+            if isinstance(p.schedule, Schedule) and isinstance(p.schedule.chunks, Hole):
+                out.append(p.schedule.chunks)
+            if not isinstance(p.stages, Hole):
+                for st in p.stages:
+                    out += [v for _, v in st.degrees if isinstance(v, Hole)]
         for g in self.checkpoints:
-            if is_hole(g.every):
-                out.append(g.every)  # type: ignore[arg-type]
+            if isinstance(g.every, Hole):
+                out.append(g.every)
         if self.checkpoint_hole:
             out.append(self.checkpoint_hole)
         return out
