@@ -147,8 +147,10 @@ def complete(plan: Plan) -> CompletePlan:
     pipeline = None
     if plan.pipeline is not None:
         p = plan.pipeline
+        if isinstance(p.stages, Hole):  # never: plan.holes() has it
+            raise IncompletePlan(plan, [p.stages])
         pipeline = _as(CompletePipeline, p, schedule=_as(CompleteSchedule, p.schedule),
-                       stages=tuple(_as(CompleteStage, st) for st in p.stages))  # type: ignore[union-attr]
+                       stages=tuple(_as(CompleteStage, st) for st in p.stages))
     return _as(CompletePlan, plan,
                mesh=mesh,
                optimizer=None if plan.optimizer is None else _as(CompleteOptimizer, plan.optimizer),
