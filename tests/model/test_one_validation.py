@@ -1,6 +1,6 @@
-"""One validation (planlang.model.validation), for every command and the editor: the language server and
-`check --model` give the same diagnostics for the same plan (the zoo's plans, the mutation suite's seeds
-and some of its mutants), and `check --model`, `estimate` and `solve` run the model's factory once and
+"""One validation (planlang.model.validation), for every command and the editor: the language server,
+`report` and `check --model` give the same diagnostics for the same plan (the zoo's plans, the mutation
+suite's seeds and some of its mutants; `report` for those without errors, which it refuses), and `check --model`, `estimate` and `solve` run the model's factory once and
 lower each program once."""
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from planlang.lsp.model_checks import ModelChecker  # noqa: E402
 from planlang.model.capture import load  # noqa: E402
 from planlang.model.program import lowering  # noqa: E402
 from planlang.model.validation import check_with_model  # noqa: E402
+from planlang.report.build import ReportError, build_report_data  # noqa: E402
 from tests.zoo.plans import plan_text  # noqa: E402
 
 
@@ -52,6 +53,11 @@ def test_the_editor_and_check_model_give_the_same_diagnostics(name, text, tmp_pa
     checked = check_with_model(str(path))
     edited = ModelChecker().run(text, str(path))
     assert _seen(edited.diagnostics) == _seen(checked.diagnostics)
+    if checked.errors or "?" in text:
+        with pytest.raises(ReportError):
+            build_report_data(str(path))
+        return
+    assert _seen(build_report_data(str(path)).diagnostics) == _seen(checked.diagnostics)
 
 
 class _Counts:
