@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 import traceback
+from typing import Callable
 
 import typer
 
@@ -15,12 +16,12 @@ from planlang.cli import language as L
 from planlang.cli import model as M
 from planlang.cli.app import app
 
-# the commands, in the order `planlang --help` lists them
-for _command in (L.check, L.lint, L.fmt, M.inspect, M.estimate, M.lower, M.verify):
-    app.command()(_command)
-app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(M.run)
-for _command in (M.solve, M.diff, L.lsp, M.report, M.probe, L.explain):
-    app.command()(_command)
+# the commands, in the order `planlang --help` lists them (`run` passes what follows `--` to the script)
+COMMANDS: tuple[Callable[..., None], ...] = (L.check, L.lint, L.fmt, M.inspect, M.estimate, M.lower, M.verify, M.run,
+                                             M.solve, M.diff, L.lsp, M.report, M.probe, L.explain)
+for _command in COMMANDS:
+    extra = {"allow_extra_args": True, "ignore_unknown_options": True} if _command is M.run else None
+    app.command(context_settings=extra)(_command)
 
 
 # What the `torch` extra brings (pyproject.toml): commands that price or run a model import them.

@@ -20,11 +20,14 @@ import logging
 import os
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from planlang.lang.diagnostics import Diagnostic
 from planlang.model.capture.source import ModelSource, imported_source, model_source  # torch-free
 from planlang.plan.types import Plan
+
+if TYPE_CHECKING:  # the model layer imports torch: for the type checker only
+    from planlang.model.capture.trace import ModuleFacts
 
 log = logging.getLogger(__name__)
 CACHE_SIZE = 4
@@ -41,7 +44,7 @@ class ModelInsight:
 
     diagnostics: tuple[Diagnostic, ...]  # all of them, model-free included
     plan: Plan | None = None
-    facts: object | None = None  # planlang.model.capture.trace.ModuleFacts
+    facts: ModuleFacts | None = None  # the probed model (planlang.model.facts.ModelFacts)
     estimates: tuple = ()  # planlang.model.price.estimate.DeviceEstimate, one per device class
     notes: tuple[str, ...] = field(default=())
     source: "ModelSource | None" = None  # the files the model was built from, as they were

@@ -353,6 +353,8 @@ _GRAPHS: dict[tuple, object] = {}
 def graph_of(plan: CompletePlan):
     """The op graph of the plan's model with its loss, traced once per (model, inputs, loss)."""
 
+    if plan.model is None:
+        raise ValueError("the plan declares no model: it has no op graph")
     key = (repr(plan.model), plan.path, tuple(repr(i) for i in plan.inputs))
     if key not in _GRAPHS:
         model = build_model(plan.model, plan.path)
