@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from collections.abc import Iterator, Mapping
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -47,6 +48,7 @@ from torch.utils._pytree import tree_unflatten
 
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
+from planlang.runtime.launch import plan_mesh
 
 from planlang.model.capture.load import build_model, meta_inputs, plan_loss
 
@@ -61,6 +63,7 @@ from planlang.model.capture.trace import probe_modules
 from planlang.plan.types import Spec
 
 StageTransform = Callable[[int, nn.Module], nn.Module]
+TorchSchedule = ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B  # the schedules a plan can name
 
 
 class PipelineError(ValueError):
@@ -134,14 +137,14 @@ def average_gradients(params: Sequence[nn.Parameter], group_list: Sequence[dist.
         if p.grad is not None:
             by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
     size = 1
-    for g in group_list:
-        size *= dist.get_world_size(g)
+    for pg in group_list:
+        size *= dist.get_world_size(pg)
     for grads in by_dtype.values():
         flat = torch.cat([g.reshape(-1) for g in grads])
         if reduce_dtype is not None and flat.dtype != reduce_dtype:  # the plan's precision `reduce`
             flat = flat.to(reduce_dtype)
-        for g in group_list:
-            dist.all_reduce(flat, group=g)
+        for pg in group_list:
+            dist.all_reduce(flat, group=pg)
         flat /= size
         offset = 0
         for g in grads:
@@ -198,12 +201,12 @@ def retie(model: nn.Module, stages: Sequence[nn.Module]) -> None:
                     mod = st.get_submodule(owner) if owner else st
                 except AttributeError:
                     continue
-                p = mod._parameters.get(attr)
-                if p is None:
+                held = mod._parameters.get(attr)
+                if held is None:
                     continue
                 if keep is None:
-                    keep = p
-                elif p is not keep:
+                    keep = held
+                elif held is not keep:
                     mod._parameters[attr] = keep
 
 
@@ -230,7 +233,7 @@ class PipelineRunner:
     runtime shape inference fills the inputs of later stages with uninitialised memory, which an
     integer input passed on to a later stage (token ids for an embedding) cannot take."""
 
-    def __init__(self, stage_modules: dict[int, nn.Module], layout: PipelineLayout, pp_group: dist.ProcessGroup,
+    def __init__(self, stage_modules: Mapping[int, nn.Module], layout: PipelineLayout, pp_group: dist.ProcessGroup,
                  loss_fn: Callable[..., torch.Tensor], device: torch.device,
                  dp_groups: Sequence[dist.ProcessGroup] = (), reduce_grads: bool = True,
                  tied: Sequence[TiedParameter] = (), canonical: dict[str, str] | None = None) -> None:
@@ -251,7 +254,7 @@ class PipelineRunner:
         self.loss_scale: LossScale | None = None
         self._signature: tuple | None = None
         self.stages: list = []
-        self.schedule = None
+        self.schedule: TorchSchedule | None = None  # built at the first step
 
     def __repr__(self) -> str:
         return f"PipelineRunner({self.layout}, stages {list(self.stage_modules)})"
@@ -264,12 +267,12 @@ class PipelineRunner:
     def has_last(self) -> bool:
         return self.layout.num_stages - 1 in self.stage_modules
 
-    def named_parameters(self):
+    def named_parameters(self) -> Iterator[tuple[str, nn.Parameter]]:
         """(fully qualified name in the model, parameter) for every parameter of this rank's stages. A
         parameter with several names (BERT's `cls.predictions.bias` is also `...decoder.bias`) goes by the
         name the model's own `named_parameters()` gives it, whichever a stage module found first."""
         found: dict[str, tuple[str, nn.Parameter]] = {}
-        seen = set()
+        seen: set[int] = set()
         for mod in self.stage_modules.values():
             for name, p in mod.named_parameters():
                 if id(p) in seen:
@@ -284,7 +287,7 @@ class PipelineRunner:
         for key, (_name, p) in found.items():
             yield key, p
 
-    def parameters(self):
+    def parameters(self) -> list[nn.Parameter]:
         return [p for _, p in self.named_parameters()]
 
     def zero_grad(self) -> None:
@@ -302,8 +305,9 @@ class PipelineRunner:
             raise PipelineError(f"batch {batch} does not split into {m} equal microbatches",
                                 f"use a batch (per data-parallel replica) that is a multiple of {m}")
         signature = tuple((tuple(x.shape), x.dtype) for x in inputs)
-        if signature != self._signature:
-            self._build(tuple(x[: batch // m] for x in inputs))
+        schedule = self.schedule
+        if schedule is None or signature != self._signature:
+            schedule = self._build(tuple(x[: batch // m] for x in inputs))
             self._signature = signature
         tgt = None
         scale = 1.0 if self.loss_scale is None else self.loss_scale.value  # this step's, before its update
@@ -312,8 +316,7 @@ class PipelineRunner:
             self._scaled.takes_target = target is not None
             self._scaled.scale = scale
         losses: list[torch.Tensor] = []
-        self.schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses,  # type: ignore[union-attr]
-                           return_outputs=False)
+        schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses, return_outputs=False)
         self.sum_tied_gradients()
         if self.after_backward is not None:
             self.after_backward()
@@ -347,7 +350,7 @@ class PipelineRunner:
                     buf, p.device_mesh, p.placements, shape=p.shape, stride=p.stride())
 
     # ------------------------------------------------------------------ building
-    def _build(self, microbatch: tuple[torch.Tensor, ...]) -> None:
+    def _build(self, microbatch: tuple[torch.Tensor, ...]) -> TorchSchedule:
         metas = self._infer_metas(microbatch)
         lay, dev = self.layout, self.device
         self.stages = [
@@ -356,12 +359,15 @@ class PipelineRunner:
                           output_args=tuple(x.example("meta") for x in metas[i][1]))
             for i, mod in self.stage_modules.items()]
         # each microbatch's loss is scaled by 1/m (see the module docstring), so no scaling of grads
+        schedule: TorchSchedule
         if lay.schedule == "interleaved":
-            self.schedule = ScheduleInterleaved1F1B(self.stages, lay.microbatches, loss_fn=self._scaled,
-                                                    scale_grads=False)
+            schedule = ScheduleInterleaved1F1B(self.stages, lay.microbatches, loss_fn=self._scaled,
+                                               scale_grads=False)
         else:
             cls = ScheduleGPipe if lay.schedule == "gpipe" else Schedule1F1B
-            self.schedule = cls(self.stages[0], lay.microbatches, loss_fn=self._scaled, scale_grads=False)
+            schedule = cls(self.stages[0], lay.microbatches, loss_fn=self._scaled, scale_grads=False)
+        self.schedule = schedule
+        return schedule
 
     def _infer_metas(self, microbatch) -> dict[int, tuple[list[_Meta], list[_Meta]]]:
         """Input and output layouts of this rank's stages: one forward of a zero-filled microbatch, stage
@@ -475,9 +481,9 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
                     if any(n in t.names for n, _ in st.named_parameters(remove_duplicate=False))}) > 1]
     first = {id(p): n for n, p in model.named_parameters()}
     canonical = {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if first[id(p)] != n}
-    modules = {}
+    modules: dict[int, nn.Module] = {}
     for i in mine:
-        mod = all_stages[i]
+        mod: nn.Module = all_stages[i]
         if transform_stage is not None:
             mod = transform_stage(i, mod)
         modules[i] = mod
@@ -500,7 +506,12 @@ def _sync_batch_norms(stages, data_groups: list) -> None:
     for stage in stages:
         for bn in stage.modules():
             if isinstance(bn, _BatchNorm) and "forward" not in vars(bn):
-                bn.forward = functools.partial(_synced_batch_norm, bn, data_groups)
+                _set_forward(bn, functools.partial(_synced_batch_norm, bn, data_groups))
+
+
+def _set_forward(module: nn.Module, forward: Callable[..., Any]) -> None:
+    """Run `forward` as this module's forward (an instance attribute: nn.Module declares `forward` one)."""
+    module.forward = forward
 
 
 def _synced_batch_norm(bn: _BatchNorm, data_groups: list, x: torch.Tensor) -> torch.Tensor:
@@ -551,7 +562,8 @@ class PipelinedModel:
         self._owner = {n: r for r, names in enumerate(owned) for n in names}
         self._last = (runner.layout.num_stages - 1) % runner.layout.pp_size
         self._specs = {d.input: d.spec for d in plan.data}
-        self._local_shape = lambda inp: local_shape(inp.shape, self._spec(inp), plan.mesh)
+        mesh = plan_mesh(plan)
+        self._local_shape = lambda inp: local_shape(inp.shape, self._spec(inp), mesh)
 
     def __repr__(self) -> str:
         return f"PipelinedModel({self.runner})"
@@ -662,7 +674,8 @@ def check_pipeline_plan(plan: CompletePlan) -> None:
     the batch), and the schedule's own rules (`pipeline_layout`)."""
 
     data = data_axes(plan)
-    big = {a for a in plan.mesh.names if (plan.mesh.axis_size(a) or 1) > 1}
+    mesh = plan_mesh(plan)
+    big = {a for a in mesh.names if mesh.size_of(a) > 1}
     opt = plan.optimizer
     if opt is not None and opt.zero_stage:
         try:
@@ -676,7 +689,7 @@ def check_pipeline_plan(plan: CompletePlan) -> None:
                 f"plan splits the batch over {', '.join(big_data)}",
                 f"split the batch over `{z}` only, or use `zero = 1 over {z}`")
     p = plan.pipeline
-    pp_axis = plan.mesh.axis(p.axis) if p is not None else None
+    pp_axis = mesh.axis(p.axis) if p is not None else None
     if pp_axis is not None:
         pipeline_layout(plan, pp_axis.size)
 
@@ -688,8 +701,9 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     check_pipeline_plan(plan)
     opt = plan.optimizer
     stage = opt.zero_stage if opt is not None else 0
-    z = opt.zero_axis if stage in (2, 3) else None
-    fsdp = z is not None and groups.size(z) > 1
+    z = opt.zero_axis if opt is not None and stage in (2, 3) else None
+    fsdp_axis = z if z is not None and groups.size(z) > 1 else None  # ZeRO-2/3 over more than one device
+    fsdp = fsdp_axis is not None
     prec = plan.precision
     if prec.mixed:  # the parameters in the dtype they are stored in (FSDP2: its shards, the master copy)
         cast_parameters(model, storage_dtype(prec, fsdp))
@@ -707,7 +721,7 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
             module.forward = in_precision(module.forward, prec, device)
         return module
 
-    if not fsdp:
+    if fsdp_axis is None:
         runner = build_pipeline(model, plan, groups, device=device, loss_fn=loss_fn,
                                 transform_stage=lambda _i, module: ckpt(module))
         runner.reduce_dtype = torch_dtype(prec.reduce) if prec.mixed else None
@@ -721,14 +735,14 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     def shard(_index: int, module: nn.Module) -> nn.Module:
         module = ckpt(module)  # FSDP2 goes around the wrapped modules
         policy = mp_policy(prec)
-        fully_shard(module, mesh=groups.device_mesh[z], reshard_after_forward=(stage == 3),
-                    **({"mp_policy": policy} if policy is not None else {}))
-        module.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - the FSDPModule API
+        unit = fully_shard(module, mesh=groups.device_mesh[fsdp_axis], reshard_after_forward=(stage == 3),
+                           **({"mp_policy": policy} if policy is not None else {}))
+        unit.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
         return module
 
     runner = build_pipeline(model, plan, groups, device=device, loss_fn=loss_fn, transform_stage=shard,
                             reduce_grads=False)
-    pm = PipelinedModel(runner, plan, groups, shapes, fsdp_axes=(z,))
+    pm = PipelinedModel(runner, plan, groups, shapes, fsdp_axes=(fsdp_axis,))
     pm.checkpoint_groups = wrapped
     return pm
 
@@ -789,8 +803,8 @@ def wrap_checkpoints(stage: nn.Module, groups: list[list[str]]) -> list[list[str
             raise PipelineError(f"checkpoint group {', '.join(group)} spans pipeline stages",
                                 "keep each checkpoint group inside one stage")
         mods = [stage.get_submodule(m) for m in group]
-        nodes = [calls.get(m) for m in group]
-        chain = len(group) > 1 and all(n is not None for n in nodes) and all(
+        nodes = [n for m in group if (n := calls.get(m)) is not None]
+        chain = len(group) > 1 and len(nodes) == len(group) and all(
             b.args == (a,) and not b.kwargs and list(a.users) == [b] for a, b in zip(nodes, nodes[1:]))
         if chain:
             wrap_chain(mods)

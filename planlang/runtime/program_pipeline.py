@@ -113,9 +113,11 @@ class ProgramPipelinedModel(PipelinedModel):
 
     def __init__(self, runner: PipelineRunner, plan: CompletePlan, groups: MeshGroups,
                  shapes: dict, program: Program, cut: ProgramCut, layouts: dict[str, ParamLayout], code: str,
-                 fsdp_axes: tuple[str, ...] = ()) -> None:
+                 fsdp_axes: tuple[str, ...] = (), grad_sync: GradSync | None = None) -> None:
         super().__init__(runner, plan, groups, shapes, fsdp_axes)
         self.program, self.cut, self.code = program, cut, code
+        # as ParallelModel's: the persistent buckets (benches register them with MemTracker)
+        self._grad_sync = grad_sync
         mine = {n for n, _ in runner.named_parameters()}
         self.layouts = {n: lay for n, lay in layouts.items() if n in mine}
 
@@ -164,10 +166,10 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
         stage_no, z = fsdp
         policy = mp_policy(prec)
         for st in stages.values():
-            fully_shard(st, mesh=groups.device_mesh[z], reshard_after_forward=(stage_no == 3),
-                        **({"mp_policy": policy} if policy is not None else {}))
-            st.set_gradient_divide_factor(1.0)  # type: ignore[attr-defined] - the FSDPModule API
-            st.set_force_sum_reduction_for_comms(True)  # type: ignore[attr-defined] - gloo has no PREMUL_SUM
+            unit = fully_shard(st, mesh=groups.device_mesh[z], reshard_after_forward=(stage_no == 3),
+                               **({"mp_policy": policy} if policy is not None else {}))
+            unit.set_gradient_divide_factor(1.0)
+            unit.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
     runner = PipelineRunner(stages, layout, groups.group(p.axis), loss, device, dp_groups=(), reduce_grads=False,
                             tied=_tied(cut, layout, layouts, prog))
     fsdp_axes = (fsdp[1],) if fsdp is not None else ()
@@ -179,8 +181,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     runner.after_backward = grad_sync.finish
     shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
               ((item, params[item[0]]) for item in layouts.items())}
-    pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes)
-    pm._grad_sync = grad_sync  # as ParallelModel's: the persistent buckets (benches register them with MemTracker)
+    pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes, grad_sync)
     pm.checkpoint_groups = _checkpoint_modules(prog, plan, cut, mine)
     return pm
 
