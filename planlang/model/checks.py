@@ -18,7 +18,7 @@ from planlang.plan.checker import CheckResult, RULES, Rule, check_resolution
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.data import activation_layout, data_degree, tensor_axes
 from planlang.plan.resolve import Resolution, diag
-from planlang.plan.rules import site_and_labels
+from planlang.plan.rule_sites import site_and_labels
 from planlang.plan.selection import Selection, covered_modules, to_plan_name
 from planlang.plan.units import format_bytes
 

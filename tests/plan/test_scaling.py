@@ -30,7 +30,7 @@ from planlang.lang.fmt import format_text  # noqa: E402
 from planlang.lang.source import SourceFile  # noqa: E402
 from planlang.plan import checker  # noqa: E402
 from planlang.plan.checker import check_text  # noqa: E402
-from planlang.plan.rules import _Ranges  # noqa: E402
+from planlang.plan.stage_rules import _Ranges  # noqa: E402
 
 SMALL, BIG = 40_000, 400_000
 PATH = str(ROOT / "big.plan")  # `use` finds the stdlib from any path

@@ -1,0 +1,220 @@
+"""The model-free rules of pipelines and checkpoint groups: the schedule against the axis and the
+microbatches, stage ranges and degrees, selections that match nothing, checkpoint statements."""
+from __future__ import annotations
+
+import bisect
+import math
+from typing import Iterator
+
+from planlang.lang.diagnostics import Diagnostic, Label
+
+from . import types as T
+from .resolve import diag
+from .selection import index_range
+from .rule_sites import site_and_labels
+
+Diags = Iterator[Diagnostic]
+
+
+# ------------------------------------------------------------------------------ pipeline
+def pipeline_schedule(ctx) -> Diags:
+    """PL401 stages vs axis size; PL402 interleaved divisibility; PL403 bubbles; PL404 chunks; PL411;
+    PL416 1F1B with fewer microbatches than stages (the runtime refuses it)."""
+    plan = ctx.plan
+    p = plan.pipeline
+    if p is None:
+        return
+    size = plan.mesh.axis_size(p.axis) if plan.mesh and isinstance(p.axis, str) else None
+    sched = p.schedule if isinstance(p.schedule, T.Schedule) else None
+    chunks = sched.chunks if sched and isinstance(sched.chunks, int) else None
+    if sched is not None:
+        if sched.kind == "interleaved":
+            if sched.chunks == 1 or (chunks is not None and chunks < 2):
+                yield diag("PL404", "the interleaved schedule needs `chunks N` with N >= 2", sched.span,
+                           help="write `schedule interleaved chunks 2`, or use `1f1b`")
+        elif sched.kind in ("gpipe", "1f1b") and sched.chunks != 1:
+            yield diag("PL404", f"`chunks` does not apply to `{sched.kind}`", sched.span,
+                       help="remove `chunks`, or use `schedule interleaved chunks N`")
+    m = p.microbatches if isinstance(p.microbatches, int) else None
+    if m is not None and m < 1:
+        yield diag("PL411", f"microbatches is {m}", p.span, help="use at least 1 microbatch")
+        m = None
+    if isinstance(p.stages, tuple) and size is not None:
+        per_device = chunks if sched and sched.kind == "interleaved" and chunks else 1
+        want = size * per_device
+        if len(p.stages) != want:
+            arithmetic = f"{p.axis}({size})" + (f" * chunks({per_device})" if per_device > 1 else "")
+            yield diag("PL401", f"the pipeline has {len(p.stages)} stages but {arithmetic} = {want} are needed", p.span,
+                       labels=[Label(st.span, f"stage {st.index}") for st in p.stages[:1]],
+                       help=f"write {want} `stage` lines, or change the size of `{p.axis}`")
+    if size is not None and m is not None and sched is not None:
+        if sched.kind == "interleaved" and m % size:
+            yield diag("PL402", f"interleaved needs microbatches divisible by {p.axis}({size}), "
+                       f"but {m} % {size} = {m % size}", p.span,
+                       help=f"use {((m // size) + 1) * size} microbatches")
+        elif m < size and sched.kind == "1f1b":
+            yield diag("PL416", f"1f1b needs at least as many microbatches as stages ({m} < {size})", p.span,
+                       help=f"use `microbatches {size}` or more, or `schedule gpipe`")
+        elif m < size:
+            yield diag("PL403", f"{m} microbatch{'' if m == 1 else 'es'} for {size} stages: every step idles "
+                       f"{size - 1}/{m + size - 1} of the time", p.span,
+                       help=f"use at least {size} microbatches")
+
+
+def stage_ranges(ctx) -> Diags:
+    """PL406 overlap and PL407 order of stages written as index ranges of one container."""
+    p = ctx.plan.pipeline
+    if p is None or not isinstance(p.stages, tuple):
+        return
+    last: dict[str, tuple[int, int | None, T.Stage]] = {}
+    for st in p.stages:
+        for sel in st.modules:
+            rng = index_range(sel)
+            if rng is None:
+                continue
+            prefix, a, b = rng
+            if prefix in last:
+                pa, pb, pst = last[prefix]
+                if pst.index != st.index and (pb is None or a < pb):
+                    if a < pa:
+                        yield diag("PL407", f"stage {st.index} holds `{sel}`, which runs before stage {pst.index}'s "
+                                   f"`{prefix}[{pa}:{'' if pb is None else pb}]`", sel.span,
+                                   labels=[Label(pst.span, f"stage {pst.index}")],
+                                   help="list stages in execution order")
+                    else:
+                        yield diag("PL406", f"`{sel}` overlaps `{prefix}[{pa}:{'' if pb is None else pb}]` "
+                                   f"of stage {pst.index}", sel.span, labels=[Label(pst.span, f"stage {pst.index}")],
+                                   help="give each module to exactly one stage")
+            last[prefix] = (a, b, st)
+
+
+def empty_selections(ctx) -> Diags:
+    """PL408: `h[a:b]` with a >= b selects nothing."""
+    for sel, statement, origin in _selections(ctx.plan):
+        for seg in sel.segments:
+            for s in seg.sels:
+                if s.kind == "slice" and s.a is not None and s.b is not None and s.a >= s.b:
+                    where, labels = site_and_labels(sel.span if sel.span.line else statement.span, origin)
+                    yield diag("PL408", f"`{seg}` selects nothing: {s.a} >= {s.b}", where, labels=labels,
+                               help=f"write `[{s.a}:{s.a + 1}]` or a larger range")
+
+
+def _selections(plan: T.Plan):
+    """(selection, its statement, origin) for every module selection of the plan, in order."""
+    for r in plan.shards:
+        yield r.target, r, r.origin
+    for g in plan.checkpoints:
+        for m in g.modules:
+            yield m, g, g.origin
+    if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
+        for st in plan.pipeline.stages:
+            for m in st.modules:
+                yield m, st, ()
+
+
+def stage_degrees(ctx) -> Diags:
+    """PL410: per-stage sub-mesh degrees name non-pipeline axes and add up to the device count."""
+    plan = ctx.plan
+    p, mesh = plan.pipeline, plan.mesh
+    if p is None or mesh is None or not isinstance(p.stages, tuple) or not any(st.degrees for st in p.stages):
+        return
+    for st in p.stages:
+        for ax, _ in st.degrees:
+            if ax == p.axis:
+                yield diag("PL410", f"stage {st.index} sets the degree of the pipeline axis `{ax}`", st.span,
+                           help="per-stage degrees apply to the other axes")
+    total = mesh.size
+    if total is None or any(isinstance(v, T.Hole) for st in p.stages for _, v in st.degrees):
+        return
+    others = [a for a in mesh.axes if a.name != p.axis]
+    counts = []
+    for st in p.stages:
+        given = dict(st.degrees)
+        sizes = [given.get(a.name, a.size) for a in others]
+        if any(isinstance(s, T.Hole) for s in sizes):
+            return
+        counts.append(math.prod(sizes))
+    if sum(counts) != total:
+        arithmetic = " + ".join(str(c) for c in counts)
+        yield diag("PL410", f"the stages use {arithmetic} = {sum(counts)} devices, but the mesh has {total}", p.span,
+                   help="adjust the `with` degrees so the stages' devices add up to the mesh")
+
+
+def checkpoint_statements(ctx) -> Diags:
+    """PL409 every >= 1; PL405 groups inside one stage; PL413 disjoint groups (index ranges)."""
+    plan = ctx.plan
+    stage_of: dict[str, list[tuple[int, int | None, int]]] = {}
+    if plan.pipeline and isinstance(plan.pipeline.stages, tuple):
+        for st in plan.pipeline.stages:
+            for sel in st.modules:
+                rng = index_range(sel)
+                if rng:
+                    stage_of.setdefault(rng[0], []).append((rng[1], rng[2], st.index))
+    seen: dict[str, _Ranges] = {}
+    for g in plan.checkpoints:
+        if isinstance(g.every, int) and g.every < 1:
+            yield diag("PL409", f"`every {g.every}` groups nothing", g.site, help="use `every 1` or more")
+        for sel in g.modules:
+            rng = index_range(sel)
+            if rng is None:
+                continue
+            prefix, a, b = rng
+            if g.every is None:
+                hits = {s for (sa, sb, s) in stage_of.get(prefix, []) if (b is None or sa < b) and (sb is None or a < sb)}
+                if len(hits) > 1:
+                    where, labels = site_and_labels(g.span, g.origin)
+                    yield diag("PL405", f"checkpoint group `{sel}` spans stages {', '.join(map(str, sorted(hits)))}",
+                               where, labels=labels,
+                               help="split the group at the stage boundary, or use `every N`")
+            ranges = seen.get(prefix)
+            if ranges is None:
+                ranges = seen[prefix] = _Ranges()
+            pg = ranges.first_overlap(a, b)
+            if pg is not None:
+                where, labels = site_and_labels(g.span, g.origin)
+                if pg is g:
+                    yield diag("PL413", f"`{sel}` overlaps another selection of the same checkpoint group",
+                               where, labels=labels, help="make the selections disjoint")
+                else:
+                    yield diag("PL413", f"`{sel}` is already in the checkpoint group at line {pg.site.line}",
+                               where, labels=labels + [Label(pg.site, "first group")],
+                               help="make the groups disjoint")
+            ranges.add(a, b, g, overlapped=pg is not None)
+
+
+class _Ranges:
+    """The index ranges [a, b) (b None: to the end) of one container that checkpoint groups hold, in the
+    order they were added, and the first added that overlaps a new one. While they are disjoint (as in a
+    valid plan, however many) that is a bisect over them sorted by start; after an overlap, a scan."""
+
+    def __init__(self) -> None:
+        self.added: list[tuple[int, int | None, T.CheckpointGroup]] = []
+        self.disjoint = True
+        self.starts: list[int] = []  # while disjoint: the ranges sorted; their ends increase too
+        self.ends: list[float] = []  # b, or infinity
+        self.order: list[int] = []  # index in `added`
+
+    def first_overlap(self, a: int, b: int | None) -> T.CheckpointGroup | None:
+        """The group of the first range added that overlaps [a, b) (by the test below), or None."""
+        if not self.disjoint:
+            for pa, pb, pg in self.added:
+                if (pb is None or a < pb) and (b is None or pa < b):
+                    return pg
+            return None
+        hi = len(self.starts) if b is None else bisect.bisect_left(self.starts, b)  # the ranges starting before b
+        lo = bisect.bisect_right(self.ends, a, 0, hi)  # of those, the ones ending after a
+        if lo >= hi:
+            return None
+        return self.added[min(self.order[lo:hi])][2]
+
+    def add(self, a: int, b: int | None, g: T.CheckpointGroup, overlapped: bool) -> None:
+        self.added.append((a, b, g))
+        if not self.disjoint:
+            return
+        if overlapped or (b is not None and a >= b):  # an empty range overlaps by the test above too
+            self.disjoint = False
+            return
+        k = bisect.bisect_left(self.starts, a)
+        self.starts.insert(k, a)
+        self.ends.insert(k, math.inf if b is None else b)
+        self.order.insert(k, len(self.added) - 1)
