@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
-from torch import nn
+from torch import fx, nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
@@ -62,7 +62,7 @@ from planlang.model.program.recompute import is_recomputing, wrap_chain, wrap_ea
 from planlang.model.capture.trace import probe_modules
 from planlang.plan.types import Spec
 
-StageTransform = Callable[[int, nn.Module], nn.Module]
+StageTransform = Callable[[int, fx.GraphModule], nn.Module]  # a stage as split_stages cut it
 TorchSchedule = ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B  # the schedules a plan can name
 
 
@@ -483,10 +483,7 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     canonical = {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if first[id(p)] != n}
     modules: dict[int, nn.Module] = {}
     for i in mine:
-        mod: nn.Module = all_stages[i]
-        if transform_stage is not None:
-            mod = transform_stage(i, mod)
-        modules[i] = mod
+        modules[i] = transform_stage(i, all_stages[i]) if transform_stage is not None else all_stages[i]
     axes = tuple(grad_axes) if grad_axes is not None else data_axes(plan)
     for a in axes:
         if a == axis or a not in groups.coords:
@@ -715,7 +712,7 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     checkpoints = plan_checkpoint_groups(plan)
     wrapped: list[list[str]] = []
 
-    def ckpt(module: nn.Module) -> nn.Module:
+    def ckpt(module: fx.GraphModule) -> fx.GraphModule:
         wrapped.extend(wrap_checkpoints(module, checkpoints))
         if prec.mixed:
             module.forward = in_precision(module.forward, prec, device)
@@ -732,7 +729,7 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     # (no gradient sync until the last microbatch, then one reduce-scatter); FSDP2 averages over the
     # replicas, which replaces average_gradients (a plain SUM then a division: gloo has no AVG).
 
-    def shard(_index: int, module: nn.Module) -> nn.Module:
+    def shard(_index: int, module: fx.GraphModule) -> nn.Module:
         module = ckpt(module)  # FSDP2 goes around the wrapped modules
         policy = mp_policy(prec)
         unit = fully_shard(module, mesh=groups.device_mesh[fsdp_axis], reshard_after_forward=(stage == 3),
@@ -776,7 +773,7 @@ def plan_checkpoint_groups(plan: CompletePlan) -> list[list[str]]:
     return checkpoint_groups(plan.checkpoints, facts.all_modules, facts.order)
 
 
-def wrap_checkpoints(stage: nn.Module, groups: list[list[str]]) -> list[list[str]]:
+def wrap_checkpoints(stage: fx.GraphModule, groups: list[list[str]]) -> list[list[str]]:
     """Recompute the checkpoint groups that live in `stage` (a GraphModule of stages.py) in backward,
     with non-reentrant torch.utils.checkpoint; returns those groups.
 
@@ -787,7 +784,7 @@ def wrap_checkpoints(stage: nn.Module, groups: list[list[str]]) -> list[list[str
     A group module the stage does not call as a whole (a stage selects a module inside it, so its code
     is inlined) cannot be recomputed and is refused."""
 
-    calls = {str(n.target): n for n in stage.graph.nodes if n.op == "call_module"}  # type: ignore[union-attr]
+    calls = {str(n.target): n for n in stage.graph.nodes if n.op == "call_module"}
     done = []
     for group in groups:
         inlined = [c for m in group for c in calls if c.startswith(m + ".")]
