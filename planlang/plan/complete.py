@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from .types import (
-    Axis, CheckpointGroup, DataSpec, Hole, Mesh, Optimizer, Pipeline, Plan, Schedule, ShardRule, Spec, Stage,
+    Axis, CheckpointGroup, DataSpec, Hole, Mesh, ModelRef, Optimizer, Pipeline, Plan, Schedule, ShardRule, Spec, Stage,
 )
 
 
@@ -158,3 +158,22 @@ def complete(plan: Plan) -> CompletePlan:
                shards=tuple(_as(CompleteShardRule, r) for r in plan.shards),
                pipeline=pipeline,
                checkpoints=tuple(_as(CompleteCheckpointGroup, g) for g in plan.checkpoints))
+
+
+def plan_mesh(plan: CompletePlan) -> CompleteMesh:
+    """The plan's mesh; a ValueError naming the fix when it declares none (running a plan needs one)."""
+    if plan.mesh is None:
+        raise ValueError("the plan declares no mesh; add `mesh NAME of N x DEVICE { AXIS = N ... }`")
+    return plan.mesh
+
+
+def plan_model(plan: CompletePlan) -> ModelRef:
+    """The plan's model; a ValueError when it declares none (building, lowering and running need one)."""
+    if plan.model is None:
+        raise ValueError("the plan declares no model")
+    return plan.model
+
+
+def world_size(plan: CompletePlan) -> int:
+    """The plan's device count (the processes that run it)."""
+    return math.prod(plan_mesh(plan).shape)

@@ -60,7 +60,7 @@ from planlang.runtime.codegen import generate
 from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
-from planlang.runtime.launch import plan_mesh, world_size
+from planlang.plan.complete import plan_mesh, world_size
 from planlang.model.program.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
 from planlang.runtime.pipeline import PipelineError, apply_pipeline, check_pipeline_plan
 from planlang.runtime.program_pipeline import build_program_pipeline

@@ -6,7 +6,6 @@ node with every process local by default; several nodes over a static or c10d re
 runs the target under them. docs/launch.md shows single node, multi-node, SLURM and Kubernetes."""
 from __future__ import annotations
 
-import math
 import os
 import socket
 import subprocess
@@ -14,27 +13,9 @@ import sys
 import time
 from dataclasses import dataclass
 
-from planlang.plan.complete import CompleteMesh, CompletePlan, complete
+from planlang.plan.complete import CompleteMesh, CompletePlan, complete, plan_mesh, plan_model, world_size
 from planlang.plan.data import tensor_axes
-from planlang.plan.types import ModelRef, Plan
-
-
-def plan_mesh(plan: CompletePlan) -> CompleteMesh:
-    """The plan's mesh; a ValueError naming the fix when it declares none (running a plan needs one)."""
-    if plan.mesh is None:
-        raise ValueError("the plan declares no mesh; add `mesh NAME of N x DEVICE { AXIS = N ... }`")
-    return plan.mesh
-
-
-def plan_model(plan: CompletePlan) -> ModelRef:
-    """The plan's model; a ValueError when it declares none (building, lowering and running need one)."""
-    if plan.model is None:
-        raise ValueError("the plan declares no model")
-    return plan.model
-
-
-def world_size(plan: CompletePlan) -> int:
-    return math.prod(plan_mesh(plan).shape)
+from planlang.plan.types import Plan
 
 
 def mesh_words(plan: CompletePlan) -> str:

@@ -48,7 +48,7 @@ from torch.utils._pytree import tree_unflatten
 
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
-from planlang.runtime.launch import plan_mesh
+from planlang.plan.complete import plan_mesh
 
 from planlang.model.capture.load import build_model, meta_inputs, plan_loss
 

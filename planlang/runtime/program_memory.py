@@ -33,7 +33,7 @@ from planlang.plan.complete import CompletePlan
 from planlang.plan.data import tensor_axes
 
 from .apply import apply
-from .launch import plan_mesh, plan_model, world_size
+from planlang.plan.complete import plan_mesh, plan_model, world_size
 from .verify import make_batch, plan_optimizer
 
 STEPS = 3

@@ -22,7 +22,8 @@ from planlang.model.price.traffic import (PHASES, Traffic, Transfer, stage_traff
 from planlang.plan.complete import CompleteMesh
 from planlang.plan.types import Mesh
 from planlang.runtime.apply import load_plan, lower_plan
-from planlang.runtime.launch import coords_of, plan_mesh, plan_model
+from planlang.plan.complete import plan_mesh, plan_model
+from planlang.runtime.launch import coords_of
 
 
 # ------------------------------------------------------------------------------ measurement

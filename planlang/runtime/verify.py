@@ -54,7 +54,8 @@ from planlang.model.capture.graph_values import keyword_inputs
 from planlang.plan.complete import CompletePlan
 from planlang.runtime.apply import PlanError, apply, load_plan
 from planlang.runtime.data_parallel import DataParallelError, zero_axis
-from planlang.runtime.launch import Progress, plan_model
+from planlang.plan.complete import plan_model
+from planlang.runtime.launch import Progress
 from planlang.runtime.pipeline import PipelineError, check_pipeline_plan
 from planlang.runtime.precision import LossScale, UNIT_ROUNDOFF, autocast, reference_model, tolerance, wrap_optimizer
 from planlang.runtime.teardown import leave
@@ -135,8 +136,9 @@ def make_batch(model: nn.Module, plan: CompletePlan, loss_fn,
         same = [x for x in inputs if x.shape == t.shape and x.dtype == t.dtype and not x.dtype.is_floating_point]
         if same:
             targets.append(same[0])
-        elif t.dtype.is_floating_point:
-            targets.append(torch.randn(t.shape, generator=g, dtype=t.dtype))
+        elif t.dtype.is_floating_point:  # data come in f32: under autocast the output's f16 is no target's
+            dtype = torch.float32 if t.dtype in (torch.float16, torch.bfloat16) else t.dtype
+            targets.append(torch.randn(t.shape, generator=g, dtype=dtype))
         else:
             targets.append(torch.randint(0, 2, t.shape, generator=g, dtype=t.dtype))
     return inputs, tuple(targets)
