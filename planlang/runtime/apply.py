@@ -62,7 +62,8 @@ from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
 from planlang.plan.complete import plan_mesh, world_size
 from planlang.model.program.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
-from planlang.runtime.pipeline import PipelineError, apply_pipeline, check_pipeline_plan
+from planlang.runtime.pipeline import PipelineError
+from planlang.runtime.pipeline_model import apply_pipeline, check_pipeline_plan
 from planlang.runtime.program_pipeline import build_program_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,

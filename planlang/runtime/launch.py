@@ -276,7 +276,8 @@ def program_pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[s
     from planlang.model.program.pipeline_program import cut_program, microbatch_plan
     from planlang.runtime.apply import lower_plan, report_fallbacks
     from planlang.runtime.codegen import generate_pipeline
-    from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
+    from planlang.runtime.pipeline import pipeline_layout
+    from planlang.runtime.pipeline_model import check_pipeline_plan
 
     check_pipeline_plan(plan)
     p, mesh = plan.pipeline, plan.mesh
@@ -294,7 +295,8 @@ def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]
     """For a pipeline plan: the stages `rank` holds, what crosses each boundary, and each stage's
     forward as torch.fx prints it (the pipeline runs the model's own modules inside the stages)."""
     # lazy: torch loads only when this runs
-    from planlang.runtime.pipeline import check_pipeline_plan, pipeline_layout
+    from planlang.runtime.pipeline import pipeline_layout
+    from planlang.runtime.pipeline_model import check_pipeline_plan
     from planlang.model.program.stages import cut_values, split_stages
 
     check_pipeline_plan(plan)

@@ -45,8 +45,8 @@ from planlang.runtime.codegen import generate_pipeline
 from planlang.runtime.data_parallel import DataParallelError, zero_axis
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
-from planlang.runtime.pipeline import (PipelineError, PipelinedModel, PipelineRunner, TiedParameter,
-                                       pipeline_layout)
+from planlang.runtime.pipeline import PipelineError, PipelineRunner, TiedParameter, pipeline_layout
+from planlang.runtime.pipeline_model import PipelinedModel
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import autocast, mp_policy, torch_dtype
 from planlang.runtime.redistribute import MeshGroups, redistribute

@@ -56,7 +56,8 @@ from planlang.runtime.apply import PlanError, apply, load_plan
 from planlang.runtime.data_parallel import DataParallelError, zero_axis
 from planlang.plan.complete import plan_model
 from planlang.runtime.launch import Progress
-from planlang.runtime.pipeline import PipelineError, check_pipeline_plan
+from planlang.runtime.pipeline import PipelineError
+from planlang.runtime.pipeline_model import check_pipeline_plan
 from planlang.runtime.precision import LossScale, UNIT_ROUNDOFF, autocast, reference_model, tolerance, wrap_optimizer
 from planlang.runtime.teardown import leave
 from planlang.runtime.zero import build_optimizer

@@ -1,0 +1,305 @@
+"""`planlang.apply` for a pipeline plan: `apply_pipeline` checks the plan against the pipeline's runtime
+(`check_pipeline_plan`), cuts and wraps the stages (the plan's checkpoint groups, its precision, ZeRO-2/3
+as one FSDP2 unit per stage) and returns a `PipelinedModel`, the runner of planlang.runtime.pipeline behind
+ParallelModel's training-loop interface (`step`, `optimizer`, `full_grads`, ...)."""
+from __future__ import annotations
+
+import functools
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch import fx, nn
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
+
+from planlang.cost.layout import local_shape, local_slices
+from planlang.model.capture.load import build_model, meta_inputs, plan_loss
+from planlang.model.capture.trace import probe_modules
+from planlang.model.program.recompute import wrap_chain, wrap_each
+from planlang.plan.checkpoints import checkpoint_groups
+from planlang.plan.complete import CompletePlan, plan_mesh
+from planlang.plan.types import Spec
+
+from .data_parallel import DataParallelError, data_axes, zero_axis
+from .pipeline import PipelineError, PipelineRunner, build_pipeline, pipeline_layout
+from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
+from .zero import OptimizerError, build_optimizer
+
+
+class PipelinedModel:
+    """`planlang.apply(model, plan)` for a plan with a `pipeline`: this rank's stages and the schedule,
+    with the interface of `planlang.runtime.apply.ParallelModel` that a training loop uses.
+
+    `step(*inputs, *targets)` runs forward and backward of the plan's microbatches (the schedule) on this
+    data replica's piece of the batch (given whole, or already as the piece) and returns the global mean
+    loss on every rank (the last stage's, broadcast over the pipeline axis). `optimizer()` is the plan's
+    optimizer over this rank's stage parameters (ZeRO-1 over a data axis: ZeroRedundancyOptimizer).
+    `full_parameters()` / `full_grads()` gather every parameter of the model from the stage that holds
+    it (for tests and export)."""
+
+    def __init__(self, runner: PipelineRunner, plan: CompletePlan, groups,
+                 shapes: dict[str, tuple[torch.Size, torch.dtype]],
+                 fsdp_axes: tuple[str, ...] = ()):
+        self.runner, self.plan, self.groups = runner, plan, groups
+        if plan.precision.loss_scale is not None:  # the optimizer unscales, and skips a step that overflowed
+            runner.loss_scale = LossScale(plan.precision.loss_scale)
+        self.fsdp_axes = fsdp_axes  # ZeRO-2/3: the stage modules are FSDP2 units over these axes
+        self.checkpoint_groups: list[list[str]] = []  # the plan's checkpoint groups, as wrapped
+        self.pp_group = runner.pp_group
+        self._shapes = shapes  # every parameter of the model (all stages), in model order
+        owned: list = [None] * dist.get_world_size(self.pp_group)
+        dist.all_gather_object(owned, [n for n, _ in runner.named_parameters()], group=self.pp_group)
+        self._owner = {n: r for r, names in enumerate(owned) for n in names}
+        self._last = (runner.layout.num_stages - 1) % runner.layout.pp_size
+        self._specs = {d.input: d.spec for d in plan.data}
+        mesh = plan_mesh(plan)
+        self._local_shape = lambda inp: local_shape(inp.shape, self._spec(inp), mesh)
+
+    def __repr__(self) -> str:
+        return f"PipelinedModel({self.runner})"
+
+    def __call__(self, *args):
+        raise PipelineError("a pipeline runs forward and backward together, microbatch by microbatch",
+                            "call pm.step(*inputs, *targets), which returns the loss")
+
+    @property
+    def mesh(self):
+        return self.plan.mesh
+
+    def named_parameters(self):
+        return self.runner.named_parameters()
+
+    def parameters(self):
+        return self.runner.parameters()
+
+    def zero_grad(self) -> None:
+        self.runner.zero_grad()
+
+    def optimizer(self, cls: type[torch.optim.Optimizer] | None = None, **kwargs) -> torch.optim.Optimizer:
+        """The plan's optimizer over this rank's stage parameters (`cls`, `kwargs` replace the plan's)."""
+
+        try:
+            params = [p for p in self.parameters() if p.requires_grad]
+            return wrap_optimizer(params, self.plan.precision,
+                                  lambda ps: build_optimizer(ps, self.plan.optimizer, self.groups, cls=cls, **kwargs),
+                                  fsdp=bool(self.fsdp_axes), loss_scale=self.runner.loss_scale)
+        except OptimizerError as e:
+            raise PipelineError(str(e), "fix the plan's `optimizer` or the arguments of pm.optimizer()") from e
+
+    # ------------------------------------------------------------------ a step
+    def _spec(self, inp):
+        spec = self._specs.get(inp.name)
+        return spec if spec is not None else Spec(tuple(() for _ in inp.shape))
+
+    def _piece(self, inp, t: torch.Tensor) -> torch.Tensor:
+        if tuple(t.shape) == tuple(inp.shape):
+            return t[local_slices(tuple(inp.shape), self._spec(inp), self.mesh, self.groups.coords)]
+        if tuple(t.shape) == tuple(self._local_shape(inp)):
+            return t
+        raise PipelineError(f"input `{inp.name}` has shape {list(t.shape)}; the plan declares {list(inp.shape)}",
+                            f"pass the global batch {list(inp.shape)} or this replica's piece "
+                            f"{list(self._local_shape(inp))}")
+
+    def _target_piece(self, t: torch.Tensor) -> torch.Tensor:
+        """A target split like the first input's batch dim (dim 0) when given for the global batch."""
+
+        first = self.plan.inputs[0]
+        spec = self._spec(first)
+        n, local = first.shape[0], self._local_shape(first)[0]
+        if t.dim() and t.shape[0] == n and n != local:
+            tspec = Spec((tuple(spec.dims[0]),) + tuple(() for _ in t.shape[1:]))
+            return t[local_slices(tuple(t.shape), tspec, self.mesh, self.groups.coords)]
+        return t
+
+    def step(self, *args: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one batch under the schedule; the global mean loss on every rank."""
+        k = len(self.plan.inputs)
+        if len(args) not in (k, k + 1):
+            names = ", ".join(i.name for i in self.plan.inputs)
+            raise PipelineError(f"expected the {k} inputs ({names}) and at most one target, got {len(args)} tensors",
+                                "call pm.step(*inputs, target)")
+        dev = self.runner.device
+        inputs = tuple(self._piece(i, t).to(dev) for i, t in zip(self.plan.inputs, args[:k]))
+        target = self._target_piece(args[k]).to(dev) if len(args) > k else None
+        loss = self.runner.step(*inputs, target=target)
+        out = loss.detach().clone() if loss is not None else torch.zeros((), device=dev)
+        dist.broadcast(out, group=self.pp_group, group_src=self._last)
+        return out
+
+    # ------------------------------------------------------------------ gathering
+    def full_parameters(self) -> dict[str, torch.Tensor]:
+        """Every parameter of the model, sent by the pipeline rank that holds it."""
+        return self._gathered(lambda p: p)
+
+    def full_grads(self) -> dict[str, torch.Tensor]:
+        """Every parameter's gradient (those without one are left out), sent by the rank that holds it."""
+        return self._gathered(lambda p: p.grad)
+
+    def _whole(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        """This rank's copy of a parameter (or gradient) whole: a ZeRO-2/3 shard gathered."""
+        return t.full_tensor() if isinstance(t, DTensor) else t
+
+    def _gathered(self, pick) -> dict[str, torch.Tensor]:
+        mine = {n: pick(p) for n, p in self.runner.named_parameters()}
+        mine = {n: self._whole(n, t) if t is not None else None for n, t in mine.items()}
+        have: list = [None] * dist.get_world_size(self.pp_group)
+        dist.all_gather_object(have, [n for n, t in mine.items() if t is not None], group=self.pp_group)
+        present = {n for names in have for n in names}
+        me = dist.get_rank(self.pp_group)
+        out = {}
+        for name, (shape, dtype) in self._shapes.items():
+            if name not in present:
+                continue
+            owner = self._owner[name]
+            t = mine[name].detach().contiguous().clone() if owner == me else \
+                torch.empty(shape, dtype=dtype, device=self.runner.device)
+            dist.broadcast(t, group=self.pp_group, group_src=owner)
+            out[name] = t
+        return out
+
+
+def check_pipeline_plan(plan: CompletePlan) -> None:
+    """What `apply` cannot run yet in a pipeline plan, found without processes: a PipelineError naming the
+    statement and the fix (ZeRO-2/3 with the batch over several axes, a ZeRO axis that does not split
+    the batch), and the schedule's own rules (`pipeline_layout`)."""
+
+    data = data_axes(plan)
+    mesh = plan_mesh(plan)
+    big = {a for a in mesh.names if mesh.size_of(a) > 1}
+    opt = plan.optimizer
+    if opt is not None and opt.zero_stage:
+        try:
+            z = zero_axis(plan)
+        except DataParallelError as e:
+            raise PipelineError(str(e), f"use `zero = {opt.zero_stage} over` a data axis") from e
+        big_data = [a for a in data if a in big]
+        if opt.zero_stage in (2, 3) and z is not None and z in big and big_data != [z]:
+            raise PipelineError(
+                f"ZeRO-{opt.zero_stage} in a pipeline shards each stage with FSDP2 over the one data axis; this "
+                f"plan splits the batch over {', '.join(big_data)}",
+                f"split the batch over `{z}` only, or use `zero = 1 over {z}`")
+    p = plan.pipeline
+    pp_axis = mesh.axis(p.axis) if p is not None else None
+    if pp_axis is not None:
+        pipeline_layout(plan, pp_axis.size)
+
+
+def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Callable | None = None,
+                   device: torch.device | None = None) -> PipelinedModel:
+    """`planlang.apply` for a pipeline plan: `check_pipeline_plan`, then `build_pipeline` and the
+    PipelinedModel around it (pp, pp x dp, ZeRO-1 over a data axis)."""
+    check_pipeline_plan(plan)
+    opt = plan.optimizer
+    stage = opt.zero_stage if opt is not None else 0
+    z = opt.zero_axis if opt is not None and stage in (2, 3) else None
+    fsdp_axis = z if z is not None and groups.size(z) > 1 else None  # ZeRO-2/3 over more than one device
+    fsdp = fsdp_axis is not None
+    prec = plan.precision
+    if prec.mixed:  # the parameters in the dtype they are stored in (FSDP2: its shards, the master copy)
+        cast_parameters(model, storage_dtype(prec, fsdp))
+        cast_buffers(model, prec)
+        loss_fn = loss_fn or plan_loss(plan, model)
+        if loss_fn is not None:
+            loss_fn = in_precision(loss_fn, prec, device)
+    shapes = {n: (p.shape, p.dtype) for n, p in model.named_parameters()}
+    checkpoints = plan_checkpoint_groups(plan)
+    wrapped: list[list[str]] = []
+
+    def ckpt(module: fx.GraphModule) -> fx.GraphModule:
+        wrapped.extend(wrap_checkpoints(module, checkpoints))
+        if prec.mixed:
+            module.forward = in_precision(module.forward, prec, device)
+        return module
+
+    if fsdp_axis is None:
+        runner = build_pipeline(model, plan, groups, device=device, loss_fn=loss_fn,
+                                transform_stage=lambda _i, module: ckpt(module))
+        runner.reduce_dtype = torch_dtype(prec.reduce) if prec.mixed else None
+        pm = PipelinedModel(runner, plan, groups, shapes)
+        pm.checkpoint_groups = wrapped
+        return pm
+    # ZeRO-2/3: each stage module is one FSDP2 unit over the data axis. torch's pipeline stages drive it
+    # (no gradient sync until the last microbatch, then one reduce-scatter); FSDP2 averages over the
+    # replicas, which replaces average_gradients (a plain SUM then a division: gloo has no AVG).
+
+    def shard(_index: int, module: fx.GraphModule) -> nn.Module:
+        module = ckpt(module)  # FSDP2 goes around the wrapped modules
+        policy = mp_policy(prec)
+        unit = fully_shard(module, mesh=groups.device_mesh[fsdp_axis], reshard_after_forward=(stage == 3),
+                           **({"mp_policy": policy} if policy is not None else {}))
+        unit.set_force_sum_reduction_for_comms(True)  # gloo has no PREMUL_SUM
+        return module
+
+    runner = build_pipeline(model, plan, groups, device=device, loss_fn=loss_fn, transform_stage=shard,
+                            reduce_grads=False)
+    pm = PipelinedModel(runner, plan, groups, shapes, fsdp_axes=(fsdp_axis,))
+    pm.checkpoint_groups = wrapped
+    return pm
+
+
+def cast_parameters(model: nn.Module, dtype: torch.dtype) -> None:
+    """Every floating parameter of `model` stored in `dtype` (the plan's precision, before the cut)."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.is_floating_point():
+                p.data = p.data.to(dtype)
+
+
+def in_precision(fn: Callable, prec, device) -> Callable:
+    """`fn` run under the plan's autocast (a stage's forward, the loss on the last stage)."""
+    dev = torch.device(device) if device is not None else torch.device("cpu")
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        with autocast(prec, dev.type):
+            return fn(*args, **kwargs)
+    return run
+
+
+def plan_checkpoint_groups(plan: CompletePlan) -> list[list[str]]:
+    """The plan's checkpoint groups as module names in execution order (planlang.model.price.estimate's
+    expansion: planlang.plan.checkpoints), the order found by running the model on meta."""
+
+    if not plan.checkpoints or plan.model is None:
+        return []
+    facts = probe_modules(build_model(plan.model, plan.path), meta_inputs(plan.inputs))
+    return checkpoint_groups(plan.checkpoints, facts.all_modules, facts.order)
+
+
+def wrap_checkpoints(stage: fx.GraphModule, groups: list[list[str]]) -> list[list[str]]:
+    """Recompute the checkpoint groups that live in `stage` (a GraphModule of stages.py) in backward,
+    with non-reentrant torch.utils.checkpoint; returns those groups.
+
+    A group whose modules the stage calls one after another, each taking exactly the previous one's
+    output and nothing else reading it (checked on the stage's graph: blocks of a ModuleList), is
+    recomputed as one function — its first module runs the chain, the others pass their input on.
+    Any other group is checkpointed module by module (the same numerics; each module's input is kept).
+    A group module the stage does not call as a whole (a stage selects a module inside it, so its code
+    is inlined) cannot be recomputed and is refused."""
+
+    calls = {str(n.target): n for n in stage.graph.nodes if n.op == "call_module"}
+    done = []
+    for group in groups:
+        inlined = [c for m in group for c in calls if c.startswith(m + ".")]
+        if inlined:
+            raise PipelineError(
+                f"checkpoint group {', '.join(group)} contains `{inlined[0]}`, which a stage selects on its "
+                f"own: the pipeline runs the group's modules piece by piece, so they cannot be recomputed",
+                "select the group's modules as a whole in their stage, or checkpoint modules inside them")
+        here = [m for m in group if any(m == c or m.startswith(c + ".") for c in calls)]
+        if not here:
+            continue  # another stage's group
+        if len(here) < len(group):
+            raise PipelineError(f"checkpoint group {', '.join(group)} spans pipeline stages",
+                                "keep each checkpoint group inside one stage")
+        mods = [stage.get_submodule(m) for m in group]
+        nodes = [n for m in group if (n := calls.get(m)) is not None]
+        chain = len(group) > 1 and len(nodes) == len(group) and all(
+            b.args == (a,) and not b.kwargs and list(a.users) == [b] for a, b in zip(nodes, nodes[1:]))
+        if chain:
+            wrap_chain(mods)
+        else:
+            wrap_each(mods)
+        done.append(group)
+    return done
