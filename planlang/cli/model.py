@@ -357,7 +357,7 @@ def diff(
     checked = []
     for path in (a, b):  # both validated, so one run shows what to fix in either
         try:
-            checked.append(_runnable_plan(path))
+            checked.append(_validated(path))
         except typer.Exit:
             failed = True
     if failed:
@@ -367,7 +367,8 @@ def diff(
     from planlang.report.diff import compare, diff_json, render_diff, summarize
 
     try:
-        d = compare(*(summarize(p, path.read_text(encoding="utf-8"), str(path)) for p, path in zip(checked, (a, b))))
+        d = compare(*(summarize(v.complete, path.read_text(encoding="utf-8"), str(path), rows=v.estimate, traffic=v.traffic)
+                      for v, path in zip(checked, (a, b))))  # validation's estimate and collectives: computed once
     except ModelLoadError as err:
         _fail_usage(f"{err.message}\n  help: {err.help}")
     if format is TableFormat.json:

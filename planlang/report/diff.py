@@ -233,27 +233,31 @@ def render_diff(d: PlanDiff, console) -> None:
 
 
 # ------------------------------------------------------------------------------ one plan's numbers
-def summarize(plan, text: str, path: str) -> PlanSide:
+def summarize(plan, text: str, path: str, rows=None, traffic=None) -> PlanSide:
     """The numbers of one validated, complete plan (planlang.plan.complete.CompletePlan): the estimator's
-    rows and the predicted traffic of one step. `text` is the plan file's text (formatted here)."""
-    # lazy: torch loads only when this runs
-    from planlang.model.price.estimate import estimate_plan
-    from planlang.runtime.program_memory import measure
+    rows and the predicted traffic of one step. `text` is the plan file's text (formatted here). `rows`
+    and `traffic`: what validation computed (planlang.model.validation.Validated's estimate and traffic),
+    so the plan is neither estimated nor lowered again; computed here without them."""
+    if rows is None:
+        # lazy: torch loads only when this runs
+        from planlang.model.price.estimate import estimate_plan
+        from planlang.runtime.program_memory import measure
 
-    rows = estimate_plan(plan, program=measure)
+        rows = estimate_plan(plan, program=measure)
     try:
         formatted = format_text(text, path)
     except FormatError:  # validated plans parse; keep the text as written if formatting still fails
         formatted = text
-    collectives, note = step_collectives(plan)
+    collectives, note = step_collectives(plan, traffic)
     return PlanSide(path, formatted, {r.device: {k: int(getattr(r, k)) for k in MEMORY} for r in rows},
                     {r.device: float(r.step_time) for r in rows}, collectives, note)
 
 
-def step_collectives(plan) -> tuple[dict[tuple[str, str], Collectives] | None, str]:
+def step_collectives(plan, lowered=None) -> tuple[dict[tuple[str, str], Collectives] | None, str]:
     """Per (kind, axes): calls, bytes sent per rank and cost-model seconds of one step as the step-time
     model prices it (planlang.model.price.step_time.lowered_traffic: the lowered program's collectives and
-    ZeRO's; a pipeline's busiest stage), or (None, why)."""
+    ZeRO's; a pipeline's busiest stage), or (None, why). `lowered`: those collectives when validation
+    computed them (lowered here otherwise)."""
     # lazy: torch loads only when this runs
     from planlang.model.price.step_time import lowered_traffic
     from planlang.model.price.traffic import unsupported
@@ -262,7 +266,7 @@ def step_collectives(plan) -> tuple[dict[tuple[str, str], Collectives] | None, s
     if why:
         return None, why
     try:
-        stages = lowered_traffic(plan)
+        stages = lowered if lowered is not None else lowered_traffic(plan)
     except ValueError as err:
         return None, str(err)
     if stages is None:  # no program (`unsupported` says which plans): nothing lowered to count
