@@ -10,20 +10,13 @@ import pytest
 from planlang.lang import ast as A
 from planlang.lang.lexical import brackets, code_of, scan
 from planlang.lang.parser import GRAMMAR_PATH, parse
+from tests.lang.repo_plans import repo_plans
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _plans() -> list[tuple[str, str]]:
-    files = sorted({*ROOT.glob("examples/**/*.plan"), *ROOT.glob("planlang/stdlib/**/*.plan"),
-                    *ROOT.glob("tests/**/*.plan")})
-    out = []
-    for f in files:
-        try:
-            out.append((str(f.relative_to(ROOT)), f.read_text(encoding="utf-8")))
-        except UnicodeDecodeError:
-            continue
-    return out
+    return repo_plans()
 
 
 def _strings(x) -> list[tuple[int, int]]:

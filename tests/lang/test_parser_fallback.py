@@ -11,6 +11,7 @@ import pytest
 
 from planlang.lang import parser as P
 from planlang.lang.driver import FastParser
+from tests.lang.repo_plans import repo_plans
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,15 +26,7 @@ BROKEN = [
 
 
 def _plans() -> list[tuple[str, str]]:
-    files = sorted({*ROOT.glob("examples/**/*.plan"), *ROOT.glob("planlang/stdlib/**/*.plan"),
-                    *ROOT.glob("tests/**/*.plan")})
-    out = []
-    for f in files:
-        try:
-            out.append((str(f.relative_to(ROOT)), f.read_text(encoding="utf-8")))
-        except UnicodeDecodeError:
-            continue
-    return out + [(f"broken{i}.plan", text) for i, text in enumerate(BROKEN)]
+    return repo_plans() + [(f"broken{i}.plan", text) for i, text in enumerate(BROKEN)]
 
 
 PLANS = _plans()
