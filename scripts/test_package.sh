@@ -33,7 +33,8 @@ wheel=$(ls "$work"/dist/planlang-*.whl)
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
 need = ["planlang/grammar/planlang.lark", "planlang/stdlib/hardware.plan", "planlang/stdlib/meshes.plan",
-        "planlang/stdlib/patterns/megatron.plan", "planlang/cli.py", "planlang/lang/config.py"]
+        "planlang/stdlib/patterns/megatron.plan", "planlang/cli/__init__.py", "planlang/cli/__main__.py",
+        "planlang/model/capture/load.py", "planlang/lang/config.py"]
 missing = [n for n in need if n not in names]
 sys.exit(f"test_package: not in the wheel: {missing}" if missing else 0)
 PYEOF
