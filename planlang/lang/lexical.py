@@ -1,6 +1,8 @@
 """The one scanner of a plan's comments and strings, for the code that reads plan text without parsing it:
 the parser's error recovery and syntax diagnostics (brackets outside strings and comments), and the
-language server's lexical tokens (comments, strings, numbers, words, holes).
+language server: its lexical tokens (comments, strings, numbers, words, holes), the blocks open at the
+cursor and whether the cursor stands in a comment or a string (completion, hover on a line no tree
+covers).
 
 A comment runs from `#` to the end of the line; a string is the grammar's STRING (`"`, then characters
 other than `"`, `\\` and a newline, or a backslash and any character but a newline, then `"`), except
@@ -8,8 +10,10 @@ that here a string left open ends where its line (or a lone backslash) ends, so 
 still scanned line by line. `planlang/grammar/planlang.lark` defines both for the parser; this module
 must agree with it (tests/lang/test_lexical.py compares them on the corpus).
 
-Suppression comments (`# plan: ignore[PL303]`) are comments like any other here: the checker reads them
-from the comments the parser keeps.
+Suppression comments (`# plan: ignore[PL303]`, `# plan: ignore-file[PL218]`) are comments like any
+other to the scan; `suppression` reads one (for the checker, from the comments the parser keeps) and
+`suppression_open` says whether a comment typed so far stands inside one's `[...]` (for completion):
+one pattern for both.
 """
 from __future__ import annotations
 
@@ -30,6 +34,12 @@ _SCAN = re.compile(rf"""
   | (?P<bracket>[{{}}()\[\]])
 """, re.X)
 _SKIPPED = re.compile(rf"{COMMENT}|{STRING}")
+_CLOSED_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+
+_SUPPRESSION_HEAD = r"\#\s*plan:\s*(?P<kind>ignore-file|ignore)\["
+_CODES = r"[A-Za-z0-9_,\s]"
+_SUPPRESSION = re.compile(rf"{_SUPPRESSION_HEAD}(?P<codes>{_CODES}+)\]")
+_SUPPRESSION_OPEN = re.compile(rf"{_SUPPRESSION_HEAD}{_CODES}*$")
 
 KINDS = ("comment", "string", "number", "word", "hole", "bracket")
 
@@ -52,3 +62,35 @@ def code_of(text: str) -> str:
     """`text` without its comments and its strings (quotes included): for counting brackets and braces."""
     return _SKIPPED.sub("", text)
 
+
+
+def inside(text: str, offset: int, start: int = 0) -> str | None:
+    """"comment" when `offset` is inside a comment (after its `#`), "string" when inside a string (after
+    its opening quote, before its closing one: a string still open at `offset` too), else None; the
+    scan starts at `start` (a line's start: strings and comments never span lines)."""
+    last = None
+    for last in _SCAN.finditer(text, start, offset):
+        pass
+    if last is None or last.end() < offset:
+        return None
+    kind = last.lastgroup
+    if kind == "comment":
+        return "comment"
+    if kind == "string" and not _CLOSED_STRING.fullmatch(text, last.start(), last.end()):
+        return "string"
+    return None
+
+
+def suppression(comment: str) -> tuple[bool, set[str]] | None:
+    """(whole file, codes in upper case) of a suppression comment's text (`# plan: ignore[PL303, PL304]`,
+    `# plan: ignore-file[PL218]`), or None when the comment suppresses nothing."""
+    m = _SUPPRESSION.search(comment)
+    if m is None:
+        return None
+    return m.group("kind") == "ignore-file", {c.strip().upper() for c in m.group("codes").split(",") if c.strip()}
+
+
+def suppression_open(prefix: str) -> bool:
+    """Whether `prefix` (a line up to the cursor) ends inside a suppression comment's `[...]`, where
+    codes go."""
+    return _SUPPRESSION_OPEN.search(prefix) is not None

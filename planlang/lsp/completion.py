@@ -20,6 +20,7 @@ from lsprotocol import types as L
 
 from planlang.lang import ast as A
 from planlang.lang.codes import CODES
+from planlang.lang.lexical import brackets, inside, suppression_open
 from planlang.plan.resolve import DTYPES, Resolver
 from planlang.plan.selection import to_plan_name
 from planlang.plan.types import OPTIMIZERS, PRECISION_DTYPES
@@ -70,22 +71,9 @@ NEXT_KEYWORDS = (
 def open_blocks(text: str, offset: int) -> list[str]:
     """The header lines of the blocks open at `offset`, outermost first (comments and strings skipped)."""
     stack: list[int] = []
-    in_str = in_comment = False
-    for i in range(offset):
-        ch = text[i]
-        if in_comment:
-            in_comment = ch != "\n"
-        elif in_str:
-            if ch == '"' and text[i - 1] != "\\":
-                in_str = False
-            elif ch == "\n":
-                in_str = False
-        elif ch == "#":
-            in_comment = True
-        elif ch == '"':
-            in_str = True
-        elif ch == "{":
-            stack.append(i)
+    for ch, at in brackets(text, 0, offset):
+        if ch == "{":
+            stack.append(at)
         elif ch == "}" and stack:
             stack.pop()
     out = []
@@ -93,19 +81,6 @@ def open_blocks(text: str, offset: int) -> list[str]:
         start = text.rfind("\n", 0, pos) + 1
         out.append(text[start:pos].strip())
     return out
-
-
-def _in_comment_or_string(prefix: str) -> str | None:
-    in_str = False
-    for i, ch in enumerate(prefix):
-        if in_str:
-            if ch == '"' and prefix[i - 1] != "\\":
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch == "#":
-            return "comment"
-    return "string" if in_str else None
 
 
 # ------------------------------------------------------------------------------ candidates
@@ -244,9 +219,9 @@ def completion(analysis: Analysis, offset: int, good: Analysis | None = None, in
             items.append(L.CompletionItem(label, kind=kind, detail=det, text_edit=L.TextEdit(rng, label),
                                           filter_text=label))
 
-    where = _in_comment_or_string(prefix)
+    where = inside(text, offset, line_start)
     if where == "comment":
-        if re.search(r"#\s*plan:\s*ignore(-file)?\[[\w,\s]*$", prefix):
+        if suppression_open(prefix):
             add([(c, CODES[c].title) for c in sorted(CODES)], K.Constant)
         return L.CompletionList(False, items)
     if where == "string":

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Iterator, TypeVar
 
 from planlang.lang import ast as A
+from planlang.lang.lexical import inside
 from planlang.lang.parser import parse
 from planlang.lang.source import SourceFile, Span
 from planlang.plan.resolve import STDLIB_DIR
@@ -177,17 +178,8 @@ def word_symbol(text: str, offset: int, refs: list[Analysis], source=None) -> Sy
     end = text.find("\n", offset)
     line = text[start:len(text) if end < 0 else end]
     col = offset - start
-    in_str, comment_at_col = False, None
-    for i, ch in enumerate(line):
-        if in_str:
-            in_str = not (ch == '"' and line[i - 1] != "\\")
-        elif ch == '"':
-            in_str = True
-        elif ch == "#":
-            comment_at_col = i
-            break
     w = word_at(text, offset)
-    if comment_at_col is not None and col > comment_at_col:
+    if inside(text, offset, start) == "comment":
         if w and re.fullmatch(r"PL\d{3}", w[0].upper()):
             return Symbol("code", w[0].upper(), source.span(w[1], w[2]))
         return None

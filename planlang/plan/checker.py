@@ -9,12 +9,12 @@ cannot have; a fact it could not compute is a failure, PL369).
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Sequence
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Severity
+from planlang.lang.lexical import suppression
 from planlang.lang.source import SourceFile
 
 from . import rules as R
@@ -119,9 +119,6 @@ def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
 
 
 # ------------------------------------------------------------------------------ suppression
-_SUPPRESS = re.compile(r"#\s*plan:\s*(ignore|ignore-file)\[([A-Za-z0-9_,\s]+)\]")
-
-
 def suppressions(module: A.Module, source_text: str | None = None) -> tuple[dict[int, set[str]], set[str]]:
     """(line -> codes, file-wide codes) from `# plan: ignore[PL303]` and `# plan: ignore-file[PL218]`.
 
@@ -134,11 +131,11 @@ def suppressions(module: A.Module, source_text: str | None = None) -> tuple[dict
     comment_lines = {sp.line for _, sp in spans if _own_line(source_text, sp)}
     lines = _NextCode(source_text, comment_lines)
     for c, sp in spans:
-        m = _SUPPRESS.search(c.text)
-        if not m:
+        found = suppression(c.text)
+        if found is None:
             continue
-        codes = {x.strip().upper() for x in m.group(2).split(",") if x.strip()}
-        if m.group(1) == "ignore-file":
+        whole_file, codes = found
+        if whole_file:
             whole |= codes
             continue
         line = sp.line

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from planlang.lang import ast as A
-from planlang.lang.lexical import brackets, code_of, scan
+from planlang.lang.lexical import brackets, code_of, inside, scan, suppression, suppression_open
 from planlang.lang.parser import GRAMMAR_PATH, parse
 from tests.lang.repo_plans import repo_plans
 
@@ -71,3 +71,49 @@ def test_brackets_outside_strings_and_comments():
     text = 'mesh m of 4 x gpu {  # {\n  tp = "[" ; x = [(a)]\n}\n'
     assert [ch for ch, _ in brackets(text)] == ["{", "[", "(", ")", "]", "}"]
     assert all(text[at] == ch for ch, at in brackets(text))
+
+
+@pytest.mark.parametrize("line, offset, where", [
+    ('shard a : [dp]  # x', 16, None),  # before the `#`
+    ('shard a : [dp]  # x', 17, "comment"),  # just after it
+    ('use "a#b" as x', 6, "string"),  # a `#` inside a string is no comment
+    ('use "a#b" as x', 9, None),  # just after the closing quote
+    ('use "a#b" as x # c', 18, "comment"),
+    (r'use "a\"b', 9, "string"),  # an escaped quote does not close it
+    (r'use "a\\" # c', 9, None),  # an escaped backslash: the quote closes it
+    (r'use "a\\" # c', 12, "comment"),
+    ('model m = "x', 12, "string"),  # still open at the cursor
+    ('x = 1\nmodel m = "x', 17, "string"),
+    ('model m = "x\nshard', 18, None),  # a string left open ends with its line
+])
+def test_inside_a_comment_or_a_string(line, offset, where):
+    start = line.rfind("\n", 0, offset) + 1
+    assert inside(line, offset, start) == where
+    assert inside(line, offset) == where
+
+
+@pytest.mark.parametrize("comment, found", [
+    ("# plan: ignore[PL303]", (False, {"PL303"})),
+    ("#plan:ignore[pl303, PL304 ]", (False, {"PL303", "PL304"})),
+    ("# plan: ignore-file[PL218]", (True, {"PL218"})),
+    ("# note  # plan: ignore[PL303] why", (False, {"PL303"})),
+    ("# plan: ignore[]", None),
+    ("# plan: ignore[PL303", None),  # unclosed: suppresses nothing
+    ("# plan: ignore-files[PL303]", None),
+    ("# a comment", None),
+])
+def test_suppression_comments(comment, found):
+    assert suppression(comment) == found
+
+
+@pytest.mark.parametrize("prefix, open_", [
+    ("  # plan: ignore[", True),
+    ("shard a : [dp]  # plan: ignore-file[PL3", True),
+    ("# plan: ignore[PL303, PL", True),
+    ("# plan: ignore[PL303] ", False),
+    ("# plan: ignore", False),
+])
+def test_suppression_open_is_where_codes_complete(prefix, open_):
+    assert suppression_open(prefix) is open_
+    if open_:  # what completes there, once closed, suppresses
+        assert suppression(prefix + "PL101]") is not None

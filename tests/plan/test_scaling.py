@@ -26,6 +26,7 @@ from bench.check_time import big_plan  # noqa: E402
 
 from planlang.lang import ast as A  # noqa: E402
 from planlang.lang import parser as P  # noqa: E402
+from planlang.lang.lexical import suppression  # noqa: E402
 from planlang.lang.fmt import format_text  # noqa: E402
 from planlang.lang.source import SourceFile  # noqa: E402
 from planlang.plan import checker  # noqa: E402
@@ -280,11 +281,11 @@ def _suppressions_by_scanning(module: A.Module, text: str | None):
 
     comment_lines = {c.span.line for c in module.comments if c.span.col == first_col(c.span.line)}
     for c in module.comments:
-        m = checker._SUPPRESS.search(c.text)
-        if not m:
+        found = suppression(c.text)
+        if found is None:
             continue
-        codes = {x.strip().upper() for x in m.group(2).split(",") if x.strip()}
-        if m.group(1) == "ignore-file":
+        whole_file, codes = found
+        if whole_file:
             whole |= codes
             continue
         line = c.span.line
