@@ -510,6 +510,14 @@ class PipelineDecl(Node):
 
 
 @dataclass(frozen=True, slots=True)
+class MicrobatchesDecl(Node):
+    """`microbatches N` at the top level: a step without a pipeline runs its per-rank batch as N
+    microbatches in sequence and sums the gradients once (gradient accumulation)."""
+
+    count: Union[Int, Hole]
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointStmt(Node):
     paths: Union[tuple[Path, ...], Hole]
     every: Union[Int, Hole, Name, None] = None
@@ -544,7 +552,7 @@ class TemplateDecl(Node):
 
 Statement = Union[
     Use, ModelDecl, InputDecl, DeviceDecl, LinkDecl, MeshDecl, MeshAlias, BudgetDecl, OptimizerDecl,
-    DataDecl, ShardStmt, PipelineDecl, CheckpointStmt, TemplateDecl, ApplyStmt, ForStmt,
+    DataDecl, ShardStmt, PipelineDecl, MicrobatchesDecl, CheckpointStmt, TemplateDecl, ApplyStmt, ForStmt,
 ]
 
 

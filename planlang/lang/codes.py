@@ -198,8 +198,10 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "`mesh m of 8 x device { ... }`."),
     ("PL305", "batch-not-divisible", E, "input dim not divisible by its axes and microbatches",
      "A data-parallel input dim is split over its axes, and the batch dim further into microbatches\n"
-     "when there is a pipeline. The dim must divide evenly: the message shows the arithmetic, e.g.\n"
-     "`batch 30 is not divisible by dp(4) * microbatches(2) = 8`."),
+     "when the step runs several (a pipeline's `microbatches`, or a top-level `microbatches N`: gradient\n"
+     "accumulation). The dim must divide evenly: the message shows the arithmetic, e.g.\n"
+     "`batch 30 is not divisible by dp(4) * microbatches(2) = 8`, and a label points at the statement\n"
+     "that sets the microbatches. Change the batch, the axes or the microbatches."),
     ("PL306", "spec-rank", E, "spec has the wrong number of entries",
      "A data spec needs one entry per dim of the input (`_` for a dim that is not split)."),
     ("PL307", "partial-not-allowed", E, "partial placement on a parameter or input",
@@ -309,8 +311,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "`stage ... with tp = 4` sets the sub-mesh of one stage: it may name only non-pipeline axes, and\n"
      "the stages' device counts must add up to the mesh's device count."),
     ("PL411", "microbatches-invalid", E, "microbatches must be at least 1",
-     "`microbatches N` splits each step's batch into N microbatches that go through the pipeline one\n"
-     "after another; N = 0 leaves nothing to run. Write a whole number of at least 1 (at least the\n"
+     "`microbatches N` splits each step's batch into N microbatches that run one after another (through\n"
+     "the pipeline, or, written at the top level, through the whole model with the gradients summed once);\n"
+     "N = 0 leaves nothing to run. Write a whole number of at least 1 (in a pipeline, at least the\n"
      "number of stages to keep every stage busy), or `?` and let `planlang solve` choose."),
     ("PL413", "checkpoint-overlap", E, "a module is in two checkpoint groups",
      "Checkpoint groups must be disjoint."),
@@ -322,6 +325,12 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "1F1B warms stage i up with p - i forwards before its first backward, so it needs at least as many\n"
      "microbatches as stages (torch.distributed.pipelining refuses fewer). Use more microbatches, or\n"
      "`schedule gpipe`."),
+    ("PL417", "microbatches-with-pipeline", E, "top-level `microbatches` in a plan with a pipeline",
+     "A top-level `microbatches N` makes a step without a pipeline run each rank's batch as N microbatches\n"
+     "in sequence, summing the gradients once (gradient accumulation). A pipeline already runs its\n"
+     "microbatches in sequence and sums once: its `pipeline ... microbatches N` is the step's count, and a\n"
+     "second statement could only repeat or contradict it. Remove the top-level statement; change the\n"
+     "pipeline's `microbatches` to change the count."),
     # model-aware (planlang.model.checks)
     ("PL466", "batch-norm-microbatches", W, "BatchNorm inside a pipeline normalizes each microbatch",
      "A pipeline runs each microbatch through a stage on its own, so a BatchNorm in training computes\n"

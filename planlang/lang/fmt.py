@@ -268,6 +268,8 @@ def line_text(node, shard_width: int = 0) -> str:
         return f"mesh {node.name.text} = {dotted_text(node.target)}"
     if isinstance(node, A.BudgetDecl):
         return f"budget {value_text(node.amount)}" + (" per device" if node.per_device else "")
+    if isinstance(node, A.MicrobatchesDecl):
+        return f"microbatches {_hole_or(node.count)}"
     if isinstance(node, A.OptimizerDecl) and node.fields is None:
         return _header_text(node)
     if isinstance(node, A.DataDecl):

@@ -185,6 +185,7 @@ class PlanLexer(RegexLexer):
              bygroups(Whitespace, Keyword, Whitespace, Name.Builtin, Name), "decl-block"),
             _named_stmt("data", "data", Name.Variable),
             _stmt("pipeline", "pipeline"),
+            _stmt("microbatches", "microbatches"),
             _named_stmt("template", "template", Name.Function),
         ],
         "body-statements": [
@@ -292,6 +293,12 @@ class PlanLexer(RegexLexer):
             (_END, _nothing, "#pop"),
             include("illegal"),
             (_SOFT + r"(per)([ \t]+)(device)\b(?![ \t]*\.)", bygroups(Keyword, Whitespace, Keyword)),
+            include("value"),
+        ],
+        "microbatches": [  # `microbatches N` at the top level (gradient accumulation)
+            include("inline-space"),
+            (_END, _nothing, "#pop"),
+            include("illegal"),
             include("value"),
         ],
         "data": [

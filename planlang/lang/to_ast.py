@@ -350,6 +350,9 @@ class ToAst:
         axis, schedule, micro, stages = items
         return A.PipelineDecl(axis, schedule, micro, stages, span=self._span(meta))
 
+    def microbatches_decl(self, meta, items):
+        return A.MicrobatchesDecl(items[0], span=self._span(meta))
+
     def checkpoint_every(self, meta, items):
         return self._coerce_every(items[0])
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, fields
 from typing import TypeVar
 
 from .types import (
-    Axis, CheckpointGroup, DataSpec, Hole, Mesh, ModelRef, Optimizer, Pipeline, Plan, Schedule, ShardRule, Spec, Stage,
+    Accumulation, Axis, CheckpointGroup, DataSpec, Hole, Mesh, ModelRef, Optimizer, Pipeline, Plan, Schedule, ShardRule, Spec, Stage,
 )
 
 
@@ -87,6 +87,11 @@ class CompletePipeline(Pipeline):
 
 
 @dataclass(frozen=True)
+class CompleteAccumulation(Accumulation):
+    microbatches: int
+
+
+@dataclass(frozen=True)
 class CompleteCheckpointGroup(CheckpointGroup):
     every: int | None = None
 
@@ -108,9 +113,19 @@ class CompletePlan(Plan):
     pipeline: CompletePipeline | None = None
     checkpoints: tuple[CompleteCheckpointGroup, ...] = ()
     checkpoint_hole: None = None
+    accumulation: CompleteAccumulation | None = None
 
     def holes(self) -> list[Hole]:
         return []
+
+    @property
+    def microbatches(self) -> int:
+        """Microbatches one step runs in sequence on each rank: the pipeline's, else the top-level
+        `microbatches` (gradient accumulation), else 1. The batch each runs is the per-rank batch divided
+        by it; gradients are summed across ranks once per step either way."""
+        if self.pipeline is not None:
+            return self.pipeline.microbatches
+        return self.accumulation.microbatches if self.accumulation is not None else 1
 
 
 class IncompletePlan(ValueError):
@@ -157,7 +172,8 @@ def complete(plan: Plan) -> CompletePlan:
                data=tuple(_as(CompleteDataSpec, d) for d in plan.data),
                shards=tuple(_as(CompleteShardRule, r) for r in plan.shards),
                pipeline=pipeline,
-               checkpoints=tuple(_as(CompleteCheckpointGroup, g) for g in plan.checkpoints))
+               checkpoints=tuple(_as(CompleteCheckpointGroup, g) for g in plan.checkpoints),
+               accumulation=None if plan.accumulation is None else _as(CompleteAccumulation, plan.accumulation))
 
 
 def plan_mesh(plan: CompletePlan) -> CompleteMesh:

@@ -69,8 +69,8 @@ class PlanBuilder(ResolverBase):
     # ------------------------------------------------------------------ the plan
     def _build_plan(self, module: A.Module, ns: Namespace) -> T.Plan:
         first: dict[type, A.Node] = {}
-        once = (A.ModelDecl, A.BudgetDecl, A.OptimizerDecl, A.PipelineDecl)
-        model = mesh = budget = optimizer = pipeline = None
+        once = (A.ModelDecl, A.BudgetDecl, A.OptimizerDecl, A.PipelineDecl, A.MicrobatchesDecl)
+        model = mesh = budget = optimizer = pipeline = accumulation = None
         inputs: list[T.Input] = []
         input_spans: dict[str, Span] = {}
         data: list[T.DataSpec] = []
@@ -100,7 +100,8 @@ class PlanBuilder(ResolverBase):
             if kind in once + (A.MeshDecl,):
                 if kind in first:
                     word = {A.ModelDecl: "model", A.BudgetDecl: "budget", A.OptimizerDecl: "optimizer",
-                            A.PipelineDecl: "pipeline", A.MeshDecl: "mesh"}[kind]
+                            A.PipelineDecl: "pipeline", A.MeshDecl: "mesh",
+                            A.MicrobatchesDecl: "microbatches"}[kind]
                     self.diags.append(diag(
                         "PL210", f"a plan has one `{word}`; this is a second one", st.span,
                         labels=[Label(first[kind].span, "the first one, which is used")],
@@ -147,6 +148,11 @@ class PlanBuilder(ResolverBase):
                 data.append(T.DataSpec(st.input.text, self._spec(st.spec, ctx, "data spec"), span=st.span))
             elif isinstance(st, A.PipelineDecl):
                 pipeline = self._pipeline(st)
+            elif isinstance(st, A.MicrobatchesDecl):
+                count = st.count
+                accumulation = T.Accumulation(
+                    T.Hole("microbatches", span=count.span) if isinstance(count, A.Hole) else count.value,
+                    span=st.span)
             elif isinstance(st, A.CheckpointStmt) and isinstance(st.paths, A.Hole):
                 checkpoint_hole = T.Hole("checkpoint groups", span=st.span)
             elif isinstance(st, (A.ShardStmt, A.CheckpointStmt, A.ApplyStmt, A.ForStmt)):
@@ -154,7 +160,7 @@ class PlanBuilder(ResolverBase):
         return T.Plan(
             path=module.path, model=model, inputs=tuple(inputs), mesh=mesh, budget=budget, optimizer=optimizer,
             data=tuple(data), shards=tuple(shards), pipeline=pipeline, checkpoints=tuple(checkpoints),
-            checkpoint_hole=checkpoint_hole, devices=tuple(self._all(ns, "devices")),
+            checkpoint_hole=checkpoint_hole, accumulation=accumulation, devices=tuple(self._all(ns, "devices")),
             links=tuple(self._all(ns, "links")),
         )
     def _pipeline(self, st: A.PipelineDecl) -> T.Pipeline:

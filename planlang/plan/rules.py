@@ -21,6 +21,7 @@ from .selection import Selection
 from .shard_overlaps import plan_name, shard_overlaps
 from .rule_sites import site_and_labels, spec_sites, statement_kind, entry_span, axis_refs, ref_span, writes_any
 from .stage_rules import pipeline_schedule, stage_ranges, empty_selections, stage_degrees, checkpoint_statements
+from .accumulation_rules import accumulation_statement, step_microbatches
 from .optimizer_rules import budget_fits_device, zero_sharding, optimizer_arguments, precision_support, data_parallel_support
 
 Diags = Iterator[Diagnostic]
@@ -170,9 +171,11 @@ def _overlapping_shards(ctx) -> Diags:
 
 
 def data_specs(ctx) -> Diags:
-    """PL306 rank of a data spec; PL305 divisibility of each split dim (batch also by microbatches)."""
+    """PL306 rank of a data spec; PL305 divisibility of each split dim (batch also by the microbatches of
+    a pipeline or of a top-level `microbatches`, labelled where the plan says them)."""
     plan, mesh = ctx.plan, ctx.plan.mesh
-    micro = plan.pipeline.microbatches if plan.pipeline and isinstance(plan.pipeline.microbatches, int) else None
+    micro, micro_at = step_microbatches(plan)
+    micro_label = [Label(micro_at, f"{micro} microbatches per step")] if micro and micro_at is not None else []
     for d in plan.data:
         inp = plan.input(d.input)
         if inp is None or not isinstance(d.spec, T.Spec):
@@ -190,14 +193,17 @@ def data_specs(ctx) -> Diags:
             factors = [(ax, mesh.axis_size(ax)) for ax in d.spec.axes_of(i)]
             if any(f is None for _, f in factors):
                 continue
-            if i == batch and micro:
+            by_micro = i == batch and bool(micro)
+            if by_micro:
                 factors.append(("microbatches", micro))
             total = math.prod(f for _, f in factors)
             if factors and size % total:
                 arithmetic = " * ".join(f"{a}({f})" for a, f in factors)
                 yield diag("PL305", f"{dim} {size} is not divisible by {arithmetic} = {total}",
-                           entry_span(d.spec, i), labels=[Label(inp.span, f"{dim} = {size} declared here")],
-                           help=f"make {dim} a multiple of {total}, or split it over fewer devices")
+                           entry_span(d.spec, i), labels=[Label(inp.span, f"{dim} = {size} declared here")]
+                           + (micro_label if by_micro else []),
+                           help=f"make {dim} a multiple of {total}, or split it over fewer devices"
+                                + (" or into fewer microbatches" if by_micro else ""))
     # an input no `data` statement splits still goes through the pipeline in microbatches of its batch
     if not micro:
         return
@@ -208,7 +214,7 @@ def data_specs(ctx) -> Diags:
         dim, size = inp.dims[batch_dim(inp)]
         if isinstance(size, int) and size % micro:
             yield diag("PL305", f"{dim} {size} is not divisible by microbatches({micro})", inp.span,
-                       help=f"make {dim} a multiple of {micro}, or use fewer microbatches")
+                       labels=micro_label, help=f"make {dim} a multiple of {micro}, or use fewer microbatches")
 
 
 RULES = [
@@ -220,6 +226,7 @@ RULES = [
     (conflicting_shards, ("PL310",)),
     (data_specs, ("PL305", "PL306")),
     (pipeline_schedule, ("PL401", "PL402", "PL403", "PL404", "PL411", "PL416")),
+    (accumulation_statement, ("PL411", "PL417")),
     (stage_ranges, ("PL406", "PL407")),
     (empty_selections, ("PL408",)),
     (stage_degrees, ("PL410",)),

@@ -385,6 +385,20 @@ class Pipeline:
         return f"pipeline over {self.axis}: {self.schedule}, {self.microbatches} microbatches, {n} stages"
 
 
+@dataclass(frozen=True)
+class Accumulation:
+    """`microbatches N` at the top level: a step without a pipeline runs each rank's batch as
+    `microbatches` equal slices in sequence, forward and backward each, and sums the gradients over the
+    data axes once, after the last (gradient accumulation, as Megatron-LM and DeepSpeed run it). A plan
+    with a pipeline says its microbatches in the pipeline statement instead (PL318)."""
+
+    microbatches: Union[int, Hole]
+    span: Span = _span()
+
+    def __str__(self) -> str:
+        return f"{self.microbatches} microbatches per step"
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointGroup:
     """Consecutive modules recomputed together in backward. With `every`, the selection is cut into
@@ -512,6 +526,7 @@ class Plan:
     pipeline: Pipeline | None = None
     checkpoints: tuple[CheckpointGroup, ...] = ()
     checkpoint_hole: Hole | None = None  # `checkpoint ?`: the solver chooses every group
+    accumulation: Accumulation | None = None  # top-level `microbatches N` (no pipeline)
     devices: tuple[Device, ...] = ()  # every device/link visible to the plan (own and imported)
     links: tuple[Link, ...] = ()
 
@@ -552,6 +567,8 @@ class Plan:
         for g in self.checkpoints:
             if isinstance(g.every, Hole):
                 out.append(g.every)
+        if self.accumulation is not None and isinstance(self.accumulation.microbatches, Hole):
+            out.append(self.accumulation.microbatches)
         if self.checkpoint_hole:
             out.append(self.checkpoint_hole)
         return out

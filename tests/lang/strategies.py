@@ -278,6 +278,11 @@ def budgets():
 
 
 @lru_cache(maxsize=None)
+def accumulations():
+    return st.builds(A.MicrobatchesDecl, int_or_hole())
+
+
+@lru_cache(maxsize=None)
 def optimizers():
     return st.builds(A.OptimizerDecl, names(), st.none() | kwargs(4), st.none() | field_blocks())
 
@@ -344,7 +349,7 @@ def templates():
 def statements():
     return st.one_of(
         uses(), models(), inputs(), devices(), links(), meshes(), mesh_aliases(), budgets(), optimizers(),
-        datas(), shards(), shards(), pipelines(), checkpoints(), templates(), applies(), fors(1),
+        datas(), shards(), shards(), pipelines(), accumulations(), checkpoints(), templates(), applies(), fors(1),
     )
 
 
@@ -483,6 +488,8 @@ def _stmt_toks(s) -> list:
         return ["mesh", s.name.text, "=", *_dotted_toks(s.target)]
     if isinstance(s, A.BudgetDecl):
         return ["budget", *_value_toks(s.amount), *(["per", "device"] if s.per_device else [])]
+    if isinstance(s, A.MicrobatchesDecl):
+        return ["microbatches", _ioh(s.count)]
     if isinstance(s, A.OptimizerDecl):
         out = ["optimizer", s.name.text]
         if s.args is not None:
