@@ -84,6 +84,13 @@ def plan_text(text: str) -> str:
     offset is unchanged. "\\r\\n" stays as it is (the grammar reads it as one line end)."""
     if text.startswith(BOM):
         text = text[len(BOM):]
+    return lone_cr_as_lf(text)
+
+
+def lone_cr_as_lf(text: str) -> str:
+    """`text` with each "\\r" that ends a line alone made "\\n": the same length, every offset the same,
+    and the same lines wherever lines end at "\\n", "\\r\\n" or "\\r" (as the language server protocol
+    counts them)."""
     return _LONE_CR.sub("\n", text) if "\r" in text else text
 
 

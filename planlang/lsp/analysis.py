@@ -20,7 +20,7 @@ from typing import Callable
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic
 from planlang.lang.parser import code_of
-from planlang.lang.source import SourceFile
+from planlang.lang.source import SourceFile, lone_cr_as_lf
 from planlang.plan.checker import CheckResult, check_text
 from planlang.plan.types import Plan
 
@@ -68,7 +68,11 @@ class Analysis:
 
 
 def analyze(text: str, path: str, read: Callable[[str], str] | None = None) -> Analysis:
-    """Check `text` as the plan file `path` (used modules are read with `read`, default: from disk)."""
+    """Check `text` as the plan file `path` (used modules are read with `read`, default: from disk). The
+    analysis holds the text with its lone "\\r" line ends made "\\n" (`Analysis.text`): the client counts
+    lines at "\\n", "\\r\\n" and "\\r", the features below (the scanner, completion's patterns, the
+    stand-ins' line comparisons) at "\\n", and a "\\r\\n" line is a "\\n" line with a "\\r" at its end."""
+    text = lone_cr_as_lf(text)  # same offsets and lines: every feature below reads lines as ending at "\n"
     result = check_text(text, path, read=read)  # read None: the resolver reads from disk
     return Analysis(path, text, result, read)
 

@@ -2,12 +2,14 @@
 
 LSP positions are 0-based lines and 0-based columns counted in the code units of the negotiated
 position encoding: UTF-16 by default (a character outside the Basic Multilingual Plane, such as an
-emoji in a comment, counts 2), or UTF-8 / UTF-32 when the client asks for them. Lines end at "\\n";
-a "\\r" before it belongs to no column a user can see, and is never counted past.
+emoji in a comment, counts 2), or UTF-8 / UTF-32 when the client asks for them. Lines end at "\\n",
+"\\r\\n" or "\\r" (the protocol's three line ends); a line end is no column: a position is never counted
+past the line's last character, and one past it is clamped back to it (as the protocol says).
 """
 from __future__ import annotations
 
 import bisect
+import re
 from dataclasses import dataclass, field
 
 from lsprotocol import types as L
@@ -15,6 +17,7 @@ from lsprotocol import types as L
 from planlang.lang.source import Span
 
 UTF16, UTF8, UTF32 = "utf-16", "utf-8", "utf-32"
+LINE_END = re.compile(r"\r\n|\r|\n")
 
 
 def code_units(ch: str, encoding: str = UTF16) -> int:
@@ -41,27 +44,29 @@ class LineIndex:
     text: str
     encoding: str = UTF16
     starts: tuple[int, ...] = field(init=False, repr=False)
+    ends: tuple[int, ...] = field(init=False, repr=False)  # where each line's text ends (its line end starts)
 
     def __post_init__(self):
-        starts = [0]
-        for i, ch in enumerate(self.text):
-            if ch == "\n":
-                starts.append(i + 1)
+        starts, ends = [0], []
+        for m in LINE_END.finditer(self.text):
+            ends.append(m.start())
+            starts.append(m.end())
+        ends.append(len(self.text))
         object.__setattr__(self, "starts", tuple(starts))
+        object.__setattr__(self, "ends", tuple(ends))
 
     def line(self, index: int) -> str:
         """The text of 0-based line `index`, without its line ending."""
         if index < 0 or index >= len(self.starts):
             return ""
-        end = self.starts[index + 1] - 1 if index + 1 < len(self.starts) else len(self.text)
-        return self.text[self.starts[index]:end].rstrip("\r")
+        return self.text[self.starts[index]:self.ends[index]]
 
     # ------------------------------------------------------------------ to LSP
     def position(self, offset: int) -> L.Position:
         """The LSP position of a character offset."""
         offset = max(0, min(offset, len(self.text)))
         line = bisect.bisect_right(self.starts, offset) - 1
-        return L.Position(line, units_len(self.text[self.starts[line]:offset], self.encoding))
+        return L.Position(line, units_len(self.text[self.starts[line]:min(offset, self.ends[line])], self.encoding))
 
     def position_of(self, line: int, col: int) -> L.Position:
         """The LSP position of a 1-based line and 1-based code-point column (as spans hold them)."""

@@ -29,6 +29,7 @@ from pygls.lsp.server import LanguageServer
 
 from planlang.lang.version import __version__
 from planlang.lang.diagnostics import Diagnostic
+from planlang.lang.source import lone_cr_as_lf
 
 from .analysis import Analysis, analyze, reader, references, stand_in_for
 from .completion import completion
@@ -261,7 +262,7 @@ class PlanServer(LanguageServer):
     def state(self, uri: str) -> DocState:
         st = self.docs.get(uri)
         doc = self.workspace.get_text_document(uri)
-        if st is None or st.version != doc.version or st.analysis.text != doc.source:
+        if st is None or st.version != doc.version or st.analysis.text != lone_cr_as_lf(doc.source):
             st = self.refresh(uri)
         return st
 

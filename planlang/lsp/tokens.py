@@ -8,7 +8,6 @@ does not parse gets the lexical tokens only.
 from __future__ import annotations
 
 import bisect
-import re
 from dataclasses import dataclass
 
 from lsprotocol import types as L
@@ -156,12 +155,14 @@ def tokens(analysis: Analysis) -> list[Token]:
 
 def encode(text: str, toks: list[Token], encoding: str = UTF16) -> list[int]:
     """The LSP integer encoding: per token (delta line, delta start, length, type, modifiers), with
-    columns and lengths in the position encoding's code units. Tokens never span lines. `toks` are in
-    order, so each column is counted on from the previous token's on the same line: linear in the
-    text (counted from the line's start each time, a 36 KB line took minutes)."""
+    columns and lengths in the position encoding's code units. Tokens never span lines, nor cover a
+    line end (a comment on a "\\r\\n" line stops before the "\\r"). `toks` are in order, so each column
+    is counted on from the previous token's on the same line: linear in the text (counted from the
+    line's start each time, a 36 KB line took minutes)."""
     data: list[int] = []
     prev_line = prev_col = 0
-    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    index = LineIndex(text, encoding)
+    line_starts, line_ends = index.starts, index.ends
     kinds = {t: i for i, t in enumerate(TOKEN_TYPES)}
     line, next_start = -1, 0  # the current line, and where the next one starts
     counted, col = 0, 0  # `col` code units on the line up to offset `counted` (the last token's end)
@@ -170,7 +171,7 @@ def encode(text: str, toks: list[Token], encoding: str = UTF16) -> list[int]:
             line = bisect.bisect_right(line_starts, t.start) - 1
             next_start = line_starts[line + 1] if line + 1 < len(line_starts) else len(text) + 1
             counted, col = line_starts[line], 0
-        end = min(t.end, next_start - 1)
+        end = min(t.end, line_ends[line])
         if end <= t.start:
             continue
         start_col = col + units_len(text[counted:t.start], encoding)
