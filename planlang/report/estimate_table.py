@@ -23,9 +23,15 @@ def render_table(plan: CompletePlan, rows: Sequence[DeviceEstimate]) -> str:
     lines = [head, "-" * len(head)]
     for r in rows:
         fit = "-" if budget is None else ("ok" if r.peak <= budget else "OVER")
-        lines.append(f"{r.device:{w}} {format_bytes(r.parameters):>11} {format_bytes(r.gradients):>11} "
-                     f"{format_bytes(r.optimizer):>11} {format_bytes(r.buffers):>11} {format_bytes(r.activations):>12} "
+        # gradients held in the runtime's buckets are gradients: shown as such (marked), not as buffers
+        grads = format_bytes(r.gradients + r.grad_buckets) + ("*" if r.grad_buckets else " ")
+        lines.append(f"{r.device:{w}} {format_bytes(r.parameters):>11} {grads:>12}"
+                     f"{format_bytes(r.optimizer):>11} {format_bytes(r.buffers - r.grad_buckets):>11} "
+                     f"{format_bytes(r.activations):>12} "
                      f"{format_bytes(r.transient):>11} {format_bytes(r.peak):>11} {fit:>8} {r.step_time * 1e3:>8.2f}ms")
+    if any(r.grad_buckets for r in rows):
+        lines.append("* grads: the storage of the persistent gradient buckets the gradients are slices of "
+                     "(summed over the data axes bucket by bucket), held the whole step")
     lines += [f"step time, {r.device}: {r.step}" for r in rows if r.step is not None]
     lines += [f"note: {n}" for n in dict.fromkeys(n for r in rows for n in r.notes)]  # once, not per row
     if plan.precision.mixed:

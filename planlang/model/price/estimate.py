@@ -103,6 +103,9 @@ class DeviceEstimate:
     # a pipeline's schedule as the step time prices it (the same on every row; None without a pipeline or
     # without the device's throughput): the report draws it; as_dict leaves it out
     schedule: PipelineSchedule | None = None
+    # of `buffers`, the gradient buckets the gradients are slices of (planlang.runtime.grad_sync; then
+    # `gradients` is 0): the gradients' own storage, held the whole step. The table shows them as grads
+    grad_buckets: int = 0
 
     def __str__(self) -> str:
         return f"{self.device}: peak {format_bytes(self.peak)}"
@@ -110,7 +113,7 @@ class DeviceEstimate:
     def as_dict(self) -> dict:
         return {k: getattr(self, k) for k in ("device", "parameters", "gradients", "optimizer", "buffers",
                                               "activations", "transient", "peak", "step_time",
-                                              "measured_phase", "step_temporaries")} | {
+                                              "measured_phase", "step_temporaries", "grad_buckets")} | {
             "stages": list(self.stages), "notes": list(self.notes),
             "step": None if self.step is None else dataclasses.asdict(self.step)}
 
@@ -198,12 +201,10 @@ def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
             return None
         profiled.put(profile_key, prof)
     stages = sorted(set(stage_of.values())) if stage_of else [None]
-    total = sum(m.saved_bytes for m in prof.modules.values()) or 1
     work, units = [], []
     for s in stages:  # as estimate_plan's loop over stages
         mine = [p for p in params.values() if s is None or s in p.stages]
-        frac = 1.0 if s is None else sum(m.saved_bytes for n, m in prof.modules.items() if stage_of.get(n) == s) / total
-        work.append(StageWork(prof.total_fwd_flops * frac * micro, prof.total_bwd_flops * frac * micro))
+        work.append(stage_work(prof, stage_of, s, micro))
         units.append(_zero_unit(plan, s, mine, mine))
     return StepInputs(tuple(work), tuple(units))
 
@@ -228,6 +229,19 @@ class StepInputs:
         if plan.pipeline is not None and not tensor_axes(plan):
             return self.steps(plan, None, efficiency)
         return self.steps(plan, [Traffic() for _ in self.units], efficiency)
+
+
+def stage_work(prof: Profile, stage_of: dict[str, int], s: int | None, micro: int) -> StageWork:
+    """What model stage `s` (None: the whole model) computes in one step of `micro` microbatches: the
+    flops of the ops its own modules run (the profile attributes each op to the innermost module
+    running it, recomputation included in backward), so identical stages are priced identically. Ops of
+    no stage's modules (the root's code: GPT's embedding sum, the loss) count on the last stage, where
+    the pipeline computes the loss."""
+    if s is None:
+        return StageWork(prof.total_fwd_flops * micro, prof.total_bwd_flops * micro)
+    last = max(stage_of.values())
+    mods = [m for n, m in prof.modules.items() if stage_of.get(n, last) == s]
+    return StageWork(sum(m.fwd_flops for m in mods) * micro, sum(m.bwd_flops for m in mods) * micro)
 
 
 def _zero_unit(plan: CompletePlan, s: int | None, mine: list, learn: list) -> ZeroUnit:
@@ -335,6 +349,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         # program (pipeline x tensor parallelism: planlang.runtime.program_pipeline sums with GradSync)
         bucketed = grad_sync == "flat" and summed and (s is None or bool(tensor_axes(plan)))
         buffers = p_bytes if grad_sync == "ddp" and summed else (g_bytes if bucketed else 0)
+        grad_buckets = g_bytes if bucketed else 0
         if bucketed:
             grads_b = 0
         # a pipeline sums its gradients after the last backward in one flat tensor per axis
@@ -348,20 +363,20 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         opt_tmp += bytes_in(learn, "master") if copy else 0
         inflight = _in_flight(plan, s or 0)
         if s is None:
-            frac = 1.0
             acts = sim.saved
             # beyond the saved activations at backward's peak: the gradients produced so far, temporaries
             transient = max(0, sim.backward_peak - sim.saved)
         else:
-            total = sum(m.saved_bytes for m in prof.modules.values()) or 1
-            frac = sum(m.saved_bytes for n, m in prof.modules.items() if stage_of.get(n) == s) / total
             # the stage's own tensors in the simulated step (created by its modules): it keeps the saved
             # activations of every microbatch in flight
             saved_s = sim.stage_saved.get(s, 0)
             # torch.distributed.pipelining allocates a receive buffer per microbatch at the first step and
             # keeps them: activations from the previous stage, gradients from the next one
-            buffers += micro * (_boundary_bytes(facts, stage_of, s, dp * micro, "in")
-                                + _boundary_bytes(facts, stage_of, s, dp * micro, "out", last=max(stage_of.values())))
+            # (in the dtype activations cross in: `params` when parameters are stored below f32)
+            act_size = prec.bytes("params") if prec.mixed else 4
+            buffers += micro * (_boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
+                                + _boundary_bytes(facts, stage_of, s, dp * micro, "out", last=max(stage_of.values()),
+                                                  itemsize=act_size))
             acts = saved_s * inflight
             transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s)
             if micro > 1:
@@ -397,11 +412,11 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         transient = backward_phase - acts
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
-        work.append(StageWork(prof.total_fwd_flops * frac * micro, prof.total_bwd_flops * frac * micro))
+        work.append(stage_work(prof, stage_of, s, micro))
         units.append(_zero_unit(plan, s, mine, learn))
         row = DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
                              acts, transient + opt_tmp, peak, 0.0, tuple(notes), step_temporaries=opt_tmp,
-                             stages=() if s is None else (s,))
+                             stages=() if s is None else (s,), grad_buckets=grad_buckets)
         row = _from_program(row, plan, program) if program is not None else row
         out.append(row)
         if s is not None:
@@ -482,7 +497,8 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
         out.append(DeviceEstimate(f"rank {r} (stages {', '.join(map(str, stages))})",
                                   sum(x.parameters for x in rows), grads, sum(x.optimizer for x in rows),
                                   sum(x.buffers for x in rows), acts[r], transient + opt_tmp, peak, 0.0, notes,
-                                  step_temporaries=opt_tmp, stages=stages))
+                                  step_temporaries=opt_tmp, stages=stages,
+                                  grad_buckets=sum(x.grad_buckets for x in rows)))
     return out
 
 
@@ -513,10 +529,11 @@ def _in_flight(plan: CompletePlan, stage: int) -> int:
     return in_flight(p.schedule.kind, pp, min(stage, pp - 1), p.microbatches, chunks=p.schedule.chunks)
 
 
-def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, side: str, last: int = -1) -> int:
+def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, side: str, last: int = -1,
+                    itemsize: int = 4) -> int:
     """Bytes per microbatch crossing a stage boundary: the input of the stage's first module (side "in",
     not for stage 0) or the output of its last one (side "out", whose gradient comes back; not for the
-    last stage). Activations in f32; shapes of the whole batch divided into microbatches."""
+    last stage). `itemsize` bytes per element; shapes of the whole batch divided into microbatches."""
     mods = [m for m in facts.order if stage_of.get(m) == stage]
     if not mods or (side == "in" and stage == 0) or (side == "out" and stage == last):
         return 0
@@ -524,4 +541,4 @@ def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, si
     shape = (call.inputs[0] if call and call.inputs else None) if side == "in" else (call.output if call else None)
     if shape is None:
         return 0
-    return math.prod(shape) * 4 // max(1, divide)
+    return math.prod(shape) * itemsize // max(1, divide)

@@ -155,7 +155,11 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
         comm = sum((_seconds(plan, [t for t in sums[s] if t not in regather[s]]) + after[s] for s in mine), 0.0)
         compute = sum(F[s] + B[s] for s in mine)
         tensor = busy - compute
-        rows.append(StepTime(compute, tensor, 0.0, comm, sim.makespan - busy, sim.makespan + comm))
+        # idle time of the rank; a one-rank pipeline has none (its makespan is its own work, summed in
+        # another order: float noise of either sign), nor does a rank whose idle time is below that noise
+        bubble = 0.0 if p == 1 else sim.makespan - busy
+        bubble = bubble if bubble > 1e-9 * sim.makespan else 0.0
+        rows.append(StepTime(compute, tensor, 0.0, comm, bubble, sim.makespan + comm))
     return PricedStep(tuple(rows), PipelineSchedule(tuple(fwd), tuple(bwd), sim))
 
 
