@@ -1,13 +1,17 @@
 """The search's bookkeeping for `--time-limit` (anytime): the clock and its deadline, the expected time of
 the next candidate, where the search is, and the account of what a cut left unexplored.
 
-A candidate is not started once the limit has passed or would pass while it is priced (the median of
-the last ones); the anytime seed is priced whatever the limit, and an intra-op ILP call the limit cuts
-keeps its incumbent, priced once past the limit (`overrun`).
+--time-limit is a hard limit: a candidate is not started once the deadline has passed or would pass while
+it is priced (the median of the last ones), and one being priced when it comes is abandoned (`interruptible`,
+`expired`). Only the anytime seed is priced whatever the limit (a search must have a plan to write).
 """
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 import time
+from typing import Callable, Iterator
 
 
 class Cut(BaseException):
@@ -19,13 +23,25 @@ REFINED = 4  # meshes stage 2 refines: the stage-1 ranking prices replicated spe
 #             tensor parallelism gains, so more than the top two go on
 
 
+# what the search leaves of --time-limit for writing the plan and the process's exit (the interpreter's
+# teardown with torch loaded takes most of a second): the limit is the whole command's
+RESERVE = 0.02  # of the limit
+RESERVE_MAX = 1.0  # seconds
+
+
 class Clock:
-    def __init__(self, time_limit: float | None = None, started: float | None = None) -> None:
-        self.t0 = time.monotonic() if started is None else started
+    """The search's clock and its deadline. `now` is injectable (tests drive a fake clock, so the
+    deadline is asserted without timing anything); with the real clock the deadline is enforced inside
+    whatever runs when it comes (`interruptible`: SIGALRM raises Cut there)."""
+
+    def __init__(self, time_limit: float | None = None, started: float | None = None,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        self.now = now
+        self.t0 = now() if started is None else started
         self.time_limit = time_limit
-        self.deadline = None if time_limit is None else self.t0 + time_limit
+        reserve = 0.0 if time_limit is None else min(RESERVE * time_limit, RESERVE_MAX)
+        self.deadline = None if time_limit is None else self.t0 + time_limit - reserve
         self.seeding = False  # the anytime seed is priced whatever the time limit
-        self.overrun = 0  # candidates still priced past the deadline (a cut ILP's incumbent)
         self.durations: list[float] = []  # seconds each priced candidate took (to stop before the limit)
 
     def pricing_time(self) -> float:
@@ -35,22 +51,49 @@ class Clock:
         return last[len(last) // 2] if last else 0.0
 
     def check(self, need: float = 0.0) -> None:
-        """Raise Cut once --time-limit has passed, or would pass in the `need` seconds the next step is
-        expected to take (not while the anytime seed is priced; a cut ILP's incumbent is priced once
-        past it)."""
-        if self.deadline is None or self.seeding or time.monotonic() + need <= self.deadline:
-            return
-        if self.overrun > 0:
-            self.overrun -= 1
+        """Raise Cut once the deadline has passed, or would pass in the `need` seconds the next step is
+        expected to take (not while the anytime seed is priced)."""
+        if self.deadline is None or self.seeding or self.now() + need <= self.deadline:
             return
         raise Cut()
 
+    def expired(self) -> None:
+        """Raise Cut when the deadline has passed: called inside long loops (rotor's DP, the ILP's budget
+        sweep), and by the alarm `interruptible` sets, so that the candidate in progress is abandoned."""
+        self.check(0.0)
+
     def left(self) -> float:
         """Seconds before the deadline (raises Cut when none are left)."""
-        left = self.deadline - time.monotonic()  # type: ignore[operator]
+        left = self.deadline - self.now()  # type: ignore[operator]
         if left <= 0:
             raise Cut()
         return left
+
+    @contextlib.contextmanager
+    def interruptible(self) -> Iterator[None]:
+        """Within this block the deadline interrupts whatever runs (a candidate's simulation, its
+        estimate, an ILP's set-up): SIGALRM at the deadline raises Cut there, and the candidate in
+        progress is abandoned. Only with the real clock, in the main thread, and where the platform
+        has SIGALRM; elsewhere the search stops at the checks between and inside candidates."""
+        usable = (self.deadline is not None and self.now is time.monotonic and hasattr(signal, "setitimer")
+                  and threading.current_thread() is threading.main_thread())
+        if not usable:
+            yield
+            return
+        self.expired()
+
+        def ring(signum, frame) -> None:
+            if not self.seeding:
+                raise Cut()
+            signal.setitimer(signal.ITIMER_REAL, 0.05)  # the seed runs on: ring again once it is priced
+
+        previous = signal.signal(signal.SIGALRM, ring)
+        signal.setitimer(signal.ITIMER_REAL, max(self.deadline - self.now(), 1e-3))  # type: ignore[operator]
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
 
 
 class Where:
@@ -80,7 +123,7 @@ class Where:
         choices not tried."""
         w = self.state
         meshes = w.get("meshes", [])
-        said = [f"search cut by --time-limit {clock.time_limit:g} s (at {time.monotonic() - clock.t0:.1f} s) "
+        said = [f"search cut by --time-limit {clock.time_limit:g} s (at {clock.now() - clock.t0:.1f} s) "
                 f"after {priced} candidate plans priced"]
         if w["stage"] <= 1:
             done = w.get("done", 0)

@@ -30,12 +30,15 @@ fills), substitute.py (a candidate as a plan value), facts.py and pricing.py (th
 price of a plan value), sweep.py (the intra-op ILP's budget sweep), anytime.py (the clock, the account of
 a cut), holes.py (the text written at the end); this module runs the two stages over them.
 
-Anytime (`time_limit`): the search first prices a seed — the first mesh at the defaults, and when that
-is over budget the same mesh at its leanest — whatever the limit, so that it always holds a complete
-plan. A candidate is not started once the limit has passed or would pass while it is priced (the median
-of the last ones); the search then ends with the best plan priced so far, `Result.cut` and the header
-saying what was left unexplored (Infeasible says so too when nothing priced fits). An intra-op ILP call
-the limit cuts keeps HiGHS's incumbent: that spec set is priced once past the limit.
+Anytime (`time_limit`, a hard limit): the search first prices a seed — a mesh the model can run whose
+parameters and optimizer states leave room in the budget, at the defaults, and when that is over budget
+the same mesh at its leanest — whatever the limit, so that it always holds a complete plan. After it, a
+candidate is not started once the deadline has passed or would pass while it is priced (the median of
+the last ones), and one being priced when the deadline comes is abandoned (anytime.Clock.interruptible);
+the search then ends with the best plan priced so far, `Result.cut` and the header saying what was left
+unexplored (Infeasible says so too when nothing priced fits). Candidates the model cannot run (the
+checker's PL362/PL365 on their specs and mesh) and those whose memory floor (pricing.memory_floor) is over
+the budget are never priced.
 """
 from __future__ import annotations
 
@@ -50,6 +53,8 @@ from planlang.plan.checker import check_resolution
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.resolve import Resolver
 from planlang.plan.units import format_bytes
+from planlang.model.checks import MODEL_RULES
+from planlang.model.facts import ModelFacts as ProbedFacts, attention_heads
 from planlang.model.validation import Validated
 from planlang.solve.anytime import REFINED, Clock, Cut, Where, mesh_words
 from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
@@ -57,7 +62,7 @@ from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_c
 from planlang.solve.classify import TemplateArguments, classify
 from planlang.solve.facts import ModelFacts, model_facts
 from planlang.solve.holes import Fill, HoleOutsidePlan, edit_key, fill_holes
-from planlang.solve.pricing import Candidate, Steps, best, price_plan, price_steps
+from planlang.solve.pricing import Candidate, Steps, best, memory_floor, price_plan, price_steps
 from planlang.solve.progress import Reporter, reporter
 from planlang.solve.space import STAGE_METHODS, Choices, SolveError, Space, choices_of, factorizations
 from planlang.solve.substitute import substitute
@@ -72,6 +77,10 @@ OBJECTIVES = ("time", "memory", "balanced")
 # a search --time-limit stopped (the plan written is the best priced before it)
 INFEASIBLE = "PL560"
 SEARCH_CUT = "PL561"
+# the model rules (planlang.model.checks) whose findings mean the model cannot run a candidate: a split
+# dim its axes do not divide (PL362), an attention split through its heads (PL365, a warning for a plan
+# a user wrote, a refusal for a candidate the solver would choose)
+RUNNABLE_RULES = ("shard_targets", "attention_head_splits")
 
 
 class Infeasible(SolveError):
@@ -100,8 +109,8 @@ class _Search:
 
     def __init__(self, path: str, objective: str, progress: Callable[[str], None] | Reporter, alpha: float = ALPHA,
                  time_limit: float | None = None, started: float | None = None, prune: bool = True,
-                 validated: Validated | None = None) -> None:
-        self.clock = Clock(time_limit, started)
+                 validated: Validated | None = None, now: Callable[[], float] = time.monotonic) -> None:
+        self.clock = Clock(time_limit, started, now)  # `now`: a fake clock in tests
         self.prune = prune and objective == "time"  # bounds by step time: the time objective only
         self.where = Where()
         self.path = path
@@ -133,6 +142,11 @@ class _Search:
         self._priced: dict[tuple, Candidate | None] = {}  # a candidate's edits -> it, priced (None: not a plan)
         self._steps: dict[tuple, tuple[CompletePlan, Steps | None]] = {}  # edits -> value, its steps alone
         self._bounded: dict[tuple, tuple[Choices, float]] = {}  # edits -> choices, step
+        self._runnable: dict[tuple, str | None] = {}  # (mesh, shards, data) -> why it cannot run, or None
+        self.refused: dict[str, tuple[int, str]] = {}  # code -> candidates the model cannot run, the first why
+        self.floored: tuple[Choices, int] | None = None  # the least memory floor over the budget (not priced)
+        self.floored_count = 0
+        self._rule_facts = validated.facts if validated is not None else None
         arguments = TemplateArguments(self.plan, self.holes.arguments, res.modules, res.sources)
         self.space = Space(self.plan, self.holes, path, self.source, arguments, self.facts)
 
@@ -148,7 +162,54 @@ class _Search:
         and the one entry point `planlang check` uses); None when they do not."""
         plan = substitute(self.plan, self.space.values(fills))
         res = check_resolution(replace(self.resolution, plan=plan), self.path)
-        return None if res.errors else plan
+        if res.errors:
+            return None
+        why = self.cannot_run(plan)
+        if why is not None:
+            code = why.split(":", 1)[0]
+            self.refused[code] = (self.refused.get(code, (0, why))[0] + 1, self.refused.get(code, (0, why))[1])
+            return None
+        return plan
+
+    def rule_facts(self):
+        """The probe as the model rules read it (planlang.model.facts.ModelFacts: the module tree, shapes
+        and each attention module's heads): the CLI's validation's, else from this solve's probe."""
+        if self._rule_facts is None:
+            facts = self.facts()
+            module = getattr(facts.layers, "module")  # ModelParts (typed object in ModelFacts)
+            self._rule_facts = ProbedFacts(**vars(facts.modules), heads=attention_heads(module))
+        return self._rule_facts
+
+    def over_floor(self, plan: CompletePlan, choices: Choices) -> bool:
+        """Is the candidate's memory floor (pricing.memory_floor: its parameters and optimizer states
+        alone) over the budget? Then it cannot fit and is not priced; the least floor skipped is kept for
+        the error when nothing fits."""
+        budget = self.plan.budget.bytes if self.plan.budget is not None else None
+        if budget is None:
+            return False
+        floor = memory_floor(plan, self.facts())
+        if floor <= budget:
+            return False
+        if self.floored is None or floor < self.floored[1]:
+            self.floored = (choices, floor)
+        self.floored_count += 1
+        return True
+
+    def cannot_run(self, plan: T.Plan) -> str | None:
+        """Why the model cannot run this candidate, by the checker's own model rules on its specs and
+        mesh (planlang.model.checks: PL362, a split dim its axes do not divide; PL365, an attention split
+        through its heads or key/value heads: tp larger than the heads, or not dividing them), or None.
+        Such a candidate is never priced. The rules read the model's probe (parameter shapes, call
+        shapes, head counts), and only the mesh, the specs and the data axes: candidates that share
+        those share the answer."""
+        key = (plan.mesh, plan.shards, plan.data)
+        if key not in self._runnable:
+            rules = [r for r in MODEL_RULES if r.name in RUNNABLE_RULES]
+            res = check_resolution(replace(self.resolution, plan=plan), self.path,
+                                   {"model": self.rule_facts()}, rules, resolution=False)
+            bad = [d for d in res.diagnostics if d.code in ("PL362", "PL365")]
+            self._runnable[key] = None if not bad else f"{bad[0].code}: {bad[0].message}"
+        return self._runnable[key]
 
     def value(self, key: tuple, fills: dict[str, Fill]) -> CompletePlan | None:
         """The candidate's complete plan value, checked (None when the rules refuse it)."""
@@ -209,13 +270,13 @@ class _Search:
         if key in self._priced:  # the same plan reached by another route: priced once
             return self._priced[key]
         self.clock.check(self.clock.pricing_time())
-        started = time.monotonic()
+        started = self.clock.now()
         if beat is not None and self.prune and self.bounded_out(key, fills, choices, beat):
             return None
         steps = self._steps[key][1] if key in self._steps else None  # its step alone, when priced
         self._priced[key] = None
         plan = self.value(key, fills)
-        if plan is None:
+        if plan is None or self.over_floor(plan, choices):
             return None
         facts = self.facts()
         try:
@@ -238,7 +299,7 @@ class _Search:
         self.tried.append(c)
         self._priced[key] = c
         self._bounded.pop(key, None)  # bounded where it could not win, priced where it was needed
-        self.clock.durations.append(time.monotonic() - started)
+        self.clock.durations.append(self.clock.now() - started)
         self.report.priced(c, self.best(self.tried))
         return c
 
@@ -297,63 +358,66 @@ class _Search:
         self.progress(f"stage 1: {len(meshes)} mesh candidates (the first builds and simulates the model on meta)")
         self.report.plan_work(len(meshes) + min(REFINED, len(meshes)))
         self.where.stage1(meshes)
-        finals: list[Candidate | None] = []
-        ranked: list[Candidate] = []
         cut = None
+        chosen: Candidate | None
         try:
             seeds = self.seed(meshes)
-            coarse: list[Candidate | None] = [None] * len(meshes)
-            micros = [self.space.micro_options(a)[0] if self.holes.micro is not None else None for a in meshes]
-            order = list(range(len(meshes)))
-            if self.prune:  # the meshes by their step alone, fastest first (see docs/solve.md, Bounds)
-                bound = []
-                for a, m in zip(meshes, micros):
-                    # near --time-limit, the meshes left are priced in their order, unbounded (no profile
-                    # is made past the limit; the search is then cut at the next candidate)
-                    late = self.clock.deadline is not None and (
-                        time.monotonic() + self.clock.pricing_time() > self.clock.deadline)
-                    bound.append(None if late else self.steps_at(a, m))
-                order.sort(key=lambda i: (bound[i] is not None, bound[i] or 0.0, i))
-                self.where.stage1([meshes[i] for i in order])  # a cut's account lists the meshes in this order
-            for n, i in enumerate(order):
-                # only the REFINED best go on: a mesh slower than REFINED priced ones that fit cannot
-                fast = sorted(c.step_time for c in coarse if c is not None and c.fits)
-                beat = fast[REFINED - 1] if len(fast) >= REFINED else None
-                coarse[i] = self.price_at(meshes[i], micros[i], 0, {}, None, beat=beat)
-                self.where.done(n + 1)
-                self.report.advance(f"stage 1: mesh {n + 2} of {len(meshes)}" if n + 1 < len(meshes) else "")
-            ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
-            if not ranked:
-                raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
-            refined = ranked[:REFINED]
-            self.report.plan_work(len(meshes) + len(refined))
-            self.where.stage2(meshes, [self.space.assign_of(c.choices) for c in refined])
-            for i, c in enumerate(refined):
-                assign = self.space.assign_of(c.choices)
-                self.progress(f"stage 2: refining {mesh_words(assign)} (mesh {i + 1} of {len(refined)})")
-                finals.append(self.refine(assign))
-                self.where.done(i + 1)
-                self.report.advance()
-            chosen = self.best(finals + ranked + seeds)  # ranked is not empty: never None
-            if chosen is None:
-                raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
+            with self.clock.interruptible():  # past the deadline, the candidate in progress is abandoned
+                chosen = self.stages(meshes, seeds)
         except Cut:
             cut = self.where.account(self.clock, self.considered())
             chosen = self.best(self.tried)  # every candidate priced is a complete plan that checks
+            if chosen is None and self.floored is not None:
+                raise self.infeasible(cut) from None
             if chosen is None:
                 raise SolveError(f"{cut}; no candidate plan was priced before it: raise --time-limit") from None
         return self.write(chosen, cut)
 
-    def write(self, chosen: Candidate, cut: str | None) -> Result:
+    def stages(self, meshes: list[dict], seeds: list[Candidate | None]) -> Candidate:
+        """Stage 1 over the meshes, stage 2 over the best of them: the best candidate."""
+        finals: list[Candidate | None] = []
+        coarse: list[Candidate | None] = [None] * len(meshes)
+        micros = [self.space.micro_options(a)[0] if self.holes.micro is not None else None for a in meshes]
+        order = list(range(len(meshes)))
+        if self.prune:  # the meshes by their step alone, fastest first (see docs/solve.md, Bounds)
+            bound = []
+            for a, m in zip(meshes, micros):
+                # near --time-limit, the meshes left are priced in their order, unbounded (no profile
+                # is made past the limit; the search is then cut at the next candidate)
+                late = self.clock.deadline is not None and (
+                    self.clock.now() + self.clock.pricing_time() > self.clock.deadline)
+                bound.append(None if late else self.steps_at(a, m))
+            order.sort(key=lambda i: (bound[i] is not None, bound[i] or 0.0, i))
+            self.where.stage1([meshes[i] for i in order])  # a cut's account lists the meshes in this order
+        for n, i in enumerate(order):
+            # only the REFINED best go on: a mesh slower than REFINED priced ones that fit cannot
+            fast = sorted(c.step_time for c in coarse if c is not None and c.fits)
+            beat = fast[REFINED - 1] if len(fast) >= REFINED else None
+            coarse[i] = self.price_at(meshes[i], micros[i], 0, {}, None, beat=beat)
+            self.where.done(n + 1)
+            self.report.advance(f"stage 1: mesh {n + 2} of {len(meshes)}" if n + 1 < len(meshes) else "")
+        ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
+        if not ranked and not self.tried:
+            raise self.infeasible(None)
+        refined = ranked[:REFINED]
+        self.report.plan_work(len(meshes) + len(refined))
+        self.where.stage2(meshes, [self.space.assign_of(c.choices) for c in refined])
+        for i, c in enumerate(refined):
+            assign = self.space.assign_of(c.choices)
+            self.progress(f"stage 2: refining {mesh_words(assign)} (mesh {i + 1} of {len(refined)})")
+            finals.append(self.refine(assign))
+            self.where.done(i + 1)
+            self.report.advance()
+        chosen = self.best(finals + ranked + seeds + self.tried)
+        if chosen is None:
+            raise self.infeasible(None)
+        return chosen
+
+    def write(self, chosen: Candidate | None, cut: str | None) -> Result:
         """The chosen candidate's choices written into the input's text, once, with the header (or
         Infeasible when it does not fit)."""
-        if not chosen.fits:
-            smallest = min(self.tried, key=lambda c: c.peak)
-            within = "" if cut is None else f" among the candidates priced before the cut ({cut})"
-            raise Infeasible(f"no plan fits the budget{within}; the smallest peak found is "
-                             f"{format_bytes(smallest.peak)} per device ({smallest}); raise the budget to at least "
-                             "that or add devices" + ("" if cut is None else ", or raise --time-limit"),
-                             smallest.peak, cut)
+        if chosen is None or not chosen.fits:
+            raise self.infeasible(cut)
         # the candidates bounded out count as priced: their step time was, and it showed they cannot win
         header = [f"solved by `planlang solve --objective {self.objective}` ({self.considered()} candidate plans priced):"]
         steps = chosen.steps or tuple(r.step_time for r in chosen.rows)
@@ -364,10 +428,34 @@ class _Search:
             header += ["  " + line for line in textwrap.wrap(
                 f"INCOMPLETE SEARCH: {cut}; this is the best plan priced before the cut", 106)]
         text = fill_holes(self.source, self.path, list(self.space.fills_of(chosen).values()), header)
+        if self.refused:
+            self.progress("never priced, the model cannot run them: " + "; ".join(
+                f"{n} candidate{'s' if n > 1 else ''} by {code} (first: {why})" for code, (n, why) in self.refused.items()))
         if self._bounded:
             self.progress(f"{len(self.tried)} candidates priced in full, {len(self._bounded)} by their step time "
                           "alone (bounded out: slower than a plan that fits)")
         return Result(text, chosen, self.tried, self.notes, header, cut, list(self._bounded.values()))
+
+    def infeasible(self, cut: str | None) -> Infeasible:
+        """No candidate fits: the nearest miss (the least peak priced, or the least memory floor of those
+        not priced because their parameters and optimizer states alone are over the budget) and the budget
+        it needs."""
+        within = "" if cut is None else f" among the candidates priced before the cut ({cut})"
+        more = "" if cut is None else ", or raise --time-limit"
+        smallest = min(self.tried, key=lambda c: c.peak) if self.tried else None
+        if smallest is not None and (self.floored is None or smallest.peak <= self.floored[1]):
+            return Infeasible(f"no plan fits the budget{within}; the nearest miss peaks at "
+                              f"{format_bytes(smallest.peak)} per device ({smallest}); raise the budget to at least "
+                              f"that or add devices{more}", smallest.peak, cut)
+        if self.floored is None:
+            raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
+        choices, floor = self.floored
+        what = ", ".join(f"{k}={v}" for k, v in choices)
+        return Infeasible(f"no plan fits the budget{within}: {self.floored_count} candidates hold more than the budget "
+                          f"in parameters and optimizer states alone; the nearest ({what}) holds "
+                          f"{format_bytes(floor)} per device before any activation; raise the budget above that "
+                          f"(with room for activations), add devices, or shard more (ZeRO, tensor or pipeline "
+                          f"parallelism){more}", floor, cut)
 
     def considered(self) -> int:
         """Candidates priced: in full (`tried`), or by their step time alone (bounded out)."""
@@ -381,7 +469,7 @@ class _Search:
         out: list[Candidate | None] = []
         self.clock.seeding = True
         try:
-            for assign in meshes:
+            for assign in self.seed_order(meshes):
                 micros = self.space.micro_options(assign) if self.holes.micro is not None else [None]
                 first = self.price_at(assign, micros[0], 0, {}, None)
                 if first is None:
@@ -403,6 +491,29 @@ class _Search:
         finally:
             self.clock.seeding = False
         return out
+
+    def seed_order(self, meshes: list[dict]) -> list[dict]:
+        """The meshes the seed tries, in order: those the model can run whose memory floor (parameters and
+        optimizer states at ZeRO 0, pricing.memory_floor) leaves at least half the budget for the rest,
+        in stage 1's order, then the others by their floor (least first): the seed's plan should fit."""
+        budget = self.plan.budget.bytes if self.plan.budget is not None else None
+        if budget is None:
+            return meshes
+        scored = []
+        for i, assign in enumerate(meshes):
+            try:
+                micro = self.space.micro_options(assign)[0] if self.holes.micro is not None else None
+                fills = self.space.fills(assign, micro, 0, {}, None, "flops")
+            except SolveError:
+                raise
+            except Exception:  # noqa: BLE001 - price_at says why, when the seed prices it
+                continue
+            plan = self.value(edit_key(self.source, self.path, list(fills.values())), fills)
+            if plan is None:
+                continue
+            floor = memory_floor(plan, self.facts())
+            scored.append(((0, 0, i) if 2 * floor <= budget else (1, floor, i), assign))
+        return [a for _, a in sorted(scored, key=lambda x: x[0])]
 
     def refine(self, assign: dict) -> Candidate | None:
         """Stage 2 for one mesh (map §5.3): for each spec set of the budget sweep, the other holes in

@@ -11,6 +11,7 @@ collectives, and only then its memory.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from planlang.plan.complete import CompletePlan
@@ -146,3 +147,31 @@ def best(cands, objective: str) -> Candidate | None:
     """The best candidate under the objective (None when there is none); ties: the first."""
     cands = [c for c in cands if c is not None]
     return min(cands, key=lambda c: c.key(objective)) if cands else None
+
+
+def memory_floor(plan: CompletePlan, facts: ModelFacts) -> int:
+    """A lower bound on the candidate's peak bytes per device from its parameters alone: the heaviest
+    pipeline stage's local parameters (sharded by its specs; by ZeRO-3 too) and their optimizer states
+    (sharded by ZeRO >= 1) — what every estimate of the plan holds at least (planlang.model.price.
+    estimate: parameters, optimizer states, then gradients, buffers and activations on top). Computed
+    from shapes, no simulation: a candidate whose floor is over the budget is never priced."""
+    # lazy: torch loads only when this runs
+    from planlang.model.price.local_model import axis_product, local_params
+    from planlang.model.price.zero_peaks import STATE_ELEMENTS
+
+    _, params = local_params(plan, facts.modules)
+    opt, prec = plan.optimizer, plan.precision
+    zero = opt.zero_stage if opt else 0
+    zero_n = axis_product(plan.mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
+    states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
+    master = prec.bytes("master") if prec.mixed else 4
+    stages: dict = {}
+    for p in params.values():
+        n = math.prod(p.local)
+        held = (prec.bytes("params") if prec.mixed else p.itemsize) * n
+        held = held // zero_n if zero >= 3 else held
+        state = states * n * master
+        state = state // zero_n if zero >= 1 else state
+        for s in p.stages or (None,):
+            stages[s] = stages.get(s, 0) + held + state
+    return max(stages.values(), default=0)

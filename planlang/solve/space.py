@@ -214,7 +214,10 @@ class Space:
                         extra[SCHEDULE] = sched
                     if c is not None:
                         extra[CHUNKS] = c
-                    k = self.size_of(sizes, pp or self.pp_axis(sizes)) * self.schedule_of(extra)[1]
+                    pp_size = self.size_of(sizes, pp or self.pp_axis(sizes))
+                    if pp_size == 1 and sched is not None and sched.kind == "gpipe":
+                        continue  # one stage: GPipe runs exactly as 1F1B (the same plan, priced once)
+                    k = pp_size * self.schedule_of(extra)[1]
                     written = p.stages if p is not None and isinstance(p.stages, tuple) else None
                     if written is not None and k != len(written):
                         continue  # the stages written fix the stage count (PL401)

@@ -79,7 +79,8 @@ def _ilp_options(search):
 
     if search.clock.deadline is None:
         return SolveOptions()
-    return SolveOptions(time_limit=max(1.0, search.clock.left()))
+    # half the time left: HiGHS's incumbent at its limit is then priced before the deadline
+    return SolveOptions(time_limit=max(0.1, search.clock.left() / 2))
 
 
 def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, T.Spec]]:
@@ -93,22 +94,11 @@ def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, T.S
             result = ilp_solve(instance, objective, _ilp_options(search), **extra)
         except SolveTimeout:  # bounded by the time left: the search's limit is reached
             raise Cut() from None
-        if result.status != "optimal":  # HiGHS's incumbent at the time limit: kept, priced, and said
-            search.clock.overrun = 1
+        if result.status != "optimal":  # HiGHS's incumbent at its time limit: kept, priced if time is left
             search.notes.append(f"intra-op ILP stopped at its time limit with a {result.status} solution "
                                 f"(objective {result.value:.4g}, bound {result.bound})")
             search.progress(search.notes[-1])
         return result
-
-    def cut_short(found: list) -> None:
-        """The limit came in the middle of the sweep: the solutions found so far (an incumbent
-        among them) go on, and the first of them is priced past the limit."""
-        if not found:
-            raise Cut()
-        search.clock.overrun = 1
-        search.notes.append(f"intra-op ILP cut by --time-limit after {len(found)} solve(s); the first spec set "
-                            "found is priced past the limit")
-        search.progress(search.notes[-1])
 
     def targets(specs) -> str:
         return ", ".join(f"{search.holes.specs[k][0].target} : {v}" for k, v in specs.items())
@@ -123,12 +113,9 @@ def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, T.S
         # which prices whole plans, decides
         out: list[dict[int, T.Spec]] = []
         for objective in (search.objective, "time"):
-            try:
-                sol = decode(problem, solve_ilp(problem.instance.with_budget(
-                    budget if objective != "time" else None), objective))
-            except Cut:
-                cut_short(out)
-                break
+            # Cut (the deadline inside the ILP) ends the search: --time-limit is hard
+            sol = decode(problem, solve_ilp(problem.instance.with_budget(
+                budget if objective != "time" else None), objective))
             specs = {k: _spec_choice(search, k, sol, assign) for k in which}
             search.progress(f"intra-op ILP ({objective}, {len(problem.kinds)} nodes): " + targets(specs))
             if specs not in out:
@@ -147,9 +134,7 @@ def _ilp_spec_sets(search, assign: dict, which: list[int]) -> list[dict[int, T.S
                 sols.append((b, decode(problem, solve_ilp(problem.instance.with_budget(b), "time", False))))
             except InfeasibleBudget:
                 continue
-            except Cut:
-                cut_short([free] + sols)
-                break
+            search.clock.expired()  # between the sweep's solves
     sols.append((None, free))
     found: list[dict[int, T.Spec]] = []
     for b, sol in sols:

@@ -1,0 +1,69 @@
+"""The solver at cluster scale (issue #29): candidates the model cannot run are never priced (the
+checker's own model rules: a split through the heads, PL365; a dim its axes do not divide, PL362), and
+candidates whose parameters and optimizer states alone exceed the budget are not priced either (their
+memory floor, a lower bound on the estimator's peak)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from planlang.plan.checker import check_text
+from planlang.solve import driver
+from planlang.solve.pricing import memory_floor
+
+# 3 heads over 4 devices: tp = 2 and tp = 4 split through the heads; only tp = 1 can run
+GPT = '''use hardware
+use patterns.megatron
+model gpt = "examples.gpt2.model:build"(layers = 2, hidden = 48, heads = 3, vocab = 64, seq = 8)
+input idx : i64[batch = 8, seq = 8]
+mesh ranks of 4 x hardware.cpu {
+    dp = ? over hardware.loopback
+    tp = ? over hardware.loopback
+}
+budget BUDGET per device
+optimizer adamw
+data idx : [dp, _]
+for block in h[*] {
+    apply megatron.attention(tp) to block.attn
+}
+'''
+
+
+def _write(tmp_path: Path, budget: str = "1 GiB") -> str:
+    p = tmp_path / "gpt_heads.plan"
+    p.write_text(GPT.replace("BUDGET", budget))
+    return str(p)
+
+
+def test_a_split_through_the_heads_is_never_priced(tmp_path, monkeypatch):
+    priced = []
+    real = driver.price_plan
+
+    def spy(plan, facts, low=None):
+        priced.append({a.name: a.size for a in plan.mesh.axes})
+        return real(plan, facts, low)
+
+    monkeypatch.setattr(driver, "price_plan", spy)
+    search = driver._Search(_write(tmp_path), "time", lambda s: None, prune=False)
+    res = search.run()
+    assert priced and all(m["tp"] == 1 for m in priced)  # tp 2 and 4 cut through 3 heads
+    assert str(dict(res.best.choices)["axis tp"]) == "1"
+    n, why = search.refused["PL365"]
+    assert n >= 2 and "3 heads" in why
+    assert not check_text(res.text, str(tmp_path / "gpt_heads.plan")).errors
+
+
+def test_the_memory_floor_bounds_every_priced_peak_from_below(tmp_path):
+    search = driver._Search(_write(tmp_path), "time", lambda s: None, prune=False)
+    res = search.run()
+    assert res.tried
+    for c in res.tried:
+        assert 0 < memory_floor(c.plan, search.facts()) <= c.peak
+
+
+def test_over_its_floor_nothing_is_priced_and_the_nearest_miss_says_what_it_needs(tmp_path):
+    with pytest.raises(driver.Infeasible) as err:
+        driver.solve(_write(tmp_path, "1 KiB"))
+    assert err.value.smallest_budget is not None and err.value.smallest_budget > 1024
+    assert "parameters and optimizer states alone" in str(err.value) and "raise the budget" in str(err.value)
