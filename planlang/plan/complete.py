@@ -16,10 +16,12 @@ spec dim is a hole, so on a `CompletePlan` every `spec.dims[i]` is a tuple of ax
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from typing import TypeVar
 
+from .parallel import ParallelDims
 from .types import (
     Accumulation, Axis, CheckpointGroup, DataSpec, Hole, Mesh, ModelRef, Optimizer, Pipeline, Plan, Schedule, ShardRule, Spec, Stage,
 )
@@ -117,6 +119,15 @@ class CompletePlan(Plan):
 
     def holes(self) -> list[Hole]:
         return []
+
+    @functools.cached_property
+    def dims(self) -> ParallelDims:
+        """The plan's parallel dimensions (planlang.plan.parallel), computed on first use and kept: the
+        data, tensor and pipeline axes, the ZeRO stage and axis, the axes FSDP2 shards over, the sizes."""
+        opt, p = self.optimizer, self.pipeline
+        return ParallelDims.of(self, tuple(zip(self.mesh.names, self.mesh.shape)) if self.mesh is not None else (),
+                               p.axis if p is not None else None, opt.zero_stage if opt is not None else 0,
+                               opt.zero_axis if opt is not None else None)
 
     @property
     def microbatches(self) -> int:

@@ -10,6 +10,7 @@ from planlang.lang.diagnostics import Diagnostic, Label
 
 from . import types as T
 from .data import batch_axes, batch_split_conflict, data_axes
+from .parallel import fsdp_mesh_axes
 from .optimizers import NO_FSDP, WHOLE_MATRIX, argument_problems
 from .resolve import diag
 from .units import format_bytes
@@ -145,7 +146,7 @@ def data_parallel_support(ctx) -> Diags:
 def _fsdp_axes(plan: T.Plan) -> Diags:
     """PL507: ZeRO-2/3 without a pipeline shards with FSDP2 over the ZeRO axis, replicated over at most one
     more data axis that comes before it in the mesh (HSDP), and over parameters no `shard` splits there
-    (planlang.runtime.data_parallel.fsdp_mesh and the ZeRO pass of planlang.runtime.apply)."""
+    (planlang.plan.parallel.fsdp_mesh_axes, which the runtime's ZeRO pass reads as `CompletePlan.dims.fsdp`)."""
     opt, mesh = plan.optimizer, plan.mesh
     assert mesh is not None
     if opt is None or opt.zero_stage not in (2, 3) or not isinstance(opt.zero_axis, str):
@@ -156,14 +157,15 @@ def _fsdp_axes(plan: T.Plan) -> Diags:
     axes = data_axes(plan)  # size-1 axes included, as the runtime counts them
     if z not in axes:
         return  # PL504
-    rest = [a for a in axes if a != z]
-    if rest and (len(rest) > 1 or mesh.names.index(rest[0]) > mesh.names.index(z)):
+    arranged = fsdp_mesh_axes(mesh.names, axes, z)
+    if arranged is None:
+        rest = [a for a in axes if a != z]
         yield diag("PL507", f"ZeRO-{opt.zero_stage} over `{z}` with the batch also split over {', '.join(rest)}: "
                    f"FSDP2 replicates over at most one more data axis, listed before `{z}` in the mesh",
                    opt.span, help=f"split the batch over `{z}` only, or declare {rest[0]} before {z} in the mesh"
                    + (f" and split it over {rest[0]} and {z} alone" if len(rest) > 1 else ""))
         return
-    fsdp = set(rest) | {z}
+    fsdp = set(arranged)
     for rule in plan.shards:
         split = [a for a in rule.spec.used_axes() if a in fsdp] if isinstance(rule.spec, T.Spec) else []
         if rule.kind == "param" and split:

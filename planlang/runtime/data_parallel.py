@@ -1,11 +1,14 @@
 """Data parallelism: gradient synchronisation over the mesh axes that split the batch.
 
-`wrap_data_parallel` picks torch's own mechanism from the plan's optimizer:
+`wrap_data_parallel` picks torch's own mechanism from the plan's optimizer, read from the validated
+plan's parallel dimensions (`CompletePlan.dims`, planlang.plan.parallel: the checker has refused ZeRO
+stages, axes and FSDP2 arrangements it cannot run, PL313, PL502–PL504, PL507):
 
     ZeRO 0 or 1   DistributedDataParallel over one process group spanning every data axis; gradients
                   are all-reduced in buckets while backward still runs (DDP's overlap). ZeRO-1 then
-                  shards only the optimizer (zero.py).
-    ZeRO 2        FSDP2 `fully_shard` over the ZeRO axis with reshard_after_forward=False: parameters
+                  shards only the optimizer (zero.py). So does ZeRO-2/3 over an axis of one device
+                  (`dims.fsdp` is empty: FSDP2 would shard nothing).
+    ZeRO 2        FSDP2 `fully_shard` over `dims.fsdp` (the ZeRO axis; HSDP with one more) with reshard_after_forward=False: parameters
                   stay gathered from forward to backward, gradients are reduce-scattered (Rajbhandari
                   et al. 2020, ZeRO §5.2, P_os+g).
     ZeRO 3        the same with reshard_after_forward=True: parameters are gathered when a unit runs and
@@ -30,46 +33,12 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from planlang.plan.complete import CompletePlan
-from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes
 
 from .placement import ParamLayout
 
 
 class DataParallelError(ValueError):
     """The plan asks for a data-parallel setup this runtime cannot build."""
-
-
-def data_axes(plan: CompletePlan) -> tuple[str, ...]:
-    """The mesh axes the batch is split over (planlang.plan.data), in mesh order; inputs that split
-    their batch over different axes are refused here."""
-    conflict = batch_split_conflict(plan)
-    if conflict:
-        raise DataParallelError(conflict)
-    return plan_data_axes(plan)
-
-
-def _zero(plan: CompletePlan) -> tuple[int, str | None]:
-    opt = plan.optimizer
-    if opt is None:
-        return 0, None
-    if opt.zero_stage not in (0, 1, 2, 3):
-        raise DataParallelError(f"ZeRO stage {opt.zero_stage} does not exist (use 0-3)")
-    if opt.zero_stage and opt.zero_axis is None:
-        raise DataParallelError(f"ZeRO stage {opt.zero_stage} needs an axis: write `zero = {opt.zero_stage} over dp`")
-    return opt.zero_stage, opt.zero_axis
-
-
-def zero_axis(plan: CompletePlan) -> str | None:
-    """The axis the optimizer state is sharded over (None without ZeRO); it must be a data axis."""
-    stage, axis = _zero(plan)
-    if not stage:
-        return None
-    axes = data_axes(plan)
-    if axis not in axes:
-        raise DataParallelError(
-            f"ZeRO is over `{axis}`, which does not split the batch (data axes: {', '.join(axes) or 'none'}); "
-            "ZeRO shards state among data-parallel replicas, so use a data axis")
-    return axis
 
 
 def data_mesh(groups, axes: Iterable[str]):
@@ -125,37 +94,26 @@ def wrap_data_parallel(module: nn.Module, plan: CompletePlan, groups, *,
     names the submodules FSDP2 shards separately (default: every nn.ModuleList entry), the root is
     always a unit. `gradient_as_bucket_view=False` keeps DDP's bucket copy of the gradients, which the
     estimator counts as `buffers`."""
-    axes = data_axes(plan)
-    stage, _ = _zero(plan)
-    z = zero_axis(plan)  # None exactly when stage is 0
+    dims = plan.dims
+    axes = dims.data
     _check_replicated(layouts, axes)
     if not axes or _local_size(groups, axes) == 1:
         return module
-    if z is None or stage < 2:
+    if not dims.fsdp:
         return DDP(module, process_group=data_group(groups, axes), bucket_cap_mb=bucket_cap_mb,
                    gradient_as_bucket_view=gradient_as_bucket_view)
-    return _fully_shard(module, groups, axes, z, reshard=(stage == 3),
+    return _fully_shard(module, groups, dims.fsdp, reshard=(dims.zero_stage == 3),
                         units=_default_units(module) if units is None else list(units))
 
 
-def fsdp_mesh(groups, axes: tuple[str, ...], z: str, stage: int):
-    """The DeviceMesh FSDP2 shards over for ZeRO-`stage` over `z` with the batch split over `axes`, and its
-    axis names: `z` alone, or (r, z) for HSDP (replicate over r, shard over z) when one more data axis r
-    comes before `z` in mesh order."""
-    rest = tuple(a for a in axes if a != z)
-    names = groups.mesh.names
-    if not rest:
-        return groups.device_mesh[z], (z,)
-    if len(rest) == 1 and names.index(rest[0]) < names.index(z):
-        return groups.device_mesh[(rest[0], z)], (rest[0], z)
-    raise DataParallelError(
-        f"ZeRO-{stage} over `{z}` with data axes {', '.join(axes)}: FSDP2 needs the other "
-        f"data axes to form one replicate axis before `{z}` in mesh order; split the batch over `{z}` "
-        "only, or over one more axis listed before it in the mesh")
+def fsdp_mesh(groups, axes: tuple[str, ...]):
+    """The DeviceMesh FSDP2 shards over: the plan's `dims.fsdp` axes `axes`, the ZeRO axis alone or
+    (r, ZeRO axis) for HSDP (replicated over r, sharded over the ZeRO axis; planlang.plan.parallel)."""
+    return groups.device_mesh[axes[0] if len(axes) == 1 else axes]
 
 
-def _fully_shard(module: nn.Module, groups, axes: tuple[str, ...], z: str, reshard: bool, units: list[str]):
-    mesh, _ = fsdp_mesh(groups, axes, z, 3 if reshard else 2)
+def _fully_shard(module: nn.Module, groups, axes: tuple[str, ...], reshard: bool, units: list[str]):
+    mesh = fsdp_mesh(groups, axes)
     for name in units:
         fully_shard(module.get_submodule(name), mesh=mesh, reshard_after_forward=reshard)
     fully_shard(module, mesh=mesh, reshard_after_forward=reshard)
@@ -172,5 +130,5 @@ def is_fsdp_sharded(module: nn.Module) -> bool:
     return any(isinstance(p, DTensor) for p in unwrap(module).parameters())
 
 
-__all__ = ["DataParallelError", "data_axes", "zero_axis", "data_mesh", "fsdp_mesh", "data_group", "wrap_data_parallel",
+__all__ = ["DataParallelError", "data_mesh", "fsdp_mesh", "data_group", "wrap_data_parallel",
            "unwrap", "is_fsdp_sharded"]

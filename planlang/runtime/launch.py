@@ -13,9 +13,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from planlang.plan.complete import CompleteMesh, CompletePlan, complete, plan_mesh, plan_model, world_size
-from planlang.plan.data import tensor_axes
-from planlang.plan.types import Plan
+from planlang.plan.complete import CompleteMesh, CompletePlan, plan_mesh, plan_model, world_size
 
 
 def mesh_words(plan: CompletePlan) -> str:
@@ -243,22 +241,21 @@ def coords_of(rank: int, mesh: CompleteMesh) -> dict[str, int]:
     return dict(reversed(list(out.items())))
 
 
-def lower_source(plan: Plan, rank: int, strict: bool = False) -> str:
+def lower_source(plan: CompletePlan, rank: int, strict: bool = False) -> str:
     """The generated per-rank Python for `rank`, from the model built on meta (no processes). Ops that run
-    on the whole batch (PL364) are warnings on stderr, or with `strict` a PlanError. `plan`: one the checker
-    accepted, complete (or completed here: IncompletePlan when it has holes)."""
+    on the whole batch (PL364) are warnings on stderr, or with `strict` a PlanError. `plan`: a validated
+    complete plan (planlang.model.validation, or planlang.runtime.apply.load_plan)."""
     # lazy: torch loads only when this runs
     from planlang.model.capture.load import build_model
     from planlang.runtime.apply import lower_plan, report_fallbacks, zero_blocks
     from planlang.runtime.codegen import generate
 
-    plan = complete(plan)
     n = world_size(plan)
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} devices (0..{n - 1})")
     model = build_model(plan_model(plan), plan.path)
     coords = coords_of(rank, plan_mesh(plan))
-    if plan.pipeline is not None and not tensor_axes(plan):
+    if plan.pipeline is not None and not plan.dims.tensor:
         return pipeline_source(model, plan, rank, coords)
     if plan.pipeline is not None:  # pipeline x tensor parallelism: the program of one microbatch, cut
         return program_pipeline_source(model, plan, rank, coords, strict)
@@ -277,12 +274,10 @@ def program_pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[s
     from planlang.runtime.apply import lower_plan, report_fallbacks
     from planlang.runtime.codegen import generate_pipeline
     from planlang.runtime.pipeline import pipeline_layout
-    from planlang.runtime.pipeline_model import check_pipeline_plan
 
-    check_pipeline_plan(plan)
-    p, mesh = plan.pipeline, plan.mesh
-    assert p is not None and mesh is not None
-    layout = pipeline_layout(plan, mesh.size_of(p.axis))
+    p = plan.pipeline
+    assert p is not None
+    layout = pipeline_layout(plan)
     mine = layout.stages_of(coords[p.axis])
     prog = lower_plan(model, microbatch_plan(plan))
     report_fallbacks(prog, strict)
@@ -296,13 +291,11 @@ def pipeline_source(model, plan: CompletePlan, rank: int, coords: dict[str, int]
     forward as torch.fx prints it (the pipeline runs the model's own modules inside the stages)."""
     # lazy: torch loads only when this runs
     from planlang.runtime.pipeline import pipeline_layout
-    from planlang.runtime.pipeline_model import check_pipeline_plan
     from planlang.model.program.stages import cut_values, split_stages
 
-    check_pipeline_plan(plan)
-    p, mesh = plan.pipeline, plan.mesh
-    assert p is not None and mesh is not None  # lower_source's pipeline branch; world_size found the mesh
-    layout = pipeline_layout(plan, mesh.size_of(p.axis))
+    p = plan.pipeline
+    assert p is not None  # lower_source's pipeline branch
+    layout = pipeline_layout(plan)
     mine = layout.stages_of(coords[p.axis])
     # the cut the runtime makes (fx, or torch.export's for models fx cannot trace between stages),
     # and what crosses its boundaries read from it: one cut, no second trace that could fail alone

@@ -50,7 +50,6 @@ from planlang.model.capture.load import plan_loss
 from planlang.model.program.recompute import is_recomputing
 from planlang.model.program.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
 
-from .data_parallel import data_axes
 from .executor import batch_norm_recomputed, sync_batch_norm
 from .precision import LossScale
 
@@ -87,34 +86,14 @@ class PipelineLayout:
         return list(range(pp_rank, self.num_stages, self.pp_size))
 
 
-def pipeline_layout(plan: CompletePlan, pp_size: int) -> PipelineLayout:
-    """Check the plan's pipeline against the pipeline axis' size; raise PipelineError when it cannot run."""
+def pipeline_layout(plan: CompletePlan) -> PipelineLayout:
+    """Which stages each pipeline rank holds under the plan's schedule. The plan is a validated one: the
+    checker has matched its stages, microbatches and schedule to the pipeline axis (PL401, PL402, PL411,
+    PL416), so nothing is checked again here."""
     p = plan.pipeline
     if p is None:
-        raise PipelineError("the plan has no `pipeline` block", "add `pipeline over AXIS schedule ... { stage ... }`")
-    sched = p.schedule
-    n, m = len(p.stages), p.microbatches
-    if sched.kind == "interleaved":
-        v = sched.chunks
-        if n != pp_size * v:
-            raise PipelineError(
-                f"interleaved with chunks {v} on {p.axis}({pp_size}) needs {pp_size} * {v} = {pp_size * v} stages, "
-                f"the plan lists {n}", f"list {pp_size * v} stages, or set `chunks {n // pp_size or 1}`")
-        rounds = max(1, m // pp_size)
-        if m % rounds:
-            raise PipelineError(
-                f"interleaved 1F1B runs microbatches in rounds of {pp_size}: {m} microbatches is not a multiple of "
-                f"{rounds} rounds", f"use a multiple of {pp_size} microbatches")
-    elif sched.kind in ("gpipe", "1f1b"):
-        if n != pp_size:
-            raise PipelineError(f"{sched.kind} runs one stage per rank: {p.axis}({pp_size}) ranks but {n} stages",
-                                f"list {pp_size} stages, or use `schedule interleaved chunks {max(1, n // pp_size)}`")
-        if sched.kind == "1f1b" and m < n:
-            raise PipelineError(f"1f1b needs at least as many microbatches as stages ({m} < {n})",
-                                f"use `microbatches {n}` or more")
-    else:
-        raise PipelineError(f"unknown schedule `{sched.kind}`", "use gpipe, 1f1b or interleaved")
-    return PipelineLayout(sched.kind, n, pp_size, m)
+        raise ValueError(f"{plan.path} has no `pipeline`: it runs without a pipeline layout")
+    return PipelineLayout(p.schedule.kind, len(p.stages), plan.dims.pipeline_size, p.microbatches)
 
 
 def average_gradients(params: Sequence[nn.Parameter], group_list: Sequence[dist.ProcessGroup],
@@ -437,15 +416,15 @@ def _batch_size(inputs, target) -> int:
 def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torch.device | str | None = None,
                    loss_fn: Callable[..., torch.Tensor] | None = None,
                    transform_stage: StageTransform | None = None,
-                   grad_axes: Sequence[str] | None = None, reduce_grads: bool = True) -> PipelineRunner:
+                   reduce_grads: bool = True) -> PipelineRunner:
     """This rank's pipeline: split `model` into the plan's stages, keep the ones the rank's pipeline
     coordinate owns, apply `transform_stage(index, module)` to each, and build the schedule.
 
-    `groups` is a `planlang.runtime.redistribute.MeshGroups` over the plan's mesh (it must contain the
-    pipeline axis). `grad_axes` overrides the axes the gradients are averaged over (default: the
-    axes of the plan's `data` statements). The other stages' modules are dropped; their parameters are
-    freed once the caller drops `model`."""
-    layout = pipeline_layout(plan, _axis_size(groups, plan))
+    `plan` is a validated complete plan (planlang.runtime.apply.load_plan); `groups` is a
+    `planlang.runtime.redistribute.MeshGroups` over its mesh. The gradients are averaged over the plan's
+    data axes (`plan.dims.data`). The other stages' modules are dropped; their parameters are freed once
+    the caller drops `model`."""
+    layout = pipeline_layout(plan)
     assert plan.pipeline is not None  # pipeline_layout refused a plan without one
     axis = plan.pipeline.axis
     if loss_fn is None:
@@ -476,11 +455,7 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     modules: dict[int, nn.Module] = {}
     for i in mine:
         modules[i] = transform_stage(i, all_stages[i]) if transform_stage is not None else all_stages[i]
-    axes = tuple(grad_axes) if grad_axes is not None else data_axes(plan)
-    for a in axes:
-        if a == axis or a not in groups.coords:
-            raise PipelineError(f"data axis `{a}` is the pipeline axis or not in the mesh",
-                                "average gradients over the mesh's data-parallel axes only")
+    axes = plan.dims.data
     _sync_batch_norms(modules.values(), [groups.group(a) for a in axes if groups.size(a) > 1])
     return PipelineRunner(modules, layout, groups.group(axis), loss_fn, device,
                           [groups.group(a) for a in axes], reduce_grads, tied, canonical)
@@ -511,13 +486,3 @@ def _synced_batch_norm(bn: _BatchNorm, data_groups: list, x: torch.Tensor) -> to
     if is_recomputing():
         return batch_norm_recomputed(x, bn.weight, bn.bias, bn)
     return type(bn).forward(bn, x)
-
-
-def _axis_size(groups, plan: CompletePlan) -> int:
-    p = plan.pipeline
-    if p is None:
-        raise PipelineError("the plan has no pipeline axis", "write `pipeline over AXIS ...`")
-    if p.axis not in groups.coords:
-        raise PipelineError(f"pipeline axis `{p.axis}` is not an axis of the mesh ({', '.join(groups.coords)})",
-                            "name a mesh axis after `pipeline over`")
-    return groups.size(p.axis)

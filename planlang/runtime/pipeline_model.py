@@ -1,7 +1,8 @@
-"""`planlang.apply` for a pipeline plan: `apply_pipeline` checks the plan against the pipeline's runtime
-(`check_pipeline_plan`), cuts and wraps the stages (the plan's checkpoint groups, its precision, ZeRO-2/3
-as one FSDP2 unit per stage) and returns a `PipelinedModel`, the runner of planlang.runtime.pipeline behind
-ParallelModel's training-loop interface (`step`, `optimizer`, `full_grads`, ...)."""
+"""`planlang.apply` for a pipeline plan: `apply_pipeline` cuts and wraps the stages of a validated plan
+(the plan's checkpoint groups, its precision, ZeRO-2/3 as one FSDP2 unit per stage; the checker's PL401,
+PL402, PL415 and PL416 have matched the pipeline to what runs) and returns a `PipelinedModel`, the
+runner of planlang.runtime.pipeline behind ParallelModel's training-loop interface (`step`, `optimizer`,
+`full_grads`, ...)."""
 from __future__ import annotations
 
 import functools
@@ -21,8 +22,7 @@ from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan, plan_mesh
 from planlang.plan.types import Spec
 
-from .data_parallel import DataParallelError, data_axes, zero_axis
-from .pipeline import PipelineError, PipelineRunner, build_pipeline, pipeline_layout
+from .pipeline import PipelineError, PipelineRunner, build_pipeline
 from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 
@@ -159,41 +159,14 @@ class PipelinedModel:
         return out
 
 
-def check_pipeline_plan(plan: CompletePlan) -> None:
-    """What `apply` cannot run yet in a pipeline plan, found without processes: a PipelineError naming the
-    statement and the fix (ZeRO-2/3 with the batch over several axes, a ZeRO axis that does not split
-    the batch), and the schedule's own rules (`pipeline_layout`)."""
-
-    data = data_axes(plan)
-    mesh = plan_mesh(plan)
-    big = {a for a in mesh.names if mesh.size_of(a) > 1}
-    opt = plan.optimizer
-    if opt is not None and opt.zero_stage:
-        try:
-            z = zero_axis(plan)
-        except DataParallelError as e:
-            raise PipelineError(str(e), f"use `zero = {opt.zero_stage} over` a data axis") from e
-        big_data = [a for a in data if a in big]
-        if opt.zero_stage in (2, 3) and z is not None and z in big and big_data != [z]:
-            raise PipelineError(
-                f"ZeRO-{opt.zero_stage} in a pipeline shards each stage with FSDP2 over the one data axis; this "
-                f"plan splits the batch over {', '.join(big_data)}",
-                f"split the batch over `{z}` only, or use `zero = 1 over {z}`")
-    p = plan.pipeline
-    pp_axis = mesh.axis(p.axis) if p is not None else None
-    if pp_axis is not None:
-        pipeline_layout(plan, pp_axis.size)
-
-
 def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Callable | None = None,
                    device: torch.device | None = None) -> PipelinedModel:
-    """`planlang.apply` for a pipeline plan: `check_pipeline_plan`, then `build_pipeline` and the
-    PipelinedModel around it (pp, pp x dp, ZeRO-1 over a data axis)."""
-    check_pipeline_plan(plan)
-    opt = plan.optimizer
-    stage = opt.zero_stage if opt is not None else 0
-    z = opt.zero_axis if opt is not None and stage in (2, 3) else None
-    fsdp_axis = z if z is not None and groups.size(z) > 1 else None  # ZeRO-2/3 over more than one device
+    """`planlang.apply` for a pipeline plan (validated: planlang.runtime.apply.load_plan): `build_pipeline`
+    and the PipelinedModel around it (pp, pp x dp, ZeRO-1 over a data axis, ZeRO-2/3 with each stage
+    one FSDP2 unit over the ZeRO axis)."""
+    dims = plan.dims
+    stage = dims.zero_stage
+    fsdp_axis = dims.fsdp[0] if dims.fsdp else None  # ZeRO-2/3 over more than one device: the ZeRO axis alone
     fsdp = fsdp_axis is not None
     prec = plan.precision
     if prec.mixed:  # the parameters in the dtype they are stored in (FSDP2: its shards, the master copy)

@@ -42,7 +42,6 @@ from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
 from planlang.plan.types import Precision, Spec
 from planlang.runtime.codegen import generate_pipeline
-from planlang.runtime.data_parallel import DataParallelError, zero_axis
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
 from planlang.runtime.pipeline import PipelineError, PipelineRunner, TiedParameter, pipeline_layout
@@ -140,7 +139,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     by their local pieces) under the plan's schedule, as a ProgramPipelinedModel."""
     p = plan.pipeline
     assert p is not None
-    layout = pipeline_layout(plan, groups.size(p.axis))
+    layout = pipeline_layout(plan)
     cut = cut_program(prog, plan)
     mine = layout.stages_of(groups.coords[p.axis])
     code = generate_pipeline(prog, cut, dist.get_rank(), groups.coords, title=plan.path, stages=mine)
@@ -148,7 +147,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     exec(compile(code, f"<planlang rank {dist.get_rank()}>", "exec"), scope)  # noqa: S102 - our codegen
     rt = Runtime(prog, groups, device, recorder)
     rt.modules = model
-    fsdp = _fsdp(plan, groups)
+    fsdp = _fsdp(plan)
     grad_scale: dict[str, float] = {}
     if fsdp is not None:  # a gradient already complete over the ZeRO axis would be added up by FSDP2
         for fqn in prog.param_specs:
@@ -190,16 +189,11 @@ def _no_loss(output, *targets):  # pragma: no cover - only the last stage's rank
     raise PipelineError("the loss ran on a rank without the last stage", "report this as a planlang bug")
 
 
-def _fsdp(plan: CompletePlan, groups: MeshGroups) -> tuple[int, str] | None:
-    """(ZeRO stage, axis) when ZeRO-2/3 shards each stage with FSDP2 over an axis of more than one device."""
-    opt = plan.optimizer
-    if opt is None or opt.zero_stage not in (2, 3):
-        return None
-    try:
-        z = zero_axis(plan)
-    except DataParallelError as e:
-        raise PipelineError(str(e), f"use `zero = {opt.zero_stage} over` a data axis") from e
-    return (opt.zero_stage, z) if z is not None and groups.size(z) > 1 else None
+def _fsdp(plan: CompletePlan) -> tuple[int, str] | None:
+    """(ZeRO stage, axis) when ZeRO-2/3 shards each stage with FSDP2 over an axis of more than one device
+    (in a pipeline `plan.dims.fsdp` is that axis alone)."""
+    dims = plan.dims
+    return (dims.zero_stage, dims.fsdp[0]) if dims.fsdp else None
 
 
 def _free_others(model: nn.Module, keep: set[str]) -> None:

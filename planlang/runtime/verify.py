@@ -53,11 +53,8 @@ from planlang.model.capture.load import build_model, guess_targets, meta_inputs,
 from planlang.model.capture.graph_values import keyword_inputs
 from planlang.plan.complete import CompletePlan
 from planlang.runtime.apply import PlanError, apply, load_plan
-from planlang.runtime.data_parallel import DataParallelError, zero_axis
 from planlang.plan.complete import plan_model
 from planlang.runtime.launch import Progress
-from planlang.runtime.pipeline import PipelineError
-from planlang.runtime.pipeline_model import check_pipeline_plan
 from planlang.runtime.precision import LossScale, UNIT_ROUNDOFF, autocast, reference_model, tolerance, wrap_optimizer
 from planlang.runtime.teardown import leave
 from planlang.runtime.zero import build_optimizer
@@ -198,16 +195,9 @@ def _piece_shapes(pm):
 
 def preflight(plan_path) -> None:
     """The checks `apply` makes that need no processes (for the CLI, before it launches torchrun): the
-    plan loads without errors or holes, its ZeRO axis splits the batch, and a pipeline plan is one the
-    pipeline runtime runs. Raises PlanError naming the cause and the fix."""
-
-    plan = load_plan(plan_path)
-    try:
-        zero_axis(plan)
-        if plan.pipeline is not None:
-            check_pipeline_plan(plan)
-    except (DataParallelError, PipelineError) as e:
-        raise PlanError(str(e)) from e
+    plan loads without errors or holes (`load_plan`: the checker's rules, among them the ZeRO axis and
+    what the pipeline runtime runs, PL401–PL416, PL502–PL507). Raises PlanError naming the cause and the fix."""
+    load_plan(plan_path)
 
 
 def call_model(model: torch.nn.Module, plan, inputs) -> object:

@@ -5,6 +5,7 @@ from torch.distributed._tools.mem_tracker import MemTracker
 
 from planlang.model.price.estimate import estimate_plan
 from planlang.plan.checker import check_text
+from planlang.plan.complete import complete
 
 PLAN = """use hardware
 model m = "{ref}"({kw})
@@ -67,7 +68,7 @@ def test_estimated_peak_matches_measured(case, checkpoint):
     text = PLAN.format(ref=ref, kw=", ".join(f"{k} = {v}" for k, v in kwargs.items()), inp=inp, extra=extra)
     res = check_text(text, "estimate.plan")
     assert not res.errors, res.diagnostics
-    (est,) = estimate_plan(res.plan)
+    (est,) = estimate_plan(complete(res.plan))
     if checkpoint and case == "tinynet":
         groups = ["h.0", "h.1", "h.2", "h.3"]
     measured = measured_peak(ref, kwargs, make(), groups)
@@ -77,8 +78,8 @@ def test_estimated_peak_matches_measured(case, checkpoint):
 def test_checkpointing_lowers_the_estimate():
     ref, kwargs, inp, _ = CASES["gpt2"]
     kw = ", ".join(f"{k} = {v}" for k, v in kwargs.items())
-    plain = check_text(PLAN.format(ref=ref, kw=kw, inp=inp, extra=""), "a.plan").plan
-    ckpt = check_text(PLAN.format(ref=ref, kw=kw, inp=inp, extra="checkpoint h[*] every 1"), "b.plan").plan
+    plain = complete(check_text(PLAN.format(ref=ref, kw=kw, inp=inp, extra=""), "a.plan").plan)
+    ckpt = complete(check_text(PLAN.format(ref=ref, kw=kw, inp=inp, extra="checkpoint h[*] every 1"), "b.plan").plan)
     assert estimate_plan(ckpt)[0].activations < estimate_plan(plain)[0].activations
 
 
@@ -100,7 +101,7 @@ def _mlp_plan(extra: str = "", dp: int = 1, opt: str = "adamw(lr = 0.001)"):
     text = text.replace("1 x hardware.cpu { dp = 1", f"{dp} x hardware.cpu {{ dp = {dp}")
     res = check_text(text.replace("adamw(lr = 0.001)", opt), "mlp.plan")
     assert not res.errors, res.diagnostics
-    return res.plan
+    return complete(res.plan)
 
 
 def test_zero1_state_is_the_fullest_rank_of_torchs_partition():
@@ -204,7 +205,6 @@ def test_an_interleaved_schedule_is_estimated_per_pipeline_rank():
     Its kept classes are those of its two stages (priced alone by the 1F1B plan of the same four stages on
     4 ranks), and its activations are its peak over both chunks in its order of forwards and backwards -
     what each stage saves per microbatch, replayed by planlang.plan.schedule.activation_peaks."""
-    from planlang.plan.complete import complete
     from planlang.plan.schedule import activation_peaks, in_flight
 
     def rows(ranks, schedule):
@@ -237,7 +237,7 @@ def _gpt2_zero_plan(layers: int, zero: int):
     text = text.replace("1 x hardware.cpu { dp = 1", "4 x hardware.cpu { dp = 4")
     res = check_text(text.replace("adamw(lr = 0.001)", f"adamw(lr = 0.001) {{ zero = {zero} over dp }}"), "g.plan")
     assert not res.errors, res.diagnostics
-    return res.plan
+    return complete(res.plan)
 
 
 def test_zero3_gathers_one_block_at_a_time():

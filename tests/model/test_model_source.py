@@ -13,6 +13,7 @@ from planlang.model.capture import source as S  # noqa: E402
 from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.model.capture.load import build_model  # noqa: E402
 from planlang.plan.checker import check_text  # noqa: E402
+from planlang.plan.complete import complete  # noqa: E402
 
 MODEL = '''import torch
 from {helper} import SCALE
@@ -77,7 +78,7 @@ class Project:
         return res.plan
 
     def parameters(self) -> int:
-        (row,) = estimate_plan(self.plan())
+        (row,) = estimate_plan(complete(self.plan()))
         return row.parameters
 
 

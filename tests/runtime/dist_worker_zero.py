@@ -41,7 +41,9 @@ with warnings.catch_warnings():  # preloaded in the forkserver with the rest; to
 
 from examples.mlp.model import build
 from planlang.cost.layout import local_slices
+from planlang.plan.complete import CompletePlan
 from planlang.plan.types import Axis, DataSpec, Input, Mesh, Optimizer, Plan, Spec
+from planlang.runtime.apply import load_plan
 from planlang.runtime.placement import ParamLayout
 
 IN, HIDDEN, OUT, BATCH = 8, 16, 4, 8
@@ -55,10 +57,11 @@ def mesh(**axes: int) -> Mesh:
     return Mesh("m", None, tuple(Axis(a, n) for a, n in axes.items()))
 
 
-def plan(m: Mesh, data: tuple[str, ...], zero: int = 0, zero_axis: str | None = None) -> Plan:
-    return Plan("<test>", inputs=(Input("x", "f32", (("batch", BATCH), ("features", IN))),), mesh=m,
-                optimizer=Optimizer("adamw", ADAMW, zero, zero_axis),
-                data=(DataSpec("x", Spec((data, ()))),))
+def plan(m: Mesh, data: tuple[str, ...], zero: int = 0, zero_axis: str | None = None) -> CompletePlan:
+    """The plan, validated as the runtime takes it (planlang.runtime.apply.load_plan)."""
+    return load_plan(Plan("<test>", inputs=(Input("x", "f32", (("batch", BATCH), ("features", IN))),), mesh=m,
+                          optimizer=Optimizer("adamw", ADAMW, zero, zero_axis),
+                          data=(DataSpec("x", Spec((data, ()))),)))
 
 
 def layouts(**specs: tuple) -> dict[str, ParamLayout]:

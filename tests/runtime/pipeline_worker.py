@@ -132,11 +132,12 @@ def _key_bias_masked(name: str, t: torch.Tensor) -> torch.Tensor:
 def run_config(name: str, text: str, kind: str) -> dict:
     from planlang.model.capture.load import build_model
     from planlang.plan.resolve import resolve_text
-    from planlang.runtime.pipeline import build_pipeline, data_axes, plan_loss
+    from planlang.runtime.apply import load_plan
+    from planlang.runtime.pipeline import build_pipeline, plan_loss
     from planlang.runtime.redistribute import MeshGroups
 
     res = resolve_text(text, "pipeline_test.plan")
-    plan = res.plan
+    plan = load_plan(res.plan)  # validated, as planlang.apply takes it
     groups = MeshGroups(plan.mesh)
     torch.manual_seed(0)
     model = build_model(plan.model, plan.path, device="cpu")
@@ -153,7 +154,7 @@ def run_config(name: str, text: str, kind: str) -> dict:
     ref_params = dict(reference.named_parameters())
     opt = _optimizer(plan, runner.parameters())
     ref_opt = _optimizer(plan, list(reference.parameters()))
-    axes = data_axes(plan)
+    axes = plan.dims.data
     shards = 1
     shard = 0
     for a in axes:

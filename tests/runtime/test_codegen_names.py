@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from planlang.plan.checker import check_text
+from planlang.plan.complete import complete
 from planlang.runtime.codegen import ident
 from planlang.runtime.launch import lower_source
 
@@ -55,7 +56,7 @@ def _program(name: str, monkeypatch) -> str:
     monkeypatch.chdir(REPO)
     res = check_text(PLAN.format(name=name), str(REPO / "names.plan"))
     assert not [d for d in res.diagnostics if d.severity.value == "error"], res.diagnostics
-    return lower_source(res.plan, 0)
+    return lower_source(complete(res.plan), 0)
 
 
 @pytest.mark.parametrize("name,shown", [

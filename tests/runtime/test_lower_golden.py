@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from planlang.plan.checker import check_file
+from planlang.runtime.apply import load_plan
 from planlang.runtime.launch import coords_of, lower_source
 
 HERE = Path(__file__).parent
@@ -17,7 +18,7 @@ CASES = [("mlp_dp2_tp2", 1), ("mlp_tp4", 3), ("gpt2_dp2_tp2_ckpt", 2), ("gpt2_pp
 @pytest.mark.parametrize("name,rank", CASES)
 def test_lowered_code_matches_golden(name, rank, monkeypatch):
     monkeypatch.chdir(HERE.parent.parent)
-    plan = check_file(f"tests/runtime/plans/{name}.plan").plan
+    plan = load_plan(f"tests/runtime/plans/{name}.plan")
     code = lower_source(plan, rank)
     compile(code, name, "exec")  # the generated program is valid Python
     golden = HERE / "golden" / f"{name}_rank{rank}.py.txt"

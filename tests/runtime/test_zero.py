@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from planlang.plan.checker import check_file
 from planlang.plan.types import OPTIMIZERS, Axis, DataSpec, Input, Mesh, Optimizer, Plan, Spec
 from planlang.runtime.checkpoint import CheckpointError, chunk_bounds, placements_with
-from planlang.runtime.data_parallel import DataParallelError, data_axes, wrap_data_parallel, zero_axis
+from planlang.runtime.apply import PlanError, load_plan
+from planlang.runtime.data_parallel import DataParallelError, wrap_data_parallel
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.zero import TORCH_OPTIMIZERS, OptimizerError, build_optimizer, optimizer_kwargs
 
@@ -74,35 +74,37 @@ def test_zero2_needs_fsdp_parameters():
 
 # ------------------------------------------------------------------------------ data axes
 def test_data_axes_of_the_examples():
-    two_d = check_file(str(ROOT / "examples/mlp/mlp_2d.plan")).plan
-    assert data_axes(two_d) == ("dp",)
-    assert data_axes(check_file(str(ROOT / "examples/mlp/mlp_dp.plan")).plan) == ("rank",)
-    gpt = check_file(str(ROOT / "examples/gpt2/gpt2_3d.plan")).plan
-    assert data_axes(gpt) == ("dp",) and zero_axis(gpt) == "dp"
+    # the runtime reads them from the validated plan's parallel dimensions (planlang.plan.parallel)
+    assert load_plan(ROOT / "examples/mlp/mlp_2d.plan").dims.data == ("dp",)
+    assert load_plan(ROOT / "examples/mlp/mlp_dp.plan").dims.data == ("rank",)
+    gpt = load_plan(ROOT / "examples/gpt2/gpt2_3d.plan").dims
+    assert gpt.data == ("dp",) and (gpt.zero_stage, gpt.zero_axis) == (1, "dp") and gpt.fsdp == ()
 
 
 def test_data_axes_in_mesh_order_from_the_batch_dim():
-    assert data_axes(_plan(data=((("dp", "tp"), ()),))) == ("dp", "tp")
+    assert load_plan(_plan(data=((("dp", "tp"), ()),))).dims.data == ("dp", "tp")
     seq_first = (Input("x", "f32", (("seq", 4), ("batch", 8))),)
-    assert data_axes(_plan(data=(((), ("tp",)),), inputs=seq_first)) == ("tp",)
-    assert data_axes(_plan(data=(((), ("tp",)),))) == ()  # only a feature dim split
+    assert load_plan(_plan(data=(((), ("tp",)),), inputs=seq_first)).dims.data == ("tp",)
+    assert load_plan(_plan(data=(((), ("tp",)),))).dims.data == ()  # only a feature dim split
 
 
-def test_inputs_split_over_different_axes_are_refused():
+# what the runtime cannot run is refused by the checker's coded rules when the plan loads, not restated
+# by the runtime in words of its own
+def test_inputs_split_over_different_axes_are_pl313_when_the_plan_loads():
     two = (Input("x", "f32", (("batch", 8),)), Input("y", "f32", (("batch", 8),)))
-    with pytest.raises(DataParallelError, match="different axes"):
-        data_axes(_plan(data=((("dp",),), (("tp",),)), inputs=two))
+    with pytest.raises(PlanError, match=r"error\[PL313\].*different axes"):
+        load_plan(_plan(data=((("dp",),), (("tp",),)), inputs=two))
 
 
-def test_zero_over_a_non_data_axis_is_refused():
-    with pytest.raises(DataParallelError, match="does not split the batch"):
-        zero_axis(_plan(zero=1, axis="tp"))
+def test_zero_over_a_non_data_axis_is_pl504_when_the_plan_loads():
+    with pytest.raises(PlanError, match=r"error\[PL504\]: ZeRO over `tp`"):
+        load_plan(_plan(zero=1, axis="tp"))
 
 
 def test_parameter_split_over_a_data_axis_is_refused():
     lay = {"w": ParamLayout("w", (4, 4), Spec((("dp",), ())))}
     with pytest.raises(DataParallelError, match="split over data axis `dp`"):
-        wrap_data_parallel(torch.nn.Linear(4, 4), _plan(), None, layouts=lay)
+        wrap_data_parallel(torch.nn.Linear(4, 4), load_plan(_plan()), None, layouts=lay)
 
 
 # ------------------------------------------------------------------------------ checkpoint placements

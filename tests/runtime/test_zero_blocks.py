@@ -68,9 +68,7 @@ def test_generated_code_reads_a_blocks_parameters_inside_its_function(ckpt):
 
 
 def test_lower_prints_the_blocks_of_a_zero3_plan():
-    from planlang.plan.checker import check_file
-
-    code = lower_source(check_file(f"{PLANS}/gpt2_dp4_zero3.plan").plan, 0)
+    code = lower_source(load_plan(f"{PLANS}/gpt2_dp4_zero3.plan"), 0)
     assert "rt.block('h.0', block_h_0, " in code and "rt.block('h.1', block_h_1, " in code
 
 

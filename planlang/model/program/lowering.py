@@ -33,7 +33,7 @@ from planlang.model.program.head_blocks import Blocked, find_blocked, mark_block
 from planlang.model.capture.opgraph import OpGraph, OpNode
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompleteMesh, CompletePlan
-from planlang.plan.data import batch_split_conflict, data_axes as plan_data_axes, with_data_axes
+from planlang.plan.data import with_data_axes
 from planlang.plan.types import Mesh, Spec
 from planlang.plan.units import format_bytes
 
@@ -111,15 +111,6 @@ class Program:
 
 
 # ------------------------------------------------------------------------------ plan facts
-def data_axes(plan: CompletePlan) -> tuple[str, ...]:
-    """The axes the lowering splits the batch over: the plan's data axes (planlang.plan.data; inputs that
-    disagree are PL313) less those of size 1 (a split over one device is none)."""
-    conflict = batch_split_conflict(plan)
-    if conflict:
-        raise LoweringError(conflict)
-    return plan_data_axes(plan, trivial=False)
-
-
 def plan_mesh(plan: CompletePlan) -> CompleteMesh:
     """The mesh the plan lowers onto; LoweringError when it declares none."""
     if plan.mesh is None:
@@ -180,7 +171,7 @@ def output_pins(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
     mesh = plan_mesh(plan)
     outs = graph.module_outputs()
     names = list(outs)
-    axes = data_axes(plan)
+    axes = plan.dims.batch  # the data axes of more than one device (a split over one device is none)
     pins: dict[str, Spec] = {}
     for rule in plan.shards:
         if rule.kind != "output":
@@ -230,7 +221,7 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     graph = mark_blocked(graph, marked)
     ispecs = input_specs(plan, graph)
     pins = output_pins(plan, graph)
-    daxes = set(data_axes(plan))
+    daxes = set(plan.dims.batch)
     layouts: dict[str, Spec] = {}
     for v in graph.values.values():
         if v.kind == "param":
