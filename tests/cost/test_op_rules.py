@@ -249,3 +249,22 @@ def test_engine_rejects_inconsistent_letters_and_holes():
     m = Mesh("h", None, (Axis("x", 2), Axis("y", __import__("planlang.plan.types").plan.types.Hole("size"))))
     with pytest.raises(ValueError, match="hole"):
         strategies(op("relu", [(4,)], (4,)), m)
+
+
+def test_cat_skips_an_empty_1d_input_as_torch_does():
+    """Hugging Face's key/value cache is a tensor of shape [0] before its first step, concatenated with
+    the step's keys: torch.cat skips it. The strategies are those of the keys alone, with the empty input
+    replicated (or partial where all are: it holds nothing), and no gradient sum for it."""
+    keys = (8, 2, 64, 16)
+    alone = strategies(op("cat", [keys], keys, dim=-2), M)
+    with_cache = strategies(op("cat", [(0,), keys], keys, dim=-2), M)
+    assert len(alone) == len(with_cache) > 9
+    for a, b in zip(alone, with_cache):
+        assert (b.name, b.inputs[1], b.output, b.flops, b.memory, b.backward) == \
+            (a.name, a.inputs[0], a.output, a.flops, a.memory, a.backward)
+        assert b.inputs[0].dims == ((),) and set(b.inputs[0].partial) == set(b.output.partial)
+        assert [i for i, _ in dict(b.extra)["grad_partial"]] == [1]
+    # a 1-D cat: an empty input is concatenated like any other (its dim may be split: it divides)
+    assert len(strategies(op("cat", [(0,), (8,)], (8,)), M1)) == len(strategies(op("cat", [(4,), (4,)], (8,)), M1))
+    with pytest.raises(EquationError):  # an empty input of more dims is no legacy empty tensor: torch refuses it
+        strategies(op("cat", [(0, 16), keys], keys, dim=-2), M)

@@ -118,11 +118,12 @@ def local_numel(shape, spec: Spec, mesh: Mesh) -> int:
 def grad_allreduces(op: OpSpec, mesh: Mesh, specs: tuple[Spec, ...], partial_axes: dict[int, list[str]]
                     ) -> tuple[CommCost, ...]:
     """All-reduces of input gradients over `partial_axes[i]` (axes where input i's local gradient is a
-    partial sum), priced on the local gradient's bytes."""
+    partial sum), priced on the local gradient's bytes. An input with no elements (an empty key/value
+    cache that cat skips) has no gradient to sum."""
     out = []
     for i, axes in sorted(partial_axes.items()):
         axes = [a for a in mesh.names if a in axes and a not in specs[i].partial]
-        if not axes or not is_float_input(op, i):
+        if not axes or not is_float_input(op, i) or 0 in op.inputs[i]:
             continue
         nbytes = local_numel(op.inputs[i], specs[i], mesh) * DTYPE_BYTES.get(input_dtype(op, i), 4)
         out.append(price(Collective.ALL_REDUCE, mesh, tuple(axes), nbytes))
@@ -191,7 +192,8 @@ def einsum_strategies(op: OpSpec, mesh: Mesh, eq: Equation, global_flops: float,
             extra=(("equation", str(eq)), ("assign", tuple(amap.items())),
                    # input i's local gradient is a partial sum over these axes (the runtime reduces it)
                    ("grad_partial", tuple((i, tuple(a for a in mesh.names if a in g and a not in in_specs[i].partial))
-                                          for i, g in sorted(grad_partial.items()) if is_float_input(op, i)))),
+                                          for i, g in sorted(grad_partial.items())
+                                          if is_float_input(op, i) and 0 not in op.inputs[i]))),
         ))
     return out
 

@@ -20,7 +20,8 @@ Input conventions (what `planlang.model` must produce and `planlang.runtime.loca
     expand                 x -> output shape (x broadcast: size-1 or missing leading dims grow)
     transpose              x                                               attrs dim0, dim1
     permute                x                                               attr dims
-    cat                    x1, x2, ...                                     attr dim
+    cat                    x1, x2, ...                                     attr dim (an input of shape [0] is
+                           skipped when the output has more dims, as torch skips it: an empty KV cache)
     split                  x                                               attrs dim, split_size (int | list), index
     slice getitem          x                                               attrs dim, start, end, step (default 1)
     scaled_dot_product_attention   q[B, H, S, D], k[B, G, T, D], v[B, G, T, E]   attrs is_causal, scale
@@ -40,7 +41,7 @@ from planlang.plan.types import Mesh, Spec
 from ..comm import Collective, price
 from .base import OpSpec, Strategy, on, rule
 from .einsum import (
-    Equation, EquationError, broadcast_equation, einsum_strategies, letters_for, local_numel, mesh_axes,
+    UPPER, Equation, EquationError, broadcast_equation, einsum_strategies, letters_for, local_numel, mesh_axes,
 )
 
 numel = math.prod
@@ -358,12 +359,16 @@ def expand_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
 # ------------------------------------------------------------------------------ cat, split, slice
 @rule("cat", targets=on("torch.cat", aten=("aten.cat.default",)))
 def cat_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
+    """The inputs side by side along `dim`, which no strategy splits. torch.cat skips an input of shape
+    [0] beside inputs of more dims (a legacy empty tensor: Hugging Face's key/value cache before its first
+    step); such an input gets a letter of its own here, replicated, holding nothing."""
     rank = len(op.output)
     d = op.attr("dim", 0) % rank
     base = letters_for(rank)
-    ins = tuple(base[:d] + "ABCDEFGHIJKLMNOPQRSTUVWXYZ"[i] + base[d + 1:] for i in range(len(op.inputs)))
+    skipped = [rank > 1 and tuple(x) == (0,) for x in op.inputs]
+    ins = tuple(UPPER[i] if skipped[i] else base[:d] + UPPER[i] + base[d + 1:] for i in range(len(op.inputs)))
     out = base[:d] + "Z" + base[d + 1:]
-    eq = Equation(ins, out, frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZ"), passthrough="all",
+    eq = Equation(ins, out, frozenset(UPPER), passthrough="all",
                   linear=tuple(range(len(op.inputs))))
     return einsum_strategies(op, mesh, eq, 0.0)
 
