@@ -29,6 +29,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from planlang.lang.diagnostics import Diagnostic, Severity
 from planlang.plan.checker import CheckResult
 from planlang.plan.complete import CompletePlan, complete
+from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.data import data_degree, tensor_axes
 from planlang.plan.resolve import Resolution, Resolver
 
@@ -37,7 +38,8 @@ from .capture.opgraph import op_graph
 from .checks import PHASES, validate
 from .facts import LoweringFailure, ModelFacts, NoTargets, build_for_check, probe_facts
 from .price.estimate import estimate_plan
-from .price.traffic import Traffic, predict_step_traffic, program_zero_units, stage_traffic
+from .price.accumulation import step_traffic
+from .price.traffic import Traffic, program_zero_units, stage_traffic
 from .price.weight_gathers import WeightGather, weight_gathers
 from .program.lowering import Fallback, LoweringError, Program, lower, mark_checkpoints
 from .program.pipeline_program import cut_program, microbatch_plan
@@ -148,9 +150,9 @@ def validate_plan(res: Resolution, path: str, program: ProgramMeasure | None = N
         assert module is not None
         try:
             if cp.pipeline is None:
-                prog = _lowered(module, cp)
+                prog = _lowered(module, accumulation_microbatch(cp))  # one microbatch's, when it accumulates
                 facts["lowered"] = _lowered_facts(module, cp, prog)
-                traffic = [predict_step_traffic(cp, prog, zero=_zero_units(module, cp, prog))]
+                traffic = [step_traffic(cp, prog, _zero_units(module, cp, prog))]
             elif tensor_axes(cp):  # pipeline x tensor parallelism: one microbatch's program, cut into stages
                 micro = _lowered(module, microbatch_plan(cp))
                 traffic = _cut_traffic(cp, micro)

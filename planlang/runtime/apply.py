@@ -42,7 +42,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 from torch import nn
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor
 
 from planlang.cost.layout import local_shape, local_slices
@@ -52,17 +52,19 @@ from planlang.model.program.head_blocks import block_factor, blocked_order, unbl
 from planlang.model.capture.load import guess_targets, meta_inputs, plan_loss, sum_loss_note
 from planlang.model.capture.opgraph import dtype_name, op_graph
 from planlang.model.program.pipeline_program import microbatch_plan
+from planlang.plan.data import tensor_axes
 from planlang.plan import types as T
 from planlang.plan.complete import CompleteOptimizer, CompletePlan, IncompletePlan, complete
+from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
-from planlang.runtime.data_parallel import fsdp_mesh
+from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
 from planlang.plan.complete import plan_mesh, world_size
-from planlang.model.program.lowering import LoweringError, Program, Run, lower, mark_checkpoints, trained_parameters
+from planlang.model.program.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
 from planlang.runtime.pipeline import PipelineError
-from planlang.runtime.pipeline_model import apply_pipeline
+from planlang.runtime.pipeline_model import apply_pipeline, check_pipeline_plan
 from planlang.runtime.program_pipeline import build_program_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
@@ -165,6 +167,9 @@ class ParallelModel(nn.Module):
         self._pending_loss: torch.Tensor | None = None  # the last global loss, its all-reduce possibly in flight
         self.precision = T.Precision()  # the plan's (set by apply): autocast, loss scale, reduce dtype
         self.loss_scale: LossScale | None = None
+        # a step's microbatches (the plan's top-level `microbatches`, set by apply): the program is one
+        # microbatch's, and `step` runs it this many times before the gradients are summed once
+        self.microbatches = 1
 
     @property
     def mesh(self) -> T.Mesh:
@@ -211,11 +216,62 @@ class ParallelModel(nn.Module):
 
     def step(self, *args: torch.Tensor) -> torch.Tensor:
         """One training step's forward and backward (`args` = inputs then targets, as for forward) and
-        the gradient sums the lowering deferred; returns the global loss (detached)."""
-        loss = self(*args)
-        (loss if self.loss_scale is None else self.loss_scale.scale(loss)).backward()
+        the gradient sums the lowering deferred; returns the global loss (detached).
+
+        With the plan's `microbatches N` (gradient accumulation) the step's inputs (the global batch or
+        this rank's piece, as for forward) are cut into N equal microbatches along their batch dim, run
+        one after another, each loss divided by N before its backward: the gradients accumulate in
+        `.grad` with no sum between microbatches (GradSync's `no_sync`, FSDP2's
+        `set_requires_gradient_sync(False)`), and are summed over the data axes once, after the last
+        backward. The returned loss is the mean of the microbatches' losses: with a loss that is a mean
+        over samples (or tokens), the loss and the gradients of the whole batch (as a pipeline's
+        microbatches, planlang.runtime.pipeline)."""
+        m = self.microbatches
+        if m == 1:
+            loss = self(*args)
+            (loss if self.loss_scale is None else self.loss_scale.scale(loss)).backward()
+            self.sync_grads()
+            return loss.detach()
+        fsdp = self if isinstance(self, FSDPModule) else None  # ZeRO-2/3: pm is FSDP2's root unit
+        total: torch.Tensor | None = None
+        for i, micro in enumerate(self.microbatch_inputs(args)):
+            last = i == m - 1
+            if fsdp is not None:  # FSDP2 reduce-scatters only after the last microbatch's backward
+                fsdp.set_requires_gradient_sync(last)
+            with contextlib.nullcontext() if last else self.no_sync():
+                loss = self(*micro) / m
+                (loss if self.loss_scale is None else self.loss_scale.scale(loss)).backward()
+            total = loss.detach() if total is None else total + loss.detach()
         self.sync_grads()
-        return loss.detach()
+        assert total is not None
+        return total
+
+    def microbatch_inputs(self, args: Sequence[torch.Tensor]) -> list[tuple[torch.Tensor, ...]]:
+        """`args` (a step's inputs then targets, each the global tensor or this rank's piece) cut into the
+        step's microbatches: each along the one dim where it is `microbatches` times the program's
+        (one microbatch's) global or local shape."""
+        m = self.microbatches
+        if len(args) != len(self._inputs):
+            names = ", ".join(v.ref for v in self._inputs)
+            raise PlanError(f"expected {len(self._inputs)} tensors ({names}), got {len(args)}")
+        cut = []
+        for v, t in zip(self._inputs, args):
+            spec = self.program.input_specs[v.name]
+            dim = None
+            for want in (v.shape, local_shape(v.shape, spec, self.mesh)):
+                diff = [d for d in range(t.dim()) if t.shape[d] != want[d]] if t.dim() == len(want) else None
+                if diff is not None and len(diff) == 1 and t.shape[diff[0]] == m * want[diff[0]]:
+                    dim = diff[0]
+                    break
+                if diff == [] and not want:  # a scalar: the same in every microbatch
+                    dim = -1
+                    break
+            if dim is None:
+                raise PlanError(f"input `{v.ref}` has shape {list(t.shape)}; a step of {m} microbatches takes "
+                                f"{m} x {list(v.shape)} along its batch dim (or this rank's piece, {m} x "
+                                f"{list(local_shape(v.shape, spec, self.mesh))})")
+            cut.append([t] * m if dim < 0 else list(t.chunk(m, dim)))
+        return [tuple(c[i] for c in cut) for i in range(m)]
 
     def optimizer(self, cls: type[torch.optim.Optimizer] | None = None, **kwargs) -> torch.optim.Optimizer:
         """The plan's optimizer over this rank's parameters: ZeroRedundancyOptimizer over the ZeRO axis
@@ -346,19 +402,31 @@ def _lower_once(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Progr
 
 
 def _fsdp_setup(plan: CompletePlan, groups: MeshGroups):
-    """(stage, DeviceMesh, its axis names) when the plan's ZeRO-2/3 shards over more than one rank
-    (`plan.dims.fsdp`: the ZeRO axis, or HSDP's two axes), else None."""
-    dims = plan.dims
-    if not dims.fsdp:
+    """(stage, DeviceMesh, its axis names) when the plan's ZeRO-2/3 shards over more than one rank, else None
+    (a ZeRO axis that splits no batch is a PlanError at any stage)."""
+    opt = plan.optimizer
+    stage = opt.zero_stage if opt is not None else 0
+    if not stage:
         return None
-    return dims.zero_stage, fsdp_mesh(groups, dims.fsdp), dims.fsdp
+    try:
+        z = zero_axis(plan)
+    except DataParallelError as e:
+        raise PlanError(str(e)) from e
+    if stage < 2 or z is None or groups.size(z) == 1:
+        return None
+    try:
+        mesh, mesh_axes = fsdp_mesh(groups, data_axes(plan), z, stage)
+    except DataParallelError as e:
+        raise PlanError(str(e)) from e
+    return stage, mesh, mesh_axes
 
 
 def zero_blocks(model: nn.Module, prog: Program, plan: CompletePlan) -> list[Block]:
     """The blocks pass 7 shards as FSDP2 units of their own (planlang.runtime.zero_blocks): none
     without ZeRO-2/3 over an axis of more than one device. (Generated code runs a block through
     `rt.block` whether or not FSDP2 wraps its module: the same step either way.)"""
-    if not plan.dims.fsdp:
+    opt = plan.optimizer
+    if opt is None or opt.zero_stage < 2 or opt.zero_axis is None or plan_mesh(plan).size_of(opt.zero_axis) == 1:
         return []
     return block_ranges(model, prog)[0]
 
@@ -418,8 +486,9 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
     """`apply` for a pipeline plan with tensor parallelism: the program lowered for one microbatch, its
     parameters placed, then cut into this rank's stages (planlang.runtime.program_pipeline)."""
     try:
+        check_pipeline_plan(plan)
         micro = microbatch_plan(plan)
-    except LoweringError as e:
+    except (PipelineError, LoweringError) as e:
         raise PlanError(str(e)) from e
     m = plan.pipeline.microbatches if plan.pipeline is not None else 1
     if targets is not None:  # examples for the global batch: one microbatch's
@@ -427,7 +496,8 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
     prog = _lower_once(model, micro, loss_fn, targets)
     report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
     prec = plan.precision
-    fsdp = bool(plan.dims.fsdp)
+    opt = plan.optimizer
+    fsdp = opt is not None and opt.zero_stage in (2, 3) and opt.zero_axis is not None and groups.size(opt.zero_axis) > 1
     layouts = shard_parameters(model, prog, groups.coords, device, storage_dtype(prec, fsdp) if prec.mixed else None)
     cast_buffers(model, prec)
     try:
@@ -466,14 +536,18 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
     groups = MeshGroups(plan_mesh(plan), device.type)
-    if plan.pipeline is not None and not plan.dims.tensor:
+    if plan.pipeline is not None and not tensor_axes(plan):
         try:
             return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)
         except PipelineError as e:
             raise PlanError(str(e)) from e
     if plan.pipeline is not None:  # pipeline x tensor parallelism: the program, cut into stages
         return _apply_program_pipeline(model, plan, groups, loss_fn, targets, device, recorder, strict)
-    prog = program if program is not None else _lower_once(model, plan, loss_fn, targets)
+    # with `microbatches N` (gradient accumulation) the program is one microbatch's; `step` runs it N times
+    m = plan.microbatches
+    if targets is not None and m > 1:  # examples for the global batch: one microbatch's
+        targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
+    prog = program if program is not None else _lower_once(model, accumulation_microbatch(plan), loss_fn, targets)
     report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
     fsdp = _fsdp_setup(plan, groups) is not None
     dtype = storage_dtype(plan.precision, fsdp) if plan.precision.mixed else None
@@ -485,6 +559,7 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     pm = ParallelModel(model, prog, groups, layouts, code, device, recorder, blocks)
     pm.plan_optimizer = plan.optimizer
     pm.precision = plan.precision
+    pm.microbatches = m
     pm.loss_scale = None if plan.precision.loss_scale is None else LossScale(plan.precision.loss_scale)
     shard_optimizer(pm, plan, groups)
     return pm

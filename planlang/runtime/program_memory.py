@@ -92,6 +92,8 @@ def _run(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory:
     inputs = [t.to("meta") for t in inputs]
     targets = tuple(t.to("meta") for t in targets)
     pm = apply(model, plan, loss_fn=loss_fn, targets=targets or None, device="meta", strict=False, program=lowered)
+    if pm.microbatches > 1:  # gradient accumulation: the program is one microbatch's, the batch its first
+        inputs, targets = _first_microbatch(pm, [*inputs, *targets], len(inputs))
     opt = plan_optimizer(pm, plan)
     params = list(pm.parameters())
     buffers = list(pm.buffers())
@@ -116,3 +118,10 @@ def _run(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory:
     return ProgramMemory(param_bytes, buffer_bytes + start, max(0, fwd - start),
                          param_bytes + buffer_bytes + mode.peak,
                          "backward" if backward_peak >= mode.peak else "optimizer step")
+
+
+def _first_microbatch(pm, args: list, n_inputs: int) -> tuple[list, tuple]:
+    """The first microbatch of a step's inputs and targets (ParallelModel.microbatch_inputs): a step of
+    several runs one at a time, each to its peak, the gradients in their persistent buckets between."""
+    first = pm.microbatch_inputs(args)[0]
+    return list(first[:n_inputs]), tuple(first[n_inputs:])

@@ -169,7 +169,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
 
 def _profile_key(plan: CompletePlan, facts, model_key: tuple, params: dict[str, LocalParam]) -> tuple:
     """What the profile of the local model depends on: local shapes, batch, checkpoint groups, dtypes."""
-    micro = plan.pipeline.microbatches if plan.pipeline else 1
+    micro = plan.microbatches  # a pipeline's, or gradient accumulation's: the local model runs one
     prec = plan.precision
     return (model_key, tuple((n, p.local) for n, p in params.items()), data_degree(plan) * micro,
             tuple(tuple(g) for g in plan_checkpoint_groups(plan, facts)),
@@ -187,7 +187,7 @@ def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
     if plan.model is None:
         raise ValueError("the plan declares no model")
     facts, model_key = _model_facts(plan, facts)
-    micro = plan.pipeline.microbatches if plan.pipeline else 1
+    micro = plan.microbatches
     stage_of, params = local_params(plan, facts)
     profile_key = _profile_key(plan, facts, model_key, params)
     _, profiled = caller_caches(cache)
@@ -282,7 +282,10 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     mesh = plan.mesh
     facts, model_key = _model_facts(plan, facts)
     dp = data_degree(plan)
-    micro = plan.pipeline.microbatches if plan.pipeline else 1
+    # one microbatch is simulated (a pipeline's, or gradient accumulation's: `microbatches N` without a
+    # pipeline runs N in sequence, one in flight, the gradients accumulating in .grad) and its work is
+    # counted `micro` times; planlang.model.price.accumulation has the same step's collectives
+    micro = plan.microbatches
     stage_of, params = local_params(plan, facts)
     opt = plan.optimizer
     zero = opt.zero_stage if opt else 0

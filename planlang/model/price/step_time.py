@@ -37,11 +37,14 @@ from dataclasses import dataclass
 from planlang.cost.comm import Collective, collective_time, compute_time, group
 from planlang.cost.schedule import SimulatedSchedule, simulate
 from planlang.plan.complete import CompleteMesh, CompletePlan
+from planlang.plan.data import data_axes, tensor_axes
 
 from planlang.model.capture.load import build_model
 from planlang.model.program.lowering import lower, mark_checkpoints
 from planlang.model.program.pipeline_program import microbatch_plan
-from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, graph_of, predict_step_traffic, program_zero_units,
+from planlang.plan.microbatches import accumulation_microbatch
+from planlang.model.price.accumulation import step_traffic
+from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, fsdp_axes, graph_of, predict_step_traffic, program_zero_units,
                       stage_traffic, transfer, zero_transfers)
 
 FORWARD_PHASES = ("forward", "loss")
@@ -138,6 +141,16 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
     if plan.pipeline is None:
         ef, of = _hidden(plan, gathers[0], F[0], 0)
         eb, ob = _hidden(plan, sums[0], B[0], -1)
+        m = plan.microbatches
+        if m > 1:
+            # gradient accumulation (planlang.model.price.accumulation): the sums and reduce-scatters run
+            # in the last microbatch's backward (no_sync before it), so only B / m hides them; ZeRO-3's
+            # re-gathers run in every backward, beside the rest of it
+            again = [t for t in sums[0] if t.phase == "zero_backward" and t.kind == Collective.ALL_GATHER]
+            once = [t for t in sums[0] if t not in again]
+            eb, ob = _hidden(plan, once, B[0] / m, -1)
+            eb2, ob2 = _hidden(plan, again, B[0] - B[0] / m, 0)
+            eb, ob = eb + eb2, ob + ob2
         compute, tensor = F[0] + B[0], Tf[0] + Tb[0]
         return PricedStep((StepTime(compute, tensor, of + ob, ef + eb + after[0], 0.0,
                                     compute + tensor + ef + eb + after[0]),), None)
@@ -205,21 +218,22 @@ def lowered_traffic(plan: CompletePlan, graph=None, model=None) -> list[Traffic]
     program: `parameter_transfers` gives its sums). `graph`: the op graph of a plan without a pipeline,
     when the caller has it (a pipeline's is traced for one microbatch). Raises what the lowering raises."""
     if plan.pipeline is not None:
-        if not plan.dims.tensor:
+        if not tensor_axes(plan):
             return None
         micro = microbatch_plan(plan)
         prog = lower(graph_of(micro), micro)
         prog.checkpoint_groups = mark_checkpoints(prog, micro)
         return stage_traffic(plan, prog)
-    prog = lower(graph if graph is not None else graph_of(plan), plan)
-    prog.checkpoint_groups = mark_checkpoints(prog, plan)
+    micro = accumulation_microbatch(plan)  # one microbatch's program when the plan accumulates
+    prog = lower(graph if graph is not None and micro is plan else graph_of(micro), micro)
+    prog.checkpoint_groups = mark_checkpoints(prog, micro)
     zero = plan.optimizer is not None and plan.optimizer.zero_stage > 0
     if zero and model is None:
         if plan.model is None:
             raise ValueError("the plan declares no model")
         model = build_model(plan.model, plan.path)
     units = program_zero_units(model, prog, plan) if zero else []
-    return [predict_step_traffic(plan, prog, zero=units)]
+    return [step_traffic(plan, prog, units)]
 
 
 def parameter_transfers(plan: CompletePlan, unit: ZeroUnit, sums: bool) -> list[Transfer]:
@@ -229,11 +243,10 @@ def parameter_transfers(plan: CompletePlan, unit: ZeroUnit, sums: bool) -> list[
     plan whose program could not be lowered)."""
     out = []
     if sums:
-        skip = set(plan.dims.fsdp)
+        skip = set(fsdp_axes(plan))
         out += [transfer(Collective.ALL_REDUCE, (a,), unit.reduced, _mesh(plan), "grad_sync", unit.name)
-                for a in plan.dims.batch if a not in skip]
-    micro = plan.pipeline.microbatches if plan.pipeline is not None else 1
-    return out + zero_transfers(plan, [unit], micro)
+                for a in data_axes(plan, trivial=False) if a not in skip]
+    return out + zero_transfers(plan, [unit], plan.microbatches)
 
 
 def plan_traffic(plan: CompletePlan, units: list[ZeroUnit], lowered: list[Traffic] | None) -> list[Traffic]:
