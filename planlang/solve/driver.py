@@ -53,14 +53,13 @@ from planlang.plan.checker import check_resolution
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.resolve import Resolver
 from planlang.plan.units import format_bytes
-from planlang.model.checks import MODEL_RULES
-from planlang.model.facts import ModelFacts as ProbedFacts, attention_heads
 from planlang.model.validation import Validated
 from planlang.solve.anytime import REFINED, Clock, Cut, Where, mesh_words
 from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
                                             no_recompute_peak, plan_chain)
 from planlang.solve.classify import TemplateArguments, classify
 from planlang.solve.facts import ModelFacts, model_facts
+from planlang.solve.gate import Gate, Infeasible
 from planlang.solve.holes import Fill, HoleOutsidePlan, edit_key, fill_holes
 from planlang.solve.pricing import Candidate, Steps, best, memory_floor, price_plan, price_steps
 from planlang.solve.progress import Reporter, reporter
@@ -77,17 +76,6 @@ OBJECTIVES = ("time", "memory", "balanced")
 # a search --time-limit stopped (the plan written is the best priced before it)
 INFEASIBLE = "PL560"
 SEARCH_CUT = "PL561"
-# the model rules (planlang.model.checks) whose findings mean the model cannot run a candidate: a split
-# dim its axes do not divide (PL362), an attention split through its heads (PL365, a warning for a plan
-# a user wrote, a refusal for a candidate the solver would choose)
-RUNNABLE_RULES = ("shard_targets", "attention_head_splits")
-
-
-class Infeasible(SolveError):
-    def __init__(self, message: str, smallest_budget: int | None, cut: str | None = None) -> None:
-        super().__init__(message)
-        self.smallest_budget = smallest_budget
-        self.cut = cut  # what the time limit left unexplored, when it cut the search
 
 
 @dataclass
@@ -142,11 +130,9 @@ class _Search:
         self._priced: dict[tuple, Candidate | None] = {}  # a candidate's edits -> it, priced (None: not a plan)
         self._steps: dict[tuple, tuple[CompletePlan, Steps | None]] = {}  # edits -> value, its steps alone
         self._bounded: dict[tuple, tuple[Choices, float]] = {}  # edits -> choices, step
-        self._runnable: dict[tuple, str | None] = {}  # (mesh, shards, data) -> why it cannot run, or None
-        self.refused: dict[str, tuple[int, str]] = {}  # code -> candidates the model cannot run, the first why
-        self.floored: tuple[Choices, int] | None = None  # the least memory floor over the budget (not priced)
-        self.floored_count = 0
-        self._rule_facts = validated.facts if validated is not None else None
+        budget = self.plan.budget.bytes if self.plan.budget is not None else None
+        self.gate = Gate(self.resolution, path, budget, self.facts,
+                         validated.facts if validated is not None else None)  # what is never priced
         arguments = TemplateArguments(self.plan, self.holes.arguments, res.modules, res.sources)
         self.space = Space(self.plan, self.holes, path, self.source, arguments, self.facts)
 
@@ -164,52 +150,7 @@ class _Search:
         res = check_resolution(replace(self.resolution, plan=plan), self.path)
         if res.errors:
             return None
-        why = self.cannot_run(plan)
-        if why is not None:
-            code = why.split(":", 1)[0]
-            self.refused[code] = (self.refused.get(code, (0, why))[0] + 1, self.refused.get(code, (0, why))[1])
-            return None
-        return plan
-
-    def rule_facts(self):
-        """The probe as the model rules read it (planlang.model.facts.ModelFacts: the module tree, shapes
-        and each attention module's heads): the CLI's validation's, else from this solve's probe."""
-        if self._rule_facts is None:
-            facts = self.facts()
-            module = getattr(facts.layers, "module")  # ModelParts (typed object in ModelFacts)
-            self._rule_facts = ProbedFacts(**vars(facts.modules), heads=attention_heads(module))
-        return self._rule_facts
-
-    def over_floor(self, plan: CompletePlan, choices: Choices) -> bool:
-        """Is the candidate's memory floor (pricing.memory_floor: its parameters and optimizer states
-        alone) over the budget? Then it cannot fit and is not priced; the least floor skipped is kept for
-        the error when nothing fits."""
-        budget = self.plan.budget.bytes if self.plan.budget is not None else None
-        if budget is None:
-            return False
-        floor = memory_floor(plan, self.facts())
-        if floor <= budget:
-            return False
-        if self.floored is None or floor < self.floored[1]:
-            self.floored = (choices, floor)
-        self.floored_count += 1
-        return True
-
-    def cannot_run(self, plan: T.Plan) -> str | None:
-        """Why the model cannot run this candidate, by the checker's own model rules on its specs and
-        mesh (planlang.model.checks: PL362, a split dim its axes do not divide; PL365, an attention split
-        through its heads or key/value heads: tp larger than the heads, or not dividing them), or None.
-        Such a candidate is never priced. The rules read the model's probe (parameter shapes, call
-        shapes, head counts), and only the mesh, the specs and the data axes: candidates that share
-        those share the answer."""
-        key = (plan.mesh, plan.shards, plan.data)
-        if key not in self._runnable:
-            rules = [r for r in MODEL_RULES if r.name in RUNNABLE_RULES]
-            res = check_resolution(replace(self.resolution, plan=plan), self.path,
-                                   {"model": self.rule_facts()}, rules, resolution=False)
-            bad = [d for d in res.diagnostics if d.code in ("PL362", "PL365")]
-            self._runnable[key] = None if not bad else f"{bad[0].code}: {bad[0].message}"
-        return self._runnable[key]
+        return None if self.gate.cannot_run(plan) is not None else plan
 
     def value(self, key: tuple, fills: dict[str, Fill]) -> CompletePlan | None:
         """The candidate's complete plan value, checked (None when the rules refuse it)."""
@@ -276,7 +217,7 @@ class _Search:
         steps = self._steps[key][1] if key in self._steps else None  # its step alone, when priced
         self._priced[key] = None
         plan = self.value(key, fills)
-        if plan is None or self.over_floor(plan, choices):
+        if plan is None or self.gate.over_floor(plan, choices):
             return None
         facts = self.facts()
         try:
@@ -367,8 +308,8 @@ class _Search:
         except Cut:
             cut = self.where.account(self.clock, self.considered())
             chosen = self.best(self.tried)  # every candidate priced is a complete plan that checks
-            if chosen is None and self.floored is not None:
-                raise self.infeasible(cut) from None
+            if chosen is None and self.gate.floored is not None:
+                raise self.gate.infeasible(self.tried, cut, self.notes) from None
             if chosen is None:
                 raise SolveError(f"{cut}; no candidate plan was priced before it: raise --time-limit") from None
         return self.write(chosen, cut)
@@ -398,7 +339,7 @@ class _Search:
             self.report.advance(f"stage 1: mesh {n + 2} of {len(meshes)}" if n + 1 < len(meshes) else "")
         ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
         if not ranked and not self.tried:
-            raise self.infeasible(None)
+            raise self.gate.infeasible(self.tried, None, self.notes)
         refined = ranked[:REFINED]
         self.report.plan_work(len(meshes) + len(refined))
         self.where.stage2(meshes, [self.space.assign_of(c.choices) for c in refined])
@@ -410,14 +351,14 @@ class _Search:
             self.report.advance()
         chosen = self.best(finals + ranked + seeds + self.tried)
         if chosen is None:
-            raise self.infeasible(None)
+            raise self.gate.infeasible(self.tried, None, self.notes)
         return chosen
 
     def write(self, chosen: Candidate | None, cut: str | None) -> Result:
         """The chosen candidate's choices written into the input's text, once, with the header (or
         Infeasible when it does not fit)."""
         if chosen is None or not chosen.fits:
-            raise self.infeasible(cut)
+            raise self.gate.infeasible(self.tried, cut, self.notes)
         # the candidates bounded out count as priced: their step time was, and it showed they cannot win
         header = [f"solved by `planlang solve --objective {self.objective}` ({self.considered()} candidate plans priced):"]
         steps = chosen.steps or tuple(r.step_time for r in chosen.rows)
@@ -428,34 +369,12 @@ class _Search:
             header += ["  " + line for line in textwrap.wrap(
                 f"INCOMPLETE SEARCH: {cut}; this is the best plan priced before the cut", 106)]
         text = fill_holes(self.source, self.path, list(self.space.fills_of(chosen).values()), header)
-        if self.refused:
-            self.progress("never priced, the model cannot run them: " + "; ".join(
-                f"{n} candidate{'s' if n > 1 else ''} by {code} (first: {why})" for code, (n, why) in self.refused.items()))
+        if self.gate.summary():
+            self.progress(str(self.gate.summary()))
         if self._bounded:
             self.progress(f"{len(self.tried)} candidates priced in full, {len(self._bounded)} by their step time "
                           "alone (bounded out: slower than a plan that fits)")
         return Result(text, chosen, self.tried, self.notes, header, cut, list(self._bounded.values()))
-
-    def infeasible(self, cut: str | None) -> Infeasible:
-        """No candidate fits: the nearest miss (the least peak priced, or the least memory floor of those
-        not priced because their parameters and optimizer states alone are over the budget) and the budget
-        it needs."""
-        within = "" if cut is None else f" among the candidates priced before the cut ({cut})"
-        more = "" if cut is None else ", or raise --time-limit"
-        smallest = min(self.tried, key=lambda c: c.peak) if self.tried else None
-        if smallest is not None and (self.floored is None or smallest.peak <= self.floored[1]):
-            return Infeasible(f"no plan fits the budget{within}; the nearest miss peaks at "
-                              f"{format_bytes(smallest.peak)} per device ({smallest}); raise the budget to at least "
-                              f"that or add devices{more}", smallest.peak, cut)
-        if self.floored is None:
-            raise SolveError("no candidate plan could be priced: " + "; ".join(self.notes[-3:]))
-        choices, floor = self.floored
-        what = ", ".join(f"{k}={v}" for k, v in choices)
-        return Infeasible(f"no plan fits the budget{within}: {self.floored_count} candidates hold more than the budget "
-                          f"in parameters and optimizer states alone; the nearest ({what}) holds "
-                          f"{format_bytes(floor)} per device before any activation; raise the budget above that "
-                          f"(with room for activations), add devices, or shard more (ZeRO, tensor or pipeline "
-                          f"parallelism){more}", floor, cut)
 
     def considered(self) -> int:
         """Candidates priced: in full (`tried`), or by their step time alone (bounded out)."""

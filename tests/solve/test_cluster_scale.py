@@ -49,7 +49,7 @@ def test_a_split_through_the_heads_is_never_priced(tmp_path, monkeypatch):
     res = search.run()
     assert priced and all(m["tp"] == 1 for m in priced)  # tp 2 and 4 cut through 3 heads
     assert str(dict(res.best.choices)["axis tp"]) == "1"
-    n, why = search.refused["PL365"]
+    n, why = search.gate.refused["PL365"]
     assert n >= 2 and "3 heads" in why
     assert not check_text(res.text, str(tmp_path / "gpt_heads.plan")).errors
 
