@@ -52,19 +52,18 @@ from planlang.model.program.head_blocks import block_factor, blocked_order, unbl
 from planlang.model.capture.load import guess_targets, meta_inputs, plan_loss, sum_loss_note
 from planlang.model.capture.opgraph import dtype_name, op_graph
 from planlang.model.program.pipeline_program import microbatch_plan
-from planlang.plan.data import tensor_axes
 from planlang.plan import types as T
 from planlang.plan.complete import CompleteOptimizer, CompletePlan, IncompletePlan, complete
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
-from planlang.runtime.data_parallel import DataParallelError, fsdp_mesh, zero_axis
+from planlang.runtime.data_parallel import fsdp_mesh
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
 from planlang.plan.complete import plan_mesh, world_size
-from planlang.model.program.lowering import LoweringError, Program, Run, data_axes, lower, mark_checkpoints, trained_parameters
+from planlang.model.program.lowering import LoweringError, Program, Run, lower, mark_checkpoints, trained_parameters
 from planlang.runtime.pipeline import PipelineError
-from planlang.runtime.pipeline_model import apply_pipeline, check_pipeline_plan
+from planlang.runtime.pipeline_model import apply_pipeline
 from planlang.runtime.program_pipeline import build_program_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
@@ -402,31 +401,19 @@ def _lower_once(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Progr
 
 
 def _fsdp_setup(plan: CompletePlan, groups: MeshGroups):
-    """(stage, DeviceMesh, its axis names) when the plan's ZeRO-2/3 shards over more than one rank, else None
-    (a ZeRO axis that splits no batch is a PlanError at any stage)."""
-    opt = plan.optimizer
-    stage = opt.zero_stage if opt is not None else 0
-    if not stage:
+    """(stage, DeviceMesh, its axis names) when the plan's ZeRO-2/3 shards over more than one rank
+    (`plan.dims.fsdp`: the ZeRO axis, or HSDP's two axes), else None."""
+    dims = plan.dims
+    if not dims.fsdp:
         return None
-    try:
-        z = zero_axis(plan)
-    except DataParallelError as e:
-        raise PlanError(str(e)) from e
-    if stage < 2 or z is None or groups.size(z) == 1:
-        return None
-    try:
-        mesh, mesh_axes = fsdp_mesh(groups, data_axes(plan), z, stage)
-    except DataParallelError as e:
-        raise PlanError(str(e)) from e
-    return stage, mesh, mesh_axes
+    return dims.zero_stage, fsdp_mesh(groups, dims.fsdp), dims.fsdp
 
 
 def zero_blocks(model: nn.Module, prog: Program, plan: CompletePlan) -> list[Block]:
     """The blocks pass 7 shards as FSDP2 units of their own (planlang.runtime.zero_blocks): none
     without ZeRO-2/3 over an axis of more than one device. (Generated code runs a block through
     `rt.block` whether or not FSDP2 wraps its module: the same step either way.)"""
-    opt = plan.optimizer
-    if opt is None or opt.zero_stage < 2 or opt.zero_axis is None or plan_mesh(plan).size_of(opt.zero_axis) == 1:
+    if not plan.dims.fsdp:
         return []
     return block_ranges(model, prog)[0]
 
@@ -486,9 +473,8 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
     """`apply` for a pipeline plan with tensor parallelism: the program lowered for one microbatch, its
     parameters placed, then cut into this rank's stages (planlang.runtime.program_pipeline)."""
     try:
-        check_pipeline_plan(plan)
         micro = microbatch_plan(plan)
-    except (PipelineError, LoweringError) as e:
+    except LoweringError as e:
         raise PlanError(str(e)) from e
     m = plan.pipeline.microbatches if plan.pipeline is not None else 1
     if targets is not None:  # examples for the global batch: one microbatch's
@@ -496,8 +482,7 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
     prog = _lower_once(model, micro, loss_fn, targets)
     report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
     prec = plan.precision
-    opt = plan.optimizer
-    fsdp = opt is not None and opt.zero_stage in (2, 3) and opt.zero_axis is not None and groups.size(opt.zero_axis) > 1
+    fsdp = bool(plan.dims.fsdp)
     layouts = shard_parameters(model, prog, groups.coords, device, storage_dtype(prec, fsdp) if prec.mixed else None)
     cast_buffers(model, prec)
     try:
@@ -536,7 +521,7 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
     groups = MeshGroups(plan_mesh(plan), device.type)
-    if plan.pipeline is not None and not tensor_axes(plan):
+    if plan.pipeline is not None and not plan.dims.tensor:
         try:
             return apply_pipeline(model, plan, groups, loss_fn=loss_fn, device=device)
         except PipelineError as e:

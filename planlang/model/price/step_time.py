@@ -37,14 +37,13 @@ from dataclasses import dataclass
 from planlang.cost.comm import Collective, collective_time, compute_time, group
 from planlang.cost.schedule import SimulatedSchedule, simulate
 from planlang.plan.complete import CompleteMesh, CompletePlan
-from planlang.plan.data import data_axes, tensor_axes
 
 from planlang.model.capture.load import build_model
 from planlang.model.program.lowering import lower, mark_checkpoints
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.model.price.accumulation import step_traffic
-from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, fsdp_axes, graph_of, predict_step_traffic, program_zero_units,
+from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, graph_of, predict_step_traffic, program_zero_units,
                       stage_traffic, transfer, zero_transfers)
 
 FORWARD_PHASES = ("forward", "loss")
@@ -218,7 +217,7 @@ def lowered_traffic(plan: CompletePlan, graph=None, model=None) -> list[Traffic]
     program: `parameter_transfers` gives its sums). `graph`: the op graph of a plan without a pipeline,
     when the caller has it (a pipeline's is traced for one microbatch). Raises what the lowering raises."""
     if plan.pipeline is not None:
-        if not tensor_axes(plan):
+        if not plan.dims.tensor:
             return None
         micro = microbatch_plan(plan)
         prog = lower(graph_of(micro), micro)
@@ -243,9 +242,9 @@ def parameter_transfers(plan: CompletePlan, unit: ZeroUnit, sums: bool) -> list[
     plan whose program could not be lowered)."""
     out = []
     if sums:
-        skip = set(fsdp_axes(plan))
+        skip = set(plan.dims.fsdp)
         out += [transfer(Collective.ALL_REDUCE, (a,), unit.reduced, _mesh(plan), "grad_sync", unit.name)
-                for a in data_axes(plan, trivial=False) if a not in skip]
+                for a in plan.dims.batch if a not in skip]
     return out + zero_transfers(plan, [unit], plan.microbatches)
 
 

@@ -34,7 +34,6 @@ from planlang.cost.layout import local_numel, local_shape
 from planlang.cost.ops import registry
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.plan.complete import CompletePlan
-from planlang.plan.data import data_axes, tensor_axes
 from planlang.plan.types import Mesh
 
 from planlang.model.capture.load import build_model, guess_targets, meta_inputs, plan_loss
@@ -203,7 +202,7 @@ def unsupported(plan: CompletePlan) -> str:
     """Why the prediction from a lowered program does not cover `plan` ("" when it does): a pipeline
     without tensor parallelism runs the model's own modules, not a program (planlang.model.price.step_time
     prices its gradient sums from the stages' parameters)."""
-    if plan.pipeline is not None and not tensor_axes(plan):
+    if plan.pipeline is not None and not plan.dims.tensor:
         return ("the plan's pipeline runs the model's own modules; per-step traffic is predicted for plans "
                 "without one, or with tensor parallelism in its stages (remove `pipeline`)")
     return ""
@@ -305,7 +304,7 @@ def gradient_sums(plan: CompletePlan, prog, only: set[int] | None = None) -> lis
     # backward; an all-reduce's bytes are linear in its size, so the bytes per kind and axes are those of
     # one flat buffer (listed here as one transfer per axes)
     buckets: dict[tuple[str, ...], list[int]] = {}
-    fsdp = set(fsdp_axes(plan))  # summed by FSDP2's reduce-scatter instead (zero_transfers)
+    fsdp = set(plan.dims.fsdp)  # summed by FSDP2's reduce-scatter instead (zero_transfers)
     # with precision fields the buckets are summed in the plan's `reduce` dtype (grad_sync casts them)
     reduce = DTYPE_BYTES.get(plan.precision.reduce, 4) if plan.precision.mixed else None
     for v in g.params():
@@ -403,18 +402,18 @@ def zero_transfers(plan: CompletePlan, units: list[ZeroUnit], microbatches: int 
     accumulates without a pipeline (planlang.model.price.accumulation) reshards every unit after each
     microbatch's backward (FSDP2's default): each unit is gathered in every microbatch's forward, ZeRO-3's
     blocks in every backward too; the reduce-scatters run once, after the last."""
-    opt, mesh = plan.optimizer, plan.mesh
-    if opt is None or opt.zero_stage == 0 or opt.zero_axis is None or mesh is None:
+    dims, mesh = plan.dims, plan.mesh
+    z = dims.zero_axis
+    if dims.zero_stage == 0 or z is None or mesh is None:
         return []
-    z = opt.zero_axis
-    n = mesh.axis_size(z) or 1
+    n = dims.size(z)
     if n == 1:
         return []
     out: list[Transfer] = []
-    if opt.zero_stage == 1:
+    if dims.zero_stage == 1:
         return [transfer(Collective.BROADCAST, (z,), b, mesh, "zero_step", u.name) for u in units for b in u.params]
-    replicate = tuple(a for a in data_axes(plan, trivial=False) if a != z)
-    again = opt.zero_stage == 3
+    replicate = dims.replicate
+    again = dims.zero_stage == 3
     gathers = microbatches if again or plan.pipeline is None else 1
     for u in units:
         out += [transfer(Collective.ALL_GATHER, (z,), u.gathered, mesh, "zero_forward", u.name)] * gathers
@@ -441,15 +440,6 @@ def fsdp_numel(shape: tuple[int, ...], shards: int) -> int:
     return -(-shape[0] // shards) * shards * rest
 
 
-def fsdp_axes(plan: CompletePlan) -> tuple[str, ...]:
-    """The data axes FSDP2 sums gradients over under ZeRO-2/3 (the ZeRO axis and the replicate axis of
-    HSDP), whose all-reduces in `Program.grad_sync` its reduce-scatter replaces; () otherwise."""
-    opt, mesh = plan.optimizer, plan.mesh
-    if opt is None or opt.zero_stage < 2 or opt.zero_axis is None or mesh is None or (mesh.axis_size(opt.zero_axis) or 1) == 1:
-        return ()
-    return data_axes(plan, trivial=False)
-
-
 def program_zero_units(model, prog, plan: CompletePlan) -> list[ZeroUnit]:
     """The plan's ZeRO units for a program run without a pipeline: under ZeRO-2/3 the blocks
     planlang.runtime.apply shards as FSDP2 units of their own (planlang.model.program.zero_units.block_ranges),
@@ -460,7 +450,7 @@ def program_zero_units(model, prog, plan: CompletePlan) -> list[ZeroUnit]:
     prec = plan.precision
     trained = trained_parameters(prog)
     sizes: dict[str, tuple[int, int]] = {}  # parameter -> (bytes gathered, bytes reduced)
-    shards = prog.mesh.axis_size(opt.zero_axis) or 1 if opt.zero_axis is not None else 1
+    shards = plan.dims.zero_shards
     for v in prog.graph.params():
         if v.ref in sizes:
             continue
