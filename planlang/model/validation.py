@@ -2,6 +2,8 @@
 
 `validate_plan` computes each fact the model-aware rules read once, in this order, and runs the rules:
 
+  0. the model-free rules: a plan they refuse ends here, before the model is built (its errors are the
+     plan's own: a PL501 budget the devices cannot hold is said in a second, not after the model's work);
   1. the model, built on meta once (facts.build_for_check) and probed (facts.probe_facts): "model";
   2. the lowered program, from one op graph and one lowering (`planlang.apply`'s, on meta): "lowered"
      (its fallbacks, ZeRO's root blocks, gathered weights) for a plan without a pipeline; one
@@ -136,6 +138,9 @@ def validate_plan(res: Resolution, path: str, program: ProgramMeasure | None = N
     plan = res.plan
     if plan is None or plan.model is None:
         return Validated(validate(res, path), res)
+    free = validate(res, path)
+    if free.errors:  # the plan alone is wrong: said before any model work (a PL501 in a second, not minutes)
+        return Validated(free, res)
     probed = probed if probed is not None else probe(plan)
     module, mf, load_diags = probed.module, probed.facts, list(probed.diagnostics)
     if mf is None:

@@ -18,7 +18,9 @@ from torch import fx
 
 from planlang.cost.ops.rules import sdpa_heads_fit
 from planlang.cost.ops.tensor_ops import einsum_fits
+from planlang.model.capture import lazy_consts
 from planlang.model.capture.export_builder import ExportBuilder, is_tensor, val_of
+from planlang.model.capture.lazy_consts import Deferred
 from planlang.model.capture.fx_builder import arg, node_of
 from planlang.model.capture.graph_values import dtype_name
 
@@ -366,12 +368,15 @@ def mse(b: ExportBuilder, node: fx.Node) -> bool:
     return True
 
 
-def causal_mask(mask: torch.Tensor, s: int, t: int) -> bool:
+def causal_mask(mask: torch.Tensor | Deferred, s: int, t: int) -> bool:
     """Whether an SDPA mask (bool: keep; float: added) is torch's `is_causal` mask for every batch
-    and head: keep key j for query i iff j <= i (top-left aligned)."""
-    keep = torch.ones(s, t, dtype=torch.bool).tril()
+    and head: keep key j for query i iff j <= i (top-left aligned). A Deferred mask (too large to
+    compute while the graph is built) is read off what is known of its elements (lazy_consts.causal)."""
     if mask.shape[-2:] != (s, t) and not all(m == 1 or m == n for m, n in zip(mask.shape[-2:], (s, t))):
         return False
+    if isinstance(mask, Deferred):
+        return lazy_consts.causal(mask.sym, mask.dtype)
+    keep = torch.ones(s, t, dtype=torch.bool).tril()
     m = mask.expand(*mask.shape[:-2], s, t)
     if mask.dtype == torch.bool:
         return bool((m == keep).all())
@@ -380,8 +385,10 @@ def causal_mask(mask: torch.Tensor, s: int, t: int) -> bool:
     return False
 
 
-def keeps_all(mask: torch.Tensor) -> bool:
+def keeps_all(mask: torch.Tensor | Deferred) -> bool:
     """Whether an SDPA mask (bool: keep; float: added) masks nothing."""
+    if isinstance(mask, Deferred):
+        return lazy_consts.keeps_all(mask.sym, mask.dtype)
     if mask.dtype == torch.bool:
         return bool(mask.all())
     return bool(mask.is_floating_point() and (mask == 0).all())
@@ -399,9 +406,9 @@ def _sdpa(b: ExportBuilder, node: fx.Node, kind: str) -> bool:
     causal = bool(arg(node, 5, "is_causal", False))
     if mask is not None:
         m = b.folded.get(mask.name) if isinstance(mask, fx.Node) else None
-        if not causal and isinstance(m, torch.Tensor) and keeps_all(m):
+        if not causal and isinstance(m, (torch.Tensor, Deferred)) and keeps_all(m):
             pass  # a mask that keeps every key (HF's default without an attention mask) is no mask
-        elif causal or not isinstance(m, torch.Tensor) or not causal_mask(m, q.shape[2], k.shape[2]):
+        elif causal or not isinstance(m, (torch.Tensor, Deferred)) or not causal_mask(m, q.shape[2], k.shape[2]):
             return False  # a mask from the data (padding) or not causal: opaque, with the mask as input
         else:
             causal = True

@@ -1,5 +1,5 @@
 """The state of lowering one torch.export graph to an op graph (planlang.model.capture.export_graph):
-the Values made so far, the constants folded on the CPU, the pieces of splits, and `AtenCall`, the
+the Values made so far, the constants folded on the CPU (or deferred: lazy_consts), the pieces of splits, and `AtenCall`, the
 picklable name of an ATen op an opaque call runs. The ATen argument readers are
 planlang.model.capture.aten_readers."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ import torch
 from torch import fx, nn
 
 from planlang.model.capture.fx_builder import node_of, strip
+from planlang.model.capture.lazy_consts import Deferred, fold_call
 from planlang.model.capture.graph_values import (
     DTYPES, OpaqueCall, OpNode, TensorArg, UnsupportedGraph, Value, dtype_name, op_spec,
 )
@@ -56,7 +57,8 @@ def _clean_path(path: str) -> str:
 
 
 def is_tensor(v: object) -> bool:
-    return isinstance(v, torch.Tensor)
+    """A tensor value: a real (or fake) one, or a folded constant not computed yet."""
+    return isinstance(v, (torch.Tensor, Deferred))
 
 
 class ExportBuilder:
@@ -186,7 +188,9 @@ class ExportBuilder:
             self.env[name] = name
 
     def fold(self, node: fx.Node) -> bool:
-        """Evaluate a node whose inputs are all constants (CPU, real tensors); False if it is not one."""
+        """Evaluate a node whose inputs are all constants (CPU, real tensors when small; a large result,
+        or one read off a large one, is a lazy_consts.Deferred: computed only where the program runs);
+        False if it is not one."""
         deps = node.all_input_nodes
         if any(d.name not in self.folded for d in deps):
             return False
@@ -194,7 +198,8 @@ class ExportBuilder:
         if isinstance(target, torch._ops.OpOverload) and (
                 torch.Tag.nondeterministic_seeded in target.tags or target._schema.is_mutable):
             return False  # random each step, or writes to its input (a buffer's in-place update)
-        if any(is_tensor(self.folded[d.name]) and self.folded[d.name].device.type == "meta" for d in deps):
+        if any(isinstance(self.folded[d.name], torch.Tensor) and self.folded[d.name].device.type == "meta"
+               for d in deps):
             return False  # a meta buffer: nothing to compute with
 
         def val(a: Any) -> Any:
@@ -204,12 +209,10 @@ class ExportBuilder:
 
         args: Any = fx.node.map_aggregate(node.args, val)
         kwargs: Any = fx.node.map_aggregate(dict(node.kwargs), val)
-        try:
-            out = target(*args, **kwargs)
-        except Exception:  # noqa: BLE001 - not evaluable here: lower it as an op instead
-            return False
-        self.folded[node.name] = out
-        return True
+        folded, out = fold_call(target, _callable(target), args, kwargs)
+        if folded:
+            self.folded[node.name] = out
+        return folded
 
 
 def _callable(target: Any) -> Any:
