@@ -414,7 +414,8 @@ class _Search:
     def seed_order(self, meshes: list[dict]) -> list[dict]:
         """The meshes the seed tries, in order: those the model can run whose memory floor (parameters and
         optimizer states at ZeRO 0, pricing.memory_floor) leaves at least half the budget for the rest,
-        in stage 1's order, then the others by their floor (least first): the seed's plan should fit."""
+        the largest floor first, then the others by their floor (least first): the seed's plan should
+        fit, and be fast."""
         budget = self.plan.budget.bytes if self.plan.budget is not None else None
         if budget is None:
             return meshes
@@ -431,7 +432,9 @@ class _Search:
             if plan is None:
                 continue
             floor = memory_floor(plan, self.facts())
-            scored.append(((0, 0, i) if 2 * floor <= budget else (1, floor, i), assign))
+            # of those that leave half the budget, the least sharded first (the largest floor: the most
+            # data parallelism, the fastest as a rule); then the rest, the least floor first
+            scored.append(((0, -floor, i) if 2 * floor <= budget else (1, floor, i), assign))
         return [a for _, a in sorted(scored, key=lambda x: x[0])]
 
     def refine(self, assign: dict) -> Candidate | None:
@@ -530,7 +533,7 @@ class _Search:
                     try:
                         choice = choose_checkpoints(linear, max(room, 1), head)
                     except ChainTooBig as e:  # the leanest grouping, to report how close it comes
-                        choice = leanest_checkpoints(linear, head, e.exact_min_budget)
+                        choice = leanest_checkpoints(linear, head, e.exact if e.exact is not None else budget)
                     self.progress(f"rotor: {choice} for {room / 2**20:.3g} MiB of activations "
                                   f"(+{choice.recompute_seconds * 1e3:.3g} ms recomputation)")
                     if choice.lines in seen:

@@ -349,7 +349,7 @@ def solve(inst: Instance, objective: str = "time", options: SolveOptions = Solve
         raw = run(goal, budget)
         if raw.infeasible:
             if not least_when_infeasible:
-                raise InfeasibleBudget(budget, None, "")  # type: ignore[arg-type]
+                raise InfeasibleBudget(budget, None)  # type: ignore[arg-type]
             peak = least_peak()
             cause = _peak_cause(inst, red.decode(peak.picks))
             raise InfeasibleBudget(budget, peak.value, cause)  # type: ignore[arg-type]

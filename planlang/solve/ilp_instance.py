@@ -12,6 +12,8 @@ import numpy as np
 
 from planlang.plan.units import format_bytes
 
+from .infeasible import InfeasibleBudget, bytes_rounded_up  # noqa: F401 - the kernels' one budget error
+
 
 # ------------------------------------------------------------------------------ instance
 @dataclass(frozen=True)
@@ -199,31 +201,6 @@ class Instance:
 # ------------------------------------------------------------------------------ errors
 class ILPError(ValueError):
     """The instance is malformed or its fixed choices contradict each other."""
-
-
-class InfeasibleBudget(Exception):
-    """No assignment fits the budget; `minimum` is the smallest budget that admits one (None when the
-    caller did not ask for it: `solve(..., least_when_infeasible=False)`)."""
-
-    def __init__(self, budget: float, minimum: float | None, cause: str) -> None:
-        self.budget, self.minimum, self.cause = budget, minimum, cause
-        if minimum is None:
-            super().__init__(f"no sharding fits the budget of {format_bytes(int(budget))} per device")
-            return
-        need = bytes_rounded_up(minimum)
-        super().__init__(
-            f"no sharding fits the budget of {format_bytes(int(budget))} per device; the least memory any "
-            f"choice needs is {need} ({cause}). Raise the budget to at least {need}, add devices, or allow "
-            "more sharding (fewer fixed specs).")
-
-
-def bytes_rounded_up(n: float) -> str:
-    """Like format_bytes, but never below `n` (a budget written with it is enough)."""
-    for unit, scale in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if n >= scale:
-            v = math.ceil(n / scale * 100 - 1e-9) / 100
-            return f"{v:.0f} {unit}" if v == int(v) else f"{v:.2f} {unit}"
-    return f"{math.ceil(n - 1e-9):.0f} B"
 
 
 @dataclass(frozen=True)

@@ -270,7 +270,7 @@ def solve(chain: Chain, budget: float, slots: int = 500, *, slot_size: float | N
     cs = discretise(chain, unit)
     least = min_peak(cs)
     if least > slots:
-        raise InfeasibleBudget(budget, slots, unit, int(least), min_peak(chain))
+        raise InfeasibleBudget.in_slots(budget, slots, unit, int(least), min_peak(chain))
     C, W = _tables(cs, slots)
     L = chain.length
     m = slots - int(cs.x[0])
@@ -406,7 +406,7 @@ def solve_groups(chain: Chain, budget: float, slots: int = 500, *, slot_size: fl
         D[s] = np.where(np.isinf(G[s]), _NONE, np.where(pick == 0, _ALL, s + pick))
     top = S - X[0]
     if top < 0 or not math.isfinite(G[0, top]):
-        raise InfeasibleBudget(budget, slots, unit, int(_least_groups_peak(cs, ok)), _least_groups_peak(chain, ok),
+        raise InfeasibleBudget.in_slots(budget, slots, unit, int(_least_groups_peak(cs, ok)), _least_groups_peak(chain, ok),
                                "grouping of checkpoints")
     groups = []
     s, rem = 0, top

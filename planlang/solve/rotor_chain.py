@@ -13,6 +13,8 @@ import numpy as np
 
 from planlang.plan.units import format_bytes
 
+from .infeasible import InfeasibleBudget  # noqa: F401 - the kernels' one budget error
+
 OP_KINDS = ("F_all", "F_ck", "F_n", "loss", "B")
 
 
@@ -117,27 +119,6 @@ class Schedule:
     def __str__(self) -> str:
         return (f"makespan {self.makespan:.4g} s, peak {format_bytes(self.peak)} of {format_bytes(self.budget)}, "
                 f"{len(self.ops)} ops ({self.recomputed} recomputed forwards)")
-
-
-class InfeasibleBudget(ValueError):
-    """No schedule fits the budget. `min_budget` is the least budget that fits on the same discretisation
-    (`slot_size` bytes per slot): `solve(chain, e.min_budget, slot_size=e.slot_size)` succeeds.
-    `exact_min_budget` is the least peak in bytes with unrounded sizes."""
-
-    def __init__(self, budget: float, slots: int, slot_size: Fraction, min_slots: int, exact_min_budget: float,
-                 what: str = "checkpointing schedule"):
-        self.budget, self.slots, self.min_slots = budget, slots, min_slots
-        self.slot_size = float(slot_size)
-        exact = min_slots * Fraction(slot_size)
-        least = float(exact)
-        if Fraction(least) < exact:  # the float just above, so that passing it back gives min_slots slots
-            least = math.nextafter(least, math.inf)
-        self.min_budget = least
-        self.exact_min_budget = exact_min_budget
-        super().__init__(
-            f"no {what} fits in {format_bytes(budget)}: the least memory any schedule needs is "
-            f"{format_bytes(self.min_budget)} ({min_slots} slots of {format_bytes(self.slot_size)}; "
-            f"{format_bytes(exact_min_budget)} before rounding to slots); raise the budget to at least that")
 
 
 # ---------------------------------------------------------------------------------------------------------

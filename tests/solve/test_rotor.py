@@ -163,9 +163,9 @@ def test_dp_matches_brute_force_on_random_chains():
                 with pytest.raises(InfeasibleBudget) as err:
                     solve(chain, budget, S)
                 assert err.value.min_slots == least
-                assert err.value.min_budget == least * unit
-                assert _close(err.value.exact_min_budget, min_peak(chain))
-                again = solve(chain, err.value.min_budget, slot_size=err.value.slot_size)
+                assert err.value.minimum == least * unit
+                assert _close(err.value.exact, min_peak(chain))
+                again = solve(chain, err.value.minimum, slot_size=err.value.slot_size)
                 assert again.peak_slots == least
                 continue
             best = min(t for t, _ in fits)
@@ -304,8 +304,8 @@ def test_infeasible_error_names_the_minimum():
     with pytest.raises(InfeasibleBudget) as err:
         solve(c, 20, 20)
     # every schedule holds a_0 and, at the loss, a_2 + delta_2 + the loss's 5, plus a_1 or more
-    assert err.value.min_budget == min(simulate(s, c).peak for s in persistent_sequences(2))
-    assert "raise the budget to at least" in str(err.value)
+    assert err.value.minimum == min(simulate(s, c).peak for s in persistent_sequences(2))
+    assert "Raise the budget to at least 70 B" in str(err.value)
 
 
 def _forwards(schedule, stage: int) -> int:
