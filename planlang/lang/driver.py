@@ -71,12 +71,21 @@ class FastParser:
                     row[sym] = rules[key]
         contextual = frontend.lexer.lexer  # PostLexConnector -> ContextualLexer
         self.contextual = contextual
+        # a state's scanner is built (its terminals' regex compiled) when a parse first lexes in that state:
+        # a plan reaches some of the 122 (gpt2_3d.plan and the stdlib modules it uses: 54), which every
+        # `planlang check` built before it parsed anything
         self.scanners: list = [None] * size
-        made: dict[int, tuple] = {}
-        for state, lexer in contextual.lexers.items():
-            if id(lexer) not in made:
-                made[id(lexer)] = self._scanner(lexer)
-            self.scanners[state] = made[id(lexer)]
+        self._made: dict[int, tuple] = {}  # id(lexer) -> its scanner; states with the same terminals share one
+        self._scanner_of(self.start_state)  # fails here, not in a parse, where Lark's lexers are not as read
+
+    def _scanner_of(self, state: int) -> tuple:
+        """The scanner of `state` (see `_scanner`), built on first use."""
+        lexer = self.contextual.lexers[state]
+        made = self._made.get(id(lexer))
+        if made is None:
+            made = self._made[id(lexer)] = self._scanner(lexer)
+        self.scanners[state] = made
+        return made
 
     @staticmethod
     def _scanner(lexer) -> tuple:
@@ -136,7 +145,10 @@ class FastParser:
                 type_ = "$END"
                 tok = ("$END", "", 0, None, 1, 1, None, None) if tok is None else ("$END", "") + tok[2:]
             else:
-                match, kinds, special = scanners[state]
+                scanner = scanners[state]
+                if scanner is None:
+                    scanner = self._scanner_of(state)
+                match, kinds, special = scanner
                 m = match(text, pos)
                 if m is None:
                     raise self._lexer_error(text, pos, line, line_start, states, values)

@@ -11,6 +11,7 @@ Lark `Token`s. The builder of the parse running in a thread is `BUILDER.ast` (pa
 from __future__ import annotations
 
 import threading
+from types import CodeType
 from typing import Any
 
 from lark import Lark, Token, Tree
@@ -132,9 +133,15 @@ def _compiled_callback(method, include, tail, expand1, terminals):
                          "node.value = method(BUILDER.ast, node, items)",
                          "return node"]
     source = "def reduce(children):\n" + "".join(f"    {line}\n" for line in body)
+    code = _CODE.get(source)
+    if code is None:  # rules of one shape share the code (85 shapes of 282 rules): compiling was most of the cost
+        code = _CODE[source] = compile(source, "<reduction>", "exec")
     scope = {"Reduced": Reduced, "_positions": _positions, "BUILDER": BUILDER, "method": method}
-    exec(compile(source, f"<reduction of {method.__name__ if method else 'a rule'}>", "exec"), scope)
+    exec(code, scope)
     return scope["reduce"]
+
+
+_CODE: dict[str, CodeType] = {}  # a reduction's source -> its compiled code
 
 
 _NOTHING = Reduced(None, None, None)
