@@ -1,0 +1,77 @@
+"""The estimate of a step that accumulates gradients (a top-level `microbatches N`, no pipeline): one
+microbatch's activations on the device at a time, the same compute, the program's collectives once per
+microbatch and the gradient sums once per step (planlang.model.price.accumulation)."""
+import functools
+from collections import Counter
+
+import pytest
+
+from planlang.model.price.estimate import estimate_plan
+from planlang.model.price.step_time import lowered_traffic
+from planlang.plan.checker import check_text
+from planlang.plan.complete import complete
+
+PLAN = """\
+use hardware
+model gpt2 = "examples.gpt2.model:build"(layers = 2, hidden = 64, heads = 4, vocab = 128, seq = 32)
+input idx : i64[batch = 32, seq = 32]
+mesh ranks of 4 x hardware.a100_80g {
+    dp = 2 over hardware.nvlink3
+    tp = 2 over hardware.nvlink3
+}
+optimizer adamw(lr = 0.001)
+data idx : [dp, _]
+MICRO
+shard h[*].mlp.c_fc.weight   : [_, tp]
+shard h[*].mlp.c_fc.bias     : [tp]
+shard h[*].mlp.c_proj.weight : [tp, _]
+"""
+
+
+@functools.lru_cache(maxsize=None)
+def plan(n: int):
+    res = check_text(PLAN.replace("MICRO", f"microbatches {n}"), path="tests/model/accumulate.plan")
+    assert not [d for d in res.diagnostics if d.severity.value == "error"], res.diagnostics
+    return complete(res.plan)
+
+
+@functools.lru_cache(maxsize=None)
+def row(n: int):
+    (r,) = estimate_plan(plan(n))
+    return r
+
+
+def test_activations_are_one_microbatchs():
+    a1, a2, a4 = (row(n).activations for n in (1, 2, 4))
+    assert a1 > a2 > a4 > 0
+    # a microbatch of half the samples saves half the activations (within what does not scale: a
+    # bias, the loss' scalars)
+    assert a2 == pytest.approx(a1 / 2, rel=0.05) and a4 == pytest.approx(a1 / 4, rel=0.05)
+    assert row(4).peak < row(2).peak < row(1).peak
+    # parameters, gradients (accumulated across microbatches) and optimizer state do not change
+    assert {(r.parameters, r.gradients, r.optimizer, r.buffers) for r in map(row, (1, 2, 4))} == \
+        {(row(1).parameters, row(1).gradients, row(1).optimizer, row(1).buffers)}
+
+
+def test_same_compute():
+    c = [row(n).step.compute for n in (1, 2, 4)]
+    assert c[1] == pytest.approx(c[0], rel=1e-9) and c[2] == pytest.approx(c[0], rel=1e-9)
+
+
+def test_gradients_summed_once_the_rest_per_microbatch():
+    (t1,), (t4,) = lowered_traffic(plan(1)), lowered_traffic(plan(4))
+
+    def phase(t, name):
+        return [x for x in t.transfers if x.phase == name]
+
+    assert [x.full_bytes for x in phase(t4, "grad_sync")] == [x.full_bytes for x in phase(t1, "grad_sync")]
+    assert phase(t1, "grad_sync")  # dp sums something
+    assert len(phase(t4, "loss")) == 4 * len(phase(t1, "loss")) > 0
+    # the tensor-parallel collectives of forward and backward: each microbatch's, on a quarter of the
+    # activations, four times (the data-parallel layout of the position embedding's output, which has no
+    # batch dim, is the lowering's choice at each batch size, so only the tp axis is compared)
+    def tp(t, n):
+        return Counter((x.phase, x.kind, x.full_bytes * n) for x in t.transfers
+                       if x.phase in ("forward", "backward") and x.axes == ("tp",))
+
+    assert tp(t1, 1) and tp(t4, 4) == Counter({k: 4 * v for k, v in tp(t1, 1).items()})
