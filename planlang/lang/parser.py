@@ -39,7 +39,7 @@ from .syntax_errors import BIDI, MAX_NESTING, accepted, bidi_warnings, diagnosti
 from .to_ast import CANONICAL_PATH, CANONICAL_SPEC, MAX_DIGITS, ToAst
 
 __all__ = ["GRAMMAR_PATH", "MAX_DIGITS", "MAX_NESTING", "MAX_SYNTAX_ERRORS", "ParseResult", "PlanPostLex", "code_of",
-           "no_cycle_collection", "parse", "parse_file"]
+           "no_cycle_collection", "parse", "parse_file", "parse_used"]
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,34 @@ def parse(text: str, path: str = "<plan>") -> ParseResult:
     if BIDI.search(text):
         result = ParseResult(result.module, result.diagnostics, result.source, bidi_warnings(result.source))
     return result
+
+
+def parse_used(text: str, path: str) -> ParseResult:
+    """`parse`, for a module a plan `use`s (the standard library's, a file shared by plans): the result is
+    kept for the same text at the same path, so a process parses each such module once, not at every
+    check (the language server checks at every edit; the standard library's modules were most of a
+    check of gpt2_3d.plan in one process). The last `_USED_KEPT` are kept (texts up to `_USED_MAX_CHARS`: an
+    edited big module is not kept in many versions); the result is immutable."""
+    if len(text) > _USED_MAX_CHARS:
+        return parse(text, path)
+    key = (path, text)
+    with _USED_LOCK:
+        hit = _USED.pop(key, None)
+        if hit is not None:
+            _USED[key] = hit  # now the most recent
+            return hit
+    result = parse(text, path)
+    with _USED_LOCK:
+        _USED[key] = result
+        while len(_USED) > _USED_KEPT:
+            del _USED[next(iter(_USED))]  # the least recently used
+    return result
+
+
+_USED: dict[tuple[str, str], ParseResult] = {}  # (path, text) -> its parse, least recently used first
+_USED_LOCK = threading.Lock()
+_USED_KEPT = 32
+_USED_MAX_CHARS = 256_000  # the standard library's largest module is under 10 000
 
 
 def parse_file(path: str | FsPath) -> ParseResult:

@@ -18,7 +18,7 @@ from typing import Callable
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
-from planlang.lang.parser import ParseResult, no_cycle_collection, parse
+from planlang.lang.parser import ParseResult, no_cycle_collection, parse, parse_used
 from planlang.lang.source import SourceFile, Span, decode_plan
 
 from . import types as T
@@ -164,7 +164,7 @@ class Resolver(PlanBuilder):
         except (OSError, UnicodeDecodeError) as err:
             self.diags.append(diag("PL203", f"module `{target}` cannot be read: {err}", use.target.span))
             return None
-        result: ParseResult = parse(text, found)
+        result: ParseResult = parse_used(text, found)  # each used module's text parsed once per process
         self.sources[found] = result.source
         self.modules[found] = result.module
         self.diags.extend(result.warnings + result.diagnostics)
