@@ -19,7 +19,7 @@ from typing import Callable
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic
-from planlang.lang.parser import code_of
+from planlang.lang.lexical import code_of
 from planlang.lang.source import SourceFile, lone_cr_as_lf
 from planlang.plan.checker import CheckResult, check_text
 from planlang.plan.types import Plan
