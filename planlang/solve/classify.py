@@ -100,6 +100,10 @@ def classify(plan: T.Plan, sources: dict | None = None, module=None) -> Holes:
                     if isinstance(v, T.Hole):
                         h.degrees.append((st.index, ax, v))
                         known.add(id(v))
+    acc = plan.accumulation  # `microbatches ?` without a pipeline: the same choice as a pipeline's
+    if acc is not None and isinstance(acc.microbatches, T.Hole):
+        h.micro = acc.microbatches
+        known.add(id(acc.microbatches))
     every_seen: set[tuple[str, int]] = set()
     for g in plan.checkpoints:
         if isinstance(g.every, T.Hole):

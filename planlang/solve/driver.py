@@ -457,7 +457,14 @@ class _Search:
         micros = self.space.micro_options(assign) if h.micro is not None else [None]
         self.where.at("microbatches", within=True)
         cur = None
-        for m in micros[:3]:
+        if self.plan.pipeline is None and h.micro is not None:
+            # gradient accumulation: more microbatches only shrink the activations (the same compute, the
+            # program's collectives once more each): the smallest count that fits
+            for m in micros:
+                cur = self.best([cur, price(m, 0, None, "flops", self.beat(cur))])
+                if cur is not None and cur.fits:
+                    break
+        for m in micros[:3] if self.plan.pipeline is not None or h.micro is None else []:
             cur = self.best([cur, price(m, 0, None, "flops", self.beat(cur))])
         if cur is None:
             return None

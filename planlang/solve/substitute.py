@@ -60,6 +60,8 @@ def substitute(plan: T.Plan, values: Values) -> T.Plan:
                            if any(T.is_hole(v) for _, v in st.degrees) else st for st in stages)
         changes["pipeline"] = replace(p, axis=_value(p.axis, values), schedule=schedule,
                                       microbatches=_value(p.microbatches, values), stages=stages)
+    if plan.accumulation is not None and T.is_hole(plan.accumulation.microbatches):
+        changes["accumulation"] = replace(plan.accumulation, microbatches=_value(plan.accumulation.microbatches, values))
     groups = plan.checkpoints
     if any(T.is_hole(g.every) for g in groups):
         groups = tuple(replace(g, every=_value(g.every, values)) if T.is_hole(g.every) else g for g in groups)

@@ -74,6 +74,7 @@ CASES: dict[str, tuple[str, str]] = {
     "chunks": ("chunks", PP_DP + REST + DATA + "pipeline over pp schedule interleaved chunks ? microbatches 2 { ? }\n"),
     "microbatches": ("microbatches", PP_DP + REST + DATA + "pipeline over pp schedule 1f1b microbatches ? {\n"
                      + STAGES + "}\n"),
+    "accumulation microbatches": ("microbatches", DP_TP + REST + DATA + "microbatches ?\n"),
     "stage list": ("stages", PP_DP + REST + DATA + "pipeline over pp schedule 1f1b microbatches 2 { ? }\n"),
     "stage degree": ("stage degree", PP_TP + REST + "pipeline over pp schedule 1f1b microbatches 2 {\n"
                      "    stage wte, wpe, drop, h[0] with tp = ?\n    stage h[1], ln_f, lm_head\n}\n"),
