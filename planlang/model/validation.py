@@ -32,7 +32,6 @@ from planlang.lang.diagnostics import Diagnostic, Severity
 from planlang.plan.checker import CheckResult
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.microbatches import accumulation_microbatch
-from planlang.plan.data import data_degree, tensor_axes
 from planlang.plan.resolve import Resolution, Resolver
 
 from .capture.load import ModelLoadError, guess_targets, meta_inputs, plan_loss
@@ -158,7 +157,7 @@ def validate_plan(res: Resolution, path: str, program: ProgramMeasure | None = N
                 prog = _lowered(module, accumulation_microbatch(cp))  # one microbatch's, when it accumulates
                 facts["lowered"] = _lowered_facts(module, cp, prog)
                 traffic = [step_traffic(cp, prog, _zero_units(module, cp, prog))]
-            elif tensor_axes(cp):  # pipeline x tensor parallelism: one microbatch's program, cut into stages
+            elif cp.dims.tensor:  # pipeline x tensor parallelism: one microbatch's program, cut into stages
                 micro = _lowered(module, microbatch_plan(cp))
                 traffic = _cut_traffic(cp, micro)
         except Exception as err:  # noqa: BLE001 - the model's op or the plan's layouts: PL369 names which
@@ -215,9 +214,7 @@ def _zero_units(model: nn.Module, plan: CompletePlan, prog: Program):
 
 
 def _lowered_facts(model: nn.Module, plan: CompletePlan, prog: Program) -> Lowered:
-    opt, mesh = plan.optimizer, plan.mesh
-    zero = opt is not None and opt.zero_stage >= 2 and opt.zero_axis is not None and mesh is not None and \
-        mesh.size_of(opt.zero_axis) > 1
+    zero = bool(plan.dims.fsdp)  # ZeRO-2/3 over more than one device: the blocks are FSDP2 units
     return Lowered(tuple(prog.fallbacks), block_ranges(model, prog)[1] if zero else {},
                    tuple(weight_gathers(prog, plan)))
 
@@ -256,6 +253,6 @@ def _stage_cut(model: nn.Module, plan: CompletePlan, micro: Program | None) -> S
     except Exception as err:  # noqa: BLE001 - an op the cut cannot trace: the run would raise it
         return StageCut(failure=LoweringFailure.of(err))
     norms = [n for n, m in model.named_modules() if isinstance(m, _BatchNorm)]
-    if norms and getattr(cut[-1], OUT_SPEC, None) is not None and data_degree(plan) > 1:
+    if norms and getattr(cut[-1], OUT_SPEC, None) is not None and plan.dims.data_degree > 1:
         return StageCut(inlined_norms=tuple(norms))
     return StageCut()

@@ -53,7 +53,7 @@ from planlang.model.capture.load import guess_targets, meta_inputs, plan_loss, s
 from planlang.model.capture.opgraph import dtype_name, op_graph
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan import types as T
-from planlang.plan.complete import CompleteOptimizer, CompletePlan, IncompletePlan, complete
+from planlang.plan.complete import CompleteMesh, CompleteOptimizer, CompletePlan, IncompletePlan, complete
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
@@ -171,7 +171,7 @@ class ParallelModel(nn.Module):
         self.microbatches = 1
 
     @property
-    def mesh(self) -> T.Mesh:
+    def mesh(self) -> CompleteMesh:
         return self.program.mesh
 
     def local_input(self, value_name: str, t: torch.Tensor) -> torch.Tensor:

@@ -30,10 +30,9 @@ from planlang.model.capture.load import build_model, plan_loss
 from planlang.model.program.lowering import Program
 from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
 from planlang.plan.complete import CompletePlan
-from planlang.plan.data import tensor_axes
 
 from .apply import apply
-from planlang.plan.complete import plan_mesh, plan_model, world_size
+from planlang.plan.complete import plan_model, world_size
 from .verify import make_batch, plan_optimizer
 
 STEPS = 3
@@ -53,14 +52,12 @@ class ProgramMemory:
 
 def reason_not_measured(plan: CompletePlan) -> str | None:
     """Why `measure` cannot run the plan's program (None when it can)."""
-    if plan.pipeline is not None and tensor_axes(plan):
+    if plan.pipeline is not None and plan.dims.tensor:
         return ("a pipeline x tensor-parallel plan's stage programs are not run on meta yet (the simulation "
                 "uses each stage's tensor-parallel local shapes)")
     if plan.pipeline is not None:
         return "a pipeline's stages run the model's own modules"
-    opt = plan.optimizer
-    if opt is not None and (opt.zero_stage or 0) >= 2 and opt.zero_axis is not None and \
-            plan_mesh(plan).size_of(opt.zero_axis) > 1:
+    if plan.dims.fsdp:
         return "ZeRO-2/3 runs as FSDP2, which does not run on the meta device"
     if dist.is_available() and dist.is_initialized():
         return "this process already has a process group"

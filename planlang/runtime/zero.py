@@ -88,7 +88,9 @@ def build_optimizer(params: nn.Module | Iterable, opt: CompleteOptimizer | None,
                     cls: type[torch.optim.Optimizer] | None = None, **overrides) -> torch.optim.Optimizer:
     """The plan's optimizer over `params` (a module, (name, param) pairs or parameters).
 
-    `groups` is the plan mesh's MeshGroups; it is needed for ZeRO stages >= 1 (the ZeRO axis' group).
+    `opt` is a validated plan's (planlang.runtime.apply.load_plan: its ZeRO stage is 0-3 and names a mesh
+    axis, PL201, PL502, PL503). `groups` is the plan mesh's MeshGroups; it is needed for ZeRO stages >= 1
+    (the ZeRO axis' group).
     For stages 2 and 3 pass the module after `wrap_data_parallel` (its parameters are FSDP2's shards).
     `cls` replaces the plan's torch class (the plan's arguments are kept only when `cls` is the plan's
     own class) and `overrides` replace single arguments (`lr=...`); the ZeRO wrapping stays the plan's."""
@@ -105,16 +107,12 @@ def build_optimizer(params: nn.Module | Iterable, opt: CompleteOptimizer | None,
         kwargs = optimizer_kwargs(opt) if plan_cls is cls else {}
     kwargs.update(overrides)
     ps = _params(params)
-    stage = opt.zero_stage
-    if stage not in (0, 1, 2, 3):
-        raise OptimizerError(f"ZeRO stage {stage} does not exist (use 0-3)")
+    stage, axis = opt.zero_stage, opt.zero_axis
     if stage == 0:
         return cls(ps, **kwargs)
-    if groups is None or opt.zero_axis is None:
-        raise OptimizerError(f"ZeRO stage {stage} needs the mesh groups and an axis (`zero = {stage} over dp`)")
-    axis = opt.zero_axis
-    if axis not in groups.mesh.names:
-        raise OptimizerError(f"ZeRO axis `{axis}` is not an axis of mesh {groups.mesh}")
+    if groups is None or axis is None:  # (an axis: the checker's PL503 asks for one)
+        raise OptimizerError(f"ZeRO-{stage} over `{axis}` shards over that axis' process group: pass the plan "
+                             "mesh's MeshGroups as `groups`")
     if groups.size(axis) == 1:
         return cls(ps, **kwargs)
     if stage == 1:

@@ -68,8 +68,16 @@ def test_unknown_argument_names_the_accepted_ones():
 def test_zero2_needs_fsdp_parameters():
     with pytest.raises(OptimizerError, match="wrap_data_parallel"):
         build_optimizer(torch.nn.Linear(2, 2), Optimizer("adamw", (), 2, "dp"), _Groups())
-    with pytest.raises(OptimizerError, match="not an axis"):
-        build_optimizer(torch.nn.Linear(2, 2), Optimizer("adamw", (), 1, "pp"), _Groups())
+    with pytest.raises(OptimizerError, match="MeshGroups"):
+        build_optimizer(torch.nn.Linear(2, 2), Optimizer("adamw", (), 1, "dp"))
+
+
+def test_the_zero_stage_and_axis_are_the_checkers():
+    # a ZeRO axis the mesh lacks, a stage that does not exist, a stage without an axis: refused with the
+    # checker's codes when the plan loads (build_optimizer takes a validated plan's optimizer)
+    for (stage, axis), code in [((1, "pp"), "PL201"), ((5, "dp"), "PL502"), ((2, None), "PL503")]:
+        with pytest.raises(PlanError, match=rf"error\[{code}\]"):
+            load_plan(_plan(zero=stage, axis=axis))
 
 
 # ------------------------------------------------------------------------------ data axes

@@ -33,8 +33,7 @@ from planlang.cost.comm import Collective, bytes_sent
 from planlang.cost.layout import local_numel, local_shape
 from planlang.cost.ops import registry
 from planlang.cost.ops.base import DTYPE_BYTES
-from planlang.plan.complete import CompletePlan
-from planlang.plan.types import Mesh
+from planlang.plan.complete import CompleteMesh, CompletePlan
 
 from planlang.model.capture.load import build_model, guess_targets, meta_inputs, plan_loss
 from planlang.model.program.lowering import Convert, Run, gradient_flow, lower, mark_checkpoints, trained_parameters
@@ -61,11 +60,11 @@ class Transfer:
         return f"{self.phase} {where} S={self.full_bytes} B sent={self.bytes:g} B ({self.what})"
 
 
-def transfer(kind: Collective, axes: tuple[str, ...], full_bytes: int, mesh: Mesh, phase: str = "",
+def transfer(kind: Collective, axes: tuple[str, ...], full_bytes: int, mesh: CompleteMesh, phase: str = "",
              what: str = "") -> Transfer:
     n = 1
     for a in axes:
-        n *= mesh.axis_size(a) or 1
+        n *= mesh.size_of(a)
     return Transfer(Collective(kind), tuple(axes), int(full_bytes), bytes_sent(Collective(kind), n, full_bytes),
                     phase, what)
 
@@ -126,7 +125,7 @@ class Traffic:
 
 
 # ------------------------------------------------------------------------------ prediction
-def _per_axis(kind: Collective, axes, full: int, mesh: Mesh, phase: str, what: str) -> list[Transfer]:
+def _per_axis(kind: Collective, axes, full: int, mesh: CompleteMesh, phase: str, what: str) -> list[Transfer]:
     """A sum over several axes as the runtime issues it: one collective per axis, in mesh order."""
     if kind == Collective.ALL_REDUCE:
         return [transfer(kind, (a,), full, mesh, phase, what) for a in mesh.names if a in axes]

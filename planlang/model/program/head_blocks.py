@@ -24,7 +24,8 @@ import math
 
 from planlang.cost.ops import registry
 from planlang.model.capture.opgraph import OpGraph, OpNode
-from planlang.plan.types import Mesh, Spec
+from planlang.plan.complete import CompleteMesh
+from planlang.plan.types import Spec
 
 # kind -> (the input that is the weight, the weight dim that becomes the output's last dim, the bias
 # input): the op table's `product`s (linear, addmm, matmul)
@@ -84,7 +85,7 @@ def _pieces(graph: OpGraph, value: str, width: int, uses) -> tuple[list[OpNode],
     return found, biases
 
 
-def find_blocked(graph: OpGraph, pspecs: dict[str, Spec], mesh: Mesh) -> tuple[dict[str, Blocked], dict[str, Blocked]]:
+def find_blocked(graph: OpGraph, pspecs: dict[str, Spec], mesh: CompleteMesh) -> tuple[dict[str, Blocked], dict[str, Blocked]]:
     """(parameter FQN -> how it is blocked, split node -> the same) for every fused projection whose cut
     pieces the parameter's split divides."""
     uses = _consumers(graph)
@@ -98,8 +99,8 @@ def find_blocked(graph: OpGraph, pspecs: dict[str, Spec], mesh: Mesh) -> tuple[d
         if weight.kind != "param" or len(weight.shape) != 2 or len(uses.get(weight.name, [])) != 1:
             continue
         w_dim %= 2
-        axes = tuple(a for a in pspecs[weight.ref].axes_of(w_dim) if (mesh.axis_size(a) or 1) > 1)
-        f = math.prod(mesh.axis_size(a) or 1 for a in axes)
+        axes = tuple(a for a in pspecs[weight.ref].axes_of(w_dim) if mesh.size_of(a) > 1)
+        f = math.prod(mesh.size_of(a) for a in axes)
         width = weight.shape[w_dim]
         if f == 1 or not node.op.output or node.op.output[-1] != width:
             continue
@@ -141,9 +142,9 @@ def mark_blocked(graph: OpGraph, nodes: dict[str, Blocked]) -> OpGraph:
     return dataclasses.replace(graph, nodes=[mark(n) for n in graph.nodes])
 
 
-def block_factor(blocked: Blocked, mesh: Mesh) -> int:
+def block_factor(blocked: Blocked, mesh: CompleteMesh) -> int:
     """The number of devices a blocked dim is split over."""
-    return math.prod(mesh.axis_size(a) or 1 for a in blocked.axes)
+    return math.prod(mesh.size_of(a) for a in blocked.axes)
 
 
 def blocked_order(t, blocked: Blocked, factor: int):

@@ -118,10 +118,10 @@ def plan_mesh(plan: CompletePlan) -> CompleteMesh:
     return plan.mesh
 
 
-def _without_unit_axes(spec: Spec, mesh: Mesh | None = None) -> Spec:
+def _without_unit_axes(spec: Spec, mesh: CompleteMesh | None = None) -> Spec:
     """The spec without axes of size 1 (splitting over one device is no split)."""
     def keep(a: str) -> bool:
-        return mesh is None or (mesh.axis_size(a) or 1) > 1
+        return mesh is None or mesh.size_of(a) > 1
 
     return Spec(tuple(tuple(a for a in spec.axes_of(i) if keep(a)) for i in range(spec.rank)),
                 tuple(a for a in spec.partial if keep(a)))
@@ -264,7 +264,7 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
 
     fallbacks: list[Fallback] = []
     batch_sizes = {graph.values[n].shape[0] for n, s in ispecs.items() if s.dims and daxes & set(s.axes_of(0))}
-    batch_axes = next((tuple(a for a in s.axes_of(0) if a in daxes and (mesh.axis_size(a) or 1) > 1)
+    batch_axes = next((tuple(a for a in s.axes_of(0) if a in daxes and mesh.size_of(a) > 1)
                        for s in ispecs.values() if s.dims and daxes & set(s.axes_of(0))), ())
     for node in graph.nodes:
         in_vals = [graph.values[i] for i in node.inputs]
@@ -346,7 +346,7 @@ def _grad_reduce(strategy: Strategy) -> tuple[tuple[int, tuple[str, ...]], ...]:
     return tuple((i, axes) for i, axes in grad if axes)
 
 
-def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: Mesh,
+def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: CompleteMesh,
                         batch_axes: tuple[str, ...] = ()) -> Strategy | None:
     """The local-batch strategy of an opaque op known to act per sample (planlang.cost.ops.per_sample):
     dim 0 of the output and of every activation input of the output's rank that has the output's dim 0
@@ -365,7 +365,7 @@ def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: Mesh,
                 if v.kind not in kinds and len(v.shape) == len(out) and v.shape and v.shape[0] == out[0]]
 
     batch = leading(("param", "const"))
-    axes = tuple(a for a in layouts[batch[0]].axes_of(0) if (mesh.axis_size(a) or 1) > 1) if batch else ()
+    axes = tuple(a for a in layouts[batch[0]].axes_of(0) if mesh.size_of(a) > 1) if batch else ()
     if not axes and batch_axes:
         batch, axes = leading(("param",)), batch_axes
     if not batch or not axes:
@@ -382,7 +382,7 @@ def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: Mesh,
     return Strategy(f"{name} ({call_name(target)})", specs, ospec, extra=(("grad_partial", grad),))
 
 
-def _gathered(in_vals, layouts: list[Spec], daxes: set[str], mesh: Mesh) -> tuple[set[str], int] | None:
+def _gathered(in_vals, layouts: list[Spec], daxes: set[str], mesh: CompleteMesh) -> tuple[set[str], int] | None:
     """The data axes an opaque op's activation inputs are split over, and the bytes one rank receives to
     make them whole; None when no input is split over a data axis."""
     axes: set[str] = set()
@@ -394,7 +394,7 @@ def _gathered(in_vals, layouts: list[Spec], daxes: set[str], mesh: Mesh) -> tupl
         if mine:
             axes |= mine
             whole = math.prod(v.shape) * DTYPE_BYTES.get(v.dtype, 4)
-            received += whole - whole // math.prod(mesh.axis_size(a) or 1 for a in mine)
+            received += whole - whole // math.prod(mesh.size_of(a) for a in mine)
     return (axes, received) if axes else None
 
 
