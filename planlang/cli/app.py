@@ -3,10 +3,8 @@ shares (reading plan files and configuration, colour, usage errors). The command
 planlang.cli.language and planlang.cli.model."""
 from __future__ import annotations
 
-import json
 import os
 import sys
-import time
 from enum import Enum
 from pathlib import Path
 from typing import List, NoReturn, Optional
