@@ -18,6 +18,7 @@ import torch  # noqa: E402
 
 from planlang.model.price.estimate import estimate_plan  # noqa: E402
 from planlang.plan.checker import check_text  # noqa: E402
+from planlang.plan.complete import complete  # noqa: E402
 
 PLAN = """use hardware
 model m = "{ref}"({kw})
@@ -96,7 +97,7 @@ def main():
         text = PLAN.format(ref=ref, kw=", ".join(f"{k} = {v}" for k, v in kw.items()), inp=inp, extra=extra)
         res = check_text(text, str(ROOT / "gpu.plan"))
         assert not res.errors, [str(d) for d in res.diagnostics]
-        (est,) = estimate_plan(res.plan)
+        (est,) = estimate_plan(complete(res.plan))
         alloc, tracked, _ = measure(ref, kw, inp, extra)
         torch.cuda.empty_cache()
         print(f"{name:22} {alloc / 2**20:13.1f}Mi {tracked / 2**20:11.1f}Mi {est.peak / 2**20:8.1f}Mi "

@@ -44,16 +44,16 @@ def grad_sync(case, runtime: str = "torch") -> str:
 def predicted(case, runtime: str = "torch") -> list:
     from planlang.model.price.estimate import estimate_plan
     from planlang.plan.checker import check_text
+    from planlang.plan.complete import complete
 
     res = check_text(to_plan(case), str(ROOT / "bench" / f"{case.name}.plan"))
     if res.errors or res.plan is None:
         raise RuntimeError(f"{case.name}: plan does not check: {[str(d) for d in res.diagnostics]}")
     if runtime == "planlang":  # as `planlang estimate` prices it: the lowered program where it can run on meta
-        from planlang.plan.complete import complete
         from planlang.runtime.program_memory import measure
 
         return estimate_plan(complete(res.plan), program=measure)
-    return estimate_plan(res.plan, grad_sync=grad_sync(case, runtime))
+    return estimate_plan(complete(res.plan), grad_sync=grad_sync(case, runtime))
 
 
 def main() -> int:

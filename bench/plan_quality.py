@@ -96,11 +96,12 @@ def price_text(text: str, path: Path) -> tuple[int, float, bool]:
     from planlang.lang.render import render
     from planlang.model.price.estimate import estimate_plan
     from planlang.plan.checker import check_text
+    from planlang.plan.complete import complete
 
     res = check_text(text, str(path))
     if res.errors or res.plan is None:
         raise ValueError("the plan does not check:\n" + render(list(res.diagnostics), res.sources, "concise"))
-    rows = estimate_plan(res.plan)
+    rows = estimate_plan(complete(res.plan))
     peak, step = max(r.peak for r in rows), max(r.step_time for r in rows)
     return peak, step, res.plan.budget is None or peak <= res.plan.budget.bytes
 

@@ -652,7 +652,9 @@ def run_case(case: Case, device, steps: int, warmup: int, profile_ops: bool, buc
     res = check_text(plan_text(case), path=str(ROOT / "bench" / f"{case.name}.plan"))
     if res.errors or res.plan is None:
         raise RuntimeError(f"{case.name}: plan has errors: " + "; ".join(d.message for d in res.diagnostics))
-    sides = [native_side(case, device, bucket_view), planlang_side(case, device, res.plan)]
+    from planlang.plan.complete import complete
+
+    sides = [native_side(case, device, bucket_view), planlang_side(case, device, complete(res.plan))]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     for _ in range(warmup):
         for s in sides:
