@@ -14,10 +14,13 @@ throughput, so the DP trades recomputed flops against memory exactly as the esti
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from planlang.cost.comm import compute_time
+from planlang.plan import types as T
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_degree
+from planlang.plan.selection import Sel, SelSegment, Selection
 
 
 class NoChain(ValueError):
@@ -25,21 +28,88 @@ class NoChain(ValueError):
 
 
 @dataclass(frozen=True)
+class Checkpoints:
+    """A `checkpoint ?` hole's choice, as the plan's value: its groups (`checkpoint` statements; none: no
+    recomputation). Printed as the plan writes it (planlang.solve.holes.written), never parsed back."""
+
+    groups: tuple[T.CheckpointGroup, ...] = ()
+
+    def __str__(self) -> str:
+        return "; ".join(str(g) for g in self.groups) or "none"
+
+    def __bool__(self) -> bool:
+        return bool(self.groups)
+
+
+@dataclass(frozen=True)
 class CheckpointChoice:
-    lines: tuple[str, ...]  # `checkpoint h[0:3]`, ... (empty: no recomputation)
+    value: Checkpoints  # the groups, as the plan holds them (empty: no recomputation)
     groups: tuple[tuple[int, int], ...]  # rotor's groups over the chain's stages
     recompute_seconds: float  # the schedule's makespan minus the chain's time without recomputation
     peak: float  # the chain's simulated peak bytes under the schedule
 
     def __str__(self) -> str:
-        return "; ".join(self.lines) or "no checkpointing"
+        return str(self.value) if self.value else "no checkpointing"
 
-    @property
-    def hole_text(self) -> str:
-        """The text a `checkpoint ?` hole takes: the first line's selection, then the other lines."""
-        if not self.lines:
-            return ""
-        return "\ncheckpoint ".join(line[len("checkpoint "):] for line in self.lines)
+
+def module_selection(name: str) -> Selection:
+    """A torch module name as a plan selection: `h.0.attn` -> h[0].attn (a number indexes the container
+    before it)."""
+    segs: list[SelSegment] = []
+    for part in name.split("."):
+        if part.isdigit() and segs:
+            segs[-1] = SelSegment(segs[-1].name, segs[-1].sels + (Sel("index", int(part)),))
+        else:
+            segs.append(SelSegment(part))
+    return Selection(tuple(segs))
+
+
+def range_selection(container: str, a: int, b: int) -> Selection:
+    """Items a..b-1 of a numbered container: h[a:b] (h[a] for one)."""
+    base = module_selection(container)
+    last = base.segments[-1]
+    sel = Sel("index", a) if b == a + 1 else Sel("slice", a, b)
+    return Selection(base.segments[:-1] + (SelSegment(last.name, last.sels + (sel,)),))
+
+
+def group_selections(group: Sequence[str]) -> tuple[Selection, ...]:
+    """One checkpoint group's modules as selections: consecutive items of one container as a range
+    (`h.2`, `h.3`, `h.4` -> h[2:5])."""
+    parts: list[Selection] = []
+    run: tuple[str, int, int] | None = None  # container, first index, next index
+    for name in group:
+        head, _, last = name.rpartition(".")
+        if last.isdigit() and head and run and head == run[0] and int(last) == run[2]:
+            run = (run[0], run[1], run[2] + 1)
+            continue
+        if run:
+            parts.append(range_selection(*run))
+            run = None
+        if last.isdigit() and head:
+            run = (head, int(last), int(last) + 1)
+        else:
+            parts.append(module_selection(name))
+    if run:
+        parts.append(range_selection(*run))
+    return tuple(parts)
+
+
+def checkpoint_value(groups: Sequence[Sequence[str]]) -> Checkpoints:
+    """Groups of module names as `checkpoint` statements (values)."""
+    return Checkpoints(tuple(T.CheckpointGroup(group_selections(g)) for g in groups))
+
+
+def every_value(head: str, a: int, b: int, k: int | None) -> Checkpoints:
+    """`checkpoint head[a:b] every k`, as a value."""
+    return Checkpoints((T.CheckpointGroup((range_selection(head, a, b),), k),))
+
+
+def star_value(head: str, k: int | None) -> Checkpoints:
+    """`checkpoint head[*] every k` (every k blocks; k None: the blocks as one group)."""
+    base = module_selection(head)
+    last = base.segments[-1]
+    sel = Selection(base.segments[:-1] + (SelSegment(last.name, last.sels + (Sel("star"),)),))
+    return Checkpoints((T.CheckpointGroup((sel,), k),))
 
 
 def repeated_blocks(module_names: list[str]) -> tuple[str, int] | None:
@@ -103,19 +173,19 @@ def choose_checkpoints(linear, budget: float, head: str) -> CheckpointChoice:
     (no groups when the chain fits without recomputation); raises planlang.solve.rotor.InfeasibleBudget
     when even the leanest grouping does not fit."""
     # lazy: torch loads only when this runs
-    from .linearize import group_modules, checkpoint_lines
+    from .linearize import group_modules
     from .rotor import group_ops, simulate, solve_groups
 
     chain = linear.chain
     base = simulate(group_ops(chain.length, ()), chain)
     if base.peak <= budget:
-        return CheckpointChoice((), (), 0.0, base.peak)
+        return CheckpointChoice(Checkpoints(), (), 0.0, base.peak)
     # only the blocks: the stages before and after them run several modules on several tensors, which
     # torch.utils.checkpoint (and the estimator) would recompute module by module, not as rotor's group
     blocks = tuple(bool(s.modules) and all(m.startswith(head + ".") for m in s.modules) for s in linear.stages[:-1])
     found = solve_groups(chain, budget, checkpointable=blocks)
-    lines = _every(found.groups, linear, head) or tuple(checkpoint_lines(group_modules(found.groups, linear)))
-    return CheckpointChoice(lines, found.groups, max(0.0, found.schedule.makespan - base.makespan),
+    value = _every(found.groups, linear, head) or checkpoint_value(group_modules(found.groups, linear))
+    return CheckpointChoice(value, found.groups, max(0.0, found.schedule.makespan - base.makespan),
                             found.schedule.peak)
 
 
@@ -135,22 +205,22 @@ def leanest_checkpoints(linear, head: str, least: float) -> CheckpointChoice:
     raise NoChain(f"no grouping found near the least budget {least:.0f} B")
 
 
-def _every(groups, linear, head: str) -> tuple[str, ...]:
-    """One `checkpoint h[a:b] every k` line when the groups are consecutive runs of k blocks (a plan
-    reads better with one line than with one per group); () otherwise."""
+def _every(groups, linear, head: str) -> Checkpoints | None:
+    """One `checkpoint h[a:b] every k` statement when the groups are consecutive runs of k blocks (a plan
+    reads better with one line than with one per group); None otherwise."""
     # lazy: torch loads only when this runs
-    from .linearize import group_modules, plan_path
+    from .linearize import group_modules
 
     if len(groups) < 2:
-        return ()
+        return None
     mods = group_modules(groups, linear)
     sizes = {len(g) for g in mods}
     flat = [m for g in mods for m in g]
     idx = [int(m.rpartition(".")[2]) for m in flat]
     if len(sizes) != 1 or any(not m.startswith(head + ".") or m.count(".") != head.count(".") + 1 for m in flat) \
             or idx != list(range(idx[0], idx[0] + len(idx))):
-        return ()
-    return (f"checkpoint {plan_path(head)}[{idx[0]}:{idx[-1] + 1}] every {sizes.pop()}",)
+        return None
+    return every_value(head, idx[0], idx[-1] + 1, sizes.pop())
 
 
 def no_recompute_peak(linear) -> float:

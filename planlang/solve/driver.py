@@ -55,7 +55,7 @@ from planlang.plan.resolve import Resolver
 from planlang.plan.units import format_bytes
 from planlang.model.validation import Validated
 from planlang.solve.anytime import REFINED, Clock, Cut, Where, mesh_words
-from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
+from planlang.solve.checkpoint_plan import (Checkpoints, NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
                                             no_recompute_peak, plan_chain)
 from planlang.solve.classify import TemplateArguments, classify
 from planlang.solve.facts import ModelFacts, model_facts
@@ -248,7 +248,7 @@ class _Search:
         """The step a candidate compared with `cur` must not exceed to matter (None: every one matters)."""
         return cur.step_time if self.prune and cur is not None and cur.fits else None
 
-    def price_at(self, assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: str | None,
+    def price_at(self, assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: Checkpoints | None,
                  stages: str = "flops", beat: float | None = None) -> Candidate | None:
         """The candidate of these choices, priced (None when it does not check or cannot be built, or
         when its step exceeds `beat`: see `price`)."""
@@ -396,7 +396,7 @@ class _Search:
                 out.append(first)
                 if first.fits:
                     break
-                ckpts: list[str | None] = list(self.space.ckpt_options()[:1]) if self.holes.checkpoint is not None else []
+                ckpts: list[Checkpoints | None] = list(self.space.ckpt_options()[:1]) if self.holes.checkpoint is not None else []
                 zeros = (3, 1, 0) if self.holes.zero is not None else (0,)
                 for zero in zeros:
                     for ckpt in ckpts or [None]:
@@ -535,7 +535,7 @@ class _Search:
                 # optimizer states and buffers, and never more than the chain needs without recomputation
                 room = min(activation_budget(max(base.rows, key=lambda r: r.peak), budget), no_recompute_peak(linear))
                 over = base.peak - budget
-                seen: set[tuple[str, ...]] = set()
+                seen: set[Checkpoints] = set()
                 for _ in range(3):
                     try:
                         choice = choose_checkpoints(linear, max(room, 1), head)
@@ -543,10 +543,10 @@ class _Search:
                         choice = leanest_checkpoints(linear, head, e.exact if e.exact is not None else budget)
                     self.progress(f"rotor: {choice} for {room / 2**20:.3g} MiB of activations "
                                   f"(+{choice.recompute_seconds * 1e3:.3g} ms recomputation)")
-                    if choice.lines in seen:
+                    if choice.value in seen:
                         break
-                    seen.add(choice.lines)
-                    c = price(choice.hole_text or None) if choice.lines else None
+                    seen.add(choice.value)
+                    c = price(choice.value) if choice.value else None
                     out.append(c)
                     if c is not None and c.fits or room <= 0:
                         break

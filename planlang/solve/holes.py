@@ -34,6 +34,9 @@ def written(f: Fill) -> str:
     axes (`_`, `tp`, `(dp, tp)`), a number or a name."""
     if f.text is not None:
         return f.text
+    if isinstance(f.value, tuple) and f.value and all(isinstance(g, T.CheckpointGroup) for g in f.value):
+        # `checkpoint ?` -> the first statement's modules, then each other statement on a line of its own
+        return "\ncheckpoint ".join(str(g)[len("checkpoint "):] for g in f.value)
     if isinstance(f.value, tuple) and all(isinstance(a, str) for a in f.value):
         return axes_text(f.value)
     return str(f.value)

@@ -47,6 +47,7 @@ from planlang.model.capture.profile import _FlopMode
 from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
 from planlang.model.capture.trace import bind_inputs, meta_or_fake, trace_graph
 
+from .checkpoint_plan import checkpoint_value
 from .rotor import Chain
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # as traced graphs captured it (see _Run)
@@ -524,9 +525,6 @@ def group_modules(groups: Sequence[tuple[int, int]], linear: LinearChain) -> lis
     return out
 
 
-_INDEX = re.compile(r"^(.*)\.(\d+)$")
-
-
 def plan_path(name: str) -> str:
     """A torch module name as a plan path: `h.0.attn` -> `h[0].attn`."""
     return re.sub(r"\.(\d+)(?=\.|$)", r"[\1]", name)
@@ -535,28 +533,4 @@ def plan_path(name: str) -> str:
 def checkpoint_lines(groups: Sequence[Sequence[str]]) -> list[str]:
     """`checkpoint ...` statements for groups of module names: consecutive items of one container are
     written as a range (`h.2`, `h.3`, `h.4` -> `checkpoint h[2:5]`)."""
-    lines = []
-    for group in groups:
-        parts: list[str] = []
-        run: tuple[str, int, int] | None = None  # container, first index, next index
-        for name in group:
-            m = _INDEX.match(name)
-            if m and run and m.group(1) == run[0] and int(m.group(2)) == run[2]:
-                run = (run[0], run[1], run[2] + 1)
-                continue
-            if run:
-                parts.append(_range(run))
-                run = None
-            if m:
-                run = (m.group(1), int(m.group(2)), int(m.group(2)) + 1)
-            else:
-                parts.append(plan_path(name))
-        if run:
-            parts.append(_range(run))
-        lines.append("checkpoint " + ", ".join(parts))
-    return lines
-
-
-def _range(run: tuple[str, int, int]) -> str:
-    base, a, b = run
-    return f"{plan_path(base)}[{a}]" if b == a + 1 else f"{plan_path(base)}[{a}:{b}]"
+    return [str(g) for g in checkpoint_value(groups).groups]

@@ -18,12 +18,11 @@ from typing import Union
 from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups as expand_groups
 from planlang.plan.data import batch_axes, batch_dim
-from planlang.plan.selection import to_plan_name
 
-from .checkpoint_plan import repeated_blocks
+from .checkpoint_plan import Checkpoints, repeated_blocks, star_value
 from .classify import Holes, TemplateArguments, hole_key
 from .holes import Fill, axes_text
-from .substitute import Values, checkpoint_groups
+from .substitute import Values
 
 
 class SolveError(ValueError):
@@ -65,11 +64,11 @@ class Degrees(tuple[int, ...]):
 #: a choice's value: a label (a number, an axis, `-`, a stage method, ...), or the value itself where
 #: it is one of the plan's (a schedule, data axes, stage degrees, a spec); each prints as the header and
 #: the progress lines show it
-Choice = Union[str, Axes, Degrees, T.Schedule, T.Spec]
+Choice = Union[str, Axes, Degrees, T.Schedule, T.Spec, Checkpoints]
 Choices = tuple[tuple[str, Choice], ...]  # (what, value), in a fixed order
 
 
-def choices_of(assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: str | None,
+def choices_of(assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: Checkpoints | None,
                stages: str = "flops") -> Choices:
     out: list[tuple[str, Choice]] = [(f"axis {k}" if " " not in k else k,
                                       v if isinstance(v, (Axes, Degrees, T.Schedule)) else str(v)) for k, v in assign.items()]
@@ -77,7 +76,7 @@ def choices_of(assign: dict, micro: int | None, zero: int, specs: dict[int, T.Sp
     out.append(("stages", stages))
     out.append(("zero", str(zero)))
     out += [(f"spec {k}", v) for k, v in sorted(specs.items())]
-    out.append(("checkpoint", ckpt or "none"))
+    out.append(("checkpoint", ckpt if ckpt else "none"))
     return tuple(out)
 
 
@@ -422,19 +421,18 @@ class Space:
                 opts.append(T.Spec(tuple(combo), spec.partial))
         return opts
 
-    def ckpt_options(self) -> list[str]:
+    def ckpt_options(self) -> list[Checkpoints]:
         """`every k` groups over the model's longest list of repeated blocks (pipeline plans, whose
         activations the chain of the whole model does not describe per stage)."""
         found = repeated_blocks([n for n in self.facts().modules.all_modules if n])
         if found is None:
             return []
         head, n = found
-        sel = to_plan_name(head) + "[*]"
-        return [f"{sel} every {k}" for k in (1, 2, 4) if k <= n] + [f"{sel}"]
+        return [star_value(head, k) for k in (1, 2, 4) if k <= n] + [star_value(head, None)]
 
     # -- a candidate's fills: the value of each hole (substituted, and printed once when the plan is written)
     def fills(self, assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec],
-              ckpt: str | None, stages: str = "flops") -> dict[str, Fill]:
+              ckpt: Checkpoints | None, stages: str = "flops") -> dict[str, Fill]:
         h = self.holes
         fills: dict[str, Fill] = {}
         for name, hole in h.axes:
@@ -487,8 +485,7 @@ class Space:
                     if isinstance(x, T.Hole) and self.literal(x):
                         fills[f"spec {k} {dim}"] = Fill(x, spec.axes_of(dim))
         if h.checkpoint is not None:
-            fills["checkpoint"] = Fill(h.checkpoint, checkpoint_groups(tuple(("checkpoint " + ckpt).split("\n"))),
-                                       text=ckpt) if ckpt else \
+            fills["checkpoint"] = Fill(h.checkpoint, ckpt.groups) if ckpt else \
                 Fill(h.checkpoint, (), text="",
                      drop_line="checkpoint: none (planlang solve: the plan fits without recomputation)")
         return fills
@@ -502,7 +499,7 @@ class Space:
         specs = {int(k[len("spec "):]): v for k, v in ch.items() if isinstance(v, T.Spec)}
         ckpt = ch.get("checkpoint")
         return self.fills(assign, micro, int(str(ch.get("zero", 0))), specs,
-                          None if ckpt in (None, "none") else str(ckpt), str(ch.get("stages", "flops")))
+                          ckpt if isinstance(ckpt, Checkpoints) else None, str(ch.get("stages", "flops")))
 
     def values(self, fills: dict[str, Fill]) -> Values:
         """What the fills put into the plan value (planlang.solve.substitute)."""

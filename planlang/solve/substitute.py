@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from planlang.plan import types as T
-from planlang.plan.selection import Selection
 
 from .classify import hole_key
 
@@ -88,18 +87,3 @@ def _spec(spec, values: Values):
     if T.is_hole(spec):
         return values.of(spec)
     return replace(spec, dims=tuple(values.of(d) if T.is_hole(d) else d for d in spec.dims))
-
-
-# ------------------------------------------------------------------------------ values of choices
-def checkpoint_groups(lines: tuple[str, ...]) -> tuple[T.CheckpointGroup, ...]:
-    """The groups of `checkpoint` statements as the search writes them (`SEL, SEL every K`: selections
-    the search built from module names, planlang.solve.checkpoint_plan and linearize)."""
-    out = []
-    for line in lines:
-        words = line.removeprefix("checkpoint ").strip()
-        every = None
-        if " every " in words:
-            words, k = words.rsplit(" every ", 1)
-            every = int(k)
-        out.append(T.CheckpointGroup(tuple(Selection.parse(s.strip()) for s in words.split(", ")), every))
-    return tuple(out)

@@ -91,8 +91,9 @@ def _gpt(tmp_path: Path, budget: str) -> str:
 
 def _price(path: str, text: str):
     from planlang.model.price.estimate import estimate_plan
+    from planlang.plan.complete import complete
 
-    rows = estimate_plan(check_text(text, path).plan)
+    rows = estimate_plan(complete(check_text(text, path).plan))
     return max(r.peak for r in rows), max(r.step_time for r in rows)
 
 
