@@ -10,6 +10,8 @@ from typing import List, Optional
 
 import typer
 
+from planlang.cli import cached
+from planlang.cli.cached import NO_CACHE_HELP
 from planlang.lang.codes import CODES, explain as explain_code
 from planlang.lang.diagnostics import Diagnostic, did_you_mean
 from planlang.lang.render import render, summary_line
@@ -49,14 +51,23 @@ def _read_plan(name: str, stdin_filename: Optional[str]) -> _PlanInput:
         source.span(*bad), help="save the file as UTF-8"))
 
 
-def _check_one(name: str, text: str, model: bool, use_paths: tuple[str, ...] = ()):
-    """Check one plan given as text: its `use "file"` imports resolve next to `name` (and in `use_paths`)."""
-    if model:  # imports torch: only on request
-        # lazy: torch loads only when this runs
-        from planlang.model.validation import check_with_model
-        from planlang.runtime.program_memory import measure
+# with --model: model results kept on disk are not read or written (planlang.cli.cached)
+_NO_CACHE = typer.Option(False, "--no-cache", help=NO_CACHE_HELP)
 
-        return check_with_model(name, text=text, search_paths=use_paths, program=measure)
+
+def _check_one(name: str, text: str, model: bool, use_paths: tuple[str, ...] = (), cache: bool = True):
+    """Check one plan given as text: its `use "file"` imports resolve next to `name` (and in `use_paths`).
+    With `model`: the model-free check first (its errors end it), then the cached result of the same plan
+    and model (`cache`: planlang.cli.cached), else the validation against the model."""
+    if model:
+        def run():
+            # lazy: torch loads only when this runs (not when the model-free check or the cache answers)
+            from planlang.model.validation import check_with_model
+            from planlang.runtime.program_memory import measure
+
+            return check_with_model(name, text=text, search_paths=use_paths, program=measure)
+
+        return cached.check_model(name, text, use_paths, cache, run)
     # lazy: lark loads only when this runs
     from planlang.plan.checker import check_text
 
@@ -73,7 +84,7 @@ def _statistics(diags) -> str:
 
 def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fail_on_warnings: bool,
                 model: bool = False, *, config=None, stdin_filename: Optional[str] = None,
-                exit_zero: bool = False, statistics: bool = False) -> int:
+                exit_zero: bool = False, statistics: bool = False, cache: bool = True) -> int:
     try:
         files = plan_files(paths, config)
     except UsageError as err:
@@ -87,7 +98,7 @@ def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fai
             diags.append(plan.undecodable)
             sources[plan.name] = SourceFile(plan.name, plan.text)
             continue
-        res = _check_one(plan.name, plan.text, model, config.use_paths if config is not None else ())
+        res = _check_one(plan.name, plan.text, model, config.use_paths if config is not None else (), cache)
         diags.extend(config.keep(res.diagnostics) if config is not None else res.diagnostics)
         sources.update(res.sources)
     if statistics:
@@ -118,12 +129,14 @@ def check(
     statistics: bool = _STATS,
     fail_on_warnings: bool = typer.Option(False, "--fail-on-warnings",
                                           help="Exit 1 on warnings too (as `lint` does), not only on errors."),
+    no_cache: bool = _NO_CACHE,
 ) -> None:
     """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors
     (and on warnings with --fail-on-warnings)."""
     cfg = _config(config, isolated, select, extend_select, ignore)
     raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=fail_on_warnings, model=model, config=cfg,
-                                 stdin_filename=stdin_filename, exit_zero=exit_zero, statistics=statistics))
+                                 stdin_filename=stdin_filename, exit_zero=exit_zero, statistics=statistics,
+                                 cache=not no_cache))
 
 
 def lint(
@@ -139,12 +152,13 @@ def lint(
     isolated: bool = _ISOLATED,
     exit_zero: bool = _EXIT_ZERO,
     statistics: bool = _STATS,
+    no_cache: bool = _NO_CACHE,
 ) -> None:
     """Check plans for CI: concise output by default; exit 1 on errors or warnings."""
     cfg = _config(config, isolated, select, extend_select, ignore)
     raise typer.Exit(_run_checks(paths, format, color if format is OutputFormat.human else False,
                                  fail_on_warnings=True, model=model, config=cfg, stdin_filename=stdin_filename,
-                                 exit_zero=exit_zero, statistics=statistics))
+                                 exit_zero=exit_zero, statistics=statistics, cache=not no_cache))
 
 
 def fmt(

@@ -19,6 +19,7 @@ import typer
 from planlang.lang.render import render
 from planlang.plan.complete import IncompletePlan, complete as as_complete
 from planlang.plan.types import ModelRef
+from planlang.cli import cached
 from planlang.cli.app import Objective, TableFormat, _COLOR, _fail_usage, _use_color
 
 
@@ -74,9 +75,20 @@ def inspect(
 def estimate(
     plan: Path = typer.Argument(..., help="A plan file with a model."),
     format: TableFormat = typer.Option(TableFormat.table, "--format", "-f", help="Output format."),
+    no_cache: bool = typer.Option(False, "--no-cache", help=cached.NO_CACHE_HELP),
 ) -> None:
     """Estimate per-device peak memory (by class) and step time of a plan, from its model on meta."""
-
+    k = free = None
+    if not no_cache and plan.is_file():  # the same plan and model estimated before: its tables, no torch
+        free = cached.model_free(str(plan), plan.read_text(encoding="utf-8"))
+        k = cached.result_key("estimate", free)
+        hit = cached.load(k)
+        if hit is not None:
+            diagnostics, outputs = hit
+            if diagnostics:
+                sys.stderr.write(render(list(diagnostics), free.sources, "human", color=_use_color(None, sys.stderr)))
+            sys.stdout.write(outputs[format.value])
+            return
     v = _validated(plan)
     checked = v.complete
     # lazy: torch loads only when this runs
@@ -85,10 +97,10 @@ def estimate(
     if v.estimate is None:  # validation estimates every plan it completes, or fails with PL369
         _fail_usage(f"{plan} cannot be estimated (`planlang check --model {plan}` says why)")
     rows = list(v.estimate)
-    if format is TableFormat.json:
-        sys.stdout.write(json.dumps([r.as_dict() for r in rows], indent=2) + "\n")
-    else:
-        sys.stdout.write(render_table(checked, rows))
+    outputs = {TableFormat.json.value: json.dumps([r.as_dict() for r in rows], indent=2) + "\n",
+               TableFormat.table.value: render_table(checked, rows)}
+    cached.store(k, v.check.plan, (v.check.diagnostics, outputs))
+    sys.stdout.write(outputs[format.value])
 
 
 def _validated(plan: Path, *, complete: bool = True):
