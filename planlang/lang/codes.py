@@ -340,7 +340,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "microbatches 1`; 1F1B needs one per stage) a stage's BatchNorm equals one process's. A model cut\n"
      "by torch.export (not traceable by torch.fx between its stages) has its BatchNorm inlined, and each\n"
      "data-parallel rank then normalizes its own samples: reported too. Otherwise replace BatchNorm\n"
-     "with GroupNorm or LayerNorm, or accept per-microbatch statistics."),
+     "with GroupNorm or LayerNorm, or accept per-microbatch statistics. Gradient accumulation (a top-level\n"
+     "`microbatches N`) runs each microbatch through the whole model on its own: the same holds, and\n"
+     "`microbatches 1` is the batch's statistics."),
     ("PL468", "zero-block-in-root-unit", W, "a repeated block ZeRO-2/3 cannot make an FSDP2 unit of its own",
      "ZeRO-2 and ZeRO-3 shard each repeated block (an outermost `nn.ModuleList` entry: GPT-2's `h.N`,\n"
      "Llama's `model.layers.N`) as an FSDP2 unit of its own, so that only the running block's parameters are\n"

@@ -326,18 +326,19 @@ def zero_units(ctx) -> Iterator[Diagnostic]:
 
 
 def batch_norm_microbatches(ctx) -> Iterator[Diagnostic]:
-    """PL466: a BatchNorm in a pipeline that runs more than one microbatch."""
+    """PL466: a BatchNorm in a step of more than one microbatch (a pipeline's, or gradient accumulation's)."""
     p = ctx.plan.pipeline
+    src = p if p is not None else ctx.plan.accumulation
     norms = _facts(ctx).batch_norms
-    mb = p.microbatches if p is not None else None
-    if p is None or not norms or not isinstance(mb, int) or mb <= 1:
+    mb = src.microbatches if src is not None else None
+    if src is None or not norms or not isinstance(mb, int) or mb <= 1:
         return
     names = ", ".join(f"`{to_plan_name(n)}`" for n in norms[:3]) + (f" and {len(norms) - 3} more" if len(norms) > 3 else "")
+    first = ("use `schedule gpipe microbatches 1` (1F1B needs a microbatch per stage)" if p is not None
+             else "use `microbatches 1` (the whole per-rank batch at once)")
     yield diag("PL466", f"{len(norms)} BatchNorm module(s) ({names}) normalize each of the {mb} microbatches "
-                        "on its own, not the batch", p.span,
-               help="use `schedule gpipe microbatches 1` (1F1B needs a microbatch per stage), replace BatchNorm with "
-                    "GroupNorm or LayerNorm, or accept "
-                    "per-microbatch statistics")
+                        "on its own, not the batch", src.span,
+               help=f"{first}, replace BatchNorm with GroupNorm or LayerNorm, or accept per-microbatch statistics")
 
 
 

@@ -75,3 +75,23 @@ def test_gradients_summed_once_the_rest_per_microbatch():
                        if x.phase in ("forward", "backward") and x.axes == ("tp",))
 
     assert tp(t1, 1) and tp(t4, 4) == Counter({k: 4 * v for k, v in tp(t1, 1).items()})
+
+
+def test_batch_norm_with_accumulation_is_reported(tmp_path):
+    """Each microbatch of an accumulating step runs through the model on its own, so BatchNorm's
+    statistics are per microbatch: PL466 at the statement (none with `microbatches 1`)."""
+    from planlang.model.validation import check_with_model
+
+    def plan(n: int) -> str:
+        return ('use hardware\nmodel cnn = "examples.zoo.cnn:resnet"()\n'
+                "input images : f32[batch = 8, c = 3, h = 16, w = 16]\n"
+                "mesh cluster of 2 x hardware.cpu {\n    dp = 2 over hardware.loopback\n}\n"
+                "budget 1 GiB per device\noptimizer sgd(lr = 0.1)\ndata images : [dp, _, _, _]\n"
+                f"microbatches {n}\n")
+
+    (tmp_path / "two.plan").write_text(plan(2))
+    (tmp_path / "one.plan").write_text(plan(1))
+    (found,) = check_with_model(str(tmp_path / "two.plan")).diagnostics
+    assert found.code == "PL466" and found.span.line == 10 and "each of the 2 microbatches" in found.message
+    assert "`microbatches 1`" in found.help
+    assert [d.code for d in check_with_model(str(tmp_path / "one.plan")).diagnostics] == []

@@ -18,6 +18,10 @@ Per row (the whole mesh without a pipeline; one pipeline rank with one), from pl
 
     step = F + B + T + exposed(O_f) + exposed(O_b) + A                              (no pipeline)
 
+Gradient accumulation without a pipeline (`microbatches N`, planlang.model.price.accumulation): F, B and T
+are N microbatches'; the gradient sums and reduce-scatters of O_b run in the last microbatch's backward
+and hide behind B / N only, ZeRO-3's re-gathers behind the rest of B.
+
 With a pipeline of p ranks and m microbatches each model stage s runs m forwards of
 f_s = (F_s + T_f,s) / m and m backwards of b_s = (B_s + T_b,s) / m (T_f: forward and loss collectives;
 T_b: recomputation and backward; ZeRO-3 re-gathers the stage's unit for each one), and the schedule's event
