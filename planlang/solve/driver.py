@@ -55,7 +55,8 @@ from planlang.plan.resolve import Resolver
 from planlang.plan.units import format_bytes
 from planlang.model.validation import Validated
 from planlang.solve.anytime import REFINED, Clock, Cut, Where, mesh_words
-from planlang.solve.checkpoint_plan import (Checkpoints, NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
+from planlang.solve.checkpoint_values import Checkpoints
+from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
                                             no_recompute_peak, plan_chain)
 from planlang.solve.classify import TemplateArguments, classify
 from planlang.solve.facts import ModelFacts, model_facts

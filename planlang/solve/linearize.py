@@ -47,7 +47,7 @@ from planlang.model.capture.profile import _FlopMode
 from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
 from planlang.model.capture.trace import bind_inputs, meta_or_fake, trace_graph
 
-from .checkpoint_plan import checkpoint_value
+from .checkpoint_values import checkpoint_value
 from .rotor import Chain
 
 _SDPA = torch.nn.functional.scaled_dot_product_attention  # as traced graphs captured it (see _Run)

@@ -19,7 +19,8 @@ from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups as expand_groups
 from planlang.plan.data import batch_axes, batch_dim
 
-from .checkpoint_plan import Checkpoints, repeated_blocks, star_value
+from .checkpoint_plan import repeated_blocks
+from .checkpoint_values import Checkpoints, star_value
 from .classify import Holes, TemplateArguments, hole_key
 from .holes import Fill, axes_text
 from .substitute import Values

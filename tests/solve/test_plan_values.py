@@ -61,7 +61,8 @@ def test_no_text_round_trip_inside_the_search(which, tmp_path, monkeypatch):
     res = solve(path)
     assert len(res.tried) > (5 if which == "mlp" else 1)
     assert which == "mlp" or "checkpoint: none" not in res.text
-    assert calls.get("planlang.plan.resolve.parse") == files
+    # each file at most once (a `use`d module's text is parsed once per process: lang.parser.parse_used)
+    assert 1 <= calls.get("planlang.plan.resolve.parse", 0) <= files
     assert calls.get("planlang.lang.fmt.parse") == 1
     assert calls.get("planlang.lang.fmt.format_module") == 1
     assert calls.get("planlang.solve.driver.fill_holes") == 1
