@@ -95,3 +95,20 @@ def test_batch_norm_with_accumulation_is_reported(tmp_path):
     assert found.code == "PL466" and found.span.line == 10 and "each of the 2 microbatches" in found.message
     assert "`microbatches 1`" in found.help
     assert [d.code for d in check_with_model(str(tmp_path / "one.plan")).diagnostics] == []
+
+
+def test_zero3_holds_the_unsharded_gradients_between_microbatches():
+    """Under ZeRO-3 the gradients are reduce-scattered once, after the last microbatch: until then each
+    rank holds its unsharded gradients (FSDP2 without gradient sync). With activations too small to
+    matter (4 tokens a sample), a second microbatch raises the peak by about those gradients."""
+    def zero3(n: int):
+        text = PLAN.replace("MICRO", f"microbatches {n}").replace("seq = 32", "seq = 4").replace(
+            "batch = 32", "batch = 8").replace("hidden = 64", "hidden = 256").replace(
+            "optimizer adamw(lr = 0.001)", "optimizer adamw(lr = 0.001) { zero = 3 over dp }")
+        (r,) = estimate_plan(complete(check_text(text, path="tests/model/accumulate_zero3.plan").plan))
+        return r
+
+    one, two = zero3(1), zero3(2)
+    unsharded = 2 * one.parameters  # f32 shards over dp(2): the rank's unsharded gradients
+    assert two.activations < one.activations
+    assert two.peak - one.peak == pytest.approx(unsharded, rel=0.2), (two.peak - one.peak, unsharded)

@@ -410,6 +410,13 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                 # microbatch saved (measured: pp2 x dp2 x tp2 ZeRO-3, tests/runtime/plans)
                 full = bytes_in(learn, "params")
                 backward_phase = max(backward_phase, gathered + 2 * full + saved_s)
+        if fsdp and s is None and micro > 1:
+            # gradient accumulation under ZeRO-2/3 (planlang.model.price.accumulation): FSDP2 does not
+            # reduce-scatter before the last microbatch (set_requires_gradient_sync(False)), so every
+            # unit's unsharded gradients, in `params`, stay from the first microbatch's backward to the
+            # last one's, beside its block-by-block peak (an upper bound by the reduce-scattered shards
+            # that peak counts; not yet measured against MemTracker)
+            backward_phase += bytes_in(learn, "params")
         # what FSDP2 holds at the peak (gathered and prefetched parameters, its buffers) is transient too:
         # the report's bar and the row's classes add up to the peak
         transient = backward_phase - acts
