@@ -17,6 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from planlang.cost.comm import Collective, collective_time, group
 from planlang.model.capture.load import build_model
 from planlang.model.program.pipeline_program import microbatch_plan
+from planlang.model.price.accumulation import step_traffic
+from planlang.plan.microbatches import accumulation_microbatch
 from planlang.model.price.traffic import (PHASES, Traffic, Transfer, stage_traffic, transfer,  # noqa: F401 - API
                                     multi_axis_sums, predict_step_traffic, program_zero_units, unsupported)
 from planlang.plan.complete import CompleteMesh
@@ -208,8 +210,9 @@ def traffic_table(plan_path: str) -> str:
         return "".join(render_traffic(t, mesh, f"{title}, stage {s} ({m} microbatches)")
                        for s, t in enumerate(stage_traffic(plan, prog)))
     model = build_model(plan_model(plan), plan.path)
-    prog = lower_plan(model, plan)
-    traffic = predict_step_traffic(plan, prog, zero=program_zero_units(model, prog, plan))
+    # with `microbatches N` the program is one microbatch's, its collectives issued N times (step_traffic)
+    prog = lower_plan(model, accumulation_microbatch(plan))
+    traffic = step_traffic(plan, prog, program_zero_units(model, prog, plan))
     out = render_traffic(traffic, prog.mesh, os.path.relpath(plan.path) if plan.path else str(plan_path))
     multi = multi_axis_sums(prog)
     if multi:
