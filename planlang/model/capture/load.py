@@ -16,6 +16,7 @@ import sys
 import threading
 import traceback
 import warnings
+import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Callable
@@ -308,8 +309,24 @@ def sum_loss_note(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> st
 
 def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
     """Meta targets of the shapes `loss_fn` accepts (`target_candidates`' order), found by running the
-    model under FakeTensorMode (nothing is allocated); None when no candidate fits."""
+    model under FakeTensorMode (nothing is allocated); None when no candidate fits. A whole forward of
+    the model: one validation asks twice of one module (its loss check and its lowering), so the answer
+    is kept per module, loss, input shapes and dtypes, parameter dtypes and mode (what the output's
+    shape and dtype depend on)."""
+    key = (loss_fn, tuple((k, tuple(v.shape), v.dtype) for k, v in inputs.items()),
+           tuple(sorted({str(p.dtype) for p in model.parameters()})), model.training)
+    known = _TARGETS.setdefault(model, {})
+    if key not in known:
+        known[key] = _guess_targets(model, loss_fn, inputs)
+    found = known[key]
+    return None if found is None else tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in found)
 
+
+#: guess_targets' answers, per module while it lives
+_TARGETS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     with FakeTensorMode(allow_non_fake_inputs=True):
         fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
