@@ -182,7 +182,9 @@ class ParallelModel(nn.Module):
             return t[local_slices(v.shape, spec, self.mesh, self.groups.coords)].to(self.device)
         if tuple(t.shape) == local_shape(v.shape, spec, self.mesh):
             return t.to(self.device)
-        raise PlanError(f"input `{v.ref}` has shape {list(t.shape)}; the plan declares {list(v.shape)} "
+        one = (f" for one of its {self.microbatches} microbatches (`step` cuts a step's batch into them; "
+               "forward runs one)") if self.microbatches > 1 else ""
+        raise PlanError(f"input `{v.ref}` has shape {list(t.shape)}; the plan declares {list(v.shape)}{one} "
                         f"(local piece {list(local_shape(v.shape, spec, self.mesh))} under {spec})")
 
     def forward(self, *args: torch.Tensor) -> torch.Tensor:
