@@ -389,7 +389,12 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                 # two backwards, GPipe (inflight = m) none
                 # (the simulated gradients are those of the whole model: a weight tied across stages has
                 # its gradient on one stage there, while every stage holding a copy has its own)
-                again = max(0, sim.stage_backward_peak_accum.get(s, 0) - sim.stage_grads.get(s, 0) + grads_b
+                # (a stage that sums in buckets, run as the lowered program, does so after its last
+                # backward - planlang.runtime.program_pipeline's GradSync.finish, no overlap: until then the
+                # gradients are tensors of their own beside the buckets, made again each step after
+                # zero_grad(set_to_none=True), and become the buckets' slices only then)
+                live_grads = g_bytes if bucketed else grads_b
+                again = max(0, sim.stage_backward_peak_accum.get(s, 0) - sim.stage_grads.get(s, 0) + live_grads
                             - saved_s)
                 later = min(inflight, micro - 1)
                 transient = max(transient, again - (inflight - later) * saved_s)
@@ -405,11 +410,14 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             backward_phase = max(backward_phase, 2 * gathered + (acts if zero == 3 else 0))
             if s is not None and micro > 1:
                 # a pipeline stage is one FSDP2 unit that torch's schedule keeps from syncing until its
-                # last microbatch: the gradients accumulate unsharded, and that backward ends with them
-                # copied into the reduce-scatter's input beside the gathered parameters and what the
-                # microbatch saved (measured: pp2 x dp2 x tp2 ZeRO-3, tests/runtime/plans)
-                full = bytes_in(learn, "params")
-                backward_phase = max(backward_phase, gathered + 2 * full + saved_s)
+                # last microbatch: the gradients accumulate unsharded (in `params`), and that backward ends
+                # with them copied into the reduce-scatter's input (in `reduce`) beside the gathered
+                # parameters and what the microbatch saved; the gradients are then freed, and gloo's
+                # reduce-scatter all-reduces a copy of its input (measured: pp2 x dp2 x tp2 ZeRO-3, and
+                # pp2 x dp2 ZeRO-2 in f32 and bf16, bench/pipeline_memory.py)
+                full, rs_in = bytes_in(learn, "params"), bytes_in(learn, "reduce")
+                backward_phase = max(backward_phase,
+                                     gathered + saved_s + max(full + rs_in, rs_in * (2 if gloo else 1)))
         if fsdp and s is None and micro > 1:
             # gradient accumulation under ZeRO-2/3 (planlang.model.price.accumulation): FSDP2 does not
             # reduce-scatter before the last microbatch (set_requires_gradient_sync(False)), so every
