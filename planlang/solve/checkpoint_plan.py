@@ -51,7 +51,7 @@ def repeated_blocks(module_names: list[str]) -> tuple[str, int] | None:
 
 def plan_chain(plan: CompletePlan, efficiency: float = 0.5, facts=None):
     """The LinearChain of the plan's local model over its repeated blocks (one microbatch). `facts`: the
-    model's probe (planlang.model.capture.trace.ModuleFacts) when the caller has it (the solver's ModelFacts)."""
+    model's probe (planlang.model.capture.trace.ModuleFacts) when the caller has it (the solver's SolveFacts.modules)."""
     # lazy: torch loads only when this runs
     from planlang.model.price.local_model import local_inputs, local_params, with_local_params
     from planlang.model.capture.load import build_model, meta_inputs, model_loss

@@ -59,7 +59,7 @@ from planlang.solve.checkpoint_values import Checkpoints
 from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
                                             no_recompute_peak, plan_chain)
 from planlang.solve.classify import TemplateArguments, classify
-from planlang.solve.facts import ModelFacts, model_facts
+from planlang.solve.facts import SolveFacts, model_facts
 from planlang.solve.gate import Gate, Infeasible
 from planlang.solve.holes import Fill, HoleOutsidePlan, edit_key, fill_holes
 from planlang.solve.pricing import Candidate, Steps, best, memory_floor, price_plan, price_steps
@@ -127,7 +127,7 @@ class _Search:
             raise SolveError(f"solve does not fill these holes yet: {where}; write their values")
         self.tried: list[Candidate] = []
         self.notes: list[str] = []
-        self._facts: ModelFacts | None = None
+        self._facts: SolveFacts | None = None
         self._priced: dict[tuple, Candidate | None] = {}  # a candidate's edits -> it, priced (None: not a plan)
         self._steps: dict[tuple, tuple[CompletePlan, Steps | None]] = {}  # edits -> value, its steps alone
         self._bounded: dict[tuple, tuple[Choices, float]] = {}  # edits -> choices, step
@@ -137,7 +137,7 @@ class _Search:
         arguments = TemplateArguments(self.plan, self.holes.arguments, res.modules, res.sources)
         self.space = Space(self.plan, self.holes, path, self.source, arguments, self.facts)
 
-    def facts(self) -> ModelFacts:
+    def facts(self) -> SolveFacts:
         """The model's facts, computed once per solve (the first candidate builds them)."""
         if self._facts is None:
             self._facts = model_facts(self.plan)

@@ -6,7 +6,7 @@ profile at the whole batch and its layer sequence (planlang.solve.pipeline_stage
 op graph the intra-op ILP reads are the same for all of them. The estimator's simulations and profiles
 of *local* models do depend on the candidate, but only on part of it (local parameter shapes, batch,
 checkpoint groups, stages): two candidates that agree there share one (planlang.model.price.estimate keys
-them), and `ModelFacts.estimates` keeps them for the whole solve — no bounded module-wide cache, no
+them), and `SolveFacts.estimates` keeps them for the whole solve — no bounded module-wide cache, no
 eviction in the middle of a search.
 
 Counted by tests/solve/test_plan_values.py: one model probe and one layer profile per solve, one op-graph
@@ -20,19 +20,27 @@ from planlang.plan import types as T
 
 
 @dataclass
-class ModelFacts:
-    """The model's facts for one solve. `layers` is planlang.solve.pipeline_stages.ModelParts (module,
-    probe `modules`, whole-batch profile, layer sequence); `estimates` the estimator's cache
+class SolveFacts:
+    """What one solve knows of its model. `layers` is planlang.solve.pipeline_stages.ModelParts (module,
+    probe, whole-batch profile, layer sequence); `estimates` the estimator's cache
     (`estimate_plan(cache=...)`); the op graph is traced the first time the intra-op ILP asks."""
 
     layers: object
     estimates: dict = field(default_factory=dict)
     graph: object | None = None
+    probed: object | None = None
 
     @property
     def modules(self):
-        """The probe: planlang.model.capture.trace.ModuleFacts (modules, call shapes, parameters)."""
-        return self.layers.facts
+        """The probe as validation has it: planlang.model.facts.ModelFacts (modules, call shapes,
+        parameters, each attention module's heads), made once from the layers' probe."""
+        if self.probed is None:
+            # lazy: torch loads only when this runs
+            from planlang.model.facts import ModelFacts, attention_heads
+
+            module, probe = getattr(self.layers, "module"), getattr(self.layers, "facts")  # ModelParts (typed object)
+            self.probed = ModelFacts(**vars(probe), heads=attention_heads(module))
+        return self.probed
 
     def op_graph(self, plan: T.Plan):
         """The op graph of the model with its loss (traced once; `plan` gives the inputs and the loss)."""
@@ -41,7 +49,7 @@ class ModelFacts:
             from planlang.model.capture.load import guess_targets, meta_inputs, plan_loss
             from planlang.model.capture.opgraph import op_graph
 
-            model = self.layers.module  # type: ignore[attr-defined]
+            model = getattr(self.layers, "module")  # ModelParts (typed object)
             inputs = meta_inputs(plan.inputs)
             loss = plan_loss(plan)
             targets = guess_targets(model, loss, inputs) if loss else None
@@ -49,9 +57,9 @@ class ModelFacts:
         return self.graph
 
 
-def model_facts(plan: T.Plan) -> ModelFacts:
+def model_facts(plan: T.Plan) -> SolveFacts:
     """Build the plan's model on meta, probe and profile it once (the batch whole, `divide=1`)."""
     # lazy: torch loads only when this runs
     from planlang.solve.pipeline_stages import plan_layers
 
-    return ModelFacts(plan_layers(plan, divide=1))
+    return SolveFacts(plan_layers(plan, divide=1))

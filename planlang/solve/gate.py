@@ -23,8 +23,8 @@ from planlang.plan.complete import CompletePlan
 from planlang.plan.resolve import Resolution
 from planlang.plan.units import format_bytes
 from planlang.model.checks import MODEL_RULES
-from planlang.model.facts import ModelFacts as ProbedFacts, attention_heads
-from planlang.solve.facts import ModelFacts
+from planlang.model.facts import ModelFacts
+from planlang.solve.facts import SolveFacts
 from planlang.solve.pricing import Candidate, memory_floor
 from planlang.solve.space import Choices, SolveError
 
@@ -43,8 +43,8 @@ class Infeasible(SolveError):
 class Gate:
     """The candidates one solve does not price, and why (counted for the summary and the error)."""
 
-    def __init__(self, resolution: Resolution, path: str, budget: int | None, facts: Callable[[], ModelFacts],
-                 probed: ProbedFacts | None = None) -> None:
+    def __init__(self, resolution: Resolution, path: str, budget: int | None, facts: Callable[[], SolveFacts],
+                 probed: ModelFacts | None = None) -> None:
         self.resolution, self.path, self.budget, self.facts = resolution, path, budget, facts
         self._probed = probed  # the CLI's validation's probe, when it has one
         self._runnable: dict[tuple, str | None] = {}  # (mesh, shards, data) -> why it cannot run, or None
@@ -52,12 +52,10 @@ class Gate:
         self.floored: tuple[Choices, int] | None = None  # the least memory floor over the budget
         self.floored_count = 0
 
-    def probed(self) -> ProbedFacts:
+    def probed(self) -> ModelFacts:
         """The probe as the model rules read it (module tree, shapes, each attention module's heads)."""
         if self._probed is None:
-            facts = self.facts()
-            module = getattr(facts.layers, "module")  # ModelParts (typed object in ModelFacts)
-            self._probed = ProbedFacts(**vars(facts.modules), heads=attention_heads(module))
+            self._probed = self.facts().modules
         return self._probed
 
     def cannot_run(self, plan: T.Plan) -> str | None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from planlang.plan.complete import CompletePlan
 
-from .facts import ModelFacts
+from .facts import SolveFacts
 from .space import Choices
 
 
@@ -48,7 +48,7 @@ class Lowered:
         return self.note if self.note else (list(self.traffic) if self.traffic is not None else None)
 
 
-def lowered(plan: CompletePlan, facts: ModelFacts) -> Lowered:
+def lowered(plan: CompletePlan, facts: SolveFacts) -> Lowered:
     """The candidate's program lowered with the solve's op graph and model, and its collectives."""
     # lazy: torch loads only when this runs
     from planlang.model.price.step_time import lowered_traffic
@@ -61,7 +61,7 @@ def lowered(plan: CompletePlan, facts: ModelFacts) -> Lowered:
     return Lowered(None if got is None else tuple(got))
 
 
-def price_plan(plan: CompletePlan, facts: ModelFacts, low: Lowered | None = None) -> Priced:
+def price_plan(plan: CompletePlan, facts: SolveFacts, low: Lowered | None = None) -> Priced:
     """Each device class's peak and step for `plan`. Raises what the estimator raises for a plan the
     model cannot run (the search skips such a candidate and says why). `low`: its lowered program's
     collectives when the caller has them (else lowered here)."""
@@ -99,12 +99,12 @@ class Steps:
         traffic = low.for_estimate()
         return tuple(st.total for st in self.inputs.steps(plan, traffic if not isinstance(traffic, str) else None))  # type: ignore[attr-defined]
 
-    def with_lowered(self, plan: CompletePlan, facts: ModelFacts) -> "Steps":
+    def with_lowered(self, plan: CompletePlan, facts: SolveFacts) -> "Steps":
         """These steps with the program's collectives (itself once lowered)."""
         return self if self.low is not None else Steps(self.inputs, lowered(plan, facts))
 
 
-def price_steps(plan: CompletePlan, facts: ModelFacts) -> Steps | None:
+def price_steps(plan: CompletePlan, facts: SolveFacts) -> Steps | None:
     """The candidate's step inputs from the profile of the local model alone
     (planlang.model.price.estimate.estimate_steps: no simulated step, no memory), its program not yet lowered;
     None when the estimator cannot profile the local model."""
@@ -149,12 +149,14 @@ def best(cands, objective: str) -> Candidate | None:
     return min(cands, key=lambda c: c.key(objective)) if cands else None
 
 
-def memory_floor(plan: CompletePlan, facts: ModelFacts) -> int:
+def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
     """A lower bound on the candidate's peak bytes per device from its parameters alone: the heaviest
-    pipeline stage's local parameters (sharded by its specs; by ZeRO-3 too) and their optimizer states
-    (sharded by ZeRO >= 1) — what every estimate of the plan holds at least (planlang.model.price.
-    estimate: parameters, optimizer states, then gradients, buffers and activations on top). Computed
-    from shapes, no simulation: a candidate whose floor is over the budget is never priced."""
+    pipeline stage's local parameters (sharded by its specs; by ZeRO-3 too), their gradients (in the
+    parameters' dtype; sharded by ZeRO >= 2), optimizer states (sharded by ZeRO >= 1) and, under mixed
+    precision without FSDP, the master copy — what every estimate of the plan holds at once at least
+    (planlang.model.price.estimate: parameters + optimizer states + buffers (the gradient buckets) +
+    the larger of backward's and the optimizer step's memory, which holds the gradients). Computed from
+    shapes, no simulation: a candidate whose floor is over the budget is never priced."""
     # lazy: torch loads only when this runs
     from planlang.model.price.local_model import axis_product, local_params
     from planlang.model.price.zero_peaks import STATE_ELEMENTS
@@ -165,13 +167,18 @@ def memory_floor(plan: CompletePlan, facts: ModelFacts) -> int:
     zero_n = axis_product(plan.mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
     master = prec.bytes("master") if prec.mixed else 4
+    copy = prec.mixed and prec.master_copy and not (zero >= 2 and zero_n > 1)  # estimate's MasterWeights
     stages: dict = {}
+    # every parameter counted as trained (a parameter the loss does not reach, BERT's pooler under an MLM
+    # loss, gets no gradient or state in the estimate: the floor is then above it by that parameter's share)
     for p in params.values():
         n = math.prod(p.local)
-        held = (prec.bytes("params") if prec.mixed else p.itemsize) * n
-        held = held // zero_n if zero >= 3 else held
+        own = (prec.bytes("params") if prec.mixed else p.itemsize) * n
+        held = own // zero_n if zero >= 3 else own
+        grads = own // zero_n if zero >= 2 else own
         state = states * n * master
         state = state // zero_n if zero >= 1 else state
+        state += master * n if copy else 0
         for s in p.stages or (None,):
-            stages[s] = stages.get(s, 0) + held + state
+            stages[s] = stages.get(s, 0) + held + grads + state
     return max(stages.values(), default=0)

@@ -83,7 +83,7 @@ def choices_of(assign: dict, micro: int | None, zero: int, specs: dict[int, T.Sp
 
 class Space:
     """The options of each hole of one plan (`plan`: the input's resolved plan; `holes`: classified;
-    `facts`: a callable giving the solve's planlang.solve.facts.ModelFacts, built when first asked)."""
+    `facts`: a callable giving the solve's planlang.solve.facts.SolveFacts, built when first asked)."""
 
     def __init__(self, plan: T.Plan, holes: Holes, path: str, source: str, arguments: TemplateArguments,
                  facts) -> None:
