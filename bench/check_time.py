@@ -1,5 +1,5 @@
 """CPU time of `planlang check` per invocation on the bundled examples (target: <= 0.15 CPU-s each, issue
-32), and `planlang check` / `planlang fmt --check` on generated big plans (target for 5 MB: < 10 s, < 200 MB).
+32), and `planlang check` / `planlang fmt --check` on generated big plans (target for 5 MB: < 10 CPU-s, < 200 MB).
 
 Run: .venv/bin/python bench/check_time.py [--repeat 5] [--big-repeat 3] [--sizes 0.5,5] [--out FILE]
 
@@ -15,8 +15,8 @@ Big plans: `big_plan(n)` writes a valid plan of about n bytes the way a user wri
 (a deep GPT-2 style model, its blocks sharded in groups of ten: `for` loops over the stdlib's Megatron
 templates, hand-written `shard` lines, templates of the plan applied to ranges, loops with their own
 bodies, disjoint `checkpoint` groups, full-line, trailing and suppression comments). Each command runs
-in a fresh process; the row gives the median wall time and the largest peak memory (the process's
-maximum resident set size, from wait4) over the repeats, and per line of the plan.
+in a fresh process; the row gives the median CPU and wall times and the largest peak memory (the
+process's maximum resident set size, from wait4) over the repeats, and per line of the plan.
 """
 from __future__ import annotations
 
@@ -192,28 +192,33 @@ def examples(repeat: int, out) -> None:
 
 
 def big_plans(sizes_mb: list[float], repeat: int, out) -> bool:
-    """The big-plan table; True when the 5 MB plan (if measured) is within its budget. Per line: the wall
-    time and peak memory above those of a one-line plan (the interpreter, imports, start-up)."""
+    """The big-plan table; True when the 5 MB plan (if measured) is within its budget. Per line: the CPU
+    time and peak memory above those of a one-line plan (the interpreter, imports, start-up). The time
+    budget is judged on CPU-s (user + system): for this one-threaded process the same as the wall time on
+    an idle machine, and not stretched, as the wall time is, by whatever else a shared machine runs."""
     ok = True
     commands = (("check", ["check"]), ("fmt --check", ["fmt", "--check"]))
-    out(f"{'plan':10} {'lines':>8} {'command':12} {'wall (s)':>9} {'peak (MB)':>10} "
+    out(f"{'plan':10} {'lines':>8} {'command':12} {'CPU (s)':>8} {'wall (s)':>9} {'peak (MB)':>10} "
         f"{'us/line':>8} {'KB/line':>8} {'result':>8}")
     with tempfile.TemporaryDirectory() as tmp:
+        env = cached_bytecode_env(str(Path(tmp) / "pycache"))
         tiny = Path(tmp) / "one_line.plan"
         tiny.write_text("shard wte.weight : [_, _]\n", encoding="utf-8")
+        run_measured(PLANLANG + ["check", str(tiny)], env)  # writes the bytecode
         base = {}
         for name, args in commands:
-            runs = [run_measured(PLANLANG + args + [str(tiny)]) for _ in range(repeat)]
-            base[name] = (statistics.median(r[0] for r in runs), max(r[1] for r in runs))
-            out(f"{'one line':10} {1:8} {name:12} {base[name][0]:9.2f} {base[name][1]:10.1f} "
-                f"{'':>8} {'':>8} {'':>8}")
+            runs = [run_measured(PLANLANG + args + [str(tiny)], env) for _ in range(repeat)]
+            base[name] = (statistics.median(r[3] for r in runs), max(r[1] for r in runs))
+            out(f"{'one line':10} {1:8} {name:12} {base[name][0]:8.2f} {statistics.median(r[0] for r in runs):9.2f} "
+                f"{base[name][1]:10.1f} {'':>8} {'':>8} {'':>8}")
         for mb in sizes_mb:
             text = big_plan(int(mb * 1_000_000))
             path = Path(tmp) / f"big_{mb:g}mb.plan"
             path.write_text(text, encoding="utf-8")
             lines = text.count("\n")
             for name, args in commands:
-                runs = [run_measured(PLANLANG + args + [str(path)]) for _ in range(repeat)]
+                runs = [run_measured(PLANLANG + args + [str(path)], env) for _ in range(repeat)]
+                cpu = statistics.median(r[3] for r in runs)
                 wall = statistics.median(r[0] for r in runs)
                 peak = max(r[1] for r in runs)
                 # check: a clean plan exits 0; fmt --check: 1 means "would reformat" (the generator does not
@@ -222,23 +227,23 @@ def big_plans(sizes_mb: list[float], repeat: int, out) -> bool:
                 good = rcs == {0} if name == "check" else rcs <= {0, 1}
                 within = ""
                 if abs(len(text) - BIG_TARGET["size"]) < 0.05 * BIG_TARGET["size"]:
-                    fits = wall < BIG_TARGET["seconds"] and peak < BIG_TARGET["mb"]
+                    fits = cpu < BIG_TARGET["seconds"] and peak < BIG_TARGET["mb"]
                     ok &= fits and good
                     within = "  within budget" if fits else "  OVER BUDGET"
-                base_wall, base_peak = base[name]
-                out(f"{len(text) / 1e6:6.2f} MB {lines:8} {name:12} {wall:9.2f} {peak:10.1f} "
-                    f"{(wall - base_wall) / lines * 1e6:8.1f} {(peak - base_peak) * 1024 / lines:8.2f} "
+                base_cpu, base_peak = base[name]
+                out(f"{len(text) / 1e6:6.2f} MB {lines:8} {name:12} {cpu:8.2f} {wall:9.2f} {peak:10.1f} "
+                    f"{(cpu - base_cpu) / lines * 1e6:8.1f} {(peak - base_peak) * 1024 / lines:8.2f} "
                     f"{'ok' if good else 'rc=' + ','.join(map(str, sorted(rcs))):>8}{within}")
         # the largest plan again with a syntax error on its last line (one error reported: exit 1)
         broken = Path(tmp) / "broken.plan"
         broken.write_text(big_plan(int(max(sizes_mb) * 1_000_000)) + "shard h[0 : [dp]\n", encoding="utf-8")
-        runs = [run_measured(PLANLANG + ["check", str(broken)]) for _ in range(repeat)]
-        out(f"{max(sizes_mb):6.2f} MB {'+1 line':>8} {'check':12} {statistics.median(r[0] for r in runs):9.2f} "
-            f"{max(r[1] for r in runs):10.1f} {'':>8} {'':>8} {'rc=' + ','.join(sorted({str(r[2]) for r in runs})):>8}"
-            "  with a syntax error on the last line")
-    out(f"\nbudget for a {BIG_TARGET['size'] / 1e6:g} MB plan: < {BIG_TARGET['seconds']:g} s and "
-        f"< {BIG_TARGET['mb']:g} MB peak, for check and for fmt; wall: median of {repeat} runs, peak: the "
-        "largest (max RSS); per line: above the one-line plan")
+        runs = [run_measured(PLANLANG + ["check", str(broken)], env) for _ in range(repeat)]
+        out(f"{max(sizes_mb):6.2f} MB {'+1 line':>8} {'check':12} {statistics.median(r[3] for r in runs):8.2f} "
+            f"{statistics.median(r[0] for r in runs):9.2f} {max(r[1] for r in runs):10.1f} {'':>8} {'':>8} "
+            f"{'rc=' + ','.join(sorted({str(r[2]) for r in runs})):>8}  with a syntax error on the last line")
+    out(f"\nbudget for a {BIG_TARGET['size'] / 1e6:g} MB plan: < {BIG_TARGET['seconds']:g} CPU-s and "
+        f"< {BIG_TARGET['mb']:g} MB peak, for check and for fmt; CPU and wall: median of {repeat} runs, peak: "
+        "the largest (max RSS); per line: above the one-line plan")
     return ok
 
 
