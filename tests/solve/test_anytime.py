@@ -110,12 +110,13 @@ def test_a_candidate_in_progress_at_the_deadline_is_abandoned(tmp_path, monkeypa
     candidate: the plan written is the best of the three priced before it, and nothing after it is
     started."""
     from planlang.solve import driver
-    from planlang.solve.anytime import Clock
+    from planlang.solve.anytime import RESERVE, RESERVE_MAX, Clock
 
     now = [1000.0]
     search = driver._Search(str(_write(tmp_path, "1 GiB")), "time", lambda s: None, time_limit=100,
                             started=1000.0, now=lambda: now[0], prune=False)
-    assert isinstance(search.clock, Clock) and search.clock.deadline == 1000.0 + 100 - 1.0  # the reserve
+    reserve = min(RESERVE * 100, RESERVE_MAX)  # left for writing the plan and the process's exit
+    assert isinstance(search.clock, Clock) and search.clock.deadline == 1000.0 + 100 - reserve
     real = driver.price_plan
     calls: list[float] = []
 
@@ -141,13 +142,13 @@ def test_no_candidate_starts_when_it_would_end_past_the_deadline():
     from planlang.solve.anytime import Clock, Cut
 
     now = [0.0]
-    clock = Clock(50.0, 0.0, now=lambda: now[0])
+    clock = Clock(50.0, 0.0, now=lambda: now[0])  # the deadline: 50 s less the reserve, 48 s
     clock.durations += [5.0, 20.0, 20.0, 20.0]
     now[0] = 20.0
-    clock.check(clock.pricing_time())  # 20 + 20 <= 49
+    clock.check(clock.pricing_time())  # 20 + 20 <= 48
     now[0] = 30.0
     with _pytest.raises(Cut):
-        clock.check(clock.pricing_time())  # 30 + 20 > 49
+        clock.check(clock.pricing_time())  # 30 + 20 > 48
     clock.seeding = True
     clock.check(clock.pricing_time())
     clock.expired()
