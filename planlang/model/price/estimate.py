@@ -369,6 +369,12 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             acts = sim.saved
             # beyond the saved activations at backward's peak: the gradients produced so far, temporaries
             transient = max(0, sim.backward_peak - sim.saved)
+            if micro > 1:
+                # gradient accumulation (planlang.model.price.accumulation): from the second microbatch's
+                # backward on, the earlier ones' gradients are live beside it (the simulated second
+                # backward); where they are slices of the persistent buckets, those are counted in
+                # `buffers` (grads_b is 0 then): the simulation's gradients out, grads_b in
+                transient = max(transient, sim.backward_peak_accum - sim.grads + grads_b - sim.saved)
         else:
             # the stage's own tensors in the simulated step (created by its modules): it keeps the saved
             # activations of every microbatch in flight
