@@ -150,3 +150,13 @@ def test_a_bucketed_stage_holds_its_gradients_beside_the_buckets_until_the_sum()
     # the last stage (one microbatch in flight) runs its later backwards with one microbatch saved
     last = rows[-1]
     assert last.peak - (last.parameters + last.optimizer + last.buffers) >= last.grad_buckets + last.activations
+
+
+def test_receive_buffers_grow_with_the_microbatches_and_say_so():
+    """torch.distributed.pipelining's receive buffers: one per microbatch, whatever the schedule keeps in
+    flight; the rows say so once microbatches outnumber the stages."""
+    few, many = estimate_plan(_plan(micro=4)), estimate_plan(_plan(micro=8))
+    recv = [r.buffers - r.grad_buckets for r in few], [r.buffers - r.grad_buckets for r in many]
+    assert recv[0] == recv[1]  # the same global batch: twice the buffers, each half the size
+    assert not any("receive buffer per microbatch" in n for r in few for n in r.notes)
+    assert all(any("receive buffer per microbatch (8" in n for n in r.notes) for r in many)

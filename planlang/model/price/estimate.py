@@ -305,6 +305,12 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                                                         profile_key, profiled))
     sim, prof, trained, sim_notes = cached
     notes = list(sim_notes)
+    pipe = plan.pipeline
+    if pipe is not None and pipe.schedule.kind == "1f1b" and 1 < len(pipe.stages) < micro:
+        # what the `buffers` column then mostly holds, and why it grows with the microbatches, not the stages
+        notes.append(f"buffers: torch.distributed.pipelining keeps a receive buffer per microbatch ({micro}: an "
+                     f"activation from the stage before, a gradient from the stage after) for the whole step, "
+                     f"where 1F1B has at most {len(pipe.stages)} microbatches in flight on a stage")
 
     # parameters the loss does not reach (BERT's pooler under an MLM loss) get no gradient in the
     # simulated backward; torch's optimizers keep no state for a parameter whose .grad is None
