@@ -1,0 +1,85 @@
+"""`check --model` and `estimate` of models at the scale people train (issue #29, part 1): whole commands,
+each in a fresh process, timed as a user meets them — cold (an empty cache directory) and warm (the
+cache the cold run wrote) — in CPU seconds (user + system of the child) and peak RSS.
+
+Rows: Llama-3-8B and Llama-3-70B (Hugging Face LlamaForCausalLM at the published shapes, sequence 8192,
+64 H100s: tp 8 inside a node, ZeRO-3 dp 8 across nodes, bf16, every layer checkpointed:
+bench/plan_configs/scale/) and Megatron-LM's 1T row (GPT from examples/gpt2: 128 layers, hidden 25600,
+160 heads, sequence 2048 on 3072 A100s, tp 8 x pp 64 x dp 6: bench/plan_configs/megatron/megatron_1t.plan).
+Targets: 5 / 10 / 20 CPU-s and 1 GB cold, 1 s warm.
+
+    python bench/scale.py                  # every row; writes bench/results/scale.txt
+    python bench/scale.py --rows 8B --no-write
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "scale.txt"
+ROWS = {  # name -> (plan, cold CPU-s target)
+    "8B": (ROOT / "bench/plan_configs/scale/llama3_8b.plan", 5.0),
+    "70B": (ROOT / "bench/plan_configs/scale/llama3_70b.plan", 10.0),
+    "1T": (ROOT / "bench/plan_configs/megatron/megatron_1t.plan", 20.0),
+}
+COMMANDS = {"check --model": ["check", "--model"], "estimate": ["estimate"]}
+WARM_TARGET = 1.0
+RSS_TARGET_MB = 1024
+
+
+def run(args: list[str], cache: str, cwd: Path) -> tuple[float, float, int, str]:
+    """One whole command in a fresh process: (CPU-s, peak RSS MB, exit code, its last output line)."""
+    env = dict(os.environ, PLANLANG_CACHE_DIR=cache)
+    proc = subprocess.Popen([sys.executable, "-m", "planlang.cli", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out = proc.stdout.read() if proc.stdout else ""
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    last = next((ln for ln in reversed(out.splitlines()) if ln.strip()), "")
+    return usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, proc.returncode, last
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ", ".join(ROWS))
+    ap.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/scale.txt")
+    opts = ap.parse_args()
+    lines = [f"# bench/scale.py at {_commit()} ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, "
+             f"python {sys.version.split()[0]})",
+             "# whole commands in a fresh process; CPU-s = user + system of the child; RSS = its peak",
+             f"# targets: cold <= 5 / 10 / 20 CPU-s (8B / 70B / 1T) and <= {RSS_TARGET_MB} MB; warm <= {WARM_TARGET} CPU-s",
+             "",
+             f"{'row':<5} {'command':<14} {'cold CPU-s':>10} {'cold MB':>8} {'warm CPU-s':>10} {'warm MB':>8}  "
+             f"{'targets met':<12} exit  last line"]
+    print("\n".join(lines), flush=True)
+    for name in opts.rows.split(","):
+        plan, target = ROWS[name]
+        for label, args in COMMANDS.items():
+            with tempfile.TemporaryDirectory(prefix="planlang-scale-cache-") as cache:
+                cold = run([*args, plan.name], cache, plan.parent)
+                warm = run([*args, plan.name], cache, plan.parent)
+            met = cold[0] <= target and cold[1] <= RSS_TARGET_MB and warm[0] <= WARM_TARGET
+            line = (f"{name:<5} {label:<14} {cold[0]:>10.1f} {cold[1]:>8.0f} {warm[0]:>10.2f} {warm[1]:>8.0f}  "
+                    f"{'yes' if met else 'no':<12} {cold[2]}/{warm[2]}  {cold[3][:70]}")
+            lines.append(line)
+            print(line, flush=True)
+    if not opts.no_write:
+        RESULTS.write_text("\n".join(lines) + "\n")
+
+
+def _commit() -> str:
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "?"
+
+
+if __name__ == "__main__":
+    main()
