@@ -132,6 +132,8 @@ class _Search:
         self._steps: dict[tuple, tuple[CompletePlan, Steps | None]] = {}  # edits -> value, its steps alone
         self._bounded: dict[tuple, tuple[Choices, float]] = {}  # edits -> choices, step
         budget = self.plan.budget.bytes if self.plan.budget is not None else None
+        self._floored: set[tuple] = set()  # candidates over their memory floor (never priced)
+        self.last_floored = False  # the last candidate asked for: over its floor
         self.gate = Gate(self.resolution, path, budget, self.facts,
                          validated.facts if validated is not None else None)  # what is never priced
         arguments = TemplateArguments(self.plan, self.holes.arguments, res.modules, res.sources)
@@ -209,6 +211,7 @@ class _Search:
         step alone exceeds it, the candidate cannot be chosen there nor win, and its memory is not priced
         (it is `bounded`, None here); see docs/solve.md, Bounds."""
         key = edit_key(self.source, self.path, list(fills.values()))
+        self.last_floored = key in self._floored  # over its memory floor (gate), now or when first met
         if key in self._priced:  # the same plan reached by another route: priced once
             return self._priced[key]
         self.clock.check(self.clock.pricing_time())
@@ -218,7 +221,10 @@ class _Search:
         steps = self._steps[key][1] if key in self._steps else None  # its step alone, when priced
         self._priced[key] = None
         plan = self.value(key, fills)
-        if plan is None or self.gate.over_floor(plan, choices):
+        if plan is not None and self.gate.over_floor(plan, choices):
+            self._floored.add(key)
+            self.last_floored = True
+        if plan is None or self.last_floored:
             return None
         facts = self.facts()
         try:
@@ -253,6 +259,7 @@ class _Search:
                  stages: str = "flops", beat: float | None = None) -> Candidate | None:
         """The candidate of these choices, priced (None when it does not check or cannot be built, or
         when its step exceeds `beat`: see `price`)."""
+        self.last_floored = False
         try:
             fills = self.space.fills(assign, micro, zero, specs, ckpt, stages)
         except SolveError:
@@ -335,7 +342,7 @@ class _Search:
             # only the REFINED best go on: a mesh slower than REFINED priced ones that fit cannot
             fast = sorted(c.step_time for c in coarse if c is not None and c.fits)
             beat = fast[REFINED - 1] if len(fast) >= REFINED else None
-            coarse[i] = self.price_at(meshes[i], micros[i], 0, {}, None, beat=beat)
+            coarse[i] = self.least_zero(meshes[i], micros[i], {}, "flops", beat)
             self.where.done(n + 1)
             self.report.advance(f"stage 1: mesh {n + 2} of {len(meshes)}" if n + 1 < len(meshes) else "")
         ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
@@ -381,6 +388,19 @@ class _Search:
         """Candidates priced: in full (`tried`), or by their step time alone (bounded out)."""
         return len(self.tried) + len(self._bounded)
 
+    def least_zero(self, assign: dict, micro: int | None, specs: dict[int, T.Spec], stages: str,
+                   beat: float | None) -> Candidate | None:
+        """The candidate at ZeRO 0, or, when `zero = ?` and its memory floor is over the budget there, at
+        the least ZeRO stage whose floor is not (the mesh stays in the search)."""
+        c = self.price_at(assign, micro, 0, specs, None, stages, beat)
+        if c is not None or not self.last_floored or self.holes.zero is None:
+            return c
+        for zero in (1, 2, 3):
+            c = self.price_at(assign, micro, zero, specs, None, stages, beat)
+            if c is not None or not self.last_floored:
+                return c
+        return None
+
     def seed(self, meshes: list[dict]) -> list[Candidate | None]:
         """Anytime: a complete plan before anything else, priced whatever the time limit. The first mesh
         (in stage 1's order) that prices at the defaults; when that is over budget, the same mesh at its
@@ -392,10 +412,10 @@ class _Search:
             for assign in self.seed_order(meshes):
                 micros = self.space.micro_options(assign) if self.holes.micro is not None else [None]
                 first = self.price_at(assign, micros[0], 0, {}, None)
-                if first is None:
-                    continue
-                out.append(first)
-                if first.fits:
+                if first is None and not self.last_floored:
+                    continue  # not a plan, or one the model cannot run
+                out.append(first)  # None: over its memory floor at ZeRO 0; ZeRO may bring it in
+                if first is not None and first.fits:
                     break
                 ckpts: list[Checkpoints | None] = list(self.space.ckpt_options()[:1]) if self.holes.checkpoint is not None else []
                 zeros = (3, 1, 0) if self.holes.zero is not None else (0,)
@@ -407,16 +427,16 @@ class _Search:
                             break
                     if out[-1] is not None:
                         break
-                break
+                if any(c is not None for c in out):
+                    break
         finally:
             self.clock.seeding = False
         return out
 
     def seed_order(self, meshes: list[dict]) -> list[dict]:
-        """The meshes the seed tries, in order: those the model can run whose memory floor (parameters and
-        optimizer states at ZeRO 0, pricing.memory_floor) leaves at least half the budget for the rest,
-        the largest floor first, then the others by their floor (least first): the seed's plan should
-        fit, and be fast."""
+        """The meshes the seed tries: those the model can run whose memory floor at ZeRO 0 (pricing.
+        memory_floor) leaves half the budget, the largest floor (the least sharded: fastest as a rule)
+        first, then the others, the least floor first. The seed's plan should fit, and be fast."""
         budget = self.plan.budget.bytes if self.plan.budget is not None else None
         if budget is None:
             return meshes
@@ -433,8 +453,6 @@ class _Search:
             if plan is None:
                 continue
             floor = memory_floor(plan, self.facts())
-            # of those that leave half the budget, the least sharded first (the largest floor: the most
-            # data parallelism, the fastest as a rule); then the rest, the least floor first
             scored.append(((0, -floor, i) if 2 * floor <= budget else (1, floor, i), assign))
         return [a for _, a in sorted(scored, key=lambda x: x[0])]
 
@@ -462,11 +480,11 @@ class _Search:
             # gradient accumulation: more microbatches only shrink the activations (the same compute, the
             # program's collectives once more each): the smallest count that fits
             for m in micros:
-                cur = self.best([cur, price(m, 0, None, "flops", self.beat(cur))])
+                cur = self.best([cur, self.least_zero(assign, m, specs, "flops", self.beat(cur))])
                 if cur is not None and cur.fits:
                     break
         for m in micros[:3] if self.plan.pipeline is not None or h.micro is None else []:
-            cur = self.best([cur, price(m, 0, None, "flops", self.beat(cur))])
+            cur = self.best([cur, self.least_zero(assign, m, specs, "flops", self.beat(cur))])
         if cur is None:
             return None
         ch = dict(cur.choices)
@@ -476,7 +494,7 @@ class _Search:
             self.where.at("the pipeline partition", within=True)
             for method in STAGE_METHODS[1:]:
                 try:
-                    cur = self.better(cur, price(micro, 0, None, method, self.beat(cur)))
+                    cur = self.better(cur, self.least_zero(assign, micro, specs, method, self.beat(cur)))
                 except Exception as e:  # noqa: BLE001 - a partition the model's structure does not allow
                     self.notes.append(f"stage partition by {method} skipped: {e}")
             stages = str(dict(cur.choices)["stages"])  # a method name (space.choices_of)
