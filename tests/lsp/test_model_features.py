@@ -63,9 +63,10 @@ def test_activation_shape_and_local_shard(run):
 
 def test_stage_hover_shows_the_estimate_of_that_stage(run):
     from planlang.model.price.estimate import estimate_plan
+    from planlang.plan.complete import complete
 
     path, _, insight = run
-    reference = {e.device: e for e in estimate_plan(analyze(PLAN, path).plan)}
+    reference = {e.device: e for e in estimate_plan(complete(analyze(PLAN, path).plan))}
     text = _hover_text(path, insight, "stage fc2", 2)
     assert text.startswith("**stage 1** of 2")
     assert f"| peak | {format_bytes(reference['stage 1'].peak)} |" in text

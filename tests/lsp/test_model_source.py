@@ -98,8 +98,9 @@ def test_an_edited_module_imported_by_the_factory_is_built_again(model_dir):
     assert f"| parameters | {_stage0_bytes(512)} |" in _hover(text, path, second, "stage fc1", 2)
     # the estimator's own cache was kept in step: a direct estimate agrees
     from planlang.model.price.estimate import estimate_plan
+    from planlang.plan.complete import complete
 
-    direct = {e.device: e for e in estimate_plan(analyze(text, path).plan)}
+    direct = {e.device: e for e in estimate_plan(complete(analyze(text, path).plan))}
     assert direct["stage 0"].parameters == second.estimate_for("stage 0").parameters
 
     # now the factory's own file: the stage estimate follows too (it kept the first model's numbers)
