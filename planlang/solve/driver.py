@@ -310,9 +310,9 @@ class _Search:
         cut = None
         chosen: Candidate | None
         try:
-            seeds = self.seed(meshes)
+            self.clock.seeding = True  # the deadline waits until the seed holds a plan
             with self.clock.interruptible():  # past the deadline, the candidate in progress is abandoned
-                chosen = self.stages(meshes, seeds)
+                chosen = self.stages(meshes, self.seed(meshes))
         except Cut:
             cut = self.where.account(self.clock, self.considered())
             chosen = self.best(self.tried)  # every candidate priced is a complete plan that checks
@@ -406,8 +406,7 @@ class _Search:
         (in stage 1's order) that prices at the defaults; when that is over budget, the same mesh at its
         leanest as well (the most microbatches, ZeRO 3 or the highest stage that checks, every repeated
         block checkpointed), so that a cut search has a plan that fits when one is that easy to find."""
-        out: list[Candidate | None] = []
-        self.clock.seeding = True
+        out: list[Candidate | None] = []  # (run sets clock.seeding: no deadline until a plan is held)
         try:
             for assign in self.seed_order(meshes):
                 micros = self.space.micro_options(assign) if self.holes.micro is not None else [None]
@@ -417,6 +416,7 @@ class _Search:
                 out.append(first)  # None: over its memory floor at ZeRO 0; ZeRO may bring it in
                 if first is not None and first.fits:
                     break
+                self.clock.seeding = first is None  # a plan held: the lean variants keep the deadline
                 ckpts: list[Checkpoints | None] = list(self.space.ckpt_options()[:1]) if self.holes.checkpoint is not None else []
                 zeros = (3, 1, 0) if self.holes.zero is not None else (0,)
                 for zero in zeros:
