@@ -35,7 +35,7 @@ class Priced:
 
 
 @dataclass(frozen=True)
-class Lowered:
+class CandidateTraffic:
     """A candidate's lowered-program collectives (planlang.model.price.step_time.lowered_traffic: one Traffic
     per model stage; None for a pipeline that runs the model's modules), or `note`, why it could not be
     lowered (its gradient sums are then priced from its parameters)."""
@@ -48,7 +48,7 @@ class Lowered:
         return self.note if self.note else (list(self.traffic) if self.traffic is not None else None)
 
 
-def lowered(plan: CompletePlan, facts: SolveFacts) -> Lowered:
+def lowered(plan: CompletePlan, facts: SolveFacts) -> CandidateTraffic:
     """The candidate's program lowered with the solve's op graph and model, and its collectives."""
     # lazy: torch loads only when this runs
     from planlang.model.price.step_time import lowered_traffic
@@ -57,11 +57,11 @@ def lowered(plan: CompletePlan, facts: SolveFacts) -> Lowered:
         graph = facts.op_graph(plan) if plan.pipeline is None else None
         got = lowered_traffic(plan, graph, facts.layers.module)  # type: ignore[attr-defined]
     except Exception as e:  # noqa: BLE001 - e.g. a layout the lowering refuses; priced without its program
-        return Lowered(None, f"{type(e).__name__}: {e}")
-    return Lowered(None if got is None else tuple(got))
+        return CandidateTraffic(None, f"{type(e).__name__}: {e}")
+    return CandidateTraffic(None if got is None else tuple(got))
 
 
-def price_plan(plan: CompletePlan, facts: SolveFacts, low: Lowered | None = None) -> Priced:
+def price_plan(plan: CompletePlan, facts: SolveFacts, low: CandidateTraffic | None = None) -> Priced:
     """Each device class's peak and step for `plan`. Raises what the estimator raises for a plan the
     model cannot run (the search skips such a candidate and says why). `low`: its lowered program's
     collectives when the caller has them (else lowered here)."""
@@ -84,7 +84,7 @@ class Steps:
     lowered its program — its collectives, which price_plan then reuses."""
 
     inputs: object  # planlang.model.price.estimate.StepInputs
-    low: Lowered | None = None  # None: not lowered yet
+    low: CandidateTraffic | None = None  # None: not lowered yet
 
     def lower(self, plan: CompletePlan) -> float:
         """The slowest row's step as price_plan gives it, or, before the program is lowered, a lower
@@ -95,7 +95,7 @@ class Steps:
 
     def steps(self, plan: CompletePlan) -> tuple[float, ...]:
         """Each row's step as price_plan gives it (its program lowered)."""
-        low = self.low if self.low is not None else Lowered(None, "not lowered")
+        low = self.low if self.low is not None else CandidateTraffic(None, "not lowered")
         traffic = low.for_estimate()
         return tuple(st.total for st in self.inputs.steps(plan, traffic if not isinstance(traffic, str) else None))  # type: ignore[attr-defined]
 
