@@ -10,7 +10,8 @@ plans under bench/plan_configs/megatron/ (`--write` regenerates them from ROWS):
   bf16 parameters and compute (an f32 master copy and f32 Adam states, no ZeRO: the paper's optimizer),
   Megatron attention and MLP over tp, every block checkpointed (the paper recomputes activations, §3.5),
   1F1B over pp with microbatch size 1 (Table 1 does not give it): microbatches = global batch / dp. Rows
-  with pp = 1 run their microbatches as a one-stage pipeline (gradient accumulation).
+  with pp = 1 accumulate their microbatches' gradients (a top-level `microbatches N`), summed once. The
+  vocabulary is split over tp (`wte`, `lm_head`), as in Megatron.
 - `<row>_holes.plan`: the same with the mesh degrees, microbatches, stages, schedule and checkpointing
   left `?` for `planlang solve`.
 
@@ -157,17 +158,23 @@ def plan_text(row: Row, holes: bool) -> str:
     if holes:
         lines.append("pipeline over pp schedule ? microbatches ? { ? }")
     else:
-        lines.append(f"# 1F1B, microbatch size 1: {row.batch} sequences / dp {row.dp} = {row.microbatches} "
-                     "microbatches" + (" (one stage: gradient accumulation)" if row.pp == 1 else ""))
-        lines.append(f"pipeline over pp schedule 1f1b microbatches {row.microbatches} {{")
-        lines += stage_lines(row)
-        lines.append("}")
+        lines.append(f"# microbatch size 1: {row.batch} sequences / dp {row.dp} = {row.microbatches} microbatches"
+                     + (", the gradients summed once (gradient accumulation)" if row.pp == 1 else ", 1F1B"))
+        if row.pp == 1:
+            lines.append(f"microbatches {row.microbatches}")
+        else:
+            lines.append(f"pipeline over pp schedule 1f1b microbatches {row.microbatches} {{")
+            lines += stage_lines(row)
+            lines.append("}")
     lines += [
         "",
         "for block in h[*] {",
         "    apply megatron.attention(tp) to block.attn",
         "    apply megatron.mlp(tp) to block.mlp",
         "}",
+        "# the vocabulary split over tp, as Megatron's embedding and output layer are (Shoeybi et al. 2019, sec. 3)",
+        "shard wte.weight : [tp, _]",
+        "shard lm_head.weight : [tp, _]",
         "",
         "checkpoint ?" if holes else "# activation recomputation: every block's input kept, the rest recomputed",
     ]
