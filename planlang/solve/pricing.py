@@ -158,13 +158,13 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
     the larger of backward's and the optimizer step's memory, which holds the gradients). Computed from
     shapes, no simulation: a candidate whose floor is over the budget is never priced."""
     # lazy: torch loads only when this runs
-    from planlang.model.price.local_model import axis_product, local_params
+    from planlang.model.price.local_model import local_params
     from planlang.model.price.zero_peaks import STATE_ELEMENTS
 
     _, params = local_params(plan, facts.modules)
     opt, prec = plan.optimizer, plan.precision
     zero = opt.zero_stage if opt else 0
-    zero_n = axis_product(plan.mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
+    zero_n = plan.dims.zero_shards
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
     master = prec.bytes("master") if prec.mixed else 4
     copy = prec.mixed and prec.master_copy and not (zero >= 2 and zero_n > 1)  # estimate's MasterWeights

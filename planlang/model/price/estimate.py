@@ -66,7 +66,7 @@ from planlang.model.capture.simulate import simulate_step
 from planlang.model.capture.source import imported_source, model_source
 from planlang.model.capture.trace import probe_modules
 from planlang.model.price.caches import MODEL_FACTS, LruCache, caller_caches
-from planlang.model.price.local_model import (LocalParam, LocalPieces, autocast_for, axis_product, build_local_model,
+from planlang.model.price.local_model import (LocalParam, LocalPieces, autocast_for, build_local_model,
                                               has_module, in_precision, local_inputs, local_params,
                                               plan_checkpoint_groups, plan_model, sized, split_widths,
                                               with_local_params, wrap_checkpoints)
@@ -247,8 +247,8 @@ def stage_work(prof: Profile, stage_of: dict[str, int], s: int | None, micro: in
 def _zero_unit(plan: CompletePlan, s: int | None, mine: list, learn: list) -> ZeroUnit:
     """A stage's parameters as the step-time model prices their collectives: gathered in `params`,
     gradients summed in `reduce`, each padded as FSDP2 pads it under ZeRO-2/3 (traffic.fsdp_numel)."""
-    prec, opt = plan.precision, plan.optimizer
-    shards = axis_product(plan.mesh, [opt.zero_axis]) if opt and opt.zero_stage >= 2 and opt.zero_axis else 1
+    prec = plan.precision
+    shards = plan.dims.zero_shards if plan.dims.zero_stage >= 2 else 1
 
     def size(p, which: str) -> int:
         return fsdp_numel(p.local, shards) * (prec.bytes(which) if prec.mixed else p.itemsize)
@@ -289,7 +289,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     stage_of, params = local_params(plan, facts)
     opt = plan.optimizer
     zero = opt.zero_stage if opt else 0
-    zero_n = axis_product(mesh, [opt.zero_axis]) if opt and opt.zero_axis is not None else 1
+    zero_n = plan.dims.zero_shards
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
 
     # one simulated step of the local model for one microbatch (the whole model; stages split below).
