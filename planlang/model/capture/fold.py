@@ -147,11 +147,11 @@ def truncated(module: nn.Module, fold: Fold, k: int) -> Iterator[BlockCalls]:
             counts.calls[i] += 1
         if block is not None:
             handles.append(block.register_forward_pre_hook(count))
-    holder._modules = kept  # type: ignore[assignment]
+    holder._modules = kept
     try:
         yield counts
     finally:
-        holder._modules = saved  # type: ignore[assignment]
+        holder._modules = saved
         for h in handles:
             h.remove()
 
