@@ -287,8 +287,11 @@ def memory_budget(ctx) -> Iterator[Diagnostic]:
     span = plan.budget.span if plan.budget else plan.mesh.span
     for e in estimates:
         if e.peak > limit:
+            # the gradient buckets (the gradients' own storage, held the whole step) are named as such
+            held = (f"gradient buckets {format_bytes(e.grad_buckets)} + buffers {format_bytes(e.buffers - e.grad_buckets)}"
+                    if e.grad_buckets else f"buffers {format_bytes(e.buffers)}")
             parts = (f"parameters {format_bytes(e.parameters)} + optimizer {format_bytes(e.optimizer)} + "
-                     f"buffers {format_bytes(e.buffers)} + max(activations {format_bytes(e.activations)} + "
+                     f"{held} + max(activations {format_bytes(e.activations)} + "
                      f"transient, gradients {format_bytes(e.gradients)} + optimizer step)")
             yield diag("PL560", f"{e.device}: estimated peak {format_bytes(e.peak)} exceeds {format_bytes(limit)}",
                        span, notes=[parts], help="shard more (tp, ZeRO), checkpoint, or add pipeline stages")

@@ -15,7 +15,7 @@ from planlang.cost.schedule import SimulatedSchedule, closed_form_bubble
 if TYPE_CHECKING:  # types only: matplotlib loads when a chart is drawn
     from matplotlib.typing import RcKeyType
 
-COLORS = dict(zip(CLASSES, ("#4c72b0", "#8172b3", "#937860", "#55a868", "#a6d4a0", "#dd8452", "#f2c09a",
+COLORS = dict(zip(CLASSES, ("#4c72b0", "#8172b3", "#c44e52", "#937860", "#55a868", "#a6d4a0", "#dd8452", "#f2c09a",
                             "#e8b07a")))
 # forward in blues, backward in oranges; one shade per chunk of an interleaved schedule
 FORWARD_SHADES = ("#3b6fb6", "#7fa6dc", "#b5cdee", "#1f3f6e")

@@ -3,6 +3,9 @@
 The estimator (planlang.model.price.estimate) composes a device's peak as
 
     parameters + optimizer state + buffers + max(backward phase, optimizer phase)
+
+(`buffers` includes the gradient buckets a bucketed gradient sum keeps the gradients in: a bar draws
+them as a segment of their own)
     backward phase  = activations + backward transient (gradients produced so far, temporaries)
     optimizer phase = gradients + the optimizer step's temporaries
 
@@ -16,7 +19,7 @@ from dataclasses import dataclass
 from planlang.plan.units import format_bytes
 
 # segment names, bottom to top, and the colours the chart gives them
-CLASSES = ("parameters", "optimizer state", "buffers", "activations", "backward transient", "gradients",
+CLASSES = ("parameters", "optimizer state", "gradient buckets", "buffers", "activations", "backward transient", "gradients",
            "optimizer-step temporaries", "step transient")  # the last: a peak measured from the program
 
 
@@ -43,7 +46,9 @@ def memory_bar(row, optimizer_temporaries: int) -> MemoryBar:
     backward_transient = row.transient - optimizer_temporaries
     backward = row.activations + backward_transient
     optimizer = row.gradients + optimizer_temporaries
-    base = (("parameters", row.parameters), ("optimizer state", row.optimizer), ("buffers", row.buffers))
+    buckets = getattr(row, "grad_buckets", 0)  # the gradients' own storage, counted in `buffers`: drawn as such
+    base = (("parameters", row.parameters), ("optimizer state", row.optimizer), ("gradient buckets", buckets),
+            ("buffers", row.buffers - buckets))
     at_backward = (("activations", row.activations), ("backward transient", backward_transient))
     at_step = (("gradients", row.gradients), ("optimizer-step temporaries", optimizer_temporaries))
     # the larger phase holds the peak

@@ -93,8 +93,10 @@ def _memory_table(data: ReportData) -> str:
         fit = "–" if limit is None else ('<span class="ok">fits</span>' if r.peak <= limit else
                                          f'<span class="over">over by {_e(format_bytes(r.peak - limit))}</span>')
         bubble = _seconds(r.step.bubble) if r.step is not None else "–"
-        out.append(_row((_e(r.device), *(_e(format_bytes(getattr(r, k))) for k in (
-            "parameters", "gradients", "optimizer", "buffers", "activations", "transient")),
+        # gradients kept in a bucketed sum's buckets are gradients (as the estimate's table shows them)
+        shown = (r.parameters, r.gradients + r.grad_buckets, r.optimizer, r.buffers - r.grad_buckets,
+                 r.activations, r.transient)
+        out.append(_row((_e(r.device), *(_e(format_bytes(v)) for v in shown),
             f"<b>{_e(format_bytes(r.peak))}</b>", _e(bar.phase), fit, _seconds(r.step_time), bubble), nums=nums))
     return "<table>" + "".join(out) + "</table>"
 

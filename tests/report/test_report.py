@@ -2,6 +2,7 @@
 and the step time against the estimator's, and clear errors for plans it cannot report on."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
@@ -149,7 +150,8 @@ def test_memory_bars_equal_the_estimators_numbers(tiny_data, tiny_report):
         assert dict(bar.segments) == dev["bar"]
         assert bar.segment("parameters") == row.parameters
         assert bar.segment("optimizer state") == row.optimizer
-        assert bar.segment("buffers") == row.buffers
+        assert bar.segment("buffers") == row.buffers - row.grad_buckets
+        assert bar.segment("gradient buckets") == row.grad_buckets
         if bar.phase == "backward":
             assert bar.segment("activations") == row.activations
             assert 0 <= bar.segment("backward transient") <= row.transient
@@ -272,3 +274,31 @@ def test_a_zero_per_block_plan_is_reported_with_bars_that_add_up(plan):
 
     data = build_report_data(f"tests/runtime/plans/{plan}.plan")
     assert [bar.height for bar in data.bars] == [row.peak for row in data.estimates]
+
+
+def test_gradient_buckets_are_drawn_and_named_as_such():
+    # a bucketed pipeline keeps its gradients in persistent buckets, counted in the estimate's buffers: the
+    # bar draws them as a segment of their own, the page's table as gradients, PL560's note by name
+    from planlang.model.checks import memory_budget
+    from planlang.report.build import build_report_data
+    from types import SimpleNamespace
+
+    from planlang.plan.units import format_bytes
+
+    data = build_report_data("tests/runtime/plans/gpt2_3d_cpu.plan")
+    assert all(r.grad_buckets > 0 and r.gradients == 0 for r in data.estimates)
+    for bar, row in zip(data.bars, data.estimates):
+        assert bar.segment("gradient buckets") == row.grad_buckets
+        assert bar.segment("buffers") == row.buffers - row.grad_buckets
+    tiny = dataclasses.replace(data.plan, budget=dataclasses.replace(data.plan.budget, bytes=1)) \
+        if data.plan.budget is not None else None
+    ctx = SimpleNamespace(plan=tiny or data.plan, facts={"estimate": data.estimates})
+    if tiny is None:  # no budget in the plan: the device's memory is the limit; give a tiny device
+        mesh = data.plan.mesh
+        ctx.plan = dataclasses.replace(data.plan, mesh=dataclasses.replace(
+            mesh, device=dataclasses.replace(mesh.device, memory=1)))
+    (d, *_) = list(memory_budget(ctx))
+    row = data.estimates[0]
+    assert d.code == "PL560"
+    assert f"gradient buckets {format_bytes(row.grad_buckets)}" in d.notes[0]
+    assert f"buffers {format_bytes(row.buffers - row.grad_buckets)}" in d.notes[0]
