@@ -43,17 +43,14 @@ class SolveFacts:
         return self.probed
 
     def op_graph(self, plan: T.Plan):
-        """The op graph of the model with its loss (traced once; `plan` gives the inputs and the loss)."""
+        """The op graph of the model with its loss (`plan` gives the inputs and the loss): the one
+        planlang.model.price.traffic.graph_of traces once per input shape, so a candidate lowered at the
+        whole batch does not trace it again."""
         if self.graph is None:
             # lazy: torch loads only when this runs
-            from planlang.model.capture.load import guess_targets, meta_inputs, plan_loss
-            from planlang.model.capture.opgraph import op_graph
+            from planlang.model.price.traffic import graph_of
 
-            model = getattr(self.layers, "module")  # ModelParts (typed object)
-            inputs = meta_inputs(plan.inputs)
-            loss = plan_loss(plan)
-            targets = guess_targets(model, loss, inputs) if loss else None
-            self.graph = op_graph(model, inputs, loss, targets) if targets is not None else op_graph(model, inputs)
+            self.graph = graph_of(plan)
         return self.graph
 
 

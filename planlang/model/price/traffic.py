@@ -34,6 +34,7 @@ from planlang.cost.layout import local_numel, local_shape
 from planlang.cost.ops import registry
 from planlang.cost.ops.base import DTYPE_BYTES
 from planlang.plan.complete import CompleteMesh, CompletePlan
+from planlang.plan.types import Plan
 
 from planlang.model.capture.load import build_model, guess_targets, meta_inputs, plan_loss
 from planlang.model.program.lowering import Convert, Run, gradient_flow, lower, mark_checkpoints, trained_parameters
@@ -348,8 +349,11 @@ def multi_axis_sums(prog) -> list[tuple[str, tuple[str, ...]]]:
 _GRAPHS: dict[tuple, object] = {}
 
 
-def graph_of(plan: CompletePlan):
-    """The op graph of the plan's model with its loss, traced once per (model, inputs, loss)."""
+def graph_of(plan: Plan):
+    """The op graph of the plan's model with its loss, traced once per process per (model, inputs, loss):
+    what does not depend on a candidate's choices. A solve shares it between the intra-op ILP
+    (planlang.solve.facts) and every candidate lowered at the same input shapes (the whole batch, or one
+    microbatch of it), so a shape is traced once."""
 
     if plan.model is None:
         raise ValueError("the plan declares no model: it has no op graph")
