@@ -2,6 +2,7 @@
 
 `build_pipeline(model, plan, groups)` cuts the model into the plan's stages (planlang.model.program.stages),
 keeps the stages this rank owns, wraps each in a `PipelineStage` over the pipeline axis' process group
+(an `InFlightStage`: receive buffers for the microbatches in flight only, planlang.runtime.recv_buffers)
 and builds the schedule the plan names:
 
     gpipe                  ScheduleGPipe           one stage per rank (p stages)
@@ -40,7 +41,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 from torch import fx, nn
-from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
 from torch.distributed.tensor import DTensor
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_unflatten
@@ -52,6 +53,7 @@ from planlang.model.program.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
 
 from .executor import batch_norm_recomputed, sync_batch_norm
 from .precision import LossScale
+from .recv_buffers import InFlightStage
 
 StageTransform = Callable[[int, fx.GraphModule], nn.Module]  # a stage as split_stages cut it
 TorchSchedule = ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B  # the schedules a plan can name
@@ -325,7 +327,7 @@ class PipelineRunner:
         metas = self._infer_metas(microbatch)
         lay, dev = self.layout, self.device
         self.stages = [
-            PipelineStage(mod, i, lay.num_stages, dev, group=self.pp_group,
+            InFlightStage(mod, i, lay.num_stages, dev, group=self.pp_group,
                           input_args=tuple(x.example("meta") for x in metas[i][0]),
                           output_args=tuple(x.example("meta") for x in metas[i][1]))
             for i, mod in self.stage_modules.items()]
