@@ -43,6 +43,7 @@ class Clock:
         reserve = 0.0 if time_limit is None else min(RESERVE * time_limit, RESERVE_MAX)
         self.deadline = None if time_limit is None else self.t0 + time_limit - reserve
         self.seeding = False  # the anytime seed is priced whatever the time limit
+        self.seeded: float | None = None  # when the seed was priced (now()), once it was
         self.durations: list[float] = []  # seconds each priced candidate took (to stop before the limit)
 
     def pricing_time(self) -> float:
@@ -62,6 +63,10 @@ class Clock:
         """Raise Cut when the deadline has passed: called inside long loops (rotor's DP, the ILP's budget
         sweep), and by the alarm `interruptible` sets, so that the candidate in progress is abandoned."""
         self.check(0.0)
+
+    def since(self, t: float | None = None) -> float:
+        """Seconds from the clock's start (the command's, in the CLI) to `t` (default: now)."""
+        return (self.now() if t is None else t) - self.t0
 
     def left(self) -> float:
         """Seconds before the deadline (raises Cut when none are left)."""

@@ -25,20 +25,17 @@ text is read or written during the search: the input is parsed once, and the bes
 are written into the input's text once, at the end (planlang.solve.holes) — the text resolves to the
 value that was priced. Deterministic: candidates are enumerated and ties broken in a fixed order.
 
-The pieces: classify.py (the holes of the plan), space.py (the options of each choice, and a candidate's
-fills), substitute.py (a candidate as a plan value), facts.py and pricing.py (the model's facts, the
-price of a plan value), sweep.py (the intra-op ILP's budget sweep), anytime.py (the clock, the account of
-a cut), holes.py (the text written at the end); this module runs the two stages over them.
+The pieces: classify.py (the holes), space.py (each choice's options, a candidate's fills), substitute.py (a
+candidate as a plan value), facts.py and pricing.py (the model's facts, the price of a plan value), sweep.py
+(the ILP's budget sweep), anytime.py (the clock, a cut's account), holes.py (the text written at the end).
 
-Anytime (`time_limit`, a hard limit): the search first prices a seed — a mesh the model can run whose
-parameters and optimizer states leave room in the budget, at the defaults, and when that is over budget
-the same mesh at its leanest — whatever the limit, so that it always holds a complete plan. After it, a
-candidate is not started once the deadline has passed or would pass while it is priced (the median of
-the last ones), and one being priced when the deadline comes is abandoned (anytime.Clock.interruptible);
-the search then ends with the best plan priced so far, `Result.cut` and the header saying what was left
-unexplored (Infeasible says so too when nothing priced fits). Candidates the model cannot run (the
-checker's PL362/PL365 on their specs and mesh) and those whose memory floor (pricing.memory_floor) is over
-the budget are never priced.
+Anytime (`time_limit`, a hard limit): the search first prices a seed (a mesh the model can run whose
+parameters and optimizer states leave room in the budget, at the defaults; over budget, the same mesh at
+its leanest too) whatever the limit, so it always holds a complete plan. After it, no candidate starts
+once the deadline has passed or would pass while it is priced (the median of the last ones), one being
+priced at the deadline is abandoned (anytime.Clock.interruptible), and the search ends with the best plan
+so far, `Result.cut` and the header saying what was left unexplored (Infeasible too). Candidates the model
+cannot run (PL362/PL365) or whose memory floor (pricing.memory_floor) is over the budget are never priced.
 """
 from __future__ import annotations
 
@@ -90,6 +87,8 @@ class Result:
     # candidates whose step time alone showed they cannot win (their memory was not priced): (choices,
     # step seconds), in the order met; the header counts them with `tried` (see docs/solve.md, Bounds)
     bounded: list[tuple[Choices, float]] = field(default_factory=list)
+    elapsed: float = 0.0  # seconds from the clock's start (the CLI's: the command's) to the plan written
+    seeded: float | None = None  # seconds from it to the anytime seed priced (None: none was)
 
 
 class _Search:
@@ -271,8 +270,7 @@ class _Search:
         return self.price(fills, choices_of(assign, micro, zero, specs, ckpt, stages), beat)
 
     def steps_at(self, assign: dict, micro: int | None) -> float | None:
-        """Stage 1's candidate of this mesh: its step time alone, without its program's collectives (a
-        lower bound; None when it cannot be had)."""
+        """Stage 1's candidate of this mesh: its step alone, without its program's collectives (a lower bound), or None."""
         try:
             fills = self.space.fills(assign, micro, 0, {}, None, "flops")
         except SolveError:
@@ -382,7 +380,8 @@ class _Search:
         if self._bounded:
             self.progress(f"{len(self.tried)} candidates priced in full, {len(self._bounded)} by their step time "
                           "alone (bounded out: slower than a plan that fits)")
-        return Result(text, chosen, self.tried, self.notes, header, cut, list(self._bounded.values()))
+        seeded = None if self.clock.seeded is None else self.clock.since(self.clock.seeded)
+        return Result(text, chosen, self.tried, self.notes, header, cut, list(self._bounded.values()), self.clock.since(), seeded)
 
     def considered(self) -> int:
         """Candidates priced: in full (`tried`), or by their step time alone (bounded out)."""
@@ -431,6 +430,7 @@ class _Search:
                     break
         finally:
             self.clock.seeding = False
+            self.clock.seeded = self.clock.now()
         return out
 
     def seed_order(self, meshes: list[dict]) -> list[dict]:

@@ -97,6 +97,7 @@ class Space:
         self.arguments = arguments
         self.facts = facts
         self.int_arguments = {i for i, x in enumerate(holes.arguments) if arguments.takes_int(x)}
+        self._stages: dict[tuple[int, str], tuple] = {}  # (stage count, method) -> (choices, stages value)
         h = holes
         # the choices besides axis sizes a candidate carries (assign's keys; each has a space, no axis does)
         self.outer_keys = ([PP_AXIS] if h.pp_axis else []) + ([SCHEDULE] if h.schedule else []) + \
@@ -355,14 +356,21 @@ class Space:
     def stage_choices(self, assign: dict, method: str = "flops") -> list:
         """The pipeline hole's stages: the min–max partition of per-layer flops or saved activations
         (planlang.solve.partition), or SageMaker's tree partition of the module hierarchy."""
+        return list(self._stage_fill(assign, method)[0])
+
+    def _stage_fill(self, assign: dict, method: str) -> tuple:
+        """(stage_choices, their value as the plan's stages), once per stage count and method: the
+        partition reads only the stage count and the model's layers (every mesh of a pp degree shares it)."""
         # lazy: torch loads only when this runs
-        from planlang.solve.pipeline_stages import balanced_stages, tree_stages
+        from planlang.solve.pipeline_stages import balanced_stages, to_stages, tree_stages
 
         k = self.size_of(assign, self.pp_axis(assign)) * max(self.schedule_of(assign)[1], 1)
-        parts = self.facts().layers
-        if method == "tree":
-            return tree_stages(self.plan, k, parts=parts)
-        return balanced_stages(self.plan, k, cost=method, parts=parts)
+        if (k, method) not in self._stages:
+            parts = self.facts().layers
+            chosen = tree_stages(self.plan, k, parts=parts) if method == "tree" else \
+                balanced_stages(self.plan, k, cost=method, parts=parts)
+            self._stages[k, method] = (tuple(chosen), to_stages(chosen))
+        return self._stages[k, method]
 
     def literal(self, hole: T.Hole) -> bool:
         return hole.span.file != self.path or self.source[hole.span.start:hole.span.end].strip() == "?"
@@ -470,11 +478,8 @@ class Space:
         if h.micro is not None:
             fills["microbatches"] = Fill(h.micro, micro)
         if h.stages is not None:
-            # lazy: torch loads only when this runs
-            from planlang.solve.pipeline_stages import to_stages
-
-            chosen = self.stage_choices(assign, stages)
-            fills["stages"] = Fill(h.stages, to_stages(chosen), text="\n" + "\n".join(str(c) for c in chosen) + "\n")
+            chosen, value = self._stage_fill(assign, stages)
+            fills["stages"] = Fill(h.stages, value, text="\n" + "\n".join(str(c) for c in chosen) + "\n")
         for k, (rule, written) in enumerate(h.specs):
             spec = specs.get(k)
             if spec is None:
