@@ -61,10 +61,33 @@ def is_tensor(v: object) -> bool:
     return isinstance(v, (torch.Tensor, Deferred))
 
 
+@dataclass
+class StepSignature:
+    """What lowering reads off an ExportedProgram besides its graph: which placeholders are parameters,
+    buffers and lifted constants (by FQN or constant name), the constants, and the user inputs and
+    outputs by node name (planlang.model.capture.fold_graph builds one for a graph it expands)."""
+
+    params: dict[str, str]
+    buffers: dict[str, str]
+    lifted: dict[str, str]
+    constants: dict[str, Any]
+    user_inputs: list[str]
+    user_outputs: list[str]
+
+    @classmethod
+    def of(cls, ep: torch.export.ExportedProgram) -> "StepSignature":
+        sig = ep.graph_signature
+        outs = [s.arg.name for s in sig.output_specs
+                if s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT and hasattr(s.arg, "name")]
+        return cls(dict(sig.inputs_to_parameters), dict(sig.inputs_to_buffers),
+                   dict(sig.inputs_to_lifted_tensor_constants), dict(ep.constants), list(sig.user_inputs), outs)
+
+
 class ExportBuilder:
     """What lowering an exported graph has made so far; `emit` adds an op (and names the node's value)."""
 
-    def __init__(self, ep: torch.export.ExportedProgram, root: nn.Module, prefix: str, training: bool) -> None:
+    def __init__(self, ep: "torch.export.ExportedProgram | StepSignature", root: nn.Module, prefix: str,
+                 training: bool) -> None:
         self.prefix = prefix
         self.training = training
         self.root = root
@@ -76,15 +99,13 @@ class ExportBuilder:
         self.pieces: dict[str, fx.Node] = {}  # split/chunk node name -> the node (its getitems are pieces)
         self.multi: dict[str, fx.Node] = {}  # tuple-valued op without a rule -> the node
         self._const_of: dict[str, str] = {}  # folded node name -> const Value name
-        sig = ep.graph_signature
-        self.param_of = dict(sig.inputs_to_parameters)
-        self.buffer_of = dict(sig.inputs_to_buffers)
-        self.lifted = dict(sig.inputs_to_lifted_tensor_constants)
-        self.constants = ep.constants
-        self.user_inputs = list(sig.user_inputs)
-        self.user_outputs = [s.arg.name for s in sig.output_specs
-                             if s.kind == torch.export.graph_signature.OutputKind.USER_OUTPUT
-                             and hasattr(s.arg, "name")]
+        sig = ep if isinstance(ep, StepSignature) else StepSignature.of(ep)
+        self.param_of = sig.params
+        self.buffer_of = sig.buffers
+        self.lifted = sig.lifted
+        self.constants = sig.constants
+        self.user_inputs = sig.user_inputs
+        self.user_outputs = sig.user_outputs
         # a shared parameter's canonical name: the first of its names, the one named_parameters() gives
         self.canonical: dict[int, str] = {}
         for n, p in root.named_parameters(remove_duplicate=False):

@@ -40,7 +40,7 @@ from torch import fx, nn
 
 from planlang.model.capture import aten_readers
 from planlang.model.capture.aten_readers import causal_mask, keeps_all  # noqa: F401 - part of this module's API
-from planlang.model.capture.export_builder import AtenCall, ExportBuilder, aten_name
+from planlang.model.capture.export_builder import AtenCall, ExportBuilder, StepSignature, aten_name
 from planlang.model.capture.fx_builder import node_of
 from planlang.model.capture.graph_values import (
     OpGraph, UnsupportedGraph, keyword_inputs, loss_step, rename_inputs, step_input_names,
@@ -48,7 +48,7 @@ from planlang.model.capture.graph_values import (
 from planlang.model.capture.targets import ATEN_IDENTITY, COMPOSITE, TargetIndex, resolve, target_index
 
 __all__ = ["AtenCall", "causal_mask", "export_op_graph", "export_step", "inline_wrappers", "keeps_all",
-           "rules"]
+           "lower_export", "rules"]
 
 aten = torch.ops.aten
 Rule = Callable[[ExportBuilder, fx.Node], bool]
@@ -77,10 +77,17 @@ def export_op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: 
     the plan's input names and `target`/`targetN`, as planlang.model.capture.opgraph.op_graph names them."""
     ep, root = export_step(model, inputs, loss_fn, targets)
     inline_wrappers(ep.graph_module)
+    return lower_export(ep.graph, StepSignature.of(ep), root, model, list(inputs), len(targets))
+
+
+def lower_export(graph: fx.Graph, sig: StepSignature, root: nn.Module, model: nn.Module, inputs: list[str],
+                 n_targets: int) -> OpGraph:
+    """The op graph of an exported step's graph (wrappers inlined) whose placeholders `sig` names; `root`
+    is the module exported (`model`, or the step wrapping it with its loss)."""
     prefix = "model" if root is not model else ""
-    b = ExportBuilder(ep, root, prefix, training=model.training)
+    b = ExportBuilder(sig, root, prefix, training=model.training)
     table = rules(target_index())
-    for node in ep.graph.nodes:
+    for node in graph.nodes:
         try:
             _lower(b, node, table)
         except UnsupportedGraph:
@@ -91,7 +98,7 @@ def export_op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: 
     if not outs:
         raise UnsupportedGraph("the exported step has no tensor output computed from the inputs")
     g = OpGraph(b.values, b.nodes, outs, b.consts)
-    names = step_input_names(list(inputs), len(targets))
+    names = step_input_names(inputs, n_targets)
     return rename_inputs(g, dict(zip(b.user_inputs, names)))
 
 
