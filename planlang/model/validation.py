@@ -35,7 +35,8 @@ from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.resolve import Resolution, Resolver
 
 from .capture.load import ModelLoadError, guess_targets, meta_inputs, plan_loss
-from .capture.opgraph import op_graph
+from .capture.fold import find_fold
+from .capture.fold_graph import op_graph_of
 from .checks import PHASES, validate
 from .facts import LoweringFailure, ModelFacts, NoTargets, build_for_check, probe_facts
 from .price.estimate import estimate_plan
@@ -202,7 +203,8 @@ def _lowered(model: nn.Module, plan: CompletePlan) -> Program:
     targets = guess_targets(model, loss, inputs) if loss is not None else ()
     if targets is None:
         raise NoTargets("the plan's loss")
-    graph = op_graph(model, inputs, loss, tuple(targets)) if loss is not None else op_graph(model, inputs)
+    # a model of N identical blocks is exported cut to three and expanded: the same graph (fold_graph.py)
+    graph, _ = op_graph_of(model, inputs, loss, tuple(targets), find_fold(model))
     prog = lower(graph, plan)
     prog.checkpoint_groups = mark_checkpoints(prog, plan)
     return prog

@@ -41,7 +41,7 @@ from planlang.model.capture.export_graph import export_step, inline_wrappers, lo
 from planlang.model.capture.fold import Fold, FoldError, truncated
 from planlang.model.capture.fx_builder import strip
 from planlang.model.capture.graph_values import OpGraph, UnsupportedGraph, keyword_inputs
-from planlang.model.capture.opgraph import trace
+from planlang.model.capture.opgraph import op_graph, trace
 
 #: blocks the cut model keeps: the first, an interior one (the one repeated) and the last
 CUT_BLOCKS = 3
@@ -308,3 +308,19 @@ def expand(graph: fx.Graph, sig: StepSignature, fold: Fold, k: int, prefix: str)
     out = StepSignature(params, buffers, dict(sig.lifted), dict(sig.constants), list(sig.user_inputs),
                         [renamed.get(o, o) for o in sig.user_outputs])
     return new, out
+
+
+def op_graph_of(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callable | None = None,
+                targets: tuple[torch.Tensor, ...] = (), fold: Fold | None = None) -> tuple[OpGraph, str | None]:
+    """op_graph's graph of `model` (and its loss): expanded from the model cut to a few of `fold`'s blocks
+    where `folded_op_graph` can show it is the whole model's, else built from the whole model. Returns the
+    graph and, when it was built whole, why it was not expanded (the graph is the same either way)."""
+    why = "no list of identical blocks" if fold is None else None
+    if fold is not None:
+        try:
+            return folded_op_graph(model, inputs, loss_fn, fold, targets), None
+        except FoldError as e:
+            why = str(e)
+        except UnsupportedGraph as e:  # the whole model's export says it again, or goes through
+            why = f"the cut model: {e}"
+    return (op_graph(model, inputs, loss_fn, targets) if loss_fn is not None else op_graph(model, inputs)), why
