@@ -359,7 +359,8 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "parallelism trace it with torch.export)."),
     ("PL460", "stage-coverage", E, "module in no stage",
      "With explicit stages, every module that holds parameters or runs computation must belong to\n"
-     "exactly one stage."),
+     "exactly one stage. A parameter of the root module itself (no submodule holds it) is named in the\n"
+     "stage whose code reads it: `stage wte, pos, h[0:6]`."),
     ("PL461", "module-in-two-stages", E, "module in two stages", "A module is selected by two stages."),
     ("PL462", "stage-order", E, "stages out of execution order",
      "Stage i+1 must run after stage i: a module of a later stage runs before a module of an earlier one."),

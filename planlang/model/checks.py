@@ -19,7 +19,7 @@ from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.data import activation_layout, data_degree, tensor_axes
 from planlang.plan.resolve import Resolution, diag
 from planlang.plan.rule_sites import site_and_labels
-from planlang.plan.selection import Selection, covered_modules, to_plan_name
+from planlang.plan.selection import Selection, covered_modules, stage_targets, to_plan_name
 from planlang.plan.units import format_bytes
 
 from .capture.trace import ModuleFacts
@@ -183,7 +183,7 @@ def pipeline_stages(ctx) -> Iterator[Diagnostic]:
     facts, p = _facts(ctx), ctx.plan.pipeline
     if p is None or not isinstance(p.stages, tuple):
         return
-    names = facts.all_modules
+    names = stage_targets(facts.all_modules, facts.params)
     stage_of: dict[str, int] = {}
     for st in p.stages:
         for sel in st.modules:
@@ -212,6 +212,13 @@ def pipeline_stages(ctx) -> Iterator[Diagnostic]:
         shown = ", ".join(to_plan_name(m) for m in missing[:6]) + (" ..." if len(missing) > 6 else "")
         yield diag("PL460", f"{len(missing)} module{'s' if len(missing) != 1 else ''} in no stage: {shown}", p.span,
                    help="add them to the stage they run in")
+    # a parameter of the root module itself is in no module a stage can hold: the plan names it
+    roots = [n for n in facts.params if "." not in n and facts.canonical(n) == n and n not in stage_of]
+    if roots:
+        yield diag("PL460", f"parameter{'s' if len(roots) > 1 else ''} {', '.join(f'`{n}`' for n in roots)} of the "
+                            "root module in no stage", p.span,
+                   help=f"name {'them' if len(roots) > 1 else 'it'} in the stage whose code reads "
+                        f"{'them' if len(roots) > 1 else 'it'}: `stage ..., {roots[0]}`")
     last = -1
     for m in facts.order:
         s = stage_of.get(m)

@@ -230,6 +230,13 @@ def index_range(sel: Selection) -> tuple[str, int, int | None] | None:
     return prefix, 0, None
 
 
+def stage_targets(modules, params) -> list[str]:
+    """What a pipeline `stage` names: the model's modules, and the parameters of the root module itself
+    (a learned position table or a scale the root's own forward reads), which no submodule holds. Such
+    a parameter lives in the stage that names it."""
+    return [*modules, *(p for p in params if "." not in p)]
+
+
 def covered_modules(sels, names: list[str]) -> set[str]:
     """The modules of `names` that `sels` select, and all their descendants (what a stage or a
     checkpoint group holds)."""

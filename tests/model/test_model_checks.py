@@ -141,3 +141,46 @@ def test_model_that_cannot_load_is_located(tmp_path):
     p.write_text(HEAD.format(tie="").replace("tinynet:build", "tinynet:broken"))
     (d,) = check_with_model(str(p)).diagnostics
     assert d.code == "PL261" and d.span.line == 3
+
+
+ROOT_PLAN = """\
+device d {{ memory = 80 GiB; flops.f32 = 10 TFLOPS }}
+link l {{ bandwidth = 100 GB/s; latency = 2 us }}
+model net = "tests.runtime.pipeline_worker:build_root"()
+input x : f32[batch = 8, features = 16]
+budget 40 GiB per device
+mesh m of 2 x d {{
+    pp = 2 over l
+}}
+pipeline over pp schedule 1f1b microbatches 2 {{
+    stage a, {first}b
+    stage c{last}
+}}
+"""
+
+
+def test_root_parameters_live_in_the_stage_that_names_them(tmp_path):
+    # parameters of the root module itself (`pos`, `scale`: no submodule holds them) are named in a stage
+    from planlang.model.validation import validate_file
+    from planlang.model.program.stages import StageSplitError, split_model
+
+    p = tmp_path / "p.plan"
+    p.write_text(ROOT_PLAN.format(first="", last=""))
+    (d,) = [d for d in check_with_model(str(p)).diagnostics if d.code == "PL460"]
+    assert "`pos`, `scale` of the root module in no stage" in d.message and "`stage ..., pos`" in d.help
+    p.write_text(ROOT_PLAN.format(first="pos, ", last=", scale"))
+    v = validate_file(str(p))
+    assert not [d for d in v.check.diagnostics if d.severity.name == "ERROR"], v.check.diagnostics
+    # the estimate holds each in the stage naming it: stage 0 has a, pos, b; stage 1 c, scale (f32)
+    w = 16 * 16 + 16
+    assert [e.parameters for e in v.estimate] == [(2 * w + 16) * 4, (w + 16) * 4]
+    # the runtime's cut: an unnamed root parameter is PL460 with the same fix
+    from tests.runtime.pipeline_worker import build_root
+
+    with pytest.raises(StageSplitError) as err:
+        split_model(build_root(), [["a", "b"], ["c", "scale"]])
+    assert err.value.code == "PL460" and "`pos` of the root module" in err.value.message
+    assert "`stage ..., pos`" in err.value.help
+    stages = split_model(build_root(), [["a", "pos", "b"], ["c", "scale"]])
+    assert [sorted(n for n, _ in s.named_parameters()) for s in stages] == [
+        ["a.bias", "a.weight", "b.bias", "b.weight", "pos"], ["c.bias", "c.weight", "scale"]]

@@ -41,6 +41,25 @@ def build_skip() -> SkipNet:
     return SkipNet()
 
 
+class RootNet(nn.Module):
+    """Parameters the root module holds itself, read by its own forward in different stages: `pos` after
+    `a` (stage 0), `scale` after `c` (stage 1). The plan names each in its stage."""
+
+    def __init__(self, width: int = 16) -> None:
+        super().__init__()
+        self.a, self.b, self.c = (nn.Linear(width, width) for _ in range(3))
+        self.pos = nn.Parameter(torch.linspace(-0.5, 0.5, width))
+        self.scale = nn.Parameter(torch.linspace(0.5, 1.5, width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.a(x)) + self.pos
+        return self.c(torch.tanh(self.b(h))) * self.scale
+
+
+def build_root() -> RootNet:
+    return RootNet()
+
+
 def loss(output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.mse_loss(output, target)
 
@@ -67,6 +86,8 @@ SKIP = '"tests.runtime.pipeline_worker:build_skip"()'
 SKIP_IN = "x : f32[batch = 8, features = 16]\ninput idx : i64[batch = 8]"
 SKIP_2 = "{\n    stage a, b\n    stage c, e, d, emb\n}"
 SKIP_4 = "{\n    stage a\n    stage b\n    stage c, e\n    stage d, emb\n}"
+ROOT = '"tests.runtime.pipeline_worker:build_root"()'
+ROOT_2 = "{\n    stage a, pos, b\n    stage c, scale\n}"
 
 # name -> (plan text, model kind)
 CONFIGS = {
@@ -88,6 +109,9 @@ CONFIGS = {
     "skip-interleaved-dp": (_plan(SKIP, SKIP_IN, _lb("pp") + "\n" + _lb("dp"),
                                   "pipeline over pp schedule interleaved chunks 2 microbatches 2 " + SKIP_4,
                                   data="data x : [dp, _]\ndata idx : [dp]"), "skip"),
+    "root-params-1f1b-dp": (_plan(ROOT, "x : f32[batch = 8, features = 16]", _lb("pp") + "\n" + _lb("dp"),
+                                  "pipeline over pp schedule 1f1b microbatches 2 " + ROOT_2, data="data x : [dp, _]",
+                                  opt="adamw(lr = 0.001)"), "root"),
 }
 
 
@@ -108,6 +132,8 @@ def _batches(kind: str, model, steps: int):
             out.append(((idx,), idx))
         elif kind == "mlp":
             out.append(((torch.randn(8, 16, generator=g),), torch.randn(8, 8, generator=g)))
+        elif kind == "root":
+            out.append(((torch.randn(8, 16, generator=g),), torch.randn(8, 16, generator=g)))
         else:
             x, idx = torch.randn(8, 16, generator=g), torch.randint(0, 10, (8,), generator=g)
             out.append(((x, idx), torch.randn(8, 16, generator=g)))

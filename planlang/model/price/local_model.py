@@ -26,7 +26,7 @@ from planlang.plan import types as T
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim
-from planlang.plan.selection import covered_modules
+from planlang.plan.selection import covered_modules, stage_targets
 
 from planlang.model.capture.autocast import MetaAutocast
 from planlang.model.capture.load import build_model, meta_inputs
@@ -102,11 +102,12 @@ def stage_of_modules(plan: CompletePlan, names: list[str]) -> dict[str, int]:
 def local_params(plan: CompletePlan, facts) -> tuple[dict[str, int], dict[str, LocalParam]]:
     """The pipeline stage of each module, and every parameter (canonical names) with its local shape.
     `facts`: the probed model (planlang.model.capture.trace.ModuleFacts)."""
-    stage_of = stage_of_modules(plan, facts.all_modules)
+    stage_of = stage_of_modules(plan, stage_targets(facts.all_modules, facts.params))
     params: dict[str, LocalParam] = {}
     held: dict[str, set] = {}  # canonical name -> the stages of the modules using it under any of its names
     for name in facts.params:
-        held.setdefault(facts.canonical(name), set()).add(stage_of.get(name.rpartition(".")[0]))
+        owner = name.rpartition(".")[0]  # a parameter of the root itself: the stage naming it
+        held.setdefault(facts.canonical(name), set()).add(stage_of.get(owner) if owner else stage_of.get(name))
     for name, (shape, dtype) in facts.params.items():
         if facts.canonical(name) != name:
             continue

@@ -44,7 +44,7 @@ from torch.utils._pytree import tree_flatten
 
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim, data_degree
-from planlang.plan.selection import Selection
+from planlang.plan.selection import Selection, stage_targets
 
 from planlang.model.capture.load import TORCH_DTYPES
 from planlang.model.capture.graph_values import keyword_inputs
@@ -324,7 +324,8 @@ def _as_selection(s: Selection | str) -> Selection:
 
 def _stage_of_modules(model: nn.Module, stages) -> tuple[dict[str, int], set[str]]:
     """Every selected module and its descendants -> stage index; and the outermost selected modules."""
-    names = [n for n, _ in model.named_modules() if n]
+    modules = [n for n, _ in model.named_modules() if n]
+    names = stage_targets(modules, [n for n, _ in model.named_parameters(recurse=False)])
     stage_of: dict[str, int] = {}
     selected: dict[str, int] = {}
     for i, sels in enumerate(stages):
@@ -348,7 +349,7 @@ def _stage_of_modules(model: nn.Module, stages) -> tuple[dict[str, int], set[str
                                   "give each module (with everything inside it) to one stage", "PL461")
         if owners:
             stage_of[name] = owners.pop()
-    leaves = {m for m in selected if not any(m.startswith(o + ".") for o in selected if o != m)}
+    leaves = {m for m in selected if m in set(modules) and not any(m.startswith(o + ".") for o in selected if o != m)}
     return stage_of, leaves
 
 
@@ -397,13 +398,15 @@ def _place(graph: fx.Graph, model: nn.Module, stage_of: dict[str, int]):
                                       "add it to the stage it runs in", "PL460")
         elif node.op == "get_attr":
             target = str(node.target)
-            fixed = stage_of.get(_owner(target))
+            # a parameter of the root itself lives in the stage that names it (plan.selection.stage_targets)
+            fixed = stage_of.get(_owner(target)) if _owner(target) else stage_of.get(target)
             if fixed is None and isinstance(_attr(model, target), nn.Parameter):
                 raise StageSplitError(
                     f"parameter `{plan_name(target)}` is used by the model but its module "
-                    f"`{plan_name(_owner(target)) or '(the root)'}` is in no stage",
+                    f"`{plan_name(_owner(target))}` is in no stage" if _owner(target) else
+                    f"parameter `{target}` of the root module is used by the model but is in no stage",
                     "add that module to the stage that uses it" if _owner(target) else
-                    "move the parameter into a submodule that a stage can select", "PL460")
+                    f"name it in the stage whose code reads it: `stage ..., {target}`", "PL460")
             # a buffer or constant outside every stage is copied to each stage that reads it
         if fixed is not None:
             if last_fixed is not None and fixed < last_fixed[0]:
