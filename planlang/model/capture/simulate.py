@@ -197,6 +197,11 @@ class LiveBytes(TorchDispatchMode):
         self.segment: object = None
         self.segment_peak: dict[object, int] = {}
         self.segment_start: dict[object, int] = {}  # the bytes live when a part is first entered
+        # the same peaks by phase too (0: forward, 1: backward, 2 and 3: the accumulated pass's), and the
+        # bytes live when each phase began: what a folded run (fold_step) extrapolates part by part
+        self.phase = 0
+        self.phase_peak: dict[tuple[int, object], int] = {}
+        self.phase_start: dict[int, int] = {0: 0}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -216,8 +221,12 @@ class LiveBytes(TorchDispatchMode):
                 o = self.owner
                 self.owner_live[o] = self.owner_live.get(o, 0) + n
                 self.owner_peak[o] = max(self.owner_peak.get(o, 0), self.owner_live[o])
-                if self.segment is not None and self.live > self.segment_peak.get(self.segment, 0):
-                    self.segment_peak[self.segment] = self.live
+                if self.segment is not None:
+                    if self.live > self.segment_peak.get(self.segment, 0):
+                        self.segment_peak[self.segment] = self.live
+                    at = (self.phase, self.segment)
+                    if self.live > self.phase_peak.get(at, 0):
+                        self.phase_peak[at] = self.live
                 weakref.finalize(st, self._free, key)
         return out
 
@@ -233,6 +242,12 @@ class LiveBytes(TorchDispatchMode):
         self.segment = segment
         self.segment_peak[segment] = max(self.segment_peak.get(segment, 0), self.live)
         self.segment_start.setdefault(segment, self.live)
+        at = (self.phase, segment)
+        self.phase_peak[at] = max(self.phase_peak.get(at, 0), self.live)
+
+    def next_phase(self) -> None:
+        self.phase += 1
+        self.phase_start[self.phase] = self.live
 
     def reset_peak(self) -> None:
         self.peak = self.live
@@ -272,14 +287,17 @@ class StepMemory:
 
 def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None,
                   stage_of: dict[str, int] | None = None, accumulate: bool = False,
-                  blocks: tuple[str, ...] = ()) -> StepMemory:
+                  blocks: tuple[str, ...] = (), phases: dict | None = None) -> StepMemory:
     """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta
     (or fake tensors, for models that read values; see trace.meta_or_fake). With `stage_of` (module
     name -> pipeline stage), bytes are also attributed to the stage whose module created them. With
     `accumulate`, a second forward and backward follow with the first one's gradients kept, as for the
     second and later microbatches of a pipeline: autograd then computes each parameter's gradient into
-    a temporary and adds it to the live `.grad`, so every gradient is live throughout that backward."""
-    return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of, accumulate, blocks))
+    a temporary and adds it to the live `.grad`, so every gradient is live throughout that backward.
+    `phases` (with `blocks`), a dict, receives the peak of each part in each phase ("peak": (phase, part)
+    -> bytes; phases 0 and 1 the forward and backward, 2 and 3 the accumulated pass's) and the bytes live
+    when each phase began ("start"): what planlang.model.capture.fold_step extrapolates."""
+    return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of, accumulate, blocks, phases))
 
 
 def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int]) -> list:
@@ -325,8 +343,8 @@ def _own(mode: "LiveBytes", last: list, stage: int, grad_outputs):
 
 
 def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, stage_of=None,
-              accumulate: bool = False, blocks: tuple[str, ...] = ()) -> StepMemory:
-    return _simulate_once(module, inputs, loss, stage_of, accumulate=accumulate, blocks=blocks)
+              accumulate: bool = False, blocks: tuple[str, ...] = (), phases: dict | None = None) -> StepMemory:
+    return _simulate_once(module, inputs, loss, stage_of, accumulate=accumulate, blocks=blocks, phases=phases)
 
 
 def _block_hooks(module: torch.nn.Module, mode: "LiveBytes", blocks: tuple[str, ...]) -> list:
@@ -355,7 +373,7 @@ def _block_hooks(module: torch.nn.Module, mode: "LiveBytes", blocks: tuple[str, 
 
 
 def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
-                   blocks: tuple[str, ...] = ()) -> StepMemory:
+                   blocks: tuple[str, ...] = (), phases: dict | None = None) -> StepMemory:
     ignore = Existing([*module.parameters(), *module.buffers(), *inputs.values()])
     for p in module.parameters():
         p.grad = None
@@ -377,9 +395,12 @@ def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
                         grads[b] = grads.get(b, 0) + p.grad.untyped_storage().nbytes()
                 first = replace(first, segments=dict(mode.segment_peak), segment_starts=dict(mode.segment_start),
                                 block_grads=tuple(grads.get(i, 0) for i in range(len(blocks))))
+            if phases is not None:
+                phases.update(peak=mode.phase_peak, start=mode.phase_start)
             if not accumulate:
                 return first
             # the first pass's gradients stay live (owned by the stage whose backward made them)
+            mode.next_phase()
             again = _run(module, args, kwargs, inputs, loss, mode, last_stage)
             return replace(first, backward_peak_accum=again.backward_peak,
                            stage_backward_peak_accum=dict(again.stage_backward_peak))
@@ -418,6 +439,7 @@ def _run(module, args, kwargs, inputs, loss, mode: "LiveBytes", last_stage, bloc
         stage_saved = dict(mode.owner_live)
         output = scalar.untyped_storage().nbytes()
         mode.reset_peak()
+        mode.next_phase()
         if blocks is not None:
             mode.enter(("B", blocks))  # the loss's and the head's backward, before the last block's
         _end_autocast_region()

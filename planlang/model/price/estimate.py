@@ -66,6 +66,7 @@ from planlang.model.capture.simulate import simulate_step
 from planlang.model.capture.source import imported_source, model_source
 from planlang.model.capture.trace import probe_modules
 from planlang.model.price.caches import MODEL_FACTS, LruCache, caller_caches
+from planlang.model.price.local_fold import folded_run
 from planlang.model.price.local_model import (LocalParam, LocalPieces, autocast_for, build_local_model,
                                               has_module, in_precision, local_inputs, local_params,
                                               plan_checkpoint_groups, plan_model, sized, split_widths,
@@ -149,10 +150,20 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
     stage_map = stage_of or None
     # the parts of the step FSDP2's per-block units change (ZeRO-2/3 without a pipeline: zero_blocks_peak)
     blocks = () if stage_map else tuple(b for b in getattr(facts, "blocks", ()) if has_module(module, b))
+    trained: frozenset[str] | None = None
     try:
         with LocalPieces(split_widths(params)), autocast_for(plan.precision):
-            sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
             prof = profiled.get(profile_key)
+            # a few of the repeated blocks run when the plan treats them alike (no pipeline: stage_map None)
+            folded = folded_run(plan, facts, module, local_in, loss, simulate=True, profile=prof is None,
+                                accumulate=micro > 1, blocks=blocks) if stage_map is None else None
+            if folded is not None:
+                assert folded.sim is not None
+                sim, trained = folded.sim, folded.trained
+                if prof is None and folded.profile is not None:
+                    prof = profiled.put(profile_key, folded.profile)
+            else:
+                sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
             if prof is None:
                 prof = profiled.put(profile_key, profile_model(module, local_in, loss))
     except Exception as err:  # a model whose code does not follow its local parameter shapes
@@ -163,7 +174,9 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
         with autocast_for(plan.precision):
             sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
             prof = profile_model(module, local_in, loss)
-    trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
+        trained = None
+    if trained is None:
+        trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
     return sim, prof, trained, tuple(notes)
 
 
@@ -195,8 +208,12 @@ def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
     if prof is None:
         try:
             module, _ = build_local_model(plan, facts, params)
+            local_in, loss = local_inputs(plan, data_degree(plan) * micro), model_loss(plan.model)
             with LocalPieces(split_widths(params)), autocast_for(plan.precision):
-                prof = profile_model(module, local_inputs(plan, data_degree(plan) * micro), model_loss(plan.model))
+                folded = folded_run(plan, facts, module, local_in, loss, simulate=False, profile=True)
+                prof = folded.profile if folded is not None else None
+                if prof is None:
+                    prof = profile_model(module, local_in, loss)
         except Exception:  # noqa: BLE001 - estimate_plan falls back to the unsharded model; no step here
             return None
         profiled.put(profile_key, prof)

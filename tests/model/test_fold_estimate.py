@@ -1,0 +1,126 @@
+"""The estimate of a model of N identical blocks runs its local model cut to a few blocks and extrapolates
+(planlang.model.capture.fold_step, issue #29): every figure must be the whole model's. Each plan is
+estimated folded and unfolded (fold_step.ENABLED off) and compared field for field: the rows, the raw
+simulated step (StepMemory) and profile, the parameters that train, and estimate_steps' inputs."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("transformers", reason="the zoo's Hugging Face models need transformers")
+
+from planlang.model.capture import fold_step  # noqa: E402
+from planlang.model.price import estimate as E  # noqa: E402
+from planlang.plan.checker import check_text  # noqa: E402
+from planlang.plan.complete import complete  # noqa: E402
+
+# name -> (factory call, input, the blocks' selector)
+MODELS = {
+    "llama": ('"examples.zoo.causal_lm:llama"(num_hidden_layers = 7)', "input_ids", "model.layers"),
+    # Qwen2 without a sliding window (its layers are then all alike)
+    "qwen2": ('"examples.zoo.causal_lm:qwen2"(num_hidden_layers = 6)', "input_ids", "model.layers"),
+    "mistral": ('"examples.zoo.causal_lm:mistral"(num_hidden_layers = 8)', "input_ids", "model.layers"),
+    "gpt2": ('"examples.gpt2.model:build"(layers = 6, hidden = 64, heads = 4, vocab = 128, seq = 32)', "idx", "h"),
+}
+TP = {
+    "llama": """use patterns.megatron
+for layer in model.layers[*] {
+    apply megatron.llama_attention(tp) to layer.self_attn
+    apply megatron.llama_mlp(tp) to layer.mlp
+}""",
+    "gpt2": """use patterns.megatron
+for block in h[*] {
+    apply megatron.attention(tp) to block.attn
+    apply megatron.mlp(tp) to block.mlp
+}""",
+}
+TP["mistral"] = TP["llama"]
+TP["qwen2"] = TP["llama"][:-2] + """
+    shard layer.self_attn.q_proj.bias : [tp]
+    shard layer.self_attn.k_proj.bias : [tp]
+    shard layer.self_attn.v_proj.bias : [tp]
+}"""
+
+
+def plan_of(model: str, layout: str, extra: str = ""):
+    factory, inp, blocks = MODELS[model]
+    mesh, opt, rest = "    dp = 4 over hardware.loopback", "", ""
+    if layout == "dptp":
+        mesh = "    dp = 2 over hardware.loopback\n    tp = 2 over hardware.loopback"
+        rest = TP[model]
+    elif layout == "zero3":  # every block checkpointed on its own (GPT-2's blocks would chain: `every 1`)
+        opt = "{\n    zero = 3 over dp\n    precision = bf16\n}"
+        rest = f"checkpoint {blocks}[*]" + (" every 1" if model == "gpt2" else "")
+    elif layout == "accumulate":
+        rest = "microbatches 2"
+    text = f"""use hardware
+model m = {factory}
+input {inp} : i64[batch = 16, seq = 16]
+mesh cluster of 4 x hardware.cpu {{
+{mesh}
+}}
+optimizer adamw(lr = 1e-3) {opt}
+data {inp} : [dp, _]
+{rest}
+{extra}"""
+    res = check_text(text, path="tests/model/fold.plan")
+    assert [d for d in res.diagnostics if d.severity.value == "error"] == [], res.diagnostics
+    return complete(res.plan)
+
+
+def run(plan, folded: bool, monkeypatch) -> tuple:
+    """The estimate's rows, its local model's (step, profile, trained, notes), estimate_steps' inputs,
+    and how the local model ran (fold_step.LOG)."""
+    monkeypatch.setattr(fold_step, "ENABLED", folded)
+    fold_step.LOG.clear()
+    got = []
+    real = E._simulate_local
+
+    def spy(*a, **k):
+        got.append(real(*a, **k))
+        return got[-1]
+
+    monkeypatch.setattr(E, "_simulate_local", spy)
+    rows = [r.as_dict() for r in E.estimate_plan(plan, cache={})]
+    steps = E.estimate_steps(plan, cache={})
+    return rows, got[0], steps, list(fold_step.LOG)
+
+
+def assert_same(plan, monkeypatch) -> list:
+    rows, (sim, prof, trained, notes), steps, log = run(plan, True, monkeypatch)
+    rows0, (sim0, prof0, trained0, notes0), steps0, log0 = run(plan, False, monkeypatch)
+    assert log0 == []
+    for f in dataclasses.fields(sim0):
+        assert getattr(sim, f.name) == getattr(sim0, f.name), f.name
+    assert list(prof.modules) == list(prof0.modules)  # execution order
+    for name, m in prof0.modules.items():
+        assert prof.modules[name] == m, name
+    assert prof == prof0
+    assert (trained, notes) == (trained0, notes0)
+    assert steps == steps0
+    assert rows == rows0
+    return log
+
+
+@pytest.mark.parametrize("layout", ["dp", "dptp", "zero3", "accumulate"])
+@pytest.mark.parametrize("model", list(MODELS))
+def test_folded_estimate_is_the_whole_models(model, layout, monkeypatch):
+    plan = plan_of(model, layout)
+    log = assert_same(plan, monkeypatch)
+    # estimate_plan's local model and estimate_steps' profile both ran folded
+    count = {"llama": 7, "qwen2": 6, "mistral": 8, "gpt2": 6}[model]
+    assert len(log) == 2 and all(fold is not None and fold.count == count for fold, _ in log), log
+
+
+def test_a_block_treated_differently_is_not_folded(monkeypatch):
+    plan = plan_of("llama", "dp", "checkpoint model.layers[3]")
+    log = assert_same(plan, monkeypatch)
+    assert log and all(fold is None and "model.layers.3 unlike model.layers.0" in why for fold, why in log), log
+
+
+def test_a_chain_over_every_block_is_not_folded(monkeypatch):
+    # GPT-2's blocks take one tensor: `checkpoint h[*]` recomputes them all as one checkpoint
+    plan = plan_of("gpt2", "dp", "checkpoint h[*]")
+    log = assert_same(plan, monkeypatch)
+    assert log and all(fold is None and why == "a checkpoint group spans blocks" for fold, why in log), log
