@@ -4,12 +4,15 @@ compute (`LoweringFailure`, reported as PL369). `model_facts_for` builds and pro
 be built or run on the declared inputs is a PL26x/PL368 diagnostic instead."""
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from planlang.lang.diagnostics import Diagnostic, Label
 from planlang.plan import types as T
@@ -17,7 +20,7 @@ from planlang.plan.resolve import diag
 
 from .capture.graph_values import OpNode
 from .capture.load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
-from .capture.trace import ModuleFacts, bind_inputs, meta_or_fake, probe_modules
+from .capture.trace import ModuleFacts, Run, bind_inputs, meta_or_fake, probe_run
 
 
 @dataclass
@@ -161,11 +164,17 @@ class StrictMeta(TorchDispatchMode):
         return out
 
 
-def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
+def _loss_on_verify_targets(module: nn.Module, plan: T.Plan, probed: Run | None = None,
+                            strict: StrictMeta | None = None) -> None:
     """The plan's loss (load.plan_loss: its model module's `loss`, else the model's `loss` method) on the
     targets `planlang verify` and `planlang.apply` make (planlang.model.capture.load.guess_targets), under
     StrictMeta: what their first step would raise; NoTargets when the loss takes none of the targets made
-    for it (apply would refuse the plan)."""
+    for it (apply would refuse the plan).
+
+    `probed`: the probe's run of this module on the plan's inputs under StrictMeta `strict`. Its output is
+    what the forward here would return (the same forward, on meta, without gradients; of a model cut to a
+    few of its blocks, the whole model's structure and shapes: trace.probe_run), so the loss runs on it,
+    in the same StrictMeta, and the forward is not run again; the targets are guessed on the same cut."""
     loss = plan_loss(plan, module)
     if loss is None:
         return
@@ -174,11 +183,21 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
     else:
         found = f"`loss` of `{plan.model.module}`"
     inputs = meta_inputs(plan.inputs)
-    targets = guess_targets(module, loss, inputs)
+    targets = guess_targets(module, loss, inputs, probed.fold if probed is not None else None)
     if targets is None:
         raise NoTargets(found)
     if not targets:
         return
+    mode = _mode_of(probed) if probed is not None else None
+    if probed is not None and strict is not None and mode is not None:
+        try:
+            with strict, mode, torch.no_grad():
+                loss(probed.output, *targets)
+            return
+        except RuntimeError as err:
+            if probed.fake or "meta tensors" not in str(err):
+                raise
+        # the loss reads a value: forward and loss again, under FakeTensorMode (meta_or_fake)
 
     def run():
         args, kwargs = bind_inputs(module, inputs)
@@ -187,6 +206,14 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan) -> None:
 
     with StrictMeta():
         meta_or_fake(run)
+
+
+def _mode_of(probed: Run) -> contextlib.AbstractContextManager | None:
+    """The mode the probe's forward ran in, to run the loss in as meta_or_fake would have: none on meta,
+    its FakeTensorMode under fake tensors (None when its output holds no fake tensor)."""
+    if not probed.fake:
+        return contextlib.nullcontext()
+    return next((t.fake_mode for t in tree_flatten(probed.output)[0] if isinstance(t, FakeTensor)), None)
 
 
 def build_for_check(plan: T.Plan) -> tuple[nn.Module | None, list[Diagnostic]]:
@@ -206,12 +233,13 @@ def probe_facts(plan: T.Plan, module: nn.Module) -> tuple[ModelFacts | None, lis
     (PL369)."""
     assert plan.model is not None
     try:
-        with no_exit(), StrictMeta():  # the forward is the model's code too: it must not end planlang
-            probed = probe_modules(module, meta_inputs(plan.inputs))
+        strict = StrictMeta()
+        with no_exit(), strict:  # the forward is the model's code too: it must not end planlang
+            probed, run = probe_run(module, meta_inputs(plan.inputs))
         facts = ModelFacts(**vars(probed), heads=attention_heads(module))
         try:
             with no_exit():
-                _loss_on_verify_targets(module, plan)
+                _loss_on_verify_targets(module, plan, run, strict)
         except NoTargets as err:  # a fact of the plan, not a failed probe: the other checks still run
             facts.failures = [LoweringFailure("targets", str(err))]
     except ModelLoadError as err:

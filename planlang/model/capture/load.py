@@ -27,6 +27,7 @@ from torch.utils._pytree import tree_flatten
 
 from planlang.plan.types import Input, ModelRef
 
+from planlang.model.capture.fold import FOLD_RUNS, Fold, truncated
 from planlang.model.capture.graph_values import keyword_inputs
 from planlang.model.capture.source import model_source, record, refresh, search_roots
 from planlang.lang.diagnostics import did_you_mean
@@ -307,23 +308,37 @@ def sum_loss_note(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> st
             "module or a `loss(self, output, *targets)` method on the model (docs/byom.md; `planlang explain PL370`)")
 
 
-def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor],
+                  fold: Fold | None = None) -> tuple[torch.Tensor, ...] | None:
     """Meta targets of the shapes `loss_fn` accepts (`target_candidates`' order), found by running the
-    model under FakeTensorMode (nothing is allocated); None when no candidate fits. A whole forward of
-    the model: one validation asks twice of one module (its loss check and its lowering), so the answer
-    is kept per module, loss, input shapes and dtypes, parameter dtypes and mode (what the output's
-    shape and dtype depend on)."""
+    model under FakeTensorMode (nothing is allocated); None when no candidate fits. A forward of the
+    model: one validation asks twice of one module (its loss check and its lowering), so the answer is
+    kept per module, loss, input shapes and dtypes, parameter dtypes and mode (what the output's shape
+    and dtype depend on). `fold`: blocks whose count the output's structure and shapes do not depend on
+    (trace.probe_run found so); the model then runs cut to FOLD_RUNS[0] of them, whole if that fails."""
     key = (loss_fn, tuple((k, tuple(v.shape), v.dtype) for k, v in inputs.items()),
            tuple(sorted({str(p.dtype) for p in model.parameters()})), model.training)
     known = _TARGETS.setdefault(model, {})
     if key not in known:
-        known[key] = _guess_targets(model, loss_fn, inputs)
+        known[key] = _folded_guess(model, loss_fn, inputs, fold) if fold is not None else \
+            _guess_targets(model, loss_fn, inputs)
     found = known[key]
     return None if found is None else tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in found)
 
 
 #: guess_targets' answers, per module while it lives
 _TARGETS: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
+
+
+def _folded_guess(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor],
+                  fold: Fold) -> tuple[torch.Tensor, ...] | None:
+    try:
+        with truncated(model, fold, FOLD_RUNS[0]) as counts:
+            found = _guess_targets(model, loss_fn, inputs)
+        counts.check()
+        return found
+    except (Exception, SystemExit):  # noqa: BLE001 - the cut model failed: the whole one says how
+        return _guess_targets(model, loss_fn, inputs)
 
 
 def _guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:

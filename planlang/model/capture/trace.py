@@ -1,7 +1,8 @@
 """What the plan needs to know about a model, found on the meta device without allocating it.
 
-`probe_modules` runs the model once on meta inputs with forward hooks: the execution order of modules,
-the shapes their forward receives and returns. `trace_graph` builds the op-level torch.fx graph with
+`probe_modules` runs the model on meta inputs with forward hooks: the execution order of modules, the
+shapes their forward receives and returns (a model whose blocks fold runs cut to a few of them:
+planlang.model.capture.fold_probe). `trace_graph` builds the op-level torch.fx graph with
 module paths on every node (torch.fx.symbolic_trace; torch.export for models symbolic tracing cannot
 handle, such as Hugging Face transformers), with shapes propagated from the declared inputs.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
+from typing import Any, Callable
 
 import torch
 import torch.fx as fx
@@ -16,6 +18,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_flatten
+
+from .fold import Fold
+from .fold_probe import folded_run
 
 
 def _shape(x) -> tuple[int, ...] | None:
@@ -77,12 +82,27 @@ class ModuleFacts:
         return name
 
 
-def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> ModuleFacts:
-    """Run the model once (meta tensors: no compute, no memory) and record every module call."""
+@dataclass
+class Run:
+    """One forward of a model with every module's first call recorded (`record_run`)."""
+
+    order: list[str]
+    calls: dict[str, ModuleCall]
+    output: Any  # what the forward returned
+    fake: bool  # it ran under FakeTensorMode (the model reads a value: `meta_or_fake`)
+    fold: Fold | None = None  # the run was of the model cut to FOLD_RUNS[0] of these blocks (`probe_run`)
+    whole: str = ""  # why `probe_run` ran the whole model (no fold, or the cut runs disagreed)
+
+
+def record_run(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
+               before: Callable[[], None] | None = None) -> Run:
+    """Run the model once (meta tensors: no compute, no memory) and record every module's first call;
+    `before()` is called before each try (meta, then fake tensors)."""
     names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
     calls: dict[str, ModuleCall] = {}
     order: list[str] = []
     handles = []
+    tries = []
 
     def pre(mod, args, kwargs):
         name = names.get(id(mod), "")
@@ -105,15 +125,53 @@ def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> M
     def run():
         calls.clear()
         order.clear()
+        tries.append(1)
+        if before is not None:
+            before()
         args, kwargs = bind_inputs(module, inputs)
         with torch.no_grad():
-            module(*args, **kwargs)
+            return module(*args, **kwargs)
 
     try:
-        meta_or_fake(run)
+        out = meta_or_fake(run)
     finally:
         for h in handles:
             h.remove()
+    return Run(order, calls, out, len(tries) > 1)
+
+
+def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor], fold: bool = True) -> ModuleFacts:
+    """Run the model (meta tensors: no compute, no memory) and record every module call; a model on meta
+    whose blocks fold runs cut to a few of them (`probe_run`)."""
+    return probe_run(module, inputs, fold)[0]
+
+
+def probe_run(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
+              fold: bool = True) -> tuple[ModuleFacts, Run]:
+    """`probe_modules`' facts and the run they were recorded from. With `fold`, a model whose parameters
+    and inputs are on meta (a run changes no state) and whose blocks fold runs cut to FOLD_RUNS' counts
+    (planlang.model.capture.fold_probe; the facts are the whole model's), and the run returned is the one
+    at FOLD_RUNS[0] blocks, whose output has the whole model's structure and shapes."""
+    got, why = None, "not folded (fold=False)" if not fold else "not on meta"
+    if fold and _on_meta(module, inputs):
+        got, why = folded_run(module, inputs, record_run)
+    if got is not None:
+        order, calls, run, blocks = got
+        run = Run(run.order, run.calls, run.output, run.fake, blocks)
+    else:
+        run = record_run(module, inputs)
+        run.whole = why
+        order, calls = run.order, run.calls
+    return module_facts(module, order, calls), run
+
+
+def _on_meta(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> bool:
+    tensors = [*module.parameters(), *module.buffers(), *inputs.values()]
+    return all(t.device.type == "meta" for t in tensors)
+
+
+def module_facts(module: torch.nn.Module, order: list[str], calls: dict[str, ModuleCall]) -> ModuleFacts:
+    """The probed `order` and `calls` with what the module objects say (parameters, sharing, blocks)."""
     params: dict[str, tuple[tuple[int, ...], str]] = {}
     by_id: dict[int, list[str]] = {}
     for n, p in module.named_parameters(remove_duplicate=False):
