@@ -190,11 +190,36 @@ def output_pins(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
 
 # ------------------------------------------------------------------------------ lowering
 class _Pricer:
+    """Conversion paths, their costs and an op's strategies on one mesh, each computed once per lowering:
+    a model's N identical blocks ask the same questions N times."""
+
     def __init__(self, mesh: Mesh) -> None:
         self.mesh = mesh
         dev = mesh.device
         self.peak = (dev.flops_for("f32") if dev is not None else None) or 1e12
         self._cache: dict = {}
+        self._costs: dict = {}
+        self._touches: dict = {}
+        self._strategies: dict = {}
+        self.daxes: set[str] = set()  # the plan's data axes (set by `lower`)
+
+    def strategies(self, op) -> list[Strategy]:
+        """planlang.cost.ops' strategies of `op` (an OpSpec: a pure function of it and the mesh)."""
+        try:
+            got = self._strategies.get(op)
+        except TypeError:  # an attribute that does not hash: asked every time
+            return strategies(op, self.mesh)
+        if got is None:
+            got = self._strategies[op] = strategies(op, self.mesh)
+        return got
+
+    def touches(self, v, src: Spec, dst: Spec) -> bool:
+        """Whether converting `v` from src to dst steps over a data axis (`_touches` over `daxes`)."""
+        key = (v.shape, v.dtype, src, dst)
+        got = self._touches.get(key)
+        if got is None:
+            got = self._touches[key] = _touches(self, v, src, dst, self.daxes)
+        return got
 
     def path(self, shape, src: Spec, dst: Spec, itemsize: int) -> Path | None:
         key = (shape, src, dst, itemsize)
@@ -206,10 +231,16 @@ class _Pricer:
         return self._cache[key]
 
     def cost(self, shape, src: Spec, dst: Spec, itemsize: int) -> float:
-        if normalize(src, self.mesh) == normalize(dst, self.mesh):
-            return 0.0
-        p = self.path(shape, src, dst, itemsize)
-        return math.inf if p is None else p.cost
+        key = (shape, src, dst, itemsize)
+        got = self._costs.get(key)
+        if got is None:
+            if normalize(src, self.mesh) == normalize(dst, self.mesh):
+                got = 0.0
+            else:
+                p = self.path(shape, src, dst, itemsize)
+                got = math.inf if p is None else p.cost
+            self._costs[key] = got
+        return got
 
 
 def lower(graph: OpGraph, plan: CompletePlan) -> Program:
@@ -222,6 +253,7 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     ispecs = input_specs(plan, graph)
     pins = output_pins(plan, graph)
     daxes = set(plan.dims.batch)
+    pricer.daxes = daxes
     layouts: dict[str, Spec] = {}
     for v in graph.values.values():
         if v.kind == "param":
@@ -284,7 +316,7 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
                 run = Run(node, per_sample, args, _grad_reduce(per_sample))
         else:
             try:
-                cands = strategies(node.op, mesh)
+                cands = pricer.strategies(node.op)
             except UnknownOp as e:
                 raise LoweringError(str(e)) from e
             pin = pins.get(node.name)
@@ -296,7 +328,7 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
             # and the batch stays split over the data axes: no activation is converted over a data axis
             # (the language's rule: data axes are implicit on the batch dim of every activation)
             keeps_data = [s for s in faithful if not any(
-                k not in fixed and _touches(pricer, v, layouts[current.get(v.name, v.name)], s.inputs[k], daxes)
+                k not in fixed and pricer.touches(v, layouts[current.get(v.name, v.name)], s.inputs[k])
                 for k, v in enumerate(in_vals))]
             # an output whose dim 0 is the batch is split over the data axes wherever a strategy can: after
             # an op that had to gather the batch, and where whole values (a parameter) grow a batch dim
