@@ -242,9 +242,9 @@ def expand(graph: fx.Graph, sig: StepSignature, fold: Fold, k: int, prefix: str)
     new = fx.Graph()
     env: dict[fx.Node, fx.Node] = {}  # cut node -> its node in the expansion
     copies: list[dict[fx.Node, fx.Node]] = [{} for _ in range(n)]  # copy j (block j): block 1's node -> its node
-    keep = {x.name for b in range(1, k) for x in cut.phs[b]}
-    params = {p: f for p, f in sig.params.items() if p not in keep}
-    buffers = {p: f for p, f in sig.buffers.items() if p not in keep}
+    replaced = {x.name for b in range(1, k) for x in cut.phs[b]}  # the copies' placeholders stand for these
+    params = {p: f for p, f in sig.params.items() if p not in replaced}
+    buffers = {p: f for p, f in sig.buffers.items() if p not in replaced}
     renamed: dict[str, str] = {}
 
     def make(old: fx.Node, name: str, sub: Callable[[Any], Any], meta: dict) -> fx.Node:
