@@ -57,6 +57,7 @@ from planlang.plan.complete import CompleteMesh, CompleteOptimizer, CompletePlan
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.types import Spec
 from planlang.runtime.codegen import generate
+from planlang.runtime.clip import clip_model
 from planlang.runtime.data_parallel import fsdp_mesh
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
@@ -69,6 +70,7 @@ from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
                                         wrap_optimizer)
 from planlang.runtime.redistribute import MeshGroups, redistribute
+from planlang.runtime.save_load import full_state_dict
 from planlang.runtime.zero import OptimizerError, build_optimizer
 from planlang.runtime.zero_blocks import Block, BlockCaller, block_ranges
 
@@ -326,6 +328,18 @@ class ParallelModel(nn.Module):
     def full_grads(self) -> dict[str, torch.Tensor]:
         """Every parameter's gradient gathered whole (parameters without a gradient are left out)."""
         return self._gathered(lambda p: p.grad)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ of the whole model (planlang.runtime.clip): the norm of every
+        gradient element once, over all ranks' pieces, returned (f32) on every rank; after `step`, before
+        the optimizer's step."""
+        return clip_model(self, list(self.module.named_parameters()), self.layouts, max_norm, norm_type,
+                          error_if_nonfinite, self.loss_scale)
+
+    def full_state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+        """The whole parameters and buffers on the CPU, on rank 0 or `all_ranks` (planlang.runtime.save_load)."""
+        return full_state_dict(self, all_ranks)
 
     def _gathered(self, pick) -> dict[str, torch.Tensor]:
         out = {}

@@ -136,7 +136,7 @@ def _dtensor(local: torch.Tensor, shape, placements, groups):
 class _Param:
     """One parameter as the checkpoint sees it: its local piece and how that piece is placed."""
 
-    def __init__(self, name: str, param: nn.Parameter, layout: ParamLayout, groups) -> None:
+    def __init__(self, name: str, param: torch.Tensor, layout: ParamLayout, groups) -> None:
         self.name, self.param, self.layout, self.groups = name, param, layout, groups
         self.extra: dict[str, int] = {}
         want: tuple[int, ...] | None
@@ -206,8 +206,7 @@ class _Param:
         return tuple(out)
 
 
-def _params(module: nn.Module, layouts: Mapping[str, ParamLayout], groups) -> dict[str, _Param]:
-    named = dict(unwrap(module).named_parameters())
+def _params(named: Mapping[str, torch.Tensor], layouts: Mapping[str, ParamLayout], groups) -> dict[str, _Param]:
     extra = sorted(set(layouts) - set(named))
     if extra:
         raise CheckpointError(f"layouts name parameters the module lacks: {', '.join(extra[:5])}")
@@ -382,8 +381,18 @@ def save_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, Pa
     `module` may be wrapped by DDP or sharded by FSDP2; `layouts` maps parameter names to their
     ParamLayout (parameters without one are taken as replicated); `groups` is the plan's MeshGroups.
     `optimizer` is a torch optimizer or a ZeroRedundancyOptimizer."""
-    params = _params(module, layouts, groups)
-    sd: dict = {"model": {name: q.piece() for name, q in params.items()} | _buffers(module)}
+    save_state(path, dict(unwrap(module).named_parameters()), _buffers(module), optimizer, layouts, groups)
+
+
+def save_state(path, named: Mapping[str, torch.Tensor], buffers: Mapping[str, torch.Tensor], optimizer,
+               layouts: Mapping[str, ParamLayout], groups, extra: dict | None = None) -> None:
+    """`save_checkpoint` of this rank's parameters `named` (name -> local piece, or FSDP2 DTensor) and
+    persistent `buffers`, as a pipeline rank holds them (its stages'); `extra`: small objects saved as
+    they are (a scheduler's state_dict), equal on every rank."""
+    params = _params(named, layouts, groups)
+    sd: dict = {"model": {name: q.piece() for name, q in params.items()} | dict(buffers)}
+    if extra:
+        sd["extra"] = extra
     if optimizer is not None:
         names_of = _check_optimizer(optimizer, params)
         if is_zero1(optimizer):
@@ -405,14 +414,17 @@ def _saved_keys(path) -> dict[tuple, object]:
     return {tuple(mapping.get(k, (k,))): v for k, v in meta.state_dict_metadata.items()}
 
 
-def _saved_optimizer(saved: dict, params: dict[str, _Param], path) -> tuple[dict, list[dict]]:
+def _saved_optimizer(saved: dict, params: dict[str, _Param], path, partial: bool = False) -> tuple[dict, list[dict]]:
     """The checkpoint's optimizer state entries (fqn -> name -> (shape, dtype)) and a placeholder of its
-    param_groups (DCP stores each hyperparameter of each group as a key of its own)."""
+    param_groups (DCP stores each hyperparameter of each group as a key of its own). `partial`: this rank
+    holds some of the model's parameters (a pipeline stage's); the state of the others is not its own."""
     states: dict[str, dict[str, tuple]] = {}
     groups: dict[int, dict] = {}
     for key, md in saved.items():
         if len(key) == 4 and key[:2] == ("optim", "state"):
             name = key[2]
+            if name not in params and partial:
+                continue
             if name not in params:
                 raise CheckpointError(f"the checkpoint has optimizer state for {name}, which the model lacks")
             if len(md.size):
@@ -453,10 +465,23 @@ def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, Pa
     """Load a checkpoint saved by `save_checkpoint` (under any plan and world size) into `module` and
     `optimizer` (if given; a torch optimizer or a ZeroRedundancyOptimizer), laid out by `layouts` on
     `groups`' mesh; every rank calls it. Hyperparameters (lr, betas, ...) come from the checkpoint."""
+    load_state(path, dict(unwrap(module).named_parameters()), _buffers(module), optimizer, layouts, groups)
+
+
+def load_state(path, named: Mapping[str, torch.Tensor], bufs: Mapping[str, torch.Tensor], optimizer,
+               layouts: Mapping[str, ParamLayout], groups, extra: dict | None = None,
+               partial: bool = False) -> dict | None:
+    """`load_checkpoint` into this rank's parameters `named` and `bufs` (as `save_state` takes them), in
+    place; `extra`: objects shaped like those `save_state` was given (their current values), returned
+    with the checkpoint's values. `partial`: `named` is part of the model (a pipeline rank's stages)."""
     saved = _saved_keys(path)
-    params = _params(module, layouts, groups)
-    bufs = _buffers(module)
+    params = _params(named, layouts, groups)
     sd: dict = {"model": {}}
+    if extra:
+        missing = [k for k in extra if not any(key[:2] == ("extra", k) for key in saved)]
+        if missing:
+            raise CheckpointError(f"{path} holds no {', '.join(missing)} (saved without it)")
+        sd["extra"] = extra
     for name, q in params.items():
         _check_saved(saved, ("model", name), q.layout.shape)
         sd["model"][name] = q.target()  # DCP reads into the parameter's own storage
@@ -466,7 +491,7 @@ def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, Pa
     zero1 = None
     if optimizer is not None:
         _check_optimizer(optimizer, params)
-        states, param_groups = _saved_optimizer(saved, params, path)
+        states, param_groups = _saved_optimizer(saved, params, path, partial)
         zero1 = _Zero1(optimizer, params, groups) if is_zero1(optimizer) else None
         targets = zero1.targets(states) if zero1 else _plain_targets(states, params)
         sd["optim"] = {"state": targets, "param_groups": param_groups}
@@ -480,13 +505,13 @@ def load_checkpoint(path, module: nn.Module, optimizer, layouts: Mapping[str, Pa
         for name, b in bufs.items():
             if sd["model"][name] is not b:
                 b.copy_(sd["model"][name])
-    if optimizer is None:
-        return
-    _set_param_groups(optimizer, sd["optim"]["param_groups"])
-    if zero1 is not None:
-        zero1.install(sd["optim"]["state"])
-    else:
-        _install_plain(optimizer, sd["optim"]["state"], params)
+    if optimizer is not None:
+        _set_param_groups(optimizer, sd["optim"]["param_groups"])
+        if zero1 is not None:
+            zero1.install(sd["optim"]["state"])
+        else:
+            _install_plain(optimizer, sd["optim"]["state"], params)
+    return sd.get("extra")
 
 
 def _check_saved(saved: dict, key: tuple, shape) -> None:
@@ -509,4 +534,4 @@ def load_full_state(path) -> dict:
         return torch.load(whole, weights_only=True)
 
 
-__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "load_full_state", "placements_with", "chunk_bounds"]
+__all__ = ["CheckpointError", "save_checkpoint", "load_checkpoint", "save_state", "load_state", "load_full_state", "placements_with", "chunk_bounds"]

@@ -22,7 +22,9 @@ from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan, plan_mesh
 from planlang.plan.types import Spec
 
+from .clip import clip_model
 from .pipeline import PipelineError, PipelineRunner, build_pipeline
+from .save_load import full_state_dict
 from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 
@@ -135,6 +137,17 @@ class PipelinedModel:
     def full_grads(self) -> dict[str, torch.Tensor]:
         """Every parameter's gradient (those without one are left out), sent by the rank that holds it."""
         return self._gathered(lambda p: p.grad)
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
+                        error_if_nonfinite: bool = False) -> torch.Tensor:
+        """torch.nn.utils.clip_grad_norm_ of the whole model over every stage (planlang.runtime.clip): a
+        tied parameter's copies counted once; the norm (f32) on every rank. After `step`."""
+        return clip_model(self, list(self.runner.named_parameters()), getattr(self, "layouts", {}), max_norm,
+                          norm_type, error_if_nonfinite, self.runner.loss_scale)
+
+    def full_state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
+        """The whole parameters and buffers on the CPU, on rank 0 or `all_ranks` (planlang.runtime.save_load)."""
+        return full_state_dict(self, all_ranks)
 
     def _whole(self, name: str, t: torch.Tensor) -> torch.Tensor:
         """This rank's copy of a parameter (or gradient) whole: a ZeRO-2/3 shard gathered."""

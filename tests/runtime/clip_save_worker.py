@@ -1,0 +1,192 @@
+"""Gloo worker for tests/runtime/test_clip_save_gloo.py: every rank runs every config's training loop
+
+    loss = pm.step(idx, idx); norm = pm.clip_grad_norm_(MAX_NORM); opt.step(); sched.step()
+
+(AdamW, a LambdaLR warmup + cosine) for STEPS steps, saves with planlang.save, then — after every config
+has saved — loads the checkpoint another config saved (LOAD_FROM: another plan) and runs MORE steps.
+Each step is compared with one process running torch's own loop (torch.nn.utils.clip_grad_norm_, the
+same scheduler) uninterrupted for STEPS + MORE steps, and every error is judged against verify's bound:
+max(TOL, 10 x one process's own error against the same loop in float64).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import tempfile
+import time
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+WORLD = 4
+STEPS = 3  # under the plan that saves
+MORE = 2  # under the plan that loads
+MAX_NORM = 0.2  # below every step's norm: every step clips
+TOL = 1e-5
+PLANS = "tests/runtime/plans"
+CONFIGS = {
+    "dp4": "clip_gpt2_dp4.plan",
+    "dp2_tp2_zero1": "clip_gpt2_dp2_tp2_zero1.plan",
+    "pp2_dp2_zero1": "clip_gpt2_pp2_dp2_zero1.plan",
+    "dp4_zero3": "clip_gpt2_dp4_zero3.plan",
+    "pp2_tp2": "clip_gpt2_pp2_tp2.plan",
+}
+# config -> the config whose checkpoint it loads (a cycle: every checkpoint is read under another plan)
+LOAD_FROM = {"dp2_tp2_zero1": "dp4", "pp2_dp2_zero1": "dp2_tp2_zero1", "dp4_zero3": "pp2_dp2_zero1",
+             "pp2_tp2": "dp4_zero3", "dp4": "pp2_tp2"}
+
+
+def lr_lambda(step: int) -> float:
+    """Linear warmup over 2 steps, then a cosine decay (to 0 at step STEPS + MORE + 2)."""
+    if step < 2:
+        return (step + 1) / 2
+    return 0.5 * (1 + math.cos(math.pi * (step - 2) / (STEPS + MORE)))
+
+
+def build():
+    from examples.gpt2.model import build as gpt2
+    torch.manual_seed(0)
+    return gpt2(layers=4, hidden=64, heads=4, vocab=128, seq=16, tie_embeddings=True)
+
+
+def batches() -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return [torch.randint(0, 128, (8, 16), generator=g) for _ in range(STEPS + MORE)]
+
+
+def reference(dtype: torch.dtype) -> list[dict]:
+    """One process, torch's own loop, every step's loss, norm, clipped gradients and parameters after."""
+    from examples.gpt2.model import loss as loss_fn
+    model = build().to(dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, eps=1e-4)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+    out = []
+    for idx in batches():
+        opt.zero_grad()
+        loss = loss_fn(model(idx), idx)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        opt.step()
+        sched.step()
+        out.append({"loss": loss.detach(), "norm": norm.detach(), "grads": grads, "lr": sched.get_last_lr()[0],
+                    "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
+    return out
+
+
+def judge(got: dict, ref: dict, exact: dict, grad_total: float) -> dict:
+    """Per quantity (loss, norm, gradients, parameters): the worst error and its bound (verify's rule)."""
+    from planlang.runtime.verify import GRAD_FLOOR, bound, judged, rel
+    out = {}
+    for key in ("loss", "norm"):
+        err, noise = rel(got[key], ref[key]), rel(ref[key], exact[key])
+        out[key] = [err, bound(noise, TOL)]
+    floor = GRAD_FLOOR * grad_total
+    for key, fl in (("grads", floor), ("params", 0.0)):
+        errs = {n: rel(got[key][n], g, fl) if n in got[key] else 1.0 for n, g in ref[key].items()}
+        noise = {n: rel(g, exact[key][n], fl) for n, g in ref[key].items()}
+        name, err, lim = judged(errs, noise, TOL)
+        out[key] = [err, lim, name]
+    return out
+
+
+def train(pm, opt, sched, steps, ref, exact) -> list[dict]:
+    rows = []
+    data = batches()
+    for s in steps:
+        opt.zero_grad()
+        loss = pm.step(data[s], data[s])
+        norm = pm.clip_grad_norm_(MAX_NORM)
+        grads = pm.full_grads()
+        opt.step()
+        sched.step()
+        params = pm.full_parameters()
+        total = math.sqrt(sum(float(g.double().norm()) ** 2 for g in ref[s]["grads"].values()))
+        row = judge({"loss": loss, "norm": norm, "grads": grads, "params": params}, ref[s], exact[s], total)
+        row["step"], row["norm_value"], row["ref_norm"] = s, float(norm), float(ref[s]["norm"])
+        row["lr"], row["ref_lr"] = sched.get_last_lr()[0], ref[s]["lr"]
+        rows.append(row)
+    return rows
+
+
+def scramble(pm, opt, sched) -> None:
+    """Parameters and optimizer state zeroed, the scheduler moved on: a load must restore all of them."""
+    with torch.no_grad():
+        for p in pm.parameters():
+            (p.to_local() if hasattr(p, "to_local") else p).zero_()
+        for st in getattr(opt, "optim", opt).state.values():  # ZeroRedundancyOptimizer: its local one's
+            for v in st.values():
+                if isinstance(v, torch.Tensor):
+                    (v.to_local() if hasattr(v, "to_local") else v).zero_()
+    sched.step()
+    sched.step()
+
+
+def run(outdir: str, ckpt: str) -> dict:
+    import planlang
+    from planlang.runtime.zero import is_zero1
+    ref, exact = reference(torch.float32), reference(torch.float64)
+    live, results = {}, {}
+    for name, plan in CONFIGS.items():
+        t0 = time.time()
+        pm = planlang.apply(build(), os.path.join(PLANS, plan))
+        opt = pm.optimizer()
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda)
+        rows = train(pm, opt, sched, range(STEPS), ref, exact)
+        planlang.save(pm, opt, os.path.join(ckpt, name), scheduler=sched)
+        live[name] = (pm, opt, sched)
+        results[name] = {"model": type(pm).__name__, "optimizer": type(opt).__name__, "zero1": is_zero1(opt),
+                         "steps": rows, "seconds": round(time.time() - t0, 1)}
+    for name, src in LOAD_FROM.items():
+        pm, opt, sched = live[name]
+        scramble(pm, opt, sched)  # so that what the resumed steps match can only come from the checkpoint
+        planlang.load(pm, opt, os.path.join(ckpt, src), scheduler=sched)
+        results[name]["loaded_from"] = src
+        results[name]["loaded_lr"] = sched.get_last_lr()[0]
+        results[name]["resumed"] = train(pm, opt, sched, range(STEPS, STEPS + MORE), ref, exact)
+        # the last step's clipped gradients are still there: their norms of other orders, no clipping
+        last = ref[-1]["grads"].values()
+        results[name]["norms"] = {str(p): [float(pm.clip_grad_norm_(1e9, p)),
+                                           float(torch.nn.utils.get_total_norm(list(last), p))]
+                                  for p in (1.0, 2.0, math.inf)}
+    # the whole model on rank 0 (save_pretrained's form): equal to the last config's parameters
+    full = live["dp4"][0].full_state_dict()
+    results["full_state_dict"] = {"keys": sorted(full),
+                                  "err": max((float((t - ref[-1]["params"][n]).norm() / ref[-1]["params"][n].norm())
+                                              for n, t in full.items()), default=-1.0)}
+    return results
+
+
+def worker(rank: int, port: int, outdir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
+    ckpt = os.path.join(outdir, "ckpt")
+    try:
+        res = {"results": run(outdir, ckpt)}
+    except Exception as err:  # noqa: BLE001 - reported by the test
+        res = {"error": f"{type(err).__name__}: {err}\n{traceback.format_exc()}"}
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump(res, f)
+    if "error" in res:
+        raise RuntimeError(res["error"])
+    from planlang.runtime.teardown import leave
+
+    leave()
+
+
+if __name__ == "__main__":  # a manual run: python -m tests.runtime.clip_save_worker
+    import socket
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = tempfile.mkdtemp()
+    mp.start_processes(worker, args=(port, d), nprocs=WORLD, start_method="spawn")
+    print(d)
+    print(json.dumps(json.load(open(os.path.join(d, "rank0.json"))), indent=1)[:20000])
