@@ -26,6 +26,11 @@ HF_T5 = HF_IDS + "\ninput decoder_input_ids : i64[batch = 2, seq = 8]"
 MODELS = {
     "llama": ('"examples.zoo.causal_lm:llama"(num_hidden_layers = 7)', HF_IDS, Fold("model.layers", 7)),
     "qwen2": ('"examples.zoo.causal_lm:qwen2"(num_hidden_layers = 8)', HF_IDS, Fold("model.layers", 8)),
+    # sliding-window attention in layers 4 .. 7 only, and Gemma2's alternate sliding and global layers: the
+    # layers differ, nothing folds
+    "qwen2_sliding": ('"examples.zoo.causal_lm:qwen2"(num_hidden_layers = 8, use_sliding_window = true, '
+                      'sliding_window = 8, max_window_layers = 4)', HF_IDS, None),
+    "gemma2": ('"examples.zoo.causal_lm:gemma2"(num_hidden_layers = 6)', HF_IDS, None),
     "mistral": ('"examples.zoo.causal_lm:mistral"(num_hidden_layers = 6)', HF_IDS, Fold("model.layers", 6)),
     "hf_gpt2": ('"examples.zoo.causal_lm:gpt2"(n_layer = 7)', HF_IDS, Fold("transformer.h", 7)),
     "hf_bert": ('"examples.zoo.masked_lm:bert"(num_hidden_layers = 6)', HF_IDS, Fold("bert.encoder.layer", 6)),
@@ -60,6 +65,7 @@ def test_folded_probe_is_the_whole_probe(tmp_path, name):
     folded, run = _probed(plan, True)
     whole, whole_run = _probed(plan, False)
     assert run.fold == blocks, run.whole
+    assert run.whole == ("" if blocks else "no list of identical blocks")
     assert whole_run.fold is None
     for f in dataclasses.fields(whole):
         assert getattr(folded, f.name) == getattr(whole, f.name), f.name
