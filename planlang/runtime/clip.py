@@ -89,7 +89,9 @@ def clip_grad_norm_(named: Iterable[tuple[str, torch.Tensor]], weights: Mapping[
         gs = [g for g in gs if g.numel()]  # an empty FSDP2 shard (uneven dim 0) adds nothing
         if not gs:
             continue
-        part = torch.nn.utils.get_total_norm(gs, norm_type).to(device, torch.float64)
+        # each tensor's norm accumulated and returned in f32 (a bf16/f16 gradient's own dtype would round it)
+        norms = torch._foreach_norm(gs, norm_type, dtype=torch.float32)
+        part = torch.linalg.vector_norm(torch.stack([n.to(device) for n in norms]), norm_type).to(torch.float64)
         acc = torch.maximum(acc, part) if math.isinf(norm_type) else acc + w * part ** norm_type
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(acc, op=dist.ReduceOp.MAX if math.isinf(norm_type) else dist.ReduceOp.SUM)

@@ -12,7 +12,8 @@ once, under its first name), whichever ranks hold their pieces:
     optimizer          its state like its parameter's piece (ZeRO-1's state resharded by checkpoint.py);
                        `MasterWeights` (bf16/f16 parameters with an f32 master): the masters are stored
                        as the model's parameters, so the checkpoint holds the f32 values and loads into any
-                       precision; a loss scale's current value
+                       precision; a loss scale's current value (loading a checkpoint without one keeps
+                       the plan's)
     scheduler          its state_dict (`scheduler=`), the same on every rank
 
 `full_state_dict(pm)` gathers the whole tensors instead, for `save_pretrained`-style export.
@@ -26,7 +27,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .checkpoint import CheckpointError, load_state, save_state
+from .checkpoint import CheckpointError, _saved_keys, load_state, save_state
 from .precision import LossScale, MasterWeights, ScaledOptimizer
 
 
@@ -103,14 +104,14 @@ def load(pm, optimizer, path: str | Path, *, scheduler=None) -> None:
     extra: dict = {}
     if scheduler is not None:
         extra["scheduler"] = scheduler.state_dict()
-    if scale is not None:
-        extra["loss_scale"] = {"value": scale.value, "clean": scale._clean}
+    if scale is not None and any(key[:2] == ("extra", "loss_scale") for key in _saved_keys(path)):
+        extra["loss_scale"] = {"value": scale.value, "clean": scale._clean}  # (a checkpoint without one: kept)
     got = load_state(path, named, _buffers(pm), opt, _layouts(pm), pm.groups, extra or None,
                      partial=hasattr(pm, "runner")) or {}
     after()
     if scheduler is not None:
         scheduler.load_state_dict(got["scheduler"])
-    if scale is not None:
+    if "loss_scale" in got and scale is not None:
         scale.value, scale._clean = float(got["loss_scale"]["value"]), int(got["loss_scale"]["clean"])
 
 

@@ -122,8 +122,11 @@ def scramble(pm, opt, sched) -> None:
             for v in st.values():
                 if isinstance(v, torch.Tensor):
                     (v.to_local() if hasattr(v, "to_local") else v).zero_()
-    sched.step()
-    sched.step()
+        for m in getattr(opt, "masters", ()):  # MasterWeights: the f32 copy the optimizer steps
+            m.zero_()
+    if sched is not None:
+        sched.step()
+        sched.step()
 
 
 def run(outdir: str, ckpt: str) -> dict:
@@ -158,7 +161,69 @@ def run(outdir: str, ckpt: str) -> dict:
     results["full_state_dict"] = {"keys": sorted(full),
                                   "err": max((float((t - ref[-1]["params"][n]).norm() / ref[-1]["params"][n].norm())
                                               for n, t in full.items()), default=-1.0)}
+    results["f16"] = precision_run(ckpt, live["dp4"])  # (loads into dp4's model: after the above)
     return results
+
+
+F16 = "clip_gpt2_dp2_tp2_f16.plan"  # f16 parameters, an f32 master copy (MasterWeights), loss scale 1024
+
+
+def masters_by_name(pm, opt) -> dict[str, torch.Tensor]:
+    ids = {id(p): n for n, p in pm.module.named_parameters()}
+    return {ids[id(p)]: m for p, m in zip(opt.params, opt.masters)}
+
+
+def precision_run(ckpt: str, dp4) -> dict:
+    """Under F16: the norm `clip_grad_norm_` returns against the gathered (loss-scaled) gradients and the
+    factor it applies; what a save stores (the f32 masters) and what loads restore."""
+    import planlang
+    from planlang.cost.layout import local_slices
+    from planlang.runtime.checkpoint import load_full_state
+    from planlang.runtime.verify import rel
+    pm = planlang.apply(build(), os.path.join(PLANS, F16))
+    opt = pm.optimizer()
+    scale = opt.loss_scale.value
+    out: dict = {"optimizer": type(opt).__name__, "scale": scale, "norm_vs_grads": [], "clip_factor": []}
+    data = batches()
+    for s in range(2):
+        opt.zero_grad()
+        pm.step(data[s], data[s])
+        pre = {n: g.clone() for n, g in pm.full_grads().items()}  # (a whole one may be the gradient itself)
+        norm = float(pm.clip_grad_norm_(MAX_NORM))
+        want = math.sqrt(sum(float(g.double().norm()) ** 2 for g in pre.values())) / scale
+        out["norm_vs_grads"].append(abs(norm - want) / want)
+        post = pm.full_grads()
+        coef = min(1.0, MAX_NORM / (norm + 1e-6))
+        out["clip_factor"].append(max(rel(post[n], pre[n].double() * coef) for n in pre))
+        opt.step()
+    planlang.save(pm, opt, os.path.join(ckpt, "f16"))
+    before = {n: m.detach().clone() for n, m in masters_by_name(pm, opt).items()}
+    params_before = pm.full_parameters()
+    # the f32 plan loads the f16 run's masters: f32 values an f16 parameter cannot hold
+    dp4_pm, dp4_opt, _ = dp4
+    planlang.load(dp4_pm, dp4_opt, os.path.join(ckpt, "f16"))
+    f32 = dp4_pm.full_parameters()
+    out["f32_rounds_to_f16_params"] = all(torch.equal(f32[n].to(torch.float16), params_before[n]) for n in f32)
+    out["f32_not_f16_values"] = sum(int((f32[n].to(torch.float16).float() != f32[n]).any()) for n in f32)
+    # scrambled, then its own checkpoint: masters, parameters and the loss scale back exactly
+    scramble(pm, opt, None)
+    opt.loss_scale.value = 1.0
+    planlang.load(pm, opt, os.path.join(ckpt, "f16"))
+    after = masters_by_name(pm, opt)
+    out["own_masters_equal"] = all(torch.equal(after[n], before[n]) for n in before)
+    out["own_params_equal"] = all(torch.equal(t, params_before[n]) for n, t in pm.full_parameters().items())
+    out["scale_restored"] = opt.loss_scale.value
+    # an f32 checkpoint (no loss scale in it): the masters are its values, the parameters them in f16
+    planlang.load(pm, opt, os.path.join(ckpt, "dp4"))
+    whole = load_full_state(os.path.join(ckpt, "dp4"))["model"]
+    after = masters_by_name(pm, opt)
+    out["dp4_masters_equal"] = all(torch.equal(
+        m, whole[n][local_slices(pm.layouts[n].shape, pm.layouts[n].spec, pm.mesh, pm.groups.coords)])
+        for n, m in after.items())
+    out["dp4_params_are_f16_masters"] = all(torch.equal(t, whole[n].to(torch.float16))
+                                            for n, t in pm.full_parameters().items())
+    out["scale_kept"] = opt.loss_scale.value
+    return out
 
 
 def worker(rank: int, port: int, outdir: str) -> None:

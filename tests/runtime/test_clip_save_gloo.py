@@ -101,3 +101,19 @@ def test_full_state_dict_on_rank_0(results):
     assert len(full["keys"]) == 2 + 4 * 12 + 2
     assert full["err"] < 1e-5
     assert all(res["full_state_dict"]["keys"] == [] for res in results[1:])
+
+
+def test_f16_master_weights_clip_and_checkpoint(results):
+    """clip_gpt2_dp2_tp2_f16.plan: f16 parameters, f32 masters (MasterWeights), loss scale 1024."""
+    for r, res in enumerate(results):
+        c = res["f16"]
+        assert c["optimizer"] == "MasterWeights" and c["scale"] == 1024.0
+        # the norm of the gathered gradients, unscaled; each scaled by torch's factor (f16 rounding)
+        assert max(c["norm_vs_grads"]) < 1e-5, f"rank {r}: {c['norm_vs_grads']}"
+        assert max(c["clip_factor"]) < 2e-3, f"rank {r}: {c['clip_factor']}"
+        # what was stored are the f32 masters: an f32 plan loads values f16 cannot hold, which round to
+        # the f16 run's parameters
+        assert c["f32_rounds_to_f16_params"] and c["f32_not_f16_values"] > 40
+        assert c["own_masters_equal"] and c["own_params_equal"] and c["scale_restored"] == 1024.0
+        # an f32 checkpoint: masters its values exactly, parameters them in f16, the plan's scale kept
+        assert c["dp4_masters_equal"] and c["dp4_params_are_f16_masters"] and c["scale_kept"] == 1024.0
