@@ -120,6 +120,8 @@ def _plan(tmp_path, name: str, layout: str) -> str:
     text = text.replace(f'"examples.zoo.causal_lm:{name}"()', f'"examples.zoo.causal_lm:{name}"({LAYERS[name]} = 7)')
     if layout == "zero3ckpt":
         text += f"checkpoint {blocks}[*]\n"
+    if layout == "pp2tp2":  # the stages hold 3 and 4 of the 7 blocks
+        text = text.replace(f"{blocks}[0]\n", f"{blocks}[0:3]\n").replace(f"{blocks}[1],", f"{blocks}[3:7],")
     path = tmp_path / f"{name}_{layout}.plan"
     path.write_text(text)
     return str(path)
@@ -132,7 +134,8 @@ def _program(prog) -> tuple:
 
 
 @pytest.mark.parametrize("name,layout", [("llama", "dp4"), ("llama", "dp2tp2"), ("llama", "zero3ckpt"),
-                                         ("qwen2", "dp2tp2"), ("mistral", "zero3ckpt"), ("gpt2", "dp2tp2")])
+                                         ("qwen2", "dp2tp2"), ("mistral", "zero3ckpt"), ("gpt2", "dp2tp2"),
+                                         ("llama", "pp2tp2")])
 def test_check_model_says_the_same_with_the_expanded_graph(tmp_path, monkeypatch, name, layout):
     monkeypatch.chdir(ROOT)
     path = _plan(tmp_path, name, layout)
