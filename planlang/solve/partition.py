@@ -13,7 +13,9 @@ both deterministic:
 Step 1 is compatible with dynamic programming: comparing sorted cost vectors lexicographically is
 preserved under adding the same stage to both, so the best split of a suffix extends to the best split
 of the whole (see `_merge`). The DP runs over suffixes, so step 2 falls out of reconstructing forward
-and taking the first cut that still reaches the optimum. O(k·n²) table entries, each an O(k) tuple.
+and taking the first cut that still reaches the optimum. O(k·n²) table entries, each an O(k) tuple;
+only stages within the optimum's bottleneck (`bottleneck`: a binary search with a greedy test) are
+tried, which leaves about n² merges (k·n entries, each over the ~n/k ends within it).
 
 Stage costs are left-to-right float sums of the layers' costs.
 """
@@ -82,6 +84,37 @@ def _merge(sorted_desc: tuple[float, ...], c: float) -> tuple[float, ...]:
     return sorted_desc[:i] + (c,) + sorted_desc[i:]
 
 
+def bottleneck(seg: list[list[float]], k: int) -> float:
+    """The least largest stage cost over the cuts of the n layers of `seg` (segment_costs) into k <= n
+    non-empty stages: the smallest segment cost B such that greedy stages (each as long as it stays <= B)
+    need at most k — greedy is optimal as a segment's cost grows with its end and shrinks with its start
+    (float sums of costs >= 0 round monotonically), and a cut into fewer stages splits further within B."""
+    n = len(seg) - 1
+
+    def fits(cap: float) -> bool:
+        stages, s = 0, 0
+        while s < n:
+            row, e = seg[s], s + 1
+            if row[e] > cap:
+                return False
+            while e < n and row[e + 1] <= cap:
+                e += 1
+            stages, s = stages + 1, e
+            if stages > k:
+                return False
+        return True
+
+    values = sorted({seg[s][e] for s in range(n) for e in range(s + 1, n + 1)})
+    lo, hi = 0, len(values) - 1  # values[hi], the whole sequence's cost, fits in one stage
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(values[mid]):
+            hi = mid
+        else:
+            lo = mid + 1
+    return values[lo]
+
+
 def min_max_partition(costs: Sequence[float], k: int) -> Partition:
     """Cut `costs` into `k` non-empty consecutive stages minimising the largest stage cost (ties: leximax,
     then earliest cuts — see the module docstring)."""
@@ -93,17 +126,23 @@ def min_max_partition(costs: Sequence[float], k: int) -> Partition:
         raise PartitionError(f"cannot cut {n} layer(s) into {k} non-empty stages; use at most {n} stages "
                              "or split the model into finer layers")
     seg = segment_costs(c)
-    # best[j][s]: descending stage costs of the best split of layers s..n-1 into j stages (None: impossible)
+    cap = bottleneck(seg, k)
+    # best[j][s]: descending stage costs of the best split of layers s..n-1 into j stages, None when it is
+    # impossible or its largest stage is over `cap` (the optimum's bottleneck: such a split is in no optimal
+    # partition, nor wins any comparison one is in, so the table is the full DP's wherever it is read)
     best: list[list[tuple[float, ...] | None]] = [[None] * (n + 1) for _ in range(k + 1)]
     best[0][n] = ()
     for j in range(1, k + 1):
         for s in range(n - j, -1, -1):  # at least j layers remain
             top = None
+            row = seg[s]
             for e in range(s + 1, n - j + 2):
+                if row[e] > cap:  # stage costs only grow with e (costs >= 0)
+                    break
                 rest = best[j - 1][e]
                 if rest is None:
                     continue
-                cand = _merge(rest, seg[s][e])
+                cand = _merge(rest, row[e])
                 if top is None or cand < top:
                     top = cand
             best[j][s] = top

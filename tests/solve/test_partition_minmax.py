@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from planlang.solve.partition import Partition, PartitionError, in_flight, min_max_partition
+from planlang.solve.partition import Partition, PartitionError, bottleneck, in_flight, min_max_partition, segment_costs
 
 
 def all_partitions(n: int, k: int):
@@ -50,6 +50,20 @@ def test_optimum_on_random_float_costs():
         assert got.bottleneck == pytest.approx(best, rel=1e-12)
         assert got.bounds[0] == 0 and got.bounds[-1] == n and len(got.costs) == k
         assert all(a < b for a, b in got.ranges)
+
+
+def test_bottleneck_is_the_least_largest_stage_exactly():
+    """The bound the DP prunes by (the greedy test's binary search) equals, as a float, the least largest
+    stage over every cut, with the stage costs summed as the DP sums them (zeros and ties included)."""
+    rng = random.Random(5)
+    for trial in range(300):
+        n = rng.randint(1, 9)
+        k = rng.randint(1, n)
+        costs = [rng.choice([0.0, 0.1, 0.2, 0.3, 1.0, rng.random()]) for _ in range(n)]
+        seg = segment_costs(costs)
+        want = min(max(seg[a][b] for a, b in zip(bd, bd[1:])) for bd in all_partitions(n, k))
+        assert bottleneck(seg, k) == want, (costs, k)
+        assert min_max_partition(costs, k).bottleneck == want
 
 
 def test_known_case_and_str():
