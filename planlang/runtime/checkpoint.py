@@ -187,7 +187,7 @@ class _Param:
             return _dtensor(local, self.layout.shape, placements, self.groups)
         shape = list(local.shape)
         shape[h.blocked.dim] *= self.groups.size(h.axis)
-        return _dtensor(torch.empty(shape, dtype=local.dtype), self.layout.shape,
+        return _dtensor(torch.empty(shape, dtype=local.dtype, device=local.device), self.layout.shape,
                         self._replicated_on(h.axis, placements), self.groups)
 
     def from_loaded(self, local: torch.Tensor) -> torch.Tensor:
@@ -309,7 +309,10 @@ class _Zero1:
             st = self.zero.optim.state.get(par.param, {})
             out[name] = {}
             for key, (shape, dtype) in sorted(states.items()):
-                buf = st[key].detach().clone() if owner == self.me else torch.empty(shape, dtype=dtype)
+                # on the parameter's device (NCCL broadcasts device tensors; Adam's 0-d step lives on the CPU)
+                dev = par.local.device
+                buf = st[key].detach().to(dev, copy=True) if owner == self.me else torch.empty(shape, dtype=dtype,
+                                                                                                device=dev)
                 dist.broadcast(buf, group=self.group, group_src=owner)
                 if buf.dim() == 0:
                     out[name][key] = buf
@@ -330,7 +333,7 @@ class _Zero1:
                     out[name][key] = torch.empty((), dtype=dtype)
                     continue
                 start, stop = self.my_rows(par)
-                local = torch.empty((stop - start, *par.local.shape[1:]), dtype=dtype)
+                local = torch.empty((stop - start, *par.local.shape[1:]), dtype=dtype, device=par.local.device)
                 out[name][key] = par.target(local, self.placements(par))
         return out
 
@@ -350,7 +353,7 @@ class _Zero1:
                     continue
                 n = par.local.shape[0]
                 size = -(-n // self.n)
-                padded = torch.zeros((size, *local.shape[1:]), dtype=local.dtype)
+                padded = torch.zeros((size, *local.shape[1:]), dtype=local.dtype, device=local.device)
                 padded[: local.shape[0]] = local
                 if owner == self.me:
                     parts = [torch.empty_like(padded) for _ in range(self.n)]
@@ -443,7 +446,8 @@ def _plain_targets(states: dict, params: dict[str, _Param]) -> dict[str, dict]:
     for name, st in states.items():
         q = params[name]
         out[name] = {key: torch.empty((), dtype=dtype) if len(shape) == 0
-                     else q.target(torch.empty(q.local.shape, dtype=dtype)) for key, (shape, dtype) in st.items()}
+                     else q.target(torch.empty(q.local.shape, dtype=dtype, device=q.local.device))
+                     for key, (shape, dtype) in st.items()}
     return out
 
 
