@@ -29,6 +29,9 @@ class SolveFacts:
     estimates: dict = field(default_factory=dict)
     graph: object | None = None
     probed: object | None = None
+    # pricing.memory_floor's local parameters, in parts: stages per pipeline, local shapes per specs and mesh
+    param_stages: dict = field(default_factory=dict)
+    local_shapes: dict = field(default_factory=dict)
 
     @property
     def modules(self):

@@ -100,9 +100,13 @@ def layer_sequence(module: torch.nn.Module, inputs: dict[str, torch.Tensor], los
     notes: list[str] = []
     mods = dict(module.named_modules(remove_duplicate=False))
 
+    known: dict[str, bool] = {}
+
     def expandable(name: str) -> bool:
-        m = mods[name]
-        return bool(_children(m, name, first)) and not _owns_params(m)
+        if name not in known:
+            m = mods[name]
+            known[name] = bool(_children(m, name, first)) and not _owns_params(m)
+        return known[name]
 
     items = _children(module, "", first)
     changed = True
@@ -117,9 +121,16 @@ def layer_sequence(module: torch.nn.Module, inputs: dict[str, torch.Tensor], los
                 out.append((name, m))
         items = out
     total = (prof.total_fwd_flops + prof.total_bwd_flops) or 1
+    work: dict[str, int] = {}  # a module's subtree flops (each split asks again of every layer)
+
+    def subtree_flops(name: str) -> int:
+        if name not in work:
+            agg = prof.subtree(name)
+            work[name] = agg.fwd_flops + agg.bwd_flops
+        return work[name]
+
     while stages:
-        flops = [(prof.subtree(n).fwd_flops + prof.subtree(n).bwd_flops, -i, i) for i, (n, _) in enumerate(items)
-                 if expandable(n)]
+        flops = [(subtree_flops(n), -i, i) for i, (n, _) in enumerate(items) if expandable(n)]
         heavy = [f for f in flops if len(items) < stages or f[0] > total / stages]
         if not heavy:
             if len(items) < stages:

@@ -12,7 +12,7 @@ collectives, and only then its memory.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from planlang.plan.complete import CompletePlan
 
@@ -158,10 +158,9 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
     the larger of backward's and the optimizer step's memory, which holds the gradients). Computed from
     shapes, no simulation: a candidate whose floor is over the budget is never priced."""
     # lazy: torch loads only when this runs
-    from planlang.model.price.local_model import local_params
     from planlang.model.price.zero_peaks import STATE_ELEMENTS
 
-    _, params = local_params(plan, facts.modules)
+    params = _local_params(plan, facts)
     opt, prec = plan.optimizer, plan.precision
     zero = opt.zero_stage if opt else 0
     zero_n = plan.dims.zero_shards
@@ -182,3 +181,24 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
         for s in p.stages or (None,):
             stages[s] = stages.get(s, 0) + held + grads + state
     return max(stages.values(), default=0)
+
+
+def _local_params(plan: CompletePlan, facts: SolveFacts) -> dict:
+    """planlang.model.price.local_model.local_params' parameters, in two parts kept for the solve: each
+    parameter's stages (they read only the pipeline's stages: every mesh of a pp degree shares them) and its
+    local shape (only the shard rules and the mesh)."""
+    # lazy: torch loads only when this runs
+    from planlang.model.price.local_model import local_params
+
+    p = plan.pipeline
+    try:
+        key = (None if p is None else (p.axis, p.stages), plan.shards, plan.mesh)
+        hash(key)
+    except TypeError:  # a value that does not hash: computed whole
+        return local_params(plan, facts.modules)[1]
+    if key[0] not in facts.param_stages:
+        facts.param_stages[key[0]] = {n: q.stages for n, q in local_params(plan, facts.modules)[1].items()}
+    stages = facts.param_stages[key[0]]
+    if key[1:] not in facts.local_shapes:
+        facts.local_shapes[key[1:]] = local_params(replace(plan, pipeline=None), facts.modules)[1]
+    return {n: replace(q, stages=stages[n]) for n, q in facts.local_shapes[key[1:]].items()}

@@ -67,3 +67,27 @@ def test_over_its_floor_nothing_is_priced_and_the_nearest_miss_says_what_it_need
         driver.solve(_write(tmp_path, "1 KiB"))
     assert err.value.smallest_budget is not None and err.value.smallest_budget > 1024
     assert "parameters and optimizer states alone" in str(err.value) and "raise the budget" in str(err.value)
+
+
+def test_the_floors_local_parameters_kept_in_parts_are_local_params(tmp_path, monkeypatch):
+    """memory_floor keeps each parameter's stages per pipeline and its local shape per specs and mesh
+    (pricing._local_params): on every candidate of a pp x dp x tp search with stage and spec holes they
+    equal planlang.model.price.local_model.local_params of the candidate, field for field."""
+    from planlang.model.price.local_model import local_params
+    from planlang.solve import pricing
+    from tests.solve.test_bounds import SMALL_3D
+
+    path = tmp_path / "small_3d.plan"
+    path.write_text(SMALL_3D.replace("BUDGET", "40 GiB"))
+    seen = []
+    real = pricing._local_params
+
+    def compared(plan, facts):
+        got = real(plan, facts)
+        assert got == local_params(plan, facts.modules)[1]
+        seen.append((plan.mesh, plan.pipeline.stages if plan.pipeline else None))
+        return got
+
+    monkeypatch.setattr(pricing, "_local_params", compared)
+    driver.solve(str(path), prune=False)
+    assert len(set(seen)) > 3 and len({s for _, s in seen}) > 1  # several meshes and stage cuts
