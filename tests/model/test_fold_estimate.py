@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+import torch
 
 pytest.importorskip("transformers", reason="the zoo's Hugging Face models need transformers")
 
@@ -71,8 +72,10 @@ data {inp} : [dp, _]
 
 def run(plan, folded: bool, monkeypatch) -> tuple:
     """The estimate's rows, its local model's (step, profile, trained, notes), estimate_steps' inputs,
-    and how the local model ran (fold_step.LOG)."""
+    and how the local model ran (fold_step.LOG). Models of 6 to 8 blocks fold here (they run whole by
+    default: as fast)."""
     monkeypatch.setattr(fold_step, "ENABLED", folded)
+    monkeypatch.setattr(fold_step, "FOLD_FROM", 6)
     fold_step.LOG.clear()
     got = []
     real = E._simulate_local
@@ -124,3 +127,49 @@ def test_a_chain_over_every_block_is_not_folded(monkeypatch):
     plan = plan_of("gpt2", "dp", "checkpoint h[*]")
     log = assert_same(plan, monkeypatch)
     assert log and all(fold is None and why == "a checkpoint group spans blocks" for fold, why in log), log
+
+
+def test_a_small_model_runs_whole_by_default(monkeypatch):
+    plan = plan_of("qwen2", "dp")
+    monkeypatch.setattr(E, "_simulate_local", E._simulate_local)
+    fold_step.LOG.clear()
+    E.estimate_plan(plan, cache={})
+    assert [why for _, why in fold_step.LOG] == [f"model.layers x6: fewer than {fold_step.FOLD_FROM} blocks run "
+                                                 "whole (as fast)"]
+
+
+class _Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(32, 32)
+
+    def forward(self, x, wide: bool = False):
+        y = self.lin(x)
+        return torch.cat([y, y], -1)[..., :32] * y if wide else y.relu()
+
+
+class _Alternating(torch.nn.Module):
+    """Identical blocks the root code runs differently by their index (every even one wide): a model the
+    runs of 3 and 4 blocks cannot speak for."""
+
+    def __init__(self, n: int = 8):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Block() for _ in range(n))
+
+    def forward(self, x):
+        for i, b in enumerate(self.blocks):
+            x = b(x, wide=i % 2 == 0)
+        return x
+
+
+def test_blocks_run_unalike_are_not_extrapolated():
+    from planlang.model.capture.fold import FoldError, find_fold
+    from planlang.model.capture.fold_step import run_folded
+
+    model = _Alternating().to("meta")
+    fold = find_fold(model)
+    assert fold is not None and fold.count == 8
+    x = {"x": torch.zeros(4, 32, device="meta", requires_grad=True)}
+    for what in ({"simulate": True, "profile": False}, {"simulate": False, "profile": True}):
+        with pytest.raises(FoldError, match="interior blocks|measured differently"):
+            run_folded(model, fold, x, None, **what, blocks=tuple(fold.block(i) for i in range(8)))

@@ -202,6 +202,7 @@ class LiveBytes(TorchDispatchMode):
         self.phase = 0
         self.phase_peak: dict[tuple[int, object], int] = {}
         self.phase_start: dict[int, int] = {0: 0}
+        self.phase_entered: dict[tuple[int, object], int] = {}  # the bytes live when a part is first entered
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -244,6 +245,7 @@ class LiveBytes(TorchDispatchMode):
         self.segment_start.setdefault(segment, self.live)
         at = (self.phase, segment)
         self.phase_peak[at] = max(self.phase_peak.get(at, 0), self.live)
+        self.phase_entered.setdefault(at, self.live)
 
     def next_phase(self) -> None:
         self.phase += 1
@@ -295,8 +297,9 @@ def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
     second and later microbatches of a pipeline: autograd then computes each parameter's gradient into
     a temporary and adds it to the live `.grad`, so every gradient is live throughout that backward.
     `phases` (with `blocks`), a dict, receives the peak of each part in each phase ("peak": (phase, part)
-    -> bytes; phases 0 and 1 the forward and backward, 2 and 3 the accumulated pass's) and the bytes live
-    when each phase began ("start"): what planlang.model.capture.fold_step extrapolates."""
+    -> bytes; phases 0 and 1 the forward and backward, 2 and 3 the accumulated pass's), the bytes live
+    when each phase began ("start") and when each part was first entered in each phase ("entered"): what
+    planlang.model.capture.fold_step extrapolates."""
     return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of, accumulate, blocks, phases))
 
 
@@ -396,7 +399,7 @@ def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
                 first = replace(first, segments=dict(mode.segment_peak), segment_starts=dict(mode.segment_start),
                                 block_grads=tuple(grads.get(i, 0) for i in range(len(blocks))))
             if phases is not None:
-                phases.update(peak=mode.phase_peak, start=mode.phase_start)
+                phases.update(peak=mode.phase_peak, start=mode.phase_start, entered=mode.phase_entered)
             if not accumulate:
                 return first
             # the first pass's gradients stay live (owned by the stage whose backward made them)

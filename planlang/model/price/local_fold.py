@@ -52,6 +52,8 @@ def folded_run(plan, facts, module, inputs, loss, **run) -> fold_step.FoldedRun 
     if not fold_step.ENABLED:
         return None
     fold, why = local_fold(plan, facts, module)
+    if fold is not None and fold.count < fold_step.FOLD_FROM:
+        fold, why = None, f"{fold}: fewer than {fold_step.FOLD_FROM} blocks run whole (as fast)"
     if fold is None:
         fold_step.LOG.append((None, why))
         return None
