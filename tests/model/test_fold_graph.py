@@ -16,6 +16,7 @@ from planlang.model.capture.fold import Fold, FoldError, find_fold  # noqa: E402
 from planlang.model.capture.fold_graph import folded_op_graph, op_graph_of  # noqa: E402
 from planlang.model.capture.lazy_consts import Deferred  # noqa: E402
 from planlang.model.capture.opgraph import OpGraph, op_graph  # noqa: E402
+from planlang.model.price.block_fold import plan_fold  # noqa: E402
 from tests.zoo.plans import plan_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -116,10 +117,12 @@ def test_a_model_that_does_not_run_its_blocks_in_turn_is_built_whole():
 # ------------------------------------------------------------------------------ through `check --model`
 def _plan(tmp_path, name: str, layout: str) -> str:
     blocks = "transformer.h" if name == "gpt2" else "model.layers"
-    text = plan_text(name, "zero3" if layout == "zero3ckpt" else layout)
+    text = plan_text(name, {"zero3ckpt": "zero3", "tp_first2": "dp2tp2"}.get(layout, layout))
     text = text.replace(f'"examples.zoo.causal_lm:{name}"()', f'"examples.zoo.causal_lm:{name}"({LAYERS[name]} = 7)')
     if layout == "zero3ckpt":
         text += f"checkpoint {blocks}[*]\n"
+    if layout == "tp_first2":  # blocks treated unlike (plan_fold: no): the graph is the model's, not the plan's
+        text = text.replace(f"for layer in {blocks}[*]", f"for layer in {blocks}[0:2]")
     if layout == "pp2tp2":  # the stages hold 3 and 4 of the 7 blocks
         text = text.replace(f"{blocks}[0]\n", f"{blocks}[0:3]\n").replace(f"{blocks}[1],", f"{blocks}[3:7],")
     path = tmp_path / f"{name}_{layout}.plan"
@@ -135,7 +138,7 @@ def _program(prog) -> tuple:
 
 @pytest.mark.parametrize("name,layout", [("llama", "dp4"), ("llama", "dp2tp2"), ("llama", "zero3ckpt"),
                                          ("qwen2", "dp2tp2"), ("mistral", "zero3ckpt"), ("gpt2", "dp2tp2"),
-                                         ("llama", "pp2tp2")])
+                                         ("llama", "pp2tp2"), ("llama", "tp_first2")])
 def test_check_model_says_the_same_with_the_expanded_graph(tmp_path, monkeypatch, name, layout):
     monkeypatch.chdir(ROOT)
     path = _plan(tmp_path, name, layout)
@@ -158,3 +161,6 @@ def test_check_model_says_the_same_with_the_expanded_graph(tmp_path, monkeypatch
     assert_same(folded.program.graph, whole.program.graph)
     assert _program(folded.program) == _program(whole.program)
     assert folded.estimate == whole.estimate
+    if layout == "tp_first2":
+        assert folded.complete is not None
+        assert plan_fold(folded.complete, folded.facts, Fold("model.layers", 7))[0] is None
