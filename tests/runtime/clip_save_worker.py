@@ -34,10 +34,13 @@ CONFIGS = {
     "pp2_dp2_zero1": "clip_gpt2_pp2_dp2_zero1.plan",
     "dp4_zero3": "clip_gpt2_dp4_zero3.plan",
     "pp2_tp2": "clip_gpt2_pp2_tp2.plan",
+    "dp2_fs2_hsdp": "clip_gpt2_dp2_fs2_hsdp.plan",
+    "pp2_dp2_zero3": "clip_gpt2_pp2_dp2_zero3.plan",
 }
 # config -> the config whose checkpoint it loads (a cycle: every checkpoint is read under another plan)
 LOAD_FROM = {"dp2_tp2_zero1": "dp4", "pp2_dp2_zero1": "dp2_tp2_zero1", "dp4_zero3": "pp2_dp2_zero1",
-             "pp2_tp2": "dp4_zero3", "dp4": "pp2_tp2"}
+             "pp2_tp2": "dp4_zero3", "dp2_fs2_hsdp": "pp2_tp2", "pp2_dp2_zero3": "dp2_fs2_hsdp",
+             "dp4": "pp2_dp2_zero3"}
 
 
 def lr_lambda(step: int) -> float:

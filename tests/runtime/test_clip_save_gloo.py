@@ -2,7 +2,9 @@
 plans, on 4 gloo ranks against one process running torch's own loop (tests/runtime/clip_save_worker.py).
 
 One group of 4 processes runs every config (GPT-2, 4 layers, lm_head tied to wte: dp 4; dp 2 x tp 2 with
-ZeRO-1; pp 2 x dp 2 with ZeRO-1, the tied weight on both pipeline ranks; dp 4 with ZeRO-3; pp 2 x tp 2):
+ZeRO-1; pp 2 x dp 2 with ZeRO-1, the tied weight on both pipeline ranks; dp 4 with ZeRO-3; pp 2 x tp 2;
+HSDP (replicated over dp 2, ZeRO-2 over fs 2); pp 2 x dp 2 with ZeRO-3, the tied weight's shards on both
+pipeline ranks):
 3 steps of step + clip (every step clips) + AdamW + LambdaLR, a save, then each config loads another
 config's checkpoint into its own (scrambled) model and optimizer and runs 2 more steps. Every error is
 judged against verify's bound (max(1e-5, 10 x one process's own error against float64)).
@@ -91,7 +93,8 @@ def test_other_norm_orders(results, name):
 def test_what_ran(results):
     c = results[0]
     assert [c[n]["model"] for n in W.CONFIGS] == ["ParallelModel", "ParallelModel", "PipelinedModel",
-                                                  "FSDPParallelModel", "ProgramPipelinedModel"]
+                                                  "FSDPParallelModel", "ProgramPipelinedModel", "FSDPParallelModel",
+                                                  "PipelinedModel"]
     assert c["dp2_tp2_zero1"]["zero1"] and c["pp2_dp2_zero1"]["zero1"]  # the scheduler drove ZeRO-1
 
 
