@@ -321,6 +321,6 @@ def op_graph_of(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Call
             return folded_op_graph(model, inputs, loss_fn, fold, targets), None
         except FoldError as e:
             why = str(e)
-        except UnsupportedGraph as e:  # the whole model's export says it again, or goes through
-            why = f"the cut model: {e}"
+        except Exception as e:  # noqa: BLE001 - the whole model's export says it again, or goes through:
+            why = f"the cut model: {type(e).__name__}: {e}"  # expanding changes how long, never the result
     return (op_graph(model, inputs, loss_fn, targets) if loss_fn is not None else op_graph(model, inputs)), why
