@@ -1,7 +1,7 @@
 """torch's lr schedulers drive the optimizers `pm.optimizer()` may return (planlang's MasterWeights and
 ScaledOptimizer wrappers: the same lrs and the same steps as the plain optimizer), and
 planlang.runtime.clip on one rank is torch.nn.utils.clip_grad_norm_ (the gloo suite, with sharded
-models: tests/runtime/test_clip_save_gloo.py)."""
+models: tests/runtime/test_clip_save_gloo.py); planlang.save / load with a scheduler, and what they refuse."""
 from __future__ import annotations
 
 import copy
@@ -77,3 +77,73 @@ def test_loss_scale_is_taken_out_of_the_norm():
     coef = 0.1 / (float(want) + 1e-6)
     for p, g in zip(lin.parameters(), grads):
         assert torch.allclose(p.grad / 1024.0, g * coef, rtol=1e-6)
+
+
+# ------------------------------------------------------------------ planlang.save / load (one rank)
+def _fake_pm(module, groups):
+    """What planlang.save reads of a ParallelModel: its module, layouts and groups."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(module=module, layouts={}, groups=groups)
+
+
+@pytest.fixture()
+def groups():
+    from planlang.plan.types import Axis, Mesh
+    from planlang.runtime.redistribute import MeshGroups
+
+    with one_process_group():
+        yield MeshGroups(Mesh("m", None, (Axis("dp", 1),)))
+
+
+def _trained():
+    torch.manual_seed(1)
+    m = torch.nn.Linear(3, 4)
+    opt = torch.optim.AdamW(m.parameters(), lr=0.1)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup_then_halve)
+    for _ in range(3):
+        opt.zero_grad()
+        m(torch.randn(5, 3)).pow(2).mean().backward()
+        opt.step()
+        sched.step()
+    return m, opt, sched
+
+
+def test_save_load_restores_the_scheduler(groups, tmp_path):
+    from planlang.runtime.save_load import load, save
+
+    m, opt, sched = _trained()
+    save(_fake_pm(m, groups), opt, tmp_path / "ck", scheduler=sched)
+    m2 = torch.nn.Linear(3, 4)
+    opt2 = torch.optim.AdamW(m2.parameters(), lr=0.1)
+    sched2 = torch.optim.lr_scheduler.LambdaLR(opt2, _warmup_then_halve)
+    load(_fake_pm(m2, groups), opt2, tmp_path / "ck", scheduler=sched2)
+    assert sched2.last_epoch == 3 and sched2.get_last_lr() == sched.get_last_lr()
+    assert opt2.param_groups[0]["lr"] == opt.param_groups[0]["lr"]
+    assert torch.equal(m2.weight, m.weight)
+    assert torch.equal(opt2.state[m2.weight]["exp_avg"], opt.state[m.weight]["exp_avg"])
+
+
+def test_load_asks_for_a_scheduler_the_checkpoint_lacks(groups, tmp_path):
+    from planlang.runtime.checkpoint import CheckpointError
+    from planlang.runtime.save_load import load, save
+
+    m, opt, sched = _trained()
+    save(_fake_pm(m, groups), opt, tmp_path / "ck")
+    with pytest.raises(CheckpointError, match="holds no scheduler"):
+        load(_fake_pm(m, groups), opt, tmp_path / "ck", scheduler=sched)
+
+
+def test_pipeline_x_tensor_parallel_buffers_are_refused(groups, tmp_path):
+    """pp x tp stages read the model's buffers, which every rank holds whole: no copy is known current."""
+    from types import SimpleNamespace
+
+    from planlang.runtime.checkpoint import CheckpointError
+    from planlang.runtime.save_load import save
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    stage = SimpleNamespace(_rt=SimpleNamespace(modules=model))
+    runner = SimpleNamespace(stage_modules={0: stage}, named_parameters=model.named_parameters)
+    pm = SimpleNamespace(runner=runner, program=object(), layouts={}, groups=groups)
+    with pytest.raises(CheckpointError, match="buffers"):
+        save(pm, None, tmp_path / "ck")
