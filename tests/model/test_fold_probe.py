@@ -154,6 +154,10 @@ class Stack(nn.Module):
             for i, layer in enumerate(self.layers):
                 if i != 2:
                     x = layer(x)
+        elif self.how == "counts":  # a forward that cannot run cut
+            assert len(self.layers) == 6, "six layers"
+            for layer in self.layers:
+                x = layer(x)
         elif self.how == "stacked":  # the head sees every block's output: its shape follows the count
             outs = []
             for layer in self.layers:
@@ -186,7 +190,8 @@ def loss(output, target):
 
 @pytest.mark.parametrize("how,why", [("all", None), ("first twice", "does not run its block list"),
                                      ("skip one", "does not run its block list"),
-                                     ("stacked", "expand differently"), ("shared", "a module shared with a block")])
+                                     ("stacked", "expand differently"), ("shared", "a module shared with a block"),
+                                     ("counts", "raised AssertionError: six layers")])
 def test_a_model_that_does_not_run_its_blocks_alike_is_probed_whole(tmp_path, how, why):
     plan = _plan(tmp_path, f'"tests.model.test_fold_probe:stack"(how = "{how}")', "input x : f32[batch = 2, n = 4, d = 4]")
     folded, run = _probed(plan, True)
@@ -208,3 +213,13 @@ def test_a_model_off_meta_runs_whole():
     facts, run = probe_run(module, {"x": torch.zeros(2, 4)})
     assert run.fold is None and run.whole == "not on meta"
     assert len([n for n in facts.order if n.startswith("layers.") and n.count(".") == 1]) == 6
+
+
+def test_a_forward_strict_meta_refuses_is_refused_alike(tmp_path, monkeypatch):
+    """f64 inputs into f32 weights: the cut run raises, the whole run says so (PL261), as unfolded."""
+    plan = _plan(tmp_path, '"tests.model.test_fold_probe:stack"()', "input x : f64[batch = 2, n = 4, d = 4]")
+    folded = probe_facts(plan, build_model(plan.model, plan.path))
+    _unfolded(monkeypatch)
+    whole = probe_facts(plan, build_model(plan.model, plan.path))
+    assert folded == whole
+    assert [d.code for d in folded[1]] == ["PL261"] and "float64" in folded[1][0].message
