@@ -118,11 +118,19 @@ def load(pm, optimizer, path: str | Path, *, scheduler=None) -> None:
 def full_state_dict(pm, all_ranks: bool = False) -> dict[str, torch.Tensor]:
     """The model's parameters gathered whole (a tied one once, under its first name) and its persistent
     buffers, on the CPU, on rank 0 (every rank with `all_ranks`; the other ranks get {}); every rank calls
-    it. The form `save_pretrained(state_dict=...)` and `torch.save` take."""
-    full = pm.full_parameters()
+    it. The form `save_pretrained(state_dict=...)` and `torch.save` take. One parameter is whole on the
+    device at a time; the CPU of a keeping rank holds the model."""
     keep = all_ranks or dist.get_rank() == 0
-    out = {n: t.detach().cpu() for n, t in full.items()} if keep else {}
-    del full
+    out: dict[str, torch.Tensor] = {}
+    # one parameter whole at a time (full_parameters' gathers, picked one name per call): the device holds
+    # the largest parameter whole, not the model
+    names = list(pm._shapes) if hasattr(pm, "runner") else [n for n, _ in pm.module.named_parameters()]
+    mine = {id(p): n for n, p in _named(pm).items()}
+    for name in names:
+        whole = pm._gathered(lambda p, name=name: p if mine.get(id(p)) == name else None)
+        if keep:
+            out.update({n: t.detach().cpu() for n, t in whole.items()})
+        del whole
     bufs = _buffers(pm)
     if hasattr(pm, "runner"):  # a pipeline: each stage's buffers from the pipeline rank that runs it
         have: list = [None] * dist.get_world_size(pm.pp_group)

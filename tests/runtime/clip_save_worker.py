@@ -160,9 +160,11 @@ def run(outdir: str, ckpt: str) -> dict:
                                            float(torch.nn.utils.get_total_norm(list(last), p))]
                                   for p in (1.0, 2.0, math.inf)}
     # the whole model on rank 0 (save_pretrained's form): equal to the last config's parameters
-    full = live["dp4"][0].full_state_dict()
-    results["full_state_dict"] = {"keys": sorted(full),
-                                  "err": max((float((t - ref[-1]["params"][n]).norm() / ref[-1]["params"][n].norm())
+    results["full_state_dict"] = {}
+    for name, every in (("dp4", False), ("pp2_dp2_zero3", False), ("pp2_tp2", True)):
+        full = live[name][0].full_state_dict(all_ranks=every)
+        results["full_state_dict"][name] = {
+            "keys": sorted(full), "err": max((float((t - ref[-1]["params"][n]).norm() / ref[-1]["params"][n].norm())
                                               for n, t in full.items()), default=-1.0)}
     results["f16"] = precision_run(ckpt, live["dp4"])  # (loads into dp4's model: after the above)
     return results

@@ -98,12 +98,17 @@ def test_what_ran(results):
     assert c["dp2_tp2_zero1"]["zero1"] and c["pp2_dp2_zero1"]["zero1"]  # the scheduler drove ZeRO-1
 
 
-def test_full_state_dict_on_rank_0(results):
-    full = results[0]["full_state_dict"]
-    assert "wte.weight" in full["keys"] and "lm_head.weight" not in full["keys"]  # tied: once
-    assert len(full["keys"]) == 2 + 4 * 12 + 2
-    assert full["err"] < 1e-5
-    assert all(res["full_state_dict"]["keys"] == [] for res in results[1:])
+@pytest.mark.parametrize("name, every", [("dp4", False), ("pp2_dp2_zero3", False), ("pp2_tp2", True)])
+def test_full_state_dict(results, name, every):
+    """The whole parameters after the resumed steps, on rank 0 (or every rank): the uninterrupted run's."""
+    for r, res in enumerate(results):
+        full = res["full_state_dict"][name]
+        if r and not every:
+            assert full["keys"] == []
+            continue
+        assert "wte.weight" in full["keys"] and "lm_head.weight" not in full["keys"]  # tied: once
+        assert len(full["keys"]) == 2 + 4 * 12 + 2
+        assert full["err"] < 1e-5
 
 
 def test_f16_master_weights_clip_and_checkpoint(results):
