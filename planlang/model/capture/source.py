@@ -259,7 +259,9 @@ def _local_modules(module: str, factory: str | None, plan_path: str | None) -> d
         if name in ("__main__", "__mp_main__"):  # the program itself (a script next to the plan)
             continue
         f = getattr(mod, "__file__", None)
-        if not isinstance(f, str) or not f.endswith(".py"):
+        # a relative __file__ (torch.ops' "_ops.py", torch.classes' "_classes.py") names no file: resolved
+        # against the working directory it became a "local module" of any model built there
+        if not isinstance(f, str) or not f.endswith(".py") or not os.path.isabs(f):
             continue
         path = _resolved(f)
         if path is None or _under(path, foreign):

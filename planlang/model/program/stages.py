@@ -33,14 +33,16 @@ import inspect
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import torch
 import torch.fx as fx
 from torch import nn
 
-from torch.distributed.pipelining import Pipe, SplitPoint, pipeline
 from torch.utils._pytree import tree_flatten
+
+if TYPE_CHECKING:
+    from torch.distributed.pipelining import Pipe
 
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim, data_degree
@@ -161,6 +163,9 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
     try:
         with warnings.catch_warnings():  # torch.export's own deprecation notices are not the user's
             warnings.simplefilter("ignore", FutureWarning)
+            # torch.distributed.pipelining's tracer costs ~1.5 CPU-s to import: only an exported cut needs it
+            from torch.distributed.pipelining import SplitPoint, pipeline
+
             pipe = pipeline(model, mb_args=args, mb_kwargs=kwargs or None,
                             split_spec={m: SplitPoint.BEGINNING for m in firsts})
     finally:
@@ -179,7 +184,7 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
     return modules
 
 
-def _stage_module(pipe: Pipe, i: int) -> fx.GraphModule:
+def _stage_module(pipe: "Pipe", i: int) -> fx.GraphModule:
     """Stage `i` of torch.export's cut: a submodule of the cut's GraphModule, itself a GraphModule (torch
     types it as any Module)."""
     m = pipe.get_stage_module(i)
