@@ -50,7 +50,7 @@ def aten_name(target: Any) -> str:
 
 
 # ------------------------------------------------------------------------------ building the graph
-def _clean_path(path: str) -> str:
+def clean_path(path: str) -> str:
     # some torch versions write `L['self'].h[0].attn`, others `h.0.attn`
     path = path.replace("L['self'].", "").replace("L['self']", "")
     return ".".join(p for p in path.replace("[", ".").replace("]", "").split(".") if p)
@@ -153,7 +153,7 @@ class ExportBuilder:
         stack = node.meta.get("nn_module_stack")
         if not stack:
             return ""
-        return strip(_clean_path(str(list(stack.values())[-1][0])), self.prefix)
+        return strip(clean_path(str(list(stack.values())[-1][0])), self.prefix)
 
     def emit(self, node: fx.Node, kind: str, inputs: list[str], attrs: dict[str, Any] | None = None,
              call: OpaqueCall | None = None, out: Any = None, name: str | None = None) -> str:

@@ -8,7 +8,7 @@ copy renamed as torch.export names the nodes of the block it stands for:
 
 * a call node's name is its op's base with a counter (`linear_7`): the counter of a copy `j` blocks on
   is the interior block's plus `j` times the count of nodes of that base in a block, and the nodes after
-  the blocks move on by the same amount per added block (`shift`);
+  the blocks move on by the same amount per added block (`_Mover.call_name`);
 * a placeholder of a block's parameter or buffer (`p_model_layers_1_mlp_up_proj_weight`) and the module
   paths of the nodes' `nn_module_stack` carry the block index;
 * an argument from the block before (the hidden state) is the previous copy's node at the same place.
@@ -25,8 +25,9 @@ graph. That is checked on what the cut graph shows before anything is expanded, 
   the interior blocks' counters (so no name there depends on the block count);
 * every name the expansion asks for is free (the fx namespace gives it unchanged).
 
-tests/model/test_fold_graph.py compares the expanded op graph with the whole model's node for node (and
-their lowered programs) on Hugging Face Llama, Qwen2, Mistral and GPT-2 configurations.
+A model torch.fx traces (op_graph's other front end) is not expanded: `op_graph_of` builds it whole and
+says so. tests/model/test_fold_graph.py compares the expanded op graph with the whole model's node for
+node (and their lowered programs, and `check --model`) on Hugging Face Llama, Qwen2, Mistral and GPT-2.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from typing import Any, Callable
 import torch
 from torch import fx, nn
 
-from planlang.model.capture.export_builder import StepSignature, _clean_path
+from planlang.model.capture.export_builder import StepSignature, clean_path
 from planlang.model.capture.export_graph import export_step, inline_wrappers, lower_export
 from planlang.model.capture.fold import Fold, FoldError, truncated
 from planlang.model.capture.fx_builder import strip
@@ -117,7 +118,7 @@ class _Cut:
             return got[0] if got else None
         stack = node.meta.get("nn_module_stack") or {}
         for path, _ in stack.values():
-            got = self.fold.split(strip(_clean_path(str(path)), self.prefix))
+            got = self.fold.split(strip(clean_path(str(path)), self.prefix))
             if got is not None:
                 return got[0]
         return None
@@ -160,8 +161,8 @@ class _Mover:
         """A node's nn_module_stack moved to block j (keys and paths cleaned: lowering reads the paths)."""
         key = (tuple(stack.items()), j)
         if key not in self._stacks:
-            self._stacks[key] = {self.path(_clean_path(str(k).replace("L__self__", "")), j):
-                                 (self.path(_clean_path(str(path)), j), cls) for k, (path, cls) in stack.items()}
+            self._stacks[key] = {self.path(clean_path(str(k).replace("L__self__", "")), j):
+                                 (self.path(clean_path(str(path)), j), cls) for k, (path, cls) in stack.items()}
         return dict(self._stacks[key])
 
 
