@@ -70,6 +70,7 @@ from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
                                         wrap_optimizer)
 from planlang.runtime.redistribute import MeshGroups, redistribute
+from planlang.runtime.save_load import full_state_dict
 from planlang.runtime.zero import OptimizerError, build_optimizer
 from planlang.runtime.zero_blocks import Block, BlockCaller, block_ranges
 
@@ -338,9 +339,6 @@ class ParallelModel(nn.Module):
 
     def full_state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
         """The whole parameters and buffers on the CPU, on rank 0 or `all_ranks` (planlang.runtime.save_load)."""
-        # lazy: torch.distributed.checkpoint loads only when checkpoints are used (0.14 s)
-        from planlang.runtime.save_load import full_state_dict
-
         return full_state_dict(self, all_ranks)
 
     def _gathered(self, pick) -> dict[str, torch.Tensor]:

@@ -24,6 +24,7 @@ from planlang.plan.types import Spec
 
 from .clip import clip_model
 from .pipeline import PipelineError, PipelineRunner, build_pipeline
+from .save_load import full_state_dict
 from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 
@@ -146,9 +147,6 @@ class PipelinedModel:
 
     def full_state_dict(self, all_ranks: bool = False) -> dict[str, torch.Tensor]:
         """The whole parameters and buffers on the CPU, on rank 0 or `all_ranks` (planlang.runtime.save_load)."""
-        # lazy: torch.distributed.checkpoint loads only when checkpoints are used (0.14 s)
-        from planlang.runtime.save_load import full_state_dict
-
         return full_state_dict(self, all_ranks)
 
     def _whole(self, name: str, t: torch.Tensor) -> torch.Tensor:
