@@ -163,7 +163,7 @@ def split_exported(model: nn.Module, stages, example: tuple[torch.Tensor, ...],
     try:
         with warnings.catch_warnings():  # torch.export's own deprecation notices are not the user's
             warnings.simplefilter("ignore", FutureWarning)
-            # torch.distributed.pipelining's tracer costs ~1.5 CPU-s to import: only an exported cut needs it
+            # lazy: torch.distributed.pipelining costs ~1.5 CPU-s to import; only an exported cut needs it
             from torch.distributed.pipelining import SplitPoint, pipeline
 
             pipe = pipeline(model, mb_args=args, mb_kwargs=kwargs or None,
