@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, fields, replace
+
 import torch
 
 from planlang.model.capture.fold import FOLD_RUNS, Fold, FoldError, affine, truncated
@@ -67,7 +68,7 @@ def run_folded(module: torch.nn.Module, fold: Fold, inputs: dict, loss, *, simul
             trained[k] = frozenset(n for n, p in module.named_parameters(remove_duplicate=False)
                                    if p.grad is not None)
     for p in module.parameters():
-        p.grad = None  # the kept blocks' only: as if no step had run (the caller reads `trained`)
+        p.grad = None  # what the runs left on the kept blocks (the caller reads `trained`, not .grad)
     n = fold.count
     return FoldedRun(_step_memory(sims, n, bool(blocks), accumulate) if simulate else None,
                      _profile(profs, fold) if profile else None,
@@ -89,16 +90,18 @@ def _place(i: int, k: int) -> tuple[str, int]:
     return "mid", i - 1
 
 
-def _index(place: tuple[str, int], n: int) -> list[int]:
+def _index(place: tuple[str, int], n: int) -> int:
+    """The block index at `n` blocks of a place other than an interior block's."""
     kind, off = place
-    return {"pre": [off], "post": [n + off], "first": [0], "last": [n - 1], "mid": list(range(1, n - 1))}[kind]
+    return {"pre": off, "post": n + off, "first": 0, "last": n - 1}[kind]
 
 
 def _spread(runs: dict[int, dict[tuple, int]], n: int) -> dict[tuple, int]:
     """Figures keyed (family, block index) in each run (count -> figures) at `n` blocks: affine in the count
-    at each place, and an interior block's affine in its index too."""
-    (k1, a), (k2, b) = sorted(runs.items())
-    if k2 != k1 + 1 or k1 < 3:
+    at each place, and an interior block's affine in its index too (its slope from the larger run's two
+    interior blocks: the runs are FOLD_RUNS, 3 and 4 blocks)."""
+    k1, k2 = sorted(runs)
+    if (k1, k2) != (3, 4):
         raise FoldError(f"runs of {k1} and {k2} blocks cannot place the interior ones")
     placed: dict[int, dict[tuple, int]] = {}
     for k, got in runs.items():
@@ -113,7 +116,7 @@ def _spread(runs: dict[int, dict[tuple, int]], n: int) -> dict[tuple, int]:
             continue
         at_count = affine({k1: placed[k1][fam, place], k2: v2}, n)
         if place[0] != "mid":
-            out[fam, _index(place, n)[0]] = at_count
+            out[fam, _index(place, n)] = at_count
             continue
         step = placed[k2][fam, ("mid", 1)] - v2  # per interior block further on, at a fixed count
         for i in range(1, n - 1):
