@@ -173,3 +173,19 @@ def test_blocks_run_unalike_are_not_extrapolated():
     for what in ({"simulate": True, "profile": False}, {"simulate": False, "profile": True}):
         with pytest.raises(FoldError, match="interior blocks|measured differently"):
             run_folded(model, fold, x, None, **what, blocks=tuple(fold.block(i) for i in range(8)))
+
+
+def test_a_model_holding_on_to_its_blocks_is_not_extrapolated():
+    # one checkpoint over every block (wrap_chain): block 0's forward runs all of them, cut model or not
+    from examples.gpt2.model import build
+    from planlang.model.capture.fold import FoldError, find_fold
+    from planlang.model.capture.fold_step import run_folded
+    from planlang.model.program.recompute import wrap_chain
+
+    model = build(layers=6, hidden=64, heads=4, vocab=128, seq=32).to("meta")
+    wrap_chain(list(model.h))
+    fold = find_fold(model)
+    assert fold is not None and fold.count == 6
+    with pytest.raises(FoldError, match="left out ran"):
+        run_folded(model, fold, {"idx": torch.zeros(2, 16, dtype=torch.long, device="meta")}, None,
+                   simulate=True, profile=False)

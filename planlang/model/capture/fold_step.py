@@ -18,8 +18,10 @@ whole model. tests/model/test_fold_estimate.py compares both, field for field.
 """
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from dataclasses import dataclass, fields, replace
+from typing import Iterator
 
 import torch
 
@@ -55,8 +57,10 @@ def run_folded(module: torch.nn.Module, fold: Fold, inputs: dict, loss, *, simul
     sims: dict[int, tuple[StepMemory, dict]] = {}
     profs: dict[int, Profile] = {}
     trained: dict[int, frozenset[str]] = {}
+    holder = module.get_submodule(fold.container) if fold.container else module
+    entries = list(holder._modules.values())
     for k in FOLD_RUNS:
-        with truncated(module, fold, k) as calls:
+        with truncated(module, fold, k) as calls, _cut_off(entries[k:]):
             if simulate:
                 phases: dict = {}
                 sims[k] = simulate_step(module, inputs, loss, None, accumulate=accumulate, blocks=every[:k],
@@ -73,6 +77,22 @@ def run_folded(module: torch.nn.Module, fold: Fold, inputs: dict, loss, *, simul
     return FoldedRun(_step_memory(sims, n, bool(blocks), accumulate) if simulate else None,
                      _profile(profs, fold) if profile else None,
                      frozenset(_names(trained, fold)))
+
+
+@contextlib.contextmanager
+def _cut_off(blocks: list) -> Iterator[None]:
+    """FoldError if a module of `blocks` (those a truncated run left out) runs: code that holds on to them
+    (a checkpoint chain's closure over every block's forward) would run them all in the cut model."""
+    ran: list[str] = []
+    handles = [m.register_forward_pre_hook(lambda mod, _a: ran.append(type(mod).__name__))
+               for b in blocks if b is not None for m in b.modules()]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+    if ran:
+        raise FoldError(f"a block the run left out ran ({ran[0]}): the model holds on to its blocks")
 
 
 # ------------------------------------------------------------------ places of blocks
