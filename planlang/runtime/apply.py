@@ -56,7 +56,6 @@ from planlang.plan import types as T
 from planlang.plan.complete import CompleteMesh, CompleteOptimizer, CompletePlan, IncompletePlan, complete
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.types import Spec
-from planlang.runtime.codegen import generate
 from planlang.runtime.clip import clip_model
 from planlang.runtime.data_parallel import fsdp_mesh
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
@@ -67,16 +66,13 @@ from planlang.runtime.pipeline import PipelineError
 from planlang.runtime.pipeline_model import apply_pipeline
 from planlang.runtime.program_pipeline import build_program_pipeline
 from planlang.runtime.placement import ParamLayout
+from planlang.runtime.programs import Compiled, Key, PlanError, Programs, compiler, meta_copy
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
                                         wrap_optimizer)
 from planlang.runtime.redistribute import MeshGroups, redistribute
 from planlang.runtime.save_load import full_state_dict
 from planlang.runtime.zero import OptimizerError, build_optimizer
 from planlang.runtime.zero_blocks import Block, BlockCaller, block_ranges
-
-
-class PlanError(ValueError):
-    """The plan cannot run: it has errors, holes, or does not fit this world (message says how to fix)."""
 
 
 def load_plan(plan: T.Plan | str | Path) -> CompletePlan:
@@ -171,6 +167,23 @@ class ParallelModel(nn.Module):
         # a step's microbatches (the plan's top-level `microbatches`, set by apply): the program is one
         # microbatch's, and `step` runs it this many times before the gradients are summed once
         self.microbatches = 1
+        # one program per (input shapes, mode): apply's, and those lowered for a shorter batch or the other
+        # mode (planlang.runtime.programs); None when the caller gave the program (no re-lowering)
+        self.programs: Programs | None = None
+        self.program_key: Key = (tuple(tuple(v.shape) for v in self._inputs), model.training)
+        self.plan_shapes = self.program_key[0]  # the plan's (one microbatch's) shapes
+        self.train(model.training)
+
+    def install(self, c: Compiled, key: Key) -> None:
+        """Run program `c` from now on (planlang.runtime.programs.Programs.select)."""
+        if [b.name for b in c.blocks] != [b.name for b in self.blocks]:
+            raise PlanError(f"the program for {list(key[0])} has ZeRO blocks {[b.name for b in c.blocks]}, the "
+                            f"plan's {[b.name for b in self.blocks]}: run batches of the plan's shape")
+        rt = Runtime(c.program, self.groups, self.device, self.rt.recorder)
+        rt.modules, rt.block, rt.step_index = self.rt.modules, self.rt.block, self.rt.step_index
+        self.program, self.code, self._step, self.rt, self.blocks = c.program, c.code, c.step, rt, c.blocks
+        self._inputs = [v for v in c.program.graph.values.values() if v.kind == "input"]
+        self.program_key = key
 
     @property
     def mesh(self) -> CompleteMesh:
@@ -193,6 +206,8 @@ class ParallelModel(nn.Module):
         if len(args) != len(self._inputs):
             names = ", ".join(v.ref for v in self._inputs)
             raise PlanError(f"expected {len(self._inputs)} tensors ({names}), got {len(args)}")
+        if self.programs is not None:  # a shorter batch, or the other mode: its own program
+            self.programs.select(self, args, 1)
         local = [self.local_input(v.name, a) for v, a in zip(self._inputs, args)]
         self._gradient_sums()  # before backward: its hooks start the bucket sums as gradients arrive
         params = {n: self._scaled(n, p) for n, p in self.module.named_parameters(remove_duplicate=False)
@@ -235,6 +250,8 @@ class ParallelModel(nn.Module):
             (loss if self.loss_scale is None else self.loss_scale.scale(loss)).backward()
             self.sync_grads()
             return loss.detach()
+        if self.programs is not None and len(args) == len(self._inputs):
+            self.programs.select(self, args, m)
         fsdp = self if isinstance(self, FSDPModule) else None  # ZeRO-2/3: pm is FSDP2's root unit
         total: torch.Tensor | None = None
         for i, micro in enumerate(self.microbatch_inputs(args)):
@@ -507,6 +524,15 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
         raise PlanError(str(e)) from e
 
 
+def _relower(strict: bool):
+    """Programs' lowering: `_lower_once` (rank 0 lowers, every rank gets it) and its PL364 report."""
+    def run(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Program:
+        prog = _lower_once(model, plan, loss_fn, targets)
+        report_fallbacks(prog, strict)
+        return prog
+    return run
+
+
 def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,
           targets: tuple[torch.Tensor, ...] | None = None, device: torch.device | str | None = None,
           recorder=None, strict: bool | None = None, program: Program | None = None):
@@ -520,6 +546,7 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     `program`: the plan's program when the caller lowered it already (validation, for the estimate's run
     on meta), for a plan without a pipeline; lowered here otherwise."""
     plan = load_plan(plan)
+    user_loss = loss_fn
     # found once, on this model: a `loss` method is bound to it, whichever runtime path runs the plan
     loss_fn = loss_fn or plan_loss(plan, model)
     if not dist.is_initialized():
@@ -549,15 +576,21 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     if targets is not None and m > 1:  # examples for the global batch: one microbatch's
         targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
     prog = program if program is not None else _lower_once(model, accumulation_microbatch(plan), loss_fn, targets)
-    report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
+    strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
+    report_fallbacks(prog, strict)
+    meta = meta_copy(model) if program is None else None  # re-lowering (shorter batches, eval) traces it
     fsdp = _fsdp_setup(plan, groups) is not None
     dtype = storage_dtype(plan.precision, fsdp) if plan.precision.mixed else None
     layouts = shard_parameters(model, prog, groups.coords, device, dtype)
     cast_buffers(model, plan.precision)
-    blocks = zero_blocks(model, prog, plan)
-    code = generate(prog, dist.get_rank(), groups.coords, title=plan.path,
-                    blocks=[(b.start, b.end, b.name) for b in blocks])
-    pm = ParallelModel(model, prog, groups, layouts, code, device, recorder, blocks)
+    compile_program = compiler({"model": model, "plan": plan, "rank": dist.get_rank(), "coords": groups.coords,
+                                "zero_blocks": zero_blocks})
+    first = compile_program(prog)
+    pm = ParallelModel(model, prog, groups, layouts, first.code, device, recorder, first.blocks)
+    if meta is not None:
+        pm.programs = Programs(meta, plan, user_loss if user_loss is not None else plan_loss(plan, meta),
+                               _relower(strict), compile_program)
+        pm.programs.add(pm.program_key, first)
     pm.plan_optimizer = plan.optimizer
     pm.precision = plan.precision
     pm.microbatches = m

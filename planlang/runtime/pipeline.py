@@ -272,6 +272,31 @@ class PipelineRunner:
         same arguments (the first stage reads `inputs`, the last `target`). Gradients accumulate into
         `.grad` (zero them between steps) and, with data axes, are averaged over them afterwards.
         Returns the batch's mean loss (averaged over data replicas) where the last stage lives."""
+        scale = 1.0 if self.loss_scale is None else self.loss_scale.value  # this step's, before its update
+        schedule, tgt = self._prepare(inputs, target, scale)
+        losses: list[torch.Tensor] = []
+        schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses, return_outputs=False)
+        self.sum_tied_gradients()
+        if self.after_backward is not None:
+            self.after_backward()
+        if self.reduce_grads and self.dp_groups:
+            average_gradients(self.parameters(), self.dp_groups, self.reduce_dtype)
+        return self._mean_loss(losses, scale)
+
+    def evaluate(self, *inputs: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
+        """Forward only of this replica's batch (torch's `schedule.eval`: no backward, no gradient sums,
+        nothing saved for backward); the batch's mean loss (averaged over data replicas) where the last
+        stage lives, as `step` returns it. Call it on every rank of the pipeline, as `step`."""
+        schedule, tgt = self._prepare(inputs, target, 1.0)
+        losses: list[torch.Tensor] = []
+        with torch.no_grad():
+            schedule.eval(*(inputs if self.has_first else ()), target=tgt, losses=losses, return_outputs=False)
+        return self._mean_loss(losses, 1.0)
+
+    def _prepare(self, inputs: tuple[torch.Tensor, ...], target: torch.Tensor | None,
+                 scale: float) -> tuple[TorchSchedule, torch.Tensor | None]:
+        """The schedule for these shapes (stages and schedule built again when they changed: a shorter
+        batch) and the last stage's target."""
         m = self.layout.microbatches
         batch = _batch_size(inputs, target)
         if batch % m:
@@ -283,18 +308,13 @@ class PipelineRunner:
             schedule = self._build(tuple(x[: batch // m] for x in inputs))
             self._signature = signature
         tgt = None
-        scale = 1.0 if self.loss_scale is None else self.loss_scale.value  # this step's, before its update
         if self.has_last:
             tgt = target if target is not None else torch.zeros(batch, device=self.device)
             self._scaled.takes_target = target is not None
             self._scaled.scale = scale
-        losses: list[torch.Tensor] = []
-        schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses, return_outputs=False)
-        self.sum_tied_gradients()
-        if self.after_backward is not None:
-            self.after_backward()
-        if self.reduce_grads and self.dp_groups:
-            average_gradients(self.parameters(), self.dp_groups, self.reduce_dtype)
+        return schedule, tgt
+
+    def _mean_loss(self, losses: list[torch.Tensor], scale: float) -> torch.Tensor | None:
         if not self.has_last:
             return None
         loss = torch.stack([x.detach() for x in losses]).sum()

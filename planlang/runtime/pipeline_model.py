@@ -6,6 +6,7 @@ runner of planlang.runtime.pipeline behind ParallelModel's training-loop interfa
 from __future__ import annotations
 
 import functools
+import math
 from typing import Callable
 
 import torch
@@ -20,11 +21,13 @@ from planlang.model.capture.trace import probe_modules
 from planlang.model.program.recompute import wrap_chain, wrap_each
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan, plan_mesh
+from planlang.plan.data import batch_dim
 from planlang.plan.types import Spec
 
 from .clip import clip_model
 from .pipeline import PipelineError, PipelineRunner, build_pipeline
 from .save_load import full_state_dict
+from .programs import PlanError
 from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
 
@@ -62,8 +65,25 @@ class PipelinedModel:
         return f"PipelinedModel({self.runner})"
 
     def __call__(self, *args):
-        raise PipelineError("a pipeline runs forward and backward together, microbatch by microbatch",
-                            "call pm.step(*inputs, *targets), which returns the loss")
+        """Under torch.no_grad, `evaluate` (the loss, forward only); a pipeline has no forward alone to
+        differentiate: with gradients on, a PipelineError pointing to `step`."""
+        if torch.is_grad_enabled():
+            raise PipelineError("a pipeline runs forward and backward together, microbatch by microbatch",
+                                "call pm.step(*inputs, *targets), which returns the loss; for evaluation "
+                                "pm.evaluate(*inputs, *targets) (or pm(...) under torch.no_grad())")
+        return self.evaluate(*args)
+
+    training = True
+
+    def train(self, mode: bool = True) -> "PipelinedModel":
+        """Every stage module of this rank in training mode (dropout on, BatchNorm's batch statistics) or not."""
+        for mod in self.runner.stage_modules.values():
+            mod.train(mode)
+        self.training = mode
+        return self
+
+    def eval(self) -> "PipelinedModel":
+        return self.train(False)
 
     @property
     def mesh(self):
@@ -95,39 +115,75 @@ class PipelinedModel:
         return spec if spec is not None else Spec(tuple(() for _ in inp.shape))
 
     def _piece(self, inp, t: torch.Tensor) -> torch.Tensor:
-        if tuple(t.shape) == tuple(inp.shape):
-            return t[local_slices(tuple(inp.shape), self._spec(inp), self.mesh, self.groups.coords)]
+        """This replica's piece of input `inp` given whole (the plan's batch or a shorter one: planlang.runtime.
+        programs says what divides what) or as the piece."""
         if tuple(t.shape) == tuple(self._local_shape(inp)):
             return t
-        raise PipelineError(f"input `{inp.name}` has shape {list(t.shape)}; the plan declares {list(inp.shape)}",
-                            f"pass the global batch {list(inp.shape)} or this replica's piece "
-                            f"{list(self._local_shape(inp))}")
+        b, spec = batch_dim(inp), self._spec(inp)
+        n, full = (t.shape[b], inp.shape[b]) if t.dim() == len(inp.shape) else (-1, 0)
+        if n < 0 or any(t.shape[d] != inp.shape[d] for d in range(t.dim()) if d != b):
+            raise PipelineError(f"input `{inp.name}` has shape {list(t.shape)}; the plan declares {list(inp.shape)}",
+                                f"pass the global batch {list(inp.shape)} (or a shorter one) or this replica's "
+                                f"piece {list(self._local_shape(inp))}")
+        if n != full:
+            self._check_shorter(inp.name, n, full, spec.dims[b] if b < len(spec.dims) else ())
+        return t[local_slices(tuple(t.shape), spec, self.mesh, self.groups.coords)]
 
-    def _target_piece(self, t: torch.Tensor) -> torch.Tensor:
-        """A target split like the first input's batch dim (dim 0) when given for the global batch."""
+    def _check_shorter(self, name: str, n: int, full: int, axes) -> None:
+        m, axes = self.runner.layout.microbatches, tuple(axes) if isinstance(axes, tuple) else ()
+        degree = math.prod(self.groups.size(a) for a in axes)
+        if n > full:
+            raise PlanError(f"input `{name}` has a batch of {n}, larger than the plan's {full}: a larger batch "
+                            "needs a plan that declares it")
+        if n % (m * degree):
+            raise PlanError(f"input `{name}` has a batch of {n}: it must split over {degree} ranks "
+                            f"({', '.join(axes) or 'no data axis'}) into {m} microbatches each, so a multiple of "
+                            f"{m * degree}")
+        if self.fixed_shape:
+            raise PlanError(f"input `{name}` has a batch of {n}, the plan's {full}: pipeline x tensor parallelism "
+                            "runs the program lowered for the plan's microbatch only; pass batches of the plan's size")
+
+    fixed_shape = False  # pipeline x tensor parallelism: the stages are one lowered program's (its batch only)
+
+    def _target_piece(self, t: torch.Tensor, n: int | None) -> torch.Tensor:
+        """A target split like the first input's batch dim (dim 0) when given for the global batch of `n`
+        samples (None: the inputs were given as this replica's pieces)."""
 
         first = self.plan.inputs[0]
         spec = self._spec(first)
-        n, local = first.shape[0], self._local_shape(first)[0]
-        if t.dim() and t.shape[0] == n and n != local:
+        if n is not None and t.dim() and t.shape[0] == n and spec.dims and spec.dims[0]:
             tspec = Spec((tuple(spec.dims[0]),) + tuple(() for _ in t.shape[1:]))
             return t[local_slices(tuple(t.shape), tspec, self.mesh, self.groups.coords)]
         return t
 
-    def step(self, *args: torch.Tensor) -> torch.Tensor:
-        """Forward and backward of one batch under the schedule; the global mean loss on every rank."""
+    def _pieces(self, args) -> tuple[tuple[torch.Tensor, ...], torch.Tensor | None]:
         k = len(self.plan.inputs)
         if len(args) not in (k, k + 1):
             names = ", ".join(i.name for i in self.plan.inputs)
             raise PipelineError(f"expected the {k} inputs ({names}) and at most one target, got {len(args)} tensors",
                                 "call pm.step(*inputs, target)")
         dev = self.runner.device
+        first = self.plan.inputs[0]
+        n = None if tuple(args[0].shape) == tuple(self._local_shape(first)) else int(args[0].shape[0])
         inputs = tuple(self._piece(i, t).to(dev) for i, t in zip(self.plan.inputs, args[:k]))
-        target = self._target_piece(args[k]).to(dev) if len(args) > k else None
-        loss = self.runner.step(*inputs, target=target)
-        out = loss.detach().clone() if loss is not None else torch.zeros((), device=dev)
+        return inputs, (self._target_piece(args[k], n).to(dev) if len(args) > k else None)
+
+    def evaluate(self, *args: torch.Tensor) -> torch.Tensor:
+        """The loss of one batch (inputs then target, as for `step`), forward only under a forward-only
+        schedule (torch's `schedule.eval`): no gradients, no sums, no optimizer state; the global mean loss
+        on every rank. In `pm.eval()` mode dropout is off, as `model.eval()` in one process."""
+        inputs, target = self._pieces(args)
+        return self._everywhere(self.runner.evaluate(*inputs, target=target))
+
+    def _everywhere(self, loss: torch.Tensor | None) -> torch.Tensor:
+        out = loss.detach().clone() if loss is not None else torch.zeros((), device=self.runner.device)
         dist.broadcast(out, group=self.pp_group, group_src=self._last)
         return out
+
+    def step(self, *args: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one batch under the schedule; the global mean loss on every rank."""
+        inputs, target = self._pieces(args)
+        return self._everywhere(self.runner.step(*inputs, target=target))
 
     # ------------------------------------------------------------------ gathering
     def full_parameters(self) -> dict[str, torch.Tensor]:

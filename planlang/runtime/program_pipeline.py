@@ -48,6 +48,7 @@ from planlang.runtime.pipeline import PipelineError, PipelineRunner, TiedParamet
 from planlang.runtime.pipeline_model import PipelinedModel
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import autocast, mp_policy, torch_dtype
+from planlang.runtime.programs import PlanError
 from planlang.runtime.redistribute import MeshGroups, redistribute
 
 
@@ -120,8 +121,22 @@ class ProgramPipelinedModel(PipelinedModel):
         mine = {n for n, _ in runner.named_parameters()}
         self.layouts = {n: lay for n, lay in layouts.items() if n in mine}
 
+    fixed_shape = True  # the stages run the program of the plan's microbatch: no shorter batch
+    lowered_training = True  # the model's mode when the program was lowered (set by build_program_pipeline)
+
     def __repr__(self) -> str:
         return f"ProgramPipelinedModel({self.runner})"
+
+    def train(self, mode: bool = True) -> "ProgramPipelinedModel":
+        """The program's ops were lowered in the model's mode at apply (dropout, BatchNorm baked in):
+        another mode is a PlanError, not a silent run in the old one."""
+        if mode != self.lowered_training:
+            raise PlanError(f"pipeline x tensor parallelism runs the program lowered with the model in "
+                            f"{'training' if self.lowered_training else 'eval'} mode; pm.train({mode}) would "
+                            "need another program: apply a model in that mode (pm.evaluate runs forward only "
+                            "in this one)")
+        self.training = mode
+        return self
 
     def _whole(self, name: str, t: torch.Tensor) -> torch.Tensor:
         t = super()._whole(name, t)
@@ -181,6 +196,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
               ((item, params[item[0]]) for item in layouts.items())}
     pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes, grad_sync)
+    pm.lowered_training = model.training
     pm.checkpoint_groups = _checkpoint_modules(prog, plan, cut, mine)
     return pm
 

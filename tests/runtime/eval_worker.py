@@ -1,0 +1,160 @@
+"""Gloo worker for tests/runtime/test_eval_gloo.py: every rank runs every config (GPT-2 with dropout 0.1)
+
+    pm = planlang.apply(build(), plan); opt = pm.optimizer()
+    with torch.no_grad(): pm(x, x)        # training mode: dropout on (the pipeline: pm.evaluate)
+    pm.eval(); with torch.no_grad(): pm(x, x)   # == one process's model.eval() loss
+    2 x (pm.step(x, x); opt.step())       # in eval mode: no dropout, so one process can match it
+    evaluation loss                       # == one process's; no gradient made
+    pm.step(half, half); opt.step()       # a batch of 4 (the plan's is 8): == one process on it
+    evaluation loss on the plan's batch   # back to the plan's program
+
+against one process running torch's own loop (AdamW), each error judged against verify's bound:
+max(TOL, 10 x one process's own error against float64).
+"""
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+WORLD = 4
+TOL = 1e-5
+PLANS = "tests/runtime/plans"
+CONFIGS = {
+    "dp4": "eval_gpt2_dp4.plan",
+    "dp2_tp2": "eval_gpt2_dp2_tp2.plan",
+    "pp2_dp2": "eval_gpt2_pp2_dp2.plan",
+    "dp4_zero3": "eval_gpt2_dp4_zero3.plan",
+}
+
+
+def build():
+    from examples.gpt2.model import build as gpt2
+    torch.manual_seed(0)
+    return gpt2(layers=4, hidden=64, heads=4, vocab=128, seq=16, dropout=0.1)
+
+
+def batches() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    return {"s0": torch.randint(0, 128, (8, 16), generator=g), "s1": torch.randint(0, 128, (8, 16), generator=g),
+            "eval": torch.randint(0, 128, (8, 16), generator=g), "half": torch.randint(0, 128, (4, 16), generator=g)}
+
+
+def reference(dtype: torch.dtype) -> dict:
+    """One process, model.eval() throughout (dropout off), torch's own loop."""
+    from examples.gpt2.model import loss as loss_fn
+    model = build().to(dtype)
+    model.eval()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.01, eps=1e-4)
+    data = batches()
+
+    def evaluate():
+        with torch.no_grad():
+            return loss_fn(model(data["eval"]), data["eval"])
+
+    def step(x):
+        opt.zero_grad()
+        loss = loss_fn(model(x), x)
+        loss.backward()
+        opt.step()
+        return {"loss": loss.detach(), "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+    out = {"eval0": evaluate(), "s0": step(data["s0"]), "s1": step(data["s1"])}
+    out["eval"] = evaluate()
+    out["half"] = step(data["half"])
+    out["eval_after"] = evaluate()
+    return out
+
+
+def judge(got: dict, ref: dict, exact: dict) -> dict:
+    from planlang.runtime.verify import bound, judged, rel
+    out: dict[str, list] = {"loss": [rel(got["loss"], ref["loss"]), bound(rel(ref["loss"], exact["loss"]), TOL)]}
+    if "params" in got:
+        errs = {n: rel(got["params"][n], p) if n in got["params"] else 1.0 for n, p in ref["params"].items()}
+        noise = {n: rel(p, exact["params"][n]) for n, p in ref["params"].items()}
+        name, err, lim = judged(errs, noise, TOL)
+        out["params"] = [err, lim, name]
+    return out
+
+
+def loss_only(pm, x) -> torch.Tensor:
+    with torch.no_grad():
+        return pm(x, x)
+
+
+def run_config(plan: str, ref: dict, exact: dict) -> dict:
+    import planlang
+    from planlang.runtime.apply import PlanError
+    data = batches()
+    pm = planlang.apply(build(), os.path.join(PLANS, plan))
+    opt = pm.optimizer()
+    res: dict = {"model": type(pm).__name__}
+    train_loss = loss_only(pm, data["eval"])  # dropout on
+    pm.eval()
+    eval0 = loss_only(pm, data["eval"])
+    res["eval0"] = judge({"loss": eval0}, {"loss": ref["eval0"]}, {"loss": exact["eval0"]})
+    res["train_vs_eval"] = abs(float(train_loss) - float(eval0)) / float(eval0)
+    res["grads_after_eval"] = len(pm.full_grads())
+    for s in ("s0", "s1"):
+        opt.zero_grad()
+        loss = pm.step(data[s], data[s])
+        opt.step()
+        res[s] = judge({"loss": loss, "params": pm.full_parameters()}, ref[s], exact[s])
+    opt.zero_grad()
+    state = {k: [v.clone() if isinstance(v, torch.Tensor) else v for v in st.values()]
+             for k, st in enumerate(getattr(opt, "optim", opt).state.values())}
+    res["eval"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval"]}, {"loss": exact["eval"]})
+    res["grads_after_eval2"] = len(pm.full_grads())
+    after = {k: list(st.values()) for k, st in enumerate(getattr(opt, "optim", opt).state.values())}
+    res["state_untouched"] = all(all(not isinstance(a, torch.Tensor) or torch.equal(a, b) for a, b in zip(after[k], v))
+                                 for k, v in state.items())
+    loss = pm.step(data["half"], data["half"])
+    opt.step()
+    opt.zero_grad()
+    res["half"] = judge({"loss": loss, "params": pm.full_parameters()}, ref["half"], exact["half"])
+    res["eval_after"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval_after"]},
+                              {"loss": exact["eval_after"]})
+    res["errors"] = {}
+    for name, n in (("odd", 6), ("larger", 16)):
+        x = torch.randint(0, 128, (n, 16))
+        try:
+            pm.step(x, x)
+            res["errors"][name] = "ran"
+        except PlanError as e:
+            res["errors"][name] = str(e)
+    return res
+
+
+def worker(rank: int, port: int, outdir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
+    try:
+        ref, exact = reference(torch.float32), reference(torch.float64)
+        res: dict = {"results": {name: run_config(plan, ref, exact) for name, plan in CONFIGS.items()}}
+    except Exception as err:  # noqa: BLE001 - reported by the test
+        res = {"error": f"{type(err).__name__}: {err}\n{traceback.format_exc()}"}
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump(res, f)
+    if "error" in res:
+        raise RuntimeError(res["error"])
+    from planlang.runtime.teardown import leave
+
+    leave()
+
+
+if __name__ == "__main__":  # a manual run: python -m tests.runtime.eval_worker
+    import socket
+    import tempfile
+
+    import torch.multiprocessing as mp
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    d = tempfile.mkdtemp()
+    mp.start_processes(worker, args=(port, d), nprocs=WORLD, start_method="spawn")
+    print(d)

@@ -1,0 +1,102 @@
+"""`pm.eval()` / `pm.train()`, the evaluation loss under torch.no_grad (`pm(x, y)`; a pipeline's forward-only
+schedule, `pm.evaluate`) and a batch shorter than the plan's, on 4 gloo ranks against one process
+(tests/runtime/eval_worker.py).
+
+One group of 4 processes runs every config (GPT-2, 4 layers, dropout 0.1: dp 4; dp 2 x tp 2; pp 2 x dp 2,
+1F1B over 2 microbatches; dp 4 with ZeRO-3): the loss in training mode (dropout on) differs from the eval
+loss, which equals one process's `model.eval()` loss; 2 training steps in eval mode, the eval loss again
+(no gradient made, the optimizer state untouched), one step on half the batch (the program lowered again
+for it, or the pipeline's stages rebuilt) and the eval loss on the plan's batch after it. Every error is
+judged against verify's bound (max(1e-5, 10 x one process's own error against float64)).
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import pytest
+import torch.multiprocessing as mp
+
+from tests.runtime import eval_worker as W
+
+TIMEOUT_S = 240
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    outdir = str(tmp_path_factory.mktemp("eval"))
+    ctx = mp.start_processes(W.worker, args=(_free_port(), outdir), nprocs=W.WORLD, join=False,
+                             start_method="spawn")
+    failed = None
+    try:
+        deadline = time.time() + TIMEOUT_S
+        while not ctx.join(timeout=2):
+            if time.time() > deadline:
+                failed = "eval workers timed out"
+                break
+    except Exception as err:  # noqa: BLE001 - a worker raised; its JSON says why
+        failed = str(err)
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    out = []
+    for r in range(W.WORLD):
+        path = os.path.join(outdir, f"rank{r}.json")
+        out.append(json.load(open(path)) if os.path.exists(path) else {"error": "no result"})
+    errors = [f"rank {r}: {res['error']}" for r, res in enumerate(out) if "error" in res]
+    if failed or errors:
+        pytest.fail((failed or "") + "\n" + "\n".join(errors))
+    return [res["results"] for res in out]
+
+
+def _within(row, what):
+    for key, (err, lim, *where) in row.items():
+        assert err <= lim, f"{what}: {key} error {err:.2e} > bound {lim:.2e} {where}"
+
+
+@pytest.mark.parametrize("name", list(W.CONFIGS))
+def test_eval_loss_is_one_process_eval_loss(results, name):
+    for r, res in enumerate(results):
+        c = res[name]
+        for key in ("eval0", "eval", "eval_after"):
+            _within(c[key], f"rank {r} {name} {key}")
+        # dropout is on in training mode: its loss is not the eval loss (and far beyond the eval's error)
+        assert c["train_vs_eval"] > 1e-5
+        # evaluation makes no gradient and leaves the optimizer's state alone
+        assert c["grads_after_eval"] == 0 and c["grads_after_eval2"] == 0 and c["state_untouched"]
+
+
+@pytest.mark.parametrize("name", list(W.CONFIGS))
+def test_training_steps_match_one_process(results, name):
+    for r, res in enumerate(results):
+        for s in ("s0", "s1"):
+            _within(res[name][s], f"rank {r} {name} {s}")
+
+
+@pytest.mark.parametrize("name", list(W.CONFIGS))
+def test_shorter_batch_trains_as_one_process(results, name):
+    for r, res in enumerate(results):
+        _within(res[name]["half"], f"rank {r} {name} half batch")
+
+
+@pytest.mark.parametrize("name", list(W.CONFIGS))
+def test_batch_that_does_not_divide_or_is_larger_is_refused(results, name):
+    errors = results[0][name]["errors"]
+    assert "larger than the plan's 8" in errors["larger"]
+    if name == "dp2_tp2":  # 6 samples split over dp 2: 3 each, a program of its own
+        assert errors["odd"] == "ran"
+    else:  # dp 4 (4 ranks) or pp 2 x dp 2 (2 ranks x 2 microbatches): a multiple of 4
+        assert "batch of 6" in errors["odd"] and "a multiple of 4" in errors["odd"]
+
+
+def test_what_ran(results):
+    assert [results[0][n]["model"] for n in W.CONFIGS] == ["ParallelModel", "ParallelModel", "PipelinedModel",
+                                                          "FSDPParallelModel"]
