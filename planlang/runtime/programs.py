@@ -73,7 +73,11 @@ class Programs:
     def select(self, pm: Any, args: tuple[torch.Tensor, ...], m: int) -> None:
         """Install on `pm` the program for `args` (a step's inputs then targets, `m` microbatches) in
         pm's mode: the current one when they fit it, else a cached or newly lowered one."""
-        if pm.program_key[1] == pm.training and _fits(pm, args, m):
+        b = batch_dim(self.plan.inputs[0])
+        # (a step of m of the current program's microbatches: no more than the plan's step batch, which a
+        # forward of the whole plan's batch, one program, would allow m times over)
+        within = m * pm.program_key[0][0][b] <= pm.plan_shapes[0][b] * pm.microbatches
+        if pm.program_key[1] == pm.training and within and _fits(pm, args, m):
             return
         key = (_micro_shapes(pm, self.plan, args, m), pm.training)
         if key == pm.program_key:
@@ -152,7 +156,7 @@ def _micro_shapes(pm: Any, plan: CompletePlan, args, m: int) -> tuple[tuple[int,
         if len(shape) != len(old) or any(shape[d] != old[d] for d in range(len(old)) if d != b):
             raise PlanError(f"`{v.ref}` has shape {list(shape)}; the plan declares {list(_whole(old, b, m))} "
                             f"(only the batch dim, dim {b}, may be shorter)")
-        n, full = shape[b], old[b] * m
+        n, full = shape[b], old[b] * pm.microbatches  # the plan's step batch (forward takes it whole too)
         spec = pm.program.input_specs[v.name]
         entry = spec.dims[b] if b < len(spec.dims) else ()
         axes = entry if isinstance(entry, tuple) else ()  # a complete program's spec has no holes

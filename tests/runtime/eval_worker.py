@@ -29,7 +29,10 @@ CONFIGS = {
     "dp2_tp2": "eval_gpt2_dp2_tp2.plan",
     "pp2_dp2": "eval_gpt2_pp2_dp2.plan",
     "dp4_zero3": "eval_gpt2_dp4_zero3.plan",
+    "dp2_tp2_acc2": "eval_gpt2_dp2_tp2_acc2.plan",  # gradient accumulation: 2 microbatches a step
 }
+# pipeline x tensor parallelism: the model applied in eval mode; pm.train() and a shorter batch refused
+PP_TP = "eval_gpt2_pp2_tp2.plan"
 
 
 def build():
@@ -86,6 +89,35 @@ def loss_only(pm, x) -> torch.Tensor:
         return pm(x, x)
 
 
+def run_pp_tp(ref: dict, exact: dict) -> dict:
+    """pp 2 x tp 2: evaluate and train in the mode the program was lowered in (eval); the rest refused."""
+    import planlang
+    from planlang.runtime.apply import PlanError
+    data = batches()
+    model = build()
+    model.eval()
+    pm = planlang.apply(model, os.path.join(PLANS, PP_TP))
+    opt = pm.optimizer()
+    res: dict = {"model": type(pm).__name__,
+                 "eval0": judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval0"]}, {"loss": exact["eval0"]})}
+    for s in ("s0", "s1"):
+        opt.zero_grad()
+        loss = pm.step(data[s], data[s])
+        opt.step()
+        res[s] = judge({"loss": loss, "params": pm.full_parameters()}, ref[s], exact[s])
+    opt.zero_grad()
+    res["eval"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval"]}, {"loss": exact["eval"]})
+    res["grads_after_eval"] = len(pm.full_grads())
+    res["errors"] = {}
+    for name, call in (("train", lambda: pm.train()), ("half", lambda: pm.step(data["half"], data["half"]))):
+        try:
+            call()
+            res["errors"][name] = "ran"
+        except PlanError as e:
+            res["errors"][name] = str(e)
+    return res
+
+
 def run_config(plan: str, ref: dict, exact: dict) -> dict:
     import planlang
     from planlang.runtime.apply import PlanError
@@ -136,6 +168,7 @@ def worker(rank: int, port: int, outdir: str) -> None:
     try:
         ref, exact = reference(torch.float32), reference(torch.float64)
         res: dict = {"results": {name: run_config(plan, ref, exact) for name, plan in CONFIGS.items()}}
+        res["results"]["pp2_tp2"] = run_pp_tp(ref, exact)
     except Exception as err:  # noqa: BLE001 - reported by the test
         res = {"error": f"{type(err).__name__}: {err}\n{traceback.format_exc()}"}
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:

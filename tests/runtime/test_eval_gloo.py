@@ -3,11 +3,14 @@ schedule, `pm.evaluate`) and a batch shorter than the plan's, on 4 gloo ranks ag
 (tests/runtime/eval_worker.py).
 
 One group of 4 processes runs every config (GPT-2, 4 layers, dropout 0.1: dp 4; dp 2 x tp 2; pp 2 x dp 2,
-1F1B over 2 microbatches; dp 4 with ZeRO-3): the loss in training mode (dropout on) differs from the eval
+1F1B over 2 microbatches; dp 4 with ZeRO-3; dp 2 x tp 2 with gradient accumulation over 2 microbatches):
+the loss in training mode (dropout on) differs from the eval
 loss, which equals one process's `model.eval()` loss; 2 training steps in eval mode, the eval loss again
 (no gradient made, the optimizer state untouched), one step on half the batch (the program lowered again
 for it, or the pipeline's stages rebuilt) and the eval loss on the plan's batch after it. Every error is
 judged against verify's bound (max(1e-5, 10 x one process's own error against float64)).
+pp 2 x tp 2 (the lowered program cut into stages) evaluates and trains in the mode it was applied in
+(eval); another mode or a shorter batch is a PlanError.
 """
 from __future__ import annotations
 
@@ -93,10 +96,21 @@ def test_batch_that_does_not_divide_or_is_larger_is_refused(results, name):
     assert "larger than the plan's 8" in errors["larger"]
     if name == "dp2_tp2":  # 6 samples split over dp 2: 3 each, a program of its own
         assert errors["odd"] == "ran"
-    else:  # dp 4 (4 ranks) or pp 2 x dp 2 (2 ranks x 2 microbatches): a multiple of 4
+    else:  # dp 4 (4 ranks), pp 2 x dp 2 or dp 2 with 2 microbatches (2 ranks x 2 microbatches): a multiple of 4
         assert "batch of 6" in errors["odd"] and "a multiple of 4" in errors["odd"]
 
 
 def test_what_ran(results):
     assert [results[0][n]["model"] for n in W.CONFIGS] == ["ParallelModel", "ParallelModel", "PipelinedModel",
-                                                          "FSDPParallelModel"]
+                                                          "FSDPParallelModel", "ParallelModel"]
+    assert results[0]["pp2_tp2"]["model"] == "ProgramPipelinedModel"
+
+
+def test_pipeline_tensor_parallel_evaluates_in_its_mode_and_refuses_the_rest(results):
+    for r, res in enumerate(results):
+        c = res["pp2_tp2"]
+        for key in ("eval0", "s0", "s1", "eval"):
+            _within(c[key], f"rank {r} pp2_tp2 {key}")
+        assert c["grads_after_eval"] == 0
+        assert "lowered with the model in eval mode" in c["errors"]["train"]
+        assert "batch of 4, the plan's 8" in c["errors"]["half"]
