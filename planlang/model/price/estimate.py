@@ -10,8 +10,8 @@ For each device class (one per pipeline stage, or one for the whole mesh):
                  figure is the fullest rank's share of a greedy partition by size
     buffers      the runtime's persistent tensors: gradient buckets (a data axis of more than one rank, ZeRO
                  0 or 1: DDP's with `grad_sync="ddp"`; planlang's, whose slices the gradients are, so that
-                 `gradients` is 0 there) and torch.distributed.pipelining's receive buffers (one per
-                 microbatch: the activation from the previous stage, the gradient from the next one)
+                 `gradients` is 0 there) and a pipeline stage's receive buffers (planlang.runtime.
+                 recv_buffers: the activations of its microbatches in flight, one gradient at a time)
     activations  what one microbatch saves for backward on this device, times the microbatches in flight
                  (1F1B: min(p - i, m) on stage i; GPipe: m; no pipeline: 1)
     transient    the live set beyond saved activations at backward's peak (parameter gradients produced so
@@ -322,12 +322,6 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                                                         profile_key, profiled))
     sim, prof, trained, sim_notes = cached
     notes = list(sim_notes)
-    pipe = plan.pipeline
-    if pipe is not None and pipe.schedule.kind == "1f1b" and 1 < len(pipe.stages) < micro:
-        # what the `buffers` column then mostly holds, and why it grows with the microbatches, not the stages
-        notes.append(f"buffers: torch.distributed.pipelining keeps a receive buffer per microbatch ({micro}: an "
-                     f"activation from the stage before, a gradient from the stage after) for the whole step, "
-                     f"where 1F1B has at most {len(pipe.stages)} microbatches in flight on a stage")
 
     # parameters the loss does not reach (BERT's pooler under an MLM loss) get no gradient in the
     # simulated backward; torch's optimizers keep no state for a parameter whose .grad is None
@@ -402,13 +396,14 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             # the stage's own tensors in the simulated step (created by its modules): it keeps the saved
             # activations of every microbatch in flight
             saved_s = sim.stage_saved.get(s, 0)
-            # torch.distributed.pipelining allocates a receive buffer per microbatch at the first step and
-            # keeps them: activations from the previous stage, gradients from the next one
-            # (in the dtype activations cross in: `params` when parameters are stored below f32)
+            # receive buffers (planlang.runtime.recv_buffers.InFlightStage): the activation of each
+            # microbatch in flight on the stage, from its receive to its backward, and the gradient from
+            # the next stage of one microbatch at a time (tests/runtime/test_recv_buffers_gloo.py counts
+            # them), in the dtype activations cross in: `params` when parameters are stored below f32
             act_size = prec.bytes("params") if prec.mixed else 4
-            buffers += micro * (_boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
-                                + _boundary_bytes(facts, stage_of, s, dp * micro, "out", last=max(stage_of.values()),
-                                                  itemsize=act_size))
+            buffers += (inflight * _boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
+                        + _boundary_bytes(facts, stage_of, s, dp * micro, "out", last=max(stage_of.values()),
+                                          itemsize=act_size))
             acts = saved_s * inflight
             transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s)
             if micro > 1:
