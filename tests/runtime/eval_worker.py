@@ -118,6 +118,77 @@ def run_pp_tp(ref: dict, exact: dict) -> dict:
     return res
 
 
+CNN = {"resnet_dp4": "eval_resnet_dp4.plan", "resnet_pp2_dp2": "eval_resnet_pp2_dp2.plan"}  # BatchNorm
+
+
+def cnn_data() -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(2)
+    return {k: (torch.randn(n, 3, 16, 16, generator=g), torch.randint(0, 10, (n,), generator=g))
+            for k, n in (("s0", 8), ("s1", 8), ("eval", 8), ("half", 4))}
+
+
+def cnn_build():
+    from examples.zoo.cnn import resnet
+    torch.manual_seed(0)
+    return resnet()
+
+
+def cnn_reference(dtype: torch.dtype) -> dict:
+    """One process: 2 steps in training mode (BatchNorm's batch statistics, its running ones updated), the
+    eval loss (running statistics), a step on half the batch, the eval loss again."""
+    from examples.zoo.cnn import loss as loss_fn
+    model = cnn_build().to(dtype)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    data = {k: (x.to(dtype), y) for k, (x, y) in cnn_data().items()}
+
+    def evaluate():
+        model.eval()
+        with torch.no_grad():
+            out = loss_fn(model(data["eval"][0]), data["eval"][1])
+        model.train()
+        return out
+
+    def step(k):
+        opt.zero_grad()
+        loss = loss_fn(model(data[k][0]), data[k][1])
+        loss.backward()
+        opt.step()
+        return {"loss": loss.detach(), "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+    out = {"s0": step("s0"), "s1": step("s1")}
+    out["eval"] = evaluate()
+    out["half"] = step("half")
+    out["eval_after"] = evaluate()
+    return out
+
+
+def run_cnn(plan: str, ref: dict, exact: dict) -> dict:
+    import planlang
+    data = cnn_data()
+    pm = planlang.apply(cnn_build(), os.path.join(PLANS, plan))
+    opt = pm.optimizer()
+    res: dict = {"model": type(pm).__name__}
+
+    def evaluate(key):
+        pm.eval()
+        with torch.no_grad():
+            res[key] = judge({"loss": pm(*data["eval"])}, {"loss": ref[key]}, {"loss": exact[key]})
+        pm.train()
+
+    for k in ("s0", "s1"):
+        opt.zero_grad()
+        loss = pm.step(*data[k])
+        opt.step()
+        res[k] = judge({"loss": loss, "params": pm.full_parameters()}, ref[k], exact[k])
+    evaluate("eval")
+    opt.zero_grad()
+    loss = pm.step(*data["half"])
+    opt.step()
+    res["half"] = judge({"loss": loss, "params": pm.full_parameters()}, ref["half"], exact["half"])
+    evaluate("eval_after")
+    return res
+
+
 def run_config(plan: str, ref: dict, exact: dict) -> dict:
     import planlang
     from planlang.runtime.apply import PlanError
@@ -169,6 +240,8 @@ def worker(rank: int, port: int, outdir: str) -> None:
         ref, exact = reference(torch.float32), reference(torch.float64)
         res: dict = {"results": {name: run_config(plan, ref, exact) for name, plan in CONFIGS.items()}}
         res["results"]["pp2_tp2"] = run_pp_tp(ref, exact)
+        ref, exact = cnn_reference(torch.float32), cnn_reference(torch.float64)
+        res["results"].update({name: run_cnn(plan, ref, exact) for name, plan in CNN.items()})
     except Exception as err:  # noqa: BLE001 - reported by the test
         res = {"error": f"{type(err).__name__}: {err}\n{traceback.format_exc()}"}
     with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:

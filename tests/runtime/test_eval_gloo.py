@@ -9,6 +9,9 @@ loss, which equals one process's `model.eval()` loss; 2 training steps in eval m
 (no gradient made, the optimizer state untouched), one step on half the batch (the program lowered again
 for it, or the pipeline's stages rebuilt) and the eval loss on the plan's batch after it. Every error is
 judged against verify's bound (max(1e-5, 10 x one process's own error against float64)).
+A BatchNorm CNN (examples/zoo/cnn.py) under dp 4 and pp 2 x dp 2 (GPipe, BatchNorm synced over dp) trains
+2 steps in training mode, then its eval loss (running statistics: after 2 steps near their initial
+values, far from the eval batch's own) equals one process's, before and after a step on half the batch.
 pp 2 x tp 2 (the lowered program cut into stages) evaluates and trains in the mode it was applied in
 (eval); another mode or a shorter batch is a PlanError.
 """
@@ -114,3 +117,12 @@ def test_pipeline_tensor_parallel_evaluates_in_its_mode_and_refuses_the_rest(res
         assert c["grads_after_eval"] == 0
         assert "lowered with the model in eval mode" in c["errors"]["train"]
         assert "batch of 4, the plan's 8" in c["errors"]["half"]
+
+
+@pytest.mark.parametrize("name", list(W.CNN))
+def test_batch_norm_running_statistics_in_eval(results, name):
+    for r, res in enumerate(results):
+        c = res[name]
+        for key in ("s0", "s1", "eval", "half", "eval_after"):
+            _within(c[key], f"rank {r} {name} {key}")
+    assert results[0][name]["model"] == {"resnet_dp4": "ParallelModel", "resnet_pp2_dp2": "PipelinedModel"}[name]
