@@ -234,7 +234,8 @@ def _measure_with(program: ProgramMeasure | None, prog: Program | None):
     """`program` handed the program lowered here, so the runtime does not lower it again."""
     if program is None or prog is None:
         return program
-    return lambda plan: program(plan, lowered=copy.deepcopy(prog))
+    # a copy (the runtime's apply changes the program it runs), made only when the program does run
+    return lambda plan: program(plan, lowered=lambda: copy.deepcopy(prog))
 
 
 def _stage_cut(model: nn.Module, plan: CompletePlan, micro: Program | None) -> StageCut:

@@ -21,6 +21,7 @@ import io
 import threading
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -64,12 +65,15 @@ def reason_not_measured(plan: CompletePlan) -> str | None:
     return None
 
 
-def measure(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory | str:
+def measure(plan: CompletePlan, lowered: Program | Callable[[], Program] | None = None) -> ProgramMemory | str:
     """Run rank 0's program of `plan` on meta (see the module docstring): its memory, or why not.
-    `lowered`: the plan's program when the caller lowered it (validation), so it is not lowered again."""
+    `lowered`: the plan's program when the caller lowered it (validation), so it is not lowered again, or
+    a function making it (a copy: made only when the program runs)."""
     why = reason_not_measured(plan)
     if why is not None:
         return why
+    if callable(lowered):
+        lowered = lowered()
     world = world_size(plan)
     with _LOCK, warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
         warnings.simplefilter("ignore")
