@@ -32,6 +32,7 @@ class SolveFacts:
     # pricing.memory_floor's local parameters, in parts: stages per pipeline, local shapes per specs and mesh
     param_stages: dict = field(default_factory=dict)
     local_shapes: dict = field(default_factory=dict)
+    lowered: dict = field(default_factory=dict)  # pricing.lowered: a plan value's collectives
 
     @property
     def modules(self):

@@ -49,16 +49,36 @@ class CandidateTraffic:
 
 
 def lowered(plan: CompletePlan, facts: SolveFacts) -> CandidateTraffic:
-    """The candidate's program lowered with the solve's op graph and model, and its collectives."""
+    """The candidate's program lowered with the solve's op graph and model, and its collectives; once per
+    plan value (`_same_program`) in a solve."""
     # lazy: torch loads only when this runs
     from planlang.model.price.step_time import lowered_traffic
 
+    key = _same_program(plan)
+    if key is not None and key in facts.lowered:
+        return facts.lowered[key]
     try:
         graph = facts.op_graph(plan) if plan.pipeline is None else None
         got = lowered_traffic(plan, graph, facts.layers.module)  # type: ignore[attr-defined]
+        out = CandidateTraffic(None if got is None else tuple(got))
     except Exception as e:  # noqa: BLE001 - e.g. a layout the lowering refuses; priced without its program
-        return CandidateTraffic(None, f"{type(e).__name__}: {e}")
-    return CandidateTraffic(None if got is None else tuple(got))
+        out = CandidateTraffic(None, f"{type(e).__name__}: {e}")
+    if key is not None:
+        facts.lowered[key] = out
+    return out
+
+
+def _same_program(plan: CompletePlan) -> CompletePlan | None:
+    """The plan value as its lowered program reads it: a pipeline of one stage holds the whole model however
+    its stage is written (the stage methods write `h` or `h[0..12]`), so its stage is left out; None when
+    the value does not hash."""
+    p = plan.pipeline
+    key = replace(plan, pipeline=replace(p, stages=())) if p is not None and len(p.stages) == 1 else plan
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def price_plan(plan: CompletePlan, facts: SolveFacts, low: CandidateTraffic | None = None) -> Priced:

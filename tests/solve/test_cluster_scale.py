@@ -91,3 +91,35 @@ def test_the_floors_local_parameters_kept_in_parts_are_local_params(tmp_path, mo
     monkeypatch.setattr(pricing, "_local_params", compared)
     driver.solve(str(path), prune=False)
     assert len(set(seen)) > 3 and len({s for _, s in seen}) > 1  # several meshes and stage cuts
+
+
+def test_a_one_stage_pipeline_is_lowered_once_however_its_stage_is_written(tmp_path, monkeypatch):
+    """The stage methods write a one-stage pipeline's stage differently (`h`, `h[0..4]`): pricing.lowered
+    lowers such plan values once; lowered afresh, each gives the collectives kept."""
+    from planlang.model.price.step_time import lowered_traffic
+    from planlang.solve import pricing
+    from tests.solve.test_bounds import SMALL_3D
+
+    path = tmp_path / "small_3d.plan"
+    # tp fixed at 2: the one-stage candidates are tensor-parallel, so their programs are lowered
+    path.write_text(SMALL_3D.replace("BUDGET", "40 GiB").replace("tp = ? over", "tp = 2 over"))
+    met: dict = {}
+    real = pricing._same_program
+
+    def recorded(plan):
+        key = real(plan)
+        met.setdefault(key, []).append(plan)
+        return key
+
+    monkeypatch.setattr(pricing, "_same_program", recorded)
+    search = driver._Search(str(path), "time", lambda s: None, prune=False)
+    search.run()
+    facts = search.facts()
+    shared = [(key, plans) for key, plans in met.items() if len({p.pipeline.stages for p in plans}) > 1]
+    assert shared  # the same program reached with its stage written two ways
+    assert any(facts.lowered[key].traffic is not None for key, _ in shared)
+    for key, plans in shared:
+        assert len(plans[0].pipeline.stages) == 1
+        for plan in plans:
+            fresh = lowered_traffic(plan, None, facts.layers.module)
+            assert pricing.CandidateTraffic(None if fresh is None else tuple(fresh)) == facts.lowered[key]
