@@ -11,7 +11,8 @@ For each device class (one per pipeline stage, or one for the whole mesh):
     buffers      the runtime's persistent tensors: gradient buckets (a data axis of more than one rank, ZeRO
                  0 or 1: DDP's with `grad_sync="ddp"`; planlang's, whose slices the gradients are, so that
                  `gradients` is 0 there) and a pipeline stage's receive buffers (planlang.runtime.
-                 recv_buffers: the activations of its microbatches in flight, one gradient at a time)
+                 recv_buffers: the activations of its microbatches in flight, one gradient at a time;
+                 under the interleaved schedule, which receives ahead, one of each per microbatch)
     activations  what one microbatch saves for backward on this device, times the microbatches in flight
                  (1F1B: min(p - i, m) on stage i; GPipe: m; no pipeline: 1)
     transient    the live set beyond saved activations at backward's peak (parameter gradients produced so
@@ -400,10 +401,14 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             # microbatch in flight on the stage, from its receive to its backward, and the gradient from
             # the next stage of one microbatch at a time (tests/runtime/test_recv_buffers_gloo.py counts
             # them), in the dtype activations cross in: `params` when parameters are stored below f32
+            # torch's interleaved schedule posts receives in lockstep with the neighbours' sends, ahead of
+            # the stage's own order (tests/runtime/test_recv_buffers_gloo.py): one per microbatch bounds it
             act_size = prec.bytes("params") if prec.mixed else 4
-            buffers += (inflight * _boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
-                        + _boundary_bytes(facts, stage_of, s, dp * micro, "out", last=max(stage_of.values()),
-                                          itemsize=act_size))
+            ahead = plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved"
+            held_in, held_out = (micro, micro) if ahead else (inflight, 1)
+            buffers += (held_in * _boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
+                        + held_out * _boundary_bytes(facts, stage_of, s, dp * micro, "out",
+                                                     last=max(stage_of.values()), itemsize=act_size))
             acts = saved_s * inflight
             transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s)
             if micro > 1:
