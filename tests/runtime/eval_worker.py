@@ -30,6 +30,8 @@ CONFIGS = {
     "pp2_dp2": "eval_gpt2_pp2_dp2.plan",
     "dp4_zero3": "eval_gpt2_dp4_zero3.plan",
     "dp2_tp2_acc2": "eval_gpt2_dp2_tp2_acc2.plan",  # gradient accumulation: 2 microbatches a step
+    "pp2_dp2_zero3": "eval_gpt2_pp2_dp2_zero3.plan",  # FSDP2 stages
+    "pp2_dp2_interleaved": "eval_gpt2_pp2_dp2_interleaved.plan",  # 2 stages per rank (a multi-stage schedule)
 }
 # pipeline x tensor parallelism: the model applied in eval mode; pm.train() and a shorter batch refused
 PP_TP = "eval_gpt2_pp2_tp2.plan"
@@ -82,6 +84,10 @@ def judge(got: dict, ref: dict, exact: dict) -> dict:
         name, err, lim = judged(errs, noise, TOL)
         out["params"] = [err, lim, name]
     return out
+
+
+def _local(t):
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def loss_only(pm, x) -> torch.Tensor:
@@ -195,7 +201,7 @@ def run_config(plan: str, ref: dict, exact: dict) -> dict:
     data = batches()
     pm = planlang.apply(build(), os.path.join(PLANS, plan))
     opt = pm.optimizer()
-    res: dict = {"model": type(pm).__name__}
+    res: dict = {"model": type(pm).__name__, "fsdp": list(getattr(pm, "fsdp_axes", ()))}
     train_loss = loss_only(pm, data["eval"])  # dropout on
     pm.eval()
     eval0 = loss_only(pm, data["eval"])
@@ -208,11 +214,12 @@ def run_config(plan: str, ref: dict, exact: dict) -> dict:
         opt.step()
         res[s] = judge({"loss": loss, "params": pm.full_parameters()}, ref[s], exact[s])
     opt.zero_grad()
-    state = {k: [v.clone() if isinstance(v, torch.Tensor) else v for v in st.values()]
+    # (DTensor states compared by their local shards: torch.equal on DTensors is a collective)
+    state = {k: [_local(v).clone() if isinstance(v, torch.Tensor) else v for v in st.values()]
              for k, st in enumerate(getattr(opt, "optim", opt).state.values())}
     res["eval"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval"]}, {"loss": exact["eval"]})
     res["grads_after_eval2"] = len(pm.full_grads())
-    after = {k: list(st.values()) for k, st in enumerate(getattr(opt, "optim", opt).state.values())}
+    after = {k: [_local(v) for v in st.values()] for k, st in enumerate(getattr(opt, "optim", opt).state.values())}
     res["state_untouched"] = all(all(not isinstance(a, torch.Tensor) or torch.equal(a, b) for a, b in zip(after[k], v))
                                  for k, v in state.items())
     loss = pm.step(data["half"], data["half"])

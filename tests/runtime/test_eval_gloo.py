@@ -3,7 +3,8 @@ schedule, `pm.evaluate`) and a batch shorter than the plan's, on 4 gloo ranks ag
 (tests/runtime/eval_worker.py).
 
 One group of 4 processes runs every config (GPT-2, 4 layers, dropout 0.1: dp 4; dp 2 x tp 2; pp 2 x dp 2,
-1F1B over 2 microbatches; dp 4 with ZeRO-3; dp 2 x tp 2 with gradient accumulation over 2 microbatches):
+1F1B over 2 microbatches; dp 4 with ZeRO-3; dp 2 x tp 2 with gradient accumulation over 2 microbatches;
+pp 2 x dp 2 with ZeRO-3 (FSDP2 stages); pp 2 x dp 2 interleaved, 2 stages per rank):
 the loss in training mode (dropout on) differs from the eval
 loss, which equals one process's `model.eval()` loss; 2 training steps in eval mode, the eval loss again
 (no gradient made, the optimizer state untouched), one step on half the batch (the program lowered again
@@ -99,13 +100,15 @@ def test_batch_that_does_not_divide_or_is_larger_is_refused(results, name):
     assert "larger than the plan's 8" in errors["larger"]
     if name == "dp2_tp2":  # 6 samples split over dp 2: 3 each, a program of its own
         assert errors["odd"] == "ran"
-    else:  # dp 4 (4 ranks), pp 2 x dp 2 or dp 2 with 2 microbatches (2 ranks x 2 microbatches): a multiple of 4
+    else:  # dp 4 (4 ranks), the pipelines or dp 2 with 2 microbatches (2 ranks x 2 microbatches): a multiple of 4
         assert "batch of 6" in errors["odd"] and "a multiple of 4" in errors["odd"]
 
 
 def test_what_ran(results):
     assert [results[0][n]["model"] for n in W.CONFIGS] == ["ParallelModel", "ParallelModel", "PipelinedModel",
-                                                          "FSDPParallelModel", "ParallelModel"]
+                                                          "FSDPParallelModel", "ParallelModel", "PipelinedModel",
+                                                          "PipelinedModel"]
+    assert results[0]["pp2_dp2_zero3"]["fsdp"] == ["dp"] and results[0]["dp4_zero3"]["fsdp"] == ["dp"]
     assert results[0]["pp2_tp2"]["model"] == "ProgramPipelinedModel"
 
 
