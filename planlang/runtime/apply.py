@@ -9,8 +9,8 @@
 
 The same three calls run a pipeline plan (`apply` then returns a planlang.runtime.pipeline
 `PipelinedModel` whose `step` runs the plan's schedule over its microbatches). Without a pipeline,
-`pm(x, y)` is the forward alone (the global loss); `loss.backward(); pm.sync_grads()` is what `step`
-does after it.
+`pm(x, y)` is the forward alone (the global loss; under torch.no_grad, after `pm.eval()`, the evaluation
+loss); `loss.backward(); pm.sync_grads()` is what `step` does after it.
 
 The passes, in order (each a function of this module or the modules it names):
 
@@ -133,8 +133,9 @@ def _dtype(t: torch.Tensor) -> str:
 
 
 class ParallelModel(nn.Module):
-    """The model under a plan on this rank. `forward(*inputs, *targets)` returns the global loss;
-    `step` adds backward and the gradient sums; `optimizer()` is the plan's optimizer (ZeRO included)."""
+    """The model under a plan on this rank. `forward(*inputs, *targets)` returns the global loss (any batch up
+    to the plan's, in either mode: planlang.runtime.programs); `step` adds backward and the gradient sums;
+    `optimizer()` is the plan's optimizer (ZeRO included)."""
 
     def __init__(self, model: nn.Module, prog: Program, groups: MeshGroups, layouts: dict[str, ParamLayout],
                  code: str, device: torch.device, recorder=None, blocks: Sequence[Block] = ()) -> None:
