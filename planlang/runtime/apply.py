@@ -64,7 +64,7 @@ from planlang.plan.complete import plan_mesh, world_size
 from planlang.model.program.lowering import LoweringError, Program, Run, lower, mark_checkpoints, trained_parameters
 from planlang.runtime.pipeline import PipelineError
 from planlang.runtime.pipeline_model import apply_pipeline
-from planlang.runtime.program_pipeline import build_program_pipeline
+from planlang.runtime.program_pipeline import Relower, build_program_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.programs import Compiled, Key, PlanError, Programs, compiler, meta_copy
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
@@ -133,9 +133,8 @@ def _dtype(t: torch.Tensor) -> str:
 
 
 class ParallelModel(nn.Module):
-    """The model under a plan on this rank. `forward(*inputs, *targets)` returns the global loss (any batch up
-    to the plan's, in either mode: planlang.runtime.programs); `step` adds backward and the gradient sums;
-    `optimizer()` is the plan's optimizer (ZeRO included)."""
+    """The model under a plan on this rank. `forward(*inputs, *targets)`: the global loss (a batch up to the
+    plan's, either mode: runtime.programs); `step` adds backward and gradient sums; `optimizer()`: ZeRO's."""
 
     def __init__(self, model: nn.Module, prog: Program, groups: MeshGroups, layouts: dict[str, ParamLayout],
                  code: str, device: torch.device, recorder=None, blocks: Sequence[Block] = ()) -> None:
@@ -402,17 +401,18 @@ STRICT_ENV = "PLANLANG_STRICT"  # "1": an op that gathers the batch (PL364) stop
 SHOWN_ENV = "PLANLANG_PL364_SHOWN"  # "1": the launcher's check already showed PL364; the workers stay quiet
 
 
-def report_fallbacks(prog: Program, strict: bool) -> None:
+def report_fallbacks(prog: Program, strict: bool) -> Program:
     """PL364 for every op the program runs on the whole batch: a warning on rank 0 (every rank lowered
     the same program), or with `strict` a PlanError on every rank."""
     if not prog.fallbacks:
-        return
+        return prog
     lines = [f"warning[PL364]: {fb}" for fb in prog.fallbacks]
     if strict:
         raise PlanError("the plan's batch is gathered by ops without a per-sample rule (--strict):\n"
                         + "\n".join(lines) + "\n`planlang explain PL364` says what to do")
     if os.environ.get(SHOWN_ENV) != "1" and (not dist.is_initialized() or dist.get_rank() == 0):
         sys.stderr.write("\n".join(lines) + "\n")
+    return prog
 
 
 def _lower_once(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Program:
@@ -513,25 +513,24 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
     m = plan.pipeline.microbatches if plan.pipeline is not None else 1
     if targets is not None:  # examples for the global batch: one microbatch's
         targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
-    prog = _lower_once(model, micro, loss_fn, targets)
-    report_fallbacks(prog, os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
+    strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
+    prog = report_fallbacks(_lower_once(model, micro, loss_fn, targets), strict)
+    meta = meta_copy(model)  # another batch or mode lowers again from it (ProgramPipelinedModel.relower)
     prec = plan.precision
     fsdp = bool(plan.dims.fsdp)
     layouts = shard_parameters(model, prog, groups.coords, device, storage_dtype(prec, fsdp) if prec.mixed else None)
     cast_buffers(model, prec)
     try:
-        return build_program_pipeline(model, plan, prog, layouts, groups, device, recorder)
+        pm = build_program_pipeline(model, plan, prog, layouts, groups, device, recorder)
     except (PipelineError, LoweringError) as e:
         raise PlanError(str(e)) from e
+    pm.relower, pm.fixed_shape = Relower(meta, loss_fn, _relower(strict)), False
+    return pm
 
 
-def _relower(strict: bool):
+def _relower(strict: bool) -> Callable:
     """Programs' lowering: `_lower_once` (rank 0 lowers, every rank gets it) and its PL364 report."""
-    def run(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Program:
-        prog = _lower_once(model, plan, loss_fn, targets)
-        report_fallbacks(prog, strict)
-        return prog
-    return run
+    return lambda model, plan, loss_fn, targets: report_fallbacks(_lower_once(model, plan, loss_fn, targets), strict)
 
 
 def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,

@@ -52,6 +52,7 @@ class PipelinedModel:
         self.fsdp_axes = fsdp_axes  # ZeRO-2/3: the stage modules are FSDP2 units over these axes
         self.checkpoint_groups: list[list[str]] = []  # the plan's checkpoint groups, as wrapped
         self.pp_group = runner.pp_group
+        self.training = all(m.training for m in runner.stage_modules.values())  # the model's mode
         self._shapes = shapes  # every parameter of the model (all stages), in model order
         owned: list = [None] * dist.get_world_size(self.pp_group)
         dist.all_gather_object(owned, [n for n, _ in runner.named_parameters()], group=self.pp_group)

@@ -26,6 +26,7 @@ one function per stage, and this rank's stages become `ProgramStage` modules:
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
 import torch
@@ -37,9 +38,10 @@ from planlang.cost.layout import local_shape
 from planlang.model.program.head_blocks import block_factor, unblocked_order
 from planlang.model.capture.load import TORCH_DTYPES
 from planlang.model.program.lowering import Program, trained_parameters
-from planlang.model.program.pipeline_program import ProgramCut, cut_program
+from planlang.model.program.pipeline_program import ProgramCut, cut_program, microbatch_plan
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
+from planlang.plan.data import batch_dim
 from planlang.plan.types import Precision, Spec
 from planlang.runtime.codegen import generate_pipeline
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
@@ -48,7 +50,7 @@ from planlang.runtime.pipeline import PipelineError, PipelineRunner, TiedParamet
 from planlang.runtime.pipeline_model import PipelinedModel
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import autocast, mp_policy, torch_dtype
-from planlang.runtime.programs import PlanError
+from planlang.runtime.programs import PlanError, live_consts
 from planlang.runtime.redistribute import MeshGroups, redistribute
 
 
@@ -118,25 +120,102 @@ class ProgramPipelinedModel(PipelinedModel):
         self.program, self.cut, self.code = program, cut, code
         # as ParallelModel's: the persistent buckets (benches register them with MemTracker)
         self._grad_sync = grad_sync
+        self._key: tuple[int, bool] | None = None  # the batch and mode the stages run now (None: apply's)
+        self._cache: dict[tuple[int, bool], tuple] = {}  # key -> (program, cut, code, functions, Runtime)
         mine = {n for n, _ in runner.named_parameters()}
         self.layouts = {n: lay for n, lay in layouts.items() if n in mine}
 
-    fixed_shape = True  # the stages run the program of the plan's microbatch: no shorter batch
     lowered_training = True  # the model's mode when the program was lowered (set by build_program_pipeline)
+    # what lowers the program again for another batch or mode (set by apply; None: neither can change)
+    relower: Relower | None = None
 
+    fixed_shape = True  # without `relower` the stages run the plan's microbatch only (apply clears it)
     def __repr__(self) -> str:
         return f"ProgramPipelinedModel({self.runner})"
 
     def train(self, mode: bool = True) -> "ProgramPipelinedModel":
-        """The program's ops were lowered in the model's mode at apply (dropout, BatchNorm baked in):
-        another mode is a PlanError, not a silent run in the old one."""
-        if mode != self.lowered_training:
+        """The mode of the next step or evaluation: the program's ops were lowered in one mode (dropout,
+        BatchNorm baked in), so another mode runs a program lowered again for it (`relower`)."""
+        if mode != self.lowered_training and self.relower is None:
             raise PlanError(f"pipeline x tensor parallelism runs the program lowered with the model in "
                             f"{'training' if self.lowered_training else 'eval'} mode; pm.train({mode}) would "
                             "need another program: apply a model in that mode (pm.evaluate runs forward only "
                             "in this one)")
         self.training = mode
+        rt = self._rt()
+        if rt.modules is not None:  # opaque module calls (BatchNorm) read the live model's mode
+            rt.modules.train(mode)
         return self
+
+    def step(self, *args: torch.Tensor) -> torch.Tensor:
+        self._program_for(args)
+        return super().step(*args)
+
+    def evaluate(self, *args: torch.Tensor) -> torch.Tensor:
+        self._program_for(args)
+        return super().evaluate(*args)
+
+    def _rt(self) -> Runtime:
+        stage = next(iter(self.runner.stage_modules.values()))
+        assert isinstance(stage, ProgramStage)
+        return stage._rt
+
+    def _program_for(self, args) -> None:
+        """The stages run the program for this batch size and mode: lowered again from the meta copy
+        (once per key, kept), cut into the same stages, its code swapped into each ProgramStage and the
+        loss tail (the runner rebuilds the PipelineStages for new shapes itself)."""
+        if self.relower is None or not args:
+            return
+        first = self.plan.inputs[0]
+        b = batch_dim(first)
+        given = tuple(args[0].shape)
+        n = first.shape[b] if given == tuple(self._local_shape(first)) or len(given) <= b else given[b]
+        key = (n, self.training)
+        if key == (self._key or (first.shape[b], self.lowered_training)):
+            return
+        if n != first.shape[b]:
+            spec = self._spec(first)
+            self._check_shorter(first.name, n, first.shape[b], spec.dims[b] if b < len(spec.dims) else ())
+        loss = self.runner._scaled.fn
+        tail = loss if isinstance(loss, _TailLoss) else None
+        self._cache.setdefault((first.shape[b], self.lowered_training), (
+            self.program, self.cut, self.code, {s: st._fn for s, st in self.runner.stage_modules.items()},
+            tail.fn if tail is not None else None, self._rt()))
+        if key not in self._cache:
+            self._cache[key] = self._compile(key, args)
+        prog, cut, code, fns, tail_fn, rt = self._cache[key]
+        for s, st in self.runner.stage_modules.items():
+            st._fn, st._rt = fns[s], rt
+        if tail is not None:
+            tail.fn, tail.rt = tail_fn, rt
+        self.program, self.cut, self.code, self._key = prog, cut, code, key
+
+    def _compile(self, key: tuple[int, bool], args) -> tuple:
+        n, training = key
+        r = self.relower
+        assert r is not None
+        inputs = tuple(dataclasses.replace(inp, dims=tuple((nm, n if d == batch_dim(inp) else s)
+                                                           for d, (nm, s) in enumerate(inp.dims)))
+                       for inp in self.plan.inputs)
+        plan = dataclasses.replace(self.plan, inputs=inputs)
+        m, k = self.runner.layout.microbatches, len(self.plan.inputs)
+        targets = tuple(torch.empty(((n // m,) + tuple(t.shape[1:])) if t.dim() else (), dtype=t.dtype,
+                                    device="meta") for t in args[k:]) or None
+        r.meta.train(training)
+        base = self._cache[(self.plan.inputs[0].shape[batch_dim(self.plan.inputs[0])], self.lowered_training)][0]
+        prog = live_consts(r.lower(r.meta, microbatch_plan(plan), r.loss_fn, targets), base, [n])
+        cut = cut_program(prog, plan)
+        if prog.param_specs != base.param_specs or [s.params for s in cut.stages] != [s.params for s in self.cut.stages]:
+            raise PlanError(f"the program for a batch of {n} places or cuts the parameters otherwise than the "
+                            "plan's; run batches of the plan's size")
+        mine = sorted(self.runner.stage_modules)
+        code = generate_pipeline(prog, cut, dist.get_rank(), self.groups.coords, title=plan.path, stages=mine)
+        scope: dict = {}
+        exec(compile(code, f"<planlang rank {dist.get_rank()}>", "exec"), scope)  # noqa: S102 - our codegen
+        old = self._rt()
+        rt = Runtime(prog, self.groups, self.runner.device, old.recorder)
+        rt.modules = old.modules
+        return prog, cut, code, {s: scope[f"stage_{s}"] for s in mine}, scope.get("tail"), rt
 
     def _whole(self, name: str, t: torch.Tensor) -> torch.Tensor:
         t = super()._whole(name, t)
@@ -145,6 +224,15 @@ class ProgramPipelinedModel(PipelinedModel):
         if lay.blocked is not None:
             t = unblocked_order(t, lay.blocked, block_factor(lay.blocked, self.mesh))
         return t
+
+
+@dataclasses.dataclass
+class Relower:
+    """What a ProgramPipelinedModel lowers its program again with (planlang.runtime.programs): the model
+    on the meta device, the loss, and apply's lowering (rank 0 lowers, every rank gets the program)."""
+    meta: nn.Module
+    loss_fn: Callable | None
+    lower: Callable
 
 
 def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
@@ -196,7 +284,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
               ((item, params[item[0]]) for item in layouts.items())}
     pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes, grad_sync)
-    pm.lowered_training = model.training
+    pm.training = pm.lowered_training = model.training
     pm.checkpoint_groups = _checkpoint_modules(prog, plan, cut, mine)
     return pm
 

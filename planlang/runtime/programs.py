@@ -103,16 +103,21 @@ class Programs:
             raise PlanError(f"the program for input shapes {list(shapes)} places parameters otherwise than the "
                             f"plan's ({', '.join(changed[:3]) or 'per-head blocks'}); the parameters are placed "
                             "already: run batches of the plan's shape")
-        # constants (buffers read by the graph) come from the live model, through the first program
-        for name, c in prog.graph.consts.items():
-            if c.device.type != "meta":
-                continue
-            live = self.base.graph.consts.get(name)
-            if live is None or live.shape != c.shape:
-                raise PlanError(f"constant `{name}` {list(c.shape)} of the program for input shapes "
-                                f"{list(shapes)} is not one of the model's buffers; run batches of the plan's shape")
-            prog.graph.consts[name] = live
-        return prog
+        return live_consts(prog, self.base, shapes)
+
+
+def live_consts(prog: Program, base: Program, shapes) -> Program:
+    """`prog` (lowered from the meta copy) with the constants the graph reads from buffers taken from the
+    live model's, through `base`, the program apply lowered from it."""
+    for name, c in prog.graph.consts.items():
+        if c.device.type != "meta":
+            continue
+        live = base.graph.consts.get(name)
+        if live is None or live.shape != c.shape:
+            raise PlanError(f"constant `{name}` {list(c.shape)} of the program for input shapes "
+                            f"{list(shapes)} is not one of the model's buffers; run batches of the plan's shape")
+        prog.graph.consts[name] = live
+    return prog
 
 
 def _fits(pm: Any, args, m: int) -> bool:

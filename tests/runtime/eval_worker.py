@@ -96,7 +96,8 @@ def loss_only(pm, x) -> torch.Tensor:
 
 
 def run_pp_tp(ref: dict, exact: dict) -> dict:
-    """pp 2 x tp 2: evaluate and train in the mode the program was lowered in (eval); the rest refused."""
+    """pp 2 x tp 2 (the lowered program cut into stages), the model applied in eval mode: evaluate and train
+    in it; pm.train() (dropout on) and a shorter batch lower the program again, cut into the same stages."""
     import planlang
     from planlang.runtime.apply import PlanError
     data = batches()
@@ -112,15 +113,25 @@ def run_pp_tp(ref: dict, exact: dict) -> dict:
         opt.step()
         res[s] = judge({"loss": loss, "params": pm.full_parameters()}, ref[s], exact[s])
     opt.zero_grad()
-    res["eval"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval"]}, {"loss": exact["eval"]})
+    eval_loss = loss_only(pm, data["eval"])
+    res["eval"] = judge({"loss": eval_loss}, {"loss": ref["eval"]}, {"loss": exact["eval"]})
     res["grads_after_eval"] = len(pm.full_grads())
+    pm.train()
+    res["train_vs_eval"] = abs(float(loss_only(pm, data["eval"])) - float(eval_loss)) / float(eval_loss)
+    pm.eval()
+    loss = pm.step(data["half"], data["half"])
+    opt.step()
+    opt.zero_grad()
+    res["half"] = judge({"loss": loss, "params": pm.full_parameters()}, ref["half"], exact["half"])
+    res["eval_after"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval_after"]},
+                              {"loss": exact["eval_after"]})
     res["errors"] = {}
-    for name, call in (("train", lambda: pm.train()), ("half", lambda: pm.step(data["half"], data["half"]))):
-        try:
-            call()
-            res["errors"][name] = "ran"
-        except PlanError as e:
-            res["errors"][name] = str(e)
+    x = torch.randint(0, 128, (16, 16))
+    try:
+        pm.step(x, x)
+        res["errors"]["larger"] = "ran"
+    except PlanError as e:
+        res["errors"]["larger"] = str(e)
     return res
 
 
