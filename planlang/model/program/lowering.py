@@ -201,6 +201,7 @@ class _Pricer:
         self._costs: dict = {}
         self._touches: dict = {}
         self._strategies: dict = {}
+        self._kept: dict = {}
         self.daxes: set[str] = set()  # the plan's data axes (set by `lower`)
 
     def strategies(self, op) -> list[Strategy]:
@@ -211,6 +212,26 @@ class _Pricer:
             return strategies(op, self.mesh)
         if got is None:
             got = self._strategies[op] = strategies(op, self.mesh)
+        return got
+
+    def kept(self, op, in_vals, stored: list[Spec], now: list[Spec], fixed: list[int]):
+        """Of `op`'s strategies, (those that use each parameter as stored, those of them that also
+        convert no activation over a data axis), given each input's stored and current layout: a pure
+        function of them, asked once per distinct question (the same for every block of N)."""
+        key: tuple | None = (op, tuple((v.shape, v.dtype, k in fixed, stored[k] if k in fixed else now[k])
+                                       for k, v in enumerate(in_vals)))
+        try:
+            got = self._kept.get(key)
+        except TypeError:  # an attribute that does not hash
+            key, got = None, None
+        if got is None:
+            cands = self.strategies(op)
+            faithful = [s for s in cands if all(_uses_as_stored(stored[k], s.inputs[k], self.mesh) for k in fixed)]
+            keeps_data = [s for s in faithful if not any(
+                k not in fixed and self.touches(v, now[k], s.inputs[k]) for k, v in enumerate(in_vals))]
+            got = (cands, faithful, keeps_data)
+            if key is not None:
+                self._kept[key] = got
         return got
 
     def touches(self, v, src: Spec, dst: Spec) -> bool:
@@ -315,21 +336,19 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
                 args = tuple(convert(i, want) for i, want in zip(node.inputs, per_sample.inputs))
                 run = Run(node, per_sample, args, _grad_reduce(per_sample))
         else:
-            try:
-                cands = pricer.strategies(node.op)
-            except UnknownOp as e:
-                raise LoweringError(str(e)) from e
             pin = pins.get(node.name)
             # parameters are used in the layout the plan stores them in (a bias may still be added on one
-            # coordinate of a partial axis): the plan's specs are the parallelisation, not a suggestion
-            fixed = [k for k, v in enumerate(in_vals) if v.kind == "param"]
-            faithful = [s for s in cands if all(_uses_as_stored(layouts[in_vals[k].name], s.inputs[k], mesh)
-                                                for k in fixed)]
+            # coordinate of a partial axis): the plan's specs are the parallelisation, not a suggestion;
             # and the batch stays split over the data axes: no activation is converted over a data axis
             # (the language's rule: data axes are implicit on the batch dim of every activation)
-            keeps_data = [s for s in faithful if not any(
-                k not in fixed and pricer.touches(v, layouts[current.get(v.name, v.name)], s.inputs[k])
-                for k, v in enumerate(in_vals))]
+            fixed = [k for k, v in enumerate(in_vals) if v.kind == "param"]
+            now = [layouts[current.get(v.name, v.name)] for v in in_vals]
+            try:
+                cands, faithful, keeps_data = pricer.kept(
+                    node.op, in_vals, [layouts[v.name] if k in fixed else now[k] for k, v in enumerate(in_vals)],
+                    now, fixed)
+            except UnknownOp as e:
+                raise LoweringError(str(e)) from e
             # an output whose dim 0 is the batch is split over the data axes wherever a strategy can: after
             # an op that had to gather the batch, and where whole values (a parameter) grow a batch dim
             resplit = [s for s in keeps_data if _splits_batch(s.output, daxes)] \
