@@ -18,46 +18,18 @@ process; `pm.train()` (dropout on) and the half batch lower the program again, c
 """
 from __future__ import annotations
 
-import json
-import os
-import socket
-import time
-
 import pytest
-import torch.multiprocessing as mp
 
 from tests.runtime import eval_worker as W
+from tests.runtime.spawned import spawn_ranks
 
 TIMEOUT_S = 240
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    outdir = str(tmp_path_factory.mktemp("eval"))
-    ctx = mp.start_processes(W.worker, args=(_free_port(), outdir), nprocs=W.WORLD, join=False,
-                             start_method="spawn")
-    failed = None
-    try:
-        deadline = time.time() + TIMEOUT_S
-        while not ctx.join(timeout=2):
-            if time.time() > deadline:
-                failed = "eval workers timed out"
-                break
-    except Exception as err:  # noqa: BLE001 - a worker raised; its JSON says why
-        failed = str(err)
-    for p in ctx.processes:
-        if p.is_alive():
-            p.kill()
-    out = []
-    for r in range(W.WORLD):
-        path = os.path.join(outdir, f"rank{r}.json")
-        out.append(json.load(open(path)) if os.path.exists(path) else {"error": "no result"})
+    ranks, failed = spawn_ranks(W.worker, W.WORLD, str(tmp_path_factory.mktemp("eval")), TIMEOUT_S)
+    out = [res if res is not None else {"error": "no result"} for res in ranks]
     errors = [f"rank {r}: {res['error']}" for r, res in enumerate(out) if "error" in res]
     if failed or errors:
         pytest.fail((failed or "") + "\n" + "\n".join(errors))

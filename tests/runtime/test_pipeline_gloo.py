@@ -8,47 +8,21 @@ whole batch. Relative errors are norm-wise per parameter.
 """
 from __future__ import annotations
 
-import json
-import os
-import socket
 import time
 
 import pytest
-import torch.multiprocessing as mp
 
 from tests.runtime import pipeline_worker as W
+from tests.runtime.spawned import spawn_ranks
 
 TIMEOUT_S = 150
 TOL = 1e-5
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    outdir = str(tmp_path_factory.mktemp("pipeline"))
-    ctx = mp.start_processes(W.worker, args=(_free_port(), outdir, time.time()), nprocs=W.WORLD, join=False,
-                             start_method="spawn")
-    deadline = time.time() + TIMEOUT_S
-    failed = None
-    try:
-        while not ctx.join(timeout=2):
-            if time.time() > deadline:
-                failed = "pipeline workers timed out"
-                break
-    except Exception as err:  # noqa: BLE001 - a worker raised; its JSON says why
-        failed = str(err)
-    for p in ctx.processes:
-        if p.is_alive():
-            p.kill()
-    out = []
-    for r in range(W.WORLD):
-        path = os.path.join(outdir, f"rank{r}.json")
-        out.append(json.load(open(path)) if os.path.exists(path) else {"configs": {}})
+    ranks, failed = spawn_ranks(W.worker, W.WORLD, str(tmp_path_factory.mktemp("pipeline")), TIMEOUT_S, time.time())
+    out = [res if res is not None else {"configs": {}} for res in ranks]
     if failed:
         errors = [f"rank {r} {name}: {c['error']}" for r, res in enumerate(out)
                   for name, c in res["configs"].items() if "error" in c]

@@ -6,25 +6,18 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import time
 from datetime import timedelta
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from torch import nn
+
+from tests.runtime.spawned import spawn_ranks
 
 WORLD = 4
 MICRO = 8
 WIDTH = 16
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _run(rank: int, stage_cls, schedule_cls, chunks: int = 1) -> dict:
@@ -110,15 +103,10 @@ def _worker(rank: int, port: int, outdir: str) -> None:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    outdir = str(tmp_path_factory.mktemp("recv"))
-    ctx = mp.start_processes(_worker, args=(_free_port(), outdir), nprocs=WORLD, join=False, start_method="spawn")
-    deadline = time.time() + 120
-    while not ctx.join(timeout=2):
-        if time.time() > deadline:
-            for p in ctx.processes:
-                p.kill()
-            pytest.fail("recv buffer workers timed out")
-    return [json.load(open(os.path.join(outdir, f"rank{r}.json"))) for r in range(WORLD)]
+    ranks, failed = spawn_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("recv")), 120)
+    if failed or None in ranks:
+        pytest.fail(f"recv buffer workers: {failed or 'a rank wrote no result'}")
+    return ranks
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "interleaved"])

@@ -1,0 +1,40 @@
+"""Run a gloo worker on spawned processes and read back what each rank wrote (rank{r}.json in a folder):
+the harness of the test modules that spawn one group of ranks for all their configurations."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import torch.multiprocessing as mp
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def spawn_ranks(worker, world: int, outdir: str, timeout_s: float, *args) -> tuple[list[dict | None], str | None]:
+    """`worker(rank, port, outdir, *args)` on `world` spawned processes: each rank's JSON (None where it
+    wrote none) and why the run failed (a worker raised, or the timeout passed: the rest are killed)."""
+    ctx = mp.start_processes(worker, args=(free_port(), outdir, *args), nprocs=world, join=False,
+                             start_method="spawn")
+    failed = None
+    deadline = time.time() + timeout_s
+    try:
+        while not ctx.join(timeout=2):
+            if time.time() > deadline:
+                failed = f"workers timed out after {timeout_s} s"
+                break
+    except Exception as err:  # noqa: BLE001 - a worker raised; its JSON says why
+        failed = str(err)
+    for p in ctx.processes:
+        if p.is_alive():
+            p.kill()
+    out: list[dict | None] = []
+    for r in range(world):
+        path = os.path.join(outdir, f"rank{r}.json")
+        out.append(json.load(open(path)) if os.path.exists(path) else None)
+    return out, failed
