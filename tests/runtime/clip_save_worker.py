@@ -10,17 +10,15 @@ max(TOL, 10 x one process's own error against the same loop in float64).
 """
 from __future__ import annotations
 
-import copy
-import json
 import math
 import os
-import tempfile
 import time
-import traceback
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from tests.runtime.spawned import manual_run, write_rank
 
 WORLD = 4
 STEPS = 3  # under the plan that saves
@@ -236,27 +234,8 @@ def worker(rank: int, port: int, outdir: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
     ckpt = os.path.join(outdir, "ckpt")
-    try:
-        res = {"results": run(outdir, ckpt)}
-    except Exception as err:  # noqa: BLE001 - reported by the test
-        res = {"error": f"{type(err).__name__}: {err}\n{traceback.format_exc()}"}
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump(res, f)
-    if "error" in res:
-        raise RuntimeError(res["error"])
-    from planlang.runtime.teardown import leave
-
-    leave()
+    write_rank(outdir, rank, lambda: run(outdir, ckpt))
 
 
 if __name__ == "__main__":  # a manual run: python -m tests.runtime.clip_save_worker
-    import socket
-
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    d = tempfile.mkdtemp()
-    mp.start_processes(worker, args=(port, d), nprocs=WORLD, start_method="spawn")
-    print(d)
-    print(json.dumps(json.load(open(os.path.join(d, "rank0.json"))), indent=1)[:20000])
+    manual_run(worker, WORLD)

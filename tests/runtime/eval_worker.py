@@ -13,13 +13,13 @@ max(TOL, 10 x one process's own error against float64).
 """
 from __future__ import annotations
 
-import json
 import os
-import traceback
 from datetime import timedelta
 
 import torch
 import torch.distributed as dist
+
+from tests.runtime.spawned import manual_run, write_rank
 
 WORLD = 4
 TOL = 1e-5
@@ -254,31 +254,16 @@ def worker(rank: int, port: int, outdir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD, timeout=timedelta(seconds=60))
-    try:
+    def run_all() -> dict:
         ref, exact = reference(torch.float32), reference(torch.float64)
-        res: dict = {"results": {name: run_config(plan, ref, exact) for name, plan in CONFIGS.items()}}
-        res["results"]["pp2_tp2"] = run_pp_tp(ref, exact)
+        out = {name: run_config(plan, ref, exact) for name, plan in CONFIGS.items()}
+        out["pp2_tp2"] = run_pp_tp(ref, exact)
         ref, exact = cnn_reference(torch.float32), cnn_reference(torch.float64)
-        res["results"].update({name: run_cnn(plan, ref, exact) for name, plan in CNN.items()})
-    except Exception as err:  # noqa: BLE001 - reported by the test
-        res = {"error": f"{type(err).__name__}: {err}\n{traceback.format_exc()}"}
-    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
-        json.dump(res, f)
-    if "error" in res:
-        raise RuntimeError(res["error"])
-    from planlang.runtime.teardown import leave
+        out.update({name: run_cnn(plan, ref, exact) for name, plan in CNN.items()})
+        return out
 
-    leave()
+    write_rank(outdir, rank, run_all)
 
 
 if __name__ == "__main__":  # a manual run: python -m tests.runtime.eval_worker
-    import socket
-    import tempfile
-
-    import torch.multiprocessing as mp
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    d = tempfile.mkdtemp()
-    mp.start_processes(worker, args=(port, d), nprocs=WORLD, start_method="spawn")
-    print(d)
+    manual_run(worker, WORLD)

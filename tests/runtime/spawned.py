@@ -38,3 +38,30 @@ def spawn_ranks(worker, world: int, outdir: str, timeout_s: float, *args) -> tup
         path = os.path.join(outdir, f"rank{r}.json")
         out.append(json.load(open(path)) if os.path.exists(path) else None)
     return out, failed
+
+
+def write_rank(outdir: str, rank: int, body) -> None:
+    """On a spawned rank: `body()`'s results written to rank{rank}.json as {"results": ...}, or the error
+    with its traceback as {"error": ...} and raised again (so the spawner sees the rank fail); then the
+    rank leaves its process group (planlang.runtime.teardown)."""
+    import traceback
+
+    try:
+        res = {"results": body()}
+    except Exception as err:  # noqa: BLE001 - reported by the test
+        res = {"error": f"{type(err).__name__}: {err}\n{traceback.format_exc()}"}
+    with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
+        json.dump(res, f)
+    if "error" in res:
+        raise RuntimeError(res["error"])
+    from planlang.runtime.teardown import leave
+
+    leave()
+
+
+def manual_run(worker, world: int) -> None:
+    """`python -m tests.runtime.<worker module>`: every rank in a temporary folder, rank 0's results printed."""
+    import tempfile
+
+    ranks, failed = spawn_ranks(worker, world, tempfile.mkdtemp(), 3600)
+    print(failed or "", json.dumps(ranks[0], indent=1)[:20000])
