@@ -106,8 +106,13 @@ def assert_same(plan, monkeypatch) -> list:
     return log
 
 
-@pytest.mark.parametrize("layout", ["dp", "dptp", "zero3", "accumulate"])
-@pytest.mark.parametrize("model", list(MODELS))
+# every model under two layouts and every layout on two models (all 16 pairs passed when written; each
+# runs the model whole and folded, ~7 CPU-s, so the suite keeps a covering half)
+PAIRS = [("llama", "dp"), ("llama", "zero3"), ("qwen2", "dptp"), ("qwen2", "accumulate"),
+         ("mistral", "zero3"), ("mistral", "dptp"), ("gpt2", "dp"), ("gpt2", "accumulate")]
+
+
+@pytest.mark.parametrize("model, layout", PAIRS)
 def test_folded_estimate_is_the_whole_models(model, layout, monkeypatch):
     plan = plan_of(model, layout)
     log = assert_same(plan, monkeypatch)
