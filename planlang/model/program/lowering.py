@@ -25,11 +25,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from planlang.cost.layout import NoPath, Path, conversion_path, is_valid, local_shape, normalize
-from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp, strategies
+from planlang.cost.layout import Path, is_valid, local_shape, normalize
+from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp
 from planlang.cost.ops.einsum import INT_DTYPES
 from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
 from planlang.model.program.head_blocks import Blocked, find_blocked, mark_blocked
+from planlang.model.program.pricer import Pricer
 from planlang.model.capture.opgraph import OpGraph, OpNode
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompleteMesh, CompletePlan
@@ -189,84 +190,9 @@ def output_pins(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
 
 
 # ------------------------------------------------------------------------------ lowering
-class _Pricer:
-    """Conversion paths, their costs and an op's strategies on one mesh, each computed once per lowering:
-    a model's N identical blocks ask the same questions N times."""
-
-    def __init__(self, mesh: Mesh) -> None:
-        self.mesh = mesh
-        dev = mesh.device
-        self.peak = (dev.flops_for("f32") if dev is not None else None) or 1e12
-        self._cache: dict = {}
-        self._costs: dict = {}
-        self._touches: dict = {}
-        self._strategies: dict = {}
-        self._kept: dict = {}
-        self.daxes: set[str] = set()  # the plan's data axes (set by `lower`)
-
-    def strategies(self, op) -> list[Strategy]:
-        """planlang.cost.ops' strategies of `op` (an OpSpec: a pure function of it and the mesh)."""
-        try:
-            got = self._strategies.get(op)
-        except TypeError:  # an attribute that does not hash: asked every time
-            return strategies(op, self.mesh)
-        if got is None:
-            got = self._strategies[op] = strategies(op, self.mesh)
-        return got
-
-    def kept(self, op, in_vals, stored: list[Spec], now: list[Spec], fixed: list[int]):
-        """Of `op`'s strategies, (those that use each parameter as stored, those of them that also
-        convert no activation over a data axis), given each input's stored and current layout: a pure
-        function of them, asked once per distinct question (the same for every block of N)."""
-        key: tuple | None = (op, tuple((v.shape, v.dtype, k in fixed, stored[k] if k in fixed else now[k])
-                                       for k, v in enumerate(in_vals)))
-        try:
-            got = self._kept.get(key)
-        except TypeError:  # an attribute that does not hash
-            key, got = None, None
-        if got is None:
-            cands = self.strategies(op)
-            faithful = [s for s in cands if all(_uses_as_stored(stored[k], s.inputs[k], self.mesh) for k in fixed)]
-            keeps_data = [s for s in faithful if not any(
-                k not in fixed and self.touches(v, now[k], s.inputs[k]) for k, v in enumerate(in_vals))]
-            got = (cands, faithful, keeps_data)
-            if key is not None:
-                self._kept[key] = got
-        return got
-
-    def touches(self, v, src: Spec, dst: Spec) -> bool:
-        """Whether converting `v` from src to dst steps over a data axis (`_touches` over `daxes`)."""
-        key = (v.shape, v.dtype, src, dst)
-        got = self._touches.get(key)
-        if got is None:
-            got = self._touches[key] = _touches(self, v, src, dst, self.daxes)
-        return got
-
-    def path(self, shape, src: Spec, dst: Spec, itemsize: int) -> Path | None:
-        key = (shape, src, dst, itemsize)
-        if key not in self._cache:
-            try:
-                self._cache[key] = conversion_path(shape, src, dst, self.mesh, itemsize)
-            except NoPath:
-                self._cache[key] = None
-        return self._cache[key]
-
-    def cost(self, shape, src: Spec, dst: Spec, itemsize: int) -> float:
-        key = (shape, src, dst, itemsize)
-        got = self._costs.get(key)
-        if got is None:
-            if normalize(src, self.mesh) == normalize(dst, self.mesh):
-                got = 0.0
-            else:
-                p = self.path(shape, src, dst, itemsize)
-                got = math.inf if p is None else p.cost
-            self._costs[key] = got
-        return got
-
-
 def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     mesh = plan_mesh(plan)
-    pricer = _Pricer(mesh)
+    pricer = Pricer(mesh)
     pspecs = param_specs(plan, graph)
     # fused projections cut into heads: stored per head, so the cut needs no gather (head_blocks.py)
     blocked, marked = find_blocked(graph, pspecs, mesh)
@@ -452,20 +378,6 @@ def _gathered(in_vals, layouts: list[Spec], daxes: set[str], mesh: CompleteMesh)
 def _splits_batch(spec: Spec, daxes: set[str]) -> bool:
     """Whether dim 0 of a layout is split over every data axis."""
     return bool(spec.dims) and daxes <= set(spec.axes_of(0))
-
-
-def _touches(pricer: _Pricer, v, src: Spec, dst: Spec, axes: set[str]) -> bool:
-    """Whether converting value `v` from src to dst takes a step over one of `axes`."""
-    if not axes or normalize(src, pricer.mesh) == normalize(dst, pricer.mesh):
-        return False
-    p = pricer.path(v.shape, src, dst, DTYPE_BYTES.get(v.dtype, 4))
-    # splitting a whole value again (a local slice) keeps the batch split; gathering it does not
-    return p is None or any(st.axis in axes and st.kind != "shard" for st in p.steps)
-
-
-def _uses_as_stored(stored: Spec, wanted: Spec, mesh: Mesh) -> bool:
-    a, b = normalize(stored, mesh), normalize(wanted, mesh)
-    return a.dims == b.dims and set(a.partial) <= set(b.partial)
 
 
 def _origins(instructions) -> dict[str, tuple[str, set[str]]]:
