@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("torch")
 
 import planlang.model.validation as checks  # noqa: E402
-import planlang.model.program.lowering as lowering  # noqa: E402
+import planlang.model.program.pricer as pricer  # noqa: E402
 from planlang.model.validation import check_with_model  # noqa: E402
 
 MODEL = textwrap.dedent("""\
@@ -90,14 +90,14 @@ def test_an_op_the_lowering_refuses_is_pl369_at_the_shard_of_its_module(tmp_path
     # a strategy rule that raises for `b`'s linear (as the attention rule did for multi-query attention's
     # broadcast key/value heads: "letter 'h' has sizes 4 and 1"); a tensor-parallel plan without data axes,
     # which check did not lower at all
-    real = lowering.strategies
+    real = pricer.strategies
 
     def refusing(op, mesh):
         if op.kind == "linear" and (8, 16) in op.inputs:
             raise ValueError(f"{op.kind}{list(op.inputs)}: letter 'o' has sizes 8 and 1")
         return real(op, mesh)
 
-    monkeypatch.setattr(lowering, "strategies", refusing)
+    monkeypatch.setattr(pricer, "strategies", refusing)
     got = [d for d in diags(tmp_path, "two", axis="tp", rest=TP) if d[0] == "PL369"]
     assert len(got) == 1, got
     code, line, msg, help, labels = got[0]
@@ -105,7 +105,7 @@ def test_an_op_the_lowering_refuses_is_pl369_at_the_shard_of_its_module(tmp_path
     assert "`linear` in `b` fails" in msg and "ValueError" in msg and "letter 'o' has sizes 8 and 1" in msg
     assert 2 in labels  # and the model line
     assert "split this op's inputs another way" in help
-    monkeypatch.setattr(lowering, "strategies", real)
+    monkeypatch.setattr(pricer, "strategies", real)
     assert not [d for d in diags(tmp_path, "two", axis="tp", rest=TP) if d[0] == "PL369"]
 
 

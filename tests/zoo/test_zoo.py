@@ -177,12 +177,12 @@ def test_a_pipeline_the_model_cannot_be_cut_into_is_refused_before_launch(tmp_pa
     """When torch.export cannot cut the model either (here its tracer is made to fail), `check --model`
     (so every command that runs a plan) says so with PL467, naming both tracers' reasons, instead of an
     error after launch."""
-    import planlang.model.program.stages as stages
+    import torch.distributed.pipelining as pipelining  # stages.py imports its tracer when it cuts
 
     def refuse(*args, **kwargs):
         raise RuntimeError("no split for you")
 
-    monkeypatch.setattr(stages, "pipeline", refuse)
+    monkeypatch.setattr(pipelining, "pipeline", refuse)
     (tmp_path / "pp.plan").write_text(plan_text("llama", "pp2dp2"))
     found = check_with_model(str(tmp_path / "pp.plan")).diagnostics
     assert [d.code for d in found] == ["PL467"]
