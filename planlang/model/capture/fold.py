@@ -156,9 +156,4 @@ def truncated(module: nn.Module, fold: Fold, k: int) -> Iterator[BlockCalls]:
             h.remove()
 
 
-def block_slice(names, fold: Fold, k: int) -> list[str]:
-    """Of `names` (module or parameter paths), those a model cut to `k` blocks has."""
-    return [n for n in names if (got := fold.split(n)) is None or got[0] < k]
-
-
-__all__ = ["FOLD_RUNS", "MIN_BLOCKS", "Fold", "FoldError", "affine", "block_slice", "find_fold", "truncated"]
+__all__ = ["FOLD_RUNS", "MIN_BLOCKS", "Fold", "FoldError", "affine", "find_fold", "truncated"]
