@@ -65,3 +65,16 @@ def manual_run(worker, world: int) -> None:
 
     ranks, failed = spawn_ranks(worker, world, tempfile.mkdtemp(), 3600)
     print(failed or "", json.dumps(ranks[0], indent=1)[:20000])
+
+
+def written_results(worker, world: int, outdir: str, timeout_s: float) -> list:
+    """Each rank's results from workers that write through `write_rank`; the test fails, naming every
+    rank's error, when a rank raised, wrote nothing or the run timed out."""
+    import pytest
+
+    ranks, failed = spawn_ranks(worker, world, outdir, timeout_s)
+    out = [res if res is not None else {"error": "no result"} for res in ranks]
+    errors = [f"rank {r}: {res['error']}" for r, res in enumerate(out) if "error" in res]
+    if failed or errors:
+        pytest.fail((failed or "") + "\n" + "\n".join(errors))
+    return [res["results"] for res in out]

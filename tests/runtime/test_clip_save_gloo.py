@@ -16,19 +16,14 @@ import math
 import pytest
 
 from tests.runtime import clip_save_worker as W
-from tests.runtime.spawned import spawn_ranks
+from tests.runtime.spawned import written_results
 
 TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    ranks, failed = spawn_ranks(W.worker, W.WORLD, str(tmp_path_factory.mktemp("clip_save")), TIMEOUT_S)
-    out = [res if res is not None else {"error": "no result"} for res in ranks]
-    errors = [f"rank {r}: {res['error']}" for r, res in enumerate(out) if "error" in res]
-    if failed or errors:
-        pytest.fail((failed or "") + "\n" + "\n".join(errors))
-    return [res["results"] for res in out]
+    return written_results(W.worker, W.WORLD, str(tmp_path_factory.mktemp("clip_save")), TIMEOUT_S)
 
 
 def _check(rows, what):
