@@ -119,12 +119,7 @@ def run_pp_tp(ref: dict, exact: dict) -> dict:
     pm.train()
     res["train_vs_eval"] = abs(float(loss_only(pm, data["eval"])) - float(eval_loss)) / float(eval_loss)
     pm.eval()
-    loss = pm.step(data["half"], data["half"])
-    opt.step()
-    opt.zero_grad()
-    res["half"] = judge({"loss": loss, "params": pm.full_parameters()}, ref["half"], exact["half"])
-    res["eval_after"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval_after"]},
-                              {"loss": exact["eval_after"]})
+    _half_step_then_eval(pm, opt, data, ref, exact, res)
     res["errors"] = {}
     x = torch.randint(0, 128, (16, 16))
     try:
@@ -206,6 +201,16 @@ def run_cnn(plan: str, ref: dict, exact: dict) -> dict:
     return res
 
 
+def _half_step_then_eval(pm, opt, data, ref, exact, res: dict) -> None:
+    """A step on half the plan's batch (judged: loss and parameters), then the evaluation loss after it."""
+    loss = pm.step(data["half"], data["half"])
+    opt.step()
+    opt.zero_grad()
+    res["half"] = judge({"loss": loss, "params": pm.full_parameters()}, ref["half"], exact["half"])
+    res["eval_after"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval_after"]},
+                              {"loss": exact["eval_after"]})
+
+
 def run_config(plan: str, ref: dict, exact: dict) -> dict:
     import planlang
     from planlang.runtime.apply import PlanError
@@ -233,12 +238,7 @@ def run_config(plan: str, ref: dict, exact: dict) -> dict:
     after = {k: [_local(v) for v in st.values()] for k, st in enumerate(getattr(opt, "optim", opt).state.values())}
     res["state_untouched"] = all(all(not isinstance(a, torch.Tensor) or torch.equal(a, b) for a, b in zip(after[k], v))
                                  for k, v in state.items())
-    loss = pm.step(data["half"], data["half"])
-    opt.step()
-    opt.zero_grad()
-    res["half"] = judge({"loss": loss, "params": pm.full_parameters()}, ref["half"], exact["half"])
-    res["eval_after"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval_after"]},
-                              {"loss": exact["eval_after"]})
+    _half_step_then_eval(pm, opt, data, ref, exact, res)
     res["errors"] = {}
     for name, n in (("odd", 6), ("larger", 16)):
         x = torch.randint(0, 128, (n, 16))
