@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from planlang.model.capture.fold import Fold
-from planlang.model.price.local_model import local_params, plan_checkpoint_groups, spec_for
+from planlang.model.price.local_model import is_chain, local_params, plan_checkpoint_groups, spec_for
 
 
 def plan_fold(plan, facts, fold: Fold | None) -> tuple[Fold | None, str | None]:
     """`fold` when the plan (a CompletePlan) gives every block the same parameter specs and local shapes,
-    activation rules and checkpoint groups; otherwise (None, why not). `facts`: the probed model
+    activation rules and checkpoint groups (as they are wrapped: local_model.is_chain); otherwise (None,
+    why not). `facts`: the probed model
     (ModuleFacts). A pipeline is never folded: its stage boundaries fall between blocks."""
     if fold is None:
         return None, "no list of identical blocks"
@@ -27,13 +28,16 @@ def plan_fold(plan, facts, fold: Fold | None) -> tuple[Fold | None, str | None]:
             got = fold.split(m)
             if got is not None:
                 sigs[got[0]].append(("activation", j, got[1]))
+    # each group as the local model wraps it: a chain as one checkpoint, any other group module by module
+    # (HF decoder layers under `checkpoint model.layers[*]`: one group per layer, each within its block)
     for group in plan_checkpoint_groups(plan, facts):
-        places = [fold.split(m) for m in group]
-        where = {g[0] if g is not None else None for g in places}
-        if len(where) > 1:
-            return None, "a checkpoint group spans blocks"
-        if places and places[0] is not None:
-            sigs[places[0][0]].append(("checkpoint", tuple(sorted(g[1] for g in places if g is not None))))
+        for part in ([group] if is_chain(group, facts) else [[m] for m in group]):
+            places = [fold.split(m) for m in part]
+            where = {g[0] if g is not None else None for g in places}
+            if len(where) > 1:
+                return None, "a checkpoint group spans blocks"
+            if places and places[0] is not None:
+                sigs[places[0][0]].append(("checkpoint", tuple(sorted(g[1] for g in places if g is not None))))
     first = sorted(map(repr, sigs[0]))
     for i in range(1, fold.count):
         if sorted(map(repr, sigs[i])) != first:

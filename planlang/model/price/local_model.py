@@ -189,6 +189,19 @@ def _consecutive_items(names: list[str]) -> bool:
     return idx == list(range(idx[0], idx[0] + len(idx)))
 
 
+def is_chain(group: list[str], facts) -> bool:
+    """Whether a checkpoint group is recomputed as one function (`wrap_checkpoints`): consecutive items of
+    one container (`h.2`, `h.3`, ...), each taking one tensor of the shape the one before returns and no
+    keyword arguments (an HF decoder layer's attention_mask and position embeddings, which may differ from
+    layer to layer: Gemma2's sliding and global masks). Equal shapes alone are not enough (`attn`, `mlp`
+    of a block have a residual and a norm between them, which running one on the other's output would
+    skip). Other groups are checkpointed module by module."""
+    calls = facts.calls
+    return len(group) > 1 and _consecutive_items(group) and all(
+        len(calls[n].inputs) == 1 and len(calls[n].outputs) == 1 and not calls[n].keywords for n in group
+    ) and all(calls[a].output == calls[b].inputs[0] for a, b in zip(group, group[1:]))
+
+
 def wrap_checkpoints(module: torch.nn.Module, plan: CompletePlan, facts) -> list[str]:
     """Apply the plan's checkpoint groups with non-reentrant torch.utils.checkpoint, as the runtime will;
     returns notes for the estimate's rows.
@@ -202,16 +215,7 @@ def wrap_checkpoints(module: torch.nn.Module, plan: CompletePlan, facts) -> list
     per_module = []
     for group in plan_checkpoint_groups(plan, facts):
         mods = [module.get_submodule(n) for n in group]
-        # a chain: consecutive items of one container (`h.2`, `h.3`, ...), each taking one tensor of the
-        # shape the one before returns and no keyword arguments (an HF decoder layer's attention_mask and
-        # position embeddings, which may differ from layer to layer: Gemma2's sliding and global masks);
-        # equal shapes alone are not enough (`attn`, `mlp` of a block have a residual and a norm between
-        # them, which running one on the other's output would skip)
-        chain_ok = len(group) > 1 and _consecutive_items(group) and all(
-            len(facts.calls[n].inputs) == 1 and len(facts.calls[n].outputs) == 1 and not facts.calls[n].keywords
-            for n in group
-        ) and all(facts.calls[a].output == facts.calls[b].inputs[0] for a, b in zip(group, group[1:]))
-        if chain_ok:
+        if is_chain(group, facts):
             wrap_chain(mods)
         else:
             if len(group) > 1:
