@@ -223,7 +223,7 @@ def _reduce(op, strategy, xs, dev):
         return x
     y = torch.sum(x, dim=dims, keepdim=keep)
     if op.kind == "mean":  # the *global* count, so a split reduced dim leaves an exact partial sum
-        y = y / math.prod(op.inputs[0][d] for d in dims)
+        y = y / math.prod([op.inputs[0][d] for d in dims])
     return y
 
 
@@ -258,7 +258,7 @@ def _slice(op, strategy, xs, dev):
     d, start, length = slice_bounds(op)
     blocks = op.attr("blocks")
     if blocks:  # a piece of a value stored per block (planlang.model.program.head_blocks)
-        factor = math.prod(dev.mesh.axis_size(a) for a in op.attr("block_axes"))
+        factor = math.prod([dev.mesh.axis_size(a) for a in op.attr("block_axes")])
         index = start // length
         if strategy.output.axes_of(d):  # this device's share of the piece: its share of the block
             return x.narrow(d, index * (length // factor), length // factor)

@@ -1,0 +1,137 @@
+"""`planlang.apply(..., compile=True)`: each rank's generated step under `torch.compile`.
+
+The step planlang generates (planlang.runtime.codegen) is plain Python over `rt.run` / `rt.convert`;
+Dynamo traces it, inlining the op strategies (planlang.runtime.local_ops) and the conversions'
+autograd Functions with their collectives, into one graph per program. A conversion's checks
+(`redistribute._check_step`) build layout values (`Spec`, whose default source `Span` Dynamo cannot
+make, and `math.prod` over a generator, which Dynamo passes to the graph as it is: a graph break), so
+`TracedRuntime.convert` runs the path's steps alone, after `check_paths` has checked every path of the
+program once, eagerly, when it is compiled.
+
+What is not compiled is said on rank 0's stderr (`note[PL469]`), never silently: `compile_blockers`
+lists it, and the step runs eagerly instead (docs/runtime.md, "Compiling the step").
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, Callable, Iterable
+
+import torch
+import torch.distributed as dist
+
+from planlang.cost.ops import op_kind
+from planlang.model.program.lowering import Convert, Program, Run
+from planlang.runtime.executor import Runtime
+from planlang.runtime.redistribute import _check_step, _StepFunction
+
+NOTE = "PL469"  # the compile notes' code (planlang.lang.codes: compile-around)
+BACKENDS = ("inductor", "aot_eager", "eager")
+
+
+def note(message: str) -> None:
+    """A compile note on rank 0's stderr (every rank reaches the same decision)."""
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        sys.stderr.write(f"note[{NOTE}]: {message}\n")
+
+
+class TracedRuntime(Runtime):
+    """The `rt` a compiled step sees: the eager runtime's own state (its `__dict__`, so the step counter
+    and the block caller are shared), with conversions run step by step without re-checking layouts
+    (`check_paths` checked them when the program was compiled)."""
+
+    def __init__(self, base: Runtime) -> None:  # noqa: D107 - no super().__init__: the state is base's
+        self.__dict__ = base.__dict__
+
+    def convert(self, name: str, x: torch.Tensor) -> torch.Tensor:
+        c = self.converts[name]
+        for step in c.path.steps:
+            x = _StepFunction.apply(x, step, self.groups, self.recorder)
+        return x
+
+
+def check_paths(prog: Program) -> None:
+    """Every conversion step of the program checked once (eagerly), as redistribute.execute_step would
+    at each call."""
+    for ins in prog.instructions:
+        if isinstance(ins, Convert):
+            for before, step in zip(ins.path.specs, ins.path.steps):
+                _check_step(tuple(ins.shape), before, step, prog.mesh)
+
+
+def compile_blockers(prog: Program, recorder: Any = None) -> list[str]:
+    """Why `prog`'s step cannot be compiled (empty: it can)."""
+    out = []
+    random = [ins.node.name for ins in prog.instructions if isinstance(ins, Run) and ins.strategy is not None
+              and ins.node.op.kind != "opaque" and op_kind(ins.node.op.kind).random
+              and not op_kind(ins.node.op.kind).is_identity(ins.node.op)]
+    if random:
+        out.append(f"random ops ({', '.join(random[:3])}{', ...' if len(random) > 3 else ''}) draw their mask "
+                   "from a seed of the step's index, a Python int Dynamo specialises on: every step would "
+                   "compile again (dropout 0 or eval mode compiles)")
+    if recorder is not None:
+        out.append("a collective recorder counts collectives from Python, which a compiled graph does not run")
+    return out
+
+
+class CompiledStep:
+    """`step(rt, p, *inputs)` under torch.compile: called as the eager step is (ParallelModel.forward),
+    it runs the compiled graph on a TracedRuntime view of `rt`. `seconds`: the first call's wall time
+    (compilation and one step)."""
+
+    def __init__(self, step: Callable, backend: str, mode: str | None = None) -> None:
+        self.eager = step
+        self.fn = torch.compile(step, backend=backend, mode=mode, dynamic=False)
+        self._views: dict[int, TracedRuntime] = {}
+        self.seconds: float | None = None
+
+    def __call__(self, rt: Runtime, p: dict, *xs: torch.Tensor):
+        view = self._views.get(id(rt))
+        if view is None or view.__dict__ is not rt.__dict__:
+            view = self._views[id(rt)] = TracedRuntime(rt)
+        if self.seconds is not None:
+            return self.fn(view, p, *xs)
+        t = time.perf_counter()
+        out = self.fn(view, p, *xs)
+        self.seconds = time.perf_counter() - t
+        return out
+
+
+def compile_step(step: Callable, prog: Program, backend: str = "inductor", *, recorder: Any = None,
+                 mode: str | None = None) -> Callable:
+    """`step` (a generated program's) compiled, or `step` itself with a note saying why not."""
+    if backend not in BACKENDS and not callable(backend):
+        raise ValueError(f"compile backend {backend!r}: one of {', '.join(BACKENDS)}")
+    blockers = compile_blockers(prog, recorder)
+    if blockers:
+        note("the step runs eagerly, not compiled: " + "; ".join(blockers))
+        return step
+    check_paths(prog)
+    return CompiledStep(step, backend, mode)
+
+
+def compile_parallel_model(pm: Any, backend: str = "inductor", mode: str | None = None) -> Any:
+    """`pm` (a planlang.runtime.apply ParallelModel) running its programs compiled: the current one now,
+    the programs lowered later for a shorter batch or the other mode when they are made (Programs.compile
+    wrapped), and those cached already. Returns `pm`."""
+    import dataclasses
+
+    recorder = pm.rt.recorder
+    pm._step = compile_step(pm._step, pm.program, backend, recorder=recorder, mode=mode)
+    programs = getattr(pm, "programs", None)
+    if programs is None:
+        return pm
+    for key, c in list(programs.cache.items()):
+        if key == pm.program_key:
+            programs.cache[key] = dataclasses.replace(c, step=pm._step)
+        else:
+            programs.cache[key] = dataclasses.replace(c, step=compile_step(c.step, c.program, backend,
+                                                                           recorder=recorder, mode=mode))
+    lower_compile = programs.compile
+
+    def compiled(prog: Program):
+        c = lower_compile(prog)
+        return dataclasses.replace(c, step=compile_step(c.step, c.program, backend, recorder=recorder, mode=mode))
+
+    programs.compile = compiled
+    return pm
