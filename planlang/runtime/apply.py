@@ -9,8 +9,8 @@
 
 The same three calls run a pipeline plan (`apply` then returns a planlang.runtime.pipeline
 `PipelinedModel` whose `step` runs the plan's schedule over its microbatches). Without a pipeline,
-`pm(x, y)` is the forward alone (the global loss; under torch.no_grad, after `pm.eval()`, the evaluation
-loss); `loss.backward(); pm.sync_grads()` is what `step` does after it.
+`out = pm(input_ids=x, labels=y)` is the forward alone (planlang.runtime.call_outputs): the model's
+output, `out.loss` the global loss with autograd, the rest this rank's pieces (`pm.whole(out)`: whole).
 
 The passes, in order (each a function of this module or the modules it names):
 
@@ -18,6 +18,7 @@ The passes, in order (each a function of this module or the modules it names):
 2. `op_graph`            trace model + loss with torch.fx into the op graph (planlang.model.capture.opgraph);
 3. `lower`               layouts, strategies, conversions, gradient reductions (planlang.model.program.lowering);
 4. `mark_checkpoints`    the plan's checkpoint groups as instruction ranges (planlang.model.program.lowering);
+                         passes 2–4 run on rank 0 (planlang.runtime.plan_lowering.lower_once);
 5. `shard_parameters`    each parameter replaced by its local piece (initial values = the single-process
                          model's, whatever the seed);
 6. `generate`            per-rank Python (planlang.runtime.codegen), compiled and run by `ParallelModel`;
@@ -49,24 +50,29 @@ from planlang.cost.layout import local_shape, local_slices
 from planlang.lang.diagnostics import Severity
 from planlang.lang.render import render
 from planlang.model.program.head_blocks import block_factor, blocked_order, unblocked_order
-from planlang.model.capture.load import guess_targets, meta_inputs, plan_loss, sum_loss_note
-from planlang.model.capture.opgraph import dtype_name, op_graph
+from planlang.model.capture.load import meta_inputs, plan_loss, sum_loss_note
+from planlang.model.capture.opgraph import dtype_name
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan import types as T
 from planlang.plan.complete import CompleteMesh, CompleteOptimizer, CompletePlan, IncompletePlan, complete
+from planlang.plan.data import batch_dim
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.types import Spec
+from planlang.runtime.call_outputs import (CallSignature, bind_call, build_output, gather_whole, output_pieces,
+                                           target_names, whole)
 from planlang.runtime.clip import clip_model
 from planlang.runtime.data_parallel import fsdp_mesh
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
 from planlang.plan.complete import plan_mesh, world_size
-from planlang.model.program.lowering import LoweringError, Program, Run, lower, mark_checkpoints, trained_parameters
+from planlang.model.program.lowering import LoweringError, Program, trained_parameters
 from planlang.runtime.pipeline import PipelineError
 from planlang.runtime.pipeline_model import apply_pipeline
 from planlang.runtime.program_pipeline import Relower, build_program_pipeline
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.programs import Compiled, Key, PlanError, Programs, compiler, meta_copy
+from planlang.runtime.plan_lowering import (  # noqa: F401 - lower_plan, report_fallbacks: this module's API too
+    STRICT_ENV, lower_once, lower_plan, relowering, report_fallbacks)
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
                                         wrap_optimizer)
 from planlang.runtime.redistribute import MeshGroups, redistribute
@@ -170,8 +176,12 @@ class ParallelModel(nn.Module):
         # one program per (input shapes, mode): apply's, and those lowered for a shorter batch or the other
         # mode (planlang.runtime.programs); None when the caller gave the program (no re-lowering)
         self.programs: Programs | None = None
-        self.program_key: Key = (tuple(tuple(v.shape) for v in self._inputs), model.training)
+        self.program_key: Key = (tuple(tuple(v.shape) for v in self._inputs), model.training, False)
         self.plan_shapes = self.program_key[0]  # the plan's (one microbatch's) shapes
+        # `pm(...)` binds its arguments by this (set by apply: the plan's inputs, the loss' target names)
+        self.call_signature = CallSignature(tuple(v.ref for v in self._inputs))
+        self._loss_only = False  # `step`'s calls: the loss-only program (no output kept alive)
+        self._sums_pending = False  # a backward ran since the last `sync_grads` (the optimizer finishes them)
         self.train(model.training)
 
     def install(self, c: Compiled, key: Key) -> None:
@@ -202,25 +212,67 @@ class ParallelModel(nn.Module):
         raise PlanError(f"input `{v.ref}` has shape {list(t.shape)}; the plan declares {list(v.shape)}{one} "
                         f"(local piece {list(local_shape(v.shape, spec, self.mesh))} under {spec})")
 
-    def forward(self, *args: torch.Tensor) -> torch.Tensor:
+    def forward(self, *args: torch.Tensor, **kwargs: torch.Tensor):
+        """The model's forward under the plan: what the model returns (call_outputs.build_output) with
+        `loss` the global loss, with autograd (`out.loss.backward()`, then the optimizer's step, which
+        finishes the gradient sums); the output's other tensors are this rank's pieces, detached
+        (`pm.whole(out)` gathers them). Keywords name the plan's inputs or the loss' targets."""
+        loss_only = self._loss_only
+        if not loss_only:
+            args = bind_call(self.call_signature, args, kwargs)
         if len(args) != len(self._inputs):
             names = ", ".join(v.ref for v in self._inputs)
             raise PlanError(f"expected {len(self._inputs)} tensors ({names}), got {len(args)}")
-        if self.programs is not None:  # a shorter batch, or the other mode: its own program
-            self.programs.select(self, args, 1)
+        if self.programs is not None:  # a shorter batch, the other mode, the output: its own program
+            self.programs.select(self, args, 1, outputs=not loss_only)
+        elif not loss_only:  # apply(program=...): the caller's program returns the loss alone
+            raise PlanError("this ParallelModel runs the program apply(program=...) was given: use `pm.step`")
         local = [self.local_input(v.name, a) for v, a in zip(self._inputs, args)]
         self._gradient_sums()  # before backward: its hooks start the bucket sums as gradients arrive
         params = {n: self._scaled(n, p) for n, p in self.module.named_parameters(remove_duplicate=False)
                   if n not in self._in_blocks}  # a block's own are read when it runs (rt.block)
         with autocast(self.precision, self.device.type):
-            loss = self._step(self.rt, params, *local)
+            result = self._step(self.rt, params, *local)
+        loss, leaves = (result, ()) if loss_only else result
         self.rt.step_index += 1
         axes = self.program.layouts[self.program.loss].partial
-        if not axes:
+        if axes:
+            self._wait_loss()
+            self._pending_loss = loss = GlobalLoss.apply(loss, tuple(axes), self.groups)
+        if loss.requires_grad:  # the gradient sums are due once a backward runs through it
+            loss.register_hook(self._backward_ran)
+        if loss_only:
             return loss
-        self._wait_loss()
-        self._pending_loss = global_loss = GlobalLoss.apply(loss, tuple(axes), self.groups)
-        return global_loss
+        if self.loss_scale is not None and loss.requires_grad:  # `out.loss.backward()` yields step's scaled gradients
+            loss = ScaleGrad.apply(loss, self.loss_scale.value)
+        return build_output(self.program.graph.output_tree, leaves, loss, output_pieces(self.program))
+
+    def _backward_ran(self, grad: torch.Tensor) -> None:
+        self._sums_pending = True
+
+    def finish_grad_sums(self) -> None:
+        """`sync_grads` if a backward ran since the last one (the optimizer's step and `clip_grad_norm_`)."""
+        if self._sums_pending:
+            self.sync_grads()
+
+    def whole(self, out):
+        """A copy of `pm(...)`'s output with every tensor whole on every rank: all-gathered over the axes
+        that split it, a partial sum summed (call it on every rank). The loss is global already."""
+        return whole(out, gather_whole(self.mesh, self.groups))
+
+    def step_loss(self, *args: torch.Tensor) -> torch.Tensor:
+        """`step`'s forward alone (inputs then targets): the global loss from the loss-only program."""
+        with self._loss_call():
+            return self(*args)
+
+    @contextlib.contextmanager
+    def _loss_call(self):
+        """`self(...)` inside returns the global loss alone, from the loss-only program (`step`'s)."""
+        before, self._loss_only = self._loss_only, True
+        try:
+            yield
+        finally:
+            self._loss_only = before
 
     def _scaled(self, fqn: str, p: torch.Tensor) -> torch.Tensor:
         return ScaleGrad.apply(p, self.grad_scale[fqn]) if fqn in self.grad_scale else p
@@ -246,7 +298,8 @@ class ParallelModel(nn.Module):
         microbatches, planlang.runtime.pipeline)."""
         m = self.microbatches
         if m == 1:
-            loss = self(*args)
+            with self._loss_call():
+                loss = self(*args)
             (loss if self.loss_scale is None else self.loss_scale.scale(loss)).backward()
             self.sync_grads()
             return loss.detach()
@@ -258,7 +311,7 @@ class ParallelModel(nn.Module):
             last = i == m - 1
             if fsdp is not None:  # FSDP2 reduce-scatters only after the last microbatch's backward
                 fsdp.set_requires_gradient_sync(last)
-            with contextlib.nullcontext() if last else self.no_sync():
+            with contextlib.nullcontext() if last else self.no_sync(), self._loss_call():
                 loss = self(*micro) / m
                 (loss if self.loss_scale is None else self.loss_scale.scale(loss)).backward()
             total = loss.detach() if total is None else total + loss.detach()
@@ -300,11 +353,15 @@ class ParallelModel(nn.Module):
 
         try:
             params: list[torch.Tensor] = [p for p in self.parameters() if p.requires_grad]
-            return wrap_optimizer(params, self.precision,
-                                  lambda ps: build_optimizer(ps, self.plan_optimizer, self.groups, cls=cls, **kwargs),
-                                  fsdp=bool(self.fsdp_axes), loss_scale=self.loss_scale)
+            opt = wrap_optimizer(params, self.precision,
+                                 lambda ps: build_optimizer(ps, self.plan_optimizer, self.groups, cls=cls, **kwargs),
+                                 fsdp=bool(self.fsdp_axes), loss_scale=self.loss_scale)
         except OptimizerError as e:
             raise PlanError(str(e)) from e
+        # after `out = pm(...); out.loss.backward()` the deferred sums are finished before the step (a
+        # no-op after `step`, which finished them)
+        opt.register_step_pre_hook(lambda *_: self.finish_grad_sums())
+        return opt
 
     def sync_grads(self) -> None:
         """Sum each parameter's gradient over the axes the lowering deferred (data parallelism), in flat
@@ -312,6 +369,7 @@ class ParallelModel(nn.Module):
         them and writes the sums back. Under ZeRO-2/3, FSDP2 has reduce-scattered over its axes in
         backward already; the other axes are summed here on the local shard (a sum is linear, so summing
         shards equals sharding the sum)."""
+        self._sums_pending = False
         self._gradient_sums().finish()
         self._wait_loss()
 
@@ -343,7 +401,9 @@ class ParallelModel(nn.Module):
         return self._gathered(lambda p: p)
 
     def full_grads(self) -> dict[str, torch.Tensor]:
-        """Every parameter's gradient gathered whole (parameters without a gradient are left out)."""
+        """Every parameter's gradient gathered whole (parameters without a gradient are left out), the
+        deferred sums finished first (`finish_grad_sums`)."""
+        self.finish_grad_sums()
         return self._gathered(lambda p: p.grad)
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0,
@@ -351,6 +411,7 @@ class ParallelModel(nn.Module):
         """torch.nn.utils.clip_grad_norm_ of the whole model (planlang.runtime.clip): the norm of every
         gradient element once, over all ranks' pieces, returned (f32) on every rank; after `step`, before
         the optimizer's step."""
+        self.finish_grad_sums()
         return clip_model(self, list(self.module.named_parameters()), self.layouts, max_norm, norm_type,
                           error_if_nonfinite, self.loss_scale)
 
@@ -360,6 +421,9 @@ class ParallelModel(nn.Module):
 
     def _gathered(self, pick) -> dict[str, torch.Tensor]:
         out = {}
+        for unit in self.modules():  # a forward without backward (no_grad) leaves FSDP2 units unsharded
+            if isinstance(unit, FSDPModule):
+                unit.reshard()
         for fqn, p in self.module.named_parameters():
             t = pick(p)
             if t is None:
@@ -373,65 +437,6 @@ class ParallelModel(nn.Module):
                 t = unblocked_order(t, lay.blocked, block_factor(lay.blocked, self.mesh))
             out[fqn] = t
         return out
-
-
-def lower_plan(model: nn.Module, plan: CompletePlan, loss_fn: Callable | None = None,
-               targets: tuple[torch.Tensor, ...] | None = None) -> Program:
-    """Passes 2–4 (no process group needed): the program every rank runs."""
-
-    loss_fn = loss_fn or plan_loss(plan, model)  # the module's `loss`, else the model's `loss` method
-    inputs = meta_inputs(plan.inputs)
-    if loss_fn is None:
-        loss_fn = _sum_loss
-        targets = ()
-    if targets is None:
-        targets = guess_targets(model, loss_fn, inputs)
-        if targets is None:
-            raise PlanError("could not find targets the loss accepts; pass `targets=` example tensors to apply()")
-    try:
-        graph = op_graph(model, inputs, loss_fn, tuple(targets))
-        prog = lower(graph, plan)
-        prog.checkpoint_groups = mark_checkpoints(prog, plan)
-    except LoweringError as e:
-        raise PlanError(str(e)) from e
-    return prog
-
-
-STRICT_ENV = "PLANLANG_STRICT"  # "1": an op that gathers the batch (PL364) stops the run
-SHOWN_ENV = "PLANLANG_PL364_SHOWN"  # "1": the launcher's check already showed PL364; the workers stay quiet
-
-
-def report_fallbacks(prog: Program, strict: bool) -> Program:
-    """PL364 for every op the program runs on the whole batch: a warning on rank 0 (every rank lowered
-    the same program), or with `strict` a PlanError on every rank."""
-    if not prog.fallbacks:
-        return prog
-    lines = [f"warning[PL364]: {fb}" for fb in prog.fallbacks]
-    if strict:
-        raise PlanError("the plan's batch is gathered by ops without a per-sample rule (--strict):\n"
-                        + "\n".join(lines) + "\n`planlang explain PL364` says what to do")
-    if os.environ.get(SHOWN_ENV) != "1" and (not dist.is_initialized() or dist.get_rank() == 0):
-        sys.stderr.write("\n".join(lines) + "\n")
-    return prog
-
-
-def _lower_once(model: nn.Module, plan: CompletePlan, loss_fn, targets) -> Program:
-    """`lower_plan` on rank 0, the program sent to every rank: lowering does not depend on the rank
-    (codegen does), so the other ranks need not repeat the strategy search. A failure on rank 0 is
-    raised there as it is and on the other ranks as a PlanError carrying its message."""
-    box: list = [None]
-    failure: Exception | None = None
-    if dist.get_rank() == 0:
-        try:
-            box[0] = lower_plan(model, plan, loss_fn, targets)
-        except Exception as e:  # noqa: BLE001 - the other ranks wait for the program; tell them why not
-            failure, box[0] = e, ("failed", f"{type(e).__name__}: {e}")
-    dist.broadcast_object_list(box, src=0)
-    if failure is not None:
-        raise failure
-    if isinstance(box[0], tuple):
-        raise PlanError(f"lowering the plan failed on rank 0: {box[0][1]}")
-    return box[0]
 
 
 def _fsdp_setup(plan: CompletePlan, groups: MeshGroups):
@@ -498,10 +503,6 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
     pm.fsdp_axes = mesh_axes
 
 
-def _sum_loss(out):
-    return out.sum()
-
-
 def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGroups, loss_fn, targets, device,
                             recorder, strict):
     """`apply` for a pipeline plan with tensor parallelism: the program lowered for one microbatch, its
@@ -514,7 +515,7 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
     if targets is not None:  # examples for the global batch: one microbatch's
         targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
     strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
-    prog = report_fallbacks(_lower_once(model, micro, loss_fn, targets), strict)
+    prog = report_fallbacks(lower_once(model, micro, loss_fn, targets), strict)
     meta = meta_copy(model)  # another batch or mode lowers again from it (ProgramPipelinedModel.relower)
     prec = plan.precision
     fsdp = bool(plan.dims.fsdp)
@@ -524,13 +525,8 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
         pm = build_program_pipeline(model, plan, prog, layouts, groups, device, recorder)
     except (PipelineError, LoweringError) as e:
         raise PlanError(str(e)) from e
-    pm.relower, pm.fixed_shape = Relower(meta, loss_fn, _relower(strict)), False
+    pm.relower, pm.fixed_shape = Relower(meta, loss_fn, relowering(strict)), False
     return pm
-
-
-def _relower(strict: bool) -> Callable:
-    """Programs' lowering: `_lower_once` (rank 0 lowers, every rank gets it) and its PL364 report."""
-    return lambda model, plan, loss_fn, targets: report_fallbacks(_lower_once(model, plan, loss_fn, targets), strict)
 
 
 def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,
@@ -575,7 +571,7 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     m = plan.microbatches
     if targets is not None and m > 1:  # examples for the global batch: one microbatch's
         targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
-    prog = program if program is not None else _lower_once(model, accumulation_microbatch(plan), loss_fn, targets)
+    prog = program if program is not None else lower_once(model, accumulation_microbatch(plan), loss_fn, targets)
     strict = os.environ.get(STRICT_ENV) == "1" if strict is None else strict
     report_fallbacks(prog, strict)
     meta = meta_copy(model) if program is None else None  # re-lowering (shorter batches, eval) traces it
@@ -589,8 +585,13 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     pm = ParallelModel(model, prog, groups, layouts, first.code, device, recorder, first.blocks)
     if meta is not None:
         pm.programs = Programs(meta, plan, user_loss if user_loss is not None else plan_loss(plan, meta),
-                               _relower(strict), compile_program)
+                               relowering(strict), compile_program)
         pm.programs.add(pm.program_key, first)
+    refs = [v.ref for v in pm._inputs]
+    k = len(plan.inputs)
+    pm.call_signature = CallSignature(tuple(refs[:k]), target_names(loss_fn, refs[k:]),
+                                      tuple(tuple(inp.shape) for inp in plan.inputs),
+                                      tuple(batch_dim(inp) for inp in plan.inputs))
     pm.plan_optimizer = plan.optimizer
     pm.precision = plan.precision
     pm.microbatches = m

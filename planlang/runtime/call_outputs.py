@@ -16,19 +16,22 @@ without the caller keeping the layouts beside the output.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
 
 import torch
-from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from planlang.lang.diagnostics import did_you_mean
+from planlang.model.capture.graph_values import OutputTree, flatten_output
+from planlang.model.program.lowering import Convert, Program
 from planlang.plan.types import Spec
 from planlang.runtime.programs import PlanError
 
-__all__ = ["CallSignature", "OutputTree", "Piece", "PlanOutput", "bind_call", "build_output", "flatten_output",
-           "model_own_loss", "piece_of", "whole"]
+__all__ = ["CallSignature", "OutputTree", "Piece", "PlanOutput", "bind_call", "build_output", "flatten_output", "gather_whole",
+           "model_own_loss", "output_pieces", "piece_of", "register", "target_names", "whole"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +92,20 @@ def bind_call(sig: CallSignature, args: Sequence[Any], kwargs: Mapping[str, Any]
     return out
 
 
+def target_names(loss_fn: Callable | None, refs: Sequence[str]) -> tuple[tuple[str, ...], ...]:
+    """The names each of the loss' targets may be passed by: its Value's name (`target`, `target0`, ...)
+    and the loss function's parameter for it (`labels` of `loss(output, labels)`)."""
+    params: list[str] = []
+    if loss_fn is not None:
+        try:
+            ps = list(inspect.signature(loss_fn).parameters.values())
+            params = [p.name for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][1:]
+        except (TypeError, ValueError):
+            params = []
+    return tuple((ref, *([params[i]] if i < len(params) and params[i] != ref else []))
+                 for i, ref in enumerate(refs))
+
+
 def _within(sig: CallSignature, name: str, got: tuple[int, ...], plan: tuple[int, ...], b: int) -> None:
     """A PlanError when `got` has a larger batch than the plan's (a shorter one, or this rank's piece,
     is for the runtime to judge)."""
@@ -101,31 +118,6 @@ def _within(sig: CallSignature, name: str, got: tuple[int, ...], plan: tuple[int
 
 
 # ------------------------------------------------------------------------------ outputs
-@dataclasses.dataclass(frozen=True)
-class OutputTree:
-    """How the model's output is built from its tensor leaves: the pytree spec of the whole output and
-    its non-tensor leaves (None where a tensor goes, in the order the program returns them)."""
-
-    spec: TreeSpec
-    template: tuple[Any, ...]
-
-    @property
-    def n_tensors(self) -> int:
-        return sum(1 for x in self.template if x is None)
-
-
-def flatten_output(out: Any) -> tuple[list[Any], OutputTree]:
-    """The tensor leaves of a model's output (tensors or fx proxies, anything with a shape and dtype)
-    and its OutputTree (ModelOutput and dict keys, tuple positions: torch's pytree)."""
-    leaves, spec = tree_flatten(out)
-    tensors = [x for x in leaves if _tensor_like(x)]
-    return tensors, OutputTree(spec, tuple(None if _tensor_like(x) else x for x in leaves))
-
-
-def _tensor_like(x: Any) -> bool:
-    return isinstance(x, torch.Tensor) or type(x).__name__ == "Proxy"
-
-
 def model_own_loss(out: Any) -> Any:
     """The loss a model computed itself (HF's `labels=`: the output's scalar `loss` field), or None."""
     loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
@@ -153,12 +145,31 @@ class Piece:
         return not self.spec.used_axes() and not self.spec.partial
 
 
-_PIECES: "weakref.WeakKeyDictionary[torch.Tensor, Piece]" = weakref.WeakKeyDictionary()
+# id(tensor) -> (a weak reference to it, its Piece); the entry leaves with the tensor (a tensor's `==` is
+# elementwise, so a WeakKeyDictionary cannot hold tensors)
+_PIECES: dict[int, tuple[weakref.ref, Piece]] = {}
+
+
+def register(t: torch.Tensor, piece: Piece) -> None:
+    """Record that `t` is this rank's `piece` (`whole` gathers it), for as long as `t` lives."""
+    key = id(t)
+
+    def gone(_: weakref.ref) -> None:
+        _PIECES.pop(key, None)
+    _PIECES[key] = (weakref.ref(t, gone), piece)
+
+
+def output_pieces(prog: Program) -> list[Piece]:
+    """The global shape and layout of each of the program's output values (`prog.outputs`)."""
+    converted = {ins.out: ins.shape for ins in prog.instructions if isinstance(ins, Convert)}
+    return [Piece(tuple(prog.graph.values[o].shape) if o in prog.graph.values else tuple(converted[o]),
+                  prog.layouts[o]) for o in prog.outputs]
 
 
 def piece_of(t: torch.Tensor) -> Piece | None:
-    """The global shape and layout `build_output` registered for `t` (None: not a piece)."""
-    return _PIECES.get(t)
+    """The global shape and layout registered for `t` (None: not a piece, or whole)."""
+    entry = _PIECES.get(id(t))
+    return entry[1] if entry is not None and entry[0]() is t else None
 
 
 def build_output(tree: OutputTree | None, leaves: Sequence[torch.Tensor], loss: torch.Tensor,
@@ -176,7 +187,7 @@ def build_output(tree: OutputTree | None, leaves: Sequence[torch.Tensor], loss: 
         d = t.detach()
         piece = pieces[i] if i < len(pieces) else None
         if piece is not None and not piece.is_whole:
-            _PIECES[d] = piece
+            register(d, piece)
         local.append(d)
     it = iter(local)
     out = tree_unflatten([next(it) if x is None else x for x in tree.template], tree.spec)
@@ -200,6 +211,16 @@ def _set_loss(out: dict, loss: torch.Tensor) -> dict:
     return out
 
 
+def gather_whole(mesh: Any, groups: Any) -> Callable[[torch.Tensor, Piece], torch.Tensor]:
+    """`whole`'s gather on a mesh of process groups (planlang.runtime.redistribute): the piece converted
+    to the replicated layout (all-gathers over the axes that split it, an all-reduce of a partial sum)."""
+    from planlang.runtime.redistribute import redistribute  # noqa: PLC0415 - torch.distributed only here
+
+    def gather(t: torch.Tensor, piece: Piece) -> torch.Tensor:
+        return redistribute(t, piece.shape, piece.spec, Spec(tuple(() for _ in piece.shape)), mesh, groups)
+    return gather
+
+
 def whole(out: Any, gather: Callable[[torch.Tensor, Piece], torch.Tensor]) -> Any:
     """A copy of `out` with every registered piece replaced by `gather(piece, its Piece)` (the whole
     tensor on every rank: all-gathered over the axes that split it, a partial sum summed); tensors that
@@ -208,7 +229,7 @@ def whole(out: Any, gather: Callable[[torch.Tensor, Piece], torch.Tensor]) -> An
     if isinstance(out, PlanOutput):
         return PlanOutput(out.loss, whole(out.output, gather))
     leaves, spec = tree_flatten(out)
-    new = [gather(x, p) if isinstance(x, torch.Tensor) and (p := _PIECES.get(x)) is not None else x for x in leaves]
+    new = [gather(x, p) if isinstance(x, torch.Tensor) and (p := piece_of(x)) is not None else x for x in leaves]
     rebuilt = tree_unflatten(new, spec)
     if dataclasses.is_dataclass(out) and isinstance(out, Mapping) and type(rebuilt) is not type(out):
         return type(out)(**dict(rebuilt))

@@ -96,9 +96,13 @@ def generate(prog: Program, rank: int | None = None, coords: dict[str, int] | No
     for v in consts:
         lines.append(f"    {ident(v.name)} = rt.const({v.name!r})")
     body = _statements(prog, 0, len(prog.instructions), {a: (b, name) for a, b, name in blocks}, owned,
-                       "    ", {prog.loss}, [0])
+                       "    ", {prog.loss, *prog.outputs}, [0])
     lines.extend(body)
-    lines.append(f"    return {ident(prog.loss)}")
+    if prog.outputs:  # `pm(...)`'s program: the loss and the model output's leaves (this rank's pieces)
+        leaves = "".join(f"{ident(o)}, " for o in prog.outputs)
+        lines.append(f"    return {ident(prog.loss)}, ({leaves})")
+    else:
+        lines.append(f"    return {ident(prog.loss)}")
     return "\n".join(lines) + "\n"
 
 

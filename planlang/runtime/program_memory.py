@@ -106,7 +106,7 @@ def _run(plan: CompletePlan, lowered: Program | None = None) -> ProgramMemory:
             if step == STEPS - 1:
                 mode.reset_peak()
                 start = mode.live
-            loss = pm(*inputs, *targets)
+            loss = pm.step_loss(*inputs, *targets)  # step's program: no output kept alive
             fwd = mode.live
             loss.backward()
             del loss

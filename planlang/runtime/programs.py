@@ -28,8 +28,10 @@ from planlang.plan.data import batch_dim
 from planlang.runtime.codegen import generate
 
 # `pm` below is planlang.runtime.apply's ParallelModel (apply imports this module: no import back)
-Key = tuple[tuple[tuple[int, ...], ...], bool]  # one microbatch's global shapes of every step input, training
-Lower = Callable[[nn.Module, CompletePlan, Callable | None, tuple[torch.Tensor, ...]], Program]
+# one microbatch's global shapes of every step input, training, and whether the program returns the model's
+# output too (`pm(...)`; `step` runs the loss-only program, which keeps no output alive)
+Key = tuple[tuple[tuple[int, ...], ...], bool, bool]
+Lower = Callable[..., Program]  # (model, plan, loss_fn, targets, outputs) -> Program
 
 
 def meta_copy(model: nn.Module) -> nn.Module:
@@ -70,16 +72,19 @@ class Programs:
         self.base = self.base or c.program
         self.cache[key] = c
 
-    def select(self, pm: Any, args: tuple[torch.Tensor, ...], m: int) -> None:
+    def select(self, pm: Any, args: tuple[torch.Tensor, ...], m: int, outputs: bool = False) -> None:
         """Install on `pm` the program for `args` (a step's inputs then targets, `m` microbatches) in
-        pm's mode: the current one when they fit it, else a cached or newly lowered one."""
+        pm's mode, returning the model's output too when `outputs`: the current one when they fit it,
+        else a cached or newly lowered one."""
         b = batch_dim(self.plan.inputs[0])
         # (a step of m of the current program's microbatches: no more than the plan's step batch, which a
         # forward of the whole plan's batch, one program, would allow m times over)
         within = m * pm.program_key[0][0][b] <= pm.plan_shapes[0][b] * pm.microbatches
-        if pm.program_key[1] == pm.training and within and _fits(pm, args, m):
+        fits = within and _fits(pm, args, m)
+        if pm.program_key[1:] == (pm.training, outputs) and fits:
             return
-        key = (_micro_shapes(pm, self.plan, args, m), pm.training)
+        # args that fit the current program (global or this rank's pieces) keep its shapes
+        key = (pm.program_key[0] if fits else _micro_shapes(pm, self.plan, args, m), pm.training, outputs)
         if key == pm.program_key:
             return
         c = self.cache.get(key)
@@ -88,14 +93,14 @@ class Programs:
         pm.install(c, key)
 
     def _lower(self, pm: Any, key: Key, args, m: int) -> Program:
-        shapes, training = key
+        shapes, training, outputs = key
         k = len(self.plan.inputs)
         inputs = tuple(dataclasses.replace(inp, dims=tuple((name, s) for (name, _), s in zip(inp.dims, shape)))
                        for inp, shape in zip(self.plan.inputs, shapes[:k]))
         plan = dataclasses.replace(self.plan, inputs=inputs, accumulation=None if m > 1 else self.plan.accumulation)
         targets = tuple(torch.empty(s, dtype=t.dtype, device="meta") for s, t in zip(shapes[k:], args[k:]))
         self.meta.train(training)
-        prog = self.lower(self.meta, plan, self.loss_fn, targets)
+        prog = self.lower(self.meta, plan, self.loss_fn, targets, outputs)
         assert self.base is not None
         if prog.param_specs != self.base.param_specs or prog.blocked != self.base.blocked:
             changed = sorted(n for n in set(prog.param_specs) | set(self.base.param_specs)

@@ -1,8 +1,8 @@
 """Gloo worker for tests/runtime/test_eval_gloo.py: every rank runs every config (GPT-2 with dropout 0.1)
 
     pm = planlang.apply(build(), plan); opt = pm.optimizer()
-    with torch.no_grad(): pm(x, x)        # training mode: dropout on (the pipeline: pm.evaluate)
-    pm.eval(); with torch.no_grad(): pm(x, x)   # == one process's model.eval() loss
+    with torch.no_grad(): pm(x, x).loss   # training mode: dropout on (the pipeline: pm.evaluate)
+    pm.eval(); with torch.no_grad(): pm(x, x).loss   # == one process's model.eval() loss
     2 x (pm.step(x, x); opt.step())       # in eval mode: no dropout, so one process can match it
     evaluation loss                       # == one process's; no gradient made
     pm.step(half, half); opt.step()       # a batch of 4 (the plan's is 8): == one process on it
@@ -92,7 +92,12 @@ def _local(t):
 
 def loss_only(pm, x) -> torch.Tensor:
     with torch.no_grad():
-        return pm(x, x)
+        return loss_of(pm(x, x))
+
+
+def loss_of(out) -> torch.Tensor:
+    """`pm(...)`'s loss: its output's `loss` (a ParallelModel); a pipeline's call returns the loss itself."""
+    return out.loss if hasattr(out, "loss") else out
 
 
 def run_pp_tp(ref: dict, exact: dict) -> dict:
@@ -184,7 +189,7 @@ def run_cnn(plan: str, ref: dict, exact: dict) -> dict:
     def evaluate(key):
         pm.eval()
         with torch.no_grad():
-            res[key] = judge({"loss": pm(*data["eval"])}, {"loss": ref[key]}, {"loss": exact[key]})
+            res[key] = judge({"loss": loss_of(pm(*data["eval"]))}, {"loss": ref[key]}, {"loss": exact[key]})
         pm.train()
 
     for k in ("s0", "s1"):

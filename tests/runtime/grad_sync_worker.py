@@ -47,7 +47,7 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     out = {}
 
     # one step: do bucket sums start during backward?
-    loss = pm(*batches[0])
+    loss = pm(*batches[0]).loss
     loss.backward()
     # backward's seed gradient (ones_like) reads only the loss's shape: it leaves the loss all-reduce in flight
     out["loss_waited_in_backward"] = bool(getattr(loss, "completed", True))
@@ -69,9 +69,9 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
     for p in pm.parameters():
         p.grad = None
     with pm.no_sync():
-        pm(*batches[0]).backward()
+        pm(*batches[0]).loss.backward()
     out["started_in_no_sync"] = sum(b.launched for b in gs.buckets)
-    pm(*batches[1]).backward()
+    pm(*batches[1]).loss.backward()
     pm.sync_grads()
     grads = pm.full_grads()
     ref.zero_grad()

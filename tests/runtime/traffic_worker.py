@@ -58,7 +58,7 @@ def measure(plan_path: str, inputs, targets) -> dict:
         return {"rows": rows(spy.traffic), "unknown": spy.unknown}
     with CollectiveSpy(pm.groups) as spy:
         spy.phase = "forward"
-        loss = pm(*inputs, *targets)
+        loss = pm(*inputs, *targets).loss
         spy.phase = "backward"
         with pm.no_sync():  # the gradient sums start in sync_grads, so they are counted in their phase
             loss.backward()
@@ -88,7 +88,7 @@ def measure_step(plan_path: str, inputs, targets) -> dict:
         dist.barrier()
         with spy if record else _nothing():
             spy.phase = "forward"
-            loss = pm(*inputs, *targets)
+            loss = pm(*inputs, *targets).loss
             spy.phase = "backward"
             loss.backward()
             spy.phase = "grad_sync"

@@ -56,10 +56,11 @@ Rule = Callable[[ExportBuilder, fx.Node], bool]
 
 # ------------------------------------------------------------------------------ capture
 def export_step(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callable | None,
-                targets: tuple[torch.Tensor, ...]) -> tuple[torch.export.ExportedProgram, nn.Module]:
-    """torch.export of the model (with its loss when given) and the module exported."""
+                targets: tuple[torch.Tensor, ...], outputs: bool = False) -> tuple[torch.export.ExportedProgram, nn.Module]:
+    """torch.export of the model (with its loss when given) and the module exported (`outputs`:
+    graph_values.loss_step's)."""
     names = keyword_inputs(model, list(inputs))
-    root = loss_step(model, loss_fn, names or len(inputs)) if loss_fn is not None or names else model
+    root = loss_step(model, loss_fn, names or len(inputs), outputs) if loss_fn is not None or names else model
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     # fresh tensors on the model's device: export works on fakes of them (nothing is read), and two
     # arguments that are one tensor (an LM's input and its target) would be traced as one input
@@ -72,12 +73,15 @@ def export_step(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Call
 
 
 def export_op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callable | None = None,
-                    targets: tuple[torch.Tensor, ...] = ()) -> OpGraph:
+                    targets: tuple[torch.Tensor, ...] = (), outputs: bool = False) -> OpGraph:
     """The op graph of `model` (and `loss_fn(output, *targets)`) from torch.export; input Values carry
-    the plan's input names and `target`/`targetN`, as planlang.model.capture.opgraph.op_graph names them."""
-    ep, root = export_step(model, inputs, loss_fn, targets)
+    the plan's input names and `target`/`targetN`, as planlang.model.capture.opgraph.op_graph names them.
+    `outputs`: the loss then the output's tensor leaves (op_graph's)."""
+    ep, root = export_step(model, inputs, loss_fn, targets, outputs)
     inline_wrappers(ep.graph_module)
-    return lower_export(ep.graph, StepSignature.of(ep), root, model, list(inputs), len(targets))
+    g = lower_export(ep.graph, StepSignature.of(ep), root, model, list(inputs), len(targets))
+    g.output_tree = getattr(root, "output_tree", None) if outputs else None
+    return g
 
 
 def lower_export(graph: fx.Graph, sig: StepSignature, root: nn.Module, model: nn.Module, inputs: list[str],

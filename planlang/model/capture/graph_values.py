@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
+import torch.fx
 from torch import nn
+from torch.utils._pytree import tree_flatten
 
 from planlang.cost.ops import op_kind
 from planlang.cost.ops.base import OpSpec
@@ -115,6 +117,9 @@ class OpGraph:
     nodes: list[OpNode]  # topological order
     outputs: tuple[str, ...]
     consts: dict[str, torch.Tensor] = field(default_factory=dict, repr=False)  # const Value name -> tensor
+    # captured with the model's output (`loss_step(outputs=True)`): `outputs` is the loss then the output's
+    # tensor leaves, and this says how they build the output (planlang.runtime.call_outputs.OutputTree)
+    output_tree: Any = field(default=None, repr=False)
 
     def consumers(self, value: str) -> list[tuple[OpNode, int]]:
         return [(n, i) for n in self.nodes for i, v in enumerate(n.inputs) if v == value]
@@ -146,6 +151,32 @@ class UnsupportedGraph(ValueError):
 
 
 
+# ------------------------------------------------------------------------------ the model's output
+@dataclass(frozen=True)
+class OutputTree:
+    """How the model's output is built from its tensor leaves: the pytree spec of the whole output and
+    its non-tensor leaves (None where a tensor goes, in the order the program returns them)."""
+
+    spec: Any  # torch.utils._pytree.TreeSpec
+    template: tuple[Any, ...]
+
+    @property
+    def n_tensors(self) -> int:
+        return sum(1 for x in self.template if x is None)
+
+
+def flatten_output(out: Any) -> tuple[list[Any], OutputTree]:
+    """The tensor leaves of a model's output (tensors or fx proxies: anything with a shape and dtype)
+    and its OutputTree (ModelOutput and dict keys, tuple positions: torch's pytree)."""
+    leaves, spec = tree_flatten(out)
+    tensors = [x for x in leaves if _tensor_like(x)]
+    return tensors, OutputTree(spec, tuple(None if _tensor_like(x) else x for x in leaves))
+
+
+def _tensor_like(x: Any) -> bool:
+    return isinstance(x, (torch.Tensor, torch.fx.Proxy))
+
+
 # ------------------------------------------------------------------------------ the model with its loss
 class LossStep(nn.Module):
     """The model and its loss as one module, so they trace as one graph."""
@@ -155,21 +186,40 @@ class LossStep(nn.Module):
         self.model = model
         self.loss_fn = loss_fn
 
+    # the output structures `with_outputs` saw, on the generated class (torch.export may trace a copy of
+    # the module, whose attributes the caller never sees)
+    _trees: list[OutputTree] = []
 
-def loss_step(model: nn.Module, loss_fn: Callable | None, inputs: int | list[str]) -> nn.Module:
+    @property
+    def output_tree(self) -> OutputTree | None:
+        return self._trees[-1] if self._trees else None
+
+    def with_outputs(self, loss, out) -> tuple:
+        """The loss then the output's tensor leaves (fx proxies or fakes while traced), the output's
+        structure kept in `output_tree` (the runtime rebuilds the model's output from the leaves)."""
+        leaves, tree = flatten_output(out)
+        self._trees.append(tree)
+        return (loss, *leaves)
+
+
+def loss_step(model: nn.Module, loss_fn: Callable | None, inputs: int | list[str], outputs: bool = False) -> nn.Module:
     """A `LossStep` whose forward takes the inputs then the loss' targets as named arguments (fx cannot
     trace *args). `inputs`: how many, passed to the model positionally, or the plan's input names when
     the model takes them by name (`keyword_inputs`: T5's `decoder_input_ids` is not its second
-    parameter). Without a loss the step returns the model's output."""
+    parameter). Without a loss the step returns the model's output. `outputs`: the step returns the
+    loss then the tensor leaves of the model's output (`LossStep.with_outputs`; needs a loss)."""
     names = inputs if isinstance(inputs, list) else []
     ins = [f"arg{i}" for i in range(len(inputs) if isinstance(inputs, list) else inputs)]
     tgts = [f"target{i}" for i in range(n_targets(loss_fn))] if loss_fn is not None else []
     call = f"self.model({', '.join(f'{n}={a}' for n, a in zip(names, ins)) if names else ', '.join(ins)})"
     body = f"self.loss_fn({call}, {', '.join(tgts)})" if loss_fn is not None else call
     src = f"def forward(self, {', '.join(ins + tgts)}):\n    return {body}\n"
+    if outputs and loss_fn is not None:
+        src = (f"def forward(self, {', '.join(ins + tgts)}):\n    out = {call}\n"
+               f"    return self.with_outputs(self.loss_fn(out, {', '.join(tgts)}), out)\n")
     scope: dict = {}
     exec(compile(src, "<planlang loss step>", "exec"), scope)  # noqa: S102 - generated from names and counts
-    cls = type("LossStep", (LossStep,), {"forward": scope["forward"]})
+    cls = type("LossStep", (LossStep,), {"forward": scope["forward"], "_trees": []})
     return cls(model, loss_fn)
 
 
@@ -226,4 +276,4 @@ def rename_inputs(g: OpGraph, renames: dict[str, str]) -> OpGraph:
         nv = Value(r(v.name), v.shape, v.dtype, v.kind, v.module, r(v.ref) if v.kind == "input" else v.ref)
         values[r(k)] = nv
     nodes = [OpNode(n.name, n.module, n.op, tuple(r(i) for i in n.inputs), n.call) for n in g.nodes]
-    return OpGraph(values, nodes, tuple(r(o) for o in g.outputs), g.consts)
+    return OpGraph(values, nodes, tuple(r(o) for o in g.outputs), g.consts, g.output_tree)

@@ -37,12 +37,16 @@ from planlang.model.capture.targets import COMPOSITE, FX_IDENTITY, TargetIndex, 
 
 
 # ------------------------------------------------------------------------------ tracing
-def trace(model: nn.Module, loss_fn: Callable | None = None, inputs: int | list[str] = 1) -> fx.GraphModule:
+def trace(model: nn.Module, loss_fn: Callable | None = None, inputs: int | list[str] = 1,
+          outputs: bool = False) -> fx.GraphModule:
     """symbolic_trace the model (with its loss when given). Raises UnsupportedGraph with the reason.
-    `inputs`: how many, or the names the model takes them by (graph_values.keyword_inputs)."""
-    root = loss_step(model, loss_fn, inputs) if loss_fn is not None or isinstance(inputs, list) else model
+    `inputs`: how many, or the names the model takes them by (graph_values.keyword_inputs); `outputs`:
+    the step returns the model's output leaves after the loss (graph_values.loss_step)."""
+    root = loss_step(model, loss_fn, inputs, outputs) if loss_fn is not None or isinstance(inputs, list) else model
     try:
-        return fx.symbolic_trace(root)
+        gm = fx.symbolic_trace(root)
+        setattr(gm, "output_tree", getattr(root, "output_tree", None))  # noqa: B010 - not a module attribute
+        return gm
     except Exception as e:  # noqa: BLE001 - report any tracing failure as one located error
         raise UnsupportedGraph(f"torch.fx.symbolic_trace failed on {type(model).__name__}: {e}") from e
 
@@ -143,15 +147,16 @@ def build_op_graph(gm: fx.GraphModule, example_inputs: list[torch.Tensor], prefi
 
 
 def op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callable | None = None,
-             targets: tuple[torch.Tensor, ...] = ()) -> OpGraph:
+             targets: tuple[torch.Tensor, ...] = (), outputs: bool = False) -> OpGraph:
     """The op graph of `model` (and `loss_fn(output, *targets)` when given) for `inputs` (meta ok).
     Models symbolic tracing refuses (Hugging Face transformers) are captured with torch.export instead
-    (planlang.model.capture.export_graph)."""
+    (planlang.model.capture.export_graph). `outputs` (with a loss): the graph's outputs are the loss then
+    the model output's tensor leaves, `output_tree` how they build it (`pm(...)`'s program)."""
     try:
-        gm = trace(model, loss_fn, keyword_inputs(model, list(inputs)) or len(inputs))
+        gm = trace(model, loss_fn, keyword_inputs(model, list(inputs)) or len(inputs), outputs)
     except UnsupportedGraph as traced:
         try:
-            return export_op_graph(model, inputs, loss_fn, targets)
+            return export_op_graph(model, inputs, loss_fn, targets, outputs)
         except UnsupportedGraph as exported:
             raise UnsupportedGraph(f"{traced}; {exported}") from exported
     prefix = "model" if loss_fn is not None or keyword_inputs(model, list(inputs)) else ""
@@ -161,4 +166,5 @@ def op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callabl
     ph = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     for fx_name, plan_name in zip(ph, step_input_names(list(inputs), len(targets))):
         renames[fx_name] = plan_name
+    g.output_tree = getattr(gm, "output_tree", None)
     return rename_inputs(g, renames)

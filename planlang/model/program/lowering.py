@@ -109,6 +109,9 @@ class Program:
     checkpoint_groups: list[tuple[int, int]] = field(default_factory=list)  # instruction index ranges
     fallbacks: list[Fallback] = field(default_factory=list)  # ops that gather the batch (PL364)
     blocked: dict[str, Blocked] = field(default_factory=dict)  # param FQN -> stored per head (head_blocks.py)
+    # a program lowered with the model's output (`pm(...)`): the values of its tensor leaves, in order (a
+    # leaf the plan pins is read after its pin's conversion), and how they build it (graph.output_tree)
+    outputs: tuple[str, ...] = ()
 
 
 # ------------------------------------------------------------------------------ plan facts
@@ -310,8 +313,15 @@ def lower(graph: OpGraph, plan: CompletePlan) -> Program:
     grad_sync = _param_grad_sync(graph, instructions, origin, mesh)
     instructions = [_drop_deferred(ins, graph, origin, grad_sync) for ins in instructions]
     loss = current.get(graph.outputs[0], graph.outputs[0]) if graph.outputs else ""
+    outputs: tuple[str, ...] = ()
+    if graph.output_tree is not None:
+        if len(graph.outputs) != 1 + graph.output_tree.n_tensors:
+            raise LoweringError(f"the model's output has {graph.output_tree.n_tensors} tensors, of which "
+                                f"{len(graph.outputs) - 1} are computed in the step; `pm(...)` returns outputs "
+                                "computed from the inputs and parameters only (use `pm.step`)")
+        outputs = tuple(current.get(o, o) for o in graph.outputs[1:])
     return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss, fallbacks=fallbacks,
-                   blocked=blocked)
+                   blocked=blocked, outputs=outputs)
 
 
 def _grad_reduce(strategy: Strategy) -> tuple[tuple[int, tuple[str, ...]], ...]:
