@@ -125,6 +125,40 @@ def train(plan: str, out: str, save: bool = False, resume: str | None = None):
     return trainer, history
 
 
+def refused(fn) -> str:
+    """The PlanError `fn()` raises ('' when it raises none)."""
+    from planlang.runtime.apply import PlanError
+    try:
+        fn()
+    except PlanError as e:
+        return str(e)
+    return ""
+
+
+def refusals(outdir: str, trainer) -> dict:
+    """What PlanTrainer refuses, each with its message: Trainer settings the plan decides, a batch that is
+    not the plan's, batches that differ between ranks, batch keys the plan has no input for, logits."""
+    import dataclasses
+
+    from planlang.runtime.hf_trainer import PlanTrainer, same_on_every_rank
+    args = arguments(os.path.join(outdir, "refused"))
+    make = lambda **kw: PlanTrainer(build(), PLANS["dp4"], dataclasses.replace(args, **kw),  # noqa: E731
+                                    train_dataset=TRAIN)
+    batch = {k: torch.stack([e[k] for e in TRAIN[:BATCH]]) for k in TRAIN[0]}
+    padded = dict(batch, attention_mask=batch["attention_mask"].clone())
+    padded["attention_mask"][0, -1] = 0
+    return {
+        "accumulation": refused(lambda: make(gradient_accumulation_steps=2)),
+        "batch_size": refused(lambda: make(per_device_train_batch_size=4)),
+        "checkpointing": refused(lambda: make(activation_checkpointing=True)),
+        "ranks_differ": refused(lambda: same_on_every_rank([torch.full((2,), dist.get_rank())])),
+        "padding_mask": refused(lambda: trainer.plan_args(padded)),
+        "unknown_key": refused(lambda: trainer.plan_args(dict(batch, token_type_ids=batch["input_ids"]))),
+        "logits": refused(lambda: trainer.prediction_step(trainer.model, batch, prediction_loss_only=False)),
+        "same_batch_passes": refused(lambda: same_on_every_rank([batch["input_ids"]])) == "",
+    }
+
+
 def run(outdir: str) -> dict:
     import glob
     ref32, ref64 = reference(torch.float32), reference(torch.float64)
@@ -147,6 +181,8 @@ def run(outdir: str) -> dict:
         if dist.get_rank() == 0:
             res["saved"] = saved_vs(os.path.join(out, "final"), ref32, ref64)
         results[name] = res
+        if name == "dp4":
+            results["refused"] = refusals(outdir, trainer)
     # dp4's checkpoint-2 (planlang.save of model, optimizer, scheduler) resumed under another plan: step 3
     ckpt = os.path.join(outdir, "dp4", f"checkpoint-{SAVE_STEPS}")
     trainer, history = train(PLANS[RESUME], os.path.join(outdir, "resumed"), resume=ckpt)

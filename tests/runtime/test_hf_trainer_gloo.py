@@ -76,3 +76,19 @@ def test_what_ran(results):
     assert {c[n]["world_size"] for n in W.PLANS} == {W.WORLD}  # Accelerate saw the 4 ranks
     # tp splits the blocks' weights: each rank holds less than dp 4's whole model
     assert c["dp2_tp2"]["local_numel"] < c["dp4"]["local_numel"]
+
+
+@pytest.mark.parametrize("case, says", [
+    ("accumulation", "`microbatches 2` in the plan"),
+    ("batch_size", "set it to the plan's batch, 8"),
+    ("checkpointing", "activation_checkpointing=True"),
+    ("ranks_differ", "the ranks read different batches"),
+    ("padding_mask", "an attention mask with zeros"),
+    ("unknown_key", "batch key `token_type_ids`"),
+    ("logits", "gives the loss only"),
+])
+def test_refusals_say_why(results, case, says):
+    """Trainer settings the plan decides, and data the plan cannot take, stop with a PlanError."""
+    for res in results:
+        assert says in res["refused"][case], res["refused"][case]
+        assert res["refused"]["same_batch_passes"]
