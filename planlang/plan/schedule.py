@@ -96,6 +96,20 @@ def activation_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequ
     return peaks
 
 
+def interleaved_receives(stages: int, stage: int, microbatches: int, chunks: int) -> tuple[int, int]:
+    """(activations, gradients): receive buffers model stage `stage` of `stages` holds at once under
+    torch's interleaved schedule (ScheduleInterleaved1F1B through planlang.runtime.recv_buffers), which
+    posts a stage's receives in lockstep with its neighbours' sends, ahead of its own order. Counted on
+    gloo for 2-4 ranks, 2-3 chunks and 6-24 microbatches (tests/runtime/test_recv_buffers_gloo.py): the
+    activations of at most one microbatch more than the stage has in flight, and gradients one at a time
+    except on the last stage of a rank's chunk that is not the model's last (its successor, the next
+    chunk's first stage, is on rank 0): one per pipeline rank there. Never more than one per microbatch."""
+    ranks = stages // max(1, chunks)
+    wraps = stage % ranks == ranks - 1 and stage != stages - 1
+    held = in_flight("interleaved", stages, stage, microbatches, chunks=chunks)
+    return min(microbatches, held + 1), min(microbatches, ranks if wraps else 1)
+
+
 def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chunks: int = 1, extra: int = 0) -> int:
     """Microbatches whose activations model stage `stage` (0-based) of `stages` holds at once.
 

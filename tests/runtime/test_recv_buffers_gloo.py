@@ -20,14 +20,14 @@ MICRO = 8
 WIDTH = 16
 
 
-def _run(rank: int, stage_cls, schedule_cls, chunks: int = 1) -> dict:
+def _run(rank: int, stage_cls, schedule_cls, chunks: int = 1, micro: int = MICRO) -> dict:
     from planlang.runtime.recv_buffers import InFlightStage
 
     n = WORLD * chunks  # stages; rank r holds stages r, r + WORLD, ... (interleaved)
     torch.manual_seed(0)
     full = nn.Sequential(*(m for _ in range(n) for m in (nn.Linear(WIDTH, WIDTH), nn.Tanh())))
-    x = torch.randn(MICRO * 2, WIDTH)
-    y = torch.randn(MICRO * 2, WIDTH)
+    x = torch.randn(micro * 2, WIDTH)
+    y = torch.randn(micro * 2, WIDTH)
     # activations between the stages require gradients (their metadata says so: torch derives the
     # gradient buffers from it)
     act = torch.empty(2, WIDTH, device="meta", requires_grad=True)
@@ -60,7 +60,7 @@ def _run(rank: int, stage_cls, schedule_cls, chunks: int = 1) -> dict:
 
         stage._allocate, stage._release = counted_allocate, counted_release
     loss_fn = lambda out, tgt: ((out - tgt) ** 2).mean()  # noqa: E731
-    sched = schedule_cls(stages if chunks > 1 else stages[0], MICRO, loss_fn=loss_fn)
+    sched = schedule_cls(stages if chunks > 1 else stages[0], micro, loss_fn=loss_fn)
     out: dict = {}
     for step in range(2):  # the second step reuses the descriptors the first made
         for p in full.parameters():
@@ -95,6 +95,8 @@ def _worker(rank: int, port: int, outdir: str) -> None:
                                      ("interleaved", ScheduleInterleaved1F1B, 2)):
             for cname, cls in (("torch", PipelineStage), ("inflight", InFlightStage)):
                 res[f"{sname}/{cname}"] = _run(rank, cls, sched, chunks)
+        # three times the microbatches, three chunks: a stage's receives do not grow with the microbatches
+        res["interleaved3x/inflight"] = _run(rank, InFlightStage, ScheduleInterleaved1F1B, 3, 3 * MICRO)
     finally:
         with open(os.path.join(outdir, f"rank{rank}.json"), "w") as f:
             json.dump(res, f)
@@ -118,27 +120,36 @@ def test_same_losses_and_gradients_as_torchs_stage(results, schedule):
     assert len(results[-1][f"{schedule}/torch"]["loss0"]) == MICRO
 
 
-@pytest.mark.parametrize("schedule, chunks", [("gpipe", 1), ("1f1b", 1), ("interleaved", 2)])
-def test_buffers_live_for_the_microbatches_in_flight_only(results, schedule, chunks):
+@pytest.mark.parametrize("schedule, chunks, micro", [("gpipe", 1, MICRO), ("1f1b", 1, MICRO),
+                                                    ("interleaved", 2, MICRO), ("interleaved3x", 3, 3 * MICRO)])
+def test_buffers_live_for_the_microbatches_in_flight_only(results, schedule, chunks, micro):
     # under GPipe and 1F1B a stage holds the activations of its microbatches in flight (what
     # planlang.plan.schedule.in_flight counts: 1F1B min(p - s, m), GPipe m) and one gradient at a time:
     # the estimate prices exactly that. torch's interleaved schedule (PipelineScheduleMulti) posts a
-    # stage's receives in lockstep with its neighbours' sends, ahead of its own order: more than in
-    # flight, at most one per microbatch, the bound the estimate prices there
-    from planlang.plan.schedule import in_flight
+    # stage's receives in lockstep with its neighbours' sends, ahead of its own order: at most one
+    # activation more than in flight, and one gradient per rank on a chunk's last stage
+    # (planlang.plan.schedule.interleaved_receives, what the estimate prices there), whatever the microbatches
+    from planlang.plan.schedule import in_flight, interleaved_receives
 
     n = WORLD * chunks
+    kind = schedule.removesuffix("3x")
     for res in results:
         ours = res[f"{schedule}/inflight"]
         for s, most in ours["most"].items():
             s = int(s)
-            fwd = 0 if s == 0 else in_flight(schedule, n, s, MICRO, chunks=chunks)
+            fwd = 0 if s == 0 else in_flight(kind, n, s, micro, chunks=chunks)
             bwd = 0 if s == n - 1 else 1
-            if schedule == "interleaved":
-                assert fwd <= most["fwd"] <= (0 if s == 0 else MICRO) and most["bwd"] <= (0 if s == n - 1 else MICRO)
+            if kind == "interleaved":
+                fwd_bound, bwd_bound = interleaved_receives(n, s, micro, chunks)
+                assert fwd <= most["fwd"] <= (0 if s == 0 else fwd_bound), (s, most)
+                assert most["bwd"] <= (0 if s == n - 1 else bwd_bound), (s, most)
+                if schedule == "interleaved3x":  # 24 microbatches: far fewer than one per microbatch
+                    assert most["fwd"] < micro
             else:
                 assert (most["fwd"], most["bwd"]) == (fwd, bwd), (s, most)
         # every buffer released when the step ends; torch's stage keeps one per microbatch
         assert ours["live"] == 0 and set(ours["held_after"].values()) == {0}
+        if schedule == "interleaved3x":  # (no torch twin run)
+            continue
         for s, held in res[f"{schedule}/torch"]["held_after"].items():
             assert held == (0 if int(s) == 0 else MICRO) + (0 if int(s) == n - 1 else MICRO)

@@ -12,7 +12,7 @@ For each device class (one per pipeline stage, or one for the whole mesh):
                  0 or 1: DDP's with `grad_sync="ddp"`; planlang's, whose slices the gradients are, so that
                  `gradients` is 0 there) and a pipeline stage's receive buffers (planlang.runtime.
                  recv_buffers: the activations of its microbatches in flight, one gradient at a time;
-                 under the interleaved schedule, which receives ahead, one of each per microbatch)
+                 under the interleaved schedule, which receives ahead, planlang.plan.schedule.interleaved_receives)
     activations  what one microbatch saves for backward on this device, times the microbatches in flight
                  (1F1B: min(p - i, m) on stage i; GPipe: m; no pipeline: 1)
     transient    the live set beyond saved activations at backward's peak (parameter gradients produced so
@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from planlang.plan import types as T
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_degree, tensor_axes
-from planlang.plan.schedule import activation_peaks, in_flight
+from planlang.plan.schedule import activation_peaks, in_flight, interleaved_receives
 from planlang.plan.units import format_bytes
 
 from planlang.model.capture.load import build_model, meta_inputs, model_loss
@@ -402,10 +402,11 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             # the next stage of one microbatch at a time (tests/runtime/test_recv_buffers_gloo.py counts
             # them), in the dtype activations cross in: `params` when parameters are stored below f32
             # torch's interleaved schedule posts receives in lockstep with the neighbours' sends, ahead of
-            # the stage's own order (tests/runtime/test_recv_buffers_gloo.py): one per microbatch bounds it
+            # the stage's own order: `interleaved_receives` (measured, tests/runtime/test_recv_buffers_gloo.py)
             act_size = prec.bytes("params") if prec.mixed else 4
-            ahead = plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved"
-            held_in, held_out = (micro, micro) if ahead else (inflight, 1)
+            pipe = plan.pipeline
+            held_in, held_out = (interleaved_receives(len(pipe.stages), s, micro, pipe.schedule.chunks)
+                                 if pipe is not None and pipe.schedule.kind == "interleaved" else (inflight, 1))
             buffers += (held_in * _boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
                         + held_out * _boundary_bytes(facts, stage_of, s, dp * micro, "out",
                                                      last=max(stage_of.values()), itemsize=act_size))
