@@ -19,6 +19,8 @@ from typing import Any, Callable, Iterable
 
 import torch
 import torch.distributed as dist
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 from planlang.cost.ops import op_kind
 from planlang.model.program.lowering import Convert, Program, Run
@@ -49,6 +51,12 @@ class TracedRuntime(Runtime):
             x = _StepFunction.apply(x, step, self.groups, self.recorder)
         return x
 
+    def checkpoint(self, fn, *args):
+        # torch.compile takes no context_fn but selective checkpointing's (recompute.checkpoint's marks a
+        # recomputation for BatchNorm, refused by compile_blockers); compiled, the recomputation is the
+        # graph's own (AOT autograd's partitioner), not a second Python call of `fn`
+        return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
+
 
 def check_paths(prog: Program) -> None:
     """Every conversion step of the program checked once (eagerly), as redistribute.execute_step would
@@ -59,9 +67,18 @@ def check_paths(prog: Program) -> None:
                 _check_step(tuple(ins.shape), before, step, prog.mesh)
 
 
-def compile_blockers(prog: Program, recorder: Any = None) -> list[str]:
-    """Why `prog`'s step cannot be compiled (empty: it can)."""
+def compile_blockers(prog: Program, recorder: Any = None, model: nn.Module | None = None) -> list[str]:
+    """Why `prog`'s step cannot be compiled (empty: it can). `model`: the live model, whose modules the
+    program's opaque calls name."""
     out = []
+    grouped = {k for a, b in prog.checkpoint_groups for k in range(a, b)}
+    norms = [ins.node.name for k, ins in enumerate(prog.instructions) if k in grouped and isinstance(ins, Run)
+             and ins.node.call is not None and ins.node.call.op == "call_module" and model is not None
+             and isinstance(model.get_submodule(ins.node.call.target), _BatchNorm)]
+    if norms:
+        out.append(f"BatchNorm ({', '.join(norms[:3])}) in a checkpoint group: its recomputation must not update "
+                   "the running statistics again, which the eager step marks from Python (recompute."
+                   "is_recomputing) and a compiled graph's recomputation does not run")
     random = [ins.node.name for ins in prog.instructions if isinstance(ins, Run) and ins.strategy is not None
               and ins.node.op.kind != "opaque" and op_kind(ins.node.op.kind).random
               and not op_kind(ins.node.op.kind).is_identity(ins.node.op)]
@@ -98,11 +115,11 @@ class CompiledStep:
 
 
 def compile_step(step: Callable, prog: Program, backend: str = "inductor", *, recorder: Any = None,
-                 mode: str | None = None) -> Callable:
+                 model: nn.Module | None = None, mode: str | None = None) -> Callable:
     """`step` (a generated program's) compiled, or `step` itself with a note saying why not."""
     if backend not in BACKENDS and not callable(backend):
         raise ValueError(f"compile backend {backend!r}: one of {', '.join(BACKENDS)}")
-    blockers = compile_blockers(prog, recorder)
+    blockers = compile_blockers(prog, recorder, model)
     if blockers:
         note("the step runs eagerly, not compiled: " + "; ".join(blockers))
         return step
@@ -117,7 +134,7 @@ def compile_parallel_model(pm: Any, backend: str = "inductor", mode: str | None 
     import dataclasses
 
     recorder = pm.rt.recorder
-    pm._step = compile_step(pm._step, pm.program, backend, recorder=recorder, mode=mode)
+    pm._step = compile_step(pm._step, pm.program, backend, recorder=recorder, model=pm.module, mode=mode)
     programs = getattr(pm, "programs", None)
     if programs is None:
         return pm
@@ -126,12 +143,14 @@ def compile_parallel_model(pm: Any, backend: str = "inductor", mode: str | None 
             programs.cache[key] = dataclasses.replace(c, step=pm._step)
         else:
             programs.cache[key] = dataclasses.replace(c, step=compile_step(c.step, c.program, backend,
-                                                                           recorder=recorder, mode=mode))
+                                                                           recorder=recorder, model=pm.module,
+                                                                           mode=mode))
     lower_compile = programs.compile
 
     def compiled(prog: Program):
         c = lower_compile(prog)
-        return dataclasses.replace(c, step=compile_step(c.step, c.program, backend, recorder=recorder, mode=mode))
+        return dataclasses.replace(c, step=compile_step(c.step, c.program, backend, recorder=recorder,
+                                                        model=pm.module, mode=mode))
 
     programs.compile = compiled
     return pm
