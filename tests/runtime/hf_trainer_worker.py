@@ -26,10 +26,10 @@ MAX_NORM = 0.2  # below every step's gradient norm: every step clips
 BATCH, SEQ, VOCAB = 8, 16, 256
 SEED = 42
 TOL = 1e-5  # verify's floor; each bound is max(TOL, 10 x one process's own error against float64)
-PLANS = {"dp4": "tests/runtime/plans/hf_trainer_gpt2_dp4.plan",
+PLANS = {"dp4_acc2": "tests/runtime/plans/hf_trainer_gpt2_dp4_acc2.plan",
          "dp2_tp2": "tests/runtime/plans/hf_trainer_gpt2_dp2_tp2.plan",
          "pp2_dp2": "tests/runtime/plans/hf_trainer_gpt2_pp2_dp2.plan"}
-SAVE_STEPS = 2  # dp4 writes checkpoint-2; RESUME resumes it under another plan and runs step 3
+SAVE_STEPS = 2  # dp4_acc2 writes checkpoint-2; RESUME resumes it under another plan and runs step 3
 RESUME = "dp2_tp2"
 
 
@@ -142,7 +142,7 @@ def refusals(outdir: str, trainer) -> dict:
 
     from planlang.runtime.hf_trainer import PlanTrainer, same_on_every_rank
     args = arguments(os.path.join(outdir, "refused"))
-    make = lambda **kw: PlanTrainer(build(), PLANS["dp4"], dataclasses.replace(args, **kw),  # noqa: E731
+    make = lambda **kw: PlanTrainer(build(), PLANS["dp4_acc2"], dataclasses.replace(args, **kw),  # noqa: E731
                                     train_dataset=TRAIN)
     batch = {k: torch.stack([e[k] for e in TRAIN[:BATCH]]) for k in TRAIN[0]}
     padded = dict(batch, attention_mask=batch["attention_mask"].clone())
@@ -166,7 +166,7 @@ def run(outdir: str) -> dict:
     for name, plan in PLANS.items():
         out = os.path.join(outdir, name)
         t0 = time.time()
-        trainer, history = train(plan, out, save=name == "dp4")
+        trainer, history = train(plan, out, save=name == "dp4_acc2")
         t1 = time.time()
         metrics = trainer.evaluate()
         t2 = time.time()
@@ -176,15 +176,16 @@ def run(outdir: str) -> dict:
         res = {"history": history, "eval_loss": metrics["eval_loss"], "model": type(trainer.pm).__name__,
                "optimizer": type(trainer.optimizer).__name__, "world_size": trainer.args.world_size,
                "local_numel": sum(p.numel() for p in trainer.pm.parameters()), "seconds": seconds,
+               "microbatches": getattr(trainer.pm, "microbatches", None),
                "checkpoints": sorted(os.path.basename(p) for p in glob.glob(os.path.join(out, "checkpoint-*")))}
         res["judged"] = judge(res, ref32, ref64)
         if dist.get_rank() == 0:
             res["saved"] = saved_vs(os.path.join(out, "final"), ref32, ref64)
         results[name] = res
-        if name == "dp4":
+        if name == "dp4_acc2":
             results["refused"] = refusals(outdir, trainer)
-    # dp4's checkpoint-2 (planlang.save of model, optimizer, scheduler) resumed under another plan: step 3
-    ckpt = os.path.join(outdir, "dp4", f"checkpoint-{SAVE_STEPS}")
+    # dp4_acc2's checkpoint-2 (planlang.save of model, optimizer, scheduler) resumed under another plan: step 3
+    ckpt = os.path.join(outdir, "dp4_acc2", f"checkpoint-{SAVE_STEPS}")
     trainer, history = train(PLANS[RESUME], os.path.join(outdir, "resumed"), resume=ckpt)
     results["resumed"] = {"history": history, "global_step": trainer.state.global_step, "from": os.listdir(ckpt),
                           "judged": judge_step(history[-1], ref32["steps"][-1], ref64["steps"][-1])}

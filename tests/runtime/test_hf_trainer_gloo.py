@@ -1,7 +1,7 @@
 """planlang.runtime.hf_trainer.PlanTrainer: transformers.Trainer's loop under a plan, on 4 gloo ranks, against
 one process running the same steps (tests/runtime/hf_trainer_worker.py).
 
-HF GPT-2 (examples/zoo/causal_lm.py) under dp 4, dp 2 x tp 2 (Megatron attention and MLP) and pp 2 x dp 2
+HF GPT-2 (examples/zoo/causal_lm.py) under dp 4 with `microbatches 2` (gradient accumulation), dp 2 x tp 2 (Megatron attention and MLP) and pp 2 x dp 2
 (1F1B, 2 microbatches): Trainer.train() for 3 steps (the plan's AdamW, Trainer's cosine schedule,
 max_grad_norm below every step's norm), evaluate(), save_model(); dp 4 writes a checkpoint at step 2
 (planlang.save inside it) and dp 2 x tp 2 resumes it with resume_from_checkpoint. Every error is judged
@@ -60,11 +60,11 @@ def test_save_model_writes_the_whole_model(results, name):
 
 
 def test_resume_from_a_checkpoint_of_another_plan(results):
-    """dp 4's checkpoint-2 resumed under dp 2 x tp 2: step 3 equals the uninterrupted run's."""
+    """dp 4's checkpoint-2 (2 microbatches a step) resumed under dp 2 x tp 2: step 3 equals the uninterrupted run's."""
     for r, res in enumerate(results):
         c = res["resumed"]
         assert "planlang" in c["from"] and c["global_step"] == W.STEPS
-        assert f"checkpoint-{W.SAVE_STEPS}" in res["dp4"]["checkpoints"]
+        assert f"checkpoint-{W.SAVE_STEPS}" in res["dp4_acc2"]["checkpoints"]
         _within(f"rank {r} resumed step 3 loss", c["judged"]["loss"])
         _within(f"rank {r} resumed step 3 grad_norm", c["judged"]["grad_norm"])
         assert math.isclose(*c["judged"]["lr"], rel_tol=1e-12)  # the scheduler's state came back
@@ -75,7 +75,8 @@ def test_what_ran(results):
     assert [c[n]["model"] for n in W.PLANS] == ["ParallelModel", "ParallelModel", "PipelinedModel"]
     assert {c[n]["world_size"] for n in W.PLANS} == {W.WORLD}  # Accelerate saw the 4 ranks
     # tp splits the blocks' weights: each rank holds less than dp 4's whole model
-    assert c["dp2_tp2"]["local_numel"] < c["dp4"]["local_numel"]
+    assert c["dp2_tp2"]["local_numel"] < c["dp4_acc2"]["local_numel"]
+    assert c["dp4_acc2"]["microbatches"] == 2  # Trainer's step accumulated inside pm.step
 
 
 @pytest.mark.parametrize("case, says", [
