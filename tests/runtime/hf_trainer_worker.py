@@ -117,8 +117,8 @@ def saved_vs(path: str, ref32: dict, ref64: dict) -> dict:
 
 
 def train(plan: str, out: str, save: bool = False, resume: str | None = None):
-    from planlang.runtime.hf_trainer import PlanTrainer
-    trainer = PlanTrainer(build(), plan, arguments(out, save), train_dataset=TRAIN, eval_dataset=EVAL)
+    import planlang
+    trainer = planlang.PlanTrainer(build(), plan, arguments(out, save), train_dataset=TRAIN, eval_dataset=EVAL)
     trainer.train(resume_from_checkpoint=resume)
     history = [{k: row[k] for k in ("loss", "grad_norm", "learning_rate")}
                for row in trainer.state.log_history if "loss" in row]
