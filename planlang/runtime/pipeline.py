@@ -272,26 +272,82 @@ class PipelineRunner:
         same arguments (the first stage reads `inputs`, the last `target`). Gradients accumulate into
         `.grad` (zero them between steps) and, with data axes, are averaged over them afterwards.
         Returns the batch's mean loss (averaged over data replicas) where the last stage lives."""
-        scale = 1.0 if self.loss_scale is None else self.loss_scale.value  # this step's, before its update
-        schedule, tgt = self._prepare(inputs, target, scale)
-        losses: list[torch.Tensor] = []
-        schedule.step(*(inputs if self.has_first else ()), target=tgt, losses=losses, return_outputs=False)
-        self.sum_tied_gradients()
-        if self.after_backward is not None:
-            self.after_backward()
-        if self.reduce_grads and self.dp_groups:
-            average_gradients(self.parameters(), self.dp_groups, self.reduce_dtype)
-        return self._mean_loss(losses, scale)
+        prev = self.take_grads()  # the sums below must see this step's gradients alone (see take_grads)
+        loss, _ = self.run(inputs, target)
+        self.put_grads(prev)
+        return loss
 
     def evaluate(self, *inputs: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
         """Forward only of this replica's batch (torch's `schedule.eval`: no backward, no gradient sums,
         nothing saved for backward); the batch's mean loss (averaged over data replicas) where the last
         stage lives, as `step` returns it. Call it on every rank of the pipeline, as `step`."""
-        schedule, tgt = self._prepare(inputs, target, 1.0)
+        return self.run(inputs, target, backward=False)[0]
+
+    def run(self, inputs: tuple[torch.Tensor, ...], target: torch.Tensor | None = None, *, backward: bool = True,
+            outputs: bool = False) -> tuple[torch.Tensor | None, Any]:
+        """One batch under the schedule: forward and backward with the gradient sums (`step`, adding to
+        `.grad` as it holds), or forward only (`evaluate`). Returns the mean loss and, with `outputs`, the
+        model's output for this replica's batch (`merge_outputs` of the last stage's microbatch outputs,
+        detached; the model's output object for a torch.export cut), both where the last stage lives (None
+        elsewhere). Keeping the outputs holds every microbatch's until the step ends (`step` keeps none)."""
+        scale = 1.0 if self.loss_scale is None or not backward else self.loss_scale.value  # this step's
+        schedule, tgt = self._prepare(inputs, target, scale)
         losses: list[torch.Tensor] = []
-        with torch.no_grad():
-            schedule.eval(*(inputs if self.has_first else ()), target=tgt, losses=losses, return_outputs=False)
-        return self._mean_loss(losses, 1.0)
+        last = next((st for st in self.stages if st.is_last), None)
+        if last is not None and outputs:
+            last.kept = []
+        try:
+            first = inputs if self.has_first else ()
+            if backward:
+                schedule.step(*first, target=tgt, losses=losses, return_outputs=False)
+            else:
+                with torch.no_grad():
+                    schedule.eval(*first, target=tgt, losses=losses, return_outputs=False)
+            kept = last.kept if last is not None else None
+        finally:
+            if last is not None:
+                last.kept = None
+        if backward:
+            self.sum_tied_gradients()
+            if self.after_backward is not None:
+                self.after_backward()
+            if self.reduce_grads and self.dp_groups:
+                average_gradients(self.parameters(), self.dp_groups, self.reduce_dtype)
+        out = None
+        if kept:
+            out = merge_outputs(kept)
+            if self.output_form is not None:
+                out = self.output_form(out)
+        return self._mean_loss(losses, scale), out
+
+    # ------------------------------------------------------------------ gradients handed over
+    # pp x tp: makes the gradient buckets the next step writes new ones, so that gradients taken out of
+    # `.grad` (views of the old buckets) keep their values (planlang.runtime.program_pipeline)
+    release_grad_buffers: Callable[[], None] | None = None
+    # a torch.export cut: the merged last-stage tensors -> the model's own output object
+    output_form: Callable[[Any], Any] | None = None
+    user_loss: Callable | None = None  # the plan's `loss(output, *targets)`, whose parameters name the targets
+
+    def take_grads(self) -> dict[nn.Parameter, torch.Tensor]:
+        """Move every gradient out of `.grad` (left None) and return them: a step then sums only its own
+        gradients (the tied copies' sum over the pipeline axis and the data-axis sums would otherwise add
+        up what `.grad` already held once per copy or replica), and `put_grads` adds them back."""
+        out = {p: p.grad for p in self.parameters() if p.grad is not None}
+        for p in out:
+            p.grad = None
+        if out and self.release_grad_buffers is not None:
+            self.release_grad_buffers()
+        return out
+
+    def put_grads(self, grads: Mapping[nn.Parameter, torch.Tensor], scale: torch.Tensor | None = None) -> None:
+        """Add `grads` (owned by the caller, given up here) times `scale` to `.grad`."""
+        for p, g in grads.items():
+            if scale is not None:
+                _local(g).mul_(scale)
+            if p.grad is None:
+                p.grad = g
+            else:
+                _local(p.grad).add_(_local(g))
 
     def _prepare(self, inputs: tuple[torch.Tensor, ...], target: torch.Tensor | None,
                  scale: float) -> tuple[TorchSchedule, torch.Tensor | None]:
@@ -401,15 +457,43 @@ class PipelineRunner:
 
 
 def _with_output(loss_fn: Callable, spec, from_last: tuple[bool, ...] | None = None) -> Callable:
-    """The loss of the model's own output (a Hugging Face ModelOutput) from the last stage's tensors;
-    outputs an earlier stage computed (`from_last` False) are None."""
+    """The loss of the model's own output (a Hugging Face ModelOutput) from the last stage's tensors."""
+    form = model_output(spec, from_last)
+
     def loss(output, *targets):
+        return loss_fn(form(output), *targets)
+    return loss
+
+
+def model_output(spec, from_last: tuple[bool, ...] | None = None) -> Callable[[Any], Any]:
+    """The model's own output object (a Hugging Face ModelOutput) from the last stage's tensors of a
+    torch.export cut; outputs an earlier stage computed (`from_last` False) are None. Given None (a rank
+    without the last stage), the object with every field None."""
+    def form(output):
+        if output is None:
+            return tree_unflatten([None] * spec.num_leaves, spec)
         leaves = list(output) if isinstance(output, tuple) else [output]
         if from_last and len(leaves) < len(from_last):
             mine = iter(leaves)
             leaves = [next(mine) if keep else None for keep in from_last]
-        return loss_fn(tree_unflatten(leaves, spec), *targets)
-    return loss
+        return tree_unflatten(leaves, spec)
+    return form
+
+
+def merge_outputs(chunks: list) -> Any:
+    """The last stage's microbatch outputs (tensors or tuples of them) as the batch's: each tensor
+    concatenated along dim 0 (the batch, as torch's schedules merge), a 0-dim one stacked (one value per
+    microbatch: a scalar of a microbatch is not the batch's)."""
+    first = chunks[0]
+    if isinstance(first, tuple):
+        return tuple(merge_outputs([c[i] for c in chunks]) for i in range(len(first)))
+    if isinstance(first, torch.Tensor):
+        return torch.cat(chunks) if first.dim() else torch.stack(chunks)
+    return first
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if isinstance(t, DTensor) else t
 
 
 class _ScaledLoss:
@@ -464,8 +548,10 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     all_stages = split_stages(model, plan)
     retie(model, all_stages)
     spec = getattr(all_stages[-1], OUT_SPEC, None)
+    user_loss, form = loss_fn, None
     if spec is not None:  # cut from torch.export: the last stage returns the output's tensors
         loss_fn = _with_output(loss_fn, spec, getattr(all_stages[-1], OUT_FROM_LAST, None))
+        form = model_output(spec, getattr(all_stages[-1], OUT_FROM_LAST, None))
     # tied parameters of stages on different pipeline ranks (a rank's own stages share one object), and
     # each alias's model name: found before `transform_stage`, whose FSDP2 wrapping (ZeRO-2/3) replaces a
     # stage's parameters with new objects and so unties them from the stages this rank does not hold
@@ -479,8 +565,10 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
         modules[i] = transform_stage(i, all_stages[i]) if transform_stage is not None else all_stages[i]
     axes = plan.dims.data
     _sync_batch_norms(modules.values(), [groups.group(a) for a in axes if groups.size(a) > 1])
-    return PipelineRunner(modules, layout, groups.group(axis), loss_fn, device,
-                          [groups.group(a) for a in axes], reduce_grads, tied, canonical)
+    runner = PipelineRunner(modules, layout, groups.group(axis), loss_fn, device,
+                            [groups.group(a) for a in axes], reduce_grads, tied, canonical)
+    runner.output_form, runner.user_loss = form, user_loss
+    return runner
 
 
 def _sync_batch_norms(stages, data_groups: list) -> None:

@@ -5,7 +5,9 @@ runner of planlang.runtime.pipeline behind ParallelModel's training-loop interfa
 `full_grads`, ...)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
+import inspect
 import math
 from typing import Callable
 
@@ -14,8 +16,10 @@ import torch.distributed as dist
 from torch import fx, nn
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from planlang.cost.layout import local_shape, local_slices
+from planlang.model.capture.graph_values import flatten_output
 from planlang.model.capture.load import build_model, meta_inputs, plan_loss
 from planlang.model.capture.trace import probe_modules
 from planlang.model.program.recompute import wrap_chain, wrap_each
@@ -24,6 +28,8 @@ from planlang.plan.complete import CompletePlan, plan_mesh
 from planlang.plan.data import batch_dim
 from planlang.plan.types import Spec
 
+from .call_outputs import (CallSignature, Piece, PlanOutput, bind_call, build_output, gather_whole, target_names,
+                           whole, with_loss)
 from .clip import clip_model
 from .pipeline import PipelineError, PipelineRunner, build_pipeline
 from .save_load import full_state_dict
@@ -65,14 +71,29 @@ class PipelinedModel:
     def __repr__(self) -> str:
         return f"PipelinedModel({self.runner})"
 
-    def __call__(self, *args):
-        """Under torch.no_grad, `evaluate` (the loss, forward only); a pipeline has no forward alone to
-        differentiate: with gradients on, a PipelineError pointing to `step`."""
-        if torch.is_grad_enabled():
-            raise PipelineError("a pipeline runs forward and backward together, microbatch by microbatch",
-                                "call pm.step(*inputs, *targets), which returns the loss; for evaluation "
-                                "pm.evaluate(*inputs, *targets) (or pm(...) under torch.no_grad())")
-        return self.evaluate(*args)
+    def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
+        """The model's output for one batch (inputs then at most one target, positional or by the plan's
+        input names; the target as a keyword that names no input) with `loss` the global mean loss on every
+        rank. Training with gradients on, the whole step runs here (forward and backward of every
+        microbatch, as `step`: a pipeline has no forward alone) and `loss.backward()` hands its gradients to
+        `.grad` (`_StepGradients`); otherwise the forward-only schedule runs (`evaluate`). The model's other
+        outputs (logits) are this data replica's piece on the ranks of the last stage, None elsewhere."""
+        args = self._bound(args, kwargs)
+        self._prepared(args)
+        inputs, target = self._pieces(args)
+        runner = self.runner
+        self._rows = int(inputs[0].shape[0]) if inputs and inputs[0].dim() else -1  # this replica's batch
+        if not (torch.is_grad_enabled() and self.training):
+            loss, out = runner.run(inputs, target, backward=False, outputs=self.returns_outputs)
+            return self._output(self._everywhere(loss), out)
+        prev = runner.take_grads()
+        try:
+            loss, out = runner.run(inputs, target, outputs=self.returns_outputs)
+            fresh = runner.take_grads()  # the step's gradients, until backward hands them back
+        finally:
+            runner.put_grads(prev)
+        anchor = torch.zeros((), device=runner.device, requires_grad=True)
+        return self._output(_StepGradients.apply(anchor, self._everywhere(loss), runner, fresh), out)
 
     training = True
 
@@ -169,10 +190,86 @@ class PipelinedModel:
         inputs = tuple(self._piece(i, t).to(dev) for i, t in zip(self.plan.inputs, args[:k]))
         return inputs, (self._target_piece(args[k], n).to(dev) if len(args) > k else None)
 
+    def _prepared(self, args: tuple) -> None:
+        """Ready the stages for these arguments (pp x tp: the program for their batch and the mode)."""
+
+    def _bound(self, args: tuple, kwargs: dict) -> tuple:
+        """Inputs then the target (planlang.runtime.call_outputs.bind_call: by position or by the plan's
+        input names and the loss' target names, e.g. `labels` of `loss(output, labels)`)."""
+        if self._call is None:
+            inputs = self.plan.inputs
+            loss = getattr(getattr(self, "relower", None), "loss_fn", None) or self.runner.user_loss
+            targets = target_names(loss, ("target",)[:_target_count(loss)])
+            self._call = CallSignature(tuple(i.name for i in inputs), targets,
+                                       tuple(tuple(i.shape) for i in inputs), tuple(batch_dim(i) for i in inputs))
+        return bind_call(self._call, args, kwargs)
+
+    _call: CallSignature | None = None
+    returns_outputs = True  # the last stage returns the model's output (pp x tp: the loss tail's inputs)
+    _rows = -1  # this replica's batch in the last call (which outputs are its pieces)
+
+    def _output(self, loss: torch.Tensor, out):
+        """The model's output (its own class, or a PlanOutput) with `loss`: on the last stage's ranks
+        this replica's pieces, each registered for `whole`; elsewhere its fields None."""
+        if not self.runner.has_last or out is None:
+            form = self.runner.output_form
+            return with_loss(form(None), loss) if form is not None else PlanOutput(loss, None)
+        leaves, tree = flatten_output(out)
+        return build_output(tree, leaves, loss, [self._batch_piece(t) for t in leaves])
+
+    def _batch_piece(self, t: torch.Tensor) -> Piece | None:
+        """An output split like the first input's batch (dim 0 this replica's rows): its global shape
+        and layout; None for any other (the same on every replica)."""
+        first = self.plan.inputs[0]
+        axes = self._spec(first).dims[0] if self._spec(first).dims else ()
+        axes = tuple(axes) if isinstance(axes, tuple) else ()
+        degree = math.prod(self.groups.size(a) for a in axes)
+        if not t.dim() or degree == 1 or t.shape[0] != self._rows:
+            return None
+        spec = Spec((axes,) + tuple(() for _ in t.shape[1:]))
+        return Piece((t.shape[0] * degree,) + tuple(t.shape[1:]), spec)
+
+    def whole(self, out):
+        """`out` of `pm(...)` with every output whole on every rank: this replica's pieces gathered over
+        the data axes on the last stage's ranks, then sent over the pipeline axis (the loss stays each
+        rank's own, with its autograd). A collective: call it on every rank."""
+        if self.runner.has_last:
+            out = whole(out, gather_whole(self.mesh, self.groups))
+        return self._from_last(out)
+
+    def _from_last(self, out):
+        """`out` as the last stage's ranks hold it, on every rank of the pipeline axis: its structure with
+        each tensor's shape and dtype in place of the tensor (pickled), then the tensors; the loss stays
+        each rank's own. (Every rank holds the same kind of output: a PlanOutput, or the model's class.)"""
+        if isinstance(out, PlanOutput):
+            return PlanOutput(out.loss, self._sent(out.output, out.loss))
+        return self._sent(out, out.loss)
+
+    def _sent(self, value, loss: torch.Tensor):
+        last = dist.get_rank(self.pp_group) == self._last
+        box = [None]
+        if last:
+            leaves, spec = tree_flatten(value)
+            box = [tree_unflatten([_Slot(None, None) if x is loss else _Slot(tuple(x.shape), x.dtype)
+                                   if isinstance(x, torch.Tensor) else x for x in leaves], spec)]
+        dist.broadcast_object_list(box, group=self.pp_group, group_src=self._last)
+        slots, spec = tree_flatten(box[0])
+        mine = tree_flatten(value)[0] if last else slots
+        got = []
+        for x, slot in zip(mine, slots):
+            if isinstance(slot, _Slot) and slot.shape is not None:
+                t = x.contiguous() if last else torch.empty(slot.shape, dtype=slot.dtype, device=self.runner.device)
+                dist.broadcast(t, group=self.pp_group, group_src=self._last)
+                got.append(t)
+            else:
+                got.append(loss if isinstance(slot, _Slot) else slot)
+        return tree_unflatten(got, spec)
+
     def evaluate(self, *args: torch.Tensor) -> torch.Tensor:
         """The loss of one batch (inputs then target, as for `step`), forward only under a forward-only
         schedule (torch's `schedule.eval`): no gradients, no sums, no optimizer state; the global mean loss
         on every rank. In `pm.eval()` mode dropout is off, as `model.eval()` in one process."""
+        self._prepared(args)
         inputs, target = self._pieces(args)
         return self._everywhere(self.runner.evaluate(*inputs, target=target))
 
@@ -183,6 +280,7 @@ class PipelinedModel:
 
     def step(self, *args: torch.Tensor) -> torch.Tensor:
         """Forward and backward of one batch under the schedule; the global mean loss on every rank."""
+        self._prepared(args)
         inputs, target = self._pieces(args)
         return self._everywhere(self.runner.step(*inputs, target=target))
 
@@ -227,6 +325,38 @@ class PipelinedModel:
             dist.broadcast(t, group=self.pp_group, group_src=owner)
             out[name] = t
         return out
+
+
+@dataclasses.dataclass(frozen=True)
+class _Slot:
+    """A tensor of an output sent over the pipeline axis (its shape and dtype; None: the loss, which every
+    rank holds)."""
+    shape: tuple[int, ...] | None
+    dtype: torch.dtype | None
+
+
+class _StepGradients(torch.autograd.Function):
+    """The loss of a step `pm(...)` ran, differentiable: its backward adds the step's gradients (taken
+    out of `.grad` when the step ended) times the loss's incoming gradient to `.grad`. The sums over the
+    data axes, the tied copies and FSDP2's reduce-scatter are linear, so scaling after them is exact:
+    `(out.loss / k).backward()` accumulates a k-th of the step's gradients. Once only (the gradients are
+    handed over, not copied)."""
+
+    @staticmethod
+    def forward(ctx, anchor: torch.Tensor, loss: torch.Tensor, runner: PipelineRunner,
+                grads: dict) -> torch.Tensor:
+        ctx.runner, ctx.grads = runner, grads
+        return loss.clone()
+
+    @staticmethod
+    def backward(ctx, grad_output: torch.Tensor):
+        grads, ctx.grads = ctx.grads, None
+        if grads is None:
+            raise PipelineError("the loss of a pipeline's pm(...) was backpropagated twice: its step's "
+                                "gradients were handed to .grad the first time",
+                                "call pm(...) again for another backward (or pm.step)")
+        ctx.runner.put_grads(grads, grad_output.detach())
+        return None, None, None, None
 
 
 def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Callable | None = None,
@@ -279,6 +409,24 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     pm = PipelinedModel(runner, plan, groups, shapes, fsdp_axes=(fsdp_axis,))
     pm.checkpoint_groups = wrapped
     return pm
+
+
+def _target_count(loss: Callable | None) -> int:
+    """How many targets `loss(output, *targets)` takes: its positional parameters after the output (a
+    pipeline passes at most one; `*targets` counts as one)."""
+    if loss is None:
+        return 0
+    try:
+        ps = list(inspect.signature(loss).parameters.values())
+    except (TypeError, ValueError):
+        return 1
+    if any(p.kind == p.VAR_POSITIONAL for p in ps):
+        return 1
+    n = sum(1 for p in ps if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) and p.default is p.empty) - 1
+    if n > 1:
+        raise PipelineError(f"the loss takes {n} targets; a pipeline passes one to its last stage",
+                            "combine the targets into one tensor (or one loss argument)")
+    return max(n, 0)
 
 
 def cast_parameters(model: nn.Module, dtype: torch.dtype) -> None:

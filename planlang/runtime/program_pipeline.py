@@ -27,6 +27,7 @@ one function per stage, and this rank's stages become `ProgramStage` modules:
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Callable
 
 import torch
@@ -43,6 +44,7 @@ from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim
 from planlang.plan.types import Precision, Spec
+from planlang.runtime.call_outputs import PlanOutput
 from planlang.runtime.codegen import generate_pipeline
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
@@ -147,13 +149,20 @@ class ProgramPipelinedModel(PipelinedModel):
             rt.modules.train(mode)
         return self
 
-    def step(self, *args: torch.Tensor) -> torch.Tensor:
+    def _prepared(self, args: tuple) -> None:
         self._program_for(args)
-        return super().step(*args)
 
-    def evaluate(self, *args: torch.Tensor) -> torch.Tensor:
-        self._program_for(args)
-        return super().evaluate(*args)
+    returns_outputs = False  # the last stage returns what the loss tail reads, not the model's output
+
+    def _output(self, loss: torch.Tensor, out):
+        """PlanOutput(loss, None): the program's stages do not return the model's output yet (said once)."""
+        if not self._warned:
+            self._warned = True
+            warnings.warn("pipeline x tensor parallelism: pm(...) returns the loss only (output None); the "
+                          "model's outputs are not returned from the program's stages yet", stacklevel=3)
+        return PlanOutput(loss, None)
+
+    _warned = False
 
     def _rt(self) -> Runtime:
         stage = next(iter(self.runner.stage_modules.values()))
@@ -281,12 +290,20 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     grad_sync = GradSync(list(runner.named_parameters()), sync, groups, recorder, overlap=False,
                          reduce_dtype=torch_dtype(prec.reduce) if prec.mixed else None)
     runner.after_backward = grad_sync.finish
+    runner.release_grad_buffers = lambda: _new_buckets(grad_sync)
     shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
               ((item, params[item[0]]) for item in layouts.items())}
     pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes, grad_sync)
     pm.training = pm.lowered_training = model.training
     pm.checkpoint_groups = _checkpoint_modules(prog, plan, cut, mine)
     return pm
+
+
+def _new_buckets(grad_sync: GradSync) -> None:
+    """The next step's gradients in new buckets: the gradients taken out of `.grad` are views of the
+    current ones (GradSync's `gradient_as_bucket_view`) and keep them; their slices stay the same."""
+    for b in grad_sync.buckets:
+        b.flat = None
 
 
 def _no_loss(output, *targets):  # pragma: no cover - only the last stage's rank calls the loss

@@ -24,7 +24,17 @@ from torch.distributed.pipelining._utils import _make_tensor_from_meta
 
 
 class InFlightStage(PipelineStage):
-    """`PipelineStage` whose receive buffers live from a microbatch's receive to its backward."""
+    """`PipelineStage` whose receive buffers live from a microbatch's receive to its backward. On the last
+    stage, `kept` (a list; None: off) collects each microbatch's output, detached, for `pm(...)` to return
+    (torch's own `output_chunks` would be merged by its schedule, which cannot cat a scalar)."""
+
+    kept: list | None = None
+
+    def forward_one_chunk(self, fwd_chunk_id: int, args, kwargs=None, save_forward_output: bool = True):
+        out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output=save_forward_output)
+        if self.kept is not None and self.is_last:
+            self.kept.append(_detached(out))
+        return out
 
     def _setup_forward_recv_info(self, num_microbatches: int, has_backward: bool) -> None:
         # torch's setup for one microbatch (one buffer per input), copied to every microbatch unallocated:
@@ -72,6 +82,13 @@ class InFlightStage(PipelineStage):
             if not info.is_root_arg and info.buffer is not None and info.tensor_meta is not None:
                 info.buffer = _empty(self.device)
                 info._unallocated = True
+
+
+def _detached(out):
+    """A stage's output (a tensor or a tuple of them) with every tensor detached from autograd."""
+    if isinstance(out, tuple):
+        return tuple(_detached(o) for o in out)
+    return out.detach() if isinstance(out, torch.Tensor) else out
 
 
 def _unallocated(info, device: torch.device):
