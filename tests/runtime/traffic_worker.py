@@ -58,7 +58,8 @@ def measure(plan_path: str, inputs, targets) -> dict:
         return {"rows": rows(spy.traffic), "unknown": spy.unknown}
     with CollectiveSpy(pm.groups) as spy:
         spy.phase = "forward"
-        loss = pm(*inputs, *targets).loss
+        # step's program (pm(...)'s own would be lowered, and sent from rank 0, inside the spy)
+        loss = pm.step_loss(*inputs, *targets)
         spy.phase = "backward"
         with pm.no_sync():  # the gradient sums start in sync_grads, so they are counted in their phase
             loss.backward()
