@@ -79,7 +79,11 @@ class PlanTrainer(transformers.Trainer):
             raise PlanError(f"per_device_train_batch_size is {args.per_device_train_batch_size}; under a plan every "
                             f"rank reads the global batch (planlang keeps its piece): set it to the plan's "
                             f"batch, {self.plan_batch} (input `{first.name}`)")
-        self.pm = apply(model, plan, loss_fn=loss_fn, targets=targets)
+        # Accelerate's state first (args.device): under torchrun it starts the process group when the script
+        # did not, and on GPUs picks this rank's (cuda:LOCAL_RANK), where apply then places the pieces
+        device = args.device
+        nccl = dist.is_initialized() and dist.get_backend() == "nccl"
+        self.pm = apply(model, plan, loss_fn=loss_fn, targets=targets, device=device if nccl else None)
         self.input_names = [i.name for i in self.plan.inputs]
         super().__init__(model=model, args=args, **kwargs)
         self.gather_function = _as_is
