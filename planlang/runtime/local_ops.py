@@ -79,6 +79,9 @@ class _SumToReplicated(torch.autograd.Function):
         return g, None
 
 
+IGNORE_INDEX = -100  # torch.nn.functional.cross_entropy's default ignore_index
+
+
 def all_reduce(t: torch.Tensor, axes, groups_for_axis, op=dist.ReduceOp.SUM) -> torch.Tensor:
     """Reduce over every axis in turn (a reduction over several axes is one over their product)."""
     for a in axes:
@@ -352,8 +355,10 @@ def _cross_entropy(op, strategy, xs, dev):
     coords, mesh, groups_for_axis = dev.coords, dev.mesh, dev.groups_for_axis
     logits, target = xs
     red = op.attr("reduction", "mean")
-    n_global = op.inputs[0][0]
     vaxes = strategy.inputs[0].dims[1]
+    # torch's ignore_index (-100, the only one the readers accept): such a row's loss is 0, and a mean
+    # is over the other rows; Hugging Face pads the shifted labels of a causal LM with it
+    valid = target != IGNORE_INDEX
     if not vaxes:
         loss = F.cross_entropy(logits, target, reduction="none")
     else:
@@ -365,11 +370,19 @@ def _cross_entropy(op, strategy, xs, dev):
         tgt = shifted.gather(1, local_t.unsqueeze(1)).squeeze(1) * inside.to(logits.dtype)
         stats = torch.stack([shifted.exp().sum(dim=1), tgt])
         stats = all_reduce(stats, vaxes, groups_for_axis)
-        loss = stats[0].log() - stats[1]
+        loss = (stats[0].log() - stats[1]) * valid.to(logits.dtype)
     if red == "none":
         return loss
     total = loss.sum()
-    return total / n_global if red == "mean" else total
+    if red == "sum":
+        return total
+    # the mean over the whole batch's counted rows: this device's sum over their global number (summed
+    # over the axes splitting the rows: one integer; cost.ops.rules prices it), a partial sum as before
+    count = valid.sum()
+    naxes = strategy.inputs[1].dims[0] if strategy.inputs[1].dims else ()
+    if naxes:
+        count = all_reduce(count, naxes, groups_for_axis)
+    return total / count.to(total.dtype)
 
 
 # the registry's every kind has a local implementation here, and nothing else does: adding an op kind

@@ -180,14 +180,18 @@ def test_embedding_vocab_parallel():
 def test_cross_entropy_vocab_parallel():
     o = op("cross_entropy", [(8, 16), (8,)], (), ints=(1,))
     ss = by_name(strategies(o, M))
+    # split rows: a partial sum over dp, and the mean's count of rows not ignored (one int64) summed over dp
     n = ss["dp:n"]
-    assert n.output == Spec((), ("dp",)) and n.forward == ()
+    assert n.output == Spec((), ("dp",)) and [(c.kind, c.axes, c.size_bytes) for c in n.forward] == [
+        (Collective.ALL_REDUCE, ("dp",), 8)]
+    assert by_name(strategies(op("cross_entropy", [(8, 16), (8,)], (), ints=(1,), reduction="sum"), M))[
+        "dp:n"].forward == ()
     v = ss["tp:v (vocab-parallel)"]
     assert v.output == Spec(()) and v.inputs[1] == S(None)
     assert [c.kind for c in v.forward] == [Collective.ALL_REDUCE, Collective.ALL_REDUCE]
     assert [c.size_bytes for c in v.forward] == [8 * 4, 2 * 8 * 4]
     both = ss["dp:n tp:v (vocab-parallel)"]
-    assert both.output == Spec((), ("dp",)) and [c.size_bytes for c in both.forward] == [4 * 4, 2 * 4 * 4]
+    assert both.output == Spec((), ("dp",)) and [c.size_bytes for c in both.forward] == [4 * 4, 2 * 4 * 4, 8]
     none = by_name(strategies(op("cross_entropy", [(8, 16), (8,)], (8,), ints=(1,), reduction="none"), M))
     assert none["dp:n"].output == S("dp")
 

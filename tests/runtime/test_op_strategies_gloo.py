@@ -41,6 +41,7 @@ class Case:
     ints: dict  # input index -> (low, high) for integer inputs
     pos: tuple = ()  # inputs that must be positive (divisors)
     dtensor: Callable | None = None  # the torch call to cross-check on DTensors
+    ignored: tuple = ()  # rows of integer input 1 set to torch's ignore_index (-100)
 
 
 def op(kind, inputs, output, ints=(), **attrs):
@@ -58,8 +59,8 @@ def _sdpa_ref(q, k, v, causal):
 def _cases() -> list[Case]:
     C = []
 
-    def add(name, o, ref, ints=None, pos=(), dtensor=None):
-        C.append(Case(name, o, ref, ints or {}, pos, dtensor))
+    def add(name, o, ref, ints=None, pos=(), dtensor=None, ignored=()):
+        C.append(Case(name, o, ref, ints or {}, pos, dtensor, ignored))
 
     add("linear+bias", op("linear", [(4, 8, 8), (8, 8), (8,)], (4, 8, 8)), F.linear)
     add("linear2d+bias", op("linear", [(8, 8), (8, 8), (8,)], (8, 8)), F.linear, dtensor=F.linear)
@@ -119,6 +120,11 @@ def _cases() -> list[Case]:
         lambda x, t: F.cross_entropy(x, t, reduction="sum"), ints={1: (0, 16)})
     add("cross_entropy-none", op("cross_entropy", [(8, 16), (8,)], (8,), ints=(1,), reduction="none"),
         lambda x, t: F.cross_entropy(x, t, reduction="none"), ints={1: (0, 16)})
+    # rows with ignore_index (Hugging Face's padded labels), three in the first half and one in the second:
+    # a mean over the counted rows of the whole batch, whichever way the rows are split
+    for red, out in (("mean", ()), ("sum", ()), ("none", (8,))):
+        add(f"cross_entropy-ignored-{red}", op("cross_entropy", [(8, 16), (8,)], out, ints=(1,), reduction=red),
+            lambda x, t, red=red: F.cross_entropy(x, t, reduction=red), ints={1: (0, 16)}, ignored=(0, 1, 2, 5))
     add("dropout", op("dropout", [(4, 8, 8)], (4, 8, 8), p=0.25, seed=7),
         lambda x: x * dropout_mask((4, 8, 8), 0.25, 7) / 0.75)
     # issue 27's ops (planlang/cost/ops/tensor_ops.py; slice with a step, attention with fewer k/v heads)
@@ -152,7 +158,10 @@ def global_inputs(case: Case, index: int) -> list[torch.Tensor]:
     for i, shape in enumerate(case.op.inputs):
         if i in case.ints:
             lo, hi = case.ints[i]
-            out.append(torch.randint(lo, hi, shape, generator=g))
+            t = torch.randint(lo, hi, shape, generator=g)
+            if case.ignored:
+                t[list(case.ignored)] = -100
+            out.append(t)
         else:
             t = torch.randn(shape, generator=g, dtype=torch.float64)
             out.append(t.abs() + 0.5 if i in case.pos else t)

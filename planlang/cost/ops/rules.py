@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from dataclasses import replace
 
 from planlang.plan.types import Mesh, Spec
 
@@ -448,7 +449,8 @@ def sdpa_heads_fit(q, k, v, enable_gqa: bool) -> bool:
 @rule("cross_entropy", saves=(0, 1),
       targets=on("torch.nn.functional.cross_entropy", aten=("aten.cross_entropy_loss.default",)))
 def cross_entropy_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
-    """Split N: each device sums its rows' losses (divided by the global N for mean) -> partial loss.
+    """Split N: each device sums its rows' losses (divided for mean by the global number of rows whose
+    target is not ignore_index, one integer summed over the N axes) -> partial loss.
     Split V (vocab-parallel): all-reduce(max) and all-reduce(sum) of per-row statistics over the vocab
     axes (the sum carries the exp-sum and the target logit) give the exact loss, not partial."""
     logits = op.inputs[0]
@@ -458,12 +460,16 @@ def cross_entropy_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     out = []
     for s in strategies:
         vaxes = s.inputs[0].axes_of(1)
+        naxes = s.inputs[0].axes_of(0)
+        # a mean is over the rows whose target is not ignore_index (-100): their number is summed over the
+        # axes splitting the rows (one int64; planlang.runtime.local_ops)
+        count = (price(Collective.ALL_REDUCE, mesh, naxes, 8),) if red == "mean" and naxes else ()
         if not vaxes:
-            out.append(s)
+            out.append(replace(s, forward=s.forward + count) if count else s)
             continue
         rows = logits[0] // (s.inputs[0].shard_factor(0, mesh) or 1)
         fwd = (price(Collective.ALL_REDUCE, mesh, vaxes, rows * op.itemsize),
-               price(Collective.ALL_REDUCE, mesh, vaxes, 2 * rows * op.itemsize))
+               price(Collective.ALL_REDUCE, mesh, vaxes, 2 * rows * op.itemsize)) + count
         ospec = Spec(s.output.dims, tuple(a for a in s.output.partial if a not in vaxes))
         out.append(Strategy(s.name + " (vocab-parallel)", s.inputs, ospec, fwd, s.backward, s.flops,
                             local_numel(op.output, ospec, mesh) * op.itemsize, s.extra))
