@@ -11,7 +11,8 @@ and builds the schedule the plan names:
                                                    r, r+p, …, r+(v−1)p (Narayanan et al. 2021, §2.2.2)
 
 `PipelineRunner.step(*inputs, target=...)` runs one training step's forward and backward over the plan's
-microbatches and returns the loss on ranks that hold the last stage (None elsewhere).
+microbatches and returns the loss on ranks that hold the last stage (None elsewhere); `run` also returns
+the last stage's outputs (`pm(...)`).
 
 Loss and gradient scaling. The loss is the plan's convention (the model factory module's
 `loss(output, *targets)`, or `loss_fn`). Each microbatch's loss is divided by the number of

@@ -47,7 +47,9 @@ class PipelinedModel:
     loss on every rank (the last stage's, broadcast over the pipeline axis). `optimizer()` is the plan's
     optimizer over this rank's stage parameters (ZeRO-1 over a data axis: ZeroRedundancyOptimizer).
     `full_parameters()` / `full_grads()` gather every parameter of the model from the stage that holds
-    it (for tests and export)."""
+    it (for tests and export). `pm(*args, **kwargs)` returns the model's output with the global loss (with
+    autograd when training: the whole step runs in the call, `_StepGradients`), `whole(out)` its outputs
+    whole on every rank."""
 
     def __init__(self, runner: PipelineRunner, plan: CompletePlan, groups,
                  shapes: dict[str, tuple[torch.Size, torch.dtype]],

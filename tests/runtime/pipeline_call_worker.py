@@ -196,6 +196,32 @@ def run_hf() -> dict:
     return res
 
 
+F16 = "gpt2_pp2_dp2_zero1_f16.plan"  # f16 parameters, f32 masters (MasterWeights over ZeRO-1), a loss scale
+
+
+def run_f16() -> dict:
+    """Under a dynamic loss scale: `pm(x, x).loss.backward()` leaves in `.grad` what `pm.step(x, x)` does
+    (the scaled gradients the optimizer unscales), bit for bit, with the same loss."""
+    import planlang
+    from examples.gpt2.model import build
+    torch.manual_seed(0)
+    pm = planlang.apply(build(layers=4, hidden=64, heads=4, vocab=128, seq=16), os.path.join(PLANS, F16))
+    opt = pm.optimizer()
+    x = C.batches()[0]
+    step_loss = pm.step(x, x)
+    by_step = {n: g.clone() for n, g in pm.full_grads().items()}
+    opt.zero_grad()
+    out = pm(x, x)
+    out.loss.backward()
+    by_call = pm.full_grads()
+    opt.step()
+    return {"optimizer": type(opt).__name__, "scale": opt.loss_scale.value,
+            "loss_equal": torch.equal(out.loss.detach(), step_loss),
+            "grads_equal": sorted(by_step) == sorted(by_call) and all(torch.equal(by_call[n], g)
+                                                                       for n, g in by_step.items()),
+            "params_finite": all(bool(torch.isfinite(p).all()) for p in pm.full_parameters().values())}
+
+
 def run() -> dict:
     ref, exact = C.reference(torch.float32), C.reference(torch.float64)
     outs, exact_outs = reference_outputs(ref, torch.float32), reference_outputs(exact, torch.float64)
@@ -204,6 +230,7 @@ def run() -> dict:
         t0 = time.time()
         results[name] = run_config(plan, ref, exact, outs, exact_outs)
         results[name]["seconds"] = round(time.time() - t0, 1)
+    results["f16"] = run_f16()
     t0 = time.time()
     results["hf"] = run_hf()
     results["hf"]["seconds"] = round(time.time() - t0, 1)

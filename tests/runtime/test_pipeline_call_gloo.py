@@ -100,3 +100,12 @@ def test_hf_model_output(results):
             _within(c["logits"], f"rank {r} hf logits")
         else:
             assert c["others_none"]
+
+
+def test_loss_scale_call_equals_step(results):
+    """f16 with a dynamic loss scale (gpt2_pp2_dp2_zero1_f16.plan): pm(x, x).loss.backward() leaves the
+    scaled gradients pm.step(x, x) leaves, bit for bit, and the optimizer unscales and steps them."""
+    for r, res in enumerate(results):
+        c = res["f16"]
+        assert c["optimizer"] == "MasterWeights" and c["scale"] > 1
+        assert c["loss_equal"] and c["grads_equal"] and c["params_finite"], f"rank {r}: {c}"
