@@ -40,6 +40,7 @@ from planlang.plan.data import batch_dim
 from planlang.runtime.apply import PlanError, apply, load_plan
 from planlang.runtime.save_load import load, save
 
+IGNORE_INDEX = -100  # cross_entropy's default ignore_index, HF's label for "no loss here"
 CHECKPOINT_DIR = "planlang"  # inside a Trainer checkpoint folder: the planlang.save directory
 # TrainingArguments that would make Trainer or Accelerate do what the plan decides (field -> why refused)
 _REFUSED = {
@@ -153,6 +154,13 @@ class PlanTrainer(transformers.Trainer):
                             f"`input`, or leave it out of the collator's batch"
                             + (" (an attention mask with zeros: padding needs the mask as a plan input)"
                                if k == "attention_mask" else ""))
+        for k in labels:
+            t = inputs[k]
+            # the lowered cross_entropy averages over every token: an ignored label would count (docs/runtime.md)
+            if isinstance(t, torch.Tensor) and not t.is_floating_point() and bool((t == IGNORE_INDEX).any()):
+                raise PlanError(f"label `{k}` holds {IGNORE_INDEX} (ignored tokens: padding, masked prompts); the "
+                                "plan's loss averages over every token, so the loss would be wrong: give every "
+                                "token a label, or pad with a token the model learns")
         out = [inputs[n] for n in self.input_names] + [inputs[k] for k in labels]
         same_on_every_rank(out)
         return out

@@ -154,6 +154,7 @@ def refusals(outdir: str, trainer) -> dict:
         "ranks_differ": refused(lambda: same_on_every_rank([torch.full((2,), dist.get_rank())])),
         "padding_mask": refused(lambda: trainer.plan_args(padded)),
         "unknown_key": refused(lambda: trainer.plan_args(dict(batch, token_type_ids=batch["input_ids"]))),
+        "ignored_labels": refused(lambda: trainer.plan_args(dict(batch, labels=padded["attention_mask"] * 0 - 100))),
         "logits": refused(lambda: trainer.prediction_step(trainer.model, batch, prediction_loss_only=False)),
         "same_batch_passes": refused(lambda: same_on_every_rank([batch["input_ids"]])) == "",
     }

@@ -86,6 +86,7 @@ def test_what_ran(results):
     ("ranks_differ", "the ranks read different batches"),
     ("padding_mask", "an attention mask with zeros"),
     ("unknown_key", "batch key `token_type_ids`"),
+    ("ignored_labels", "label `labels` holds -100"),
     ("logits", "gives the loss only"),
 ])
 def test_refusals_say_why(results, case, says):
