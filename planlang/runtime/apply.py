@@ -59,7 +59,7 @@ from planlang.plan.data import batch_dim
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.types import Spec
 from planlang.runtime.call_outputs import (CallSignature, bind_call, build_output, gather_whole, output_pieces,
-                                           target_names, whole)
+                                           sums_before_step, target_names, whole)
 from planlang.runtime.clip import clip_model
 from planlang.runtime.data_parallel import fsdp_mesh
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
@@ -360,8 +360,7 @@ class ParallelModel(nn.Module):
             raise PlanError(str(e)) from e
         # after `out = pm(...); out.loss.backward()` the deferred sums are finished before the step (a
         # no-op after `step`, which finished them)
-        opt.register_step_pre_hook(lambda *_: self.finish_grad_sums())
-        return opt
+        return sums_before_step(opt, self.finish_grad_sums)
 
     def sync_grads(self) -> None:
         """Sum each parameter's gradient over the axes the lowering deferred (data parallelism), in flat

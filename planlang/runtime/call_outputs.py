@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import types
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, Callable
@@ -30,7 +31,7 @@ from planlang.model.program.lowering import Convert, Program
 from planlang.plan.types import Spec
 from planlang.runtime.programs import PlanError
 
-__all__ = ["CallSignature", "OutputTree", "Piece", "PlanOutput", "bind_call", "build_output", "flatten_output", "gather_whole",
+__all__ = ["CallSignature", "OutputTree", "Piece", "PlanOutput", "bind_call", "build_output", "flatten_output", "gather_whole", "sums_before_step",
            "model_own_loss", "output_pieces", "piece_of", "register", "target_names", "whole"]
 
 
@@ -209,6 +210,21 @@ def with_loss(out: Any, loss: torch.Tensor) -> Any:
 def _set_loss(out: dict, loss: torch.Tensor) -> dict:
     out["loss"] = loss
     return out
+
+
+def sums_before_step(opt: torch.optim.Optimizer, finish: Callable[[], None]) -> torch.optim.Optimizer:
+    """`opt` whose `step` first calls `finish` (the runtime's deferred gradient sums, once due: after
+    `out.loss.backward()` they must be complete before the update). On the instance, not a step
+    pre-hook: the precision wrappers (planlang.runtime.precision's MasterWeights, ScaledOptimizer) read
+    the gradients in their own `step`, which runs no hooks. A scheduler wraps this `step` in turn."""
+    inner = opt.step
+
+    def step(self: torch.optim.Optimizer, *args: Any, **kwargs: Any) -> Any:
+        finish()
+        return inner(*args, **kwargs)
+    # a bound method, as torch's LRScheduler expects of `optimizer.step` (it rebinds its __func__)
+    opt.step = types.MethodType(step, opt)  # type: ignore[method-assign]
+    return opt
 
 
 def gather_whole(mesh: Any, groups: Any) -> Callable[[torch.Tensor, Piece], torch.Tensor]:

@@ -157,6 +157,34 @@ def short_step(kind, pm, opt) -> dict:
     return {"loss": judged(out.loss.detach(), params, kind, idx, True, "loss"), "grads_over_bound": list(worst)}
 
 
+F16 = "call_gpt2_dp2_tp2_f16.plan"  # f16 parameters, f32 masters (MasterWeights), loss scale 1024
+
+
+def same_as_step(plan: str, steps: int = 2) -> dict:
+    """The plan applied twice to one model: one trained by `pm.step`, the other by `pm(...)` +
+    `out.loss.backward()` (the optimizer's pre-step hook finishing the sums); the largest difference of
+    their losses and parameters after each step (the same program and sums: expected 0), and their loss
+    scales."""
+    import planlang
+    data = C.batches()
+    by_step, by_call = (planlang.apply(C.build(), os.path.join(PLANS, plan)) for _ in range(2))
+    opts = by_step.optimizer(), by_call.optimizer()
+    loss_diff, param_diff = 0.0, 0.0
+    for s in range(steps):
+        for o in opts:
+            o.zero_grad()
+        a = by_step.step(data[s], data[s])
+        out = by_call(idx=data[s], labels=data[s])
+        out.loss.backward()
+        for o in opts:
+            o.step()
+        loss_diff = max(loss_diff, abs(float(a) - float(out.loss)))
+        pa, pb = by_step.full_parameters(), by_call.full_parameters()
+        param_diff = max(param_diff, max(float((pa[n].double() - pb[n].double()).abs().max()) for n in pa))
+    return {"loss_diff": loss_diff, "param_diff": param_diff, "optimizer": type(opts[1]).__name__,
+            "scales": [o.loss_scale.value for o in opts]}
+
+
 def run() -> dict:
     import planlang
     results = {}
@@ -179,6 +207,9 @@ def run() -> dict:
         res["step_outputs"] = len(pm.program.outputs)
         res["seconds"] = round(time.time() - t0, 1)
         results[name] = res
+    t0 = time.time()
+    results["f16"] = same_as_step(F16)
+    results["f16"]["seconds"] = round(time.time() - t0, 1)
     return results
 
 
