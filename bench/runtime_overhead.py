@@ -274,8 +274,9 @@ def eager_step(forward, loss_fn, inputs, targets, opt, after_backward=None) -> C
     return run
 
 
-def planlang_side(case: Case, device, plan) -> Side:
-    """planlang.apply (no pipeline) or planlang.runtime.pipeline.build_pipeline (pipeline)."""
+def planlang_side(case: Case, device, plan, compile_backend: str = "") -> Side:
+    """planlang.apply (no pipeline) or planlang.runtime.pipeline.build_pipeline (pipeline); with
+    `compile_backend`, its step under torch.compile (planlang.runtime.compiled.compile_parallel_model)."""
     from planlang.runtime.redistribute import MeshGroups
 
     model = build_model(case)
@@ -315,8 +316,13 @@ def planlang_side(case: Case, device, plan) -> Side:
     dp_rank = _dp_rank(case)
     inputs, targets = batch_piece(case, dp_rank, device)
     pm = apply(model, plan, device=device, targets=tuple(t.to("meta") for t in global_batch(case)[1]))
+    if compile_backend:
+        from planlang.runtime.compiled import compile_parallel_model
+
+        compile_parallel_model(pm, compile_backend)
     opt = pm.optimizer() if case.kind == "zero3" or case.precision else torch.optim.AdamW(pm.parameters(), lr=LR)
-    run = eager_step(pm, None, (*inputs, *targets), (), opt, pm.sync_grads)
+    forward = getattr(pm, "step_loss", pm)  # the loss alone, as `step` runs it (pm(...) may return outputs)
+    run = eager_step(forward, None, (*inputs, *targets), (), opt, pm.sync_grads)
     # a precision plan's f32 master copy (planlang.runtime.precision.MasterWeights) is state it keeps
     return Side("planlang", run, [pm.module, opt, *getattr(opt, "masters", ()), *inputs, *targets])
 
@@ -326,8 +332,19 @@ def _dp_rank(case: Case) -> int:
     return dist.get_rank() // case.tp if case.kind in ("dp", "dp_tp", "zero3") else 0
 
 
-def native_side(case: Case, device, bucket_view: bool = False) -> Side:
+def compiled_forward(module: nn.Module, loss_fn, backend: str) -> Callable:
+    """forward + loss of a native twin under torch.compile (planlang compiles its step's forward and loss)."""
+    return torch.compile(lambda *xs: loss_fn(module(*xs[:-1]), xs[-1]), backend=backend, dynamic=False)
+
+
+def native_side(case: Case, device, bucket_view: bool = False, compile_backend: str = "") -> Side:
+    """The hand-written twin; with `compile_backend`, its forward and loss under torch.compile."""
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    def step(module, inputs, targets, opt) -> Callable[[], torch.Tensor]:
+        if compile_backend:
+            return eager_step(compiled_forward(module, mod.loss, compile_backend), None, (*inputs, *targets), (), opt)
+        return eager_step(module, mod.loss, inputs, targets, opt)
 
     mod = model_module(case)
     model = build_model(case).to(device)
@@ -338,7 +355,7 @@ def native_side(case: Case, device, bucket_view: bool = False) -> Side:
         ddp = DDP(model, device_ids=ids, gradient_as_bucket_view=bucket_view)
         opt = torch.optim.AdamW(model.parameters(), lr=LR)
         inputs, targets = batch_piece(case, _dp_rank(case), device)
-        return Side("native", eager_step(ddp, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets],
+        return Side("native", step(ddp, inputs, targets, opt), [model, opt, *inputs, *targets],
                     loss_group=dist.group.WORLD)
     if case.kind == "tp":
         from torch.distributed.device_mesh import init_device_mesh
@@ -347,7 +364,7 @@ def native_side(case: Case, device, bucket_view: bool = False) -> Side:
         tensor_parallel(case, model, mesh)
         opt = torch.optim.AdamW(model.parameters(), lr=LR)
         inputs, targets = batch_piece(case, 0, device)
-        return Side("native", eager_step(model, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets])
+        return Side("native", step(model, inputs, targets, opt), [model, opt, *inputs, *targets])
     if case.kind == "dp_tp":
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor.parallel.ddp import _pre_dp_module_transform
@@ -360,7 +377,7 @@ def native_side(case: Case, device, bucket_view: bool = False) -> Side:
         ddp = DDP(model, process_group=dp_group, device_ids=ids, gradient_as_bucket_view=bucket_view)
         opt = torch.optim.AdamW(model.parameters(), lr=LR)
         inputs, targets = batch_piece(case, mesh.get_local_rank("dp"), device)
-        return Side("native", eager_step(ddp, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets],
+        return Side("native", step(ddp, inputs, targets, opt), [model, opt, *inputs, *targets],
                     loss_group=dp_group)
     if case.kind in ("pp", "pp_tp"):
         return native_pipeline(case, model, device)
@@ -380,7 +397,7 @@ def native_side(case: Case, device, bucket_view: bool = False) -> Side:
             b.set_modules_to_backward_prefetch([a])
         opt = torch.optim.AdamW(model.parameters(), lr=LR)
         inputs, targets = batch_piece(case, _dp_rank(case), device)
-        return Side("native", eager_step(model, mod.loss, inputs, targets, opt), [model, opt, *inputs, *targets],
+        return Side("native", step(model, inputs, targets, opt), [model, opt, *inputs, *targets],
                     loss_group=dist.group.WORLD)
     raise ValueError(case.kind)
 
@@ -646,7 +663,15 @@ def averaged_losses(side: Side) -> list[float] | None:
     return t.tolist()
 
 
-def run_case(case: Case, device, steps: int, warmup: int, profile_ops: bool, bucket_view: bool = False) -> dict:
+COMPILED_KINDS = ("dp", "tp", "dp_tp", "zero3")  # `--compile`: f32 cases without a pipeline (docs/runtime.md)
+
+
+def compiles(case: Case, backend: str) -> bool:
+    return bool(backend) and case.kind in COMPILED_KINDS and not case.precision
+
+
+def run_case(case: Case, device, steps: int, warmup: int, profile_ops: bool, bucket_view: bool = False,
+             compile_backend: str = "") -> dict:
     from planlang.plan.checker import check_text
 
     res = check_text(plan_text(case), path=str(ROOT / "bench" / f"{case.name}.plan"))
@@ -655,34 +680,60 @@ def run_case(case: Case, device, steps: int, warmup: int, profile_ops: bool, buc
     from planlang.plan.complete import complete
 
     sides = [native_side(case, device, bucket_view), planlang_side(case, device, complete(res.plan))]
+    if compiles(case, compile_backend):  # the same two, compiled: timed beside them, not memory-tracked
+        sides += [native_side(case, device, bucket_view, compile_backend),
+                  planlang_side(case, device, complete(res.plan), compile_backend)]
+        sides[2].name, sides[3].name = "native compiled", "planlang compiled"
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        for s in sides:
-            timed(s, sync)
-    times: dict[str, list[float]] = {s.name: [] for s in sides}
+    first: dict[str, float] = {}  # the first step of each side: a compiled side compiles in it
+    failed: dict[str, str] = {}  # a compiled side torch.compile fails on (every rank alike): left out, its error reported
+
+    def attempt(s: Side) -> float | None:
+        try:
+            return timed(s, sync)
+        except Exception as err:  # noqa: BLE001 - torch.compile's failure on a twin, reported in the table
+            if "compiled" not in s.name:
+                raise
+            failed[s.name] = f"{type(err).__name__}: {str(err).strip().splitlines()[-1][:120]}"
+            sides.remove(s)
+            times.pop(s.name, None)
+            return None
+
+    times: dict[str, list[float]] = {}
+    for i in range(warmup):
+        for s in list(sides):
+            t = attempt(s)
+            if i == 0 and t is not None:
+                first[s.name] = t
+    times.update({s.name: [] for s in sides})
     for i in range(steps):
-        for s in (sides if i % 2 == 0 else sides[::-1]):
-            times[s.name].append(timed(s, sync))
+        for s in list(sides if i % 2 == 0 else sides[::-1]):
+            if s in sides and (t := attempt(s)) is not None:
+                times[s.name].append(t)
     # the slowest rank's time of each step
     for name in times:
         t = torch.tensor(times[name], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         times[name] = t.tolist()
-    peaks = {s.name: peak_bytes(s, device) for s in sides}
-    colls = {s.name: collectives(s) for s in sides}
-    out = {"rank": dist.get_rank(), "times": times, "peaks": peaks, "collectives": colls,
+    t = torch.tensor([first.get(s.name, 0.0) for s in sides], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    first = dict(zip((s.name for s in sides), t.tolist()))
+    peaks = {s.name: peak_bytes(s, device) for s in sides[:2]}
+    colls = {s.name: collectives(s) for s in sides[:2]}
+    out = {"rank": dist.get_rank(), "times": times, "peaks": peaks, "collectives": colls, "first_step_s": first,
+           "compile_failed": failed,
            "losses": {s.name: averaged_losses(s) for s in sides}}
     if profile_ops and dist.get_rank() == 0:
-        out["profile"] = {s.name: top_ops(s) for s in sides}
+        out["profile"] = {s.name: top_ops(s) for s in sides[:2]}
     elif profile_ops:
-        for s in sides:  # the profiled steps are collective: every rank takes part
+        for s in sides[:2]:  # the profiled steps are collective: every rank takes part
             dist.barrier()
             s.step()
     return out
 
 
 def _worker(rank: int, case: Case, port: int, outdir: str, backend: str, steps: int, warmup: int,
-            profile_ops: bool, bucket_view: bool) -> None:
+            profile_ops: bool, bucket_view: bool, compile_backend: str = "") -> None:
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     if backend == "nccl":
@@ -692,7 +743,7 @@ def _worker(rank: int, case: Case, port: int, outdir: str, backend: str, steps: 
         device = torch.device("cpu")
     dist.init_process_group(backend, rank=rank, world_size=case.ranks)
     try:
-        res = run_case(case, device, steps, warmup, profile_ops, bucket_view)
+        res = run_case(case, device, steps, warmup, profile_ops, bucket_view, compile_backend)
         dist.barrier()
     except BaseException:  # noqa: BLE001 - reported by the parent
         res = {"rank": rank, "error": traceback.format_exc()}
@@ -707,12 +758,13 @@ def _free_port() -> int:
 
 
 def measure(case: Case, backend: str, steps: int, warmup: int, profile_ops: bool = False,
-            bucket_view: bool = False, timeout_s: float = 900) -> list[dict]:
+            bucket_view: bool = False, timeout_s: float = 900, compile_backend: str = "") -> list[dict]:
     """Every rank's result for `case` (raises RuntimeError naming the failing rank)."""
     import torch.multiprocessing as mp
 
     with tempfile.TemporaryDirectory(prefix="rt_overhead_") as d:
-        ctx = mp.start_processes(_worker, args=(case, _free_port(), d, backend, steps, warmup, profile_ops, bucket_view),
+        ctx = mp.start_processes(_worker, args=(case, _free_port(), d, backend, steps, warmup, profile_ops, bucket_view,
+                                                         compile_backend),
                                  nprocs=case.ranks, join=False, start_method="spawn")
         deadline = time.time() + timeout_s
         failure = None
@@ -815,6 +867,32 @@ def collectives_table(rows: list[tuple[Case, list[dict]]]) -> str:
     return "\n".join(lines)
 
 
+def compiled_table(rows: list[tuple[Case, list[dict]]], backend: str) -> str:
+    """Each case's four sides' median step (the slowest rank's), the compiled planlang / compiled native
+    ratio, the first step's seconds (compilation) and the compiled planlang's loss against its eager run."""
+    lines = [f"compiled (torch.compile backend {backend}; native compiled = torch.compile of the twin's forward + "
+             "loss, planlang compiled = planlang.runtime.compiled.compile_parallel_model)",
+             f"{'case':<14} {'native ms':>9} {'compiled':>9} {'planlang ms':>11} {'compiled':>9} {'ratio':>6} "
+             f"{'compile s native':>16} {'planlang':>9} {'loss vs eager':>13}"]
+    for case, ranks in rows:
+        r0 = ranks[0]
+        if not compiles(case, backend):
+            continue
+        nan = float("nan")
+        ms = {k: 1e3 * statistics.median(v) for k, v in r0["times"].items()}
+        diff = max((abs(a - b) / max(abs(b), 1e-30) for r in ranks if r["losses"]["planlang"] is not None
+                    and r["losses"].get("planlang compiled") is not None
+                    for a, b in zip(r["losses"]["planlang compiled"], r["losses"]["planlang"])), default=nan)
+        f = r0["first_step_s"]
+        nc, pc = ms.get("native compiled", nan), ms.get("planlang compiled", nan)
+        lines.append(f"{case.name:<14} {ms['native']:>9.2f} {nc:>9.2f} {ms['planlang']:>11.2f} {pc:>9.2f} "
+                     f"{pc / nc:>6.3f} {f.get('native compiled', nan):>16.1f} {f.get('planlang compiled', nan):>9.1f} "
+                     f"{diff:>13.1e}")
+        for side, err in r0.get("compile_failed", {}).items():
+            lines.append(f"  {case.name}: {side} failed to compile: {err}")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="small models, few steps (a smoke run)")
@@ -825,6 +903,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", action="store_true", help="print torch.profiler's top ops of one step per side")
     ap.add_argument("--bucket-view", action="store_true",
                     help="native DDP with gradient_as_bucket_view=True (its leanest memory setting)")
+    ap.add_argument("--compile", default="", metavar="BACKEND",
+                    help="also time both sides under torch.compile (inductor, aot_eager) for the "
+                         f"{', '.join(COMPILED_KINDS)} cases in f32")
     ap.add_argument("--out", default=str(RESULTS), help="results file (default bench/results/runtime_overhead.txt)")
     args = ap.parse_args(argv)
     all_cases = cases(args.quick)
@@ -846,7 +927,8 @@ def main(argv: list[str] | None = None) -> int:
     t_all = time.perf_counter()
     for case in chosen:
         try:
-            ranks = measure(case, backend, steps, warmup, args.profile, args.bucket_view)
+            ranks = measure(case, backend, steps, warmup, args.profile, args.bucket_view,
+                            timeout_s=2400 if compiles(case, args.compile) else 900, compile_backend=args.compile)
             row = summarize(case, ranks)
         except Exception as err:  # noqa: BLE001 - keep going, report at the end
             failed.append((case.name, str(err)))
@@ -865,6 +947,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"\n--- {case.name}: {side}, one step on rank 0\n{table}")
     total = time.perf_counter() - t_all
     coll = collectives_table(measured)
+    if args.compile:
+        coll = compiled_table(measured, args.compile) + "\n\n" + coll
     print("\n" + coll)
     notes = [
         f"targets: time ratio <= {TIME_TARGET}, memory ratio <= {MEMORY_TARGET}; "

@@ -24,7 +24,7 @@ WORLD = 4
 BACKEND = "aot_eager"  # inductor's C++ compile takes minutes per program here (bench/runtime_overhead.py has it)
 PLANS = "tests/runtime/plans"
 GPT2 = dict(layers=2, hidden=64, heads=4, vocab=128, seq=16)
-CONFIGS = {  # name -> (plan, the model's build arguments)
+CONFIGS: dict[str, tuple[str, dict]] = {  # name -> (plan, the model's build arguments)
     "dp4_tied": ("gpt2_dp4_tied.plan", dict(GPT2, tie_embeddings=True)),
     "dp2_tp2_ckpt": ("gpt2_dp2_tp2_ckpt.plan", GPT2),  # Megatron blocks, each block one checkpoint group
     "dp4_dropout": ("eval_gpt2_dp4.plan", dict(GPT2, layers=4, dropout=0.1)),  # refused: dropout's seed
