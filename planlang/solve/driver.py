@@ -53,8 +53,7 @@ from planlang.plan.units import format_bytes
 from planlang.model.validation import Validated
 from planlang.solve.anytime import REFINED, Clock, Cut, Where, mesh_words
 from planlang.solve.checkpoint_values import Checkpoints
-from planlang.solve.checkpoint_plan import (NoChain, activation_budget, choose_checkpoints, leanest_checkpoints,
-                                            no_recompute_peak, plan_chain)
+from planlang.solve.checkpoint_search import checkpointed
 from planlang.solve.classify import TemplateArguments, classify
 from planlang.solve.facts import SolveFacts, model_facts
 from planlang.solve.gate import Gate, Infeasible
@@ -132,6 +131,8 @@ class _Search:
         self._bounded: dict[tuple, tuple[Choices, float]] = {}  # edits -> choices, step
         budget = self.plan.budget.bytes if self.plan.budget is not None else None
         self._floored: set[tuple] = set()  # candidates over their memory floor (never priced)
+        self.tight = False  # the seed's defaults did not fit: stage 1 prices each mesh at its leanest too
+        self.mesh_floors: dict[int, int] = {}  # stage 1's mesh i -> its memory floor at ZeRO 0 (a plan's)
         self.last_floored = False  # the last candidate asked for: over its floor
         self.gate = Gate(self.resolution, path, budget, self.facts,
                          validated.facts if validated is not None else None)  # what is never priced
@@ -242,6 +243,7 @@ class _Search:
             self.notes.append(f"bounds by step time stopped: {', '.join(f'{k}={v}' for k, v in choices)} priced at "
                               f"step {priced.step_time * 1e3:.6g} ms, its profile alone gave "
                               f"{max(steps.steps(plan)) * 1e3:.6g} ms")
+        choices = self._bounded[key][0] if key in self._bounded else choices  # named as first met (as unbounded)
         c = Candidate(choices, plan, priced.peak, priced.step_time, priced.fits, priced.rows, priced.steps)
         self.tried.append(c)
         self._priced[key] = c
@@ -300,6 +302,8 @@ class _Search:
 
     def _run(self) -> Result:
         meshes = self.space.mesh_options()
+        if self.holes.stages is not None and meshes:
+            meshes = self.gate.shallow(meshes, self.space.stage_count)
         if not meshes:
             raise SolveError("no factorization of the device count splits the batch evenly over the data axes")
         self.progress(f"stage 1: {len(meshes)} mesh candidates (the first builds and simulates the model on meta)")
@@ -328,19 +332,27 @@ class _Search:
         order = list(range(len(meshes)))
         if self.prune:  # the meshes by their step alone, fastest first (see docs/solve.md, Bounds)
             bound = []
-            for a, m in zip(meshes, micros):
+            for i, (a, m) in enumerate(zip(meshes, micros)):
                 # near --time-limit, the meshes left are priced in their order, unbounded (no profile
                 # is made past the limit; the search is then cut at the next candidate)
                 late = self.clock.deadline is not None and (
                     self.clock.now() + self.clock.pricing_time() > self.clock.deadline)
-                bound.append(None if late else self.steps_at(a, m))
-            order.sort(key=lambda i: (bound[i] is not None, bound[i] or 0.0, i))
+                bound.append(None if late or self.hopeless(i) else self.steps_at(a, m))
+            # the meshes that cannot run or are over their memory floor (never priced) last, unprofiled;
+            # tight: those whose floor leaves half the budget (as the seed's) before the others
+            half = self.plan.budget.bytes / 2 if self.tight and self.plan.budget is not None else None
+            order.sort(key=lambda i: (self.hopeless(i), half is not None and self.mesh_floors.get(i, 0) > half,
+                                      bound[i] is not None, bound[i] or 0.0, i))
             self.where.stage1([meshes[i] for i in order])  # a cut's account lists the meshes in this order
         for n, i in enumerate(order):
             # only the REFINED best go on: a mesh slower than REFINED priced ones that fit cannot
             fast = sorted(c.step_time for c in coarse if c is not None and c.fits)
             beat = fast[REFINED - 1] if len(fast) >= REFINED else None
-            coarse[i] = self.least_zero(meshes[i], micros[i], {}, "flops", beat)
+            # tight: the mesh at its leanest first, which the defaults must then beat on step alone
+            lean = self.lean(meshes[i], beat) if self.tight else None
+            if not (self.tight and self.last_floored):  # a floor reads neither microbatches nor checkpoints
+                b = lean.step_time if lean is not None and lean.fits and (beat is None or lean.step_time < beat) else beat
+                coarse[i] = self.best([self.least_zero(meshes[i], micros[i], {}, "flops", b), lean])
             self.where.done(n + 1)
             self.report.advance(f"stage 1: mesh {n + 2} of {len(meshes)}" if n + 1 < len(meshes) else "")
         ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
@@ -388,17 +400,36 @@ class _Search:
         return len(self.tried) + len(self._bounded)
 
     def least_zero(self, assign: dict, micro: int | None, specs: dict[int, T.Spec], stages: str,
-                   beat: float | None) -> Candidate | None:
+                   beat: float | None, ckpt: Checkpoints | None = None) -> Candidate | None:
         """The candidate at ZeRO 0, or, when `zero = ?` and its memory floor is over the budget there, at
         the least ZeRO stage whose floor is not (the mesh stays in the search)."""
-        c = self.price_at(assign, micro, 0, specs, None, stages, beat)
+        c = self.price_at(assign, micro, 0, specs, ckpt, stages, beat)
         if c is not None or not self.last_floored or self.holes.zero is None:
             return c
         for zero in (1, 2, 3):
-            c = self.price_at(assign, micro, zero, specs, None, stages, beat)
+            c = self.price_at(assign, micro, zero, specs, ckpt, stages, beat)
             if c is not None or not self.last_floored:
                 return c
         return None
+
+    def hopeless(self, i: int) -> bool:
+        """Stage 1's mesh `i` (in `meshes`, which seed_order scored): not a plan, or over its memory floor
+        at ZeRO 0 when the plan writes its ZeRO stage (least_zero then prices nothing)."""
+        if not self.mesh_floors or self.plan.budget is None:  # no budget: seed_order scored none
+            return False
+        floor = self.mesh_floors.get(i)
+        return floor is None or self.holes.zero is None and floor > self.plan.budget.bytes
+
+    def lean(self, assign: dict, beat: float | None) -> Candidate | None:
+        """Stage 1's mesh at its leanest too, when the seed's defaults did not fit (`tight`) and the plan
+        leaves `checkpoint ?`: every repeated block checkpointed (`every 1`) over the most microbatches (a
+        pipeline's smallest bubble and least activations in flight); stage 2 refines the choices."""
+        ckpts = self.space.ckpt_options()[:1] if self.holes.checkpoint is not None else []
+        self.last_floored = False
+        if not ckpts:
+            return None
+        micro = self.space.micro_options(assign)[-1] if self.holes.micro is not None else None
+        return self.least_zero(assign, micro, {}, "flops", beat, ckpts[0])
 
     def seed(self, meshes: list[dict]) -> list[Candidate | None]:
         """Anytime: a complete plan before anything else, priced whatever the time limit. The first mesh
@@ -415,7 +446,8 @@ class _Search:
                 out.append(first)  # None: over its memory floor at ZeRO 0; ZeRO may bring it in
                 if first is not None and first.fits:
                     break
-                self.clock.seeding = first is None  # a plan held: the lean variants keep the deadline
+                # exempt until it holds a plan that fits, or the mesh's leanest plan that does not
+                # (a cut search writes it, or says how near it came)
                 ckpts: list[Checkpoints | None] = list(self.space.ckpt_options()[:1]) if self.holes.checkpoint is not None else []
                 zeros = (3, 1, 0) if self.holes.zero is not None else (0,)
                 for zero in zeros:
@@ -428,6 +460,7 @@ class _Search:
                         break
                 if any(c is not None for c in out):
                     break
+            self.tight = bool(out) and (out[0] is None or not out[0].fits)
         finally:
             self.clock.seeding = False
             self.clock.seeded = self.clock.now()
@@ -453,6 +486,7 @@ class _Search:
             if plan is None:
                 continue
             floor = memory_floor(plan, self.facts())
+            self.mesh_floors[i] = floor
             scored.append(((0, -floor, i) if 2 * floor <= budget else (1, floor, i), assign))
         return [a for _, a in sorted(scored, key=lambda x: x[0])]
 
@@ -535,53 +569,8 @@ class _Search:
         return cur
 
     def checkpointed(self, assign, micro, zero, specs, stages, base: Candidate) -> list[Candidate | None]:
-        """Checkpoint candidates for a plan that does not fit: rotor's groups (planlang.solve.
-        checkpoint_plan) for the activation budget the estimator leaves, tightened by the estimator's
-        overshoot until the plan fits (three tries); pipeline plans and models without a chain of
-        blocks take the `every k` grid."""
-        # lazy: numpy loads only when this runs
-        from planlang.solve.rotor import InfeasibleBudget as ChainTooBig
-
-        def price(ckpt):
-            return self.price_at(assign, micro, zero, specs, ckpt, stages)
-
-        out: list[Candidate | None] = []
-        budget = self.plan.budget.bytes if self.plan.budget is not None else None
-        if self.plan.pipeline is None and budget is not None:
-            try:
-                linear, head = plan_chain(base.plan, facts=self.facts().modules)  # the priced candidate's value
-                # the chain holds activations only: what the budget leaves after parameters, gradients,
-                # optimizer states and buffers, and never more than the chain needs without recomputation
-                room = min(activation_budget(max(base.rows, key=lambda r: r.peak), budget), no_recompute_peak(linear))
-                over = base.peak - budget
-                seen: set[Checkpoints] = set()
-                for _ in range(3):
-                    try:
-                        choice = choose_checkpoints(linear, max(room, 1), head)
-                    except ChainTooBig as e:  # the leanest grouping, to report how close it comes
-                        choice = leanest_checkpoints(linear, head, e.exact if e.exact is not None else budget)
-                    self.progress(f"rotor: {choice} for {room / 2**20:.3g} MiB of activations "
-                                  f"(+{choice.recompute_seconds * 1e3:.3g} ms recomputation)")
-                    if choice.value in seen:
-                        break
-                    seen.add(choice.value)
-                    c = price(choice.value) if choice.value else None
-                    out.append(c)
-                    if c is not None and c.fits or room <= 0:
-                        break
-                    over = c.peak - budget if c is not None else over
-                    room -= max(over, 1)  # the estimator's overshoot comes off the chain's budget
-                if any(c is not None and c.fits for c in out):
-                    return out
-            except (NoChain, ChainTooBig) as e:
-                self.notes.append(f"rotor: {e}")
-        for opt in self.space.ckpt_options():
-            c = price(opt)
-            out.append(c)
-            if c is not None and c.fits:
-                break
-        return out
-
+        """Checkpoint candidates for a plan that does not fit (planlang.solve.checkpoint_search)."""
+        return checkpointed(self, assign, micro, zero, specs, stages, base)
 
 def solve(path: str, objective: str = "time", progress: Callable[[str], None] | Reporter = lambda s: None, *,
           alpha: float = ALPHA, time_limit: float | None = None, started: float | None = None,

@@ -6,6 +6,11 @@ candidate fits.
   key/value heads (more tp than heads, or a tp that does not divide them). PL365 is a warning for a plan a
   user wrote and a refusal for a candidate: the model's code cannot run it. The rules read the probe and
   only the mesh, the specs and the data axes, so candidates that share those share the answer.
+- A pipeline of more stages than the model has layers (planlang.solve.pipeline_stages' layer sequence at
+  its coarsest: the top-level modules and each repeated block): every stage past that count splits a
+  block, which lowers no stage's flops below the block's largest part while the min–max DP that cuts it
+  costs O(k·n²) over the finer layers (minutes at 1T's 768 stages). Such meshes are not enumerated when
+  the plan leaves its stages `?` (written stages fix the count), and the summary says how many.
 - A candidate whose memory floor (planlang.solve.pricing.memory_floor: its parameters and optimizer
   states alone, a lower bound on the estimator's peak) is over the budget.
 
@@ -51,6 +56,7 @@ class Gate:
         self.refused: dict[str, tuple[int, str]] = {}  # code -> candidates the model cannot run, the first why
         self.floored: tuple[Choices, int] | None = None  # the least memory floor over the budget
         self.floored_count = 0
+        self.deep: tuple[int, int] | None = None  # (meshes not enumerated for their stage count, the layers)
 
     def probed(self) -> ModelFacts:
         """The probe as the model rules read it (module tree, shapes, each attention module's heads)."""
@@ -86,12 +92,30 @@ class Gate:
         self.floored_count += 1
         return True
 
+    def shallow(self, meshes: list[dict], stage_count: Callable[[dict], int]) -> list[dict]:
+        """The meshes whose pipeline has at most as many stages as the model has layers (see the module
+        docstring; counted in `deep`). The caller asks only when the plan leaves its stages `?`."""
+        layers = getattr(self.facts().layers, "layers", None)  # a LayerSequence, None: not a chain
+        if layers is None:
+            return meshes
+        n = len(layers.layers)
+        kept = [a for a in meshes if stage_count(a) <= n]
+        if len(kept) < len(meshes):
+            self.deep = (len(meshes) - len(kept), n)
+        return kept
+
     def summary(self) -> str | None:
-        """The candidates never priced because the model cannot run them, in a line."""
-        if not self.refused:
-            return None
-        return "never priced, the model cannot run them: " + "; ".join(
-            f"{n} candidate{'s' if n > 1 else ''} by {code} (first: {why})" for code, (n, why) in self.refused.items())
+        """The candidates never priced because the model cannot run them or their pipeline is deeper than
+        the model, in a line."""
+        said = []
+        if self.deep is not None:
+            said.append(f"never enumerated: {self.deep[0]} meshes whose pipeline has more stages than the model's "
+                        f"{self.deep[1]} layers")
+        if self.refused:
+            said.append("never priced, the model cannot run them: " + "; ".join(
+                f"{n} candidate{'s' if n > 1 else ''} by {code} (first: {why})"
+                for code, (n, why) in self.refused.items()))
+        return "; ".join(said) or None
 
     def infeasible(self, tried: list[Candidate], cut: str | None, notes: list[str]) -> Infeasible:
         """No candidate fits: the nearest miss — the least peak priced, or the least floor of those not

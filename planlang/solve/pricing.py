@@ -171,7 +171,7 @@ def best(cands, objective: str) -> Candidate | None:
 
 def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
     """A lower bound on the candidate's peak bytes per device from its parameters alone: the heaviest
-    pipeline stage's local parameters (sharded by its specs; by ZeRO-3 too), their gradients (in the
+    pipeline rank's local parameters (its stages': several under interleaving) (sharded by its specs; by ZeRO-3 too), their gradients (in the
     parameters' dtype; sharded by ZeRO >= 2), optimizer states (sharded by ZeRO >= 1) and, under mixed
     precision without FSDP, the master copy — what every estimate of the plan holds at once at least
     (planlang.model.price.estimate: parameters + optimizer states + buffers (the gradient buckets) +
@@ -187,6 +187,11 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
     master = prec.bytes("master") if prec.mixed else 4
     copy = prec.mixed and prec.master_copy and not (zero >= 2 and zero_n > 1)  # estimate's MasterWeights
+    # interleaved: model stage s is chunk s // p of rank s mod p (planlang.plan.schedule), and a rank holds
+    # every chunk's parameters at once
+    pipe = plan.pipeline
+    ranks = len(pipe.stages) // pipe.schedule.chunks if pipe is not None and pipe.schedule.kind == "interleaved" \
+        and pipe.schedule.chunks > 1 else 0
     stages: dict = {}
     # every parameter counted as trained (a parameter the loss does not reach, BERT's pooler under an MLM
     # loss, gets no gradient or state in the estimate: the floor is then above it by that parameter's share)
@@ -198,7 +203,7 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
         state = states * n * master
         state = state // zero_n if zero >= 1 else state
         state += master * n if copy else 0
-        for s in p.stages or (None,):
+        for s in {s % ranks if ranks and s is not None else s for s in p.stages or (None,)}:
             stages[s] = stages.get(s, 0) + held + grads + state
     return max(stages.values(), default=0)
 

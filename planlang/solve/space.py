@@ -364,13 +364,17 @@ class Space:
         # lazy: torch loads only when this runs
         from planlang.solve.pipeline_stages import balanced_stages, to_stages, tree_stages
 
-        k = self.size_of(assign, self.pp_axis(assign)) * max(self.schedule_of(assign)[1], 1)
+        k = self.stage_count(assign)
         if (k, method) not in self._stages:
             parts = self.facts().layers
             chosen = tree_stages(self.plan, k, parts=parts) if method == "tree" else \
                 balanced_stages(self.plan, k, cost=method, parts=parts)
             self._stages[k, method] = (tuple(chosen), to_stages(chosen))
         return self._stages[k, method]
+
+    def stage_count(self, assign: dict) -> int:
+        """Pipeline stages of the mesh's candidates: the pipeline axis's size times the chunks per rank."""
+        return self.size_of(assign, self.pp_axis(assign)) * max(self.schedule_of(assign)[1], 1)
 
     def literal(self, hole: T.Hole) -> bool:
         return hole.span.file != self.path or self.source[hole.span.start:hole.span.end].strip() == "?"
