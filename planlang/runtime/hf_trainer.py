@@ -142,7 +142,8 @@ class PlanTrainer(transformers.Trainer):
         missing = [n for n in self.input_names if n not in inputs]
         if missing:
             raise PlanError(f"the batch has keys {sorted(inputs)}; the plan's input(s) {missing} are not among them")
-        labels = [k for k in self.label_names if inputs.get(k) is not None]
+        # a label the plan declares as an input (the model computes its own loss) is passed as that input
+        labels = [k for k in self.label_names if inputs.get(k) is not None and k not in self.input_names]
         extra = [k for k in inputs if k not in self.input_names and k not in labels]
         for k in extra:
             t = inputs[k]
@@ -154,7 +155,7 @@ class PlanTrainer(transformers.Trainer):
                             f"`input`, or leave it out of the collator's batch"
                             + (" (an attention mask with zeros: padding needs the mask as a plan input)"
                                if k == "attention_mask" else ""))
-        for k in labels:
+        for k in [k for k in self.label_names if inputs.get(k) is not None]:
             t = inputs[k]
             # the lowered cross_entropy averages over every token: an ignored label would count (docs/runtime.md)
             if isinstance(t, torch.Tensor) and not t.is_floating_point() and bool((t == IGNORE_INDEX).any()):
