@@ -139,8 +139,9 @@ def _dtype(t: torch.Tensor) -> str:
 
 
 class ParallelModel(nn.Module):
-    """The model under a plan on this rank. `forward(*inputs, *targets)`: the global loss (a batch up to the
-    plan's, either mode: runtime.programs); `step` adds backward and gradient sums; `optimizer()`: ZeRO's."""
+    """The model under a plan on this rank. `forward(*args, **kwargs)`: the model's output with the global
+    loss (a batch up to the plan's, either mode: runtime.programs); `step` the loss alone, with backward
+    and gradient sums; `optimizer()`: ZeRO's."""
 
     def __init__(self, model: nn.Module, prog: Program, groups: MeshGroups, layouts: dict[str, ParamLayout],
                  code: str, device: torch.device, recorder=None, blocks: Sequence[Block] = ()) -> None:
