@@ -15,6 +15,7 @@ Rank 0 prints one line per event, `key=value` words after the event's name:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 
 import torch
@@ -59,19 +60,32 @@ def batch(step: int, size: int, seq: int, split: int = 0) -> dict[str, torch.Ten
     return {"input_ids": ids, "labels": ids}
 
 
+def microbatches(b: dict[str, torch.Tensor], n: int) -> list[dict[str, torch.Tensor]]:
+    """`b` cut into `n` microbatches along the batch dim."""
+    return [{k: v.chunk(n)[i] for k, v in b.items()} for i in range(n)]
+
+
 # ---------------------------------------------------------------------------------------------- training
-def train_step(pm, b: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Forward and backward of one optimizer step's batch; the global mean loss. Under a plan with
-    `microbatches N` (or a pipeline's microbatches) `pm.step` runs the batch as N microbatches and sums the
-    gradients over the data axes once, after the last: the gradient accumulation."""
-    return pm.step(b["input_ids"], b["labels"])  # inputs, then targets (the `loss` above takes the labels)
+def train_step(pm, micro: list[dict[str, torch.Tensor]]) -> float:
+    """Forward and backward of one optimizer step given as microbatches (gradient accumulation): each
+    loss divided by their number, the gradients adding up in `.grad`, the data-parallel sums started by
+    the last backward only (`pm.no_sync()`; a pipeline sums each call's own gradients and has none).
+    Returns the step's mean loss."""
+    total = 0.0
+    for i, b in enumerate(micro):
+        last = i == len(micro) - 1
+        with contextlib.nullcontext() if last or not hasattr(pm, "no_sync") else pm.no_sync():
+            out = pm(**b)  # GPT-2's CausalLMOutput: `loss` global, with autograd; `logits` this rank's piece
+            (out.loss / len(micro)).backward()
+        total += out.loss.item() / len(micro)
+    return total
 
 
-def evaluate(pm, b: dict[str, torch.Tensor]) -> float:
-    """The held-out loss: eval mode, no gradients, back to training after."""
+def evaluate(pm, held_out: list[dict[str, torch.Tensor]]) -> float:
+    """The mean loss over held-out batches: eval mode, no gradients, back to training after."""
     pm.eval()
-    with torch.no_grad():
-        value = float(pm(b["input_ids"], b["labels"]))  # a pipeline evaluates under its forward-only schedule
+    with torch.no_grad():  # a pipeline runs its forward-only schedule
+        value = sum(pm(**b).loss.item() for b in held_out) / len(held_out)
     pm.train()
     return value
 
@@ -93,15 +107,15 @@ def train(args: argparse.Namespace) -> None:
         planlang.load(pm, opt, args.resume, scheduler=sched)  # under this plan, whichever plan saved it
         done = sched.last_epoch  # the scheduler counts the optimizer steps taken
         say(f"resumed step={done} path={args.resume}")
-    held_out = batch(0, args.batch, args.seq, split=1)
+    held_out = microbatches(batch(0, args.batch, args.seq, split=1), args.accumulate)
     for step in range(done, args.steps):
         opt.zero_grad()
-        value = train_step(pm, batch(step, args.batch, args.seq))
-        norm = pm.clip_grad_norm_(args.max_grad_norm)  # the whole model's norm, over every rank's pieces
+        value = train_step(pm, microbatches(batch(step, args.batch, args.seq), args.accumulate))
+        norm = pm.clip_grad_norm_(args.max_grad_norm)  # finishes the gradient sums; the whole model's norm
         lr = sched.get_last_lr()[0]
         opt.step()
         sched.step()
-        say(f"train step={step + 1} loss={float(value):.9g} lr={lr:.9g} grad_norm={float(norm):.9g}")
+        say(f"train step={step + 1} loss={value:.9g} lr={lr:.9g} grad_norm={float(norm):.9g}")
         if args.checkpoint_dir and ((step + 1) % args.save_every == 0 or step + 1 == args.steps):
             path = os.path.join(args.checkpoint_dir, f"step-{step + 1}")
             planlang.save(pm, opt, path, scheduler=sched)  # every rank writes its pieces
@@ -119,25 +133,26 @@ def reference(args: argparse.Namespace, dtype: torch.dtype = torch.float32) -> l
     model = build().to(dtype)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.weight_decay)
     sched = get_cosine_schedule_with_warmup(opt, args.warmup, args.steps)
-    held_out = batch(0, args.batch, args.seq, split=1)
+    held_out = microbatches(batch(0, args.batch, args.seq, split=1), args.accumulate)
     lines = []
     for step in range(args.steps):
         opt.zero_grad()
-        b = batch(step, args.batch, args.seq)
-        value = loss(model(b["input_ids"]), b["labels"])
-        value.backward()
-        value = value.detach()
+        value = 0.0
+        for b in microbatches(batch(step, args.batch, args.seq), args.accumulate):
+            micro = loss(model(b["input_ids"]), b["labels"])
+            (micro / args.accumulate).backward()
+            value += micro.item() / args.accumulate
         norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.max_grad_norm)
         lr = sched.get_last_lr()[0]
         opt.step()
         sched.step()
-        lines.append(f"train step={step + 1} loss={float(value):.9g} lr={lr:.9g} grad_norm={float(norm):.9g}")
+        lines.append(f"train step={step + 1} loss={value:.9g} lr={lr:.9g} grad_norm={float(norm):.9g}")
         if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
             model.eval()
             with torch.no_grad():
-                value = loss(model(held_out["input_ids"]), held_out["labels"])
+                value = sum(loss(model(b["input_ids"]), b["labels"]).item() for b in held_out) / len(held_out)
             model.train()
-            lines.append(f"eval step={step + 1} loss={float(value):.9g}")
+            lines.append(f"eval step={step + 1} loss={value:.9g}")
     return lines
 
 
@@ -147,6 +162,8 @@ def arguments(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the plan (default: $PLANLANG_PLAN, which `planlang run` sets)")
     p.add_argument("--steps", type=int, default=8, help="optimizer steps in all (the schedule's length)")
     p.add_argument("--batch", type=int, default=8, help="sequences per optimizer step: the plan's batch")
+    p.add_argument("--accumulate", type=int, default=2,
+                   help="microbatches per optimizer step (gradient accumulation): the plan's `microbatches`")
     p.add_argument("--seq", type=int, default=16, help="tokens per sequence: the plan's seq")
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--weight-decay", type=float, default=0.01)
