@@ -155,13 +155,16 @@ class PlanTrainer(transformers.Trainer):
                             f"`input`, or leave it out of the collator's batch"
                             + (" (an attention mask with zeros: padding needs the mask as a plan input)"
                                if k == "attention_mask" else ""))
-        for k in [k for k in self.label_names if inputs.get(k) is not None]:
+        m = self.plan.microbatches
+        for k in [k for k in self.label_names if inputs.get(k) is not None] if m > 1 else []:
             t = inputs[k]
-            # the lowered cross_entropy averages over every token: an ignored label would count (docs/runtime.md)
+            # the lowered cross_entropy divides by the tokens not ignored in the batch it runs: one microbatch,
+            # and the step is the mean of its microbatches' means, not the batch's token mean
             if isinstance(t, torch.Tensor) and not t.is_floating_point() and bool((t == IGNORE_INDEX).any()):
-                raise PlanError(f"label `{k}` holds {IGNORE_INDEX} (ignored tokens: padding, masked prompts); the "
-                                "plan's loss averages over every token, so the loss would be wrong: give every "
-                                "token a label, or pad with a token the model learns")
+                raise PlanError(f"label `{k}` holds {IGNORE_INDEX} (ignored tokens: padding, masked prompts) and the "
+                                f"plan runs a step as {m} microbatches: its loss is the mean of their means, not "
+                                "the batch's mean over its tokens; give every token a label, or use a plan "
+                                "without microbatches")
         out = [inputs[n] for n in self.input_names] + [inputs[k] for k in labels]
         same_on_every_rank(out)
         return out

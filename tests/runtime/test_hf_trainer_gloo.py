@@ -51,6 +51,13 @@ def test_evaluate_matches_one_process(results, name):
         _within(f"rank {r} {name} eval_loss", res[name]["judged"]["eval_loss"])
 
 
+def test_ignored_labels_average_over_the_tokens_kept(results):
+    """Labels of -100 (uneven over the dp shards) under dp 2 x tp 2: the loss of one process's
+    cross_entropy, which averages over the tokens not ignored."""
+    for r, res in enumerate(results):
+        _within(f"rank {r} masked eval loss", res["dp2_tp2"]["judged"]["masked_loss"])
+
+
 @pytest.mark.parametrize("name", list(W.PLANS))
 def test_save_model_writes_the_whole_model(results, name):
     """save_pretrained on rank 0 of the gathered parameters: from_pretrained reads the trained model."""
@@ -86,7 +93,7 @@ def test_what_ran(results):
     ("ranks_differ", "the ranks read different batches"),
     ("padding_mask", "an attention mask with zeros"),
     ("unknown_key", "batch key `token_type_ids`"),
-    ("ignored_labels", "label `labels` holds -100"),
+    ("ignored_labels", "runs a step as 2 microbatches"),
     ("logits", "gives the loss only"),
 ])
 def test_refusals_say_why(results, case, says):
