@@ -127,6 +127,18 @@ def compile_step(step: Callable, prog: Program, backend: str = "inductor", *, re
     return CompiledStep(step, backend, mode)
 
 
+def compile_model(pm: Any, backend: str = "inductor", mode: str | None = None) -> Any:
+    """What `apply(..., compile=...)` does with the model it made: a ParallelModel's step compiled
+    (`compile_parallel_model`); a pipeline (PipelinedModel, ProgramPipelinedModel) runs eagerly, said by
+    a note: its stages are driven by torch.distributed.pipelining's schedule, and compiling their modules
+    is not done here (docs/runtime.md, "Compiling the step"). Returns `pm`."""
+    if not (hasattr(pm, "programs") and hasattr(pm, "_step")):  # a ParallelModel has both
+        note("pipelines run eagerly, not compiled: the stages' modules (the model's, or the program's stage "
+             "functions) are not put under torch.compile yet; the plan runs as without compile")
+        return pm
+    return compile_parallel_model(pm, backend, mode)
+
+
 def compile_parallel_model(pm: Any, backend: str = "inductor", mode: str | None = None) -> Any:
     """`pm` (a planlang.runtime.apply ParallelModel) running its programs compiled: the current one now,
     the programs lowered later for a shorter batch or the other mode when they are made (Programs.compile
@@ -134,6 +146,9 @@ def compile_parallel_model(pm: Any, backend: str = "inductor", mode: str | None 
     import dataclasses
 
     recorder = pm.rt.recorder
+    if pm.fsdp_axes:
+        note(f"ZeRO-2/3 over {', '.join(pm.fsdp_axes)}: FSDP2's hooks (each block's all-gather and reduce-scatter) run "
+             "eagerly between compiled graphs: one graph per block and one for the rest of the step")
     pm._step = compile_step(pm._step, pm.program, backend, recorder=recorder, model=pm.module, mode=mode)
     programs = getattr(pm, "programs", None)
     if programs is None:

@@ -1,7 +1,7 @@
 """Gloo worker for tests/runtime/test_compile_gloo.py: every rank runs every config twice from the same seed,
 
     pm = planlang.apply(build(), plan); opt = pm.optimizer()
-    [compile_parallel_model(pm, BACKEND)]     # the second run only (planlang.runtime.compiled)
+    [compile_model(pm, BACKEND)]              # the second run only (planlang.runtime.compiled)
     3 x (pm.step(x, x); opt.step())           # the training losses
     pm.eval(); with torch.no_grad(): pm(x, x)  # a program lowered (and compiled) after apply: Programs.install
 
@@ -28,6 +28,7 @@ CONFIGS: dict[str, tuple[str, dict]] = {  # name -> (plan, the model's build arg
     "dp4_tied": ("gpt2_dp4_tied.plan", dict(GPT2, tie_embeddings=True)),
     "dp2_tp2_ckpt": ("gpt2_dp2_tp2_ckpt.plan", GPT2),  # Megatron blocks, each block one checkpoint group
     "dp4_dropout": ("eval_gpt2_dp4.plan", dict(GPT2, layers=4, dropout=0.1)),  # refused: dropout's seed
+    "pp2_dp2": ("eval_gpt2_pp2_dp2.plan", dict(GPT2, layers=4, dropout=0.1)),  # refused: a pipeline
 }
 
 
@@ -43,7 +44,7 @@ def _loss(out) -> float:
 def run(plan: str, kwargs: dict, compiled: bool) -> dict:
     import planlang.runtime.apply as planlang
     from examples.gpt2.model import build
-    from planlang.runtime.compiled import CompiledStep, compile_parallel_model
+    from planlang.runtime.compiled import CompiledStep, compile_model
 
     torch.manual_seed(0)
     pm = planlang.apply(build(**kwargs), os.path.join(PLANS, plan))
@@ -51,7 +52,7 @@ def run(plan: str, kwargs: dict, compiled: bool) -> dict:
     with contextlib.redirect_stderr(err) if compiled else contextlib.nullcontext():
         if compiled:
             torch._dynamo.reset()
-            compile_parallel_model(pm, BACKEND)
+            compile_model(pm, BACKEND)  # what apply(..., compile=BACKEND) runs
         opt = pm.optimizer()
         xs = batches()
         losses = []
@@ -59,12 +60,12 @@ def run(plan: str, kwargs: dict, compiled: bool) -> dict:
             losses.append(float(pm.step(x, x)))
             opt.step()
             opt.zero_grad()
-        train_step = pm._step
+        train_step = getattr(pm, "_step", None)  # a pipeline has none
         pm.eval()
         with torch.no_grad():
             evaluation = _loss(pm(xs[3], xs[3]))
     return {"losses": losses, "eval": evaluation, "compiled": isinstance(train_step, CompiledStep),
-            "eval_compiled": isinstance(pm._step, CompiledStep),
+            "eval_compiled": isinstance(getattr(pm, "_step", None), CompiledStep),
             "seconds": getattr(train_step, "seconds", None), "note": err.getvalue()}
 
 

@@ -1,10 +1,10 @@
-"""`compile_parallel_model` (planlang.runtime.compiled, `apply(..., compile=True)`) on 4 gloo ranks: the
+"""`compile_model` (planlang.runtime.compiled, `apply(..., compile=True)`) on 4 gloo ranks: the
 compiled step trains as the eager one (tests/runtime/compile_worker.py). GPT-2 dp 4 with a tied head, and
 dp 2 x tp 2 (Megatron) with every block a checkpoint group: 3 AdamW steps and an evaluation after
 `pm.eval()` (a program lowered after apply, compiled when it is installed). Bound: 1e-6 relative to the
 eager run on the same ranks (aot_eager runs the same aten ops: measured 0; inductor's fused kernels
 measured 2e-7 on dp 2). A plan with dropout: its training step is refused with note[PL469] on rank 0 and runs eagerly, its
-evaluation step (dropout off) is compiled.
+evaluation step (dropout off) is compiled. A pipeline (pp 2 x dp 2) runs eagerly, said by a note.
 """
 from __future__ import annotations
 
@@ -47,5 +47,16 @@ def test_dropout_is_refused_with_a_note(results):
         assert _rel(comp["eval"], eager["eval"]) <= BOUND
         if r == 0:
             assert "note[PL469]" in comp["note"] and "random ops (model_drop" in comp["note"]
+        else:
+            assert "PL469" not in comp["note"]
+
+
+def test_pipeline_runs_eagerly_with_a_note(results):
+    for r, res in enumerate(results):
+        comp, eager = res["pp2_dp2"]["compiled"], res["pp2_dp2"]["eager"]
+        assert not comp["compiled"] and not comp["eval_compiled"]
+        assert comp["losses"] == eager["losses"] and comp["eval"] == eager["eval"]
+        if r == 0:
+            assert "note[PL469]: pipelines run eagerly" in comp["note"]
         else:
             assert "PL469" not in comp["note"]
