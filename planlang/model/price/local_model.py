@@ -89,11 +89,29 @@ def local_inputs(plan: CompletePlan, divide: int) -> dict[str, torch.Tensor]:
 
 def stage_of_modules(plan: CompletePlan, names: list[str]) -> dict[str, int]:
     """The pipeline stage of each module the plan's stages cover (empty without a pipeline)."""
-    out: dict[str, int] = {}
     p = plan.pipeline
     if p is None:
-        return out
-    for st in p.stages:
+        return {}
+    # a solve meets the same stages with many meshes and microbatch counts: matching every stage's selections
+    # against every module name was a sixth of a 1T candidate's price (128 stages, ~2000 modules)
+    try:
+        key = (p.stages, tuple(names))
+        hash(key)
+    except TypeError:
+        return _stage_of_modules(p.stages, names)
+    if key not in _STAGE_OF:
+        if len(_STAGE_OF) > 64:
+            _STAGE_OF.clear()
+        _STAGE_OF[key] = _stage_of_modules(p.stages, names)
+    return dict(_STAGE_OF[key])
+
+
+_STAGE_OF: dict[tuple, dict[str, int]] = {}
+
+
+def _stage_of_modules(stages, names: list[str]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for st in stages:
         for m in covered_modules(st.modules, names):
             out[m] = st.index
     return out
