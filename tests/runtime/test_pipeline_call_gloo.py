@@ -3,7 +3,7 @@
 scheduler train as one process does (tests/runtime/pipeline_call_worker.py, 4 gloo ranks, one spawn).
 
 pp 2 x dp 2 (1F1B, 2 microbatches; GPT-2 with lm_head tied to wte, on both pipeline ranks) without ZeRO
-and with ZeRO-3 (FSDP2 stages), and pp 2 x tp 2 (the lowered program cut into stages; the loss only, no
+and with ZeRO-3 (FSDP2 stages), interleaved (2 stages per rank), and pp 2 x tp 2 (the lowered program cut into stages; the loss only, no
 outputs yet): 3 steps, the first with positional inputs, the second by the plan's
 input name and a target keyword, the third as two half batches whose losses / 2 accumulate in `.grad`;
 a pm(...) without backward leaves the gradients as they were; the logits are this data replica's piece
