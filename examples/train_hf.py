@@ -8,9 +8,9 @@ periodic evaluation, checkpoints and resume (docs/byom.md, "A complete training 
 This file is also the plans' factory (`model gpt2 = "train_hf:build"()`): `build` and `loss` below.
 Rank 0 prints one line per event, `key=value` words after the event's name:
 
-    train step=1 loss=5.5618 lr=0.0015 grad_norm=1.234
-    eval step=2 loss=5.5011
+    train step=2 loss=5.56155562 lr=0.005 grad_norm=1.80789387
     saved step=2 path=ckpt/step-2
+    eval step=2 loss=5.5490005
 """
 from __future__ import annotations
 
