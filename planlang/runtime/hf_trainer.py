@@ -137,8 +137,9 @@ class PlanTrainer(transformers.Trainer):
         return self.optimizer
 
     # ------------------------------------------------------------------ a step
-    def plan_args(self, inputs: Mapping[str, Any]) -> list[torch.Tensor]:
-        """The collator's batch as the plan's step arguments: its inputs by name, then the label keys."""
+    def plan_args(self, inputs: Mapping[str, Any], step: bool = True) -> list[torch.Tensor]:
+        """The collator's batch as the plan's step arguments: its inputs by name, then the label keys.
+        `step`: for pm.step (the plan's microbatches), else for one forward (evaluation)."""
         missing = [n for n in self.input_names if n not in inputs]
         if missing:
             raise PlanError(f"the batch has keys {sorted(inputs)}; the plan's input(s) {missing} are not among them")
@@ -155,7 +156,8 @@ class PlanTrainer(transformers.Trainer):
                             f"`input`, or leave it out of the collator's batch"
                             + (" (an attention mask with zeros: padding needs the mask as a plan input)"
                                if k == "attention_mask" else ""))
-        m = self.plan.microbatches
+        # (a pipeline's evaluation runs the schedule's microbatches too; another plan's, one forward)
+        m = self.plan.microbatches if step or self.plan.pipeline is not None else 1
         for k in [k for k in self.label_names if inputs.get(k) is not None] if m > 1 else []:
             t = inputs[k]
             # the lowered cross_entropy divides by the tokens not ignored in the batch it runs: one microbatch,
@@ -193,7 +195,7 @@ class PlanTrainer(transformers.Trainer):
             raise PlanError("under a plan evaluation gives the loss only (the plan's program returns no logits): "
                             "drop compute_metrics (or set prediction_loss_only=True); predict() is not supported")
         self.pm.eval()
-        return eval_loss(self.pm, self.plan_args(inputs)).detach().to(self.args.device), None, None
+        return eval_loss(self.pm, self.plan_args(inputs, step=False)).detach().to(self.args.device), None, None
 
     # ------------------------------------------------------------------ saving
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
