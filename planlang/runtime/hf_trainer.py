@@ -53,6 +53,8 @@ _REFUSED = {
     "label_smoothing_factor": "the loss is the plan's",
     "neftune_noise_alpha": "the forward is the plan's program",
     "torch_compile": "the forward is the plan's program",
+    "load_best_model_at_end": "Trainer would load the whole tensors into this rank's pieces; resume from "
+                              "trainer.state.best_model_checkpoint instead (planlang.load)",
 }
 
 

@@ -157,6 +157,7 @@ def refusals(outdir: str, trainer) -> dict:
         "accumulation": refused(lambda: make(gradient_accumulation_steps=2)),
         "batch_size": refused(lambda: make(per_device_train_batch_size=4)),
         "checkpointing": refused(lambda: make(activation_checkpointing=True)),
+        "best_model": refused(lambda: make(load_best_model_at_end=True, eval_strategy="steps", save_strategy="steps")),
         "ranks_differ": refused(lambda: same_on_every_rank([torch.full((2,), dist.get_rank())])),
         "padding_mask": refused(lambda: trainer.plan_args(padded)),
         "unknown_key": refused(lambda: trainer.plan_args(dict(batch, token_type_ids=batch["input_ids"]))),

@@ -90,6 +90,7 @@ def test_what_ran(results):
     ("accumulation", "`microbatches 2` in the plan"),
     ("batch_size", "set it to the plan's batch, 8"),
     ("checkpointing", "activation_checkpointing=True"),
+    ("best_model", "load_best_model_at_end=True"),
     ("ranks_differ", "the ranks read different batches"),
     ("padding_mask", "an attention mask with zeros"),
     ("unknown_key", "batch key `token_type_ids`"),
