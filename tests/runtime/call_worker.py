@@ -185,6 +185,26 @@ def same_as_step(plan: str, steps: int = 2) -> dict:
             "scales": [o.loss_scale.value for o in opts]}
 
 
+ACC = "call_gpt2_dp4_zero3_acc2.plan"  # ZeRO-3 with `microbatches 2`
+
+
+def accumulation(plan: str) -> dict:
+    """Under gradient accumulation: `pm.step` (2 microbatches, one gradient sum) and `pm(...)` +
+    `out.loss.backward()` (the step's batch as one program) on two copies from the same parameters:
+    the relative difference of their losses and of their gradients (summation orders differ)."""
+    import planlang
+    from planlang.runtime.verify import rel
+    idx = C.batches()[0]
+    by_step, by_call = (planlang.apply(C.build(), os.path.join(PLANS, plan)) for _ in range(2))
+    a = by_step.step(idx, idx)
+    out = by_call(idx, idx)
+    out.loss.backward()
+    ga, gb = by_step.full_grads(), by_call.full_grads()
+    total = sum(float(g.double().norm()) ** 2 for g in ga.values()) ** 0.5
+    return {"microbatches": by_call.microbatches, "loss": rel(out.loss.detach(), a),
+            "grads": max(rel(gb[n], g, 1e-3 * total) for n, g in ga.items())}
+
+
 def run() -> dict:
     import planlang
     results = {}
@@ -210,6 +230,9 @@ def run() -> dict:
     t0 = time.time()
     results["f16"] = same_as_step(F16)
     results["f16"]["seconds"] = round(time.time() - t0, 1)
+    t0 = time.time()
+    results["accumulation"] = accumulation(ACC)
+    results["accumulation"]["seconds"] = round(time.time() - t0, 1)
     return results
 
 

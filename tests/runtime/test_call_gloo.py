@@ -83,3 +83,12 @@ def test_call_under_a_loss_scale_trains_as_step_does(results):
         f16 = res["f16"]
         assert f16["optimizer"] == "MasterWeights" and f16["scales"] == [1024.0, 1024.0]
         assert f16["loss_diff"] == 0.0 and f16["param_diff"] == 0.0, f16
+
+
+def test_call_under_accumulation_equals_step(results):
+    """`microbatches 2` with ZeRO-3: a call runs the step's batch as one program; its loss and gradients
+    equal step's over 2 microbatches up to the summation order."""
+    for res in results:
+        acc = res["accumulation"]
+        assert acc["microbatches"] == 2
+        assert acc["loss"] <= 1e-6 and acc["grads"] <= 1e-5, acc
