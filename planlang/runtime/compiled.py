@@ -129,14 +129,40 @@ def compile_step(step: Callable, prog: Program, backend: str = "inductor", *, re
 
 def compile_model(pm: Any, backend: str = "inductor", mode: str | None = None) -> Any:
     """What `apply(..., compile=...)` does with the model it made: a ParallelModel's step compiled
-    (`compile_parallel_model`); a pipeline (PipelinedModel, ProgramPipelinedModel) runs eagerly, said by
-    a note: its stages are driven by torch.distributed.pipelining's schedule, and compiling their modules
-    is not done here (docs/runtime.md, "Compiling the step"). Returns `pm`."""
-    if not (hasattr(pm, "programs") and hasattr(pm, "_step")):  # a ParallelModel has both
-        note("pipelines run eagerly, not compiled: the stages' modules (the model's, or the program's stage "
-             "functions) are not put under torch.compile yet; the plan runs as without compile")
+    (`compile_parallel_model`), a pipeline's stage modules (`compile_pipeline`). Returns `pm`."""
+    if hasattr(pm, "programs") and hasattr(pm, "_step"):  # a ParallelModel has both
+        return compile_parallel_model(pm, backend, mode)
+    return compile_pipeline(pm, backend, mode)
+
+
+def compile_pipeline(pm: Any, backend: str = "inductor", mode: str | None = None) -> Any:
+    """A pipeline of the model's own modules (planlang.runtime.pipeline_model.PipelinedModel): each stage
+    module this rank holds compiled in place (`nn.Module.compile`), so torch's PipelineStage and schedule
+    call the compiled forward and backward; the sends, receives and gradient sums stay the schedule's.
+    What is not tried compiled runs eagerly, with a note."""
+    from planlang.runtime.program_pipeline import ProgramPipelinedModel
+
+    mods = list(pm.runner.stage_modules.values())
+    why = []
+    if isinstance(pm, ProgramPipelinedModel):
+        why.append("pipeline x tensor parallelism runs the program's stage functions (ProgramStage), not compiled "
+                   "yet")
+    if pm.checkpoint_groups:
+        why.append("its checkpoint groups are wrapped with recompute.checkpoint's context_fn, which torch.compile "
+                   "refuses")
+    if pm.fsdp_axes:
+        why.append("ZeRO-2/3 stage units (FSDP2) are not compiled yet")
+    if pm.plan.precision.mixed:
+        why.append("mixed precision stages are not compiled yet")
+    drops = [n for m in mods for n, d in m.named_modules() if isinstance(d, nn.modules.dropout._DropoutNd) and d.p]
+    if drops:
+        why.append(f"dropout ({', '.join(drops[:3])}) would draw the compiled graph's masks, not eager's")
+    if why:
+        note("the pipeline's stages run eagerly, not compiled: " + "; ".join(why))
         return pm
-    return compile_parallel_model(pm, backend, mode)
+    for m in mods:
+        m.compile(backend=backend, mode=mode, dynamic=False)
+    return pm
 
 
 def compile_parallel_model(pm: Any, backend: str = "inductor", mode: str | None = None) -> Any:
