@@ -30,6 +30,7 @@ from planlang.model.capture.graph_values import OutputTree, flatten_output
 from planlang.model.program.lowering import Convert, Program
 from planlang.plan.types import Spec
 from planlang.runtime.programs import PlanError
+from planlang.runtime.redistribute import redistribute
 
 __all__ = ["CallSignature", "OutputTree", "Piece", "PlanOutput", "bind_call", "build_output", "flatten_output", "gather_whole", "sums_before_step",
            "model_own_loss", "output_pieces", "piece_of", "register", "target_names", "whole"]
@@ -230,8 +231,6 @@ def sums_before_step(opt: torch.optim.Optimizer, finish: Callable[[], None]) -> 
 def gather_whole(mesh: Any, groups: Any) -> Callable[[torch.Tensor, Piece], torch.Tensor]:
     """`whole`'s gather on a mesh of process groups (planlang.runtime.redistribute): the piece converted
     to the replicated layout (all-gathers over the axes that split it, an all-reduce of a partial sum)."""
-    from planlang.runtime.redistribute import redistribute  # noqa: PLC0415 - torch.distributed only here
-
     def gather(t: torch.Tensor, piece: Piece) -> torch.Tensor:
         return redistribute(t, piece.shape, piece.spec, Spec(tuple(() for _ in piece.shape)), mesh, groups)
     return gather
