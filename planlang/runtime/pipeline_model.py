@@ -81,7 +81,7 @@ class PipelinedModel:
         `.grad` (`_StepGradients`); otherwise the forward-only schedule runs (`evaluate`). The model's other
         outputs (logits) are this data replica's piece on the ranks of the last stage, None elsewhere."""
         args = self._bound(args, kwargs)
-        self._prepared(args)
+        self._prepared(args, self.returns_outputs)
         inputs, target = self._pieces(args)
         runner = self.runner
         self._rows = int(inputs[0].shape[0]) if inputs and inputs[0].dim() else -1  # this replica's batch
@@ -192,7 +192,7 @@ class PipelinedModel:
         inputs = tuple(self._piece(i, t).to(dev) for i, t in zip(self.plan.inputs, args[:k]))
         return inputs, (self._target_piece(args[k], n).to(dev) if len(args) > k else None)
 
-    def _prepared(self, args: tuple) -> None:
+    def _prepared(self, args: tuple, outputs: bool = False) -> None:
         """Ready the stages for these arguments (pp x tp: the program for their batch and the mode)."""
 
     def _bound(self, args: tuple, kwargs: dict) -> tuple:
@@ -207,7 +207,11 @@ class PipelinedModel:
         return bind_call(self._call, args, kwargs)
 
     _call: CallSignature | None = None
-    returns_outputs = True  # the last stage returns the model's output (pp x tp: the loss tail's inputs)
+
+    @property
+    def returns_outputs(self) -> bool:
+        """Whether the last stage's outputs are the model's (pp x tp: only in a program lowered with them)."""
+        return True
     _rows = -1  # this replica's batch in the last call (which outputs are its pieces)
 
     def _output(self, loss: torch.Tensor, out):

@@ -22,18 +22,21 @@ one function per stage, and this rank's stages become `ProgramStage` modules:
   head) is summed over the pipeline axis (PipelineRunner.sum_tied_gradients);
 - ZeRO-1 shards the optimizer state over its axis (`pm.optimizer()`); ZeRO-2/3 makes each stage an
   FSDP2 unit over the ZeRO axis, whose reduce-scatter sums the gradients there (divide factor 1: the
-  loss is already the global one).
+  loss is already the global one);
+- `pm(...)` runs the program lowered again with the model's output (`Program.outputs`, kept per batch
+  and mode as the others), which the last stage returns after what the loss tail reads; switching
+  between it and `step`'s program rebuilds the PipelineStages (the last stage's outputs change).
 """
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.fsdp import fully_shard
+from torch.utils._pytree import tree_unflatten
 
 from planlang.cost.layout import local_shape
 from planlang.model.program.head_blocks import block_factor, unblocked_order
@@ -44,7 +47,7 @@ from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import batch_dim
 from planlang.plan.types import Precision, Spec
-from planlang.runtime.call_outputs import PlanOutput
+from planlang.runtime.call_outputs import Piece, PlanOutput, build_output, output_pieces, with_loss
 from planlang.runtime.codegen import generate_pipeline
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
@@ -102,9 +105,11 @@ class _TailLoss:
     def __init__(self, fn: Callable, rt: Runtime, last: ProgramStage | None, axes: tuple[str, ...],
                  groups: MeshGroups) -> None:
         self.fn, self.rt, self.last, self.axes, self.groups = fn, rt, last, axes, groups
+        self.n: int | None = None  # how many of the last stage's outputs the tail reads (None: all)
 
     def __call__(self, output, *targets):
         outs = output if isinstance(output, tuple) else (output,)
+        outs = outs[:self.n] if self.n is not None else outs
         params = self.last.local_parameters() if self.last is not None else {}
         with autocast(self.last._precision if self.last is not None else Precision(), self.rt.device.type):
             loss = self.fn(self.rt, params, *outs, *targets)
@@ -122,8 +127,10 @@ class ProgramPipelinedModel(PipelinedModel):
         self.program, self.cut, self.code = program, cut, code
         # as ParallelModel's: the persistent buckets (benches register them with MemTracker)
         self._grad_sync = grad_sync
-        self._key: tuple[int, bool] | None = None  # the batch and mode the stages run now (None: apply's)
-        self._cache: dict[tuple[int, bool], tuple] = {}  # key -> (program, cut, code, functions, Runtime)
+        # the batch, mode and whether the model's output is returned, of the program the stages run now
+        # (None: apply's)
+        self._key: tuple[int, bool, bool] | None = None
+        self._cache: dict[tuple[int, bool, bool], tuple] = {}  # key -> (program, cut, code, functions, Runtime)
         mine = {n for n, _ in runner.named_parameters()}
         self.layouts = {n: lay for n, lay in layouts.items() if n in mine}
 
@@ -149,27 +156,38 @@ class ProgramPipelinedModel(PipelinedModel):
             rt.modules.train(mode)
         return self
 
-    def _prepared(self, args: tuple) -> None:
-        self._program_for(args)
+    def _prepared(self, args: tuple, outputs: bool = False) -> None:
+        self._program_for(args, outputs)
 
-    returns_outputs = False  # the last stage returns what the loss tail reads, not the model's output
+    @property
+    def returns_outputs(self) -> bool:
+        """Whether `pm(...)` runs a program whose last stage also returns the model's output (lowered
+        again with `Program.outputs`: only with `relower`)."""
+        return self.relower is not None
 
     def _output(self, loss: torch.Tensor, out):
-        """PlanOutput(loss, None): the program's stages do not return the model's output yet (said once)."""
-        if not self._warned:
-            self._warned = True
-            warnings.warn("pipeline x tensor parallelism: pm(...) returns the loss only (output None); the "
-                          "model's outputs are not returned from the program's stages yet", stacklevel=3)
-        return PlanOutput(loss, None)
-
-    _warned = False
+        """The model's output from the last stage's extra outputs (after what the loss tail reads): this
+        rank's pieces, each registered with its global shape (the replica's batch) and layout."""
+        tree = self.program.graph.output_tree
+        if tree is None:
+            return PlanOutput(loss, None)
+        if out is None or not self.runner.has_last:
+            return with_loss(tree_unflatten(list(tree.template), tree.spec), loss)
+        outs = out if isinstance(out, tuple) else (out,)
+        leaves = list(outs[len(self.cut.tail_inputs):])
+        m = self.runner.layout.microbatches
+        first = next(v for v in self.program.graph.values.values() if v.kind == "input")
+        micro = first.shape[0] if first.shape else -1
+        pieces = [Piece((p.shape[0] * m,) + tuple(p.shape[1:]), p.spec) if p.shape and p.shape[0] == micro else None
+                  for p in output_pieces(self.program)]
+        return build_output(tree, leaves, loss, pieces)
 
     def _rt(self) -> Runtime:
         stage = next(iter(self.runner.stage_modules.values()))
         assert isinstance(stage, ProgramStage)
         return stage._rt
 
-    def _program_for(self, args) -> None:
+    def _program_for(self, args, outputs: bool = False) -> None:
         """The stages run the program for this batch size and mode: lowered again from the meta copy
         (once per key, kept), cut into the same stages, its code swapped into each ProgramStage and the
         loss tail (the runner rebuilds the PipelineStages for new shapes itself)."""
@@ -179,28 +197,32 @@ class ProgramPipelinedModel(PipelinedModel):
         b = batch_dim(first)
         given = tuple(args[0].shape)
         n = first.shape[b] if given == tuple(self._local_shape(first)) or len(given) <= b else given[b]
-        key = (n, self.training)
-        if key == (self._key or (first.shape[b], self.lowered_training)):
+        key = (n, self.training, outputs)
+        if key == (self._key or (first.shape[b], self.lowered_training, False)):
             return
         if n != first.shape[b]:
             spec = self._spec(first)
             self._check_shorter(first.name, n, first.shape[b], spec.dims[b] if b < len(spec.dims) else ())
         loss = self.runner._scaled.fn
         tail = loss if isinstance(loss, _TailLoss) else None
-        self._cache.setdefault((first.shape[b], self.lowered_training), (
+        self._cache.setdefault((first.shape[b], self.lowered_training, False), (
             self.program, self.cut, self.code, {s: st._fn for s, st in self.runner.stage_modules.items()},
             tail.fn if tail is not None else None, self._rt()))
         if key not in self._cache:
             self._cache[key] = self._compile(key, args)
         prog, cut, code, fns, tail_fn, rt = self._cache[key]
+        if outputs != (self._key or (0, True, False))[2]:  # the last stage returns more or fewer tensors
+            self.runner.schedule = None
+        if tail is not None:  # the tail reads the last stage's first outputs; the model's output follows
+            tail.n = len(cut.tail_inputs)
         for s, st in self.runner.stage_modules.items():
             st._fn, st._rt = fns[s], rt
         if tail is not None:
             tail.fn, tail.rt = tail_fn, rt
         self.program, self.cut, self.code, self._key = prog, cut, code, key
 
-    def _compile(self, key: tuple[int, bool], args) -> tuple:
-        n, training = key
+    def _compile(self, key: tuple[int, bool, bool], args) -> tuple:
+        n, training, outputs = key
         r = self.relower
         assert r is not None
         inputs = tuple(dataclasses.replace(inp, dims=tuple((nm, n if d == batch_dim(inp) else s)
@@ -211,9 +233,14 @@ class ProgramPipelinedModel(PipelinedModel):
         targets = tuple(torch.empty(((n // m,) + tuple(t.shape[1:])) if t.dim() else (), dtype=t.dtype,
                                     device="meta") for t in args[k:]) or None
         r.meta.train(training)
-        base = self._cache[(self.plan.inputs[0].shape[batch_dim(self.plan.inputs[0])], self.lowered_training)][0]
-        prog = live_consts(r.lower(r.meta, microbatch_plan(plan), r.loss_fn, targets), base, [n])
+        base = self._cache[(self.plan.inputs[0].shape[batch_dim(self.plan.inputs[0])], self.lowered_training,
+                            False)][0]
+        prog = live_consts(r.lower(r.meta, microbatch_plan(plan), r.loss_fn, targets, outputs=outputs), base, [n])
         cut = cut_program(prog, plan)
+        if prog.outputs:  # the last stage also returns the model's output, after what the tail reads
+            last = cut.stages[-1]
+            cut = dataclasses.replace(cut, stages=cut.stages[:-1] + (
+                dataclasses.replace(last, outputs=tuple(last.outputs) + tuple(prog.outputs)),))
         if prog.param_specs != base.param_specs or [s.params for s in cut.stages] != [s.params for s in self.cut.stages]:
             raise PlanError(f"the program for a batch of {n} places or cuts the parameters otherwise than the "
                             "plan's; run batches of the plan's size")

@@ -30,7 +30,7 @@ CONFIGS = {
     "pp2_dp2": "pcall_gpt2_pp2_dp2.plan",
     "pp2_dp2_zero3": "pcall_gpt2_pp2_dp2_zero3.plan",
     "pp2_dp2_interleaved": "pcall_gpt2_pp2_dp2_interleaved.plan",  # 2 stages per rank
-    "pp2_tp2": "pcall_gpt2_pp2_tp2.plan",  # the lowered program cut into stages: the loss, no outputs yet
+    "pp2_tp2": "pcall_gpt2_pp2_tp2.plan",  # the lowered program cut into stages
 }
 
 
