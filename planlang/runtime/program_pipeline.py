@@ -41,7 +41,7 @@ from torch.utils._pytree import tree_unflatten
 from planlang.cost.layout import local_shape
 from planlang.model.program.head_blocks import block_factor, unblocked_order
 from planlang.model.capture.load import TORCH_DTYPES
-from planlang.model.program.lowering import Program, trained_parameters
+from planlang.model.program.lowering import Convert, Program, trained_parameters
 from planlang.model.program.pipeline_program import ProgramCut, cut_program, microbatch_plan
 from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompletePlan
@@ -239,6 +239,15 @@ class ProgramPipelinedModel(PipelinedModel):
         cut = cut_program(prog, plan)
         if prog.outputs:  # the last stage also returns the model's output, after what the tail reads
             last = cut.stages[-1]
+            tail = set(cut.tail)
+            here = set(last.inputs) | {ins.out if isinstance(ins, Convert) else ins.node.name
+                                       for k, ins in ((k, prog.instructions[k]) for k in last.instructions)
+                                       if k not in tail}
+            early = [o for o in prog.outputs if o not in here]
+            if early:
+                raise PlanError(f"the model's output {early} is computed before the pipeline's last stage, which "
+                                "returns the output under pipeline x tensor parallelism; call pm.step for the "
+                                "loss, or return the output from the last stage's modules")
             cut = dataclasses.replace(cut, stages=cut.stages[:-1] + (
                 dataclasses.replace(last, outputs=tuple(last.outputs) + tuple(prog.outputs)),))
         if prog.param_specs != base.param_specs or [s.params for s in cut.stages] != [s.params for s in self.cut.stages]:
