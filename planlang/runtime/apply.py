@@ -33,7 +33,6 @@ The passes, in order (each a function of this module or the modules it names):
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -70,7 +69,7 @@ from planlang.runtime.pipeline import PipelineError
 from planlang.runtime.pipeline_model import apply_pipeline
 from planlang.runtime.program_pipeline import Relower, build_program_pipeline
 from planlang.runtime.placement import ParamLayout
-from planlang.runtime.programs import Compiled, Key, PlanError, Programs, compiler, meta_copy
+from planlang.runtime.programs import Compiled, Key, PlanError, Programs, compiler, fsdp_grad_scale, meta_copy
 from planlang.runtime.plan_lowering import (  # noqa: F401 - lower_plan, report_fallbacks: this module's API too
     STRICT_ENV, lower_once, lower_plan, relowering, report_fallbacks)
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
@@ -192,6 +191,13 @@ class ParallelModel(nn.Module):
                             f"plan's {[b.name for b in self.blocks]}: run batches of the plan's shape")
         rt = Runtime(c.program, self.groups, self.device, self.rt.recorder)
         rt.modules, rt.block, rt.step_index = self.rt.modules, self.rt.block, self.rt.step_index
+        if c.program.grad_sync != self.program.grad_sync:  # (a shorter sequence: a sum moved to the use)
+            self.finish_grad_sums()  # the gradients so far get the sums of the program that made them
+            if self._grad_sync is not None:
+                self._grad_sync.remove()
+            self._grad_sync = None  # made again at the next forward, from the new program's sums
+            if self.fsdp_axes:
+                self.grad_scale = fsdp_grad_scale(c.program, self.fsdp_axes, self.groups)
         self.program, self.code, self._step, self.rt, self.blocks = c.program, c.code, c.step, rt, c.blocks
         self._inputs = [v for v in c.program.graph.values.values() if v.kind == "input"]
         self.program_key = key
@@ -478,13 +484,7 @@ def shard_optimizer(pm: ParallelModel, plan: CompletePlan, groups: MeshGroups) -
             raise PlanError(f"ZeRO-{stage} over `{z}`: parameter `{fqn}` is already split over `{split[0]}` "
                             f"({lay.spec}); FSDP2 shards parameters replicated over {', '.join(mesh_axes)}; "
                             f"take `{split[0]}` out of its spec")
-    # A gradient the lowering already sums over an FSDP axis during backward (an activation's GradSum:
-    # e.g. the position embedding, whose lookup is replicated over the batch axes) is complete on every
-    # rank of that axis; FSDP2's reduce-scatter would add the copies, so it is scaled by 1/size first.
-    for fqn in pm.program.param_specs:
-        done = [a for a in mesh_axes if a not in pm.program.grad_sync.get(fqn, ())]
-        if done:
-            pm.grad_scale[fqn] = 1.0 / math.prod(groups.size(a) for a in done)
+    pm.grad_scale = fsdp_grad_scale(pm.program, mesh_axes, groups)
 
     units = [pm.module.get_submodule(b.name) for b in pm.blocks]
     mp = {} if mp_policy(plan.precision) is None else {"mp_policy": mp_policy(plan.precision)}

@@ -109,11 +109,16 @@ def target_names(loss_fn: Callable | None, refs: Sequence[str]) -> tuple[tuple[s
 
 
 def _within(sig: CallSignature, name: str, got: tuple[int, ...], plan: tuple[int, ...], b: int) -> None:
-    """A PlanError when `got` has a larger batch than the plan's (a shorter one, or this rank's piece,
-    is for the runtime to judge)."""
-    if b < 0 or b >= len(plan) or len(got) != len(plan):
+    """A PlanError when `got` is larger than the plan's in a dim (a shorter one, or this rank's piece, is
+    for the runtime to judge)."""
+    if len(got) != len(plan):
         return
-    if got[b] > plan[b]:
+    longer = [d for d in range(len(plan)) if d != b and got[d] > plan[d]]
+    if longer:
+        raise PlanError(f"{sig.what}(): `{name}` has shape {list(got)}, longer than the plan's {list(plan)} in dim "
+                        f"{longer[0]}: a dim may be shorter than the plan declares, none longer; declare a larger "
+                        "`input` in the plan")
+    if 0 <= b < len(plan) and got[b] > plan[b]:
         raise PlanError(f"{sig.what}(): `{name}` has a batch of {got[b]} (shape {list(got)}), larger than the "
                         f"plan's {plan[b]} (shape {list(plan)}): the plan was checked for its batch's memory; "
                         f"split the batch into calls of at most {plan[b]}, or declare a larger `input` in the plan")

@@ -6,9 +6,10 @@ running statistics; the trace bakes `self.training` into the graph) needs a prog
 lowered again from a copy of the model on the meta device (the live model's parameters are this rank's
 pieces by then, FSDP2 shards under ZeRO-2/3), once per (shapes, mode), and kept.
 
-Only the batch dim may change, to a size no larger than the plan's that splits into the step's
-microbatches, each over the data degree (the ranks its batch dim is split over); anything else is a
-PlanError saying what divides what. The new program must place every parameter as the plan's does
+The batch dim may change, to a size no larger than the plan's that splits into the step's
+microbatches, each over the data degree (the ranks its batch dim is split over); another dim (a
+sequence) may be shorter, splitting as the plan splits it; anything else is a PlanError saying what
+divides what. The new program must place every parameter as the plan's does
 (the parameters are already placed); the lowering follows the plan's specs, so it does.
 """
 from __future__ import annotations
@@ -163,9 +164,10 @@ def _micro_shapes(pm: Any, plan: CompletePlan, args, m: int) -> tuple[tuple[int,
                 raise PlanError(f"`{v.ref}` has shape {list(shape)}; the plan's program takes {list(old)}")
             out.append(old)
             continue
-        if len(shape) != len(old) or any(shape[d] != old[d] for d in range(len(old)) if d != b):
+        if len(shape) != len(old) or any(shape[d] > old[d] for d in range(len(old)) if d != b):
             raise PlanError(f"`{v.ref}` has shape {list(shape)}; the plan declares {list(_whole(old, b, m))} "
-                            f"(only the batch dim, dim {b}, may be shorter)")
+                            "(a dim may be shorter, none longer: the memory the plan was checked for holds "
+                            "the plan's shapes)")
         n, full = shape[b], old[b] * pm.microbatches  # the plan's step batch (forward takes it whole too)
         spec = pm.program.input_specs[v.name]
         entry = spec.dims[b] if b < len(spec.dims) else ()
@@ -181,12 +183,32 @@ def _micro_shapes(pm: Any, plan: CompletePlan, args, m: int) -> tuple[tuple[int,
         if n_first is not None and n != n_first:
             raise PlanError(f"`{v.ref}` has a batch of {n}, the other inputs {n_first}")
         n_first = n
+        for d in range(len(old)):  # a shorter other dim (a sequence) must still split as the plan splits it
+            split = spec.dims[d] if d != b and d < len(spec.dims) and isinstance(spec.dims[d], tuple) else ()
+            k = math.prod(pm.groups.size(a) for a in split)
+            if shape[d] < old[d] and shape[d] % k:
+                raise PlanError(f"`{v.ref}` has {shape[d]} in dim {d}: it must split over {k} ranks "
+                                f"({', '.join(split)}), so a multiple of {k}")
         out.append(shape[:b] + (n // m,) + shape[b + 1:])
     return tuple(out)
 
 
 def _whole(shape: tuple[int, ...], b: int, m: int) -> tuple[int, ...]:
     return shape[:b] + (shape[b] * m,) + shape[b + 1:]
+
+
+def fsdp_grad_scale(prog: Program, fsdp_axes: tuple[str, ...], groups: Any) -> dict[str, float]:
+    """ZeRO-2/3: the factor on each parameter's gradient before FSDP2's reduce-scatter. A gradient the
+    lowering already sums over an FSDP axis during backward (an activation's GradSum: e.g. the position
+    embedding, whose lookup is replicated over the batch axes) is complete on every rank of that axis;
+    the reduce-scatter would add the copies, so it is scaled by 1/size first. Per program: a shorter
+    sequence may move such a sum (lowering._defer_to_parameters weighs the table against the activation)."""
+    out = {}
+    for fqn in prog.param_specs:
+        done = [a for a in fsdp_axes if a not in prog.grad_sync.get(fqn, ())]
+        if done:
+            out[fqn] = 1.0 / math.prod(groups.size(a) for a in done)
+    return out
 
 
 def compiler(pm_args: dict) -> Callable[[Program], Compiled]:

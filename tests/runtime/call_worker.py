@@ -32,6 +32,7 @@ CONFIGS = {
     "dp4_zero3": ("call_gpt2_dp4_zero3.plan", "gpt2"),
 }
 SHORT = 4  # the shorter last batch (of the plans' 8)
+SEQ = 12  # a shorter sequence (of the plans' 16)
 
 
 def build(kind: str) -> torch.nn.Module:
@@ -116,7 +117,7 @@ def judged(got: torch.Tensor, params: dict, kind: str, idx, training: bool, what
 
 def evaluate(kind, pm) -> dict:
     """pm.eval() + torch.no_grad(): the loss and the logits (whole, through pm.whole) against one process;
-    the local logits' shape; a shorter batch's evaluation loss."""
+    the local logits' shape; a shorter batch's and a shorter sequence's evaluation loss."""
     data = C.batches()
     idx = data[STEPS]
     params = {n: t.clone() for n, t in pm.full_parameters().items()}
@@ -125,6 +126,7 @@ def evaluate(kind, pm) -> dict:
         out = pm(**call_args(kind, idx))
         whole = pm.whole(out)
         short = pm(**call_args(kind, idx[:SHORT]))
+        seq = pm(**call_args(kind, idx[:, :SEQ]))  # a shorter sequence
     pm.train()
     logits = whole.logits if kind == "hf" else whole.output
     local = out.logits if kind == "hf" else out.output
@@ -132,14 +134,15 @@ def evaluate(kind, pm) -> dict:
             "logits": judged(logits, params, kind, idx, False, "logits"),
             "local_logits": list(local.shape), "whole_logits": list(logits.shape),
             "loss_requires_grad": out.loss.requires_grad,
-            "short_loss": judged(short.loss, params, kind, idx[:SHORT], False, "loss")}
+            "short_loss": judged(short.loss, params, kind, idx[:SHORT], False, "loss"),
+            "seq_loss": judged(seq.loss, params, kind, idx[:, :SEQ], False, "loss")}
 
 
 def short_step(kind, pm, opt) -> dict:
-    """A shorter last batch in training mode: its loss and gradients (out.loss.backward(), summed by the
+    """A shorter last batch of shorter sequences in training mode: its loss and gradients (out.loss.backward(), summed by the
     optimizer's pre-step hook through full_grads) against one process at the same parameters."""
     from planlang.runtime.verify import GRAD_FLOOR, bound, rel
-    idx = C.batches()[STEPS + 1][:SHORT]
+    idx = C.batches()[STEPS + 1][:SHORT, :SEQ]  # shorter in both the batch and the sequence
     params = {n: t.clone() for n, t in pm.full_parameters().items()}  # (a whole one is the parameter itself)
     opt.zero_grad()
     out = pm(**call_args(kind, idx))

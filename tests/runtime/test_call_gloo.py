@@ -65,6 +65,7 @@ def test_evaluation_loss_and_shorter_batches_match_one_process(results, name):
         ev, short = res[name]["eval"], res[name]["short"]
         _within(ev["loss"], f"rank {r} {name} eval loss")
         _within(ev["short_loss"], f"rank {r} {name} shorter eval batch loss")
+        _within(ev["seq_loss"], f"rank {r} {name} shorter eval sequence loss")
         _within(short["loss"], f"rank {r} {name} shorter training batch loss")
         assert short["grads_over_bound"][0] <= 1.0, f"rank {r} {name} shorter batch gradients {short}"
 

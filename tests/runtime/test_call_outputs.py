@@ -26,9 +26,9 @@ def test_keywords_and_positionals_bind_in_the_programs_order():
     assert bind_call(LOSS_FN, (x,), {"target": y}) == (x, y)
 
 
-def test_a_shorter_batch_binds():
-    x = torch.zeros(4, 16, dtype=torch.long)
-    assert bind_call(HF, (), {"input_ids": x, "labels": x}) == (x, x)
+def test_a_shorter_batch_and_sequence_bind():
+    for x in (torch.zeros(4, 16, dtype=torch.long), torch.zeros(8, 12, dtype=torch.long)):
+        assert bind_call(HF, (), {"input_ids": x, "labels": x}) == (x, x)
 
 
 @pytest.mark.parametrize("args, kwargs, says", [
@@ -39,9 +39,11 @@ def test_a_shorter_batch_binds():
     (("x", "x", "x"), {}, "takes 2 tensors (input_ids, labels), got 3"),
     ((), {"input_ids": "x", "labels": 3}, "`labels` is a int, not a tensor"),
     ((), {"input_ids": "big", "labels": "big"}, "batch of 16 (shape [16, 16]), larger than the plan's 8"),
+    ((), {"input_ids": "long", "labels": "long"}, "longer than the plan's [8, 16] in dim 1"),
 ])
 def test_a_wrong_call_is_a_plan_error_saying_the_fix(args, kwargs, says):
-    made = {"x": torch.zeros(8, 16, dtype=torch.long), "big": torch.zeros(16, 16, dtype=torch.long)}
+    made = {"x": torch.zeros(8, 16, dtype=torch.long), "big": torch.zeros(16, 16, dtype=torch.long),
+            "long": torch.zeros(8, 32, dtype=torch.long)}
 
     def t(v):
         return made.get(v, v) if isinstance(v, str) else v
