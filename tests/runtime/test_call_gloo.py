@@ -4,9 +4,11 @@
 Each config trains STEPS steps through `out.loss.backward()`, `pm.clip_grad_norm_` (which finishes the
 deferred gradient sums), the optimizer's step and a LambdaLR scheduler, as one process runs torch's own
 loop; then, from the plan's parameters, the evaluation loss (pm.eval(), torch.no_grad) and the logits
-gathered whole by `pm.whole`, a shorter evaluation batch and a shorter training batch (loss and
-gradients). Every error is judged against verify's bound (max(1e-5, 10 x one process's own error
-against float64)).
+gathered whole by `pm.whole`, a shorter evaluation batch and sequence, and a shorter training batch of
+shorter sequences (loss and gradients). Every error is judged against verify's bound (max(1e-5, 10 x one
+process's own error against float64)). Then, on two copies from the same parameters: under f16 with a
+loss scale, `pm(...)` + backward + the optimizer equal `pm.step` + the optimizer exactly; under
+`microbatches 2`, a call's loss and gradients equal step's up to the summation order.
 """
 from __future__ import annotations
 
