@@ -34,6 +34,7 @@ import torch
 import torch.distributed as dist
 import transformers
 from torch import nn
+from torch.distributed.fsdp import FSDPModule
 
 from planlang.plan import types as T
 from planlang.plan.data import batch_dim
@@ -200,14 +201,24 @@ class PlanTrainer(transformers.Trainer):
         return eval_loss(self.pm, self.plan_args(inputs, step=False)).detach().to(self.args.device), None, None
 
     # ------------------------------------------------------------------ saving
+    def _resharded(self) -> None:
+        """ZeRO-2/3: every FSDP2 unit back to its shards. A forward outside a training step (evaluate)
+        leaves the root unit (never resharded after forward) holding its gathered parameters as plain
+        tensors, which the gathers below would read as if they were its shards (and alias)."""
+        for m in self.pm.modules() if isinstance(self.pm, nn.Module) else ():
+            if isinstance(m, FSDPModule):
+                m.reshard()
+
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """save_pretrained of the whole model on rank 0: the parameters gathered from every rank's pieces."""
+        self._resharded()
         full = self.pm.full_state_dict()  # every rank takes part; rank 0 gets the tensors
         super()._save(output_dir, state_dict=full if self.args.should_save else None)
 
     def _save_optimizer_and_scheduler(self, output_dir: str) -> None:
         """A Trainer checkpoint's training state: planlang.save of the model, optimizer and scheduler
         (DCP: every rank writes its pieces; loads under any plan of the same model)."""
+        self._resharded()
         save(self.pm, self.optimizer, os.path.join(output_dir, CHECKPOINT_DIR), scheduler=self.lr_scheduler)
 
     def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:

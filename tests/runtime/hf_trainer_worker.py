@@ -28,7 +28,8 @@ SEED = 42
 TOL = 1e-5  # verify's floor; each bound is max(TOL, 10 x one process's own error against float64)
 PLANS = {"dp4_acc2": "tests/runtime/plans/hf_trainer_gpt2_dp4_acc2.plan",
          "dp2_tp2": "tests/runtime/plans/hf_trainer_gpt2_dp2_tp2.plan",
-         "pp2_dp2": "tests/runtime/plans/hf_trainer_gpt2_pp2_dp2.plan"}
+         "pp2_dp2": "tests/runtime/plans/hf_trainer_gpt2_pp2_dp2.plan",
+         "dp4_zero3": "tests/runtime/plans/hf_trainer_gpt2_dp4_zero3.plan"}
 SAVE_STEPS = 2  # dp4_acc2 writes checkpoint-2; RESUME resumes it under another plan and runs step 3
 RESUME = "dp2_tp2"
 
