@@ -1,8 +1,9 @@
 """planlang.runtime.hf_trainer.PlanTrainer: transformers.Trainer's loop under a plan, on 4 gloo ranks, against
 one process running the same steps (tests/runtime/hf_trainer_worker.py).
 
-HF GPT-2 (examples/zoo/causal_lm.py) under dp 4 with `microbatches 2` (gradient accumulation), dp 2 x tp 2 (Megatron attention and MLP) pp 2 x dp 2
-(1F1B, 2 microbatches) and dp 4 with ZeRO-3 (FSDP2): Trainer.train() for 3 steps (the plan's AdamW, Trainer's cosine schedule,
+HF GPT-2 (examples/zoo/causal_lm.py) under dp 4 with `microbatches 2` (gradient accumulation), dp 2 x tp 2
+(Megatron attention and MLP), pp 2 x dp 2 (1F1B, 2 microbatches) and dp 4 with ZeRO-3 (FSDP2):
+Trainer.train() for 3 steps (the plan's AdamW, Trainer's cosine schedule,
 max_grad_norm below every step's norm), evaluate(), save_model(); dp 4 writes a checkpoint at step 2
 (planlang.save inside it) and dp 2 x tp 2 resumes it with resume_from_checkpoint. Every error is judged
 against verify's bound: max(1e-5, 10 x one process's own error against float64)."""
