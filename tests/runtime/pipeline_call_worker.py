@@ -62,6 +62,7 @@ def _err(got: torch.Tensor, ref: torch.Tensor, exact: torch.Tensor) -> list[floa
 
 def run_config(plan: str, ref: list[dict], exact: list[dict], outs: dict, exact_outs: dict) -> dict:
     import planlang
+    from planlang.runtime.pipeline import PipelineError
     from planlang.runtime.programs import PlanError
     pm = planlang.apply(C.build(), os.path.join(PLANS, plan))
     opt = pm.optimizer()
@@ -84,7 +85,13 @@ def run_config(plan: str, ref: list[dict], exact: list[dict], outs: dict, exact_
             if s == 0:
                 res["others_none"] = last or out.output is None
                 res["output_type"] = type(out).__name__
-            loss.backward()
+            loss.backward(retain_graph=s == 0)
+            if s == 0:  # the step's gradients were handed over: a second backward is refused
+                try:
+                    loss.backward()
+                    res["second_backward"] = "ran"
+                except PipelineError as e:
+                    res["second_backward"] = str(e)
             if s == 1:  # a pm(...) without backward leaves the gradients as they were
                 before = {n: g.clone() for n, g in pm.full_grads().items()}
                 pm(data[STEPS], data[STEPS])
@@ -104,6 +111,7 @@ def run_config(plan: str, ref: list[dict], exact: list[dict], outs: dict, exact_
         res["steps"].append(row)
     pm.eval()
     ev = eval_batch()
+    res["eval_mode_no_grad"] = not pm(idx=ev, labels=ev).loss.requires_grad  # eval mode: forward only
     with torch.no_grad():
         out = pm(idx=ev, labels=ev)
         res["eval_loss"] = _err(out.loss, outs["eval_loss"], exact_outs["eval_loss"])

@@ -53,6 +53,16 @@ def test_call_without_backward_leaves_gradients(results, name):
 
 
 @pytest.mark.parametrize("name", list(W.CONFIGS))
+def test_second_backward_refused_and_eval_mode_forward_only(results, name):
+    """The step's gradients are handed to .grad once (a second backward, retain_graph or not, is a
+    PipelineError, and step 0 still matches one process); in pm.eval() the call is forward only even with
+    gradients on (its loss needs no grad)."""
+    for res in results:
+        assert "backpropagated twice" in res[name]["second_backward"]
+        assert res[name]["eval_mode_no_grad"]
+
+
+@pytest.mark.parametrize("name", list(W.CONFIGS))
 def test_logits_are_the_last_stage_replica_piece(results, name):
     lasts = [r for r, res in enumerate(results) if res[name]["last"]]
     assert lasts == [2, 3]  # pp is the mesh's first axis: ranks 2 and 3 hold the last stage
