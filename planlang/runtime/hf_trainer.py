@@ -15,7 +15,7 @@ strategies, its lr scheduler); what it would hand to Accelerate runs through the
     training_step                     pm.step(*inputs, *labels): forward, backward, gradient sums
     gradient_accumulation_steps > 1   refused: the plan's `microbatches N` accumulates inside pm.step
     max_grad_norm                     pm.clip_grad_norm_ (the whole model's norm over every rank's pieces)
-    prediction_step                   pm.eval(); pm(*inputs, *labels) under no_grad (pipelines: pm.evaluate)
+    prediction_step                   pm.eval(); the loss-only forward under no_grad (pipelines: pm.evaluate)
     save_model                        pm.full_state_dict() gathered, save_pretrained on rank 0
     checkpoints (save_steps, resume)  planlang.save / planlang.load of the model, optimizer and scheduler
 
