@@ -47,6 +47,7 @@ class Bucket:
     copied: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
     launched: bool = False
     wire: torch.Tensor | None = None  # the bucket cast to the reduce dtype for its all-reduce (None: summed in place)
+    summed: bool = False  # the buffer holds (or is receiving) a sum that a later backward accumulates onto
 
 
 def buckets(params: list[tuple[str, int, tuple[str, ...]]], first: int = FIRST_BUCKET,
@@ -87,11 +88,40 @@ class GradSync:
         self.buckets = buckets(rows)
         self._slices: dict[str, tuple[int, int]] = {}  # name -> (offset, numel) in its bucket
         self._handles = []
-        if overlap:
-            for b in self.buckets:
-                for n in b.names:
+        for b in self.buckets:
+            for n in b.names:
+                # before a gradient accumulates into a bucket holding an earlier backward's sum
+                self._handles.append(self.params[n].register_hook(lambda g, b=b: self._before(b, g)))
+                if overlap:
                     self._handles.append(self.params[n].register_post_accumulate_grad_hook(
                         lambda p, b=b, n=n: self._arrived(b, n)))
+
+    def _before(self, b: Bucket, grad):
+        """A backward after the bucket's sum (gradient accumulation without `no_sync`, or two steps before
+        the optimizer's): the buffer holds the sum S over the bucket's axes, the same on each of their N
+        ranks, and this backward adds its local gradients to it. Summing that again would give N.S plus
+        the new sum; dividing the buffer by N first gives S + the new sum, as DDP's averaging does."""
+        if b.summed and not any(self.params[n].grad is not None for n in b.names):
+            b.summed = False  # zero_grad(set_to_none=True) since: every gradient is copied in afresh
+        if b.summed:
+            self._settle(b)
+            scale = 1
+            for a in b.axes:
+                scale *= self.groups.size(a)
+            self._buffer(b).div_(scale)
+            for g, view in b.copied:  # gradients kept apart from the buffer take their share too
+                g.copy_(view)
+            b.copied, b.arrived, b.launched, b.summed = [], 0, False, False
+        return grad
+
+    def _settle(self, b: Bucket) -> None:
+        """The bucket's sum complete in its buffer: waited for, and copied back from the reduce dtype."""
+        if b.work is not None:
+            b.work.wait()
+            b.work = None
+        if b.wire is not None:  # made from the buffer, which therefore exists
+            self._buffer(b).copy_(b.wire)
+            b.wire = None
 
     def _arrived(self, b: Bucket, name: str) -> None:
         # the gradient goes into the bucket as it arrives (a view from then on: a later backward
@@ -162,7 +192,7 @@ class GradSync:
                 flat[off:off + size].zero_()
             else:
                 self._into_bucket(b, n)
-        b.launched = True
+        b.launched = b.summed = True
         wire = flat
         if self.reduce_dtype is not None and flat.dtype != self.reduce_dtype:
             wire = b.wire = flat.to(self.reduce_dtype)  # summed in the plan's reduce dtype, copied back after
@@ -188,13 +218,10 @@ class GradSync:
         for b in self.buckets:
             if not b.launched:
                 self._launch(b, async_op=False)
-            if b.work is not None:
-                b.work.wait()
-            if b.wire is not None:  # made from the buffer, which therefore exists
-                self._buffer(b).copy_(b.wire)
-            for g, view in b.copied:
+            self._settle(b)
+            for g, view in b.copied:  # (kept: a later backward's `_before` gives them their share)
                 g.copy_(view)
-            b.work, b.copied, b.arrived, b.launched, b.wire = None, [], 0, False, None
+            b.arrived, b.launched = 0, False
 
     def remove(self) -> None:
         for h in self._handles:

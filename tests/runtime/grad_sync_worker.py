@@ -79,6 +79,24 @@ def run(rank: int, world: int, port: int, out_dir: str) -> None:
         loss_fn(ref(x), y).backward()
     out["accumulated_err"] = max(((grads[n] - p.grad).norm() / p.grad.norm()).item()
                                  for n, p in ref.named_parameters())
+
+    # accumulation without no_sync (each backward sums; DDP's loop without no_sync), then two steps before
+    # the optimizer's: the gradients are the batches' sum all the same, not the first sum counted again
+    for p in pm.parameters():
+        p.grad = None
+    pm(*batches[0]).loss.backward()
+    pm(*batches[1]).loss.backward()
+    pm.sync_grads()
+    grads = pm.full_grads()
+    out["accumulated_synced_err"] = max(((grads[n] - p.grad).norm() / p.grad.norm()).item()
+                                        for n, p in ref.named_parameters())
+    for p in pm.parameters():
+        p.grad = None
+    pm.step(*batches[0])
+    pm.step(*batches[1])
+    grads = pm.full_grads()
+    out["two_steps_err"] = max(((grads[n] - p.grad).norm() / p.grad.norm()).item()
+                               for n, p in ref.named_parameters())
     every = [None] * world
     dist.all_gather_object(every, out)
     if rank == 0:

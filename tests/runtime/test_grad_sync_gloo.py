@@ -47,3 +47,9 @@ def test_no_sync_accumulates_then_sums_once(ranks):
     for r in ranks:
         assert r["started_in_no_sync"] == 0
         assert r["accumulated_err"] <= 1e-6
+
+
+def test_backwards_without_no_sync_accumulate_exactly(ranks):
+    for r in ranks:
+        assert r["accumulated_synced_err"] <= 1e-6
+        assert r["two_steps_err"] <= 1e-6
