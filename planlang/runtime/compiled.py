@@ -8,14 +8,16 @@ make, and `math.prod` over a generator, which Dynamo passes to the graph as it i
 `TracedRuntime.convert` runs the path's steps alone, after `check_paths` has checked every path of the
 program once, eagerly, when it is compiled.
 
-What is not compiled is said on rank 0's stderr (`note[PL469]`), never silently: `compile_blockers`
-lists it, and the step runs eagerly instead (docs/runtime.md, "Compiling the step").
+A pipeline of the model's modules has its stage modules compiled instead (`compile_pipeline`); under
+ZeRO-2/3 Dynamo skips FSDP2's hooks, which run eagerly between one graph per block. What is not compiled
+is said on rank 0's stderr (`note[PL469]`), never silently (`compile_blockers` for a program), and runs
+eagerly instead (docs/runtime.md, "Compiling the step").
 """
 from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
