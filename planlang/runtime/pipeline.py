@@ -253,9 +253,8 @@ class PipelineRunner:
                     continue
                 seen.add(id(p))
                 key = self.canonical.get(name, name)
-                # torch.export's cut may also attach a copy of a tied parameter under its other name to a
-                # stage that does not use it (pipelining's aliasing): the parameter under the model's own
-                # name is the one the stage runs
+                # torch.export's cut may attach a copy of a tied parameter under its other name to a stage
+                # that does not use it (pipelining's aliasing): the one under the model's name runs
                 if key not in found or name == key:
                     found[key] = (name, p)
         for key, (_name, p) in found.items():
@@ -269,19 +268,17 @@ class PipelineRunner:
             p.grad = None
 
     def step(self, *inputs: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
-        """One forward + backward of this replica's batch. Call it on every rank of the pipeline with the
-        same arguments (the first stage reads `inputs`, the last `target`). Gradients accumulate into
-        `.grad` (zero them between steps) and, with data axes, are averaged over them afterwards.
-        Returns the batch's mean loss (averaged over data replicas) where the last stage lives."""
-        prev = self.take_grads()  # the sums below must see this step's gradients alone (see take_grads)
+        """One forward + backward of this replica's batch, on every rank of the pipeline with the same
+        arguments (the first stage reads `inputs`, the last `target`). Gradients add to `.grad`, averaged
+        over the data axes. Returns the batch's mean loss (over data replicas) where the last stage lives."""
+        prev = self.take_grads(zeros=False)  # the sums must see this step's gradients alone (take_grads)
         loss, _ = self.run(inputs, target)
         self.put_grads(prev)
         return loss
 
     def evaluate(self, *inputs: torch.Tensor, target: torch.Tensor | None = None) -> torch.Tensor | None:
         """Forward only of this replica's batch (torch's `schedule.eval`: no backward, no gradient sums,
-        nothing saved for backward); the batch's mean loss (averaged over data replicas) where the last
-        stage lives, as `step` returns it. Call it on every rank of the pipeline, as `step`."""
+        nothing saved for backward); the loss as `step` returns it. On every rank of the pipeline."""
         return self.run(inputs, target, backward=False)[0]
 
     def run(self, inputs: tuple[torch.Tensor, ...], target: torch.Tensor | None = None, *, backward: bool = True,
@@ -322,18 +319,21 @@ class PipelineRunner:
         return self._mean_loss(losses, scale), out
 
     # ------------------------------------------------------------------ gradients handed over
-    # pp x tp: makes the gradient buckets the next step writes new ones, so that gradients taken out of
-    # `.grad` (views of the old buckets) keep their values (planlang.runtime.program_pipeline)
+    # pp x tp: new gradient buckets for the next step, so that gradients taken out of `.grad` (views of
+    # the old ones) keep their values (planlang.runtime.program_pipeline)
     release_grad_buffers: Callable[[], None] | None = None
     # a torch.export cut: the merged last-stage tensors -> the model's own output object
     output_form: Callable[[Any], Any] | None = None
     user_loss: Callable | None = None  # the plan's `loss(output, *targets)`, whose parameters name the targets
 
-    def take_grads(self) -> dict[nn.Parameter, torch.Tensor]:
-        """Move every gradient out of `.grad` (left None) and return them: a step then sums only its own
-        gradients (the tied copies' sum over the pipeline axis and the data-axis sums would otherwise add
-        up what `.grad` already held once per copy or replica), and `put_grads` adds them back."""
-        out = {p: p.grad for p in self.parameters() if p.grad is not None}
+    def take_grads(self, zeros: bool = True) -> dict[nn.Parameter, torch.Tensor]:
+        """Move the gradients out of `.grad` (left None) and return them: a step then sums only its own
+        (the tied copies' and the data axes' sums would add up what `.grad` held once per copy or rank),
+        and `put_grads` adds them back. `zeros` False: all-zero ones (zero_grad(set_to_none=False)) stay."""
+        out = {p: g for p in self.parameters() if (g := p.grad) is not None}
+        if not zeros and out:  # one device sync for all of them
+            nonzero = torch.stack([_local(g).ne(0).any() for g in out.values()]).tolist()
+            out = {p: g for (p, g), nz in zip(out.items(), nonzero) if nz}
         for p in out:
             p.grad = None
         if out and self.release_grad_buffers is not None:

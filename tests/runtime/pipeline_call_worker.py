@@ -132,9 +132,11 @@ def run_config(plan: str, ref: list[dict], exact: list[dict], outs: dict, exact_
     return res
 
 
-def _accumulated(pm, data) -> float:
+def _accumulated(pm, data) -> list:
     """`pm.step` twice without zero_grad: the gradients are the sum of each step's alone (the tied copies'
-    sum and the data / tensor axes' sums count each step's gradients once); the worst relative error."""
+    sum and the data / tensor axes' sums count each step's gradients once): the worst relative error;
+    then after zeroing the gradients in place, a step's error against the step alone and whether every
+    `.grad` is still the tensor it was (no new gradient memory)."""
     from planlang.runtime.verify import rel
     alone = []
     for x in data[:2]:
@@ -145,7 +147,16 @@ def _accumulated(pm, data) -> float:
     for x in data[:2]:
         pm.step(x, x)
     both = pm.full_grads()
-    return max(rel(both[n], alone[0][n] + alone[1][n]) for n in alone[0])
+    err = max(rel(both[n], alone[0][n] + alone[1][n]) for n in alone[0])
+    # zero_grad(set_to_none=False): the zeroed gradients stay in place and the step adds into them
+    held = {id(p): p.grad for p in pm.parameters()}
+    with torch.no_grad():
+        for g in held.values():
+            (g.to_local() if hasattr(g, "to_local") else g).zero_()
+    pm.step(data[0], data[0])
+    again = pm.full_grads()
+    kept = all(p.grad is held[id(p)] for p in pm.parameters())
+    return [err, max(rel(again[n], alone[0][n]) for n in alone[0]), kept]
 
 
 def _half(pm, h: torch.Tensor) -> torch.Tensor:
