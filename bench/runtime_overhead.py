@@ -702,14 +702,14 @@ def run_case(case: Case, device, steps: int, warmup: int, profile_ops: bool, buc
     times: dict[str, list[float]] = {}
     for i in range(warmup):
         for s in list(sides):
-            t = attempt(s)
-            if i == 0 and t is not None:
-                first[s.name] = t
+            dt = attempt(s)
+            if i == 0 and dt is not None:
+                first[s.name] = dt
     times.update({s.name: [] for s in sides})
     for i in range(steps):
         for s in list(sides if i % 2 == 0 else sides[::-1]):
-            if s in sides and (t := attempt(s)) is not None:
-                times[s.name].append(t)
+            if s in sides and (dt := attempt(s)) is not None:
+                times[s.name].append(dt)
     # the slowest rank's time of each step
     for name in times:
         t = torch.tensor(times[name], dtype=torch.float64)

@@ -15,6 +15,7 @@ eagerly instead (docs/runtime.md, "Compiling the step").
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from typing import Any, Callable
@@ -27,6 +28,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from planlang.cost.ops import op_kind
 from planlang.model.program.lowering import Convert, Program, Run
 from planlang.runtime.executor import Runtime
+from planlang.runtime.program_pipeline import ProgramPipelinedModel
 from planlang.runtime.redistribute import _check_step, _StepFunction
 
 NOTE = "PL469"  # the compile notes' code (planlang.lang.codes: compile-around)
@@ -142,8 +144,6 @@ def compile_pipeline(pm: Any, backend: str = "inductor", mode: str | None = None
     module this rank holds compiled in place (`nn.Module.compile`), so torch's PipelineStage and schedule
     call the compiled forward and backward; the sends, receives and gradient sums stay the schedule's.
     What is not tried compiled runs eagerly, with a note."""
-    from planlang.runtime.program_pipeline import ProgramPipelinedModel
-
     mods = list(pm.runner.stage_modules.values())
     why = []
     if isinstance(pm, ProgramPipelinedModel):
@@ -171,8 +171,6 @@ def compile_parallel_model(pm: Any, backend: str = "inductor", mode: str | None 
     """`pm` (a planlang.runtime.apply ParallelModel) running its programs compiled: the current one now,
     the programs lowered later for a shorter batch or the other mode when they are made (Programs.compile
     wrapped), and those cached already. Returns `pm`."""
-    import dataclasses
-
     recorder = pm.rt.recorder
     if pm.fsdp_axes:
         note(f"ZeRO-2/3 over {', '.join(pm.fsdp_axes)}: FSDP2's hooks (each block's all-gather and reduce-scatter) run "
