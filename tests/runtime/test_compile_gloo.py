@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from planlang.runtime.compiled import NOTE
 from tests.runtime import compile_worker as W
 from tests.runtime.spawned import written_results
 
@@ -32,7 +33,7 @@ def test_compiled_step_trains_as_eager(results, name):
     for r, res in enumerate(results):
         eager, comp = res[name]["eager"], res[name]["compiled"]
         assert comp["compiled"] and comp["eval_compiled"] and not eager["compiled"]
-        assert "PL469" not in comp["note"]
+        assert NOTE not in comp["note"]
         assert comp["seconds"] is not None and comp["seconds"] > 0
         for k, (a, b) in enumerate(zip(comp["losses"], eager["losses"])):
             assert _rel(a, b) <= BOUND, f"rank {r} {name} step {k}: compiled {a} eager {b}"
@@ -47,15 +48,15 @@ def test_dropout_is_refused_with_a_note(results):
         assert comp["eval_compiled"]  # evaluation: dropout is the identity, the program compiles
         assert _rel(comp["eval"], eager["eval"]) <= BOUND
         if r == 0:
-            assert "note[PL469]" in comp["note"] and "random ops (model_drop" in comp["note"]
+            assert f"note[{NOTE}]" in comp["note"] and "random ops (model_drop" in comp["note"]
         else:
-            assert "PL469" not in comp["note"]
+            assert NOTE not in comp["note"]
 
 
 def test_pipeline_stage_modules_compiled(results):
     for r, res in enumerate(results):
         comp, eager = res["pp2_dp2"]["compiled"], res["pp2_dp2"]["eager"]
-        assert comp["compiled"] and "PL469" not in comp["note"]
+        assert comp["compiled"] and NOTE not in comp["note"]
         for k, (a, b) in enumerate(zip(comp["losses"], eager["losses"])):
             assert _rel(a, b) <= BOUND, f"rank {r} pp2_dp2 step {k}: compiled {a} eager {b}"
         assert _rel(comp["eval"], eager["eval"]) <= BOUND
@@ -67,6 +68,6 @@ def test_pipeline_with_dropout_runs_eagerly_with_a_note(results):
         assert not comp["compiled"]
         assert comp["losses"] == eager["losses"] and comp["eval"] == eager["eval"]
         if r == 0:
-            assert "note[PL469]: the pipeline's stages run eagerly" in comp["note"] and "dropout" in comp["note"]
+            assert f"note[{NOTE}]: the pipeline's stages run eagerly" in comp["note"] and "dropout" in comp["note"]
         else:
-            assert "PL469" not in comp["note"]
+            assert NOTE not in comp["note"]
