@@ -74,9 +74,8 @@ class PipelinedModel:
         return f"PipelinedModel({self.runner})"
 
     def __call__(self, *args: torch.Tensor, **kwargs: torch.Tensor):
-        """The model's output for one batch (inputs then at most one target, positional or by the plan's
-        input names; the target as a keyword that names no input) with `loss` the global mean loss on every
-        rank. Training with gradients on, the whole step runs here (forward and backward of every
+        """The model's output for one batch (inputs then at most one target, by position or by name:
+        call_outputs.bind_call) with `loss` the global mean loss on every rank. Training with gradients on, the whole step runs here (forward and backward of every
         microbatch, as `step`: a pipeline has no forward alone) and `loss.backward()` hands its gradients to
         `.grad` (`_StepGradients`); otherwise the forward-only schedule runs (`evaluate`). The model's other
         outputs (logits) are this data replica's piece on the ranks of the last stage, None elsewhere."""
