@@ -109,16 +109,25 @@ class Programs:
             raise PlanError(f"the program for input shapes {list(shapes)} places parameters otherwise than the "
                             f"plan's ({', '.join(changed[:3]) or 'per-head blocks'}); the parameters are placed "
                             "already: run batches of the plan's shape")
-        return live_consts(prog, self.base, shapes)
+        return live_consts(prog, self.base, shapes, pm.module)
 
 
-def live_consts(prog: Program, base: Program, shapes) -> Program:
+def live_consts(prog: Program, base: Program, shapes, model: nn.Module | None = None) -> Program:
     """`prog` (lowered from the meta copy) with the constants the graph reads from buffers taken from the
-    live model's, through `base`, the program apply lowered from it."""
+    live model's, through `base`, the program apply lowered from it, else from `model`'s buffers by name
+    (a buffer the live trace folded into constants computed from it, which the meta trace cannot: HF
+    Llama's rotary `inv_freq`, whose cos/sin tables are constants of `base`)."""
+    by_name: dict[str, torch.Tensor] = {}
+    for fqn, buf in (model.named_buffers() if model is not None else ()):
+        flat = fqn.replace(".", "_")  # torch.export's placeholder names (b_ + the step's path), fx's
+        by_name.update({f"b_model_{flat}": buf, f"b_{flat}": buf, flat: buf})
     for name, c in prog.graph.consts.items():
         if c.device.type != "meta":
             continue
         live = base.graph.consts.get(name)
+        if live is None or live.shape != c.shape:
+            v = prog.graph.values.get(name)
+            live = by_name.get(v.ref) if v is not None else None
         if live is None or live.shape != c.shape:
             raise PlanError(f"constant `{name}` {list(c.shape)} of the program for input shapes "
                             f"{list(shapes)} is not one of the model's buffers; run batches of the plan's shape")

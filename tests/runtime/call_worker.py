@@ -208,6 +208,29 @@ def accumulation(plan: str) -> dict:
             "grads": max(rel(gb[n], g, 1e-3 * total) for n, g in ga.items())}
 
 
+LLAMA = "call_llama_dp4.plan"
+
+
+def llama_eval(plan: str) -> dict:
+    """HF Llama under dp 4, pm.eval(): the call's program is lowered again on the meta copy, where the
+    rotary `inv_freq` buffer cannot fold into constants (live_consts reads it from the live model): the
+    loss and the whole logits against one process."""
+    import planlang
+    from examples.zoo.causal_lm import llama, loss
+    from planlang.runtime.verify import rel
+    torch.manual_seed(0)
+    ref = llama().eval()
+    torch.manual_seed(0)
+    pm = planlang.apply(llama(), os.path.join(PLANS, plan))
+    idx = C.batches()[0] % 256
+    pm.eval()
+    with torch.no_grad():
+        out = pm(input_ids=idx, labels=idx)
+        logits = pm.whole(out).logits
+        r = ref(idx)
+    return {"type": type(out).__name__, "loss": rel(out.loss, loss(r, idx)), "logits": rel(logits, r.logits)}
+
+
 def run() -> dict:
     import planlang
     results = {}
@@ -236,6 +259,9 @@ def run() -> dict:
     t0 = time.time()
     results["accumulation"] = accumulation(ACC)
     results["accumulation"]["seconds"] = round(time.time() - t0, 1)
+    t0 = time.time()
+    results["llama"] = llama_eval(LLAMA)
+    results["llama"]["seconds"] = round(time.time() - t0, 1)
     return results
 
 

@@ -95,3 +95,11 @@ def test_call_under_accumulation_equals_step(results):
         acc = res["accumulation"]
         assert acc["microbatches"] == 2
         assert acc["loss"] <= 1e-6 and acc["grads"] <= 1e-5, acc
+
+
+def test_llama_evaluates_with_its_rotary_buffer(results):
+    """HF Llama's rotary inv_freq: a constant of the call's program lowered on meta, read from the live
+    model (was a PlanError: `not one of the model's buffers`)."""
+    for res in results:
+        ll = res["llama"]
+        assert ll["type"] == "CausalLMOutputWithPast" and ll["loss"] <= 1e-6 and ll["logits"] <= 1e-6, ll
