@@ -288,6 +288,15 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "loss, and a training step takes no targets. That is rarely what you train: define `loss`, or pass\n"
      "`loss_fn=` to `planlang.apply`."),
     # ------------------------------------------------------------------ PL4xx pipeline and checkpoint
+    ("PL390", "compile-around", N, "part of the step runs eagerly under compile",
+     "`planlang.apply(..., compile=True)` puts each rank's generated step under torch.compile\n"
+     "(planlang.runtime.compiled). What torch.compile cannot take as planlang runs it is run eagerly\n"
+     "instead, and said on rank 0's stderr with this note: a training step with dropout (its seed\n"
+     "changes every step, so each step would compile again; the evaluation program compiles), a\n"
+     "collective recorder, BatchNorm inside a checkpoint group, FSDP2's hooks under ZeRO-2/3 (compiled\n"
+     "around: one graph per block), and a pipeline's stages under tensor parallelism, with checkpoint\n"
+     "groups, FSDP2 units, mixed precision or dropout. The results are the same as eager; only the\n"
+     "speed differs. Remove dropout for a compiled training step, or accept the eager parts."),
     ("PL401", "stage-count", E, "number of stages does not match the pipeline axis",
      "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved schedule)."),
     ("PL402", "interleaved-microbatches", E, "interleaved schedule needs microbatches divisible by stages",

@@ -10,7 +10,7 @@ program once, eagerly, when it is compiled.
 
 A pipeline of the model's modules has its stage modules compiled instead (`compile_pipeline`); under
 ZeRO-2/3 Dynamo skips FSDP2's hooks, which run eagerly between one graph per block. What is not compiled
-is said on rank 0's stderr (`note[PL469]`), never silently (`compile_blockers` for a program), and runs
+is said on rank 0's stderr (`note[PL390]`), never silently (`compile_blockers` for a program), and runs
 eagerly instead (docs/runtime.md, "Compiling the step").
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from planlang.runtime.executor import Runtime
 from planlang.runtime.program_pipeline import ProgramPipelinedModel
 from planlang.runtime.redistribute import _check_step, _StepFunction
 
-NOTE = "PL469"  # the compile notes' code (planlang.lang.codes: compile-around)
+NOTE = "PL390"  # the compile notes' code (planlang.lang.codes: compile-around)
 BACKENDS = ("inductor", "aot_eager", "eager")
 
 

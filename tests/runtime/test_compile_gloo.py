@@ -3,7 +3,7 @@ compiled step trains as the eager one (tests/runtime/compile_worker.py). GPT-2 d
 dp 2 x tp 2 (Megatron) with every block a checkpoint group: 3 AdamW steps and an evaluation after
 `pm.eval()` (a program lowered after apply, compiled when it is installed). Bound: 1e-6 relative to the
 eager run on the same ranks (aot_eager runs the same aten ops: measured 0; inductor's fused kernels
-measured 2e-7 on dp 2). A plan with dropout: its training step is refused with note[PL469] on rank 0 and runs eagerly, its
+measured 2e-7 on dp 2). A plan with dropout: its training step is refused with note[PL390] on rank 0 and runs eagerly, its
 evaluation step (dropout off) is compiled. A pipeline of the model's modules (pp 2 x dp 2, 1F1B) has each
 stage module compiled, within the same bound; with dropout it runs eagerly, said by a note.
 """
