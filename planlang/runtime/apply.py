@@ -7,10 +7,9 @@
         loss = pm.step(x, y)                  # forward + backward + gradient sums: the global loss
         opt.step(); opt.zero_grad()
 
-The same three calls run a pipeline plan (`apply` then returns a planlang.runtime.pipeline
-`PipelinedModel` whose `step` runs the plan's schedule over its microbatches). Without a pipeline,
-`out = pm(input_ids=x, labels=y)` is the forward alone (planlang.runtime.call_outputs): the model's
-output, `out.loss` the global loss with autograd, the rest this rank's pieces (`pm.whole(out)`: whole).
+The same calls run a pipeline plan (a `PipelinedModel`: its schedule over the microbatches). `out =
+pm(input_ids=x, labels=y)` returns the model's output (planlang.runtime.call_outputs): `out.loss` the global
+loss with autograd, the rest this rank's pieces (`pm.whole(out)`); `compile=True`: torch.compile.
 
 The passes, in order (each a function of this module or the modules it names):
 
@@ -53,17 +52,18 @@ from planlang.model.capture.load import meta_inputs, plan_loss, sum_loss_note
 from planlang.model.capture.opgraph import dtype_name
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan import types as T
-from planlang.plan.complete import CompleteMesh, CompleteOptimizer, CompletePlan, IncompletePlan, complete
+from planlang.plan.complete import (CompleteMesh, CompleteOptimizer, CompletePlan, IncompletePlan, complete,
+                                    plan_mesh, world_size)
 from planlang.plan.data import batch_dim
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.types import Spec
 from planlang.runtime.call_outputs import (CallSignature, bind_call, build_output, gather_whole, output_pieces,
                                            sums_before_step, target_names, whole)
 from planlang.runtime.clip import clip_model
+from planlang.runtime.compiled import compile_model
 from planlang.runtime.data_parallel import fsdp_mesh
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
-from planlang.plan.complete import plan_mesh, world_size
 from planlang.model.program.lowering import LoweringError, Program, trained_parameters
 from planlang.runtime.pipeline import PipelineError
 from planlang.runtime.pipeline_model import apply_pipeline
@@ -531,16 +531,16 @@ def _apply_program_pipeline(model: nn.Module, plan: CompletePlan, groups: MeshGr
 
 def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | None = None,
           targets: tuple[torch.Tensor, ...] | None = None, device: torch.device | str | None = None,
-          recorder=None, strict: bool | None = None, program: Program | None = None):
-    """Parallelise `model` (built the same way on every rank) under `plan` on this rank: a
-    `ParallelModel`, or for a plan with a `pipeline` a planlang.runtime.pipeline `PipelinedModel`. Both
-    have `step(*inputs, *targets) -> global loss`, `optimizer(cls=None, **kwargs)`, `parameters()`,
-    `full_parameters()` and `full_grads()`.
-
+          recorder=None, strict: bool | None = None, program: Program | None = None, compile: bool | str = False):
+    """Parallelise `model` (built the same way on every rank) under `plan` on this rank: a `ParallelModel`,
+    or for a plan with a `pipeline` a `PipelinedModel` (docs/runtime.md: `pm(...)`, `step`, `optimizer`, ...).
     An op that must run on the whole batch although the plan splits it (PL364) is a warning on rank 0's
     stderr; with `strict` (default: the environment's PLANLANG_STRICT=1, which `--strict` sets) a PlanError.
     `program`: the plan's program when the caller lowered it already (validation, for the estimate's run
-    on meta), for a plan without a pipeline; lowered here otherwise."""
+    on meta), for a plan without a pipeline. `compile`: True (inductor) or a torch.compile backend's name."""
+    if compile:  # planlang.runtime.compiled: the step (a pipeline: its stage modules) under torch.compile
+        return compile_model(apply(model, plan, loss_fn=loss_fn, targets=targets, device=device, recorder=recorder,
+                                   strict=strict, program=program), "inductor" if compile is True else str(compile))
     plan = load_plan(plan)
     user_loss = loss_fn
     # found once, on this model: a `loss` method is bound to it, whichever runtime path runs the plan

@@ -1,7 +1,7 @@
 """Gloo worker for tests/runtime/test_compile_gloo.py: every rank runs every config twice from the same seed,
 
-    pm = planlang.apply(build(), plan); opt = pm.optimizer()
-    [compile_model(pm, BACKEND)]              # the second run only (planlang.runtime.compiled)
+    pm = planlang.apply(build(), plan, compile=BACKEND)   # compiled: the second run only
+    opt = pm.optimizer()
     3 x (pm.step(x, x); opt.step())           # the training losses
     pm.eval(); with torch.no_grad(): pm(x, x)  # a program lowered (and compiled) after apply: Programs.install
 
@@ -45,15 +45,16 @@ def _loss(out) -> float:
 def run(plan: str, kwargs: dict, compiled: bool) -> dict:
     import planlang.runtime.apply as planlang
     from examples.gpt2.model import build
-    from planlang.runtime.compiled import CompiledStep, compile_model
+    from planlang.runtime.compiled import CompiledStep
 
     torch.manual_seed(0)
-    pm = planlang.apply(build(**kwargs), os.path.join(PLANS, plan))
+    model = build(**kwargs)
     err = io.StringIO()
     with contextlib.redirect_stderr(err) if compiled else contextlib.nullcontext():
         if compiled:
             torch._dynamo.reset()
-            compile_model(pm, BACKEND)  # what apply(..., compile=BACKEND) runs
+        # compile: planlang.runtime.compiled.compile_model of the model apply made
+        pm = planlang.apply(model, os.path.join(PLANS, plan), compile=BACKEND if compiled else False)
         opt = pm.optimizer()
         xs = batches()
         losses = []
