@@ -75,7 +75,7 @@ from planlang.runtime.plan_lowering import (  # noqa: F401 - lower_plan, report_
 from planlang.runtime.precision import (LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype,
                                         wrap_optimizer)
 from planlang.runtime.redistribute import MeshGroups, redistribute
-from planlang.runtime.save_load import full_state_dict
+from planlang.runtime.save_load import full_state_dict, resharded
 from planlang.runtime.zero import OptimizerError, build_optimizer
 from planlang.runtime.zero_blocks import Block, BlockCaller, block_ranges
 
@@ -427,9 +427,7 @@ class ParallelModel(nn.Module):
 
     def _gathered(self, pick) -> dict[str, torch.Tensor]:
         out = {}
-        for unit in self.modules():  # a forward without backward (no_grad) leaves FSDP2 units unsharded
-            if isinstance(unit, FSDPModule):
-                unit.reshard()
+        resharded(self)  # a forward without backward (no_grad) leaves FSDP2 units unsharded
         for fqn, p in self.module.named_parameters():
             t = pick(p)
             if t is None:

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.fsdp import FSDPModule
 
 from .checkpoint import CheckpointError, _saved_keys, load_state, save_state
 from .precision import LossScale, MasterWeights, ScaledOptimizer
@@ -83,9 +84,21 @@ def _unwrapped(pm, optimizer) -> tuple[dict[str, torch.Tensor], Any, Callable[[]
     return named, optimizer, lambda: None, scale
 
 
+def resharded(pm) -> None:
+    """Every FSDP2 unit of `pm` (ZeRO-2/3; a pipeline's stage modules) back to its shards: a forward
+    without backward (an evaluation) leaves them gathered, the parameters then plain tensors, while
+    saving, loading and gathering read the shards."""
+    roots = list(pm.runner.stage_modules.values()) if hasattr(pm, "runner") else [pm]
+    for root in roots:
+        for unit in root.modules():
+            if isinstance(unit, FSDPModule):
+                unit.reshard()
+
+
 def save(pm, optimizer, path: str | Path, *, scheduler=None) -> None:
     """Save `pm`'s parameters (and `optimizer`'s state, `scheduler`'s, when given) to the DCP directory
     `path`; every rank calls it. Load it with `load`, under this plan or another."""
+    resharded(pm)
     named, opt, _, scale = _unwrapped(pm, optimizer)
     extra: dict = {}
     if scheduler is not None:
@@ -100,6 +113,7 @@ def load(pm, optimizer, path: str | Path, *, scheduler=None) -> None:
     """Load a checkpoint `save` wrote (under any plan of the same model) into `pm` (in place), `optimizer`
     (None: the parameters alone) and `scheduler`; every rank calls it. Hyperparameters (lr, betas, ...)
     come from the checkpoint."""
+    resharded(pm)
     named, opt, after, scale = _unwrapped(pm, optimizer)
     extra: dict = {}
     if scheduler is not None:
@@ -121,6 +135,7 @@ def full_state_dict(pm, all_ranks: bool = False) -> dict[str, torch.Tensor]:
     it. The form `save_pretrained(state_dict=...)` and `torch.save` take. One parameter is whole on the
     device at a time; the CPU of a keeping rank holds the model."""
     keep = all_ranks or dist.get_rank() == 0
+    resharded(pm)
     out: dict[str, torch.Tensor] = {}
     # one parameter whole at a time (full_parameters' gathers, picked one name per call): the device holds
     # the largest parameter whole, not the model

@@ -14,6 +14,7 @@ max(TOL, 10 x one process's own error against float64).
 from __future__ import annotations
 
 import os
+import tempfile
 from datetime import timedelta
 
 import torch
@@ -207,13 +208,27 @@ def run_cnn(plan: str, ref: dict, exact: dict) -> dict:
 
 
 def _half_step_then_eval(pm, opt, data, ref, exact, res: dict) -> None:
-    """A step on half the plan's batch (judged: loss and parameters), then the evaluation loss after it."""
+    """A step on half the plan's batch (judged: loss and parameters), then the evaluation loss after it,
+    then the whole state and a save right after that evaluation."""
+    import planlang
     loss = pm.step(data["half"], data["half"])
     opt.step()
     opt.zero_grad()
     res["half"] = judge({"loss": loss, "params": pm.full_parameters()}, ref["half"], exact["half"])
+    before = {n: t.clone() for n, t in pm.full_parameters().items()}
     res["eval_after"] = judge({"loss": loss_only(pm, data["eval"])}, {"loss": ref["eval_after"]},
                               {"loss": exact["eval_after"]})
+    # right after an evaluation (FSDP2 units left gathered by a forward without backward): the whole
+    # state is the parameters as they were, and planlang.save writes them
+    whole = pm.full_state_dict(all_ranks=True)
+    res["state_after_eval"] = max(float((whole[n] - t.cpu()).abs().max()) for n, t in before.items() if n in whole)
+    where = [tempfile.mkdtemp(prefix="planlang-eval-save-") if dist.get_rank() == 0 else None]
+    dist.broadcast_object_list(where, src=0)
+    try:
+        planlang.save(pm, opt, where[0])
+        res["saved_after_eval"] = "ok"
+    except Exception as e:  # noqa: BLE001 - reported to the test, which names it
+        res["saved_after_eval"] = f"{type(e).__name__}: {e}"
 
 
 def run_config(plan: str, ref: dict, exact: dict) -> dict:

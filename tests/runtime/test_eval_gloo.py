@@ -62,6 +62,14 @@ def test_shorter_batch_trains_as_one_process(results, name):
 
 
 @pytest.mark.parametrize("name", list(W.CONFIGS))
+def test_state_and_save_right_after_an_evaluation(results, name):
+    # ZeRO-3: the evaluation's forward leaves FSDP2's units gathered; the gathers and the save read shards
+    for r, res in enumerate(results):
+        assert res[name]["state_after_eval"] == 0.0, (r, name)
+        assert res[name]["saved_after_eval"] == "ok", (r, name, res[name]["saved_after_eval"])
+
+
+@pytest.mark.parametrize("name", list(W.CONFIGS))
 def test_batch_that_does_not_divide_or_is_larger_is_refused(results, name):
     errors = results[0][name]["errors"]
     assert "larger than the plan's 8" in errors["larger"]
