@@ -32,7 +32,7 @@ from .call_outputs import (CallSignature, Piece, PlanOutput, bind_call, build_ou
                            whole, with_loss)
 from .clip import clip_model
 from .pipeline import PipelineError, PipelineRunner, build_pipeline
-from .save_load import full_state_dict
+from .save_load import full_state_dict, resharded
 from .programs import PlanError
 from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
@@ -314,6 +314,7 @@ class PipelinedModel:
         return t.full_tensor() if isinstance(t, DTensor) else t
 
     def _gathered(self, pick) -> dict[str, torch.Tensor]:
+        resharded(self)  # an evaluation leaves ZeRO-2/3 stage units gathered: read the shards
         mine = {n: pick(p) for n, p in self.runner.named_parameters()}
         mine = {n: self._whole(n, t) if t is not None else None for n, t in mine.items()}
         have: list = [None] * dist.get_world_size(self.pp_group)
