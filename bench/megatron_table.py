@@ -9,9 +9,12 @@ plans under bench/plan_configs/megatron/ (`--write` regenerates them from ROWS):
 - `<row>.plan`: the published layout. GPT from examples/gpt2's model at the row's shape, `hardware.a100_80g`,
   bf16 parameters and compute (an f32 master copy and f32 Adam states, no ZeRO: the paper's optimizer),
   Megatron attention and MLP over tp, every block checkpointed (the paper recomputes activations, §3.5),
-  1F1B over pp with microbatch size 1 (Table 1 does not give it): microbatches = global batch / dp. Rows
-  with pp = 1 accumulate their microbatches' gradients (a top-level `microbatches N`), summed once. The
-  vocabulary is split over tp (`wte`, `lm_head`), as in Megatron.
+  and each row's microbatch size and schedule as the authors ran it: Table 1 does not give them, their
+  artifact script does (NVIDIA/Megatron-LM, examples/sc21/run_table_1.sh: MBS 16 for 1.7B-7.5B, 8, 4, 2, 2,
+  then 1; `--num-layers-per-virtual-pipeline-stage` 5, 5, 3 and 1 for 76.1B-529.6B: the interleaved
+  schedule with 3, 2, 2 and 3 chunks per rank; 1F1B elsewhere): microbatches = global batch / dp / MBS.
+  Rows with pp = 1 accumulate their microbatches' gradients (a top-level `microbatches N`), summed once.
+  The vocabulary is split over tp (`wte`, `lm_head`), as in Megatron.
 - `<row>_holes.plan`: the same with the mesh degrees, microbatches, stages, schedule and checkpointing
   left `?` for `planlang solve`.
 
@@ -61,6 +64,8 @@ class Row:
     gpus: int
     batch: int
     tflops: float  # achieved per GPU, published
+    mbs: int = 1  # microbatch size (the authors' script)
+    per_stage: int | None = None  # layers per (virtual) stage; None: one stage per pipeline rank (1F1B)
 
     @property
     def dp(self) -> int:
@@ -68,7 +73,16 @@ class Row:
 
     @property
     def microbatches(self) -> int:
-        return self.batch // self.dp  # microbatch size 1
+        return self.batch // self.dp // self.mbs
+
+    @property
+    def chunks(self) -> int:
+        """Stages per pipeline rank: > 1 under the interleaved schedule."""
+        return self.layers // (self.per_stage or self.layers // self.pp) // self.pp
+
+    @property
+    def schedule(self) -> str:
+        return f"interleaved chunks {self.chunks}" if self.chunks > 1 else "1f1b"
 
     @property
     def stem(self) -> str:
@@ -84,17 +98,18 @@ class Row:
         return self.flops() / step_s / self.gpus / 1e12
 
 
-# Table 1 of Narayanan et al. 2021 (arXiv:2104.04473): heads, hidden, layers, tp, pp, GPUs, batch, TFLOP/s
+# Table 1 of Narayanan et al. 2021 (arXiv:2104.04473): heads, hidden, layers, tp, pp, GPUs, batch, TFLOP/s;
+# microbatch size and layers per virtual stage from the authors' NVIDIA/Megatron-LM examples/sc21/run_table_1.sh
 ROWS = (
-    Row("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137),
-    Row("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138),
-    Row("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142),
-    Row("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135),
-    Row("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138),
-    Row("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140),
-    Row("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148),
-    Row("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155),
-    Row("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    Row("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, mbs=16),
+    Row("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, mbs=16),
+    Row("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, mbs=16),
+    Row("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, mbs=8),
+    Row("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, mbs=4),
+    Row("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, mbs=2, per_stage=5),
+    Row("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, mbs=2, per_stage=5),
+    Row("310.1B", 128, 16384, 96, 8, 16, 1920, 2160, 155, mbs=1, per_stage=3),
+    Row("529.6B", 128, 20480, 105, 8, 35, 2520, 2520, 163, mbs=1, per_stage=1),
     Row("1T", 160, 25600, 128, 8, 64, 3072, 3072, 163),
 )
 # the rows issue #29 names (the others are written too, and run with --rows)
@@ -103,13 +118,14 @@ SOLVE_TARGET = {"1T": 300.0}  # CPU-s; every other row 120
 
 
 def stage_lines(row: Row) -> list[str]:
-    """`pp` stages of equal block counts; the embeddings join the first, the head the last."""
-    per = row.layers // row.pp
+    """`pp x chunks` stages of equal block counts; the embeddings join the first, the head the last."""
+    per = row.per_stage or row.layers // row.pp
+    n = row.layers // per
     out = []
-    for i in range(row.pp):
+    for i in range(n):
         mods = ["wte", "wpe", "drop"] if i == 0 else []
         mods.append(f"h[{i * per}:{(i + 1) * per}]")
-        mods += ["ln_f", "lm_head"] if i == row.pp - 1 else []
+        mods += ["ln_f", "lm_head"] if i == n - 1 else []
         out.append("    stage " + ", ".join(mods))
     return out
 
@@ -119,7 +135,7 @@ def plan_text(row: Row, holes: bool) -> str:
     q = "?"
     size = (lambda n: q) if holes else str
     what = "mesh degrees, microbatches, stages, schedule and checkpointing left to `planlang solve`" if holes \
-        else f"the published layout: tp {row.tp}, pp {row.pp}, dp {row.dp}, microbatch size 1"
+        else f"the published layout: tp {row.tp}, pp {row.pp}, dp {row.dp}, microbatch size {row.mbs}"
     lines = [
         f"# bench/plan_configs/megatron/{row.stem}{'_holes' if holes else ''}.plan - Megatron-LM Table 1, "
         f"row {row.name}",
@@ -158,12 +174,15 @@ def plan_text(row: Row, holes: bool) -> str:
     if holes:
         lines.append("pipeline over pp schedule ? microbatches ? { ? }")
     else:
-        lines.append(f"# microbatch size 1: {row.batch} sequences / dp {row.dp} = {row.microbatches} microbatches"
-                     + (", the gradients summed once (gradient accumulation)" if row.pp == 1 else ", 1F1B"))
+        lines.append(f"# microbatch size {row.mbs} (the authors' run_table_1.sh): {row.batch} sequences / dp {row.dp} "
+                     f"= {row.microbatches} microbatch{'es' if row.microbatches > 1 else ''}"
+                     + ((", the gradients summed once (gradient accumulation)" if row.microbatches > 1 else "")
+                        if row.pp == 1 else f", {row.schedule}"))
         if row.pp == 1:
-            lines.append(f"microbatches {row.microbatches}")
+            if row.microbatches > 1:
+                lines.append(f"microbatches {row.microbatches}")
         else:
-            lines.append(f"pipeline over pp schedule 1f1b microbatches {row.microbatches} {{")
+            lines.append(f"pipeline over pp schedule {row.schedule} microbatches {row.microbatches} {{")
             lines += stage_lines(row)
             lines.append("}")
     lines += [
@@ -289,18 +308,19 @@ def main(argv: list[str] | None = None) -> None:
     say(f"Megatron-LM Table 1 (Narayanan et al. 2021) against planlang at {head} (bench/megatron_table.py); "
         f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f}")
     say("TFLOP/s per GPU by Megatron's count 96*B*s*l*h^2*(1 + s/6h + V/16lh) over the predicted step; pub. = "
-        "published; layout = published (tp, pp, dp, 1F1B, microbatch size 1, every block checkpointed), "
+        "published; layout = published (tp, pp, dp, microbatch size, v = interleaved chunks per rank (else 1F1B), "
+        "every block checkpointed: the authors' examples/sc21/run_table_1.sh), "
         "estimate error = (predicted - published) / published; solve = `planlang solve` of the hole version "
         "(mesh degrees, microbatches, stages, schedule, checkpointing `?`), whole command, CPU-s of the child")
-    say(f"{'row':>6} {'GPUs':>5} {'pub.':>6} {'layout':>18} {'step s':>8} {'TFLOP/s':>8} {'err':>7} "
+    say(f"{'row':>6} {'GPUs':>5} {'pub.':>6} {'layout':>26} {'step s':>8} {'TFLOP/s':>8} {'err':>7} "
         f"{'peak GiB':>8} | {'solve cpu s':>11} {'target':>6} {'step s':>8} {'TFLOP/s':>8} {'vs pub.':>7}  solved plan")
     with tempfile.TemporaryDirectory() as tmp:
         for row in rows:
             step, peak, err = estimate(plan_path(row, False))
             pub_tf = row.tflops_at(step) if step else None
             err_pct = None if pub_tf is None else (pub_tf - row.tflops) / row.tflops * 100
-            layout = f"tp{row.tp} pp{row.pp} dp{row.dp}"
-            left = (f"{row.name:>6} {row.gpus:>5} {row.tflops:>6g} {layout:>18} {fmt(step, '8.3f')} "
+            layout = f"tp{row.tp} pp{row.pp} dp{row.dp} mbs{row.mbs}" + (f" v{row.chunks}" if row.chunks > 1 else "")
+            left = (f"{row.name:>6} {row.gpus:>5} {row.tflops:>6g} {layout:>26} {fmt(step, '8.3f')} "
                     f"{fmt(pub_tf, '8.1f')} {fmt(err_pct, '+6.1f'):>6}% {fmt(peak, '8.1f')}")
             if args.no_solve:
                 say(left + (f"   {err}" if err else ""))
