@@ -90,7 +90,7 @@ def resharded(pm) -> None:
     saving, loading and gathering read the shards."""
     roots = list(pm.runner.stage_modules.values()) if hasattr(pm, "runner") else [pm]
     for root in roots:
-        for unit in root.modules():
+        for unit in root.modules() if isinstance(root, torch.nn.Module) else ():
             if isinstance(unit, FSDPModule):
                 unit.reshard()
 
