@@ -67,14 +67,7 @@ def reference(kind: str, dtype: torch.dtype) -> list[dict]:
     out = []
     for idx in C.batches()[:STEPS]:
         opt.zero_grad()
-        loss = ref_loss(kind, model, idx)[0]
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), C.MAX_NORM)
-        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-        opt.step()
-        sched.step()
-        out.append({"loss": loss.detach(), "norm": norm.detach(), "grads": grads, "lr": sched.get_last_lr()[0],
-                    "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
+        out.append(C.reference_step(model, ref_loss(kind, model, idx)[0], opt, sched))
     return out
 
 

@@ -69,14 +69,20 @@ def reference(dtype: torch.dtype) -> list[dict]:
     for idx in batches():
         opt.zero_grad()
         loss = loss_fn(model(idx), idx)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
-        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-        opt.step()
-        sched.step()
-        out.append({"loss": loss.detach(), "norm": norm.detach(), "grads": grads, "lr": sched.get_last_lr()[0],
-                    "params": {n: p.detach().clone() for n, p in model.named_parameters()}})
+        out.append(reference_step(model, loss, opt, sched))
     return out
+
+
+def reference_step(model, loss, opt, sched) -> dict:
+    """One process's backward, clip, optimizer and scheduler step: the loss, norm, clipped gradients, lr
+    and parameters after (what `judge` compares a plan's step with)."""
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), MAX_NORM)
+    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+    opt.step()
+    sched.step()
+    return {"loss": loss.detach(), "norm": norm.detach(), "grads": grads, "lr": sched.get_last_lr()[0],
+            "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
 
 
 def judge(got: dict, ref: dict, exact: dict, grad_total: float) -> dict:
