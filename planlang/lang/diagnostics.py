@@ -35,6 +35,32 @@ class Label:
 
 
 @dataclass(frozen=True)
+class Edit:
+    """Replace the text of `span` (its character offsets `start`..`end`) with `text`; an empty span inserts."""
+
+    span: Span
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.span}: {self.text!r}"
+
+
+@dataclass(frozen=True)
+class Fix:
+    """A mechanical fix of one diagnostic: its edits, applied together.
+
+    `safe` is False where applying it changes what the plan means (a different size, a dropped line):
+    `planlang lint --fix` applies only safe fixes, `--unsafe-fixes` the others too."""
+
+    message: str
+    edits: tuple[Edit, ...]
+    safe: bool = True
+
+    def __str__(self) -> str:
+        return f"fix: {self.message}" + ("" if self.safe else " (unsafe)")
+
+
+@dataclass(frozen=True)
 class Diagnostic:
     code: str
     severity: Severity
@@ -43,6 +69,7 @@ class Diagnostic:
     labels: tuple[Label, ...] = ()
     help: str | None = None
     notes: tuple[str, ...] = field(default=())
+    fix: Fix | None = None  # where the fix is mechanical: the edits that make it
 
     def __str__(self) -> str:
         return f"{self.span}: {self.severity.value}[{self.code}]: {self.message}"
