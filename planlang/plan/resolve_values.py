@@ -11,7 +11,8 @@ from typing import Callable
 
 from planlang.lang import ast as A
 from planlang.lang.codes import CODES
-from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
+from planlang.lang.diagnostics import Diagnostic, Fix, Label, did_you_mean
+from planlang.lang.fixes import did_you_mean_fix, replace as replace_fix
 from planlang.lang.source import SourceFile, Span
 
 from . import types as T
@@ -28,9 +29,10 @@ DTYPES = {
 PARAM_KINDS = ("axis", "int")
 
 
-def diag(code: str, message: str, span: Span, *, help: str | None = None, labels=(), notes=()) -> Diagnostic:
+def diag(code: str, message: str, span: Span, *, help: str | None = None, labels=(), notes=(),
+         fix: Fix | None = None) -> Diagnostic:
     """A diagnostic with the registry's default severity for `code`."""
-    return Diagnostic(code, CODES[code].severity, message, span, tuple(labels), help, tuple(notes))
+    return Diagnostic(code, CODES[code].severity, message, span, tuple(labels), help, tuple(notes), fix)
 
 
 @dataclass
@@ -90,10 +92,12 @@ class ResolverBase:
         if isinstance(value, A.Quantity):
             unit = value.unit.text
             if unit not in UNITS:
-                guess = did_you_mean(unit, [u for u, (k, _) in UNITS.items() if k == kind])
+                units = [u for u, (k, _) in UNITS.items() if k == kind]
+                guess = did_you_mean(unit, units)
                 self.diags.append(diag(
                     "PL250", f"unknown unit `{unit}`", value.unit.span,
                     help=f"did you mean `{guess}`?" if guess else f"{kind.value} units: {example_units(kind)}",
+                    fix=did_you_mean_fix(value.unit.span, unit, guess, units),
                 ))
                 return None
             if UNITS[unit][0] != kind:
@@ -106,6 +110,8 @@ class ResolverBase:
                 self.diags.append(diag(
                     "PL253", f"`{value}` is {value.number.value} x 10^{3 * 'KMGTP'.index(unit[0]) + 3} bytes",
                     value.unit.span, help=f"write `{value.number} {unit[0]}iB` for binary units (as device memory is sold)",
+                    # a different amount (10^9 is not 2^30): the user must mean it, so unsafe
+                    fix=replace_fix(value.unit.span, f"{unit[0]}iB", f"replace `{unit}` with `{unit[0]}iB`", safe=False),
                 ))
             return self._in_range(value, kind, what)
         if isinstance(value, (A.Int, A.Float)):
@@ -140,6 +146,7 @@ class ResolverBase:
                 self.diags.append(diag(
                     "PL212", f"unknown {what} field `{key}`", f.key.span,
                     help=f"did you mean `{guess}`?" if guess else f"{what} fields: {', '.join(names)}",
+                    fix=did_you_mean_fix(f.key.span, key, guess, names),
                 ))
                 continue
             if key in out:
@@ -153,8 +160,8 @@ class ResolverBase:
 
     def _device(self, st: A.DeviceDecl) -> T.Device | None:
         fields = self._fields(
-            st.fields, lambda k: k in ("memory", "backend") or (k.startswith("flops.") and k.count(".") == 1),
-            ["memory", "flops.bf16", "flops.f32", "backend"], "device",
+            st.fields, lambda k: k in ("memory", "bandwidth", "backend") or (k.startswith("flops.") and k.count(".") == 1),
+            ["memory", "bandwidth", "flops.bf16", "flops.f32", "backend"], "device",
         )
         backend = "nccl"
         if "backend" in fields:
@@ -182,7 +189,9 @@ class ResolverBase:
         mem = self._quantity(fields["memory"].value, Kind.MEMORY, "memory")
         if mem is None:
             return None
-        return T.Device(st.name.text, int(mem), tuple(sorted(flops)), backend, span=st.span)
+        # the memory's bandwidth: memory-bound ops are priced by it (a roofline) where it is given
+        bw = self._quantity(fields["bandwidth"].value, Kind.BANDWIDTH, "bandwidth") if "bandwidth" in fields else None
+        return T.Device(st.name.text, int(mem), tuple(sorted(flops)), backend, bandwidth=bw, span=st.span)
 
     def _link(self, st: A.LinkDecl) -> T.Link | None:
         fields = self._fields(st.fields, lambda k: k in ("bandwidth", "latency"), ["bandwidth", "latency"], "link")
@@ -201,6 +210,7 @@ class ResolverBase:
         self.diags.append(diag(
             "PL214", f"unknown dtype `{dtype}`", span,
             help=f"did you mean `{guess}`?" if guess else "dtypes: f32, bf16, f16, i64, i32, bool, ...",
+            fix=did_you_mean_fix(span, dtype, guess, DTYPES),
         ))
 
     # ------------------------------------------------------------------ name lookup
@@ -220,6 +230,7 @@ class ResolverBase:
                 self.diags.append(diag(
                     "PL202", f"unknown module `{part}` in `{name}`", name.parts[i].span,
                     help=f"did you mean `{guess}`?" if guess else f"bring it in with `use {part}`",
+                    fix=did_you_mean_fix(name.parts[i].span, part, guess, list(cur.modules)),
                 ))
                 return None
             if cur is ns:
@@ -230,13 +241,17 @@ class ResolverBase:
             candidates = list(getattr(cur, table))
             if len(parts) == 1:  # also offer qualified names from used modules
                 candidates += [f"{a}.{n}" for a, m in ns.modules.items() for n in getattr(m, table)]
-            guess = did_you_mean(parts[-1] if len(parts) > 1 else str(name), candidates)
+            word = parts[-1] if len(parts) > 1 else str(name)
+            guess = did_you_mean(word, candidates)
+            # the fix replaces the last part only (`hardware.a100_80gb`: `a100_80gb`), or the whole name
+            fix = did_you_mean_fix(name.parts[-1].span if len(parts) > 1 else name.span, word, guess, candidates)
             if guess and len(parts) > 1:  # the name as it would be written here: `hardware.a100_80g`
                 guess = ".".join(parts[:-1] + [guess])
             self.diags.append(diag(
                 "PL205" if table == "templates" else "PL202", f"unknown {what} `{name}`", name.span,
                 help=f"did you mean `{guess}`?" if guess else (
                     "declare it, or `use` the module that does (e.g. `use hardware`)"),
+                fix=fix,
             ))
         return found
 
@@ -292,6 +307,7 @@ class ResolverBase:
             self.diags.append(diag(
                 "PL216", f"unknown optimizer `{st.name.text}`", st.name.span,
                 help=f"did you mean `{guess}`?" if guess else "known: " + ", ".join(T.OPTIMIZERS),
+                fix=did_you_mean_fix(st.name.span, st.name.text, guess, T.OPTIMIZERS),
             ))
         self._no_duplicate_keys([kw.name for kw in st.args or ()], "argument")
         kwargs = tuple((kw.name.text, self._literal(kw.value, "an optimizer argument")) for kw in st.args or ())
