@@ -19,8 +19,10 @@ from lark.exceptions import UnexpectedEOF, UnexpectedInput, UnexpectedToken
 from . import ast as A
 from .diagnostics import Diagnostic, Severity
 from .lexical import brackets, code_of
+from .fixes import delete as delete_fix, insert as insert_fix
 from .source import SourceFile
-from .syntax_errors import STATEMENT_KEYWORDS, accepted, diagnostic_for, quote_source
+from .syntax_errors import (STATEMENT_KEYWORDS, accepted, close_bracket_fix, code_end, diagnostic_for,
+                            quote_source)
 
 MAX_SYNTAX_ERRORS = 20
 
@@ -56,8 +58,11 @@ def recover(source: SourceFile, attempt: Attempt) -> tuple[A.Module | None, tupl
                 continue
             stray = _stray_closer(err, work)
             if stray is not None:  # a `}` that closes nothing: blank just it, the line around it may be fine
+                # unsafe: the bracket may close a block whose opener is what is missing
                 diag = Diagnostic("PL101", Severity.ERROR, f"unexpected `{work[stray]}`: it closes no bracket",
-                                  source.span(stray, stray + 1), help="remove it")
+                                  source.span(stray, stray + 1), help="remove it",
+                                  fix=delete_fix(source.span(stray, stray + 1), f"remove `{work[stray]}`",
+                                                 safe=False))
                 if all(d.span.line != diag.span.line for d in diags):  # not when its line's error left it alone
                     diags.append(diag)
                 work = work[:stray] + " " + work[stray + 1:]
@@ -80,11 +85,13 @@ def recover(source: SourceFile, attempt: Attempt) -> tuple[A.Module | None, tupl
                     line_start = work.rfind("\n", 0, comma) + 1
                     prev_end = len(work[:line_start - 1].rstrip())
                     word = work[comma + 1:].split(None, 1)[0] if work[comma + 1:].strip() else ""
+                    at = code_end(source.text, line_start)  # after the previous line's code
                     diags.append(Diagnostic(
                         "PL101", Severity.ERROR, f"missing `,` before `{quote_source(word)}`",
                         source.span(comma + 1, comma + 1 + len(word)),
                         help=f"items that wrap over lines still need a `,` between them: end line "
-                             f"{work.count(chr(10), 0, prev_end) + 1} with one"))
+                             f"{work.count(chr(10), 0, prev_end) + 1} with one",
+                        fix=insert_fix(source.span(at, at), ",", "add `,`")))
                     work = retry
                     continue
             diag = diagnostic_for(err, source, work)
@@ -275,6 +282,7 @@ def _unclosed_before(err: UnexpectedInput, source: SourceFile, work: str) -> tup
             return Diagnostic(
                 "PL104", Severity.ERROR, f"`{ch}` is never closed before {what}",
                 source.span(opener, opener + 1), help=f"add the matching `{_CLOSER[ch]}` before line {err_line}",
+                fix=close_bracket_fix(source, opener, line_start),
             ), first_line, err_line
         if margin > indent:
             break

@@ -10,9 +10,10 @@ import unicodedata
 from lark import Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from .diagnostics import Diagnostic, Severity, did_you_mean
+from .diagnostics import Diagnostic, Edit, Fix, Severity, did_you_mean
+from .fixes import guess_is_unique, replace as replace_fix
 from .lark_parser import lark_parser
-from .lexical import brackets, code_of
+from .lexical import brackets, code_of, inside, scan
 from .render._common import escape_char, escape_text
 from .source import SourceFile
 
@@ -75,9 +76,13 @@ def _join(words: list[str]) -> str:
     return ", ".join(words[:-1]) + " or " + words[-1]
 
 
+Replacement = tuple[str, tuple[str, ...]]  # the token's likely intended text, and the candidates it was picked from
+
+
 def describe_unexpected_token(tok: Token, expected: set[str], text: str,
-                              patterns: dict[str, str] | None = None) -> tuple[str, str]:
-    """(message, help) for an unexpected token given the terminals the parser would have accepted."""
+                              patterns: dict[str, str] | None = None) -> tuple[str, str, Replacement | None]:
+    """(message, help, replacement) for an unexpected token given the terminals the parser would have
+    accepted; `replacement` when one word (a keyword for its typo, `:` for `=`) is what was meant."""
     exp = set(expected)
     kw = {e for e in exp if e.lower() in STATEMENT_KEYWORDS}
     got = describe_token(tok)
@@ -87,8 +92,8 @@ def describe_unexpected_token(tok: Token, expected: set[str], text: str,
         word = str(tok) if tok.type == "NAME" else ""
         guess = did_you_mean(word, STATEMENT_KEYWORDS) if word else None
         if guess:
-            return message, f"did you mean `{guess}`?"
-        return message, "a statement starts with a keyword: " + ", ".join(STATEMENT_KEYWORDS)
+            return message, f"did you mean `{guess}`?", (guess, tuple(STATEMENT_KEYWORDS))
+        return message, "a statement starts with a keyword: " + ", ".join(STATEMENT_KEYWORDS), None
     def keyword(e: str) -> str | None:
         pattern = (patterns or {}).get(e, e.lower())
         return pattern if e not in _WORDS and e not in _PUNCT and pattern.replace("_", "a").isalnum() else None
@@ -102,8 +107,12 @@ def describe_unexpected_token(tok: Token, expected: set[str], text: str,
     guess = did_you_mean(str(tok), keywords) if keywords and "NAME" not in exp and tok.type not in _WORDS_NOT_NAMES \
         and str(tok).replace("_", "a").isalnum() else None
     if guess:
-        return message, f"did you mean `{guess}`?"
-    return message, _help_for(tok, exp)
+        return message, f"did you mean `{guess}`?", (guess, tuple(keywords))
+    if tok.type == "EQUAL" and "COLON" in exp:
+        return message, _help_for(tok, exp), (":", ())
+    if tok.type == "COLON" and "EQUAL" in exp:
+        return message, _help_for(tok, exp), ("=", ())
+    return message, _help_for(tok, exp), None
 
 
 _WORDS_NOT_NAMES = ("INT", "FLOAT", "STRING", "_NL", "$END")
@@ -195,8 +204,14 @@ def diagnostic_for(err: UnexpectedInput, source: SourceFile, work: str) -> Diagn
         end = start + 1
     expected = accepted(err)
     names = {t.name: t.pattern.value for t in lark_parser().terminals}
-    message, help_ = describe_unexpected_token(tok, expected, work, names)
-    return Diagnostic("PL101", Severity.ERROR, message, source.span(start, end), help=help_)
+    message, help_, replacement = describe_unexpected_token(tok, expected, work, names)
+    span = source.span(start, end)
+    fix = None
+    if replacement is not None:
+        word, (guess, candidates) = str(tok), replacement
+        fix = replace_fix(span, guess, f"replace `{quote_source(word)}` with `{guess}`",
+                          safe=guess_is_unique(word, guess, candidates))
+    return Diagnostic("PL101", Severity.ERROR, message, span, help=help_, fix=fix)
 
 
 def accepted(err: UnexpectedToken) -> set[str]:
@@ -245,6 +260,7 @@ def _eof_diagnostic(source: SourceFile, work: str) -> Diagnostic:
         return Diagnostic(
             "PL104", Severity.ERROR, f"unexpected end of file: `{ch}` is never closed",
             source.span(pos, pos + 1), help=f"add the matching `{closer}`",
+            fix=close_bracket_fix(source, pos, len(source.text)),
         )
     return Diagnostic(
         "PL104", Severity.ERROR, "unexpected end of file: the last statement is incomplete",
@@ -271,5 +287,58 @@ def bidi_warnings(source: SourceFile) -> tuple[Diagnostic, ...]:
             f"bidirectional control character {describe_char(ch)}: the line may be shown in another order "
             "than it is read", span,
             help="remove it (\"Trojan Source\", CVE-2021-42574); plans need no right-to-left text",
+            fix=_remove_bidi(source, span),
         ))
     return tuple(out)
+
+
+def _remove_bidi(source: SourceFile, span) -> Fix:
+    """Delete every bidirectional control on the line of `span`. Safe where they all stand outside strings
+    (in a comment or between tokens they change nothing the plan says); inside a string they are part of
+    its value (a path, an import reference), so the fix is unsafe there."""
+    start = source.offset(span.line, 1)
+    end = source.text.find("\n", start)
+    end = len(source.text) if end < 0 else end
+    hits = list(BIDI.finditer(source.text, start, end))
+    edits = tuple(Edit(source.span(m.start(), m.end()), "") for m in hits)
+    in_string = any(inside(source.text, m.start(), start) == "string" for m in hits)
+    return Fix(f"remove {len(hits)} bidirectional control character{'s' if len(hits) > 1 else ''}", edits,
+               safe=not in_string)
+
+
+def close_bracket_fix(source: SourceFile, opener: int, before: int) -> Fix | None:
+    """Close the bracket at `opener` after the last text before offset `before`: a `}` on a line of its
+    own, indented as the opener's line; a `)` or `]` at the end of that text (none when it ends in a
+    comment). Unsafe: where the block or list was meant to end is a guess."""
+    text = source.text
+    ch = text[opener]
+    closer = {"{": "}", "(": ")", "[": "]"}[ch]
+    end = code_end(text, before)
+    if end <= opener:
+        return None
+    if ch == "{":
+        start = text.rfind("\n", 0, opener) + 1
+        indent = text[start:opener][:len(text[start:opener]) - len(text[start:opener].lstrip(" \t"))]
+        line_end = text.find("\n", end)
+        end = len(text) if line_end < 0 or line_end > before else line_end  # after the line's comment
+        insert = "\n" + indent + "}"
+    else:
+        insert = closer
+    return Fix(f"add `{closer}`", (Edit(source.span(end, end), insert),), safe=False)
+
+
+def code_end(text: str, before: int) -> int:
+    """The offset just after the last code (not a comment, not white space) before offset `before`,
+    0 when there is none: where a missing `,` or `)` goes."""
+    while before > 0:
+        line_start = text.rfind("\n", 0, before) + 1
+        end = before
+        for kind, a, _ in scan(text, line_start, before):
+            if kind == "comment":
+                end = a
+                break
+        end = len(text[line_start:end].rstrip()) + line_start
+        if end > line_start:
+            return end
+        before = line_start - 1 if line_start > 0 else 0
+    return 0

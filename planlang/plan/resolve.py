@@ -18,6 +18,7 @@ from typing import Callable
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
+from planlang.lang.fixes import did_you_mean_fix, guess_is_unique, replace as replace_fix
 from planlang.lang.parser import ParseResult, no_cycle_collection, parse, parse_used
 from planlang.lang.source import SourceFile, Span, decode_plan
 
@@ -149,6 +150,9 @@ class Resolver(PlanBuilder):
                 "PL203", f"module `{target}` not found", use.target.span,
                 help=f"did you mean `use {guess}`?" if guess else
                 f"no file {where}; available stdlib modules: {', '.join(modules) or 'none'}",
+                # a guess by the last part only (`use megatorn`: patterns.megatron) is less sure: unsafe
+                fix=replace_fix(use.target.span, guess, f"replace `{target}` with `{guess}`",
+                                safe=guess_is_unique(str(use.target), guess, modules)) if guess else None,
             ))
             return None
         key = _key(found)
@@ -266,6 +270,7 @@ class Resolver(PlanBuilder):
                 self.diags.append(diag(
                     "PL208", f"unknown parameter kind `{p.kind.text}`", p.kind.span,
                     help=f"did you mean `{guess}`?" if guess else "parameter kinds are `axis` and `int`",
+                    fix=did_you_mean_fix(p.kind.span, p.kind.text, guess, PARAM_KINDS),
                 ))
             if p.name.text in seen:
                 self.diags.append(diag("PL209", f"parameter `{p.name.text}` is declared twice", p.name.span,

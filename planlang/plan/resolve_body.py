@@ -11,6 +11,7 @@ from typing import Callable, cast
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Label, did_you_mean
+from planlang.lang.fixes import did_you_mean_fix
 from planlang.lang.source import Span
 from planlang.lang.spec_text import read_spec
 
@@ -143,6 +144,7 @@ class PlanBuilder(ResolverBase):
                     self.diags.append(diag(
                         "PL211", f"unknown input `{st.input.text}`", st.input.span,
                         help=f"did you mean `{guess}`?" if guess else "declare it: `input idx : i64[batch=32, seq=512]`",
+                        fix=did_you_mean_fix(st.input.span, st.input.text, guess, declared_inputs),
                     ))
                     continue
                 data.append(T.DataSpec(st.input.text, self._spec(st.spec, ctx, "data spec"), span=st.span))
@@ -174,6 +176,7 @@ class PlanBuilder(ResolverBase):
                 self.diags.append(diag(
                     "PL215", f"unknown schedule `{name}`", st.schedule.name.span,
                     help=f"did you mean `{guess}`?" if guess else "schedules: gpipe, 1f1b, interleaved chunks N",
+                    fix=did_you_mean_fix(st.schedule.name.span, name, guess, T.SCHEDULES),
                 ))
             ch = st.schedule.chunks
             chunks = 1 if ch is None else (T.Hole("chunks", span=ch.span) if isinstance(ch, A.Hole) else ch.value)

@@ -13,6 +13,7 @@ from typing import Iterator
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
+from planlang.lang.fixes import did_you_mean_fix
 
 from . import types as T
 from .data import batch_dim
@@ -85,9 +86,14 @@ def axis_names(ctx) -> Diags:
         if ax not in names:
             where, labels = site_and_labels(ref_span(owner, which), origin)
             guess = did_you_mean(ax, mesh.names)
+            span = ref_span(owner, which)
+            # a fix only where the span is the axis name as written in the user's file: not through a
+            # template or loop (the name there is a parameter), nor a span wider than the name
+            fixable = not origin and which is not None and span.end - span.start == len(ax)
             yield diag("PL201", f"unknown axis `{ax}`", where, labels=labels,
                        help=(f"did you mean `{guess}`?" if guess else "") +
-                       f"{' ' if guess else ''}mesh `{mesh.name}` has axes {', '.join(mesh.names) or '(none)'}")
+                       f"{' ' if guess else ''}mesh `{mesh.name}` has axes {', '.join(mesh.names) or '(none)'}",
+                       fix=did_you_mean_fix(span, ax, guess, mesh.names) if fixable else None)
 
 
 # ------------------------------------------------------------------------------ specs
