@@ -34,6 +34,7 @@ from planlang.lang.source import lone_cr_as_lf
 from .analysis import Analysis, analyze, reader, references, stand_in_for
 from .completion import completion
 from .diagnostics import to_lsp, uri
+from .editing import register as register_editing
 from .formatting import format_edits
 from .hover import hover
 from .model_checks import ModelChecker, ModelInsight, model_layer_available
@@ -83,6 +84,7 @@ class DocState:
     insight: ModelInsight | None = None  # the latest model-aware run
     model_only: list[Diagnostic] = field(default_factory=list)  # its diagnostics the model-free run lacks
     model_lines: int = 0  # line count of the text it ran on
+    model_text: str | None = None  # the text it ran on
     timer: asyncio.TimerHandle | None = None
     running: bool = False
     rerun: bool = False
@@ -195,7 +197,7 @@ class PlanServer(LanguageServer):
             self.schedule_model_check(st)
         return st
 
-    def publish(self, st: DocState) -> None:
+    def diagnostics_of(self, st: DocState) -> list[Diagnostic]:
         """Model-free diagnostics of the current text, plus the model-aware ones of the latest model run
         while they can still be placed (same line count, and the text parses)."""
         diags = list(st.analysis.diagnostics)
@@ -204,8 +206,37 @@ class PlanServer(LanguageServer):
             have = {_key(d) for d in diags}
             diags += [d for d in st.model_only if _key(d) not in have]
         diags.sort(key=lambda d: (d.span.file != st.path, d.span.line, d.span.col, d.code))
+        return diags
+
+    def insight_for_text(self, st: DocState) -> ModelInsight | None:
+        """The latest model insight when it was computed from the current text (its spans hold)."""
+        ins = self.current_insight(st)
+        if ins is None or not self.settings.model_checks or st.model_text != st.analysis.text:
+            return None
+        return ins
+
+    @property
+    def pull_diagnostics(self) -> bool:
+        """Whether the client pulls diagnostics (textDocument/diagnostic): then none are pushed, and a
+        finished model-aware run asks the client to pull again."""
+        caps = self.client_capabilities
+        return caps is not None and caps.text_document is not None and caps.text_document.diagnostic is not None
+
+    def publish(self, st: DocState) -> None:
+        if self.pull_diagnostics:
+            return
         self.text_document_publish_diagnostics(L.PublishDiagnosticsParams(
-            st.uri, to_lsp(st.analysis, diags, self.encoding), version=st.version))
+            st.uri, to_lsp(st.analysis, self.diagnostics_of(st), self.encoding), version=st.version))
+
+    def model_results_ready(self, st: DocState) -> None:
+        """A model-aware run finished for the current text: push its diagnostics, or ask a pulling client
+        to pull again, and to ask for inlay hints again (they show its shapes and estimates)."""
+        self.publish(st)
+        ws = self.client_capabilities.workspace if self.client_capabilities else None
+        if self.pull_diagnostics and ws is not None and ws.diagnostics is not None and ws.diagnostics.refresh_support:
+            self.workspace_diagnostic_refresh(None)
+        if ws is not None and ws.inlay_hint is not None and ws.inlay_hint.refresh_support:
+            self.workspace_inlay_hint_refresh(None)
 
     def schedule_model_check(self, st: DocState) -> None:
         if st.timer is not None:
@@ -251,7 +282,8 @@ class PlanServer(LanguageServer):
         st.insight = insight
         st.model_only = [d for d in insight.diagnostics if _key(d) not in fast]
         st.model_lines = analysis.text.count("\n")
-        self.publish(st)
+        st.model_text = analysis.text
+        self.model_results_ready(st)
 
     def close(self, uri: str) -> None:
         st = self.docs.pop(uri, None)
@@ -374,6 +406,8 @@ def build_server() -> PlanServer:
     def on_semantic_tokens(ls: PlanServer, params: L.SemanticTokensParams):
         st = ls.state(params.text_document.uri)
         return semantic_tokens(st.analysis, ls.encoding)
+
+    register_editing(server)
 
     @server.feature(L.SHUTDOWN)
     def on_shutdown(ls: PlanServer, params=None):
