@@ -11,27 +11,55 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from lsprotocol import types as L
 from pygls.exceptions import JsonRpcException
+from pygls.lsp.server import LanguageServer
+from pygls.workspace import Workspace
 
 from .actions import KINDS, code_actions
-from .analysis import references
+from .analysis import Analysis, references
 from .diagnostics import to_lsp, uri
 from .formatting import range_format_edits
 from .inlay import inlay_hints
 from .outline import document_symbols, folding_ranges
 from .positions import LineIndex
 from .rename import RenameRefused, find, occurrences, prepare, read_text, rename
+from .model_checks import ModelInsight
 from .signature import signature_help
-
-if TYPE_CHECKING:
-    from .server import DocState, PlanServer
 
 log = logging.getLogger("planlang.lsp")
 REQUEST_FAILED = -32803  # LSP's RequestFailed: the request was valid, the server cannot do it
 SIGNATURE_TRIGGERS = ["(", ","]
+
+
+class DocState(Protocol):
+    """What these features read of server.DocState (server.py imports this module, not the reverse)."""
+
+    uri: str
+    analysis: Analysis
+    good: Analysis | None
+
+
+class PlanServer(Protocol):
+    """What these features use of server.PlanServer."""
+
+    @property
+    def workspace(self) -> Workspace: ...
+
+    @property
+    def encoding(self) -> str: ...
+
+    def state(self, uri: str) -> Any: ...
+
+    def offset(self, st: Any, pos: L.Position) -> int: ...
+
+    def open_text(self, path: str) -> str | None: ...
+
+    def diagnostics_of(self, st: Any) -> list: ...
+
+    def insight_for_text(self, st: Any) -> ModelInsight | None: ...
 
 
 class Refused(JsonRpcException):
@@ -79,7 +107,7 @@ def _tree(st: DocState):
     return st.analysis if st.analysis.parses else st.analysis.recovered
 
 
-def register(server: PlanServer) -> None:
+def register(server: LanguageServer) -> None:
     @server.feature(L.TEXT_DOCUMENT_CODE_ACTION, L.CodeActionOptions(code_action_kinds=KINDS))
     def on_code_action(ls: PlanServer, params: L.CodeActionParams):
         st = ls.state(params.text_document.uri)

@@ -18,6 +18,7 @@ from lsprotocol import types as L
 from planlang.lang import ast as A
 from planlang.lang.source import Span
 from planlang.plan import types as T
+from planlang.plan.complete import IncompletePlan, complete
 from planlang.plan.units import format_bytes
 
 from .analysis import Analysis
@@ -72,7 +73,6 @@ def param_hints(h: Hints, plan: T.Plan, facts) -> None:
     """Each shard statement's (and template application's) parameters with their local shapes."""
     # lazy: the model layer (torch) is loaded already when there are facts
     from planlang.model.price.local_model import local_params, spec_for
-    from planlang.plan.complete import IncompletePlan, complete
 
     try:
         cp = complete(plan)
