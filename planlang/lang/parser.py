@@ -31,7 +31,9 @@ from . import ast as A
 from .diagnostics import Diagnostic
 from .driver import Fallback, FastParser
 from .lark_parser import GRAMMAR_PATH, SINK, CommentSink, PlanPostLex, lark_parser, tok_span
+from . import parser_cache
 from .lexical import code_of
+from .parser_cache import NeedLark
 from .recovery import MAX_SYNTAX_ERRORS, recover
 from .reductions import BUILDER, Reduced, tree_to_ast
 from .source import SourceFile, Span, plan_text
@@ -155,18 +157,22 @@ def _attempt(source: SourceFile, work: str, build: bool) -> tuple[A.Module | Non
     what it does not handle (`Fallback`) or fails in any other way than a syntax error of the text: then
     Lark's parser. Without `build`, the module is None."""
     fast = _fast(build)
-    if fast is not None:
+    while fast is not None:
         builder = _builder(source)
         try:
             module, comments = fast.parse(work, builder)
             return module, comments, builder
         except UnexpectedInput:
             raise  # the text's syntax error, as Lark's parser raises it
+        except NeedLark:  # the driver read from the cache, at a syntax error: the one built from Lark says it
+            fast = _fast_from_lark(build)
+            continue
         except Fallback:
             pass
         except Exception as exc:  # noqa: BLE001 -- any failure of the driver: Lark's parser gives the same
             _FAST[bool(build)] = None
             _fell_back("running", exc)
+        break
     SINK.tokens = []
     builder = BUILDER.ast = _builder(source)  # a fresh one: a failed parse may have built some nodes
     parsed = lark_parser().parse(work)
@@ -178,13 +184,15 @@ def _attempt(source: SourceFile, work: str, build: bool) -> tuple[A.Module | Non
 
 
 _FAST: dict[bool, FastParser | None] = {}  # build -> the fast driver, or None where it failed
-_FAST_LOCK = threading.Lock()
+_FROM_LARK: dict[bool, FastParser | None] = {}  # build -> the driver built from Lark's parser, or None
+_FAST_LOCK = threading.RLock()
 _FELL_BACK: list[str] = []  # what was logged (once per process)
 
 
 def _fast(build: bool = True) -> FastParser | None:
     """The fast driver (with `build` False, one that only checks the syntax: its reductions build
-    nothing); None when it cannot be built or failed before."""
+    nothing); None when it cannot be built or failed before. The building one is read from the parser
+    cache where it can be (`parser_cache`: no Lark parser is loaded), else built from Lark and cached."""
     key = bool(build)
     try:
         return _FAST[key]
@@ -192,12 +200,26 @@ def _fast(build: bool = True) -> FastParser | None:
         pass
     with _FAST_LOCK:
         if key not in _FAST:
-            try:
-                _FAST[key] = FastParser(lark_parser(), key)
-            except Exception as exc:  # noqa: BLE001 -- Lark's tables or lexers not as the driver reads them
-                _FAST[key] = None
-                _fell_back("building", exc)
+            fast: FastParser | None = parser_cache.load() if key else None
+            if fast is None:
+                fast = _fast_from_lark(key)
+                if fast is not None and key:
+                    parser_cache.store(fast)
+            _FAST[key] = fast
         return _FAST[key]
+
+
+def _fast_from_lark(build: bool) -> FastParser | None:
+    """The fast driver built from Lark's parser (once), or None when it cannot be built."""
+    key = bool(build)
+    with _FAST_LOCK:
+        if key not in _FROM_LARK:
+            try:
+                _FROM_LARK[key] = FastParser(lark_parser(), key)
+            except Exception as exc:  # noqa: BLE001 -- Lark's tables or lexers not as the driver reads them
+                _FROM_LARK[key] = None
+                _fell_back("building", exc)
+        return _FROM_LARK[key]
 
 
 def _fell_back(when: str, exc: BaseException) -> None:

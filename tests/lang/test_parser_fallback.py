@@ -53,8 +53,11 @@ def by_fast_driver() -> dict[str, tuple]:
 
 @pytest.fixture
 def fresh(monkeypatch):
-    """No fast driver built yet, nothing logged yet (as in a new process)."""
+    """No fast driver built yet, nothing logged yet (as in a new process, with no parser cache: one
+    written by this Lark would not be read under another, tests/lang/test_parser_cache.py)."""
     monkeypatch.setattr(P, "_FAST", {})
+    monkeypatch.setattr(P, "_FROM_LARK", {})
+    monkeypatch.setenv("PLANLANG_PARSER_CACHE", "0")
     monkeypatch.setattr(P, "_FELL_BACK", [])
 
 

@@ -1,0 +1,193 @@
+"""The fast driver's tables kept on disk, so that a parse in a new process needs no Lark parser object.
+
+Building the driver (`driver.FastParser`) from Lark costs about 45 ms of every `planlang check`: Lark
+loads its grammar cache and builds its rules and lexers, then the driver converts the parse table and
+compiles its reductions. What it ends with is plain data -- the action and goto tables, each rule's
+compiled reduction (its code and the `to_ast.ToAst` method it calls) and each lexer state's regex and
+terminal kinds -- which is written here once, after the first build, and read back by later processes
+(`load`): a few milliseconds. Each state's regex is compiled when a parse first lexes in that state,
+as the driver does.
+
+At a syntax error the cached driver raises `NeedLark`: Lark's exceptions (with their interactive
+parser, which the diagnostics read) need Lark's own objects, so `parser.py` parses that text again
+with the driver built from Lark. Clean plans never load Lark's parser.
+
+The file is `parser-<key>.pickle` under `$PLANLANG_CACHE_DIR`, else `$XDG_CACHE_HOME/planlang`, else
+`~/.cache/planlang` (as the model results' cache, planlang.model.capture.disk_cache); the key is a
+digest of the grammar, the modules that shape the tables (this one, the driver, the reductions, Lark's
+setup), Lark's and Python's versions. Deleting it is always safe; a file that cannot be read or does
+not fit is ignored and written again. `PLANLANG_PARSER_CACHE=0` reads and writes nothing.
+"""
+from __future__ import annotations
+
+import hashlib
+import logging
+import marshal
+import os
+import pickle
+import re
+import sys
+import tempfile
+import types
+from pathlib import Path
+from typing import Any, cast
+
+import lark
+
+from . import driver as D
+from .reductions import BUILDER, Reduced, _positions
+from .to_ast import ToAst
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1  # bumped when the file's layout changes
+_HERE = Path(__file__).resolve().parent
+# what the cached data is a function of, besides Lark's and Python's versions
+_INPUTS = (_HERE.parent / "grammar" / "planlang.lark", _HERE / "parser_cache.py", _HERE / "driver.py",
+           _HERE / "reductions.py", _HERE / "lark_parser.py")
+_KINDS = {k: k for k in (D._WORD, D._PUNCT, D._OPEN, D._CLOSE, D._SPECIAL)}  # the driver's sentinels
+
+
+class NeedLark(Exception):
+    """The cached driver met a syntax error: only Lark's own tables raise it as Lark's parser does."""
+
+
+def enabled() -> bool:
+    return os.environ.get("PLANLANG_PARSER_CACHE", "1") != "0"
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("PLANLANG_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "planlang"
+
+
+def cache_path() -> Path:
+    """The cache file for this grammar, driver, Lark and Python."""
+    h = hashlib.sha256(f"format {FORMAT}\0{lark.__version__}\0{sys.version}\0".encode())
+    for p in _INPUTS:
+        h.update(p.read_bytes())
+        h.update(b"\0")
+    return cache_dir() / f"parser-{h.hexdigest()[:32]}.pickle"
+
+
+class CachedFastParser(D.FastParser):
+    """`FastParser` with its tables read from the cache (see the module docstring): the same parse loop,
+    the scanners compiled from the stored regexes, and `NeedLark` where Lark's exception is due."""
+
+    def __init__(self, data: dict[str, Any]):  # noqa: super().__init__ builds from Lark, which this avoids
+        self.start_state, self.end_state = data["start"], data["end"]
+        self.goto = data["goto"]
+        reductions = [_reduction(code, method) for code, method in data["rules"]]
+        self.actions = [{sym: a if a.__class__ is int else (reductions[a[0]], a[1], a[2]) for sym, a in row.items()}
+                        for row in data["actions"]]
+        self._specs = data["scanners"]
+        self._state_scanner = data["state_scanner"]
+        self.scanners = [None] * len(self.actions)
+        self._compiled: dict[int, tuple] = {}
+
+    def _scanner_of(self, state: int) -> tuple:
+        i = self._state_scanner[state]
+        made = self._compiled.get(i)
+        if made is None:
+            pattern, flags, kinds, special = self._specs[i]
+            made = self._compiled[i] = (re.compile(pattern, flags).match, kinds, special)
+        self.scanners[state] = made
+        return made
+
+    def _parser_error(self, text, tok, states, values):
+        raise NeedLark
+
+    def _lexer_error(self, text, pos, line, line_start, states, values):
+        raise NeedLark
+
+
+def _reduction(code: bytes, method: str | None):
+    scope = {"Reduced": Reduced, "_positions": _positions, "BUILDER": BUILDER,
+             "method": getattr(ToAst, method) if method is not None else None}
+    return types.FunctionType(marshal.loads(code), scope)
+
+
+def _data(fast: D.FastParser) -> dict[str, Any]:
+    """What `CachedFastParser` is built from, read off a driver built from Lark (every scanner built);
+    TypeError where something is not as this module stores it."""
+    rules: list[tuple[bytes, str | None]] = []
+    index: dict[int, int] = {}
+    actions = []
+    for row in fast.actions:
+        out: dict[str, object] = {}
+        for sym, act in row.items():
+            if act.__class__ is int:
+                out[sym] = act
+                continue
+            fn, size, origin = cast(tuple, act)
+            if id(fn) not in index:
+                g = fn.__globals__
+                if set(g) - {"Reduced", "_positions", "BUILDER", "method", "__builtins__", "reduce"} or fn.__closure__:
+                    raise TypeError("a reduction that is not the compiled kind")
+                method = g["method"]
+                if method is not None and getattr(ToAst, method.__name__, None) is not method:
+                    raise TypeError(f"a reduction calls {method!r}, not a method of ToAst")
+                index[id(fn)] = len(rules)
+                rules.append((marshal.dumps(fn.__code__), None if method is None else method.__name__))
+            out[sym] = (index[id(fn)], size, origin)
+        actions.append(out)
+    specs: list[tuple] = []
+    seen: dict[int, int] = {}
+    state_scanner: list[int | None] = []
+    for state in range(len(fast.actions)):
+        if state not in fast.contextual.lexers:
+            state_scanner.append(None)
+            continue
+        match, kinds, special = fast._scanner_of(state)
+        pat = match.__self__
+        if not isinstance(pat, re.Pattern) or any(not isinstance(k, dict) and k not in _KINDS for k in kinds.values()):
+            raise TypeError("a scanner that is not the driver's kind")
+        if id(pat) not in seen:
+            seen[id(pat)] = len(specs)
+            specs.append((pat.pattern, pat.flags & ~re.UNICODE, kinds, special))
+        state_scanner.append(seen[id(pat)])
+    return {"start": fast.start_state, "end": fast.end_state, "goto": fast.goto, "actions": actions,
+            "rules": rules, "scanners": specs, "state_scanner": state_scanner}
+
+
+def load() -> CachedFastParser | None:
+    """The driver from the cache file, or None (no file, disabled, or one that does not fit)."""
+    if not enabled():
+        return None
+    try:
+        data = pickle.loads(cache_path().read_bytes())
+        if data.get("format") != FORMAT:
+            return None
+        for spec in data["scanners"]:  # the driver tells kinds apart by identity: its own strings
+            spec[2].update({k: _KINDS[v] for k, v in spec[2].items() if not isinstance(v, dict)})
+        return CachedFastParser(data)
+    except FileNotFoundError:
+        return None
+    except Exception as exc:  # noqa: BLE001 -- a partial write, another layout: built from Lark and written again
+        log.debug("the parser cache cannot be read (%s: %s); building the parser from Lark", type(exc).__name__, exc)
+        return None
+
+
+def store(fast: D.FastParser) -> None:
+    """Write the cache file of `fast` (a driver built from Lark), atomically; where it cannot be written,
+    the next process builds from Lark again (logged at debug)."""
+    if not enabled():
+        return
+    try:
+        data = _data(fast)
+        data["format"] = FORMAT
+        path = cache_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".parser-", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except Exception as exc:  # noqa: BLE001 -- a read-only home, a full disk: the parse goes on from Lark
+        log.debug("the parser cache cannot be written (%s: %s)", type(exc).__name__, exc)

@@ -1,0 +1,53 @@
+"""The parser cache (planlang.lang.parser_cache): the driver read back from the file parses every plan of the
+repository and the broken ones to the same AST, comments and diagnostics as the driver built from Lark; a
+clean plan then loads no Lark parser; a file that does not fit is ignored and written again."""
+from __future__ import annotations
+
+import pytest
+
+from planlang.lang import parser as P
+from planlang.lang import parser_cache as PC
+from tests.lang.test_parser_fallback import PLANS, _everything
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A new process's parser (no driver yet) with an empty cache directory."""
+    monkeypatch.setenv("PLANLANG_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("PLANLANG_PARSER_CACHE", raising=False)
+    monkeypatch.setattr(P, "_FAST", {})
+    monkeypatch.setattr(P, "_FROM_LARK", {})
+    return tmp_path
+
+
+def test_the_cached_driver_parses_as_the_one_built_from_lark(cache, monkeypatch):
+    built = P._fast(True)
+    assert type(built) is P.FastParser and PC.cache_path().is_file()  # built from Lark, then written
+    expected = {path: _everything(P.parse(text, path)) for path, text in PLANS}
+
+    monkeypatch.setattr(P, "_FAST", {})
+    monkeypatch.setattr(P, "_FROM_LARK", {})
+    loaded = P._fast(True)
+    assert isinstance(loaded, PC.CachedFastParser)
+    for path, text in PLANS:
+        if not expected[path][2]:  # no syntax errors
+            assert _everything(P.parse(text, path)) == expected[path], path
+    assert P._FROM_LARK == {}  # clean plans: no driver built from Lark
+    for path, text in PLANS:
+        assert _everything(P.parse(text, path)) == expected[path], path
+    assert P._FAST[True] is loaded  # a syntax error is said by the driver from Lark; the cached one stays
+
+
+def test_a_cache_file_that_does_not_fit_is_ignored_and_written_again(cache, monkeypatch):
+    path = PC.cache_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"not a pickle")
+    assert PC.load() is None
+    assert type(P._fast(True)) is P.FastParser
+    assert isinstance(PC.load(), PC.CachedFastParser)
+
+
+def test_parser_cache_0_reads_and_writes_nothing(cache, monkeypatch):
+    monkeypatch.setenv("PLANLANG_PARSER_CACHE", "0")
+    assert type(P._fast(True)) is P.FastParser
+    assert list(cache.iterdir()) == []
