@@ -160,8 +160,8 @@ class ResolverBase:
 
     def _device(self, st: A.DeviceDecl) -> T.Device | None:
         fields = self._fields(
-            st.fields, lambda k: k in ("memory", "bandwidth", "backend") or (k.startswith("flops.") and k.count(".") == 1),
-            ["memory", "bandwidth", "flops.bf16", "flops.f32", "backend"], "device",
+            st.fields, lambda k: k in ("memory", "backend") or (k.startswith("flops.") and k.count(".") == 1),
+            ["memory", "flops.bf16", "flops.f32", "backend"], "device",
         )
         backend = "nccl"
         if "backend" in fields:
@@ -189,9 +189,7 @@ class ResolverBase:
         mem = self._quantity(fields["memory"].value, Kind.MEMORY, "memory")
         if mem is None:
             return None
-        # the memory's bandwidth: memory-bound ops are priced by it (a roofline) where it is given
-        bw = self._quantity(fields["bandwidth"].value, Kind.BANDWIDTH, "bandwidth") if "bandwidth" in fields else None
-        return T.Device(st.name.text, int(mem), tuple(sorted(flops)), backend, bandwidth=bw, span=st.span)
+        return T.Device(st.name.text, int(mem), tuple(sorted(flops)), backend, span=st.span)
 
     def _link(self, st: A.LinkDecl) -> T.Link | None:
         fields = self._fields(st.fields, lambda k: k in ("bandwidth", "latency"), ["bandwidth", "latency"], "link")
