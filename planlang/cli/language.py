@@ -84,13 +84,22 @@ def _statistics(diags) -> str:
 
 def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fail_on_warnings: bool,
                 model: bool = False, *, config=None, stdin_filename: Optional[str] = None,
-                exit_zero: bool = False, statistics: bool = False, cache: bool = True) -> int:
+                exit_zero: bool = False, statistics: bool = False, cache: bool = True,
+                fixes: Optional["_FixMode"] = None) -> int:
+    """Check `paths` and render what is found; with `fixes` (lint --fix / --diff) apply the fixes first
+    and report what remains."""
     try:
-        files = plan_files(paths, config)
+        files = plan_files(paths or [Path(".")], config)  # no path: the working folder, as ruff does
     except UsageError as err:
         _fail_usage(str(err))
     diags: list[Diagnostic] = []
     sources: dict[str, SourceFile] = {}
+    fixed: list[Diagnostic] = []
+    would_change = 0
+    use_paths = config.use_paths if config is not None else ()
+    active = fixes is not None and (fixes.apply or fixes.diff)
+    # `-` fixed: its text goes to stdout (a filter), so the findings go to stderr
+    out_stream = sys.stderr if active and fixes is not None and fixes.apply and STDIN in files else sys.stdout
 
     for f in files:
         plan = _read_plan(f, stdin_filename)
@@ -98,24 +107,104 @@ def _run_checks(paths: List[Path], fmt: OutputFormat, color: Optional[bool], fai
             diags.append(plan.undecodable)
             sources[plan.name] = SourceFile(plan.name, plan.text)
             continue
-        res = _check_one(plan.name, plan.text, model, config.use_paths if config is not None else (), cache)
+        text = plan.text
+        if active:
+            assert fixes is not None
+            new, done = _fix_one(f, plan.name, text, use_paths, config, fixes)
+            fixed.extend(done)
+            would_change += new != text
+            text = text if fixes.diff else new  # --diff: the findings are those of the file as it is
+        res = _check_one(plan.name, text, model, use_paths, cache)
         diags.extend(config.keep(res.diagnostics) if config is not None else res.diagnostics)
         sources.update(res.sources)
     if statistics:
         sys.stdout.write(_statistics(diags))
-    else:
+    elif not (fixes is not None and fixes.diff):
         out = render(diags, sources, fmt.value, color=_use_color(color) if fmt is OutputFormat.human else False)
         if out:
-            sys.stdout.write(out if out.endswith("\n") else out + "\n")
-    if fmt is OutputFormat.human:
+            out_stream.write(out if out.endswith("\n") else out + "\n")
+    if fmt is OutputFormat.human and not active:
         label = f"{len(files)} file{'s' if len(files) != 1 else ''}"
         typer.echo(f"{label}: {summary_line(diags)}", err=True)
+    if (fmt is OutputFormat.concise or active) and not statistics:
+        _found_line(diags, fixed, fixes)
     bad = {"error"} | ({"warning"} if fail_on_warnings else set())
-    return 1 if not exit_zero and any(d.severity.value in bad for d in diags) else 0
+    if exit_zero:
+        return 0
+    return 1 if any(d.severity.value in bad for d in diags) or (fixes is not None and fixes.diff and would_change) else 0
+
+
+@dataclass(frozen=True)
+class _FixMode:
+    apply: bool  # --fix: write the fixed files
+    unsafe: bool  # --unsafe-fixes: unsafe fixes count as fixes too
+    diff: bool  # --diff: print the changes as a unified diff, write nothing
+
+
+def _fix_one(f: str, name: str, text: str, use_paths: tuple[str, ...], config, mode: _FixMode):
+    """Fix one plan to a fixed point (model-free checks: model-aware diagnostics carry no fixes), write it
+    back (or print its diff, or the text for `-`), and say on stderr what was fixed."""
+    from planlang.lang.fixes import fix_to_fixed_point
+    from planlang.lang.fmt import unified_diff
+
+    def diagnostics(t: str) -> list[Diagnostic]:
+        found = _check_one(name, t, False, use_paths).diagnostics
+        kept = config.keep(found) if config is not None else list(found)
+        # only fixes that edit this file: a used module is fixed when it is checked itself
+        return [d for d in kept if d.span.file == name and (d.fix is None or all(e.span.file == name for e in d.fix.edits))]
+
+    result = fix_to_fixed_point(text, diagnostics, unsafe=mode.unsafe)
+    if mode.diff:
+        if result.text != text:  # fmt's diff, its new side named for what made it
+            sys.stdout.write(unified_diff(text, result.text, name).replace(f"{name} (formatted)", f"{name} (fixed)", 1))
+        return result.text, result.fixed
+    if f == STDIN:
+        sys.stdout.write(result.text)
+    elif result.text != text:
+        Path(f).write_text(result.text, encoding="utf-8")
+    for d in result.fixed:
+        assert d.fix is not None
+        typer.echo(f"fixed {name}:{d.span.line}:{d.span.col}: {d.code} {d.fix.message}", err=True)
+    return result.text, result.fixed
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _found_line(diags: list[Diagnostic], fixed: list[Diagnostic], mode: Optional[_FixMode]) -> None:
+    """ruff's closing lines, on stderr (stdout is the findings): `Found 3 problems (2 fixed, 1 remaining).`,
+    and how many more `--fix` or `--unsafe-fixes` would fix."""
+    n = len(diags) + len(fixed)
+    if n == 0:
+        typer.echo("All checks passed!", err=True)
+        return
+    if mode is not None and mode.diff:
+        typer.echo(f"Would fix {_plural(len(fixed), 'problem')} ({len(diags)} found in the files as they are).",
+                   err=True)
+        return
+    if fixed:
+        typer.echo(f"Found {_plural(n, 'problem')} ({len(fixed)} fixed, {len(diags)} remaining).", err=True)
+    else:
+        typer.echo(f"Found {_plural(n, 'problem')}.", err=True)
+    unsafe = mode is not None and mode.unsafe
+    fixable = sum(d.fix is not None and (d.fix.safe or unsafe) for d in diags)
+    hidden = sum(d.fix is not None and not d.fix.safe for d in diags) if not unsafe else 0
+    if fixable and not (mode is not None and mode.apply):
+        typer.echo(f"[*] {fixable} fixable with `planlang lint --fix`" + (" --unsafe-fixes" if unsafe else "") + ".",
+                   err=True)
+    if hidden:
+        typer.echo(f"({hidden} more fix{'es' if hidden != 1 else ''} with `--unsafe-fixes`: "
+                   f"{'they' if hidden != 1 else 'it'} may change what the plan means.)", err=True)
+
+
+# `check` and `lint` with no path check the working folder (as `ruff check` does)
+_PATHS_OR_HERE = typer.Argument(None, help="Plan files or folders (every *.plan below), or - for standard input; "
+                                           "none: the working folder.", show_default=False)
 
 
 def check(
-    paths: List[Path] = _PATHS,
+    paths: Optional[List[Path]] = _PATHS_OR_HERE,
     format: OutputFormat = typer.Option(OutputFormat.human, "--format", "-f", help="Output format."),
     color: Optional[bool] = _COLOR,
     model: bool = _MODEL,
@@ -134,13 +223,13 @@ def check(
     """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors
     (and on warnings with --fail-on-warnings)."""
     cfg = _config(config, isolated, select, extend_select, ignore)
-    raise typer.Exit(_run_checks(paths, format, color, fail_on_warnings=fail_on_warnings, model=model, config=cfg,
+    raise typer.Exit(_run_checks(paths or [], format, color, fail_on_warnings=fail_on_warnings, model=model, config=cfg,
                                  stdin_filename=stdin_filename, exit_zero=exit_zero, statistics=statistics,
                                  cache=not no_cache))
 
 
 def lint(
-    paths: List[Path] = _PATHS,
+    paths: Optional[List[Path]] = _PATHS_OR_HERE,
     format: OutputFormat = typer.Option(OutputFormat.concise, "--format", "-f", help="Output format."),
     color: Optional[bool] = _COLOR,
     model: bool = _MODEL,
@@ -153,12 +242,20 @@ def lint(
     exit_zero: bool = _EXIT_ZERO,
     statistics: bool = _STATS,
     no_cache: bool = _NO_CACHE,
+    fix: bool = typer.Option(False, "--fix", help="Apply the safe fixes, rewriting the files (`-`: the fixed "
+                                                  "plan to standard output); report what remains."),
+    unsafe_fixes: bool = typer.Option(False, "--unsafe-fixes", help="With --fix or --diff, apply the fixes that "
+                                                                    "may change what a plan means too."),
+    diff: bool = typer.Option(False, "--diff", help="Write nothing; print the fixes as a unified diff (exit 1 if "
+                                                    "there is one)."),
 ) -> None:
-    """Check plans for CI: concise output by default; exit 1 on errors or warnings."""
+    """Check plans for CI: concise output by default; exit 1 on errors or warnings. `--fix` applies the
+    mechanical fixes (those marked [*]) and reports what remains."""
     cfg = _config(config, isolated, select, extend_select, ignore)
-    raise typer.Exit(_run_checks(paths, format, color if format is OutputFormat.human else False,
+    raise typer.Exit(_run_checks(paths or [], format, color if format is OutputFormat.human else False,
                                  fail_on_warnings=True, model=model, config=cfg, stdin_filename=stdin_filename,
-                                 exit_zero=exit_zero, statistics=statistics, cache=not no_cache))
+                                 exit_zero=exit_zero, statistics=statistics, cache=not no_cache,
+                                 fixes=_FixMode(fix, unsafe_fixes, diff)))
 
 
 def fmt(

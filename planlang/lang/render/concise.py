@@ -1,5 +1,6 @@
 """One line per diagnostic: ``file:line:col: severity[CODE] message`` (control and format characters of
-the message, newlines included, shown escaped: ``\\n``, ``\\u200b``)."""
+the message, newlines included, shown escaped: ``\\n``, ``\\u200b``). As in ruff, ``[*]`` before the
+message marks a diagnostic that `planlang lint --fix` fixes (a safe fix)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -17,7 +18,9 @@ def format_one(diag: Any, color: bool = False) -> str:
     tag = f"{sev}[{diag.code}]"
     if color:
         tag = f"{_COLORS.get(sev, '')}{tag}{_RESET}"
-    return f"{escape_text(s.file, newlines=True)}:{s.line}:{s.col}: {tag} {escape_text(diag.message, newlines=True)}"
+    fix = getattr(diag, "fix", None)
+    mark = "[*] " if fix is not None and fix.safe else ""
+    return f"{escape_text(s.file, newlines=True)}:{s.line}:{s.col}: {tag} {mark}{escape_text(diag.message, newlines=True)}"
 
 
 def render(diagnostics: list[Any], sources: Mapping[str, Any], color: bool = False) -> str:

@@ -17,7 +17,8 @@ shown as four spaces and the underlines follow. Characters that print nothing or
 (controls, NUL, BOM, zero-width and bidi characters, other Cc/Cf, spaces but U+0020) are shown escaped
 (``\u200b``), in source lines and in messages alike, and underlined at the width of the escape. A line
 longer than `MAX_LINE` columns is shown as a window of `MAX_LINE` columns around the underlined part,
-with ``...`` where it is cut. Colour is plain ANSI escapes, only when asked for.
+with ``...`` where it is cut. Colour is plain ANSI escapes, only when asked for. A diagnostic with a
+mechanical fix ends with ``= fix: ...`` (what `planlang lint --fix` does; unsafe ones say so).
 """
 from __future__ import annotations
 
@@ -243,12 +244,15 @@ def format_one(diag: Any, sources: Mapping[str, Any], pal: _Palette) -> str:
         else:
             _missing_block(w, anns)
 
-    if diag.help or diag.notes:
+    fix = getattr(diag, "fix", None)
+    if diag.help or diag.notes or fix is not None:
         w.blank()
         if diag.help:
             w.equals("help", escape_text(diag.help))
         for note in diag.notes:
             w.equals("note", escape_text(note))
+        if fix is not None:  # what `planlang lint --fix` does about it
+            w.equals("fix", escape_text(fix.message) + ("" if fix.safe else " (unsafe: `--unsafe-fixes`)"))
     return "\n".join(w.lines) + "\n"
 
 

@@ -1,4 +1,9 @@
-"""A JSON array of diagnostic objects (indent=2, fixed key order)."""
+"""A JSON array of diagnostic objects (indent=2, fixed key order).
+
+A diagnostic with a mechanical fix has one more key, `fix`: its message, whether it is safe (applied by
+`planlang lint --fix`; unsafe ones by `--unsafe-fixes`), and its edits, each a span (as the diagnostic's,
+plus `start`/`end` character offsets into the file) and the text that replaces it (empty: a deletion).
+"""
 from __future__ import annotations
 
 import json
@@ -34,7 +39,17 @@ def to_dict(diag: Any) -> dict[str, Any]:
         "labels": [_label(lb) for lb in diag.labels],
         "help": diag.help,
         "notes": list(diag.notes),
-    }
+    } | ({"fix": fix_dict(diag.fix)} if getattr(diag, "fix", None) is not None else {})
+
+
+def fix_dict(fix: Any) -> dict[str, Any]:
+    return {"message": fix.message, "safe": fix.safe, "edits": [_edit(e) for e in fix.edits]}
+
+
+def _edit(edit: Any) -> dict[str, Any]:
+    s = edit.span
+    return {"file": s.file, "line": s.line, "column": s.col, "end_line": s.end_line, "end_column": s.end_col,
+            "start": s.start, "end": s.end, "text": edit.text}
 
 
 def render(diagnostics: list[Any], sources: Mapping[str, Any], color: bool = False) -> str:

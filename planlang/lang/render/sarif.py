@@ -65,6 +65,20 @@ def _physical(span: Any) -> dict[str, Any]:
     return {"artifactLocation": artifact_location(span.file), "region": _region(span)}
 
 
+def _fix(fix: Any) -> dict[str, Any]:
+    """A SARIF `fix`: one `artifactChange` per file, each edit a `replacement` (the region deleted, the
+    text inserted; an empty region inserts). An unsafe fix says so in its description and properties."""
+    by_file: dict[str, list[Any]] = {}
+    for e in fix.edits:
+        by_file.setdefault(e.span.file, []).append(e)
+    changes = [{"artifactLocation": artifact_location(f),
+                "replacements": [{"deletedRegion": _region(e.span), "insertedContent": {"text": e.text}}
+                                 for e in edits]}
+               for f, edits in by_file.items()]
+    text = fix.message + ("" if fix.safe else " (unsafe: changes what the plan means; `--unsafe-fixes`)")
+    return {"description": {"text": text}, "artifactChanges": changes, "properties": {"safe": fix.safe}}
+
+
 def fingerprint(diag: Any) -> str:
     """Stable across runs and line moves: a hash of code, file and message."""
     key = "\x00".join((diag.code, to_posix(diag.span.file), diag.message))
@@ -170,6 +184,8 @@ def to_sarif(diagnostics: list[Any], rule_titles: Mapping[str, str] | None = Non
                     loc["message"] = {"text": lb.message}
                 related.append(loc)
             result["relatedLocations"] = related
+        if getattr(d, "fix", None) is not None:
+            result["fixes"] = [_fix(d.fix)]
         result["partialFingerprints"] = {"planlang/v1": fingerprint(d)}
         results.append(result)
 
