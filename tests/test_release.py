@@ -154,9 +154,11 @@ def test_build_vsix_without_node_says_so(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_ci_builds_the_vsix_after_the_tests_and_the_demo():
+def test_ci_builds_the_vsix_after_the_tests_and_the_demo_then_runs_the_grammar_npm_test():
     lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()
              if line.strip() and not line.lstrip().startswith("#")]
     steps = [line for line in lines if line.startswith("./scripts/")]
     assert steps == ["./scripts/test.sh", "./scripts/demo.sh", "./scripts/build_vsix.sh"]
+    assert lines[-1] == ("(cd editors/tree-sitter-planlang && npm ci --ignore-scripts --no-audit --no-fund "
+                         "--loglevel=error && npm test)")
     assert os.access(ROOT / "scripts" / "build_vsix.sh", os.X_OK)

@@ -97,6 +97,23 @@ def test_grammar_package_files_and_metadata():
     assert re.search(r"^#define LANGUAGE_VERSION 14$", (GRAMMAR_DIR / "src" / "parser.c").read_text(), re.M)
 
 
+def test_npm_test_has_the_cli_as_a_pinned_dev_dependency():
+    """`npm test` needs no tree-sitter on PATH: the CLI is a devDependency at one exact version, locked, and
+    the test script (scripts/test.js) runs it, or says that it runs the same corpus through scripts/ts.py
+    where the CLI's binary could not be downloaded."""
+    package = json.loads((GRAMMAR_DIR / "package.json").read_text())
+    lock = json.loads((GRAMMAR_DIR / "package-lock.json").read_text())
+    version = package["devDependencies"]["tree-sitter-cli"]
+    assert re.fullmatch(r"0\.25\.\d+", version)  # generates and tests ABI 14, as src/ is
+    assert lock["packages"][""]["devDependencies"] == package["devDependencies"]
+    locked = lock["packages"]["node_modules/tree-sitter-cli"]
+    assert locked["version"] == version and locked["dev"] is True and locked["integrity"].startswith("sha512-")
+    assert package["scripts"]["test"] == "node scripts/test.js"
+    script = (GRAMMAR_DIR / "scripts" / "test.js").read_text()
+    assert '["test", ...extraArgs]' in script and '"scripts", "ts.py"), "test"' in script
+    assert "node_modules/" in (GRAMMAR_DIR / ".gitignore").read_text()
+
+
 def test_generated_grammar_json_is_grammar_js():
     """src/ is generated from grammar.js: evaluating grammar.js gives src/grammar.json, so a change to
     grammar.js without `tree-sitter generate` fails here."""
