@@ -19,7 +19,7 @@ app = typer.Typer(
     name="planlang",
     help="A declarative language and toolchain for distributed-training plans.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
@@ -59,7 +59,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+    version: bool = typer.Option(False, "--version", "-V", callback=_version, is_eager=True,
+                                 help="Print the version."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color",
                                          help="Colour for every command (default: NO_COLOR, FORCE_COLOR, a terminal)."),
 ) -> None:
