@@ -17,7 +17,7 @@ from planlang.lang.lexical import scan
 
 from .analysis import Analysis
 from .keywords import KEYWORDS
-from .positions import UTF16, LineIndex, units_len
+from .positions import UTF16, LineIndex, code_units, units_len
 from .symbols import walk
 
 TOKEN_TYPES = ["keyword", "namespace", "type", "function", "parameter", "variable", "property", "number",
@@ -189,14 +189,27 @@ def semantic_tokens(analysis: Analysis, encoding: str = UTF16) -> L.SemanticToke
 
 def decode(text: str, data: list[int], encoding: str = UTF16) -> list[tuple[int, int, str, str, int]]:
     """(line, column in code units, text, type, modifiers) for each encoded token: the inverse of
-    `encode`, for tests and debugging."""
+    `encode`, for tests and debugging. Like `encode`, each column is counted on from the token before on
+    the same line (from the line's start each time, 700 tokens on a 20 KB line took 18 s)."""
     index = LineIndex(text, encoding)
     out, line, col = [], 0, 0
+    at, at_units = 0, 0  # offset on the current line, and its column in code units
     for i in range(0, len(data), 5):
         dl, dc, length, typ, mods = data[i:i + 5]
         line += dl
         col = col + dc if dl == 0 else dc
-        start = index.offset(L.Position(line, col))
-        end = index.offset(L.Position(line, col + length))
+        if dl != 0 or i == 0:
+            at, at_units = index.starts[line] if line < len(index.starts) else len(text), 0
+        start, at_units = _advance(text, at, at_units, col, encoding)
+        end, _ = _advance(text, start, col, col + length, encoding)
+        at = start
         out.append((line, col, text[start:end], TOKEN_TYPES[typ], mods))
     return out
+
+
+def _advance(text: str, offset: int, units: int, want: int, encoding: str) -> tuple[int, int]:
+    """From `offset` (at `units` code units on its line) to the offset at `want` units (not past a line end)."""
+    while units < want and offset < len(text) and text[offset] not in "\r\n":
+        units += code_units(text[offset], encoding)
+        offset += 1
+    return offset, units
