@@ -34,7 +34,9 @@ def units_len(s: str, encoding: str = UTF16) -> int:
         return len(s)
     if encoding == UTF8:
         return len(s.encode("utf-8"))
-    return len(s) + sum(1 for ch in s if ord(ch) > 0xFFFF)
+    if s.isascii():
+        return len(s)
+    return len(s.encode("utf-16-le", "surrogatepass")) // 2  # in C: a generator over the characters was 30x slower
 
 
 @dataclass(frozen=True)
