@@ -35,11 +35,13 @@ def _run(entry: str, *files) -> subprocess.CompletedProcess:
     return subprocess.run([str(PLANLANG), *argv[1:], *map(str, files)], capture_output=True, text=True, cwd=ROOT)
 
 
+HOOKS = {"planlang-lint": "planlang lint --fix", "planlang-fmt": "planlang fmt",  # rewrite, as ruff's do
+         "planlang-lint-check": "planlang lint", "planlang-fmt-check": "planlang fmt --check"}  # change nothing
+
+
 def test_hooks_file_declares_lint_and_fmt():
     hooks = {h["id"]: h for h in parse_hooks((ROOT / ".pre-commit-hooks.yaml").read_text())}
-    assert set(hooks) == {"planlang-lint", "planlang-fmt"}
-    assert hooks["planlang-lint"]["entry"] == "planlang lint"
-    assert hooks["planlang-fmt"]["entry"] == "planlang fmt --check"
+    assert {name: h["entry"] for name, h in hooks.items()} == HOOKS
     for h in hooks.values():
         assert h["language"] == "python" and h["name"]
         files = re.compile(h["files"])
@@ -47,20 +49,25 @@ def test_hooks_file_declares_lint_and_fmt():
 
 
 def test_hook_entries_are_real_commands(tmp_path):
-    """pre-commit runs `entry FILE...`: the lint hook fails on a bad plan, the fmt hook on an unformatted one."""
-    hooks = {h["id"]: h for h in parse_hooks((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    """pre-commit runs `entry FILE...` and fails when it exits non-zero or changed a file: planlang-fmt and
+    planlang-lint rewrite (the layout; the safe fixes), their -check variants only fail."""
+    hooks = {h["id"]: h["entry"] for h in parse_hooks((ROOT / ".pre-commit-hooks.yaml").read_text())}
     good, bad, messy = tmp_path / "good.plan", tmp_path / "bad.plan", tmp_path / "messy.plan"
     good.write_text(GOOD)
     bad.write_text(BAD)
     messy.write_text(UNFORMATTED)
-    lint = hooks["planlang-lint"]["entry"]
-    assert _run(lint, good).returncode == 0
-    res = _run(lint, good, bad)
-    assert res.returncode == 1 and "PL201" in res.stdout
-    fmt = hooks["planlang-fmt"]["entry"]
-    assert _run(fmt, good).returncode == 0
-    res = _run(fmt, messy)
+    check = hooks["planlang-lint-check"]
+    assert _run(check, good).returncode == 0
+    res = _run(check, good, bad)
+    assert res.returncode == 1 and "PL201" in res.stdout and bad.read_text() == BAD
+    res = _run(hooks["planlang-fmt-check"], messy)
     assert res.returncode == 1 and messy.read_text() == UNFORMATTED  # --check writes nothing
+    assert _run(hooks["planlang-fmt"], messy).returncode == 0 and messy.read_text() == GOOD
+    # the lint hook applies the safe fix (the axis `dq` is `dp`) and fails only on what remains
+    fixed = _run(hooks["planlang-lint"], good, bad)
+    assert good.read_text() == GOOD and bad.read_text() == BAD.replace("[dq]", "[dp]")
+    after = _run(check, bad)
+    assert "PL201" not in after.stdout and fixed.returncode == after.returncode
 
 
 def test_lint_github_and_sarif_formats_as_the_workflow_uses_them(tmp_path):
