@@ -14,6 +14,7 @@ from planlang.cli import cached
 from planlang.cli.cached import NO_CACHE_HELP
 from planlang.lang.codes import CODES, explain as explain_code
 from planlang.lang.diagnostics import Diagnostic, did_you_mean
+from planlang.lang.fixes import fix_to_fixed_point
 from planlang.lang.render import render, summary_line
 from planlang.lang.source import SourceFile, decode_plan, plan_text
 from planlang.cli.app import (OutputFormat, STDIN, UsageError, _COLOR, _CONFIG, _EXIT_ZERO, _EXTEND, _IGNORE, _ISOLATED,
@@ -144,7 +145,7 @@ class _FixMode:
 def _fix_one(f: str, name: str, text: str, use_paths: tuple[str, ...], config, mode: _FixMode):
     """Fix one plan to a fixed point (model-free checks: model-aware diagnostics carry no fixes), write it
     back (or print its diff, or the text for `-`), and say on stderr what was fixed."""
-    from planlang.lang.fixes import fix_to_fixed_point
+    # lazy: lark loads only when this runs
     from planlang.lang.fmt import unified_diff
 
     def diagnostics(t: str) -> list[Diagnostic]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .diagnostics import Diagnostic, Edit, Fix, did_you_mean
-from .source import Span
+from .source import SourceFile, Span
 
 MAX_PASSES = 10  # a fix may uncover another (a fixed name lets the checker see further); never loop forever
 
@@ -35,6 +35,21 @@ def insert(at: Span, text: str, message: str, *, after: bool = False, safe: bool
     pos = at.end if after else at.start
     line, col = (at.end_line, at.end_col) if after else (at.line, at.col)
     return Fix(message, (Edit(Span(at.file, line, col, line, col, pos, pos), text),), safe)
+
+
+def delete_statement(source: SourceFile | None, span: Span, message: str, *, safe: bool = True) -> Fix:
+    """Delete the statement at `span`: its whole line(s) with the line end, where nothing but white space
+    and a comment shares them (so that no blank line is left behind), else just its text."""
+    if source is None or span.start == span.end:
+        return delete(span, message, safe=safe)
+    text = source.text
+    line_start = text.rfind("\n", 0, span.start) + 1
+    line_end = text.find("\n", span.end)
+    line_end = len(text) if line_end < 0 else line_end + 1
+    rest = text[span.end:line_end].strip()
+    if text[line_start:span.start].strip() or (rest and not rest.startswith("#")):
+        return delete(span, message, safe=safe)  # another statement on the line (`;`): keep it
+    return Fix(message, (Edit(source.span(line_start, line_end), ""),), safe)
 
 
 def _close(word: str, candidates: Iterable[str]) -> list[str]:

@@ -192,7 +192,7 @@ def diagnostic_for(err: UnexpectedInput, source: SourceFile, work: str) -> Diagn
             )
         return Diagnostic(
             "PL102", Severity.ERROR, f"unexpected character {describe_char(ch)}", source.span(pos, pos + 1),
-            help=_char_help(ch),
+            help=_char_help(ch), fix=_double_quotes(source, pos) if ch == "'" else None,
         )
     if isinstance(err, UnexpectedEOF) or (isinstance(err, UnexpectedToken) and err.token.type == "$END"):
         return _eof_diagnostic(source, work)
@@ -342,3 +342,14 @@ def code_end(text: str, before: int) -> int:
             return end
         before = line_start - 1 if line_start > 0 else 0
     return 0
+
+
+def _double_quotes(source: SourceFile, pos: int) -> Fix | None:
+    """`'a:b'` as `"a:b"`: the string at `pos` closed by `'` on its line, holding no `"` or backslash (which
+    would need escaping); else no fix."""
+    text = source.text
+    line_end = text.find("\n", pos)
+    close = text.find("'", pos + 1, len(text) if line_end < 0 else line_end)
+    if close < 0 or '"' in text[pos:close] or "\\" in text[pos:close]:
+        return None
+    return Fix("use double quotes", (Edit(source.span(pos, pos + 1), '"'), Edit(source.span(close, close + 1), '"')))

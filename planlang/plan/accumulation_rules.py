@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from planlang.lang.diagnostics import Diagnostic, Label
+from planlang.lang.fixes import delete_statement
 from planlang.lang.source import Span
 
 from . import types as T
@@ -42,4 +43,6 @@ def accumulation_statement(ctx) -> Diags:
                    labels=[Label(plan.pipeline.span, f"this pipeline runs {plan.pipeline.microbatches} "
                                                      "microbatches per step")],
                    help="remove this `microbatches` statement; to change how many the pipeline runs, change "
-                        "its `microbatches`")
+                        "its `microbatches`",
+                   # safe: the pipeline's count is the one a plan with a pipeline runs
+                   fix=delete_statement(ctx.sources.get(acc.span.file), acc.span, "remove this `microbatches`"))

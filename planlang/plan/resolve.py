@@ -18,7 +18,7 @@ from typing import Callable
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
-from planlang.lang.fixes import did_you_mean_fix, guess_is_unique, replace as replace_fix
+from planlang.lang.fixes import delete_statement, did_you_mean_fix, guess_is_unique, replace as replace_fix
 from planlang.lang.parser import ParseResult, no_cycle_collection, parse, parse_used
 from planlang.lang.source import SourceFile, Span, decode_plan
 
@@ -94,7 +94,11 @@ class Resolver(PlanBuilder):
         self.stack.pop()
         for alias, span in ns.use_spans.items():
             if alias not in ns.used:
-                self.diags.append(diag("PL218", f"`{alias}` is never used", span, help="remove this `use`"))
+                # safe: a `use` only brings in names, and none of its names is used; but not while a name's
+                # module is unknown (`megatorn.x`): that may be this `use`, misspelt where it is used
+                fix = None if self._unknown_modules else delete_statement(
+                    self.sources.get(path), span, f"remove `use` of `{alias}`")
+                self.diags.append(diag("PL218", f"`{alias}` is never used", span, help="remove this `use`", fix=fix))
         ns.templates.clear()  # (decl, ns) entries make a cycle per template: freed now, not at the next collection
         return Resolution(plan, tuple(self.diags), self.sources, self.modules)
 

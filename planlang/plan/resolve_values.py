@@ -12,7 +12,7 @@ from typing import Callable
 from planlang.lang import ast as A
 from planlang.lang.codes import CODES
 from planlang.lang.diagnostics import Diagnostic, Fix, Label, did_you_mean
-from planlang.lang.fixes import did_you_mean_fix, replace as replace_fix
+from planlang.lang.fixes import did_you_mean_fix, insert as insert_fix, replace as replace_fix
 from planlang.lang.source import SourceFile, Span
 
 from . import types as T
@@ -115,9 +115,12 @@ class ResolverBase:
                 ))
             return self._in_range(value, kind, what)
         if isinstance(value, (A.Int, A.Float)):
+            unit = example_units(kind).split(',')[0]
             self.diags.append(diag(
                 "PL252", f"{what} `{value}` has no unit", value.span,
-                help=f"add a {kind.value} unit, e.g. `{value} {example_units(kind).split(',')[0]}`",
+                help=f"add a {kind.value} unit, e.g. `{value} {unit}`",
+                # unsafe: which unit was meant is a guess (the first of the kind's units)
+                fix=insert_fix(value.span, f" {unit}", f"add `{unit}`", after=True, safe=False),
             ))
             return None
         self.diags.append(diag("PL221", f"{what} must be a {kind.value} quantity, not `{value}`", value.span,
