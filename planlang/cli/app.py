@@ -13,6 +13,7 @@ import typer
 
 from planlang.lang.version import __version__
 from planlang.lang.config import Config, ConfigError, load_config
+from planlang.cli.progress import ENV as PROGRESS_ENV
 
 
 app = typer.Typer(
@@ -35,6 +36,12 @@ class OutputFormat(str, Enum):
 
 class TableFormat(str, Enum):
     table = "table"
+    json = "json"
+
+
+class TextFormat(str, Enum):
+    """`solve` and `lower`: their text (the plan, the program) or a JSON object holding it."""
+    text = "text"
     json = "json"
 
 
@@ -63,10 +70,15 @@ def _root(
                                  help="Print the version."),
     color: Optional[bool] = typer.Option(None, "--color/--no-color",
                                          help="Colour for every command (default: NO_COLOR, FORCE_COLOR, a terminal)."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress",
+                                            help="What a long command is doing, on stderr (default: when stderr "
+                                                 "is a terminal)."),
 ) -> None:
     if color is not None:  # rich (progress, tables) reads these too
         os.environ.pop("NO_COLOR" if color else "FORCE_COLOR", None)
         os.environ["FORCE_COLOR" if color else "NO_COLOR"] = "1"
+    if progress is not None:  # planlang.cli.progress reads it
+        os.environ[PROGRESS_ENV] = "1" if progress else "0"
 
 
 def _config(config: Optional[Path], isolated: bool, select=(), extend_select=(), ignore=()):

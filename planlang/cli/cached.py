@@ -7,6 +7,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable
 
+from planlang.cli.progress import progress
+
 # the option both commands take
 NO_CACHE_HELP = ("Compute everything again, neither reading nor writing the cache of model results "
                  "($PLANLANG_CACHE_DIR, else ~/.cache/planlang; safe to delete).")
@@ -65,6 +67,8 @@ def check_model(name: str, text: str, use_paths: tuple[str, ...], cache: bool, r
     if hit is not None:
         diagnostics, suppressed = hit
         return dataclasses.replace(free, diagnostics=diagnostics, suppressed=suppressed)
-    res = run()
+    with progress("check") as say:
+        say(f"checking {name} against its model (built on meta)")
+        res = run()
     store(k, res.plan, (res.diagnostics, res.suppressed))
     return res

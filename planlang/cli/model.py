@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast as pyast
+import contextlib
 import json
 import math
 import os
@@ -12,15 +13,21 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import typer
 
 from planlang.lang.render import render
-from planlang.plan.complete import IncompletePlan, complete as as_complete
+from planlang.lang.render.jsonfmt import to_dict
+from planlang.plan.complete import IncompletePlan, complete as as_complete, plan_mesh, world_size
 from planlang.plan.types import ModelRef
 from planlang.cli import cached
-from planlang.cli.app import Objective, TableFormat, _COLOR, _fail_usage, _use_color
+from planlang.cli.app import Objective, TableFormat, TextFormat, _COLOR, _fail_usage, _use_color
+from planlang.cli.progress import progress
+
+# `--format json` of solve, verify and lower: an object whose "schema_version" says its layout (raised
+# when a key changes meaning or goes; new keys may come without it)
+SCHEMA_VERSION = 1
 
 
 def inspect(
@@ -64,7 +71,9 @@ def inspect(
     from planlang.model.capture.load import ModelLoadError
 
     try:
-        info = inspect_model(ref, inputs, plan_path, depth)
+        with progress("inspect") as say:
+            say(f"building {ref.factory} on meta and running it")
+            info = inspect_model(ref, inputs, plan_path, depth)
     except ModelLoadError as err:
         _fail_usage(f"{err.message}\n  help: {err.help}")
     except Exception as err:  # the forward failed on these inputs: the user's inputs, not our bug
@@ -89,7 +98,9 @@ def estimate(
                 sys.stderr.write(render(list(diagnostics), free.sources, "human", color=_use_color(None, sys.stderr)))
             sys.stdout.write(outputs[format.value])
             return
-    v = _validated(plan)
+    with progress("estimate") as say:
+        say(f"validating {plan} against its model (built on meta) and pricing it")
+        v = _validated(plan)
     checked = v.complete
     # lazy: torch loads only when this runs
     from planlang.report.estimate_table import render_table
@@ -147,26 +158,47 @@ def lower(
                                  "(kind, mesh axes, bytes sent per rank, the cost model's time)."),
     strict: bool = typer.Option(False, "--strict", envvar="PLANLANG_STRICT",
                                 help="Stop when an op must run on the whole batch the plan splits (PL364)."),
+    format: TextFormat = typer.Option(TextFormat.text, "--format", "-f", help="Output format."),
 ) -> None:
-    """Print the per-rank Python the runtime generates and runs for this plan."""
+    """Print the per-rank Python the runtime generates and runs for this plan.
+
+    With --format json, one object: schema_version (1), command ("lower"), plan_file, rank, world_size, mesh
+    (axis: size), coords (this rank's, axis: index), pipeline (whether the plan has stages), kind ("program",
+    or "traffic" with --traffic), text (what the text format prints) and lines (its line count)."""
     # lazy: torch loads only when this runs
     from planlang.model.capture.load import ModelLoadError
     from planlang.runtime.apply import PlanError
-    from planlang.runtime.launch import lower_source
+    from planlang.runtime.launch import coords_of, lower_source
 
-    p = _runnable_plan(plan)
-    try:
-        if traffic:
-            # lazy: loaded by this command only, so `check` and `fmt` start fast
-            from planlang.runtime.traffic import traffic_table
+    with progress("lower") as say:
+        say(f"validating {plan} against its model (built on meta)")
+        p = _runnable_plan(plan)
+        say("lowering it")
+        try:
+            if traffic:
+                # lazy: loaded by this command only, so `check` and `fmt` start fast
+                from planlang.runtime.traffic import traffic_table
 
-            sys.stdout.write(traffic_table(str(plan)))
-            return
-        sys.stdout.write(lower_source(p, rank, strict))
-    except ModelLoadError as err:
-        _fail_usage(f"{err.message}\n  help: {err.help}")
-    except (PlanError, ValueError) as err:
-        _fail_usage(str(err))
+                text = traffic_table(str(plan))
+            else:
+                text = lower_source(p, rank, strict)
+        except ModelLoadError as err:
+            _fail_usage(f"{err.message}\n  help: {err.help}")
+        except (PlanError, ValueError) as err:
+            _fail_usage(str(err))
+    if format is TextFormat.text:
+        sys.stdout.write(text)
+        return
+    mesh = plan_mesh(p)
+    _write_json({"schema_version": SCHEMA_VERSION, "command": "lower", "plan_file": str(plan), "rank": rank,
+                 "world_size": world_size(p), "mesh": dict(zip(mesh.names, mesh.shape)),
+                 "coords": coords_of(rank, mesh) if 0 <= rank < world_size(p) else None,
+                 "pipeline": p.pipeline is not None, "kind": "traffic" if traffic else "program",
+                 "text": text, "lines": text.count("\n")})
+
+
+def _write_json(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False) + "\n")
 
 
 def _preflight(plan: Path) -> None:
@@ -212,12 +244,20 @@ def verify(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress lines on stderr."),
     strict: bool = typer.Option(False, "--strict", envvar="PLANLANG_STRICT",
                                 help="Stop when an op must run on the whole batch the plan splits (PL364)."),
+    format: TableFormat = typer.Option(TableFormat.table, "--format", "-f", help="Output format."),
 ) -> None:
     """Train a few steps under the plan (torchrun, one process per device) and in one process from the
     same seed; print loss, gradient and parameter errors per step with the bound each is judged against.
     Exit 1 (after the table) when an error exceeds its bound.
     Progress (checking, launching, each step) goes to stderr; the table to stdout. Several nodes: see
-    docs/launch.md (exit 2 when nnodes × nproc-per-node is not the plan's device count)."""
+    docs/launch.md (exit 2 when nnodes × nproc-per-node is not the plan's device count).
+
+    With --format json the table goes to stderr and stdout carries one object: schema_version (1), command
+    ("verify"), plan_file, steps, tol, world_size, verdict ("PASS", "FAIL", "ERROR"; null on a node
+    without rank 0, or when the workers ended before judging), exit_code, and checks: per step, its
+    loss, gradient and parameter check, each with error, bound and ok (the gradient's and parameter's
+    with the worst-judged one's name; the loss's with the plan's and the one process's value); null where
+    the steps did not run here."""
     # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.runtime.launch import LaunchError, Progress, mesh_words, plan_launch, torchrun, world_size
 
@@ -240,12 +280,46 @@ def verify(
     # lazy: torch loads only when this runs
     from planlang.runtime.verify import VERDICT_ENV
 
+    as_json = format is TableFormat.json
     with tempfile.TemporaryDirectory(prefix="planlang-verify-") as tmp:
-        verdict = Path(tmp) / "verdict"
-        code = torchrun(launch, ["planlang.runtime.verify", str(plan), str(steps), str(tol)],
-                        env={**say.env(), VERDICT_ENV: str(verdict)}, module=True)
+        verdict, rows_file = Path(tmp) / "verdict", Path(tmp) / "rows.json"
+        with _stdout_to_stderr() if as_json else contextlib.nullcontext():  # the workers' table
+            code = torchrun(launch, ["planlang.runtime.verify", str(plan), str(steps), str(tol)]
+                            + ([str(rows_file)] if as_json else []),
+                            env={**say.env(), VERDICT_ENV: str(verdict)}, module=True)
         word = verdict.read_text() if code == 0 and verdict.is_file() else ""
-    raise typer.Exit({"FAIL": 1, "ERROR": 2}.get(word, code))
+        rows = json.loads(rows_file.read_text()) if rows_file.is_file() else None
+    exit_code = {"FAIL": 1, "ERROR": 2}.get(word, code)
+    if as_json:
+        _write_json({"schema_version": SCHEMA_VERSION, "command": "verify", "plan_file": str(plan), "steps": steps,
+                     "tol": tol, "world_size": world_size(p), "verdict": word or None, "exit_code": exit_code,
+                     "checks": None if rows is None else [_step_checks(r) for r in rows]})
+    raise typer.Exit(exit_code)
+
+
+def _step_checks(row: dict) -> dict:
+    """One step of `verify --format json`, from planlang.runtime.verify.StepRow as the workers write it."""
+    def check(kind: str, **more) -> dict:
+        err, bound = row[f"{kind}_rel_err"], row[f"{kind}_bound"]
+        return {"error": err, "bound": bound, "ok": err <= bound, **more}
+
+    return {"step": row["step"],
+            "loss": check("loss", plan=row["loss_plan"], reference=row["loss_reference"]),
+            "gradient": check("grad", worst=row["worst_grad"]),
+            "parameter": check("param", worst=row["worst_param"])}
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Processes started in the block write their standard output to stderr (file descriptor 1 is 2's)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def run(
@@ -312,11 +386,22 @@ def solve(
     time_limit: float = typer.Option(600.0, "--time-limit", help="Seconds for the whole command (checked between "
                                      "candidates); when reached, the best plan found so far is written, with a "
                                      "warning."),
+    format: TextFormat = typer.Option(TextFormat.text, "--format", "-f", help="Output format: the plan, or "
+                                      "a JSON object holding it and its figures."),
 ) -> None:
     """Fill every hole of PLAN (fixed choices are constraints) and write a complete, formatted plan with
     the predicted memory and step time per device; `planlang check` accepts it. Without -o, stdout carries
     the plan and nothing else. Progress goes to stderr (a bar on a terminal, plain lines otherwise), then
-    the summary written at the top of the plan; solver and library output is kept off both."""
+    the summary written at the top of the plan; solver and library output is kept off both.
+
+    With --format json, stdout carries one object instead (the plan is still written to -o if given):
+    schema_version (1), command ("solve"), plan_file, objective, status ("solved"; "cut": --time-limit
+    ended the search, the best plan so far; "infeasible": no plan fits, exit 1), plan (the complete plan's
+    text, null when infeasible), best (the chosen candidate: choices, hole -> value; peak_bytes of the
+    largest device; step_time_s of the slowest; fits; devices, each device class's estimate as
+    `estimate --format json` gives it), summary (the header's lines), candidates (priced, bounded),
+    elapsed_s, and diagnostics (the validation's, as `check --format json` gives them, then the search's
+    cut or infeasibility as a diagnostic with code, severity and message)."""
     # lazy: loaded by this command only, so `check` and `fmt` start fast (no torch)
     from planlang.solve.progress import SolveProgress, captured_output
 
@@ -342,18 +427,34 @@ def solve(
             failure = (2, f"planlang: error: {getattr(e, 'message', None) or str(e)}")
         finally:
             say.close()
+    head = {"schema_version": SCHEMA_VERSION, "command": "solve", "plan_file": str(plan),
+            "objective": objective.value}
+    shown = [to_dict(d) for d in validated.check.diagnostics]
     if failure is not None:
         sys.stderr.write(failure[1] + "\n")
+        if failure[0] == 1 and format is TextFormat.json:
+            _write_json(head | {"status": "infeasible", "plan": None, "best": None, "summary": [],
+                                "diagnostics": shown + [{"code": INFEASIBLE, "severity": "error",
+                                                         "message": failure[1].split(": ", 1)[1]}]})
         raise typer.Exit(failure[0])
     if res.cut is not None:  # anytime: the best plan priced before the limit, and what was left
         sys.stderr.write(f"warning[{SEARCH_CUT}]: {res.cut}; writing the best plan found so far (raise --time-limit to "
                          "search further)\n")
-    if output == "-":
+    if output == "-" and format is TextFormat.text:
         sys.stdout.write(res.text)
-    else:
+    elif output != "-":
         Path(output).write_text(res.text)
         sys.stderr.write(f"wrote {output}\n")
     sys.stderr.write("".join(line + "\n" for line in res.summary))  # the header at the top of the plan
+    if format is TextFormat.json:
+        best = res.best
+        cut = [{"code": SEARCH_CUT, "severity": "warning", "message": res.cut}] if res.cut is not None else []
+        _write_json(head | {
+            "status": "solved" if res.cut is None else "cut", "plan": res.text,
+            "best": {"choices": {str(what): str(value) for what, value in best.choices}, "peak_bytes": best.peak,
+                     "step_time_s": best.step_time, "fits": best.fits, "devices": [r.as_dict() for r in best.rows]},
+            "summary": list(res.summary), "candidates": {"priced": len(res.tried), "bounded": len(res.bounded)},
+            "elapsed_s": res.elapsed, "diagnostics": shown + cut})
 
 
 def diff(
@@ -367,22 +468,26 @@ def diff(
     unified diff of their formatted text. Both plans are validated as `check --model` does (exit 2)."""
     failed = False
     checked = []
-    for path in (a, b):  # both validated, so one run shows what to fix in either
-        try:
-            checked.append(_validated(path))
-        except typer.Exit:
-            failed = True
-    if failed:
-        raise typer.Exit(2)
-    # lazy: torch loads only when this runs
-    from planlang.model.capture.load import ModelLoadError
-    from planlang.report.diff import compare, diff_json, render_diff, summarize
+    with progress("diff") as say:
+        for path in (a, b):  # both validated, so one run shows what to fix in either
+            say(f"validating {path} against its model (built on meta) and pricing it")
+            try:
+                checked.append(_validated(path))
+            except typer.Exit:
+                failed = True
+        if failed:
+            raise typer.Exit(2)
+        # lazy: torch loads only when this runs
+        from planlang.model.capture.load import ModelLoadError
+        from planlang.report.diff import compare, diff_json, render_diff, summarize
 
-    try:
-        d = compare(*(summarize(v.complete, path.read_text(encoding="utf-8"), str(path), rows=v.estimate, traffic=v.traffic)
-                      for v, path in zip(checked, (a, b))))  # validation's estimate and collectives: computed once
-    except ModelLoadError as err:
-        _fail_usage(f"{err.message}\n  help: {err.help}")
+        say("comparing the plans")
+        try:
+            d = compare(*(summarize(v.complete, path.read_text(encoding="utf-8"), str(path), rows=v.estimate,
+                                    traffic=v.traffic)
+                          for v, path in zip(checked, (a, b))))  # validation's estimate and collectives: computed once
+        except ModelLoadError as err:
+            _fail_usage(f"{err.message}\n  help: {err.help}")
     if format is TableFormat.json:
         sys.stdout.write(json.dumps(diff_json(d), indent=2) + "\n")
         return
@@ -407,7 +512,10 @@ def report(
     # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.report import report_command
 
-    raise typer.Exit(report_command(str(plan), str(output), format))
+    with progress("report") as say:
+        say(f"estimating {plan} and drawing its charts")
+        code = report_command(str(plan), str(output), format)
+    raise typer.Exit(code)
 
 
 def probe(
