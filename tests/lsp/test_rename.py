@@ -107,6 +107,7 @@ def test_rename_is_refused_with_the_reason(session):
     assert "keyword" in _refused(c, uri, PLAN, at(PLAN, "pipeline over", 2))
     assert "is a schedule" in _refused(c, uri, PLAN, at(PLAN, "gpipe", 2))
     assert "is a link" in _refused(c, uri, PLAN, at(PLAN, "hardware.loopback", 12))
+    assert "Traceback" not in c.stderr_text()  # a refusal is an answer, not a server error
     # nothing changed: the document is as it was
     assert c.request("textDocument/rename", {"textDocument": {"uri": uri}, "position": pos(PLAN, axis),
                                              "newName": "tp"}) in (None, {"changes": {}}, {"changes": {uri: []}})
