@@ -75,18 +75,13 @@ def target_of(analysis: Analysis, sym: Symbol) -> Target | None:
 
 
 def _name_uses(analysis: Analysis):
-    """Every (span, symbol) of a name the tree binds: classified names, `every` parameters and loop
-    variables at the start of paths."""
+    """Every (span, symbol) of a name the tree binds: classified names and loop variables at the start
+    of paths."""
     for node, chain in walk(analysis.module):
         full = chain + (node,)
         parent = chain[-1] if chain else None
         if isinstance(node, A.Name):
             grand = chain[-2] if len(chain) > 1 else None
-            if isinstance(parent, A.CheckpointStmt) and parent.every is node:
-                t = template_of(full)
-                if t is not None and any(p.name.text == node.text for p in t.params):
-                    yield node.span, Symbol("param", node.text, node.span, full)
-                continue
             sym = _classify_name(node, parent, grand, full)
             if sym is not None:
                 yield node.span, sym
@@ -212,16 +207,17 @@ def _clash(analysis: Analysis, target: Target, new: str) -> str | None:
     elif target.kind == "loopvar":
         loop = target.binder
         assert isinstance(loop, A.ForStmt)
-        for node, chain in walk(loop):
-            if isinstance(node, A.ForStmt) and node is not loop and node.var.text == new:
-                return f"a `for` inside already binds `{new}`"
-            if isinstance(node, A.Path) and node.segments and node.segments[0].name == new:
-                return f"`{new}` is a module path in the loop's body, which the variable would hide"
         for node, chain in walk(module):
             if node is loop:
                 if new in loop_vars(chain):
                     return f"an enclosing `for` already binds `{new}`"
                 break
+        for st in loop.body:
+            for node, _ in walk(st):
+                if isinstance(node, A.ForStmt) and node.var.text == new:
+                    return f"a `for` inside already binds `{new}`"
+                if isinstance(node, A.Path) and node.segments and node.segments[0].name == new:
+                    return f"`{new}` is a module path in the loop's body, which the variable would hide"
     return None
 
 

@@ -234,6 +234,9 @@ def _classify_name(node: A.Name, parent, grand, chain) -> Symbol | None:
         return Symbol("param" if parent.name is n else "param-kind", text, n.span, chain)
     if isinstance(parent, A.ForStmt):
         return Symbol("loopvar", text, n.span, chain)
+    if isinstance(parent, A.CheckpointStmt) and parent.every is n:  # `every n`: an int parameter
+        t = template_of(chain)
+        return Symbol("param", text, n.span, chain) if t and any(p.name.text == text for p in t.params) else None
     if isinstance(parent, A.InputDecl):
         return Symbol("input" if parent.name is n else "dtype", text, n.span, chain)
     if isinstance(parent, A.DataDecl):

@@ -137,3 +137,38 @@ def test_a_name_declared_in_another_file_or_a_text_that_does_not_parse_is_refuse
     with pytest.raises(RenameRefused, match="syntax errors"):
         rename(broken, at(text, "attention(tp)", 11), "tensor")
     assert len(rename(gpt2, at(text, "attention(tp)", 11), "tensor")) == 3  # the mesh's tp and two applies
+
+
+NESTED = """mesh m of 4 x hardware.cpu {
+    tp = 4 over hardware.loopback
+}
+template t(ax: axis, n: int) {
+    checkpoint blocks[*] every n
+    for b in blocks[*] {
+        shard b.w : [ax]
+        for c in b.sub[*] {
+            shard c.x : [tp]
+        }
+        shard norm.w : [_]
+    }
+}
+apply t(tp, 2) to layer
+"""
+
+
+def test_every_parameter_and_nested_loops(plan_in):
+    a = plan_in("use hardware\n" + NESTED)
+    text = a.text
+    assert a.parses
+
+    def renamed(marker, delta, new):
+        return [text[s.start:s.end] + f"@{s.line}" for s in rename(a, at(text, marker, delta), new)]
+
+    assert renamed("every n", 6, "k") == ["n@5", "n@6"]  # from the use in `every`: the parameter
+    assert renamed("for b", 4, "blk") == ["b@7", "b@8", "b@9"]  # the inner loop's path starts with b too
+    with pytest.raises(RenameRefused, match="a `for` inside already binds `c`"):
+        rename(a, at(text, "for b", 4), "c")
+    with pytest.raises(RenameRefused, match="an enclosing `for` already binds `b`"):
+        rename(a, at(text, "for c", 4), "b")
+    with pytest.raises(RenameRefused, match="`norm` is a module path in the loop's body"):
+        rename(a, at(text, "for b", 4), "norm")
