@@ -7,6 +7,7 @@ from typing import Iterator
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label
+from planlang.lang.fixes import replace as replace_fix
 
 from . import types as T
 from .data import batch_axes, batch_split_conflict, data_axes
@@ -99,8 +100,12 @@ def precision_support(ctx) -> Diags:
     width = {"f16": 2, "bf16": 2, "f32": 4}
     if width[prec.master] < width[prec.params] or (width[prec.master] == width[prec.params] != 4
                                                    and prec.master != prec.params):
+        master_written = "master" in dict(prec.field_spans)
+        # unsafe: f32 master weights take more memory than the plan budgeted
         yield diag("PL512", f"master weights in {prec.master} are narrower than the {prec.params} parameters",
-                   prec.span_of("master"), help=f"write `master = f32`")
+                   prec.span_of("master"), help="write `master = f32`",
+                   fix=replace_fix(prec.span_of("master"), "master = f32", "write `master = f32`", safe=False)
+                   if master_written else None)
     if width[prec.compute] > width[prec.params] or (width[prec.compute] == width[prec.params] != 4
                                                     and prec.compute != prec.params):
         yield diag("PL513", f"compute in {prec.compute} is wider than the {prec.params} parameters",

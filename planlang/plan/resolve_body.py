@@ -11,7 +11,7 @@ from typing import Callable, cast
 
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Label, did_you_mean
-from planlang.lang.fixes import did_you_mean_fix
+from planlang.lang.fixes import delete_statement, did_you_mean_fix
 from planlang.lang.source import Span
 from planlang.lang.spec_text import read_spec
 
@@ -107,6 +107,9 @@ class PlanBuilder(ResolverBase):
                         "PL210", f"a plan has one `{word}`; this is a second one", st.span,
                         labels=[Label(first[kind].span, "the first one, which is used")],
                         help=f"remove one of the `{word}` statements",
+                        # unsafe: which of the two was meant is a guess (this one is not the one used)
+                        fix=delete_statement(self.sources.get(st.span.file), st.span, f"remove this `{word}`",
+                                             safe=False),
                     ))
                     continue
                 first[kind] = st

@@ -6,7 +6,8 @@ import bisect
 import math
 from typing import Iterator
 
-from planlang.lang.diagnostics import Diagnostic, Label
+from planlang.lang.diagnostics import Diagnostic, Fix, Label
+from planlang.lang.fixes import replace as replace_fix
 
 from . import types as T
 from .resolve import diag
@@ -17,6 +18,16 @@ Diags = Iterator[Diagnostic]
 
 
 # ------------------------------------------------------------------------------ pipeline
+def _drop_chunks(ctx, sched: T.Schedule) -> Fix | None:
+    """`1f1b chunks 2` as `1f1b`: safe, chunks mean nothing to gpipe and 1f1b (none when the span is not
+    that text, e.g. a `?` for the chunks)."""
+    src = ctx.sources.get(sched.span.file)
+    text = src.text[sched.span.start:sched.span.end] if src is not None else ""
+    if not (text.startswith(sched.kind) and text[len(sched.kind):].split()[:1] == ["chunks"]):
+        return None
+    return replace_fix(sched.span, sched.kind, "remove `chunks`")
+
+
 def pipeline_schedule(ctx) -> Diags:
     """PL401 stages vs axis size; PL402 interleaved divisibility; PL403 bubbles; PL404 chunks; PL411;
     PL416 1F1B with fewer microbatches than stages (the runtime refuses it)."""
@@ -34,7 +45,7 @@ def pipeline_schedule(ctx) -> Diags:
                            help="write `schedule interleaved chunks 2`, or use `1f1b`")
         elif sched.kind in ("gpipe", "1f1b") and sched.chunks != 1:
             yield diag("PL404", f"`chunks` does not apply to `{sched.kind}`", sched.span,
-                       help="remove `chunks`, or use `schedule interleaved chunks N`")
+                       help="remove `chunks`, or use `schedule interleaved chunks N`", fix=_drop_chunks(ctx, sched))
     m = p.microbatches if isinstance(p.microbatches, int) else None
     if m is not None and m < 1:
         yield diag("PL411", f"microbatches is {m}", p.span, help="use at least 1 microbatch")
