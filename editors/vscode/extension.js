@@ -27,13 +27,29 @@ function isExecutableFile(file, platform) {
     }
 }
 
+// Where a project keeps planlang when it is not on PATH: the virtual environment in the workspace
+// (./scripts/install.sh makes .venv), so the default setting needs no PATH and no configuration.
+const VENV_DIRS = ['.venv', 'venv'];
+
+function workspaceVenvExecutable(workspaceFolder, platform) {
+    for (const dir of VENV_DIRS) {
+        const file = platform === 'win32'
+            ? path.join(workspaceFolder, dir, 'Scripts', 'planlang.exe')
+            : path.join(workspaceFolder, dir, 'bin', 'planlang');
+        if (isExecutableFile(file, platform)) return file;
+    }
+    return null;
+}
+
 /**
  * The absolute path of the planlang executable named by the `planlang.path` setting, or null.
- * A bare name is looked up on PATH (with PATHEXT on Windows); a path may start with `~` or contain
+ * A bare name is looked up on PATH (with PATHEXT on Windows), and the default name `planlang`, not found
+ * there, in the first workspace folder's .venv or venv; a path may start with `~` or contain
  * `${workspaceFolder}`, and a relative path is taken from the first workspace folder.
  */
 function findExecutable(setting, { env = process.env, platform = process.platform, workspaceFolder = null } = {}) {
     let name = (typeof setting === 'string' && setting.trim()) || 'planlang';
+    const isDefault = name === 'planlang';
     if (workspaceFolder) name = name.split('${workspaceFolder}').join(workspaceFolder);
     if (name === '~' || name.startsWith('~/')) name = path.join(os.homedir(), name.slice(1));
     const exts = platform === 'win32'
@@ -49,7 +65,7 @@ function findExecutable(setting, { env = process.env, platform = process.platfor
         const hit = candidates(path.join(dir, name)).find((f) => isExecutableFile(f, platform));
         if (hit) return hit;
     }
-    return null;
+    return isDefault && workspaceFolder ? workspaceVenvExecutable(workspaceFolder, platform) : null;
 }
 
 function firstWorkspaceFolder() {
@@ -82,7 +98,7 @@ async function startClient() {
     const exe = findExecutable(setting, { workspaceFolder: folder });
     if (!exe) {
         log(`planlang: executable "${setting}" not found; syntax highlighting only. ` +
-            'Install planlang (./scripts/install.sh, then activate .venv) or set "planlang.path".');
+            'Install planlang (on PATH, or in the workspace\'s .venv) or set "planlang.path".');
         return;
     }
     if (!trusted() && folder && isInside(exe, folder)) {

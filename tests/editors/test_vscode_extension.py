@@ -70,6 +70,30 @@ def test_path_setting_relative_to_the_workspace_folder(fake_planlang, tmp_path):
     assert [c["serverOptions"]["command"] for c in out["clients"]] == [str(fake_planlang)]
 
 
+def test_default_setting_finds_planlang_in_the_workspace_venv_without_path(tmp_path):
+    """planlang need not be on PATH: the default setting also looks in the workspace's .venv (or venv),
+    where ./scripts/install.sh installs it; only once the workspace is trusted, as any program inside it."""
+    exe = tmp_path / ".venv" / "bin" / "planlang"
+    exe.parent.mkdir(parents=True)
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(0o755)
+    out = run(PATH="", workspaceFolder=str(tmp_path))
+    assert [c["serverOptions"]["command"] for c in out["clients"]] == [str(exe)]
+    out = run(PATH="", workspaceFolder=str(tmp_path), untrusted=True)
+    assert out["clients"] == [] and any("untrusted workspace" in line for line in out["log"]), out["log"]
+    # a setting other than the default names the one executable to run: no search elsewhere
+    out = run(PATH="", workspaceFolder=str(tmp_path), settings={"planlang.path": "planlang-dev"})
+    assert out["clients"] == [] and any("not found" in line for line in out["log"]), out["log"]
+    out = run(PATH="", findExecutable={"setting": "planlang", "options": {
+        "platform": "win32", "workspaceFolder": str(tmp_path), "env": {"PATH": ""}}})
+    assert out["found"] is None  # Windows keeps it in .venv\\Scripts\\planlang.exe
+    (tmp_path / "venv" / "Scripts").mkdir(parents=True)
+    (tmp_path / "venv" / "Scripts" / "planlang.exe").write_text("")
+    out = run(PATH="", findExecutable={"setting": "planlang", "options": {
+        "platform": "win32", "workspaceFolder": str(tmp_path), "env": {"PATH": ""}}})
+    assert out["found"] == str(tmp_path / "venv" / "Scripts" / "planlang.exe")
+
+
 def test_missing_language_client_package_is_logged_not_thrown(fake_planlang):
     out = run(PATH=str(fake_planlang.parent), noClient=True)
     assert out["clients"] == []
