@@ -2,6 +2,7 @@
 the VS Code build (scripts/build_vsix.sh) that .ci/run runs after the tests."""
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -32,6 +33,8 @@ def test_pyproject_reads_the_version_from_the_package():
     module, _, name = attr.rpartition(".")
     assert module == "planlang.lang.version" and name == "__version__"
     assert str(Version(__version__)) == __version__  # a PEP 440 version, written in its normal form
+    # the installed package's metadata (built from pyproject by ./scripts/install.sh) says the same
+    assert importlib.metadata.version("planlang") == __version__
 
 
 def test_editor_packages_carry_the_same_version():
