@@ -71,33 +71,27 @@ def data_hints(h: Hints, plan: T.Plan) -> None:
 
 def param_hints(h: Hints, plan: T.Plan, facts) -> None:
     """Each shard statement's (and template application's) parameters with their local shapes."""
-    # lazy: the model layer (torch) is loaded already when there are facts
-    from planlang.model.price.local_model import local_params, spec_for
-
-    try:
-        cp = complete(plan)
-    except IncompletePlan:
-        return  # holes: the solver chooses; no local shape to show
-    if cp.mesh is None:
+    found = _decided(plan, facts)
+    if found is None:
         return
-    _, params = local_params(cp, facts)
+    rules, mesh, by_rule = found
     path = h.analysis.path
+    by_stmt: dict[Span, list[int]] = {}  # a statement's span -> the rules it made
+    by_apply: dict[Span, list[int]] = {}  # an apply's span -> the rules a template of another file made
+    for i, r in enumerate(rules):
+        by_stmt.setdefault(r.span, []).append(i)
+        if r.span.file != path:
+            for site in r.origin:
+                by_apply.setdefault(site, []).append(i)
     for node, _chain in walk(h.analysis.module):
         if isinstance(node, A.ShardStmt):
-            rules = [r for r in cp.shards if r.kind == "param" and r.span == node.span]
-        elif isinstance(node, A.ApplyStmt):  # rules made by a template declared in another file
-            rules = [r for r in cp.shards if r.kind == "param" and r.span.file != path and node.span in r.origin]
+            made = by_stmt.get(node.span, [])
+        elif isinstance(node, A.ApplyStmt):
+            made = by_apply.get(node.span, [])
         else:
             continue
-        decided = [(p, r) for p in params.values() for r in rules
-                   if r.target.matches(p.name) and spec_for(p.name, cp) == r.spec]
-        seen: set[str] = set()
-        shown = []
-        for p, r in decided:
-            if p.name not in seen:
-                seen.add(p.name)
-                shown.append((p, r))
-        if not shown or any(not even(p.shape, r.spec, cp.mesh) for p, r in shown):
+        shown = [(p, rules[i]) for i in sorted(set(made)) for p in by_rule.get(i, ())]
+        if not shown or any(not even(p.shape, r.spec, mesh) for p, r in shown):
             continue  # nothing decided here, or an uneven split (the checker's error says it)
         shapes: list[tuple[int, ...]] = []
         for p, _ in shown:
@@ -111,6 +105,36 @@ def param_hints(h: Hints, plan: T.Plan, facts) -> None:
         if len(shown) > MAX_TOOLTIP:
             rows.append(f"- … {len(shown) - MAX_TOOLTIP} more")
         h.add(node.span, label, "per device:\n\n" + "\n".join(rows))
+
+
+_LAST: list = []  # [(plan, facts), result]: hints are asked for again on every scroll; one model run
+
+
+def _decided(plan: T.Plan, facts):
+    """(the plan's parameter rules, its mesh, rule index -> the parameters it decides with their local
+    shapes), or None for a plan with holes or no mesh. The local shapes are the estimator's
+    (`local_params`); the rule deciding a parameter is the last one selecting it, as `spec_for` reads."""
+    if _LAST and _LAST[0][0] is plan and _LAST[0][1] is facts:
+        return _LAST[1]
+    # lazy: the model layer (torch) is loaded already when there are facts
+    from planlang.model.price.local_model import local_params, spec_for
+
+    try:
+        cp = complete(plan)
+    except IncompletePlan:
+        cp = None  # holes: the solver chooses; no local shape to show
+    out = None
+    if cp is not None and cp.mesh is not None:
+        _, params = local_params(cp, facts)
+        rules = [r for r in cp.shards if r.kind == "param"]
+        by_rule: dict[int, list] = {}
+        for p in params.values():
+            i = next((i for i in range(len(rules) - 1, -1, -1) if rules[i].target.matches(p.name)), None)
+            if i is not None and rules[i].spec == spec_for(p.name, cp):  # the spec its local shape is under
+                by_rule.setdefault(i, []).append(p)
+        out = (rules, cp.mesh, by_rule)
+    _LAST[:] = [(plan, facts), out]
+    return out
 
 
 def estimate_hints(h: Hints, insight: ModelInsight) -> None:
