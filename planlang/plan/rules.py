@@ -14,6 +14,7 @@ from typing import Iterator
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.fixes import did_you_mean_fix
+from planlang.lang.lexical import scan
 
 from . import types as T
 from .data import batch_dim
@@ -86,14 +87,23 @@ def axis_names(ctx) -> Diags:
         if ax not in names:
             where, labels = site_and_labels(ref_span(owner, which), origin)
             guess = did_you_mean(ax, mesh.names)
-            span = ref_span(owner, which)
-            # a fix only where the span is the axis name as written in the user's file: not through a
-            # template or loop (the name there is a parameter), nor a span wider than the name
-            fixable = not origin and which is not None and span.end - span.start == len(ax)
+            # a fix only where the name is written in the user's file: not through a template or loop
+            # (the name there is a parameter)
+            word = None if origin or guess is None else _the_word(ctx, ref_span(owner, which), ax)
             yield diag("PL201", f"unknown axis `{ax}`", where, labels=labels,
                        help=(f"did you mean `{guess}`?" if guess else "") +
                        f"{' ' if guess else ''}mesh `{mesh.name}` has axes {', '.join(mesh.names) or '(none)'}",
-                       fix=did_you_mean_fix(span, ax, guess, mesh.names) if fixable else None)
+                       fix=did_you_mean_fix(word, ax, guess, mesh.names) if word is not None else None)
+
+
+def _the_word(ctx, span, word: str):
+    """The span of `word` where it stands once in `span` (a spec entry, a pipeline or optimizer
+    statement), outside comments and strings; None when it stands there never or more than once."""
+    src = ctx.sources.get(span.file)
+    if src is None:
+        return None
+    hits = [(a, b) for kind, a, b in scan(src.text, span.start, span.end) if kind == "word" and src.text[a:b] == word]
+    return src.span(*hits[0]) if len(hits) == 1 else None
 
 
 # ------------------------------------------------------------------------------ specs
