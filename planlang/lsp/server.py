@@ -1,5 +1,7 @@
-"""The planlang language server (pygls): diagnostics, hover, definition, formatting, completion and
-semantic tokens for .plan files. Start it with `planlang lsp` or `python -m planlang.lsp` (stdio).
+"""The planlang language server (pygls): diagnostics (pushed, or pulled by a client that asks), hover,
+definition, formatting, completion and semantic tokens for .plan files, and the editing features wired
+in editing.py (code actions, rename, references, symbols, folding, inlay hints, signature help, range
+formatting). Start it with `planlang lsp` or `python -m planlang.lsp` (stdio).
 
 Threads: every handler runs on the event-loop thread, so model-free analysis (milliseconds) answers at
 once after each change. Model-aware checks (opt-in: initializationOptions {"modelChecks": true} or the
