@@ -1,5 +1,6 @@
-"""Signature help, range formatting, pull diagnostics and semantic tokens of a long line, over stdio,
-with a client that pulls diagnostics (textDocument/diagnostic) instead of receiving them."""
+"""Signature help, range formatting, model-free inlay hints, pull diagnostics and semantic tokens of a
+long line, over stdio, with a client that pulls diagnostics (textDocument/diagnostic) instead of
+receiving them."""
 import time
 
 import pytest
@@ -74,11 +75,26 @@ def test_pull_diagnostics_and_no_push_to_a_pulling_client(session):
     assert not any(n["method"] == "textDocument/publishDiagnostics" for n in c.notifications)
 
 
+def test_model_free_inlay_hints_show_an_inputs_local_shape(session):
+    c, path = session
+    uri = path.as_uri()
+    text = PLAN.replace("[tq, _]", "[tp, _]")
+    _change(c, uri, text, 3)
+    whole = {"start": pos(text, 0), "end": pos(text, len(text))}
+    hints = c.request("textDocument/inlayHint", {"textDocument": {"uri": uri}, "range": whole})
+    # batch 8 over dp (2): 4 rows per device; features whole. Parameters' shapes need the model
+    end_of_data = pos(text, text.index("\n", at(text, "data x")))
+    assert [(h["position"], h["label"]) for h in hints] == [(end_of_data, "local [4, 16]")]
+    assert "i64" not in hints[0]["tooltip"]["value"] and "f32[batch = 4, features = 16]" in hints[0]["tooltip"]["value"]
+    before = {"start": pos(text, 0), "end": pos(text, at(text, "data x"))}
+    assert c.request("textDocument/inlayHint", {"textDocument": {"uri": uri}, "range": before}) == []
+
+
 def test_signature_help_for_a_template_being_applied(session):
     c, path = session
     uri = path.as_uri()
     typing = PLAN.replace("shard fc.weight : [tq, _]\n", "apply pair(dp, ")
-    _change(c, uri, typing, 3)
+    _change(c, uri, typing, 4)
     help_ = c.request("textDocument/signatureHelp", {"textDocument": {"uri": uri},
                                                      "position": pos(typing, len(typing))})
     (sig,) = help_["signatures"]
@@ -98,7 +114,7 @@ def test_range_formatting_touches_only_the_selected_statements(session):
     c, path = session
     uri = path.as_uri()
     messy = PLAN.replace("data x : [dp, _]", "data   x:[dp,_]").replace("    tp = 2 over", "  tp   =  2 over")
-    _change(c, uri, messy, 4)
+    _change(c, uri, messy, 5)
     line = pos(messy, at(messy, "data   x"))["line"]
     rng = {"start": {"line": line, "character": 0}, "end": {"line": line, "character": 3}}
     edits = c.request("textDocument/rangeFormatting", {"textDocument": {"uri": uri}, "range": rng,
@@ -108,7 +124,7 @@ def test_range_formatting_touches_only_the_selected_statements(session):
     edits = c.request("textDocument/rangeFormatting", {"textDocument": {"uri": uri}, "range": whole,
                                                        "options": OPTIONS})
     assert apply(messy, edits) == format_text(messy, str(path))
-    _change(c, uri, messy + "mesh {\n", 5)  # does not parse: nothing is formatted
+    _change(c, uri, messy + "mesh {\n", 6)  # does not parse: nothing is formatted
     assert c.request("textDocument/rangeFormatting", {"textDocument": {"uri": uri}, "range": whole,
                                                       "options": OPTIONS}) in (None, [])
 
@@ -120,7 +136,7 @@ def test_semantic_tokens_of_a_20k_character_line(session):
     text = "use hardware\nmesh m of 4 x hardware.cpu { dp = 4 }; " + "".join(
         f"shard h{i}.weight : [dp, _]; " for i in range(n)) + "\n"
     assert len(text.splitlines()[1]) > 20_000
-    _change(c, uri, text, 6)
+    _change(c, uri, text, 7)
     data = c.request("textDocument/semanticTokens/full", {"textDocument": {"uri": uri}}, timeout=60)["data"]
     got = decode(text, data)
     want = tokens(analyze(text, str(path)))

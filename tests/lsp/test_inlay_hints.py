@@ -1,5 +1,6 @@
-"""Inlay hints over stdio: local shapes (an input's under its `data` spec; each sharded parameter's once
-the model is probed) and, with model checks, each pipeline stage's estimated memory and step time."""
+"""Inlay hints over stdio with model checks: each sharded parameter's local shape once the model is
+probed, and each pipeline stage's estimated memory and step time (the model-free hint, an input's local
+shape under its `data` spec, is tested in test_editing_requests.py's session)."""
 import re
 import time
 
@@ -69,20 +70,6 @@ def _refreshed(c, n):
 
 def _labels(hints):
     return {(h["position"]["line"], h["position"]["character"]): h["label"] for h in hints}
-
-
-def test_model_free_hints_show_an_inputs_local_shape(tmp_path):
-    path = tmp_path / "main.plan"
-    c = start()
-    try:
-        open_doc(c, path.as_uri(), PLAN)
-        labels = _labels(_hints(c, path.as_uri()))
-        # batch 16 over dp (2): 8 rows per device; features whole. Nothing else without the model
-        assert labels == {tuple(_at_end_of("data x").values()): "local [8, 64]"}
-        outside = {"start": pos(PLAN, 0), "end": pos(PLAN, at(PLAN, "budget"))}
-        assert _hints(c, path.as_uri(), outside) == []
-    finally:
-        c.close()
 
 
 def test_with_model_checks_each_sharded_parameter_shows_its_local_shape(tmp_path):
