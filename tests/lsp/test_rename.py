@@ -2,7 +2,7 @@
 import pytest
 
 from planlang.lsp.analysis import analyze
-from planlang.lsp.rename import RenameRefused, rename
+from planlang.lsp.rename import RenameRefused, find, occurrences, rename
 
 from .conftest import at
 from .stdio import apply, change, open_doc, pos, span_of, start
@@ -137,6 +137,10 @@ def test_a_name_declared_in_another_file_or_a_text_that_does_not_parse_is_refuse
     with pytest.raises(RenameRefused, match="syntax errors"):
         rename(broken, at(text, "attention(tp)", 11), "tensor")
     assert len(rename(gpt2, at(text, "attention(tp)", 11), "tensor")) == 3  # the mesh's tp and two applies
+    # references still find a stdlib template's uses here (the part after the alias), and its declaration
+    _, target = find(gpt2, at(text, "megatron.attention", 12))
+    assert [text[s.start:s.end] for s in occurrences(gpt2, target).spans] == ["attention"]
+    assert target.decl.path.endswith("megatron.plan")
 
 
 NESTED = """mesh m of 4 x hardware.cpu {
