@@ -25,15 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from planlang.cost.buckets import BUCKET, FIRST_BUCKET, cut_buckets
 from planlang.cost.comm import Collective
 
 if TYPE_CHECKING:  # torch loads only when a sum runs (see the lazy imports below)
     import torch
     import torch.distributed as dist
-
-FIRST_BUCKET = 1 << 20  # bytes; DDP's first bucket
-BUCKET = 25 << 20  # bytes; DDP's bucket_cap_mb default
-
 
 @dataclass
 class Bucket:
@@ -52,25 +49,9 @@ class Bucket:
 
 def buckets(params: list[tuple[str, int, tuple[str, ...]]], first: int = FIRST_BUCKET,
             cap: int = BUCKET) -> list[Bucket]:
-    """Buckets for `(name, gradient bytes, axes)` in registration order: per distinct axes, the parameters
-    in reverse order, a bucket closed once it holds at least its cap (the first bucket `first`, then
-    `cap`). Parameters without axes need no sum and are left out."""
-    out: list[Bucket] = []
-    open_: dict[tuple[str, ...], Bucket] = {}
-    started: set[tuple[str, ...]] = set()
-    for name, nbytes, axes in reversed(params):
-        if not axes:
-            continue
-        b = open_.get(axes)
-        if b is None:
-            b = open_[axes] = Bucket(axes, [])
-            out.append(b)
-        b.names.append(name)
-        b.nbytes += nbytes
-        if b.nbytes >= (cap if axes in started else first):
-            started.add(axes)
-            del open_[axes]
-    return out
+    """The runtime's buckets for `(name, gradient bytes, axes)` in registration order, cut as
+    planlang.cost.buckets cuts them (which the step-time model prices)."""
+    return [Bucket(b.axes, b.names, b.nbytes) for b in cut_buckets(params, first, cap)]
 
 
 class GradSync:

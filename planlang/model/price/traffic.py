@@ -10,8 +10,8 @@ One step = forward, backward, parameter-gradient sums; it issues
                to the group's last instruction that saves a tensor (torch's early stop, `recomputed`);
     backward   each `Convert`'s path.backward (only where a gradient flows back through it) and every
                partial-sum reduction at a use (`Run.grad_reduce`);
-    grad_sync  each parameter's gradient summed over `Program.grad_sync` (parameters with the same axes as
-               one transfer; the runtime's buckets split it into several calls of the same total bytes).
+    grad_sync  each parameter's gradient summed over `Program.grad_sync`, one transfer per bucket as the
+               runtime cuts them (planlang.cost.buckets), in the order the buckets' sums start.
 
 Every collective is a `Transfer`: kind, mesh axes, the full size S and the bytes each rank sends,
 `planlang.cost.comm.bytes_sent(kind, n, S)` with the definition of S given there (gathered output of an
@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+from planlang.cost.buckets import cut_buckets, launch_order
 from planlang.cost.comm import Collective, bytes_sent
 from planlang.cost.layout import local_numel, local_shape
 from planlang.cost.ops import registry
@@ -300,22 +301,23 @@ def gradient_sums(plan: CompletePlan, prog, only: set[int] | None = None) -> lis
                                           else prog.instructions[i].args)}
         read |= {origin.get(a, a) for a in read}
         trained = {v.ref for v in g.params() if v.ref in trained and v.name in read}
-    # The runtime cuts them into DDP-style buckets (planlang.runtime.grad_sync) so the sums overlap
-    # backward; an all-reduce's bytes are linear in its size, so the bytes per kind and axes are those of
-    # one flat buffer (listed here as one transfer per axes)
-    buckets: dict[tuple[str, ...], list[int]] = {}
+    # cut into buckets as the runtime cuts them (planlang.cost.buckets), listed in the order their sums start
+    # during backward: all but the last hide behind backward's compute (planlang.model.price.step_time)
     fsdp = set(plan.dims.fsdp)  # summed by FSDP2's reduce-scatter instead (zero_transfers)
     # with precision fields the buckets are summed in the plan's `reduce` dtype (grad_sync casts them)
     reduce = DTYPE_BYTES.get(plan.precision.reduce, 4) if plan.precision.mixed else None
+    rows, wire = [], {}
     for v in g.params():
         axes = tuple(a for a in prog.grad_sync.get(v.ref, ()) if a not in fsdp)
         if axes and v.ref in trained:
+            numel = local_numel(v.shape, prog.param_specs[v.ref], mesh)
             item = reduce if reduce is not None and v.dtype in ("f32", "bf16", "f16") else DTYPE_BYTES.get(v.dtype, 4)
-            nbytes = local_numel(v.shape, prog.param_specs[v.ref], mesh) * item
-            buckets.setdefault(axes, []).append(nbytes)
+            rows.append((v.ref, numel * DTYPE_BYTES.get(v.dtype, 4), axes))
+            wire[v.ref] = numel * item
     out: list[Transfer] = []
-    for axes, sizes in buckets.items():
-        out += _per_axis(Collective.ALL_REDUCE, axes, sum(sizes), mesh, "grad_sync", f"{len(sizes)} parameter gradients")
+    for b in launch_order(cut_buckets(rows)):
+        out += _per_axis(Collective.ALL_REDUCE, b.axes, sum(wire[n] for n in b.names), mesh, "grad_sync",
+                         f"{len(b.names)} parameter gradients")
     return out
 
 
