@@ -164,7 +164,7 @@ def _attempt(source: SourceFile, work: str, build: bool) -> tuple[A.Module | Non
             return module, comments, builder
         except UnexpectedInput:
             raise  # the text's syntax error, as Lark's parser raises it
-        except NeedLark:  # the driver read from the cache, at a syntax error: the one built from Lark says it
+        except NeedLark:  # the cached driver at a syntax error, its tables not Lark's now: parse again with Lark's
             fast = _fast_from_lark(build)
             continue
         except Fallback:
@@ -200,7 +200,7 @@ def _fast(build: bool = True) -> FastParser | None:
         pass
     with _FAST_LOCK:
         if key not in _FAST:
-            fast: FastParser | None = parser_cache.load() if key else None
+            fast: FastParser | None = parser_cache.load(lambda: _fast_from_lark(True)) if key else None
             if fast is None:
                 fast = _fast_from_lark(key)
                 if fast is not None and key:

@@ -8,9 +8,11 @@ terminal kinds -- which is written here once, after the first build, and read ba
 (`load`): a few milliseconds. Each state's regex is compiled when a parse first lexes in that state,
 as the driver does.
 
-At a syntax error the cached driver raises `NeedLark`: Lark's exceptions (with their interactive
-parser, which the diagnostics read) need Lark's own objects, so `parser.py` parses that text again
-with the driver built from Lark. Clean plans never load Lark's parser.
+At a syntax error the cached driver needs Lark's own objects: Lark's exceptions hold an interactive
+parser, which the diagnostics read. It builds the driver from Lark then and, where that driver's tables
+are the cached ones (the same states: a Lark that builds its table another way numbers them otherwise),
+has it raise the exception from the parse's own stacks; else it raises `NeedLark` and `parser.py`
+parses that text again with the driver built from Lark. Clean plans never load Lark's parser.
 
 The file is `parser-<key>.pickle` under `$PLANLANG_CACHE_DIR`, else `$XDG_CACHE_HOME/planlang`, else
 `~/.cache/planlang` (as the model results' cache, planlang.model.capture.disk_cache); the key is a
@@ -30,7 +32,7 @@ import sys
 import tempfile
 import types
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import lark
 
@@ -77,7 +79,9 @@ class CachedFastParser(D.FastParser):
     """`FastParser` with its tables read from the cache (see the module docstring): the same parse loop,
     the scanners compiled from the stored regexes, and `NeedLark` where Lark's exception is due."""
 
-    def __init__(self, data: dict[str, Any]):  # noqa: super().__init__ builds from Lark, which this avoids
+    def __init__(self, data: dict[str, Any], from_lark: Callable[[], D.FastParser | None] = lambda: None):
+        # not super().__init__: that builds from Lark, which this avoids
+        self._from_lark = from_lark
         self.start_state, self.end_state = data["start"], data["end"]
         self.goto = data["goto"]
         reductions = [_reduction(code, method) for code, method in data["rules"]]
@@ -98,10 +102,30 @@ class CachedFastParser(D.FastParser):
         return made
 
     def _parser_error(self, text, tok, states, values):
-        raise NeedLark
+        return self._lark_driver()._parser_error(text, tok, states, values)
 
     def _lexer_error(self, text, pos, line, line_start, states, values):
-        raise NeedLark
+        return self._lark_driver()._lexer_error(text, pos, line, line_start, states, values)
+
+    def _lark_driver(self) -> D.FastParser:
+        """The driver built from Lark, where its tables are these (so the stacks of a parse by this one mean
+        the same states in it); else NeedLark."""
+        lark = self._from_lark()
+        if lark is None or not same_tables(self, lark):
+            raise NeedLark
+        return lark
+
+
+def same_tables(a: D.FastParser, b: D.FastParser) -> bool:
+    """Whether two drivers have the same states, shifts, reductions (by rule size and name) and gotos."""
+    if (a.start_state, a.end_state, a.goto) != (b.start_state, b.end_state, b.goto) or len(a.actions) != len(b.actions):
+        return False
+
+    def plain(act):
+        return act if act.__class__ is int else act[1:]
+
+    return all(ra.keys() == rb.keys() and all(plain(ra[k]) == plain(rb[k]) for k in ra)
+               for ra, rb in zip(a.actions, b.actions))
 
 
 def _reduction(code: bytes, method: str | None):
@@ -153,8 +177,9 @@ def _data(fast: D.FastParser) -> dict[str, Any]:
             "rules": rules, "scanners": specs, "state_scanner": state_scanner}
 
 
-def load() -> CachedFastParser | None:
-    """The driver from the cache file, or None (no file, disabled, or one that does not fit)."""
+def load(from_lark: Callable[[], D.FastParser | None] = lambda: None) -> CachedFastParser | None:
+    """The driver from the cache file, or None (no file, disabled, or one that does not fit); `from_lark`
+    gives the driver built from Lark, for syntax errors."""
     if not enabled():
         return None
     try:
@@ -163,7 +188,7 @@ def load() -> CachedFastParser | None:
             return None
         for spec in data["scanners"]:  # the driver tells kinds apart by identity: its own strings
             spec[2].update({k: _KINDS[v] for k, v in spec[2].items() if not isinstance(v, dict)})
-        return CachedFastParser(data)
+        return CachedFastParser(data, from_lark)
     except FileNotFoundError:
         return None
     except Exception as exc:  # noqa: BLE001 -- a partial write, another layout: built from Lark and written again

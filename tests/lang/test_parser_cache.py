@@ -51,3 +51,41 @@ def test_parser_cache_0_reads_and_writes_nothing(cache, monkeypatch):
     monkeypatch.setenv("PLANLANG_PARSER_CACHE", "0")
     assert type(P._fast(True)) is P.FastParser
     assert list(cache.iterdir()) == []
+
+
+def _parsed_by(monkeypatch) -> list:
+    calls: list = []
+    parse = P.FastParser.parse
+
+    def counting(self, text, builder):
+        calls.append(self)
+        return parse(self, text, builder)
+
+    monkeypatch.setattr(P.FastParser, "parse", counting)
+    return calls
+
+
+BROKEN = "shard h[0 : [dp]\nmesh m of 4 x gpu { tp = }\n"
+
+
+def test_a_syntax_error_is_raised_from_the_cached_parse_where_the_tables_are_larks(cache, monkeypatch):
+    expected = _everything(P.parse(BROKEN, "b.plan"))  # by the driver built from Lark (and the cache written)
+    monkeypatch.setattr(P, "_FAST", {})
+    monkeypatch.setattr(P, "_FROM_LARK", {})
+    calls = _parsed_by(monkeypatch)
+    assert _everything(P.parse(BROKEN, "b.plan")) == expected
+    assert isinstance(calls[0], PC.CachedFastParser) and P._FROM_LARK[True] not in calls  # not parsed again
+
+
+def test_where_larks_tables_differ_the_text_is_parsed_again_by_larks_driver(cache, monkeypatch):
+    expected = _everything(P.parse(BROKEN, "b.plan"))
+    monkeypatch.setattr(P, "_FAST", {})
+    monkeypatch.setattr(P, "_FROM_LARK", {})
+    monkeypatch.setattr(PC, "same_tables", lambda a, b: False)
+    calls = _parsed_by(monkeypatch)
+    assert _everything(P.parse(BROKEN, "b.plan")) == expected
+    assert isinstance(calls[0], PC.CachedFastParser) and calls[1] is P._FROM_LARK[True]
+
+
+def test_the_cached_tables_are_larks():
+    assert PC.same_tables(P._fast_from_lark(True), PC.CachedFastParser(PC._data(P._fast_from_lark(True))))
