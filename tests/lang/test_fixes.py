@@ -222,3 +222,17 @@ def test_lint_fix_rewrites_files_and_reports_what_remains(tmp_path, monkeypatch)
     second = runner.invoke(app, ["lint", "--fix", "--unsafe-fixes", names[1]])
     assert second.exit_code == 0 and "(1 fixed, 0 remaining)" in second.stderr
     assert "i64[" in (tmp_path / names[1]).read_text()
+
+
+def test_an_axis_passed_to_a_template_is_never_fixed_inside_the_template():
+    # the unknown axis reaches the spec through the parameter `a`: replacing `a` in the template would be
+    # wrong, so a fix, if any, edits the misspelt argument where it is written
+    text = ("device gpu { memory = 80 GiB }\nlink nv { bandwidth = 300 GB/s }\n"
+            "mesh m of 8 x gpu {\n    dp = 2 over nv\n    tp = 4 over nv\n}\n"
+            "template mlp(a: axis) {\n    shard c_fc.weight : [_, a]\n}\n"
+            "apply mlp(tpp) to h[0].mlp\n")
+    diags = [d for d in check_text(text, "t.plan").diagnostics if d.code == "PL201"]
+    assert diags
+    for d in diags:
+        for e in (d.fix.edits if d.fix is not None else ()):
+            assert text[e.span.start:e.span.end] == "tpp"
