@@ -18,7 +18,10 @@ from dataclasses import dataclass
 from .diagnostics import Diagnostic, Edit, Fix, did_you_mean
 from .source import SourceFile, Span
 
-MAX_PASSES = 10  # a fix may uncover another (a fixed name lets the checker see further); never loop forever
+# a fix may uncover another (a fixed name lets the checker see further; an unknown module is reported at
+# its first use only, so each pass fixes one more use): as ruff, at most 100 passes. Each pass fixes at
+# least one diagnostic or the loop stops, so a plan needs as many passes as it has chained fixes.
+MAX_PASSES = 100
 
 
 def replace(span: Span, text: str, message: str, *, safe: bool = True) -> Fix:
