@@ -5,11 +5,14 @@ Run: .venv/bin/python bench/check_time.py [--repeat 5] [--big-repeat 3] [--sizes
 
 Examples: one row per example plan, a fresh process each time as a user runs it: the CPU time (user +
 system, from wait4: what the process costs, whatever else the machine runs) as the least and the median
-of the repeats, the median wall time, and the in-process time of parse+resolve+check for comparison;
-then `planlang --version` and a bare `python -c pass` the same way, the floor under every command.
-The processes run with their bytecode cached (as an installed planlang has it: pip compiles it): in a
-temporary PYTHONPYCACHEPREFIX, written by one run before the measured ones, whatever
-PYTHONDONTWRITEBYTECODE says here.
+of the repeats, with the parser cache (planlang.lang.parser_cache, as a user's second and later checks
+run) and without it (PLANLANG_PARSER_CACHE=0: the driver built from Lark in every process, as before the
+cache), the median wall time, and the in-process time of parse+resolve+check for comparison; then
+`planlang --version`, the imports a check needs without running one, and a bare `python -c pass` the
+same way: the floors under every command. The processes run with their bytecode cached (as an installed
+planlang has it: pip compiles it): in a temporary PYTHONPYCACHEPREFIX, written by one run before the
+measured ones, whatever PYTHONDONTWRITEBYTECODE says here; the parser cache goes to a temporary
+PLANLANG_CACHE_DIR, written by that run too.
 
 Big plans: `big_plan(n)` writes a valid plan of about n bytes the way a user writes a big hand-tuned plan
 (a deep GPT-2 style model, its blocks sharded in groups of ten: `for` loops over the stdlib's Megatron
@@ -151,9 +154,11 @@ def run_measured(argv: list[str], env: dict[str, str] | None = None) -> tuple[fl
 
 
 def cached_bytecode_env(prefix: str) -> dict[str, str]:
-    """This environment, with bytecode written to and read from `prefix` (see the module docstring)."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    """This environment, with bytecode written to and read from `prefix` and planlang's caches under it
+    (see the module docstring)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PLANLANG_PARSER_CACHE")}
     env["PYTHONPYCACHEPREFIX"] = prefix
+    env["PLANLANG_CACHE_DIR"] = str(Path(prefix) / "planlang-cache")
     return env
 
 
@@ -161,18 +166,28 @@ def examples(repeat: int, out) -> None:
     plans = sorted((ROOT / "examples").rglob("*.plan"))
     from planlang.plan.checker import check_file
 
-    out(f"{'plan':44} {'CPU min (s)':>11} {'CPU med (s)':>11} {'wall (s)':>9} {'in-process (ms)':>16} {'result':>8}")
+    out(f"{'':44} {'parser cache (CPU-s)':>23} {'no parser cache (CPU-s)':>23}")
+    out(f"{'plan':44} {'least':>11} {'median':>11} {'least':>11} {'median':>11} {'wall (s)':>9} "
+        f"{'in-process (ms)':>16} {'result':>8}")
     worst = (0.0, 0.0)  # the largest least and median CPU-s of a check
     with tempfile.TemporaryDirectory() as prefix:
         env = cached_bytecode_env(prefix)
-        run_measured(PLANLANG + ["check", str(plans[0].relative_to(ROOT))], env)  # writes the bytecode
+        before = {**env, "PLANLANG_PARSER_CACHE": "0"}
+        run_measured(PLANLANG + ["check", str(plans[0].relative_to(ROOT))], env)  # writes bytecode, parser cache
 
-        def row(name: str, argv: list[str], inproc: str, result: str | None = None) -> tuple[float, float]:
-            runs = [run_measured(argv, env) for _ in range(repeat)]
+        def row(name: str, argv: list[str], inproc: str, result: str | None = None,
+                compare: bool = True) -> tuple[float, float]:
+            runs, cpu_before = [], []
+            for _ in range(repeat):  # interleaved: the same load for both
+                runs.append(run_measured(argv, env))
+                if compare:
+                    cpu_before.append(run_measured(argv, before)[3])
             cpu = [r[3] for r in runs]
             rc = runs[-1][2]
             shown = result if result is not None else ("ok" if rc == 0 else f"rc={rc}")
-            out(f"{name:44} {min(cpu):11.3f} {statistics.median(cpu):11.3f} "
+            then = (f"{min(cpu_before):11.3f} {statistics.median(cpu_before):11.3f}" if compare
+                    else f"{'':11} {'':11}")
+            out(f"{name:44} {min(cpu):11.3f} {statistics.median(cpu):11.3f} {then} "
                 f"{statistics.median(r[0] for r in runs):9.3f} {inproc:>16} {shown:>8}")
             return min(cpu), statistics.median(cpu)
 
@@ -185,13 +200,28 @@ def examples(repeat: int, out) -> None:
             inproc = (time.perf_counter() - t) / repeat * 1000
             least, med = row(str(rel), PLANLANG + ["check", str(rel)], f"{inproc:.1f}")
             worst = (max(worst[0], least), max(worst[1], med))
+        entry = Path(sys.executable).parent / "planlang"  # the installed console script
+        if entry.is_file():
+            rel = plans[0].relative_to(ROOT)
+            least, med = row(f"planlang check {rel.name} (entry point)", [str(entry), "check", str(rel)], "")
+            worst = (max(worst[0], least), max(worst[1], med))
         out()
-        version = row("planlang --version", PLANLANG + ["--version"], "", "")
-        bare = row("python -c pass", [sys.executable, "-c", "pass"], "", "")
+        version = row("planlang --version", PLANLANG + ["--version"], "", "", compare=False)
+        for name, code in FLOORS:
+            row(name, [sys.executable, "-c", code], "", "", compare=False)
+        bare = row("python -c pass", [sys.executable, "-c", "pass"], "", "", compare=False)
     # the least of the repeats is what a check costs; the median adds what other processes take of the
     # caches and cores of a shared machine
     out(f"\nworst check: {worst[0]:.3f} CPU-s (least of {repeat}; median {worst[1]:.3f}), {worst[0] / 0.15:.2f} x "
         f"the 0.15 CPU-s target; planlang --version {version[0]:.3f}, bare python {bare[0]:.3f}")
+
+
+# what a check loads before it parses anything, without running one: where the 0.15 CPU-s target goes
+FLOORS = (("import typer", "import typer"),
+          ("import planlang.lang.ast (dataclasses)", "import planlang.lang.ast"),
+          ("import lark", "import lark"),
+          ("import planlang.plan.checker", "import planlang.plan.checker"),
+          ("import planlang.cli (commands registered)", "import planlang.cli"))
 
 
 def big_plans(sizes_mb: list[float], repeat: int, out) -> bool:
