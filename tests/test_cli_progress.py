@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import os
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -65,3 +66,26 @@ def test_root_options_set_it_for_the_command(flag, value, monkeypatch):
     monkeypatch.setattr("planlang.cli.language.explain_code", lambda code: seen.append(os.environ.get(ENV)) or "x\n")
     r = CliRunner().invoke(app, [flag, "explain", "PL101"])
     assert r.exit_code == 0 and seen == [value]
+
+
+def test_on_a_terminal_what_the_command_writes_goes_above_the_spinner(monkeypatch):
+    err, out = Terminal(), Terminal()
+    monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setattr("sys.stdout", out)
+    with progress("report") as say:
+        say("drawing its charts")
+        print("wrote x.png")
+        print("warning: over budget", file=sys.stderr)
+    text = err.getvalue()
+    # printed by the console above the live line: kept when the transient line is erased at the end
+    assert "wrote x.png\n" in text and "warning: over budget\n" in text and out.getvalue() == ""
+
+
+def test_a_piped_stdout_is_never_touched(monkeypatch):
+    err, out = Terminal(), io.StringIO()
+    monkeypatch.setattr("sys.stderr", err)
+    monkeypatch.setattr("sys.stdout", out)
+    with progress("report") as say:
+        say("drawing its charts")
+        print("wrote x.png")
+    assert out.getvalue() == "wrote x.png\n" and "wrote x.png" not in err.getvalue()

@@ -5,8 +5,8 @@ diff, inspect, lower): what the command is doing and for how long, while stdout 
         ...
 
 Shown when stderr is a terminal: one rich spinner line (stage, elapsed seconds), gone when the command
-ends, with whatever the command writes to stderr meanwhile (diagnostics, warnings) printed above it;
-stdout is never redirected. `planlang --progress` shows it wherever stderr goes, as plain lines
+ends, with whatever the command writes to stderr meanwhile (diagnostics, warnings) printed above it, and
+what it writes to stdout too where stdout is the same terminal; a piped stdout is never touched. `planlang --progress` shows it wherever stderr goes, as plain lines
 `planlang COMMAND: STAGE  [ELAPSED s]` (the format of `verify` and `solve`) where it is no terminal;
 `planlang --no-progress`, or stderr captured by a test or a pipe, shows nothing.
 (`solve`, `verify` and `run` report their own progress: planlang.solve.progress, planlang.runtime.launch.)
@@ -51,9 +51,12 @@ def progress(command: str, stream: TextIO | None = None) -> Iterator[Callable[[s
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+    # what the command writes meanwhile is printed above the spinner line. stdout only where it is a terminal
+    # too (the same screen): piped, it is the product, never touched
+    ours = out is sys.stderr
     bar = Progress(SpinnerColumn(), TextColumn(f"planlang {command}: {{task.description}}"), TimeElapsedColumn(),
-                   console=Console(file=out, highlight=False), transient=True, redirect_stdout=False,
-                   redirect_stderr=out is sys.__stderr__ or out is sys.stderr)
+                   console=Console(file=out, highlight=False), transient=True,
+                   redirect_stdout=ours and sys.stdout.isatty(), redirect_stderr=ours)
     task = bar.add_task("starting", total=None)
     with bar:
         yield lambda stage: bar.update(task, description=stage)
