@@ -91,26 +91,29 @@ def did_you_mean(word: str, candidates) -> str | None:
     """The closest candidate by edit distance, if it is close enough to be a likely typo."""
 
     cands = sorted(set(candidates))
-    if not cands:
-        return None
     # a difference of case only is the likeliest typo (`GIB` is `GiB`, not `GB`)
     same_letters = [c for c in cands if c.lower() == word.lower()]
     if same_letters:
         return same_letters[0]
-    # difflib's get_close_matches, but a tie goes to the candidate that starts like the word (`dpp`: `dp`,
-    # not `pp`), then to the first in sorted order (get_close_matches takes the last)
+    close = close_matches(word, cands)
+    return close[0] if close else None
+
+
+def close_matches(word: str, candidates) -> list[str]:
+    """Every candidate close enough to `word` to be a likely typo of it, the closest first.
+
+    difflib's ratio against a cutoff (0.5 for words of up to 3 letters, else 0.6), as get_close_matches,
+    but a tie goes to the candidate that starts like the word (`dpp`: `dp`, not `pp`), then to the first
+    in sorted order (get_close_matches takes the last)."""
     cutoff = 0.5 if len(word) <= 3 else 0.6
     matcher = difflib.SequenceMatcher()
     matcher.set_seq2(word)
-    best, best_key = None, None
-    for c in cands:
+    scored = []
+    for c in sorted(set(candidates)):
         matcher.set_seq1(c)
         if matcher.real_quick_ratio() < cutoff or matcher.quick_ratio() < cutoff:
             continue
         ratio = matcher.ratio()
-        if ratio < cutoff:
-            continue
-        key = (ratio, len(os.path.commonprefix([word, c])))
-        if best_key is None or key > best_key:
-            best, best_key = c, key
-    return best
+        if ratio >= cutoff:
+            scored.append(((-ratio, -len(os.path.commonprefix([word, c]))), c))
+    return [c for _, c in sorted(scored, key=lambda t: t[0])]

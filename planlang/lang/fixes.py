@@ -11,11 +11,10 @@ and `pp`) picking one guesses the user's intent, so the fix is marked unsafe (`-
 """
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .diagnostics import Diagnostic, Edit, Fix, did_you_mean
+from .diagnostics import Diagnostic, Edit, Fix, close_matches, did_you_mean
 from .source import SourceFile, Span
 
 # a fix may uncover another (a fixed name lets the checker see further; an unknown module is reported at
@@ -55,18 +54,12 @@ def delete_statement(source: SourceFile | None, span: Span, message: str, *, saf
     return Fix(message, (Edit(source.span(line_start, line_end), ""),), safe)
 
 
-def _close(word: str, candidates: Iterable[str]) -> list[str]:
-    """Every candidate `did_you_mean` could have picked (the same cutoff)."""
-    cutoff = 0.5 if len(word) <= 3 else 0.6
-    return difflib.get_close_matches(word, sorted(set(candidates)), n=3, cutoff=cutoff)
-
-
 def guess_is_unique(word: str, guess: str, candidates: Iterable[str]) -> bool:
     """True when `guess` is the only likely reading of `word`: it differs in case only, or no other
     candidate is close enough to be a did-you-mean."""
     if guess.lower() == word.lower():
         return True
-    return [c for c in _close(word, candidates) if c != guess] == []
+    return [c for c in close_matches(word, candidates) if c != guess] == []
 
 
 def suggest(word: str, candidates: Iterable[str], span: Span) -> tuple[str | None, Fix | None]:
