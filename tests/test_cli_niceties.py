@@ -49,7 +49,21 @@ def test_help_lists_each_command_by_its_first_sentence_wrapped_at_80_columns():
     assert all(len(line) <= 80 for line in lines)
     text = " ".join(" ".join(_cells(r.stdout)).split())
     for command in COMMANDS:
-        assert summary(command.__doc__) in text, command.__name__  # whole: no line ends it early
+        assert summary(command.__doc__) in text, command.__name__
+    # each command's entry in the Commands panel: lines as full as the column allows (none broken early)
+    panel = lines[next(i for i, x in enumerate(lines) if "Commands" in x) + 1:]
+    panel = panel[:next(i for i, x in enumerate(panel) if x.startswith("╰"))]
+    col = panel[0].index("Check plans")
+    width = max(len(x[col:-1].rstrip()) for x in panel)
+    entries: list[list[str]] = []
+    for x in panel:
+        if x[1:col].strip():
+            entries.append([])
+        entries[-1].append(x[col:-1].strip())
+    assert [" ".join(e) for e in entries] == [summary(c.__doc__) for c in COMMANDS]
+    for e in entries:
+        for line, nxt in zip(e, e[1:]):
+            assert len(line) + 1 + len(nxt.split()[0]) > width, (line, nxt)
     assert "-V" in text and "--install-completion" in text and "--show-completion" in text
 
 
@@ -59,19 +73,16 @@ def test_command_help_wraps_only_at_the_terminals_width(command):
     assert r.exit_code == 0, r.stdout
     lines = r.stdout.splitlines()
     assert all(len(line) <= 80 for line in lines)
-    # the description: the docstring's text, whole, in lines as full as 80 columns allow (a line that ends
-    # early, with room for the next word, is a line broken mid-sentence)
+    # the description: the docstring's paragraphs, whole, each in lines as full as 80 columns allow (a line
+    # that ends early, with room for the next word, is a line broken mid-sentence)
     doc = next(c for c in COMMANDS if c.__name__ == command).__doc__
-    words = reflow(doc).split()
-    body = [c for c in _cells(r.stdout) if c][1:]  # after the usage line
-    desc = []
-    for line in body:
-        if " ".join(desc + [line]).split() != words[:len(" ".join(desc + [line]).split())]:
-            break
-        desc.append(line)
-    assert " ".join(desc).split() == words
-    for line, nxt in zip(desc, desc[1:]):
-        assert len(line) + 1 + len(nxt.split()[0]) > 78, (line, nxt)
+    text = [line.strip() for line in lines[lines.index(next(x for x in lines if "Usage:" in x)) + 1:]]
+    text = text[:next(i for i, line in enumerate(text) if line.startswith("╭"))]
+    paragraphs = [p.split("\n") for p in "\n".join(text).strip("\n").split("\n\n")]
+    assert [" ".join(p).split() for p in paragraphs] == [p.split() for p in reflow(doc).split("\n\n")]
+    for p in paragraphs:
+        for line, nxt in zip(p, p[1:]):
+            assert len(line) + 1 + len(nxt.split()[0]) > 78, (line, nxt)
 
 
 def test_shell_completion_completes_commands_and_options():
