@@ -1,15 +1,16 @@
 """`--format json` of `solve`, `verify` and `lower` (planlang.cli.model): stdout is one JSON object and nothing
-else, with its schema version and what the command's help documents. One real process per command, on the
-small plans the other tests use (solve: tests/solve/test_solve_output.py's partial MLP; lower: the MLP under
-dp x tp of tests/runtime; verify: one step of a 2-process data-parallel MLP over gloo)."""
+else, with its schema version and what the command's help documents. In process (typer's runner: torch is
+loaded once for all three; verify's workers are torchrun's processes), on the small plans the other tests
+use (solve: tests/solve/test_solve_output.py's partial MLP; lower: the MLP under dp x tp of tests/runtime;
+verify: one step of a 2-process data-parallel MLP over gloo)."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
+from typer.testing import CliRunner
+
+from planlang.cli import app
 from planlang.cli.model import SCHEMA_VERSION, _step_checks
 from planlang.plan.checker import check_text
 from tests.solve.test_solve_output import PARTIAL
@@ -28,17 +29,17 @@ data x : [dp, _]
 """
 
 
-def planlang(*args: str) -> tuple[subprocess.CompletedProcess, dict]:
-    out = subprocess.run([sys.executable, "-m", "planlang.cli", *args], capture_output=True, text=True, cwd=REPO,
-                         timeout=600, env={**os.environ, "PLANLANG_BACKEND": "gloo"})
+def planlang(*args: str, monkeypatch):
+    monkeypatch.chdir(REPO)
+    out = CliRunner().invoke(app, list(args), env={"PLANLANG_BACKEND": "gloo"}, catch_exceptions=False)
     return out, json.loads(out.stdout)  # the whole of stdout is the object
 
 
-def test_solve_json_holds_the_plan_its_figures_and_diagnostics(tmp_path):
+def test_solve_json_holds_the_plan_its_figures_and_diagnostics(tmp_path, monkeypatch):
     path = tmp_path / "mlp_partial.plan"
     path.write_text(PARTIAL)
-    out, got = planlang("solve", str(path), "--format", "json")
-    assert out.returncode == 0, out.stderr
+    out, got = planlang("solve", str(path), "--format", "json", monkeypatch=monkeypatch)
+    assert out.exit_code == 0, out.stderr
     assert (got["schema_version"], got["command"], got["status"], got["objective"]) == (SCHEMA_VERSION, "solve",
                                                                                         "solved", "time")
     res = check_text(got["plan"], str(path))  # the complete plan, as the text format writes it
@@ -56,9 +57,10 @@ def test_solve_json_holds_the_plan_its_figures_and_diagnostics(tmp_path):
                                                         for d in got["diagnostics"])
 
 
-def test_lower_json_holds_the_program_of_the_rank(tmp_path):
-    out, got = planlang("lower", "tests/runtime/plans/mlp_dp2_tp2.plan", "--rank", "3", "--format", "json")
-    assert out.returncode == 0, out.stderr
+def test_lower_json_holds_the_program_of_the_rank(monkeypatch):
+    out, got = planlang("lower", "tests/runtime/plans/mlp_dp2_tp2.plan", "--rank", "3", "--format", "json",
+                        monkeypatch=monkeypatch)
+    assert out.exit_code == 0, out.stderr
     assert (got["schema_version"], got["command"], got["kind"], got["rank"]) == (SCHEMA_VERSION, "lower", "program", 3)
     assert got["world_size"] == 4 and got["mesh"] == {"dp": 2, "tp": 2} and got["coords"] == {"dp": 1, "tp": 1}
     assert not got["pipeline"]
@@ -66,11 +68,12 @@ def test_lower_json_holds_the_program_of_the_rank(tmp_path):
     assert "def step(" in got["text"] and got["lines"] == got["text"].count("\n")
 
 
-def test_verify_json_holds_each_steps_checks_and_the_verdict(tmp_path):
+def test_verify_json_holds_each_steps_checks_and_the_verdict(tmp_path, monkeypatch, capfd):
     path = tmp_path / "mlp_dp2.plan"
     path.write_text(MLP_DP2)
-    out, got = planlang("verify", str(path), "--steps", "1", "--quiet", "--format", "json")
-    assert out.returncode == 0, out.stderr[-3000:]
+    out, got = planlang("verify", str(path), "--steps", "1", "--quiet", "--format", "json", monkeypatch=monkeypatch)
+    workers = capfd.readouterr()  # what torchrun's processes wrote to the file descriptors
+    assert out.exit_code == 0, out.stderr + workers.err[-3000:]
     assert (got["schema_version"], got["command"], got["verdict"], got["exit_code"]) == (SCHEMA_VERSION, "verify",
                                                                                          "PASS", 0)
     assert got["world_size"] == 2 and got["steps"] == 1 and len(got["checks"]) == 1
@@ -78,7 +81,7 @@ def test_verify_json_holds_each_steps_checks_and_the_verdict(tmp_path):
     assert step["step"] == 0 and step["loss"]["plan"] > 0
     for kind in ("loss", "gradient", "parameter"):
         assert step[kind]["ok"] and step[kind]["error"] <= step[kind]["bound"]
-    assert "PASS" in out.stderr  # the workers' table, moved off stdout
+    assert "PASS" in workers.err and "PASS" not in workers.out  # the workers' table, moved off stdout
 
 
 def test_a_step_whose_error_is_above_its_bound_is_not_ok():
