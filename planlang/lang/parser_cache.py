@@ -18,7 +18,8 @@ The file is `parser-<key>.pickle` under `$PLANLANG_CACHE_DIR`, else `$XDG_CACHE_
 `~/.cache/planlang` (as the model results' cache, planlang.model.capture.disk_cache); the key is a
 digest of the grammar, the modules that shape the tables (this one, the driver, the reductions, Lark's
 setup), Lark's and Python's versions. Deleting it is always safe; a file that cannot be read or does
-not fit is ignored and written again. `PLANLANG_PARSER_CACHE=0` reads and writes nothing.
+not fit is ignored and written again; files of other keys are removed after STALE_DAYS. `PLANLANG_PARSER_CACHE=0`
+reads and writes nothing.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ import pickle
 import re
 import sys
 import tempfile
+import time
 import types
 from pathlib import Path
 from typing import Any, Callable, cast
@@ -196,6 +198,21 @@ def load(from_lark: Callable[[], D.FastParser | None] = lambda: None) -> CachedF
         return None
 
 
+STALE_DAYS = 30  # a cache file of another grammar, driver or Lark, not written for this long, is removed
+
+
+def _forget_old(kept: Path) -> None:
+    """Remove the cache files of other keys (an older planlang or Lark) not written for STALE_DAYS: one
+    still in use (another installation sharing the folder) is at worst written again by its next process."""
+    limit = time.time() - STALE_DAYS * 86400
+    for old in kept.parent.glob("parser-*.pickle"):
+        try:
+            if old != kept and old.stat().st_mtime < limit:
+                old.unlink()
+        except OSError:
+            pass  # another process removed it first
+
+
 def store(fast: D.FastParser) -> None:
     """Write the cache file of `fast` (a driver built from Lark), atomically; where it cannot be written,
     the next process builds from Lark again (logged at debug)."""
@@ -214,5 +231,6 @@ def store(fast: D.FastParser) -> None:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        _forget_old(path)
     except Exception as exc:  # noqa: BLE001 -- a read-only home, a full disk: the parse goes on from Lark
         log.debug("the parser cache cannot be written (%s: %s)", type(exc).__name__, exc)

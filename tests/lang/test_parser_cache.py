@@ -3,6 +3,9 @@ repository and the broken ones to the same AST, comments and diagnostics as the 
 clean plan then loads no Lark parser; a file that does not fit is ignored and written again."""
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 from planlang.lang import parser as P
@@ -89,3 +92,14 @@ def test_where_larks_tables_differ_the_text_is_parsed_again_by_larks_driver(cach
 
 def test_the_cached_tables_are_larks():
     assert PC.same_tables(P._fast_from_lark(True), PC.CachedFastParser(PC._data(P._fast_from_lark(True))))
+
+
+def test_writing_removes_other_keys_files_left_for_a_month(cache):
+    cache.mkdir(exist_ok=True)
+    old, recent = cache / "parser-old.pickle", cache / "parser-recent.pickle"
+    for f in (old, recent):
+        f.write_bytes(b"x")
+    month_ago = time.time() - (PC.STALE_DAYS + 1) * 86400
+    os.utime(old, (month_ago, month_ago))
+    P._fast(True)
+    assert PC.cache_path().is_file() and recent.is_file() and not old.exists()
