@@ -75,10 +75,14 @@ def test_on_a_terminal_what_the_command_writes_goes_above_the_spinner(monkeypatc
     with progress("report") as say:
         say("drawing its charts")
         print("wrote x.png")
-        print("warning: over budget", file=sys.stderr)
+        print("warning: over budget " + "x" * 120, file=sys.stderr)
+        say("a stage named at length " + "y" * 200)
     text = err.getvalue()
-    # printed by the console above the live line: kept when the transient line is erased at the end
-    assert "wrote x.png\n" in text and "warning: over budget\n" in text and out.getvalue() == ""
+    # printed by the console above the live line: kept when the transient line is erased at the end, and
+    # as written (a diagnostic is laid out already: not wrapped again at the terminal's width)
+    assert "wrote x.png\n" in text and f"warning: over budget {'x' * 120}\n" in text and out.getvalue() == ""
+    # the spinner line: the stage cut to fit, the elapsed time kept
+    assert "planlang report: a stage named at length yyy" in text and "y" * 200 not in text
 
 
 def test_a_piped_stdout_is_never_touched(monkeypatch):

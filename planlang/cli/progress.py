@@ -50,12 +50,17 @@ def progress(command: str, stream: TextIO | None = None) -> Iterator[Callable[[s
     # lazy: rich loads only when a terminal shows progress
     from rich.console import Console
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.table import Column
 
     # what the command writes meanwhile is printed above the spinner line. stdout only where it is a terminal
     # too (the same screen): piped, it is the product, never touched
     ours = out is sys.stderr
-    bar = Progress(SpinnerColumn(), TextColumn(f"planlang {command}: {{task.description}}"), TimeElapsedColumn(),
-                   console=Console(file=out, highlight=False), transient=True,
+    # a long stage is cut with an ellipsis, the spinner and the time kept; what is printed above goes as
+    # written (soft_wrap: the diagnostics are laid out already, rich must not wrap them again)
+    text = TextColumn(f"planlang {command}: {{task.description}}", markup=False,
+                      table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1))
+    bar = Progress(SpinnerColumn(), text, TimeElapsedColumn(), expand=True,
+                   console=Console(file=out, highlight=False, soft_wrap=True), transient=True,
                    redirect_stdout=ours and sys.stdout.isatty(), redirect_stderr=ours)
     task = bar.add_task("starting", total=None)
     with bar:
