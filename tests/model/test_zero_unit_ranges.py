@@ -98,3 +98,24 @@ def test_block_ranges_answer_as_the_scan_did(lowered):
         assert got == _scanned(model, variant)
         reasons.update(r.split(" ")[0] + r.split(" ")[1] for r in got[1].values())
     assert len(reasons) >= 3  # the variants reached several reasons, not only the blocks kept
+
+
+def test_checkpoint_ranges_are_the_scans():
+    """lowering.mark_checkpoints looks each instruction's module up once; its ranges are those of the scan
+    of the program per group it replaced (GPT-2 with each block checkpointed, and with both blocks in one)."""
+    from planlang.model.program.lowering import checkpoint_groups, mark_checkpoints
+
+    v = validate_file(PLAN)
+    assert v.program is not None and v.complete is not None
+    prog, plan = v.program, v.complete
+    both = dataclasses.replace(plan.checkpoints[0], modules=tuple(m for g in plan.checkpoints for m in g.modules),
+                               per=None, every=None)
+    for cp in (plan, dataclasses.replace(plan, checkpoints=(both,))):
+        modules = list(prog.graph.module_outputs())
+        scanned = []
+        for group in checkpoint_groups(cp.checkpoints, modules, modules):
+            idx = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Run)
+                   and any(ins.node.module == m or ins.node.module.startswith(m + ".") for m in group)]
+            if idx:
+                scanned.append((min(idx), max(idx) + 1))
+        assert mark_checkpoints(prog, cp) == sorted(scanned) and scanned

@@ -54,11 +54,31 @@ def plan_model(plan: T.Plan) -> T.ModelRef:
 
 def spec_for(name: str, plan: CompletePlan) -> T.Spec | None:
     """The spec of the last `shard` rule selecting parameter `name`, or None (replicated)."""
+    shards = plan.shards
+    if not isinstance(shards, tuple):  # a list could change under the kept answers
+        return _spec_of(name, shards)
+    kept = _SPECS.get(id(shards))
+    if kept is None or kept[0] is not shards:  # kept holds its rules, so their id is not reused meanwhile
+        if len(_SPECS) >= 16:
+            _SPECS.clear()
+        kept = _SPECS[id(shards)] = (shards, {})
+    specs = kept[1]
+    if name not in specs:
+        specs[name] = _spec_of(name, shards)
+    return specs[name]
+
+
+def _spec_of(name: str, shards) -> T.Spec | None:
     found = None
-    for r in plan.shards:
+    for r in shards:
         if r.kind == "param" and r.target.matches(name):
             found = r.spec
     return found
+
+
+# each rule list's answers by parameter name (rules and specs are frozen): an estimate asks for each of
+# Llama-3-70B's 723 parameters three times, against every rule, and a solve's candidates share rule lists
+_SPECS: dict[int, tuple[tuple, dict[str, T.Spec | None]]] = {}
 
 
 def local_shape(shape: tuple[int, ...], spec: T.Spec | None, mesh: T.Mesh | None) -> tuple[int, ...]:

@@ -492,12 +492,23 @@ def _drop_deferred(ins, graph: OpGraph, origin, grad_sync: dict[str, tuple[str, 
 def mark_checkpoints(prog: Program, plan: CompletePlan) -> list[tuple[int, int]]:
     """Each checkpoint group as the range of instructions from its first op to its last."""
     modules = list(prog.graph.module_outputs())  # a dict keeps the order modules first appear in
-    ranges = []
-    for group in checkpoint_groups(plan.checkpoints, modules, modules):
-        idx = [i for i, ins in enumerate(prog.instructions) if isinstance(ins, Run)
-               and any(ins.node.module == m or ins.node.module.startswith(m + ".") for m in group)]
-        if idx:
-            ranges.append((min(idx), max(idx) + 1))
+    groups = list(checkpoint_groups(plan.checkpoints, modules, modules))
+    # an instruction is a group's when one of the group's modules is its module or a dotted prefix of it:
+    # each instruction's prefixes looked up once (a scan of the program per group was O(groups x program))
+    of_module: dict[str, set[int]] = {}
+    for k, group in enumerate(groups):
+        for m in group:
+            of_module.setdefault(m, set()).add(k)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for i, ins in enumerate(prog.instructions):
+        if isinstance(ins, Run):
+            parts = ins.node.module.split(".")
+            for n in range(len(parts), 0, -1):
+                for k in of_module.get(".".join(parts[:n]), ()):
+                    first.setdefault(k, i)
+                    last[k] = i
+    ranges = [(first[k], last[k] + 1) for k in range(len(groups)) if k in first]
     ranges.sort()
     for (a, b), (c, d) in zip(ranges, ranges[1:]):
         if c < b:
