@@ -17,6 +17,7 @@ Clusters Using Megatron-LM", §2.2), with p ranks, m microbatches and v chunks p
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Sequence
 
 from .types import SCHEDULES
@@ -110,6 +111,20 @@ def interleaved_receives(stages: int, stage: int, microbatches: int, chunks: int
     return min(microbatches, held + 1), min(microbatches, ranks if wraps else 1)
 
 
+@lru_cache(maxsize=256)
+def _interleaved_held(ranks: int, microbatches: int, chunks: int) -> tuple[int, ...]:
+    """Per model stage of an interleaved pipeline, the most microbatches it holds at once: each rank's order
+    replayed once for all of its stages (what `activation_peaks` gives one stage at a time, with that stage's
+    bytes 1 and the others' 0), so that pricing every stage of a deep pipeline replays the orders once."""
+    held = [0] * (ranks * chunks)
+    peak = [0] * (ranks * chunks)
+    for order in rank_orders("interleaved", ranks, microbatches, chunks):
+        for st in order:
+            held[st.stage] += 1 if st.kind == "F" else -1
+            peak[st.stage] = max(peak[st.stage], held[st.stage])
+    return tuple(peak)
+
+
 def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chunks: int = 1, extra: int = 0) -> int:
     """Microbatches whose activations model stage `stage` (0-based) of `stages` holds at once.
 
@@ -129,7 +144,5 @@ def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chun
         v = max(1, chunks)
         if stages % v:
             raise ValueError(f"{stages} stages cannot be split into {v} chunks per rank")
-        one = [1 if s == stage else 0 for s in range(stages)]
-        return min(activation_peaks(schedule, stages // v, microbatches, one, v)[stage % (stages // v)] + extra,
-                   microbatches)
+        return min(_interleaved_held(stages // v, microbatches, v)[stage] + extra, microbatches)
     return min(stages - stage + extra, microbatches)

@@ -59,3 +59,15 @@ def test_a_ranks_activation_peak_is_over_all_of_its_chunks():
         assert activation_peaks(kind, 4, 6, [5, 5, 5, 5]) == [5 * in_flight(kind, 4, i, 6) for i in range(4)]
     with pytest.raises(ScheduleError, match="stage sizes"):
         activation_peaks("interleaved", 2, 4, [1, 1], chunks=2)
+
+
+def test_interleaved_in_flight_is_each_stages_own_peak_in_its_ranks_replayed_order():
+    # every stage at once (a deep pipeline's pricing replays the orders once) equals activation_peaks with
+    # that stage's bytes 1 and the others' 0, one stage at a time
+    for p in (1, 2, 3, 4):
+        for v in (1, 2, 3):
+            for m in range(p, 4 * p + 1, p):
+                for s in range(p * v):
+                    one = [1 if x == s else 0 for x in range(p * v)]
+                    want = min(activation_peaks("interleaved", p, m, one, chunks=v)[s % p], m)
+                    assert in_flight("interleaved", p * v, s, m, chunks=v) == want, (p, v, m, s)
