@@ -286,6 +286,7 @@ def _dijkstra(shape: tuple[int, ...], src: Spec, dst: Spec, mesh: Mesh, itemsize
     for s, what in ((src, "source"), (dst, "target")):
         if not is_valid(shape, s, mesh):
             raise NoPath(f"{what} layout {s} is not valid for shape {list(shape)} on mesh {mesh}")
+    nbrs, costs = _moves(shape, mesh, itemsize)
     dist = {src: 0.0}
     prev: dict[Spec, tuple[Spec, Step]] = {}
     counter = itertools.count()  # tie-break without comparing Specs
@@ -296,8 +297,14 @@ def _dijkstra(shape: tuple[int, ...], src: Spec, dst: Spec, mesh: Mesh, itemsize
             break
         if d > dist.get(spec, math.inf):
             continue
-        for st, nxt in neighbors(shape, spec, mesh):
-            nd = d + step_cost(shape, spec, st, mesh, itemsize)
+        moves = nbrs.get(spec)
+        if moves is None:
+            moves = nbrs[spec] = neighbors(shape, spec, mesh)
+        for st, nxt in moves:
+            c = costs.get((spec, st))
+            if c is None:
+                c = costs[spec, st] = step_cost(shape, spec, st, mesh, itemsize)
+            nd = d + c
             # prefer fewer steps among equal costs (free local steps otherwise make paths wander)
             if nd < dist.get(nxt, math.inf) - 1e-15:
                 dist[nxt] = nd
@@ -315,6 +322,14 @@ def _dijkstra(shape: tuple[int, ...], src: Spec, dst: Spec, mesh: Mesh, itemsize
     specs.reverse()
     steps.reverse()
     return _build(shape, specs, steps, mesh, itemsize)
+
+
+@lru_cache(maxsize=1024)
+def _moves(shape: tuple[int, ...], mesh: Mesh, itemsize: int) -> tuple[dict, dict]:
+    """`neighbors` and `step_cost` answers for one shape, mesh and itemsize, by layout (and step): the
+    same answers, looked up without hashing the mesh (a dataclass of dataclasses, hashed field by field
+    on every lookup of those caches: most of a path search's time)."""
+    return {}, {}
 
 
 def _heuristic(a: Spec, b: Spec) -> float:
