@@ -182,10 +182,27 @@ def _third_party(targets, seen=None) -> set[str]:
     return out
 
 
+def _planlang_closure(targets, seen=None) -> set[str]:
+    """The planlang modules importing `targets` loads (through their top-level imports)."""
+    seen = set() if seen is None else seen
+    for t in targets:
+        if t in MODULES and t not in seen:
+            seen.add(t)
+            _planlang_closure(SPLIT[t][0], seen)
+    return seen
+
+
+# The language's checker: the parser, resolver, rules and their dataclasses, most of the ~0.15 CPU-s of
+# imports under `planlang check` (bench/check_time.py); Lark no longer loads with it (the parser cache)
+CHECKER = {"planlang.plan.checker", "planlang.plan.resolve"}
+
+
 def _lazy_reason(name: str, node, targets, in_with) -> str | None:
     """Why this function-local import is not at the top; None when nothing keeps it there."""
     if _third_party(targets) - _third_party(SPLIT[name][0] + [name]):
         return "loads a package the module does not"
+    if CHECKER & (_planlang_closure(targets) - _planlang_closure(SPLIT[name][0] + [name])):
+        return "loads the checker, which the module does not"
     if _layer(name) == "cli" and any(_layer(t) in COMMAND_LAYERS for t in targets):
         return "a command's own module"
     if in_with:

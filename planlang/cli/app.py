@@ -1,19 +1,20 @@
 """The `planlang` application: the Typer app, its options and output formats, and what every command
-shares (reading plan files and configuration, colour, usage errors). The commands register on `app` from
-planlang.cli.language and planlang.cli.model."""
+shares (reading plan files and configuration, colour, usage errors: those without Typer are
+planlang.cli.common's). The commands register on `app` in planlang.cli.commands."""
 from __future__ import annotations
 
 import os
-import sys
 from enum import Enum
-from pathlib import Path
-from typing import List, NoReturn, Optional
+from typing import NoReturn, Optional
 
 import typer
 
 from planlang.lang.version import __version__
-from planlang.lang.config import Config, ConfigError, load_config
+from planlang.cli.common import OutputFormat, STDIN, UsageError, plan_files
+from planlang.cli.common import config_for as _config, use_color as _use_color
 from planlang.cli.progress import ENV as PROGRESS_ENV
+
+__all__ = ["OutputFormat", "STDIN", "UsageError", "plan_files", "_config", "_use_color"]  # planlang.cli.common's
 
 
 app = typer.Typer(
@@ -24,14 +25,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-class OutputFormat(str, Enum):
-    human = "human"
-    concise = "concise"
-    json = "json"
-    sarif = "sarif"
-    github = "github"
 
 
 class TableFormat(str, Enum):
@@ -49,13 +42,6 @@ class Objective(str, Enum):
     time = "time"
     memory = "memory"
     balanced = "balanced"
-
-
-class UsageError(Exception):
-    pass
-
-
-STDIN = "-"
 
 
 def _version(value: bool) -> None:
@@ -79,49 +65,6 @@ def _root(
         os.environ["FORCE_COLOR" if color else "NO_COLOR"] = "1"
     if progress is not None:  # planlang.cli.progress reads it
         os.environ[PROGRESS_ENV] = "1" if progress else "0"
-
-
-def _config(config: Optional[Path], isolated: bool, select=(), extend_select=(), ignore=()):
-    """The project configuration (planlang.toml / pyproject.toml [tool.planlang]) with the command line on top."""
-
-    try:
-        base = Config(root=Path.cwd()) if isolated else load_config(config)
-        return base.with_options(select, extend_select, ignore)
-    except ConfigError as err:
-        _fail_usage(str(err))
-
-
-def plan_files(paths: List[Path], config=None) -> list[str]:
-    """Expand arguments: files as given, folders to every *.plan below them (sorted; less what the
-    configuration excludes and git ignores), `-` for standard input."""
-
-    config = config or Config(root=Path.cwd(), respect_gitignore=False)
-    out: list[str] = []
-    for p in paths:
-        if str(p) == STDIN:
-            if STDIN in out:
-                raise UsageError("`-` (standard input) is given twice")
-            out.append(STDIN)
-        elif p.is_dir():
-            out += [str(f) for f in config.plan_files(p)]
-        elif p.is_file():
-            out.append(str(p))
-        else:
-            raise UsageError(f"no such file or folder: {p}")
-    if not out:
-        raise UsageError("no .plan files given")
-    return out
-
-
-def _use_color(flag: Optional[bool], stream=None) -> bool:
-    """--color/--no-color, else NO_COLOR (off), else FORCE_COLOR (on), else whether `stream` is a terminal."""
-    if flag is not None:
-        return flag
-    if os.environ.get("NO_COLOR"):
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return (stream or sys.stdout).isatty()
 
 
 def _fail_usage(msg: str) -> NoReturn:

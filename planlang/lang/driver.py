@@ -9,21 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from sys import intern
-from typing import TypeVar
-
-from lark import Lark, Token
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
-from lark.lexer import LexerState, LexerThread, LineCounter, PatternStr, TextSlice, UnlessCallback
-from lark.parsers.lalr_analysis import Shift
-from lark.parsers.lalr_interactive_parser import InteractiveParser
-from lark.parsers.lalr_parser_state import ParseConf, ParserState
+from typing import TYPE_CHECKING, TypeVar
 
 from . import ast as A
 from .lark_parser import SINK
 from .reductions import BUILDER, build_nothing, rule_callbacks
 from .to_ast import ToAst
 
-_Err = TypeVar("_Err", bound=UnexpectedInput)
+if TYPE_CHECKING:  # Lark loads where a driver is built from it or a syntax error is raised: the cached
+    # driver (parser_cache.py) parses a clean plan without it
+    from lark import Lark
+    from lark.exceptions import UnexpectedInput, UnexpectedToken
+    from lark.parsers.lalr_parser_state import ParserState
+
+_Err = TypeVar("_Err", bound="UnexpectedInput")
 
 class Fallback(Exception):
     """The fast path stops at something it does not handle (no plan gets here: Lark would fail on it too);
@@ -42,6 +41,9 @@ class FastParser:
 
     def __init__(self, lark: Lark, build: bool = True):
         """The driver of `lark`'s tables; with `build` False its reductions build nothing (a syntax check)."""
+        # lazy: lark loads when a driver is built from it or a syntax error is raised
+        from lark.parsers.lalr_analysis import Shift
+
         frontend = lark.parser
         table = frontend.parser._parse_table
         self.table, self.lalr = table, frontend.parser.parser  # for Lark's exceptions
@@ -94,6 +96,9 @@ class FastParser:
         with an "unless" callback -- NAME: `shard` is the keyword `shard` where one is expected -- keyword
         text -> terminal); for the ignored and newline terminals, flags (1: may hold newlines, 2: ignored,
         4: a comment)."""
+        # lazy: lark loads when a driver is built from it or a syntax error is raised
+        from lark.lexer import PatternStr, UnlessCallback
+
         scanner = lexer.scanner  # builds the scanner and the callbacks
         if len(scanner._mres) != 1:
             raise TypeError("the fast parser expects one regex per lexer state")
@@ -214,15 +219,26 @@ class FastParser:
 
     # ------------------------------------------------------------------ Lark's exceptions, as Lark raises them
     def _parser_state(self, text: str, states: list, values: list) -> ParserState:
+        # lazy: lark loads when a driver is built from it or a syntax error is raised
+        from lark.lexer import LexerThread
+        from lark.parsers.lalr_parser_state import ParseConf, ParserState
+
         lexer_thread = LexerThread.from_text(self.contextual, text)
         return ParserState(ParseConf(self.table, {}, "start"), lexer_thread, list(states), list(values))
 
     def _interactive(self, err: _Err, parser_state: ParserState) -> _Err:
+        # lazy: lark loads when a driver is built from it or a syntax error is raised
+        from lark.parsers.lalr_interactive_parser import InteractiveParser
+
         err.interactive_parser = InteractiveParser(self.lalr, parser_state, parser_state.lexer)  # parse_from_state's
         return err
 
     def _parser_error(self, text: str, tok: tuple, states: list, values: list) -> UnexpectedToken:
         """What `ParserState.feed_token` raises for a token the parser's state has no action for."""
+        # lazy: lark loads when a driver is built from it or a syntax error is raised
+        from lark import Token
+        from lark.exceptions import UnexpectedToken
+
         type_, value, start, end, line, col, end_line, end_col = tok
         token = Token(type_, value, start, line, col, end_line, end_col, end)
         expected = {s for s in self.table.states[states[-1]].keys() if s.isupper()}
@@ -233,6 +249,10 @@ class FastParser:
                      values: list) -> UnexpectedInput:
         """What `ContextualLexer.lex` raises where no terminal of the state's lexer matches: the token the
         lexer of all terminals finds there as an UnexpectedToken, or else UnexpectedCharacters."""
+        # lazy: lark loads when a driver is built from it or a syntax error is raised
+        from lark.exceptions import UnexpectedCharacters, UnexpectedToken
+        from lark.lexer import LexerState, LineCounter, TextSlice
+
         lexer = self.contextual.lexers[states[-1]]
         parser_state = self._parser_state(text, states, values)
         allowed = lexer.scanner.allowed_types - lexer.ignore_types or {"<END-OF-FILE>"}

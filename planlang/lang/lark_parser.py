@@ -9,12 +9,14 @@ import logging
 import threading
 from functools import lru_cache
 from pathlib import Path as FsPath
-
-from lark import Lark, Token
+from typing import TYPE_CHECKING
 
 from .reductions import install_builders
 from .source import SourceFile, Span
 from .to_ast import ToAst
+
+if TYPE_CHECKING:  # Lark loads when its parser is built: a parse from the parser cache needs none
+    from lark import Lark, Token
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +78,9 @@ def lark_parser() -> Lark:
     tree is built and walked again, and a node's span comes from its first and last tokens. Installing them
     reads names of Lark's that it does not promise to keep: where that fails (logged once, at debug), the
     parser builds Lark's `Tree`, with positions, and `reductions.tree_to_ast` makes the same AST of it."""
+    # lazy: lark loads when its parser is built (a parse from the parser cache needs none)
+    from lark import Lark
+
     lark = Lark(
         GRAMMAR_PATH.read_text(),
         parser="lalr",

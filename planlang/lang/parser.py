@@ -25,8 +25,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path as FsPath
 
-from lark.exceptions import UnexpectedInput
-
 from . import ast as A
 from .diagnostics import Diagnostic
 from .driver import Fallback, FastParser
@@ -37,7 +35,8 @@ from .parser_cache import NeedLark
 from .recovery import MAX_SYNTAX_ERRORS, recover
 from .reductions import BUILDER, Reduced, tree_to_ast
 from .source import SourceFile, Span, plan_text
-from .syntax_errors import BIDI, MAX_NESTING, accepted, bidi_warnings, diagnostic_for, nesting_diagnostic
+from .syntax_errors import (BIDI, MAX_NESTING, accepted, bidi_warnings, diagnostic_for, nesting_diagnostic,
+                            unexpected_input)
 from .to_ast import CANONICAL_PATH, CANONICAL_SPEC, MAX_DIGITS, ToAst
 
 __all__ = ["GRAMMAR_PATH", "MAX_DIGITS", "MAX_NESTING", "MAX_SYNTAX_ERRORS", "ParseResult", "PlanPostLex", "code_of",
@@ -162,7 +161,7 @@ def _attempt(source: SourceFile, work: str, build: bool) -> tuple[A.Module | Non
         try:
             module, comments = fast.parse(work, builder)
             return module, comments, builder
-        except UnexpectedInput:
+        except unexpected_input():  # evaluated only when the parse raises: Lark loads on the error path
             raise  # the text's syntax error, as Lark's parser raises it
         except NeedLark:  # the cached driver at a syntax error, its tables not Lark's now: parse again with Lark's
             fast = _fast_from_lark(build)

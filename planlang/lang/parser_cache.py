@@ -17,13 +17,14 @@ parses that text again with the driver built from Lark. Clean plans never load L
 The file is `parser-<key>.pickle` under `$PLANLANG_CACHE_DIR`, else `$XDG_CACHE_HOME/planlang`, else
 `~/.cache/planlang` (as the model results' cache, planlang.model.capture.disk_cache); the key is a
 digest of the grammar, the modules that shape the tables (this one, the driver, the reductions, Lark's
-setup), Lark's and Python's versions. Deleting it is always safe; a file that cannot be read or does
+setup), Lark's `__init__.py` (its version) and Python's version. Deleting it is always safe; a file that cannot be read or does
 not fit is ignored and written again; files of other keys are removed after STALE_DAYS. `PLANLANG_PARSER_CACHE=0`
 reads and writes nothing.
 """
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import logging
 import marshal
 import os
@@ -35,8 +36,6 @@ import time
 import types
 from pathlib import Path
 from typing import Any, Callable, cast
-
-import lark
 
 from . import driver as D
 from .reductions import BUILDER, Reduced, _positions
@@ -70,11 +69,20 @@ def cache_dir() -> Path:
 
 def cache_path() -> Path:
     """The cache file for this grammar, driver, Lark and Python."""
-    h = hashlib.sha256(f"format {FORMAT}\0{lark.__version__}\0{sys.version}\0".encode())
-    for p in _INPUTS:
+    h = hashlib.sha256(f"format {FORMAT}\0{sys.version}\0".encode())
+    for p in (*_INPUTS, _lark_init()):
         h.update(p.read_bytes())
         h.update(b"\0")
     return cache_dir() / f"parser-{h.hexdigest()[:32]}.pickle"
+
+
+def _lark_init() -> Path:
+    """Lark's `__init__.py`, which holds its `__version__`: found, not imported (a parse from the cache loads
+    no Lark; `import lark` alone is ~0.03 CPU-s of a check)."""
+    spec = importlib.util.find_spec("lark")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("lark is not installed", name="lark")
+    return Path(spec.origin)
 
 
 class CachedFastParser(D.FastParser):

@@ -12,9 +12,7 @@ Blanking keeps every offset, so later errors are located in the text as written.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-from lark.exceptions import UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from typing import TYPE_CHECKING, Any
 
 from . import ast as A
 from .diagnostics import Diagnostic, Severity
@@ -22,7 +20,10 @@ from .lexical import brackets, code_of
 from .fixes import delete as delete_fix, insert as insert_fix
 from .source import SourceFile
 from .syntax_errors import (STATEMENT_KEYWORDS, accepted, close_bracket_fix, code_end, diagnostic_for,
-                            quote_source)
+                            quote_source, unexpected_input)
+
+if TYPE_CHECKING:  # Lark's exceptions load when one is raised (a clean parse imports no Lark)
+    from lark.exceptions import UnexpectedInput
 
 MAX_SYNTAX_ERRORS = 20
 
@@ -46,7 +47,10 @@ def recover(source: SourceFile, attempt: Attempt) -> tuple[A.Module | None, tupl
         try:
             # after a syntax error the tree is not wanted: only where the next error is (or that none is)
             module, comments, builder = attempt(source, work, not diags)
-        except UnexpectedInput as err:
+        except unexpected_input() as err:
+            # lazy: lark loads when a parse raises its exception
+            from lark.exceptions import UnexpectedEOF, UnexpectedToken
+
             unclosed = _unclosed_before(err, source, work)
             if unclosed is not None:
                 # a bracket left open runs into the next statement: one error at the bracket, and the
@@ -161,7 +165,10 @@ def _parses_past(attempt: Attempt, source: SourceFile, work: str, pos: int) -> b
     """Whether `work` parses without error up to offset `pos` (-1: the end)."""
     try:
         attempt(source, work, False)
-    except UnexpectedInput as err:
+    except unexpected_input() as err:
+        # lazy: lark loads when a parse raises its exception
+        from lark.exceptions import UnexpectedToken
+
         at = getattr(err, "pos_in_stream", None)
         if isinstance(err, UnexpectedToken):
             at = err.token.start_pos
@@ -182,6 +189,9 @@ def _open_brackets(work: str, end: int) -> list[int]:
 
 def _stray_closer(err: UnexpectedInput, work: str) -> int | None:
     """The offset of the token of `err` when it is a `}`, `)` or `]` that closes no open bracket."""
+    # lazy: lark loads when a parse raises its exception
+    from lark.exceptions import UnexpectedToken
+
     if not isinstance(err, UnexpectedToken) or err.token.type not in ("RBRACE", "RPAR", "RSQB"):
         return None
     pos = err.token.start_pos
@@ -195,6 +205,9 @@ def _orphan_body(err: UnexpectedInput, work: str) -> tuple[int, int] | None:
     """(first, last) lines of a block body whose opening line is missing (deleted, commented out): `err`
     is at the first token of an indented line where a statement should start, outside every bracket, and
     the lines after it, as deep or deeper, end at a line of closers only (`}`, `)`) less deep."""
+    # lazy: lark loads when a parse raises its exception
+    from lark.exceptions import UnexpectedToken
+
     if not isinstance(err, UnexpectedToken) or err.token.start_pos is None or err.token.type == "$END":
         return None
     if sum(1 for e in accepted(err) if e.lower() in STATEMENT_KEYWORDS) < 8:
@@ -223,6 +236,9 @@ def _orphan_body(err: UnexpectedInput, work: str) -> tuple[int, int] | None:
 def _missing_comma(err: UnexpectedInput, work: str, tried: set[int]) -> int | None:
     """Where a `,` would go when `err` is on a line of a list wrapped over lines (a `,` accepted, no line
     break) and the line before has no `,` at its end: the last space of the line's indentation."""
+    # lazy: lark loads when a parse raises its exception
+    from lark.exceptions import UnexpectedToken
+
     if not isinstance(err, UnexpectedToken) or err.token.start_pos is None or err.token.type == "$END":
         return None
     expected = accepted(err)
@@ -259,6 +275,9 @@ def _unclosed_before(err: UnexpectedInput, source: SourceFile, work: str) -> tup
     the next statement (`mesh m of 8 x gpu {` ... then `budget 40 GiB per device` at the left margin,
     or `stage a, h[0:6` then `stage h[6:12]`). (PL104 at the bracket, the bracket's line, the error's
     line), else None."""
+    # lazy: lark loads when a parse raises its exception
+    from lark.exceptions import UnexpectedToken
+
     if not isinstance(err, UnexpectedToken) or err.token.type == "$END" or err.token.start_pos is None:
         return None
     code = code_of(work)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import threading
 from types import CodeType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lark import Lark, Token, Tree
-from lark.parse_tree_builder import ChildFilterLALR_NoPlaceholders, maybe_create_child_filter
+if TYPE_CHECKING:  # Lark loads where its parser or tables are read, not for a parse from the parser cache
+    from lark import Lark, Token, Tree
 
 BUILDER = threading.local()  # `.ast`: the to_ast.ToAst of the parse running in this thread
 
@@ -48,6 +48,9 @@ def install_builders(lark: Lark, builder: type) -> None:
 def rule_callbacks(lark: Lark, builder: type, lark_tokens: bool) -> dict:
     """Grammar rule -> reduction callback calling the `builder` class's method for the rule. With
     `lark_tokens` the callbacks take Lark's `Token`s (Lark's own parser), else the fast driver's tuples."""
+    # lazy: lark loads where Lark's parser or tables are read
+    from lark.parse_tree_builder import ChildFilterLALR_NoPlaceholders, maybe_create_child_filter
+
     callbacks: dict[Any, Any] = {}
     for rule in lark.rules:
         opts = rule.options
@@ -175,6 +178,9 @@ def _positions(children) -> tuple:
 
 
 def _callback(method, include, tail, expand1, lark_tokens):
+    # lazy: lark loads where Lark's parser or tables are read
+    from lark import Token
+
     def reduce(children):
         if lark_tokens:
             children = [lark_token(c) if isinstance(c, Token) else c for c in children]
@@ -217,6 +223,9 @@ def tree_to_ast(tree: Tree, builder: Any) -> Any:
     `propagate_positions`): each rule's method of `builder`, with its children as they are in the tree
     (Lark shaped them) and its positions from the tree's `meta` (Lark's container positions, as
     `Reduced` holds them). Only Lark's public API: the last resort where `install_builders` cannot be."""
+    # lazy: lark loads where Lark's parser or tables are read
+    from lark import Token, Tree
+
     items = [tree_to_ast(c, builder) if isinstance(c, Tree) else lark_token(c) if isinstance(c, Token) else c
              for c in tree.children]
     meta = tree.meta

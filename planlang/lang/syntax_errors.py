@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-
-from lark import Token
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
+from typing import TYPE_CHECKING
 
 from .diagnostics import Diagnostic, Edit, Fix, Severity, did_you_mean
 from .fixes import guess_is_unique, replace as replace_fix
@@ -16,6 +14,10 @@ from .lark_parser import lark_parser
 from .lexical import brackets, code_of, inside, scan
 from .render._common import escape_char, escape_text
 from .source import SourceFile
+
+if TYPE_CHECKING:  # lark loads on the error path only: a clean parse reads the parser cache, not Lark
+    from lark import Token
+    from lark.exceptions import UnexpectedInput, UnexpectedToken
 
 MAX_NESTING = 64  # brackets open at once (PL106); every pass over the tree recurses once per level
 
@@ -179,7 +181,19 @@ def nesting_diagnostic(source: SourceFile) -> Diagnostic | None:
     return None
 
 
+def unexpected_input() -> type[UnexpectedInput]:
+    """Lark's syntax-error class, for `except unexpected_input():` (evaluated only when something is
+    raised, so a clean parse does not import Lark)."""
+    # lazy: lark loads on the error path only
+    from lark.exceptions import UnexpectedInput
+
+    return UnexpectedInput
+
+
 def diagnostic_for(err: UnexpectedInput, source: SourceFile, work: str) -> Diagnostic:
+    # lazy: lark loads when a parse raises its exception (a clean parse reads the parser cache)
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
     if isinstance(err, UnexpectedCharacters):
         pos = err.pos_in_stream or 0  # always set by the lexer
         ch = work[pos] if pos < len(work) else ""
