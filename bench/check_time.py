@@ -176,10 +176,10 @@ def examples(repeat: int, out) -> None:
         run_measured(PLANLANG + ["check", str(plans[0].relative_to(ROOT))], env)  # writes bytecode, parser cache
 
         def row(name: str, argv: list[str], inproc: str, result: str | None = None,
-                compare: bool = True) -> tuple[float, float]:
+                compare: bool = True, extra: dict[str, str] | None = None) -> tuple[float, float]:
             runs, cpu_before = [], []
             for _ in range(repeat):  # interleaved: the same load for both
-                runs.append(run_measured(argv, env))
+                runs.append(run_measured(argv, {**env, **(extra or {})}))
                 if compare:
                     cpu_before.append(run_measured(argv, before)[3])
             cpu = [r[3] for r in runs]
@@ -205,6 +205,9 @@ def examples(repeat: int, out) -> None:
             rel = plans[0].relative_to(ROOT)
             least, med = row(f"planlang check {rel.name} (entry point)", [str(entry), "check", str(rel)], "")
             worst = (max(worst[0], least), max(worst[1], med))
+        typer_plan = "examples/gpt2/gpt2_3d.plan"  # through the Typer app, as every check ran before planlang.cli.fast
+        row(f"check {Path(typer_plan).name} via Typer (NO_FAST_CLI)", PLANLANG + ["check", typer_plan], "",
+            compare=False, extra={"PLANLANG_NO_FAST_CLI": "1"})
         out()
         version = row("planlang --version", PLANLANG + ["--version"], "", "", compare=False)
         for name, code in FLOORS:
@@ -221,7 +224,8 @@ FLOORS = (("import typer", "import typer"),
           ("import planlang.lang.ast (dataclasses)", "import planlang.lang.ast"),
           ("import lark", "import lark"),
           ("import planlang.plan.checker", "import planlang.plan.checker"),
-          ("import planlang.cli (commands registered)", "import planlang.cli"))
+          ("import planlang.cli.fast (a check's imports)", "import planlang.cli.fast"),
+          ("import planlang.cli.commands (Typer's app)", "import planlang.cli.commands"))
 
 
 def big_plans(sizes_mb: list[float], repeat: int, out) -> bool:
