@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planlang.cost.comm import Collective, collective_time, compute_time, group
+from planlang.cost.comm import Collective, Group, collective_time, compute_time, group
 from planlang.cost.schedule import SimulatedSchedule, simulate
 from planlang.plan.complete import CompleteMesh, CompletePlan
 
@@ -86,7 +86,15 @@ def _mesh(plan: CompletePlan) -> CompleteMesh:
 
 
 def _seconds(plan: CompletePlan, ts: list[Transfer]) -> float:
-    return sum((collective_time(t.kind, group(_mesh(plan), t.axes), t.full_bytes) for t in ts), 0.0)
+    mesh = _mesh(plan)
+    groups: dict[tuple[str, ...], Group] = {}  # a step's transfers use a few axes groups: each looked up once
+    total = 0.0
+    for t in ts:
+        g = groups.get(t.axes)
+        if g is None:
+            g = groups[t.axes] = group(mesh, t.axes)
+        total += collective_time(t.kind, g, t.full_bytes)
+    return total
 
 
 def _phase(traffic: Traffic, phases) -> list[Transfer]:

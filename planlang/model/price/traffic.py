@@ -39,7 +39,9 @@ from planlang.plan.types import Plan
 
 from planlang.model.capture.load import build_model, guess_targets, meta_inputs, plan_loss
 from planlang.model.program.lowering import Convert, Run, gradient_flow, lower, mark_checkpoints, trained_parameters
-from planlang.model.capture.opgraph import OpGraph, op_graph
+from planlang.model.capture.fold import find_fold
+from planlang.model.capture.fold_graph import op_graph_of
+from planlang.model.capture.opgraph import OpGraph
 from planlang.model.program.pipeline_program import cut_program
 from planlang.model.program.zero_units import block_ranges
 
@@ -364,8 +366,12 @@ def graph_of(plan: Plan):
         model = build_model(plan.model, plan.path)
         inputs = meta_inputs(plan.inputs)
         loss = plan_loss(plan)
-        targets = guess_targets(model, loss, inputs) if loss else None
-        _GRAPHS[key] = op_graph(model, inputs, loss, targets) if targets is not None else op_graph(model, inputs)
+        # a model of N identical blocks runs cut to a few of them, its graph expanded (the same graph:
+        # planlang.model.capture.fold_graph): a solve traces each microbatch shape it prices
+        fold = find_fold(model)
+        targets = guess_targets(model, loss, inputs, fold) if loss else None
+        _GRAPHS[key] = op_graph_of(model, inputs, loss, targets, fold)[0] if targets is not None else \
+            op_graph_of(model, inputs, None, (), fold)[0]
     return _GRAPHS[key]
 
 
