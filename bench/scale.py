@@ -10,6 +10,8 @@ Targets: 5 / 10 / 20 CPU-s and 1 GB cold, 1 s warm.
 
     python bench/scale.py                  # every row; writes bench/results/scale.txt
     python bench/scale.py --rows 8B --no-write
+    python bench/scale.py --repeat 2 --base /tmp/base   # least of 2 cold runs; another checkout's beside
+                                                        # them (PYTHONPATH, runs interleaved: same load)
 """
 from __future__ import annotations
 
@@ -33,9 +35,10 @@ WARM_TARGET = 1.0
 RSS_TARGET_MB = 1024
 
 
-def run(args: list[str], cache: str, cwd: Path) -> tuple[float, float, int, str]:
-    """One whole command in a fresh process: (CPU-s, peak RSS MB, exit code, its last output line)."""
-    env = dict(os.environ, PLANLANG_CACHE_DIR=cache)
+def run(args: list[str], cache: str, cwd: Path, source: str | None = None) -> tuple[float, float, int, str]:
+    """One whole command in a fresh process: (CPU-s, peak RSS MB, exit code, its last output line).
+    `source`: a checkout whose planlang runs instead of this one's."""
+    env = dict(os.environ, PLANLANG_CACHE_DIR=cache, **({"PYTHONPATH": source} if source else {}))
     proc = subprocess.Popen([sys.executable, "-m", "planlang.cli", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out = proc.stdout.read() if proc.stdout else ""
@@ -49,33 +52,47 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ", ".join(ROWS))
     ap.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/scale.txt")
+    ap.add_argument("--repeat", type=int, default=1, help="cold and warm runs per command; the least CPU-s is "
+                    "shown (other work on the machine only adds time)")
+    ap.add_argument("--base", help="another checkout (e.g. a git worktree of an earlier commit): its cold runs "
+                    "interleaved with this one's, shown beside them")
     opts = ap.parse_args()
+    base = f"{opts.base} ({_commit(Path(opts.base))})" if opts.base else ""
     lines = [f"# bench/scale.py at {_commit()} ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, "
              f"python {sys.version.split()[0]})",
              "# whole commands in a fresh process; CPU-s = user + system of the child; RSS = its peak",
              f"# targets: cold <= 5 / 10 / 20 CPU-s (8B / 70B / 1T) and <= {RSS_TARGET_MB} MB; warm <= {WARM_TARGET} CPU-s",
+             *([f"# base: {base}; least of {opts.repeat} run(s) each"] if base else
+               [f"# least of {opts.repeat} run(s) each"] if opts.repeat > 1 else []),
              "",
              f"{'row':<5} {'command':<14} {'cold CPU-s':>10} {'cold MB':>8} {'warm CPU-s':>10} {'warm MB':>8}  "
-             f"{'targets met':<12} exit  last line"]
+             + (f"{'base cold':>9} {'base MB':>7}  " if base else "") + f"{'targets met':<12} exit  last line"]
     print("\n".join(lines), flush=True)
     for name in opts.rows.split(","):
         plan, target = ROWS[name]
         for label, args in COMMANDS.items():
-            with tempfile.TemporaryDirectory(prefix="planlang-scale-cache-") as cache:
-                cold = run([*args, plan.name], cache, plan.parent)
-                warm = run([*args, plan.name], cache, plan.parent)
+            colds, warms, bases = [], [], []
+            for _ in range(max(1, opts.repeat)):
+                if opts.base:
+                    with tempfile.TemporaryDirectory(prefix="planlang-scale-cache-") as cache:
+                        bases.append(run([*args, plan.name], cache, plan.parent, opts.base))
+                with tempfile.TemporaryDirectory(prefix="planlang-scale-cache-") as cache:
+                    colds.append(run([*args, plan.name], cache, plan.parent))
+                    warms.append(run([*args, plan.name], cache, plan.parent))
+            cold, warm = min(colds), min(warms)
             met = cold[0] <= target and cold[1] <= RSS_TARGET_MB and warm[0] <= WARM_TARGET
+            beside = f"{min(bases)[0]:>9.1f} {min(bases)[1]:>7.0f}  " if bases else ""
             line = (f"{name:<5} {label:<14} {cold[0]:>10.1f} {cold[1]:>8.0f} {warm[0]:>10.2f} {warm[1]:>8.0f}  "
-                    f"{'yes' if met else 'no':<12} {cold[2]}/{warm[2]}  {cold[3][:70]}")
+                    f"{beside}{'yes' if met else 'no':<12} {cold[2]}/{warm[2]}  {cold[3][:70]}")
             lines.append(line)
             print(line, flush=True)
     if not opts.no_write:
         RESULTS.write_text("\n".join(lines) + "\n")
 
 
-def _commit() -> str:
+def _commit(where: Path = ROOT) -> str:
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where, capture_output=True, text=True,
                               check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "?"
