@@ -60,6 +60,9 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
+    """Where planlang keeps its caches (this parser's tables, the model results of
+    planlang.model.capture.disk_cache): `$PLANLANG_CACHE_DIR`, else `$XDG_CACHE_HOME/planlang`, else
+    `~/.cache/planlang`."""
     explicit = os.environ.get("PLANLANG_CACHE_DIR")
     if explicit:
         return Path(explicit)

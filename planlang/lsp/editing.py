@@ -88,17 +88,19 @@ def _refuse(err: RenameRefused) -> Refused:
     return Refused(str(err), REQUEST_FAILED)
 
 
-def _reader(ls: PlanServer):
-    def read(path: str) -> str:
-        text = ls.open_text(path)
-        if text is not None:
-            return text
-        try:
-            return Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            return ""
+def text_of(ls: PlanServer, path: str) -> str:
+    """A file's text as the editor has it: its open buffer, else the file on disk ("" when unreadable)."""
+    text = ls.open_text(path)
+    if text is not None:
+        return text
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return ""
 
-    return read
+
+def _reader(ls: PlanServer):
+    return lambda path: text_of(ls, path)
 
 
 def _tree(st: DocState):

@@ -14,25 +14,18 @@ from .positions import UTF16, LineIndex
 def format_edits(text: str, path: str = "<plan>", encoding: str = UTF16) -> list[L.TextEdit]:
     """One edit replacing the whole text with its canonical form; none when it is already canonical or
     does not parse (a syntax error is reported as a diagnostic, never by mangling the text)."""
-    try:
-        new = format_text(text, path)
-    except FormatError:
+    new = _formatted(text, path)
+    if new is None:
         return []
-    if new == text:
-        return []
-    index = LineIndex(text, encoding)
-    return [L.TextEdit(L.Range(L.Position(0, 0), index.end()), new)]
+    return [L.TextEdit(L.Range(L.Position(0, 0), LineIndex(text, encoding).end()), new)]
 
 
 def range_format_edits(text: str, rng: L.Range, path: str = "<plan>", encoding: str = UTF16) -> list[L.TextEdit]:
     """textDocument/rangeFormatting: the changes `planlang fmt` makes to the whole text that touch the
     lines of `rng`, as whole-line edits (the formatter works on whole statements: a change that begins
     or ends outside the range is taken whole). None when the text is canonical there or does not parse."""
-    try:
-        new = format_text(text, path)
-    except FormatError:
-        return []
-    if new == text:
+    new = _formatted(text, path)
+    if new is None:
         return []
     index = LineIndex(text, encoding)
     old_lines, new_lines = _lines(text), _lines(new)
@@ -58,3 +51,12 @@ LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n|$)")
 def _lines(s: str) -> list[str]:
     """The lines of `s` with their ends, split where LineIndex splits (only at "\\n", "\\r\\n", "\\r")."""
     return [m.group(0) for m in LINE.finditer(s) if m.group(0)]
+
+
+def _formatted(text: str, path: str) -> str | None:
+    """The canonical form of `text`; None when it is canonical already or does not parse."""
+    try:
+        new = format_text(text, path)
+    except FormatError:
+        return None
+    return None if new == text else new

@@ -36,7 +36,7 @@ from planlang.lang.source import lone_cr_as_lf
 from .analysis import Analysis, analyze, reader, references, stand_in_for
 from .completion import completion
 from .diagnostics import to_lsp, uri
-from .editing import register as register_editing
+from .editing import register as register_editing, text_of
 from .formatting import format_edits
 from .hover import hover
 from .model_checks import ModelChecker, ModelInsight, model_layer_available
@@ -390,7 +390,7 @@ def build_server() -> PlanServer:
         if place is None:
             return None
         same = place.path == st.path
-        text = st.analysis.text if same else _read(ls, place.path)
+        text = st.analysis.text if same else text_of(ls, place.path)
         rng = LineIndex(text, ls.encoding).range(place.span)
         return L.Location(st.uri if same else uri(str(Path(place.path).resolve())), rng)
 
@@ -432,14 +432,6 @@ async def pull_configuration(ls: PlanServer) -> None:
         ls.apply_settings(ls.settings.updated(values[0]))
 
 
-def _read(ls: PlanServer, path: str) -> str:
-    text = ls.open_text(path)
-    if text is not None:
-        return text
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        return ""
 
 
 def main(argv: list[str] | None = None) -> None:

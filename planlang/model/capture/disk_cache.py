@@ -32,18 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from planlang.lang.parser_cache import cache_dir  # one directory for planlang's caches
+
 from .source import Files, digest
 
 FORMAT = 1  # bumped when an entry's layout changes
 
 
-def cache_dir() -> Path:
-    """Where entries are kept (see the module docstring)."""
-    explicit = os.environ.get("PLANLANG_CACHE_DIR")
-    if explicit:
-        return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "planlang"
 
 
 _CODE: list[str] = []
