@@ -3,7 +3,7 @@
 Run: .venv/bin/python bench/fuzz.py [--inputs 100000] [--generated 2000] [--seed 0] [--out FILE]
 
 Each input is a file's bytes. It goes the way `planlang check FILE` takes it (planlang.cli): decoded
-(not UTF-8 -> PL105), parsed, resolved and checked (`_check_one`), filtered by a default configuration,
+(not UTF-8 -> PL105), parsed, resolved and checked (`planlang.cli.checking.check_one`), filtered by a default configuration,
 then rendered in every output format (human with and without colour, concise, json, sarif, github) and
 as `--statistics`; the formatter runs on every FMT_EVERY-th input and must be idempotent on what it
 accepts. Diagnostics are the expected outcome; an uncaught exception is a bug, and so is a human
@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from planlang.cli import language as cli  # noqa: E402
-from planlang.cli.app import STDIN  # noqa: E402
+from planlang.cli import checking as cli  # noqa: E402
+from planlang.cli.common import STDIN  # noqa: E402
 from planlang.lang.source import SourceFile  # noqa: E402
 from planlang.lang.config import Config  # noqa: E402
 from planlang.lang.fmt import FormatError, format_text  # noqa: E402
@@ -94,12 +94,12 @@ def check_bytes(data: bytes, name: str) -> tuple[list, dict]:
     real_stdin = sys.stdin
     sys.stdin = io.TextIOWrapper(io.BytesIO(data))  # `-` reads sys.stdin.buffer: the CLI's own reading
     try:
-        plan = cli._read_plan(STDIN, name)
+        plan = cli.read_plan(STDIN, name)
     finally:
         sys.stdin = real_stdin
     if plan.undecodable is not None:
         return [plan.undecodable], {plan.name: SourceFile(plan.name, plan.text)}
-    res = cli._check_one(plan.name, plan.text, False)
+    res = cli.check_one(plan.name, plan.text, False)
     return _CONFIG.keep(res.diagnostics), dict(res.sources)
 
 
@@ -131,7 +131,7 @@ def run_one(data: bytes, stats: Stats, name: str = "fuzz.plan") -> None:
             if fmt == "human":
                 check_human(out)
         render(diags, sources, "human", color=True)
-        cli._statistics(diags)
+        cli.statistics_table(diags)
         stats.diagnostics += len(diags)
         if not diags:
             stats.clean += 1
