@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import os
 from enum import Enum
-from typing import NoReturn, Optional
+from typing import Optional
 
 import typer
 
 from planlang.lang.version import __version__
 from planlang.cli.common import OutputFormat, STDIN, UsageError, plan_files
-from planlang.cli.common import config_for as _config, use_color as _use_color
 from planlang.cli.progress import ENV as PROGRESS_ENV
 
-__all__ = ["OutputFormat", "STDIN", "UsageError", "plan_files", "_config", "_use_color"]  # planlang.cli.common's
+__all__ = ["OutputFormat", "STDIN", "UsageError", "plan_files"]  # planlang.cli.common's
 
 
 app = typer.Typer(
@@ -65,11 +64,6 @@ def _root(
         os.environ["FORCE_COLOR" if color else "NO_COLOR"] = "1"
     if progress is not None:  # planlang.cli.progress reads it
         os.environ[PROGRESS_ENV] = "1" if progress else "0"
-
-
-def _fail_usage(msg: str) -> NoReturn:
-    typer.echo(f"planlang: error: {msg}", err=True)
-    raise typer.Exit(2)
 
 
 # Options `check` and `lint` share (ruff's names).

@@ -16,7 +16,8 @@ from planlang.lang.fmt import FormatError, format_text, unified_diff
 from planlang.lang.render import render
 from planlang.lang.source import SourceFile, plan_text
 from planlang.cli.app import (OutputFormat, STDIN, UsageError, _COLOR, _CONFIG, _EXIT_ZERO, _EXTEND, _IGNORE, _ISOLATED,
-                              _MODEL, _SELECT, _STATS, _STDIN_NAME, _config, _fail_usage, _use_color, plan_files)
+                              _MODEL, _SELECT, _STATS, _STDIN_NAME, plan_files)
+from planlang.cli.common import config_for, fail_usage, use_color
 
 
 # with --model: model results kept on disk are not read or written (planlang.cli.cached)
@@ -47,7 +48,7 @@ def check(
 ) -> None:
     """Check plans: syntax, names, units, mesh, specs, pipeline, checkpointing, budget. Exit 1 on errors
     (and on warnings with --fail-on-warnings)."""
-    cfg = _config(config, isolated, select, extend_select, ignore)
+    cfg = config_for(config, isolated, select, extend_select, ignore)
     raise typer.Exit(run_checks(paths or [], format, color, fail_on_warnings=fail_on_warnings, model=model, config=cfg,
                                  stdin_filename=stdin_filename, exit_zero=exit_zero, statistics=statistics,
                                  cache=not no_cache))
@@ -76,7 +77,7 @@ def lint(
 ) -> None:
     """Check plans for CI: concise output by default; exit 1 on errors or warnings. `--fix` applies the
     mechanical fixes (those marked [*]) and reports what remains."""
-    cfg = _config(config, isolated, select, extend_select, ignore)
+    cfg = config_for(config, isolated, select, extend_select, ignore)
     raise typer.Exit(run_checks(paths or [], format, color if format is OutputFormat.human else False,
                                  fail_on_warnings=True, model=model, config=cfg, stdin_filename=stdin_filename,
                                  exit_zero=exit_zero, statistics=statistics, cache=not no_cache,
@@ -94,16 +95,16 @@ def fmt(
     """Format plans in place (canonical layout, comments kept); `planlang fmt -` formats standard input to
     standard output (a plan with syntax errors is written back unchanged, the errors on stderr)."""
     try:
-        files = plan_files(paths, _config(config, isolated))
+        files = plan_files(paths, config_for(config, isolated))
     except UsageError as err:
-        _fail_usage(str(err))
+        fail_usage(str(err))
     changed, broken = [], 0
     for f in files:
         plan = read_plan(f, stdin_filename)
         name, text = plan.name, plan.text
         if plan.undecodable is not None:
             sys.stderr.write(render([plan.undecodable], {name: SourceFile(name, text)}, "human",
-                                    color=_use_color(None, sys.stderr)))
+                                    color=use_color(None, sys.stderr)))
             broken += 1
             if f == STDIN and not (check_only or diff):
                 sys.stdout.flush()
@@ -113,7 +114,7 @@ def fmt(
             new = format_text(text, name)
         except FormatError as err:
             sys.stderr.write(render(list(err.diagnostics), {name: SourceFile(name, plan_text(text))}, "human",
-                                    color=_use_color(None, sys.stderr)))
+                                    color=use_color(None, sys.stderr)))
             broken += 1
             if f == STDIN and not (check_only or diff):
                 sys.stdout.write(text)  # a filter (vim's formatprg) must not lose the buffer
@@ -156,6 +157,6 @@ def explain(code: str = typer.Argument(..., help="A diagnostic code such as PL30
     text = explain_code(code)
     if text is None:
         guess = did_you_mean(code.upper(), CODES)
-        _fail_usage(f"unknown code {code}" + (f"; did you mean {guess}?" if guess else
+        fail_usage(f"unknown code {code}" + (f"; did you mean {guess}?" if guess else
                                               f"; codes are {min(CODES)} ... {max(CODES)} (docs/diagnostics.md)"))
     typer.echo(text, nl=False)

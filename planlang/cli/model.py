@@ -22,7 +22,8 @@ from planlang.lang.render.jsonfmt import to_dict
 from planlang.plan.complete import IncompletePlan, complete as as_complete, plan_mesh, world_size
 from planlang.plan.types import ModelRef
 from planlang.cli import cached
-from planlang.cli.app import Objective, TableFormat, TextFormat, _COLOR, _fail_usage, _use_color
+from planlang.cli.app import Objective, TableFormat, TextFormat, _COLOR
+from planlang.cli.common import fail_usage, use_color
 from planlang.cli.progress import progress
 
 # `--format json` of solve, verify and lower: an object whose "schema_version" says its layout (raised
@@ -46,7 +47,7 @@ def inspect(
 
         res = check_file(model)
         if res.plan is None or res.plan.model is None:
-            _fail_usage(f"{model} declares no model (or does not parse: run `planlang check {model}`)")
+            fail_usage(f"{model} declares no model (or does not parse: run `planlang check {model}`)")
         ref, inputs, plan_path = res.plan.model, res.plan.inputs, model
     else:
         # lazy: torch loads only when this runs
@@ -62,10 +63,10 @@ def inspect(
         try:
             inputs = tuple(parse_input(i) for i in input)
         except ValueError as err:
-            _fail_usage(str(err))
+            fail_usage(str(err))
         ref = ModelRef("model", model, tuple(kwargs))
         if not inputs:
-            _fail_usage("give the model's inputs with --input, e.g. --input 'idx:i64[batch=4,seq=128]'")
+            fail_usage("give the model's inputs with --input, e.g. --input 'idx:i64[batch=4,seq=128]'")
     # lazy: torch loads only when this runs
     from planlang.model.inspect import inspect_model, render_json, render_text
     from planlang.model.capture.load import ModelLoadError
@@ -75,9 +76,9 @@ def inspect(
             say(f"building {ref.factory} on meta and running it")
             info = inspect_model(ref, inputs, plan_path, depth)
     except ModelLoadError as err:
-        _fail_usage(f"{err.message}\n  help: {err.help}")
+        fail_usage(f"{err.message}\n  help: {err.help}")
     except Exception as err:  # the forward failed on these inputs: the user's inputs, not our bug
-        _fail_usage(f"running the model on {', '.join(map(str, inputs))} raised {type(err).__name__}: {err}")
+        fail_usage(f"running the model on {', '.join(map(str, inputs))} raised {type(err).__name__}: {err}")
     sys.stdout.write(render_json(info) if format is TableFormat.json else render_text(info))
 
 
@@ -95,7 +96,7 @@ def estimate(
         if hit is not None:
             diagnostics, outputs = hit
             if diagnostics:
-                sys.stderr.write(render(list(diagnostics), free.sources, "human", color=_use_color(None, sys.stderr)))
+                sys.stderr.write(render(list(diagnostics), free.sources, "human", color=use_color(None, sys.stderr)))
             sys.stdout.write(outputs[format.value])
             return
     with progress("estimate") as say:
@@ -106,7 +107,7 @@ def estimate(
     from planlang.report.estimate_table import render_table
 
     if v.estimate is None:  # validation estimates every plan it completes, or fails with PL369
-        _fail_usage(f"{plan} cannot be estimated (`planlang check --model {plan}` says why)")
+        fail_usage(f"{plan} cannot be estimated (`planlang check --model {plan}` says why)")
     rows = list(v.estimate)
     outputs = {TableFormat.json.value: json.dumps([r.as_dict() for r in rows], indent=2) + "\n",
                TableFormat.table.value: render_table(checked, rows)}
@@ -125,25 +126,25 @@ def _validated(plan: Path, *, complete: bool = True):
     from planlang.runtime.program_memory import measure
 
     if not plan.is_file():
-        _fail_usage(f"no such file: {plan}")
+        fail_usage(f"no such file: {plan}")
     v = validate_file(str(plan), program=measure)
     res = v.check
     if res.diagnostics:
-        sys.stderr.write(render(list(res.diagnostics), res.sources, "human", color=_use_color(None, sys.stderr)))
+        sys.stderr.write(render(list(res.diagnostics), res.sources, "human", color=use_color(None, sys.stderr)))
     if any(d.code == "PL364" for d in res.diagnostics):
         os.environ["PLANLANG_PL364_SHOWN"] = "1"  # shown here: the runtime (this process, the workers) stays quiet
     if res.errors or res.plan is None:
-        _fail_usage(f"{plan} has errors; fix them first (`planlang check --model {plan}` shows the same)")
+        fail_usage(f"{plan} has errors; fix them first (`planlang check --model {plan}` shows the same)")
     if res.plan.model is None:
-        _fail_usage(f"{plan} declares no model")
+        fail_usage(f"{plan} declares no model")
     if not complete or v.complete is not None:
         return v
     try:
         as_complete(res.plan)
     except IncompletePlan as err:
         where = ", ".join(f"{h.what} at {h.span.line}:{h.span.col}" for h in err.holes)
-        _fail_usage(f"{plan} has {len(err.holes)} holes (`?`: {where}); run `planlang solve {plan}` first")
-    _fail_usage(f"{plan} cannot be completed")  # validation completes every plan without errors or holes
+        fail_usage(f"{plan} has {len(err.holes)} holes (`?`: {where}); run `planlang solve {plan}` first")
+    fail_usage(f"{plan} cannot be completed")  # validation completes every plan without errors or holes
 
 
 def _runnable_plan(plan: Path):
@@ -183,9 +184,9 @@ def lower(
             else:
                 text = lower_source(p, rank, strict)
         except ModelLoadError as err:
-            _fail_usage(f"{err.message}\n  help: {err.help}")
+            fail_usage(f"{err.message}\n  help: {err.help}")
         except (PlanError, ValueError) as err:
-            _fail_usage(str(err))
+            fail_usage(str(err))
     if format is TextFormat.text:
         sys.stdout.write(text)
         return
@@ -212,9 +213,9 @@ def _preflight(plan: Path) -> None:
     try:
         preflight(plan)
     except ModelLoadError as err:
-        _fail_usage(f"{err.message}\n  help: {err.help}")
+        fail_usage(f"{err.message}\n  help: {err.help}")
     except PlanError as err:
-        _fail_usage(str(err))
+        fail_usage(str(err))
 
 
 def verify(
@@ -272,7 +273,7 @@ def verify(
                              rdzv_id=rdzv_id, max_restarts=max_restarts, master_addr=master_addr,
                              master_port=master_port)
     except LaunchError as err:
-        _fail_usage(str(err))
+        fail_usage(str(err))
     say("checking what the runtime supports")
     _preflight(plan)
     say(f"launching {launch}")
@@ -363,14 +364,14 @@ def run(
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        _fail_usage("give the training script after `--`: planlang run PLAN -- train.py [ARGS]")
+        fail_usage("give the training script after `--`: planlang run PLAN -- train.py [ARGS]")
     try:
         launch = plan_launch(world_size(p), mesh=mesh_words(p), nnodes=nnodes, node_rank=node_rank,
                              nproc_per_node=nproc_per_node, rdzv_backend=rdzv_backend, rdzv_endpoint=rdzv_endpoint,
                              rdzv_id=rdzv_id, max_restarts=max_restarts, master_addr=master_addr,
                              master_port=master_port)
     except LaunchError as err:
-        _fail_usage(str(err))
+        fail_usage(str(err))
     say("checking what the runtime supports")
     _preflight(plan)
     say(f"launching {' '.join(args)}: {launch}")
@@ -487,14 +488,14 @@ def diff(
                                     traffic=v.traffic)
                           for v, path in zip(checked, (a, b))))  # validation's estimate and collectives: computed once
         except ModelLoadError as err:
-            _fail_usage(f"{err.message}\n  help: {err.help}")
+            fail_usage(f"{err.message}\n  help: {err.help}")
     if format is TableFormat.json:
         sys.stdout.write(json.dumps(diff_json(d), indent=2) + "\n")
         return
     # lazy: rich loads only when this runs
     from rich.console import Console
 
-    colour = _use_color(color)
+    colour = use_color(color)
     # a terminal's own width; piped, wide enough that no row wraps (a file has no width to fit)
     render_diff(d, Console(file=sys.stdout, highlight=False, width=None if sys.stdout.isatty() else 200,
                            force_terminal=colour, no_color=not colour))
@@ -533,9 +534,9 @@ def probe(
     try:
         axes = parse_mesh(mesh)
     except ValueError as err:
-        _fail_usage(str(err))
+        fail_usage(str(err))
     if math.prod(s for _, s in axes) != nproc:
-        _fail_usage(f"--mesh {mesh} has {math.prod(s for _, s in axes)} devices but --nproc is {nproc}")
+        fail_usage(f"--mesh {mesh} has {math.prod(s for _, s in axes)} devices but --nproc is {nproc}")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
