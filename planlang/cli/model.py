@@ -474,7 +474,7 @@ def diff(
             say(f"validating {path} against its model (built on meta) and pricing it")
             try:
                 checked.append(_validated(path))
-            except typer.Exit:
+            except SystemExit:  # fail_usage has said what is wrong with this one; go on to the other
                 failed = True
         if failed:
             raise typer.Exit(2)
