@@ -3,10 +3,10 @@
 Building the driver (`driver.FastParser`) from Lark costs about 45 ms of every `planlang check`: Lark
 loads its grammar cache and builds its rules and lexers, then the driver converts the parse table and
 compiles its reductions. What it ends with is plain data -- the action and goto tables, each rule's
-compiled reduction (its code and the `to_ast.ToAst` method it calls) and each lexer state's regex and
-terminal kinds -- which is written here once, after the first build, and read back by later processes
-(`load`): a few milliseconds. Each state's regex is compiled when a parse first lexes in that state,
-as the driver does.
+compiled reduction (its code and the `to_ast.ToAst` method it calls) and each lexer state's regex, its
+compiled program (`regex_programs`) and terminal kinds -- which is written here once, after the first
+build, and read back by later processes (`load`): a few milliseconds. Each state's regex is made from its
+program when a parse first lexes in that state, as the driver compiles it then.
 
 At a syntax error the cached driver needs Lark's own objects: Lark's exceptions hold an interactive
 parser, which the diagnostics read. It builds the driver from Lark then and, where that driver's tables
@@ -38,12 +38,13 @@ from pathlib import Path
 from typing import Any, Callable, cast
 
 from . import driver as D
+from .regex_programs import pattern_of, program
 from .reductions import BUILDER, Reduced, _positions
 from .to_ast import ToAst
 
 log = logging.getLogger(__name__)
 
-FORMAT = 1  # bumped when the file's layout changes
+FORMAT = 2  # bumped when the file's layout changes
 _HERE = Path(__file__).resolve().parent
 # what the cached data is a function of, besides Lark's and Python's versions
 _INPUTS = (_HERE.parent / "grammar" / "planlang.lark", _HERE / "parser_cache.py", _HERE / "driver.py",
@@ -109,8 +110,8 @@ class CachedFastParser(D.FastParser):
         i = self._state_scanner[state]
         made = self._compiled.get(i)
         if made is None:
-            pattern, flags, kinds, special = self._specs[i]
-            made = self._compiled[i] = (re.compile(pattern, flags).match, kinds, special)
+            pattern, flags, kinds, special, prog = self._specs[i]
+            made = self._compiled[i] = (pattern_of(pattern, flags, prog).match, kinds, special)
         self.scanners[state] = made
         return made
 
@@ -184,7 +185,8 @@ def _data(fast: D.FastParser) -> dict[str, Any]:
             raise TypeError("a scanner that is not the driver's kind")
         if id(pat) not in seen:
             seen[id(pat)] = len(specs)
-            specs.append((pat.pattern, pat.flags & ~re.UNICODE, kinds, special))
+            flags = pat.flags & ~re.UNICODE
+            specs.append((pat.pattern, flags, kinds, special, program(pat.pattern, flags)))
         state_scanner.append(seen[id(pat)])
     return {"start": fast.start_state, "end": fast.end_state, "goto": fast.goto, "actions": actions,
             "rules": rules, "scanners": specs, "state_scanner": state_scanner}

@@ -103,3 +103,21 @@ def test_writing_removes_other_keys_files_left_for_a_month(cache):
     os.utime(old, (month_ago, month_ago))
     P._fast(True)
     assert PC.cache_path().is_file() and recent.is_file() and not old.exists()
+
+
+def test_the_scanners_are_made_from_their_stored_programs_as_re_compiles_them(cache):
+    import pickle
+    import re
+
+    from planlang.lang import regex_programs as R
+
+    P._fast(True)
+    specs = pickle.loads(PC.cache_path().read_bytes())["scanners"]
+    assert specs and all(prog is not None for *_, prog in specs)  # CPython: every scanner's program stored
+    for pattern, flags, _kinds, _special, prog in specs:
+        assert R.pattern_of(pattern, flags, prog) == re.compile(pattern, flags)  # flags, text and program
+    pattern, flags, *_, prog = specs[0]
+    other_python = (prog[0] + 1, *prog[1:])
+    broken = (prog[0], prog[1], [999_999], *prog[3:])  # a program the engine refuses
+    for bad in (None, other_python, broken):
+        assert R.pattern_of(pattern, flags, bad) == re.compile(pattern, flags)  # compiled as re does
