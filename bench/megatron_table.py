@@ -20,7 +20,8 @@ plans under bench/plan_configs/megatron/ (`--write` regenerates them from ROWS):
 
 Per row the bench prints: the published TFLOP/s; planlang's prediction for the published layout (`planlang
 estimate`'s step, which prices planlang's own runtime, its gradient sums overlapped with backward) and the
-same step "as run" (the sums after backward, as Megatron-LM summed them in 2021: AS_RUN below); the plan `solve` writes for the hole version and its predicted TFLOP/s; the solve's CPU
+same step "as run" (the gradient sums as each row's --DDP-impl ran them: AS_RUN below); the plan `solve`
+writes for the hole version and its predicted TFLOP/s; the solve's CPU
 seconds (user + system of the child process, cold). TFLOP/s are by Megatron's own count (the paper's eq. 3,
 §5.1: 96·B·s·l·h²·(1 + s/6h + V/16lh) flops per step, activation recomputation included) over the predicted
 step and the GPU count. Targets (issue #29): each published layout within 10 % of its published TFLOP/s (as run),
@@ -67,6 +68,7 @@ class Row:
     tflops: float  # achieved per GPU, published
     mbs: int = 1  # microbatch size (the authors' script)
     per_stage: int | None = None  # layers per (virtual) stage; None: one stage per pipeline rank (1F1B)
+    ddp: str = "local"  # the script's --DDP-impl: "torch" overlaps the gradient sums with backward
 
     @property
     def dp(self) -> int:
@@ -100,12 +102,13 @@ class Row:
 
 
 # Table 1 of Narayanan et al. 2021 (arXiv:2104.04473): heads, hidden, layers, tp, pp, GPUs, batch, TFLOP/s;
-# microbatch size and layers per virtual stage from the authors' NVIDIA/Megatron-LM examples/sc21/run_table_1.sh
+# microbatch size, layers per virtual stage and --DDP-impl from the authors' NVIDIA/Megatron-LM
+# examples/sc21/run_table_1.sh
 ROWS = (
-    Row("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, mbs=16),
-    Row("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, mbs=16),
-    Row("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, mbs=16),
-    Row("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, mbs=8),
+    Row("1.7B", 24, 2304, 24, 1, 1, 32, 512, 137, mbs=16, ddp="torch"),
+    Row("3.6B", 32, 3072, 30, 2, 1, 64, 512, 138, mbs=16, ddp="torch"),
+    Row("7.5B", 32, 4096, 36, 4, 1, 128, 512, 142, mbs=16, ddp="torch"),
+    Row("18.4B", 48, 6144, 40, 8, 1, 256, 1024, 135, mbs=8, ddp="torch"),
     Row("39.1B", 64, 8192, 48, 8, 2, 512, 1536, 138, mbs=4),
     Row("76.1B", 80, 10240, 60, 8, 4, 1024, 1792, 140, mbs=2, per_stage=5),
     Row("145.6B", 96, 12288, 80, 8, 8, 1536, 2304, 148, mbs=2, per_stage=5),
@@ -244,12 +247,17 @@ def estimate(path: Path) -> tuple[float | None, float | None, str, float | None]
     return float(slowest["step_time"]), max(int(r["peak"]) for r in rows) / 2**30, "", as_run
 
 
-# Megatron-LM as the paper ran it summed data-parallel gradients after backward (its `--DDP-impl local`,
-# the default then): overlapping them with backward came in 2023 (`--overlap-grad-reduce`, NVIDIA/Megatron-LM
-# issues #391 and #428). planlang's runtime overlaps them bucket by bucket, and its step-time model says so
-# (the `overlapped` part of a step); "as run" adds that part back: the published layout as Megatron-LM ran
-# it. The two differ only in rows without a pipeline (a pipeline stage sums after its last backward).
-AS_RUN = "as run = the same step with the gradient sums after backward, as Megatron-LM 2021 ran them"
+# How Megatron-LM summed data-parallel gradients in the paper's runs depends on the row: the authors'
+# run_table_1.sh passes `--DDP-impl torch` for 1.7B-18.4B and `--DDP-impl local` from 39.1B on (examples/sc21,
+# CONFIG.sh). torch's DistributedDataParallel all-reduces bucket by bucket during backward (Li et al., VLDB
+# 2020, §3.2.3), and Megatron-LM's no-pipeline schedule runs all but the last microbatch under `no_sync`: the
+# sums overlap the last backward, as planlang's runtime and step-time model do (the `overlapped` part of a
+# step). `local` summed after backward (`allreduce_gradients()` in train_step; overlapping it came in 2023 as
+# --overlap-grad-reduce, NVIDIA/Megatron-LM issues #391 and #428): "as run" adds the overlapped part back for
+# those rows. Every `local` row has a pipeline, whose stages sum after their last backward anyway, so "as run"
+# equals planlang's step on every row of Table 1 (Run B of the results added it back on the `torch` rows too).
+AS_RUN = ("as run = the same step with the gradient sums as Megatron-LM ran them: overlapped with backward under "
+          "--DDP-impl torch (rows 1.7B-18.4B), after it under local")
 
 
 def last_error(proc: subprocess.CompletedProcess) -> str:
@@ -324,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
         "every block checkpointed: the authors' examples/sc21/run_table_1.sh), "
         "estimate error = (predicted - published) / published; solve = `planlang solve` of the hole version "
         "(mesh degrees, microbatches, stages, schedule, checkpointing `?`), whole command, CPU-s of the child")
-    say(AS_RUN + " (issues #391, #428 of NVIDIA/Megatron-LM: overlap came in 2023)")
+    say(AS_RUN + " (run_table_1.sh's --DDP-impl; NVIDIA/Megatron-LM issues #391, #428: local's overlap came in 2023)")
     say(f"{'row':>6} {'GPUs':>5} {'pub.':>6} {'layout':>26} {'step s':>8} {'TFLOP/s':>8} {'err':>7} "
         f"{'as run':>8} {'TFLOP/s':>8} {'err':>7} {'peak GiB':>8} | {'solve cpu s':>11} {'target':>6} {'step s':>8} {'TFLOP/s':>8} {'vs pub.':>7}  solved plan")
     with tempfile.TemporaryDirectory() as tmp:
@@ -332,6 +340,7 @@ def main(argv: list[str] | None = None) -> None:
             step, peak, err, as_run = estimate(plan_path(row, False))
             pub_tf = row.tflops_at(step) if step else None
             err_pct = None if pub_tf is None else (pub_tf - row.tflops) / row.tflops * 100
+            as_run = step if row.ddp == "torch" else as_run  # torch DDP overlaps the sums (AS_RUN)
             run_tf = row.tflops_at(as_run) if as_run else None
             run_pct = None if run_tf is None else (run_tf - row.tflops) / row.tflops * 100
             layout = f"tp{row.tp} pp{row.pp} dp{row.dp} mbs{row.mbs}" + (f" v{row.chunks}" if row.chunks > 1 else "")
