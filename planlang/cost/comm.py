@@ -100,7 +100,10 @@ def compute_time(flops: float, mesh: Mesh, dtype: str = "f32", efficiency: float
     """Seconds for `flops` on one device of the mesh at `efficiency` of its peak for `dtype`.
 
     Efficiency is the fraction of datasheet peak a real kernel reaches (0.4-0.6 for large matmuls);
-    falls back to f32 and then to any declared figure when the dtype has none."""
+    falls back to f32 and then to any declared figure when the dtype has none. One flat figure for every
+    op is a known limit: Megatron-LM's Table 1 implies 44 % of peak over a 1.7B model's step and 66 % over
+    the 1T model's (Narayanan et al. 2021, §5.1: utilization grows with the matrix sizes), because the
+    memory-bound ops' share shrinks as h grows (docs/step_time.md, "Compute efficiency")."""
     dev = mesh.device
     if dev is None or not dev.flops:
         raise ValueError(f"mesh {mesh.name} has no device throughput; declare `flops.{dtype}` on its device")
