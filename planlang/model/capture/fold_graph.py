@@ -25,8 +25,8 @@ graph. That is checked on what the cut graph shows before anything is expanded, 
   the interior blocks' counters (so no name there depends on the block count);
 * every name the expansion asks for is free (the fx namespace gives it unchanged).
 
-A model torch.fx traces (op_graph's other front end) is not expanded: `op_graph_of` builds it whole and
-says so. tests/model/test_fold_graph.py compares the expanded op graph with the whole model's node for
+A model torch.fx traces (op_graph's first front end) is expanded from its fx trace
+(planlang.model.capture.fold_fx), as op_graph would trace it whole. tests/model/test_fold_graph.py compares the expanded op graph with the whole model's node for
 node (and their lowered programs, and `check --model`) on Hugging Face Llama, Qwen2, Mistral and GPT-2.
 """
 from __future__ import annotations
@@ -40,9 +40,10 @@ from torch import fx, nn
 from planlang.model.capture.export_builder import StepSignature, clean_path
 from planlang.model.capture.export_graph import export_step, inline_wrappers, lower_export
 from planlang.model.capture.fold import Fold, FoldError, truncated
+from planlang.model.capture.fold_fx import fx_folded_op_graph
 from planlang.model.capture.fx_builder import strip
-from planlang.model.capture.graph_values import OpGraph, UnsupportedGraph, keyword_inputs
-from planlang.model.capture.opgraph import op_graph, trace
+from planlang.model.capture.graph_values import OpGraph, UnsupportedGraph
+from planlang.model.capture.opgraph import op_graph
 
 #: blocks the cut model keeps: the first, an interior one (the one repeated) and the last
 CUT_BLOCKS = 3
@@ -67,15 +68,11 @@ def folded_op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: 
     to be the whole model's graph (the caller builds that instead); UnsupportedGraph as op_graph's."""
     if not 3 <= k < fold.count:
         raise FoldError(f"{fold}: a cut to {k} blocks keeps no interior block to repeat, or all of them")
+    try:  # op_graph's first front end: a model torch.fx traces is expanded as fx traced it
+        return fx_folded_op_graph(model, inputs, loss_fn, fold, targets, k)
+    except UnsupportedGraph:
+        pass  # the cut does not trace with fx: op_graph exports the model, so is the cut exported
     with truncated(model, fold, k) as calls:
-        try:
-            trace(model, loss_fn, keyword_inputs(model, list(inputs)) or len(inputs))
-        except UnsupportedGraph:
-            traced = False
-        else:
-            traced = True
-        if traced:  # op_graph takes the torch.fx path: its graphs are not expanded
-            raise FoldError("the model traces with torch.fx; only torch.export graphs are expanded")
         ep, root = export_step(model, inputs, loss_fn, targets)
     calls.check()
     inline_wrappers(ep.graph_module)

@@ -110,11 +110,8 @@ def _lower_node(b: FxBuilder, node: fx.Node, index: TargetIndex) -> None:
         b.set(node, b.opaque(node))
 
 
-def build_op_graph(gm: fx.GraphModule, example_inputs: list[torch.Tensor], prefix: str = "",
-                   training: bool = True) -> OpGraph:
-    """Shape-propagate `gm` on `example_inputs` (meta tensors are fine) and lower every node, looking
-    calls up in the op registry as it is now."""
-
+def propagate(gm: fx.GraphModule, example_inputs: list[torch.Tensor]) -> None:
+    """Shape-propagate `gm` on `example_inputs` (meta tensors are fine): each node's `tensor_meta`."""
     devices = {t.device.type for t in gm.parameters()} | {t.device.type for t in gm.buffers()}
     try:
         if devices - {"meta"}:  # a real model: propagate fake tensors, allocating nothing
@@ -128,6 +125,14 @@ def build_op_graph(gm: fx.GraphModule, example_inputs: list[torch.Tensor], prefi
             ShapeProp(gm).propagate(*example_inputs)
     except Exception as e:  # noqa: BLE001
         raise UnsupportedGraph(f"shape propagation failed: {e}") from e
+
+
+def build_op_graph(gm: fx.GraphModule, example_inputs: list[torch.Tensor], prefix: str = "",
+                   training: bool = True, propagated: bool = False) -> OpGraph:
+    """Shape-propagate `gm` on `example_inputs` (unless `propagated`: its nodes hold their `tensor_meta`
+    already) and lower every node, looking calls up in the op registry as it is now."""
+    if not propagated:
+        propagate(gm, example_inputs)
     b = FxBuilder(gm, prefix, training)
     index = target_index()
     for node in gm.graph.nodes:
@@ -159,12 +164,23 @@ def op_graph(model: nn.Module, inputs: dict[str, torch.Tensor], loss_fn: Callabl
             return export_op_graph(model, inputs, loss_fn, targets, outputs)
         except UnsupportedGraph as exported:
             raise UnsupportedGraph(f"{traced}; {exported}") from exported
-    prefix = "model" if loss_fn is not None or keyword_inputs(model, list(inputs)) else ""
-    g = build_op_graph(gm, list(inputs.values()) + list(targets), prefix, training=model.training)
-    # name the input Values after the plan's inputs and the targets
+    g = build_op_graph(gm, list(inputs.values()) + list(targets), step_prefix(model, loss_fn, list(inputs)),
+                       training=model.training)
+    return named_inputs(g, gm, list(inputs), len(targets))
+
+
+def step_prefix(model: nn.Module, loss_fn: Callable | None, inputs: list[str]) -> str:
+    """The path of the model in the traced step's root: "model" when `trace` wraps it (a loss, or
+    inputs by name), else "" (the model is the root)."""
+    return "model" if loss_fn is not None or keyword_inputs(model, inputs) else ""
+
+
+def named_inputs(g: OpGraph, gm: fx.GraphModule, inputs: list[str], n_targets: int) -> OpGraph:
+    """`g` (lowered from `gm`) with its input Values named after the plan's inputs and the targets, and
+    the step's output tree."""
     renames = {}
     ph = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    for fx_name, plan_name in zip(ph, step_input_names(list(inputs), len(targets))):
+    for fx_name, plan_name in zip(ph, step_input_names(inputs, n_targets)):
         renames[fx_name] = plan_name
     g.output_tree = getattr(gm, "output_tree", None)
     return rename_inputs(g, renames)
