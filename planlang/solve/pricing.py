@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from planlang.plan.complete import CompletePlan
+from planlang.plan.complete import CompletePlan, CompleteSchedule
 
 from .facts import SolveFacts
 from .space import Choices
@@ -68,12 +68,20 @@ def lowered(plan: CompletePlan, facts: SolveFacts) -> CandidateTraffic:
     return out
 
 
+# the schedule every pipeline's key holds (see _same_program)
+_ANY_SCHEDULE = CompleteSchedule("1f1b")
+
+
 def _same_program(plan: CompletePlan) -> CompletePlan | None:
-    """The plan value as its lowered program reads it: a pipeline of one stage holds the whole model however
-    its stage is written (the stage methods write `h` or `h[0..12]`), so its stage is left out; None when
-    the value does not hash."""
+    """The plan value as its lowered program reads it: a pipeline's program (one microbatch's, cut into its
+    stages: planlang.model.price.step_time.lowered_traffic) and its collectives read the pipeline's stages and
+    microbatches, never its schedule, so candidates that differ only there (gpipe and 1f1b over the same
+    stages) share it (tests/solve/test_shared_lowering.py lowers each afresh); a pipeline of one stage holds
+    the whole model however its stage is written (the stage methods write `h` or `h[0..12]`), so its stage is
+    left out. None when the value does not hash."""
     p = plan.pipeline
-    key = replace(plan, pipeline=replace(p, stages=())) if p is not None and len(p.stages) == 1 else plan
+    key = plan if p is None else replace(plan, pipeline=replace(
+        p, schedule=_ANY_SCHEDULE, stages=() if len(p.stages) == 1 else p.stages))
     try:
         hash(key)
     except TypeError:
