@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
 from planlang.plan.complete import CompletePlan, CompleteSchedule
 
@@ -109,23 +110,37 @@ def price_plan(plan: CompletePlan, facts: SolveFacts, low: CandidateTraffic | No
 class Steps:
     """A candidate's step times priced without its memory (price_steps): what the step-time model needs
     of the local model's profile (planlang.model.price.estimate.StepInputs) and — once `with_lowered` has
-    lowered its program — its collectives, which price_plan then reuses."""
+    lowered its program — its collectives, which price_plan then reuses. Each figure is priced once per plan
+    value (`_memo`): the search asks for a candidate's bound when it orders the meshes and again when it
+    prices it, and for its step when it bounds it and again when it checks the full pricing against it."""
 
     inputs: object  # planlang.model.price.estimate.StepInputs
     low: CandidateTraffic | None = None  # None: not lowered yet
+    _memo: dict = field(default_factory=dict, compare=False, repr=False)
 
     def lower(self, plan: CompletePlan) -> float:
         """The slowest row's step as price_plan gives it, or, before the program is lowered, a lower
         bound on it (the step without the program's collectives)."""
         if self.low is None:
-            return max(st.total for st in self.inputs.lower_bound(plan))  # type: ignore[attr-defined]
+            return self._once("bound", plan, lambda: max(st.total for st in self.inputs.lower_bound(plan)))  # type: ignore[attr-defined]
         return max(self.steps(plan))
 
     def steps(self, plan: CompletePlan) -> tuple[float, ...]:
         """Each row's step as price_plan gives it (its program lowered)."""
         low = self.low if self.low is not None else CandidateTraffic(None, "not lowered")
         traffic = low.for_estimate()
-        return tuple(st.total for st in self.inputs.steps(plan, traffic if not isinstance(traffic, str) else None))  # type: ignore[attr-defined]
+        return self._once("steps", plan, lambda: tuple(
+            st.total for st in self.inputs.steps(plan, traffic if not isinstance(traffic, str) else None)))  # type: ignore[attr-defined]
+
+    def _once(self, what: str, plan: CompletePlan, price: Callable[[], Any]) -> Any:
+        try:
+            key = (what, plan)
+            if key in self._memo:
+                return self._memo[key]
+        except TypeError:  # a plan value that does not hash: priced each time
+            return price()
+        got = self._memo[key] = price()
+        return got
 
     def with_lowered(self, plan: CompletePlan, facts: SolveFacts) -> "Steps":
         """These steps with the program's collectives (itself once lowered)."""
