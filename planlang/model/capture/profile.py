@@ -25,7 +25,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
-from planlang.model.capture.simulate import Existing, MetaOpCache, fused_attention
+from planlang.model.capture.simulate import DEVICE, Existing, MetaOpCache, fused_attention
 from planlang.model.capture.trace import bind_inputs, meta_or_fake
 
 
@@ -95,6 +95,8 @@ class _FlopMode(TorchDispatchMode):
         self.existing = existing
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is DEVICE:
+            return func(*args)
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         if self.existing.is_view_of_existing(func, args, kwargs, out):

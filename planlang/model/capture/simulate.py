@@ -71,6 +71,15 @@ class MetaOpCache(TorchDispatchMode):
         self.hits = 0
         self.misses = 0
 
+    def __enter__(self):
+        # under FakeTensorMode (trace.meta_or_fake) every output is a fake tensor, never remembered: the
+        # mode would only add a layer to each op's dispatch (about 7 us), so it is not entered
+        self._idle = _fake_mode() is not None
+        return self if self._idle else super().__enter__()
+
+    def __exit__(self, *exc):
+        return None if self._idle else super().__exit__(*exc)
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         key = _op_key(func, args, kwargs) if self.enabled else None
@@ -92,6 +101,9 @@ class MetaOpCache(TorchDispatchMode):
         return out
 
 
+DEVICE = torch.ops.prim.device.default
+
+
 class _Meta(tuple):
     """(shape, stride, dtype) of a remembered output."""
 
@@ -99,6 +111,10 @@ class _Meta(tuple):
 _UNCACHEABLE = object()
 _META_OPS: dict = {}  # keys are pure op metadata (no model, no file): shared by every estimate of a process
 _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.memory_format, torch.layout)
+
+
+def _fake_mode():
+    return torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE)
 
 
 def _op_key(func, args, kwargs):
@@ -205,6 +221,8 @@ class LiveBytes(TorchDispatchMode):
         self.phase_entered: dict[tuple[int, object], int] = {}  # the bytes live when a part is first entered
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func is DEVICE:  # a fake tensor's device, asked by autograd thousands of times: no tensor
+            return func(*args)
         out = func(*args, **(kwargs or {}))
         if self.ignore.is_view_of_existing(func, args, kwargs, out):
             return out
