@@ -45,7 +45,8 @@ def assert_same(a: OpGraph, b: OpGraph) -> None:
     assert [repr(x.call) for x in a.nodes] == [repr(y.call) for y in b.nodes]
     assert a.outputs == b.outputs
     assert list(a.consts) == list(b.consts)
-    assert [(t.dtype, tuple(t.shape)) for t in a.consts.values()] == [(t.dtype, tuple(t.shape)) for t in b.consts.values()]
+    assert [(t.dtype, tuple(t.shape)) for t in a.consts.values()] == \
+        [(t.dtype, tuple(t.shape)) for t in b.consts.values()]
     assert repr(a.output_tree) == repr(b.output_tree)
 
 

@@ -9,13 +9,14 @@ from the block before read from the copy before.
 
 Node names are not computed here: the expansion creates the nodes in the order the tracer creates the whole
 model's, each with the name fx's namespace gives it then (a call's counter, `add_41`, follows from the calls
-made before it), so they are the names the whole model's trace gives. That the cut trace's own names come
-out so when its nodes are created again in order is checked first. The copies take block 1's shapes (no
-shape propagation of the expansion): every block reads the block before's output, and the cut shows block
-2 (k - 1) is block 1 moved — every node's op, target, arguments (in block-relative terms), shape, dtype and
-module stack. Anything else is a FoldError (the caller traces the whole model):
+made before it), so they are the names the whole model's trace gives. That the cut trace itself comes out
+so (names and arguments) when its nodes are created again in order is checked first. The copies take block
+1's shapes (no shape propagation of the expansion): every block reads the block before's output, and the
+cut shows block 2 (k - 1) is block 1 moved — every node's op, target, arguments (in block-relative terms),
+shape, dtype and module stack. Anything else is a FoldError (the caller traces the whole model):
 
-* the blocks' nodes are contiguous and in order, each kept block ran once (`BlockCalls.check`);
+* the blocks' nodes are contiguous and in order, each kept block ran once (`BlockCalls.check`; a list of
+  modules fx keeps as leaves, nn.Linear, runs no forward hook under the tracer: traced whole);
 * a block's nodes read only its own, the block before's and those before the blocks; the nodes after the
   blocks read only the last block's and their own.
 
@@ -162,10 +163,14 @@ def expand_fx(graph: fx.Graph, fold: Fold, k: int, prefix: str) -> fx.Graph:
         raise FoldError(f"{fold}: a cut to {k} blocks keeps no interior block to repeat, or all of them")
     cut = _Blocks(graph, fold, k, prefix)
     _check_moves(cut)
-    same = _rebuild(cut, None)  # the cut made again: fx's namespace names it as the tracer did
-    if [x.name for x in same.nodes] != [x.name for x in cut.nodes]:
-        raise FoldError("the traced graph's names are not those fx gives its nodes in order")
+    same = _rebuild(cut, None)  # the cut made again: fx's namespace names it as the tracer did, and
+    if _form(same) != _form(graph):  # every node reads what it read
+        raise FoldError("the traced graph is not what creating its nodes again in order gives")
     return _rebuild(cut, fold.count)
+
+
+def _form(graph: fx.Graph) -> list[tuple]:
+    return [(x.op, x.name, str(x.target), str(x.args), str(x.kwargs)) for x in graph.nodes]
 
 
 def _rebuild(cut: _Blocks, n: int | None) -> fx.Graph:
