@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 import types
 from typing import Any
 
@@ -77,6 +76,9 @@ def main() -> None:
             sys.stderr.write(f"planlang: error: this command needs {missing}, which is not installed; install "
                              f"planlang's torch extra: pip install 'planlang[torch]'\n")
             sys.exit(2)
+
+        # lazy: only an internal error prints a traceback
+        import traceback
 
         traceback.print_exc()
         sys.stderr.write(f"planlang: internal error: {err!r} — please report this with the plan that caused it\n")

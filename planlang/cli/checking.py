@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
+from planlang.lang.frozen import value_type
 from planlang.cli import cached
 from planlang.cli.common import OutputFormat, STDIN, UsageError, echo, fail_usage, plan_files, use_color
 from planlang.lang.codes import CODES
@@ -21,7 +21,7 @@ from planlang.lang.source import SourceFile, decode_plan
 from planlang.plan.checker import check_text
 
 
-@dataclass(frozen=True)
+@value_type
 class PlanInput:
     """A file argument as read: the name diagnostics use, its text, its bytes, and PL105 when they are
     not UTF-8 (the text then shows U+FFFD for the bad bytes)."""
@@ -76,7 +76,7 @@ def statistics_table(diags) -> str:
     return "".join(r + "\n" for r in rows) + f"Found {sum(counts.values())} finding{'s' if len(diags) != 1 else ''}.\n"
 
 
-@dataclass(frozen=True)
+@value_type
 class FixMode:
     apply: bool  # --fix: write the fixed files
     unsafe: bool  # --unsafe-fixes: unsafe fixes count as fixes too

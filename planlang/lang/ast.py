@@ -11,9 +11,10 @@ accepted wherever a span is: ``Name("x", span=Span(...))`` works as before.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Union
 
+from .frozen import value_type
 from .source import Span
 from .spec_text import read_spec
 
@@ -24,7 +25,7 @@ from .packed_spans import (SpanArg, as_span, file_id, pack_span, span_lines,  # 
                            span_offsets, sub_spans, unpack_span)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Node:
     # keyword-only and left out of equality and repr: a node says what it says wherever it was written
     span: Span = field(default=NO_SPAN, compare=False, repr=False, kw_only=True)
@@ -63,7 +64,7 @@ def raw_span(obj, name: str = "span", _node=Node, _get=_RAW[Node, "span"]) -> "S
 
 
 # ------------------------------------------------------------------ names and values
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Name(Node):
     text: str
 
@@ -71,7 +72,7 @@ class Name(Node):
         return self.text
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Dotted(Node):
     parts: tuple[Name, ...]
 
@@ -79,13 +80,13 @@ class Dotted(Node):
         return ".".join(p.text for p in self.parts)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Hole(Node):
     def __str__(self) -> str:
         return "?"
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Int(Node):
     value: int
     text: str = field(default="", compare=False, repr=False, kw_only=True)  # as written: `1_000`, `1e3`
@@ -94,7 +95,7 @@ class Int(Node):
         return self.text or str(self.value)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Float(Node):
     value: float
     text: str = field(default="", compare=False, repr=False, kw_only=True)  # as written: `1_000`, `1e3`
@@ -103,7 +104,7 @@ class Float(Node):
         return self.text or repr(self.value)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Str(Node):
     value: str
     text: str = field(default="", compare=False, repr=False, kw_only=True)  # as written: `1_000`, `1e3`
@@ -112,7 +113,7 @@ class Str(Node):
         return self.text or '"' + self.value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Unit(Node):
     text: str
 
@@ -120,7 +121,7 @@ class Unit(Node):
         return self.text
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Quantity(Node):
     number: Union[Int, Float]
     unit: Unit
@@ -129,7 +130,7 @@ class Quantity(Node):
         return f"{self.number} {self.unit}"
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Ref(Node):
     """A reference to a named thing, e.g. `hardware.nvlink3`, `tp`, `true`."""
 
@@ -139,7 +140,7 @@ class Ref(Node):
         return str(self.name)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class ListValue(Node):
     items: tuple["Value", ...]
 
@@ -152,7 +153,7 @@ Value = Union[Quantity, Int, Float, Str, Ref, Hole, ListValue]
 
 
 # ------------------------------------------------------------------ module paths
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Index(Node):
     index: int
 
@@ -160,7 +161,7 @@ class Index(Node):
         return f"[{self.index}]"
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Slice(Node):
     start: int | None
     stop: int | None
@@ -171,7 +172,7 @@ class Slice(Node):
         return f"[{a}:{b}]"
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Star(Node):
     def __str__(self) -> str:
         return "[*]"
@@ -180,7 +181,7 @@ class Star(Node):
 Selector = Union[Index, Slice, Star]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Segment(Node):
     """One dotted component: a name or glob (`h`, `*`, `attn*`, `**`; "" for a rooted path) and selectors."""
 
@@ -195,7 +196,7 @@ class Segment(Node):
         return self.name + "".join(str(s) for s in self.selectors)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Path(Node):
     """A module path. The parser stores a path written as `str(path)` prints it (`h[3].attn`, no spaces,
     on one line) as that text, and `segments` builds the Segment nodes (spans included) from it when first
@@ -265,7 +266,7 @@ def _segments_of_text(text: str, span: Span | int) -> tuple[Segment, ...]:
     return tuple(out)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Activation(Node):
     kind: str  # "output" | "input"
     path: Path
@@ -275,13 +276,13 @@ class Activation(Node):
 
 
 # ------------------------------------------------------------------ sharding specs
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Replicated(Node):
     def __str__(self) -> str:
         return "_"
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class AxisEntry(Node):
     axis: Name
 
@@ -289,7 +290,7 @@ class AxisEntry(Node):
         return self.axis.text
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class AxisTuple(Node):
     axes: tuple[Name, ...]
 
@@ -300,7 +301,7 @@ class AxisTuple(Node):
 SpecEntry = Union[Replicated, AxisEntry, AxisTuple, Hole]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Spec(Node):
     """A sharding spec. Like a `Path`, a spec written as it prints (`[_, (dp, tp)] partial(tp)`, one line)
     is stored by the parser as that text (in `entries`; `partial` is then None), and its nodes are built
@@ -383,65 +384,65 @@ def _spec_of_text(text: str, span: Span | int) -> tuple[tuple, tuple]:
 
 
 # ------------------------------------------------------------------ statements
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Use(Node):
     target: Union[Dotted, Str]
     alias: Name | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class KwArg(Node):
     name: Name
     value: Value
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class ModelDecl(Node):
     name: Name
     factory: Str
     args: tuple[KwArg, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class DimDecl(Node):
     name: Name
     size: Int
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class InputDecl(Node):
     name: Name
     dtype: Name
     dims: tuple[DimDecl, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Field(Node):
     key: Dotted
     value: Value
     over: Union[Name, Hole, None] = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class DeviceDecl(Node):
     name: Name
     fields: tuple[Field, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class LinkDecl(Node):
     name: Name
     fields: tuple[Field, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class AxisDecl(Node):
     name: Name
     size: Union[Int, Hole]
     link: Dotted | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class MeshDecl(Node):
     name: Name
     count: Int | None
@@ -449,38 +450,38 @@ class MeshDecl(Node):
     axes: tuple[AxisDecl, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class MeshAlias(Node):
     name: Name
     target: Dotted
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class BudgetDecl(Node):
     amount: Value
     per_device: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class OptimizerDecl(Node):
     name: Name
     args: tuple[KwArg, ...] | None = None
     fields: tuple[Field, ...] | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class DataDecl(Node):
     input: Name
     spec: Union[Spec, Hole]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class ShardStmt(Node):
     target: Union[Path, Activation]
     spec: Union[Spec, Hole]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Schedule(Node):
     name: Name
     chunks: Union[Int, Hole, None] = None
@@ -489,19 +490,19 @@ class Schedule(Node):
         return self.name.text + ("" if self.chunks is None else f" chunks {self.chunks}")
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Degree(Node):
     axis: Name
     size: Union[Int, Hole]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class StageDecl(Node):
     paths: tuple[Path, ...]
     degrees: tuple[Degree, ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class PipelineDecl(Node):
     axis: Union[Name, Hole]
     schedule: Union[Schedule, Hole]
@@ -509,7 +510,7 @@ class PipelineDecl(Node):
     stages: Union[tuple[StageDecl, ...], Hole]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class MicrobatchesDecl(Node):
     """`microbatches N` at the top level: a step without a pipeline runs its per-rank batch as N
     microbatches in sequence and sums the gradients once (gradient accumulation)."""
@@ -517,33 +518,33 @@ class MicrobatchesDecl(Node):
     count: Union[Int, Hole]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class CheckpointStmt(Node):
     paths: Union[tuple[Path, ...], Hole]
     every: Union[Int, Hole, Name, None] = None
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Param(Node):
     name: Name
     kind: Name
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class ApplyStmt(Node):
     template: Dotted
     args: tuple[Value, ...] | None
     target: Path
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class ForStmt(Node):
     var: Name
     selection: Path
     body: tuple["Statement", ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class TemplateDecl(Node):
     name: Name
     params: tuple[Param, ...]
@@ -556,12 +557,12 @@ Statement = Union[
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Comment(Node):
     text: str  # including the leading '#'
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Module(Node):
     """One parsed file."""
 

@@ -12,8 +12,8 @@ keeps the two in sync; `planlang explain CODE` prints an entry.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from .frozen import value_type
 from .diagnostics import Severity
 
 E, W, N = Severity.ERROR, Severity.WARNING, Severity.NOTE
@@ -24,7 +24,7 @@ REPOSITORY_URL = "https://github.com/planlang/planlang"
 DIAGNOSTICS_DOC = "docs/diagnostics.md"
 
 
-@dataclass(frozen=True)
+@value_type
 class Code:
     code: str
     name: str

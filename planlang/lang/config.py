@@ -21,12 +21,11 @@ always checked; `exclude` and `.gitignore` apply to the files found below a fold
 from __future__ import annotations
 
 import fnmatch
-import subprocess
-import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Iterable
 
+from .frozen import value_type
 from .codes import CODES
 from .diagnostics import Diagnostic, did_you_mean
 
@@ -41,7 +40,7 @@ class ConfigError(ValueError):
     """A configuration that cannot be used: the message names the file, the key and the fix."""
 
 
-@dataclass(frozen=True)
+@value_type
 class Config:
     root: Path  # patterns are relative to this folder (the config file's, or the current one)
     source: str | None = None  # the file the settings came from
@@ -122,6 +121,9 @@ def _matches(rel: str, pattern: str) -> bool:
 
 def _git_ignored(folder: Path, files: list[Path]) -> set[Path]:
     """The files git would ignore (none outside a work tree or without git)."""
+    # lazy: only a folder's expansion runs git
+    import subprocess
+
     try:
         out = subprocess.run(["git", "-C", str(folder), "check-ignore", "-z", "--stdin"],
                              input="\0".join(str(f.resolve()) for f in files), capture_output=True,
@@ -156,12 +158,26 @@ def find_config(start: Path) -> Path | None:
     for folder in [start, *start.parents]:
         for name in CONFIG_FILES:
             f = folder / name
-            if f.is_file() and (name != "pyproject.toml" or "planlang" in _read(f).get("tool", {})):
+            if f.is_file() and (name != "pyproject.toml" or _has_planlang_table(f)):
                 return f
     return None
 
 
+def _has_planlang_table(pyproject: Path) -> bool:
+    """Whether a pyproject.toml has a [tool.planlang] table; one that never names planlang is not parsed (most
+    are not planlang's, and tomllib is ~5 ms of a check)."""
+    try:
+        if "planlang" not in pyproject.read_text(encoding="utf-8"):
+            return False
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"cannot read {pyproject}: {err}") from None
+    return "planlang" in _read(pyproject).get("tool", {})
+
+
 def _read(path: Path) -> dict:
+    # lazy: only a configuration file needs a TOML reader
+    import tomllib
+
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as err:

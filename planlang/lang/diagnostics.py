@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import difflib
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import Enum
 
+from .frozen import value_type
 from .source import Span
 
 
@@ -23,7 +24,7 @@ class Severity(str, Enum):
         return {"error": 0, "warning": 1, "note": 2}[self.value]
 
 
-@dataclass(frozen=True)
+@value_type
 class Label:
     """A secondary span with a short message (`help` arrows in the human rendering)."""
 
@@ -34,7 +35,7 @@ class Label:
         return f"{self.span}: {self.message}"
 
 
-@dataclass(frozen=True)
+@value_type
 class Edit:
     """Replace the text of `span` (its character offsets `start`..`end`) with `text`; an empty span inserts."""
 
@@ -45,7 +46,7 @@ class Edit:
         return f"{self.span}: {self.text!r}"
 
 
-@dataclass(frozen=True)
+@value_type
 class Fix:
     """A mechanical fix of one diagnostic: its edits, applied together.
 
@@ -60,7 +61,7 @@ class Fix:
         return f"fix: {self.message}" + ("" if self.safe else " (unsafe)")
 
 
-@dataclass(frozen=True)
+@value_type
 class Diagnostic:
     code: str
     severity: Severity

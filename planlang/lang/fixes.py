@@ -12,8 +12,8 @@ and `pp`) picking one guesses the user's intent, so the fix is marked unsafe (`-
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 
+from .frozen import value_type
 from .diagnostics import Diagnostic, Edit, Fix, close_matches, did_you_mean
 from .source import SourceFile, Span
 
@@ -80,7 +80,7 @@ def did_you_mean_fix(span: Span, word: str, guess: str | None, candidates: Itera
 
 
 # ------------------------------------------------------------------------------------------------ applying
-@dataclass(frozen=True)
+@value_type
 class Applied:
     """The result of one pass over one text: the new text and the diagnostics whose fixes were applied."""
 
@@ -144,7 +144,7 @@ def _meets(a: tuple[int, int], b: tuple[int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-@dataclass(frozen=True)
+@value_type
 class FixResult:
     """`fix_to_fixed_point`'s answer: the final text, every diagnostic fixed on the way, and the
     diagnostics of the final text (what remains)."""

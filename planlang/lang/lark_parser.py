@@ -5,12 +5,12 @@ the fast driver (`driver.py`), which reads its tables. It parses where the fast 
 """
 from __future__ import annotations
 
-import logging
 import threading
 from functools import lru_cache
 from pathlib import Path as FsPath
 from typing import TYPE_CHECKING
 
+from .logs import debug
 from .reductions import install_builders
 from .source import SourceFile, Span
 from .to_ast import ToAst
@@ -18,7 +18,6 @@ from .to_ast import ToAst
 if TYPE_CHECKING:  # Lark loads when its parser is built: a parse from the parser cache needs none
     from lark import Lark, Token
 
-log = logging.getLogger(__name__)
 
 # package data (in the wheel too); `grammar/` at the top of the checkout links here
 GRAMMAR_PATH = FsPath(__file__).resolve().parents[1] / "grammar" / "planlang.lark"
@@ -94,7 +93,7 @@ def lark_parser() -> Lark:
     try:
         install_builders(lark, ToAst)
     except Exception as exc:  # noqa: BLE001 -- Lark's parser as it is then: it builds a Tree
-        log.debug("the parser's reductions cannot be installed in Lark's parser (%s: %s); its trees are "
+        debug(__name__, "the parser's reductions cannot be installed in Lark's parser (%s: %s); its trees are "
                   "turned into the AST instead", type(exc).__name__, exc, exc_info=exc)
     return lark
 

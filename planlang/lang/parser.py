@@ -19,12 +19,12 @@ Costs are linear in the text: a 5 MB plan parses in about 4 s (bench/check_time.
 from __future__ import annotations
 
 import gc
-import logging
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path as FsPath
 
+from .frozen import value_type
+from .logs import debug
 from . import ast as A
 from .diagnostics import Diagnostic
 from .driver import Fallback, FastParser
@@ -42,7 +42,6 @@ from .to_ast import CANONICAL_PATH, CANONICAL_SPEC, MAX_DIGITS, ToAst
 __all__ = ["GRAMMAR_PATH", "MAX_DIGITS", "MAX_NESTING", "MAX_SYNTAX_ERRORS", "ParseResult", "PlanPostLex", "code_of",
            "no_cycle_collection", "parse", "parse_file", "parse_used"]
 
-log = logging.getLogger(__name__)
 
 # The parts, under the names tests reach them by (`from planlang.lang import parser as P`; P._fast and the
 # two canonical checks are read from this module at each parse, so a test may replace them here).
@@ -52,7 +51,7 @@ _lark, _tok_span, _accepted, _diagnostic_for, _nesting_diagnostic = (
 _CANONICAL_PATH, _CANONICAL_SPEC = CANONICAL_PATH, CANONICAL_SPEC
 
 
-@dataclass(frozen=True)
+@value_type
 class ParseResult:
     module: A.Module
     diagnostics: tuple[Diagnostic, ...]  # syntax errors: the module is empty when there are any
@@ -225,5 +224,5 @@ def _fell_back(when: str, exc: BaseException) -> None:
     """Log, once per process, that the fast driver failed and Lark's parser parses instead."""
     if not _FELL_BACK:
         _FELL_BACK.append(when)
-        log.debug("the fast parser failed %s (%s: %s); Lark's own parser parses instead (the same AST, "
+        debug(__name__, "the fast parser failed %s (%s: %s); Lark's own parser parses instead (the same AST, "
                   "about 3x slower)", when, type(exc).__name__, exc, exc_info=exc)

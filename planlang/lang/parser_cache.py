@@ -14,7 +14,8 @@ are the cached ones (the same states: a Lark that builds its table another way n
 has it raise the exception from the parse's own stacks; else it raises `NeedLark` and `parser.py`
 parses that text again with the driver built from Lark. Clean plans never load Lark's parser.
 
-The file is `parser-<key>.pickle` under `$PLANLANG_CACHE_DIR`, else `$XDG_CACHE_HOME/planlang`, else
+The file is `parser-<key>.marshal` (the data as `marshal` writes it: this Python's own format, and
+the key holds Python's version) under `$PLANLANG_CACHE_DIR`, else `$XDG_CACHE_HOME/planlang`, else
 `~/.cache/planlang` (as the model results' cache, planlang.model.capture.disk_cache); the key is a
 digest of the grammar, the modules that shape the tables (this one, the driver, the reductions, Lark's
 setup), Lark's `__init__.py` (its version) and Python's version. Deleting it is always safe; a file that cannot be read or does
@@ -25,26 +26,23 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import logging
 import marshal
 import os
-import pickle
 import re
 import sys
-import tempfile
 import time
 import types
 from pathlib import Path
 from typing import Any, Callable, cast
 
+from .logs import debug
 from . import driver as D
 from .regex_programs import pattern_of, program
 from .reductions import BUILDER, Reduced, _positions
 from .to_ast import ToAst
 
-log = logging.getLogger(__name__)
 
-FORMAT = 2  # bumped when the file's layout changes
+FORMAT = 3  # bumped when the file's layout changes
 _HERE = Path(__file__).resolve().parent
 # what the cached data is a function of, besides Lark's and Python's versions
 _INPUTS = (_HERE.parent / "grammar" / "planlang.lark", _HERE / "parser_cache.py", _HERE / "driver.py",
@@ -77,7 +75,7 @@ def cache_path() -> Path:
     for p in (*_INPUTS, _lark_init()):
         h.update(p.read_bytes())
         h.update(b"\0")
-    return cache_dir() / f"parser-{h.hexdigest()[:32]}.pickle"
+    return cache_dir() / f"parser-{h.hexdigest()[:32]}.marshal"
 
 
 def _lark_init() -> Path:
@@ -185,7 +183,7 @@ def _data(fast: D.FastParser) -> dict[str, Any]:
             raise TypeError("a scanner that is not the driver's kind")
         if id(pat) not in seen:
             seen[id(pat)] = len(specs)
-            flags = pat.flags & ~re.UNICODE
+            flags = int(pat.flags & ~re.UNICODE)  # a plain int: the file is marshal data
             specs.append((pat.pattern, flags, kinds, special, program(pat.pattern, flags)))
         state_scanner.append(seen[id(pat)])
     return {"start": fast.start_state, "end": fast.end_state, "goto": fast.goto, "actions": actions,
@@ -198,7 +196,7 @@ def load(from_lark: Callable[[], D.FastParser | None] = lambda: None) -> CachedF
     if not enabled():
         return None
     try:
-        data = pickle.loads(cache_path().read_bytes())
+        data = marshal.loads(cache_path().read_bytes())
         if data.get("format") != FORMAT:
             return None
         for spec in data["scanners"]:  # the driver tells kinds apart by identity: its own strings
@@ -207,7 +205,7 @@ def load(from_lark: Callable[[], D.FastParser | None] = lambda: None) -> CachedF
     except FileNotFoundError:
         return None
     except Exception as exc:  # noqa: BLE001 -- a partial write, another layout: built from Lark and written again
-        log.debug("the parser cache cannot be read (%s: %s); building the parser from Lark", type(exc).__name__, exc)
+        debug(__name__, "the parser cache cannot be read (%s: %s); building the parser from Lark", type(exc).__name__, exc)
         return None
 
 
@@ -218,7 +216,7 @@ def _forget_old(kept: Path) -> None:
     """Remove the cache files of other keys (an older planlang or Lark) not written for STALE_DAYS: one
     still in use (another installation sharing the folder) is at worst written again by its next process."""
     limit = time.time() - STALE_DAYS * 86400
-    for old in kept.parent.glob("parser-*.pickle"):
+    for old in kept.parent.glob("parser-*"):  # .pickle: the layout before FORMAT 3
         try:
             if old != kept and old.stat().st_mtime < limit:
                 old.unlink()
@@ -236,14 +234,17 @@ def store(fast: D.FastParser) -> None:
         data["format"] = FORMAT
         path = cache_path()
         path.parent.mkdir(parents=True, exist_ok=True)
+        # lazy: only a write needs it (tempfile imports shutil, random, bz2, lzma)
+        import tempfile
+
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".parser-", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as f:
-                f.write(pickle.dumps(data, protocol=pickle.HIGHEST_PROTOCOL))
+                f.write(marshal.dumps(data))
             os.replace(tmp, path)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
         _forget_old(path)
     except Exception as exc:  # noqa: BLE001 -- a read-only home, a full disk: the parse goes on from Lark
-        log.debug("the parser cache cannot be written (%s: %s)", type(exc).__name__, exc)
+        debug(__name__, "the parser cache cannot be written (%s: %s)", type(exc).__name__, exc)

@@ -36,7 +36,7 @@ def program(pattern: str, flags: int = 0) -> Optional[Program]:
         indexgroup: list[Any] = [None] * state.groups
         for name, i in state.groupdict.items():
             indexgroup[i] = name
-        made = (_sre.MAGIC, flags | state.flags, [int(c) for c in code], state.groups - 1, dict(state.groupdict),
+        made = (_sre.MAGIC, int(flags | state.flags), [int(c) for c in code], state.groups - 1, dict(state.groupdict),
                 tuple(indexgroup))
         # opcodes are named int constants: stored as plain ints. The check that the data is what the engine
         # takes: the same pattern (flags, text, program) as re.compile makes

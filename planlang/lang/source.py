@@ -6,6 +6,8 @@ import re
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from .frozen import value_type
+
 
 @dataclass(frozen=True, order=True)
 class Span:
@@ -29,7 +31,7 @@ class Span:
         return Span(a.file, a.line, a.col, end.end_line, end.end_col, a.start, end.end)
 
 
-@dataclass(frozen=True)
+@value_type
 class SourceFile:
     """The text of one plan file with a line index (the parser's is the file's `plan_text`)."""
 

@@ -26,14 +26,15 @@ parser may store a spec as its text and build the nodes later. No layer above `l
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Literal
+
+from .frozen import value_type
 
 EntryKind = Literal["axis", "tuple", "replicated", "hole"]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class EntryText:
     """One entry of a spec: `kind`; its axis names, major to minor (() for `_` and `?`; one for an
     `axis`, one or more for a `tuple`); its offsets in the text (`start`..`end`, parentheses included);
@@ -46,7 +47,7 @@ class EntryText:
     axis_offsets: tuple[tuple[int, int], ...] = ()
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class SpecText:
     """A spec read from its text: its entries, the axes of its `partial(...)` clause (() without one)
     and their (start, end) offsets."""

@@ -9,9 +9,10 @@ cannot have; a fact it could not compute is a failure, PL369).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable, Iterable, Sequence
 
+from planlang.lang.frozen import value_type
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Severity
 from planlang.lang.lexical import suppression
@@ -22,7 +23,7 @@ from .resolve import Resolution, Resolver
 from .types import Plan
 
 
-@dataclass(frozen=True)
+@value_type
 class Rule:
     name: str
     codes: tuple[str, ...]
@@ -37,7 +38,7 @@ class Rule:
         return f"{self.name} ({', '.join(self.codes)})"
 
 
-@dataclass(frozen=True)
+@value_type
 class CheckContext:
     plan: Plan
     sources: dict[str, SourceFile]
@@ -48,7 +49,7 @@ class CheckContext:
 RULES: tuple[Rule, ...] = tuple(Rule(f.__name__, codes, f) for f, codes in R.RULES)
 
 
-@dataclass(frozen=True)
+@value_type
 class CheckResult:
     path: str
     diagnostics: tuple[Diagnostic, ...]

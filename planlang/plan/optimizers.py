@@ -11,10 +11,11 @@ chooses the implementation for the device it runs on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from planlang.lang.frozen import value_type
 
 
-@dataclass(frozen=True)
+
+@value_type
 class Arg:
     """One argument: `number` (at least `low`; above it when `open_low`; below `high` when given),
     `bool`, or `pair` (two numbers, each within the same bounds)."""

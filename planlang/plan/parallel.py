@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
+from planlang.lang.frozen import value_type
 from . import types as T
 from .data import data_axes, tensor_axes
 
@@ -42,7 +42,7 @@ def fsdp_mesh_axes(names: Sequence[str], data: Sequence[str], zero_axis: str) ->
     return None
 
 
-@dataclass(frozen=True)
+@value_type
 class ParallelDims:
     """A complete plan's parallel dimensions (see the module docstring); `CompletePlan.dims` builds it
     once with `of`."""

@@ -12,10 +12,10 @@ plan's statements (specs, `for`, `apply`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path as FsPath
 from typing import Callable
 
+from planlang.lang.frozen import value_type
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Diagnostic, Label, did_you_mean
 from planlang.lang.fixes import delete_statement, did_you_mean_fix, guess_is_unique, replace as replace_fix
@@ -41,7 +41,7 @@ EXPANSION_CHARS = 256  # an application of a template whose text is longer count
 DECLARATIONS = (A.Use, A.DeviceDecl, A.LinkDecl, A.MeshDecl, A.MeshAlias, A.TemplateDecl)
 
 
-@dataclass(frozen=True)
+@value_type
 class Resolution:
     plan: T.Plan | None
     diagnostics: tuple[Diagnostic, ...]

@@ -5,10 +5,10 @@ span of its statement and the chain of `apply`/`for` sites it came through (`ori
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Callable, cast
 
+from planlang.lang.frozen import value_type
 from planlang.lang import ast as A
 from planlang.lang.diagnostics import Label, did_you_mean
 from planlang.lang.fixes import delete_statement, did_you_mean_fix
@@ -31,7 +31,7 @@ MAX_EXPANSION_DEPTH = 256  # template applications and `for` loops open at once 
                            # a deeper (finite) chain is a coded error, not a RecursionError
 
 
-@dataclass(frozen=True)
+@value_type
 class _Ctx:
     """Expansion context for bodies of `for` and `template`."""
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Callable
 
+from planlang.lang.frozen import value_type
 from planlang.lang import ast as A
 from planlang.lang.source import Span
 
@@ -20,7 +21,7 @@ _NO_SPAN = A.NO_SPAN
 _raw_span: Callable[[object], A.SpanArg] = A.raw_span
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Sel:
     """One selector on a segment: ("index", i), ("slice", start, stop) or ("star",)."""
 
@@ -43,7 +44,7 @@ class Sel:
         return (self.a is None or i >= self.a) and (self.b is None or i < self.b)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class SelSegment:
     name: str  # "" for a rooted selector-only segment; may contain * globs; "**" matches any depth
     sels: tuple[Sel, ...] = ()
@@ -74,7 +75,7 @@ def _segment(seg: A.Segment) -> SelSegment:
     return SelSegment(seg.name, tuple(sels))
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Selection:
     segments: tuple[SelSegment, ...]
     span: Span = field(default=_NO_SPAN, compare=False, repr=False)

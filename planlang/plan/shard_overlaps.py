@@ -8,12 +8,12 @@ probe supplies them as `ctx.facts["model"]`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 
+from planlang.lang.frozen import value_type
 from . import types as T
 
 
-@dataclass(frozen=True)
+@value_type
 class Overlap:
     """`later` gives `names` (torch names, in the model's order) another spec than `earlier` did."""
 

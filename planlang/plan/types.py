@@ -10,10 +10,11 @@ reading `.span` (or `dim_spans`, ...) gives `Span`s, `ast.raw_span` what is stor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Union
 
 from planlang.lang.ast import NO_SPAN, as_span, lazy_span_field, raw_span
+from planlang.lang.frozen import value_type
 from planlang.lang.source import Span
 
 from .selection import Selection
@@ -32,7 +33,7 @@ def user_site(span: Span, origin: tuple[Span, ...]) -> Span:
     return [s for s in origin if s.file == origin[0].file][-1]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Hole:
     """A value left for the solver (`?` in the plan)."""
 
@@ -55,7 +56,7 @@ def is_hole(x) -> bool:
 BACKENDS = ("nccl", "gloo")
 
 
-@dataclass(frozen=True)
+@value_type
 class Device:
     name: str
     memory: int  # bytes
@@ -71,7 +72,7 @@ class Device:
         return dict(self.flops).get(dtype)
 
 
-@dataclass(frozen=True)
+@value_type
 class Link:
     name: str
     bandwidth: float  # bytes per second, one direction
@@ -82,7 +83,7 @@ class Link:
         return f"{self.name}({self.bandwidth / 1e9:g} GB/s, {self.latency * 1e6:g} us)"
 
 
-@dataclass(frozen=True)
+@value_type
 class Axis:
     name: str
     size: Union[int, Hole]
@@ -94,7 +95,7 @@ class Axis:
         return f"{self.name}={self.size}"
 
 
-@dataclass(frozen=True)
+@value_type
 class Mesh:
     name: str
     device: Device | None
@@ -138,7 +139,7 @@ class Mesh:
 
 
 # ------------------------------------------------------------------------------ placements and specs
-@dataclass(frozen=True)
+@value_type
 class Shard:
     dim: int
 
@@ -146,13 +147,13 @@ class Shard:
         return f"S({self.dim})"
 
 
-@dataclass(frozen=True)
+@value_type
 class Replicate:
     def __str__(self) -> str:
         return "R"
 
 
-@dataclass(frozen=True)
+@value_type
 class Partial:
     def __str__(self) -> str:
         return "P"
@@ -161,7 +162,7 @@ class Partial:
 Placement = Union[Shard, Replicate, Partial]
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Spec:
     """One entry per tensor dim: the axes that split it (major to minor; () = replicated) or a Hole."""
 
@@ -271,7 +272,7 @@ def local_size(n: int, factor: int) -> int:
 
 
 # ------------------------------------------------------------------------------ model and inputs
-@dataclass(frozen=True)
+@value_type
 class ModelRef:
     name: str
     factory: str  # "package.module:callable"
@@ -291,7 +292,7 @@ class ModelRef:
         return self.factory.split(":", 1)[1] if ":" in self.factory else ""
 
 
-@dataclass(frozen=True)
+@value_type
 class Input:
     name: str
     dtype: str
@@ -306,7 +307,7 @@ class Input:
         return tuple(v for _, v in self.dims)
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class DataSpec:
     input: str
     spec: Union[Spec, Hole]
@@ -316,7 +317,7 @@ class DataSpec:
         return f"data {self.input} : {self.spec}"
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class ShardRule:
     """`shard TARGET : SPEC` after template and loop expansion.
 
@@ -348,7 +349,7 @@ for _cls in (DataSpec, ShardRule):
 SCHEDULES = ("gpipe", "1f1b", "interleaved")
 
 
-@dataclass(frozen=True)
+@value_type
 class Schedule:
     kind: str  # one of SCHEDULES
     chunks: Union[int, Hole] = 1
@@ -358,7 +359,7 @@ class Schedule:
         return self.kind + (f" chunks {self.chunks}" if self.kind == "interleaved" else "")
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class Stage:
     index: int
     modules: tuple[Selection, ...]
@@ -372,7 +373,7 @@ class Stage:
         return s
 
 
-@dataclass(frozen=True)
+@value_type
 class Pipeline:
     axis: Union[str, Hole]
     schedule: Union[Schedule, Hole]
@@ -385,7 +386,7 @@ class Pipeline:
         return f"pipeline over {self.axis}: {self.schedule}, {self.microbatches} microbatches, {n} stages"
 
 
-@dataclass(frozen=True)
+@value_type
 class Accumulation:
     """`microbatches N` at the top level: a step without a pipeline runs each rank's batch as
     `microbatches` equal slices in sequence, forward and backward each, and sums the gradients over the
@@ -399,7 +400,7 @@ class Accumulation:
         return f"{self.microbatches} microbatches per step"
 
 
-@dataclass(frozen=True, slots=True)
+@value_type(slots=True)
 class CheckpointGroup:
     """Consecutive modules recomputed together in backward. With `every`, the selection is cut into
     consecutive groups of that many modules once the model is known (the last group holds the rest).
@@ -426,7 +427,7 @@ for _cls in (Stage, CheckpointGroup):
     lazy_span_field(_cls)
 
 
-@dataclass(frozen=True)
+@value_type
 class Budget:
     bytes: int
     span: Span = _span()
@@ -447,7 +448,7 @@ PRECISION_DTYPES = ("f32", "bf16", "f16")
 PRECISION_FIELDS = ("precision", "params", "compute", "reduce", "master", "loss_scale")
 
 
-@dataclass(frozen=True)
+@value_type
 class Precision:
     """The dtypes of one training step's state and compute (the precision fields of the optimizer block).
 
@@ -496,7 +497,7 @@ class Precision:
         return DTYPE_BYTES[getattr(self, which)]
 
 
-@dataclass(frozen=True)
+@value_type
 class Optimizer:
     name: str
     kwargs: tuple[tuple[str, object], ...] = ()
@@ -511,7 +512,7 @@ class Optimizer:
         return f"{self.name}{z}{p}"
 
 
-@dataclass(frozen=True)
+@value_type
 class Plan:
     """A whole resolved plan: what `check`, `solve`, `estimate` and the runtime consume."""
 

@@ -44,7 +44,7 @@ def test_the_cached_driver_parses_as_the_one_built_from_lark(cache, monkeypatch)
 def test_a_cache_file_that_does_not_fit_is_ignored_and_written_again(cache, monkeypatch):
     path = PC.cache_path()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(b"not a pickle")
+    path.write_bytes(b"not a marshal file")
     assert PC.load() is None
     assert type(P._fast(True)) is P.FastParser
     assert isinstance(PC.load(), PC.CachedFastParser)
@@ -106,13 +106,13 @@ def test_writing_removes_other_keys_files_left_for_a_month(cache):
 
 
 def test_the_scanners_are_made_from_their_stored_programs_as_re_compiles_them(cache):
-    import pickle
+    import marshal
     import re
 
     from planlang.lang import regex_programs as R
 
     P._fast(True)
-    specs = pickle.loads(PC.cache_path().read_bytes())["scanners"]
+    specs = marshal.loads(PC.cache_path().read_bytes())["scanners"]
     assert specs and all(prog is not None for *_, prog in specs)  # CPython: every scanner's program stored
     for pattern, flags, _kinds, _special, prog in specs:
         assert R.pattern_of(pattern, flags, prog) == re.compile(pattern, flags)  # flags, text and program
