@@ -58,8 +58,9 @@ def main() -> None:
                     "interleaved with this one's, shown beside them")
     opts = ap.parse_args()
     base = f"{opts.base} ({_commit(Path(opts.base))})" if opts.base else ""
-    lines = [f"# bench/scale.py at {_commit()} ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} CPUs, "
-             f"python {sys.version.split()[0]})",
+    load = os.getloadavg()[0]  # other work on the machine inflates every figure: said with them
+    lines = [f"# bench/scale.py at {_commit()} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
+             f"{os.cpu_count()} CPUs, python {sys.version.split()[0]})",
              "# whole commands in a fresh process; CPU-s = user + system of the child; RSS = its peak",
              f"# targets: cold <= 5 / 10 / 20 CPU-s (8B / 70B / 1T) and <= {RSS_TARGET_MB} MB; warm <= {WARM_TARGET} CPU-s",
              *([f"# base: {base}; least of {opts.repeat} run(s) each"] if base else
@@ -86,8 +87,11 @@ def main() -> None:
                     f"{beside}{'yes' if met else 'no':<12} {cold[2]}/{warm[2]}  {cold[3][:70]}")
             lines.append(line)
             print(line, flush=True)
-    if not opts.no_write:
-        RESULTS.write_text("\n".join(lines) + "\n")
+    lines.append(f"# load average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end")
+    print(lines[-1])
+    if not opts.no_write:  # the newest run first; the earlier runs' lines kept below it
+        earlier = RESULTS.read_text() if RESULTS.exists() else ""
+        RESULTS.write_text("\n".join(lines) + "\n" + ("\n" + earlier if earlier else ""))
 
 
 def _commit(where: Path = ROOT) -> str:
