@@ -4,7 +4,8 @@ A fix is a list of edits (character offsets into a file's text, planlang.lang.di
 becomes an LSP text edit in the client's position encoding. A fix that does not change what the plan
 means (`safe`) is the preferred action; one that does is offered too, with "(changes meaning)" in its
 title. `source.fixAll.planlang` applies every safe fix of the document whose edits do not overlap (what
-`planlang lint --fix` applies).
+`planlang lint --fix` applies). The actions that fill a hole with `planlang solve`'s choice are in
+fill_holes.py (their edit is computed when one is picked: codeAction/resolve).
 """
 from __future__ import annotations
 
@@ -61,8 +62,8 @@ def code_actions(analysis: Analysis, diagnostics: Iterable[Diagnostic], doc_uri:
     conv = Converter(analysis, encoding)
     edits = FixEdits(analysis, doc_uri, encoding, read)
     out: list[L.CodeAction] = []
-    want_quick = _wanted(L.CodeActionKind.QuickFix.value, only)
-    want_all = _wanted(FIX_ALL, only)
+    want_quick = wanted(L.CodeActionKind.QuickFix.value, only)
+    want_all = wanted(FIX_ALL, only)
     if want_quick:
         for d in diags:
             shown = conv.convert(d)
@@ -83,7 +84,7 @@ def code_actions(analysis: Analysis, diagnostics: Iterable[Diagnostic], doc_uri:
     return out
 
 
-def _wanted(kind: str, only: list[str] | None) -> bool:
+def wanted(kind: str, only: list[str] | None) -> bool:
     """Whether a client that asked for the kinds `only` (hierarchical: `source` includes
     `source.fixAll.planlang`) wants actions of `kind`."""
     return not only or any(kind == k or kind.startswith(k + ".") for k in only)

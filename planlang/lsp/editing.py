@@ -18,9 +18,10 @@ from pygls.exceptions import JsonRpcException
 from pygls.lsp.server import LanguageServer
 from pygls.workspace import Workspace
 
-from .actions import KINDS, code_actions
+from .actions import KINDS, code_actions, wanted
 from .analysis import Analysis, references
 from .diagnostics import to_lsp, uri
+from .fill_holes import FILL, fill_actions, is_fill, resolve as resolve_fill
 from .formatting import range_format_edits
 from .inlay import inlay_hints
 from .outline import document_symbols, folding_ranges
@@ -103,6 +104,13 @@ def _reader(ls: PlanServer):
     return lambda path: text_of(ls, path)
 
 
+def _resolves_edits(ls: Any) -> bool:
+    """Whether the client can resolve a code action's edit (codeAction.resolveSupport lists "edit")."""
+    caps = ls.client_capabilities
+    ca = caps.text_document.code_action if caps is not None and caps.text_document is not None else None
+    return ca is not None and ca.resolve_support is not None and "edit" in ca.resolve_support.properties
+
+
 def _tree(st: DocState):
     """The analysis whose tree stands for the current text at the same offsets: the current one, else
     its recovered version (broken lines blanked), else None."""
@@ -110,11 +118,19 @@ def _tree(st: DocState):
 
 
 def register(server: LanguageServer) -> None:
-    @server.feature(L.TEXT_DOCUMENT_CODE_ACTION, L.CodeActionOptions(code_action_kinds=KINDS))
+    @server.feature(L.TEXT_DOCUMENT_CODE_ACTION, L.CodeActionOptions(code_action_kinds=KINDS + [FILL],
+                                                                      resolve_provider=True))
     def on_code_action(ls: PlanServer, params: L.CodeActionParams):
         st = ls.state(params.text_document.uri)
         only = [str(getattr(k, "value", k)) for k in params.context.only] if params.context.only else None
-        return code_actions(st.analysis, ls.diagnostics_of(st), st.uri, params.range, ls.encoding, _reader(ls), only)
+        out = code_actions(st.analysis, ls.diagnostics_of(st), st.uri, params.range, ls.encoding, _reader(ls), only)
+        if wanted(FILL, only) and _resolves_edits(ls):  # the solve runs at resolve (fill_holes.py)
+            out += fill_actions(st.analysis.text, st.uri, st.version, params.range, ls.encoding)
+        return out
+
+    @server.feature(L.CODE_ACTION_RESOLVE)
+    async def on_code_action_resolve(ls: PlanServer, action: L.CodeAction):
+        return await resolve_fill(ls, action) if is_fill(action) else action
 
     @server.feature(L.TEXT_DOCUMENT_PREPARE_RENAME)
     def on_prepare_rename(ls: PlanServer, params: L.PrepareRenameParams):
