@@ -1,5 +1,7 @@
 """The "fill this hole" code actions over stdio: listed cheaply at a `?`, solved at codeAction/resolve with
 `planlang solve`'s search, the edit replacing only the holes; an unsolvable plan says why, with no edit."""
+import re
+
 import pytest
 from lsprotocol import types as L
 
@@ -108,8 +110,27 @@ def test_an_unsolvable_plan_says_why_and_gives_no_edit(session):
     shown = c.wait_for("window/showMessage", after=mark)
     assert shown["type"] == L.MessageType.Warning and "no plan fits the budget" in shown["message"]
 
+    # a plan with errors: the first error, no solve
+    broken = tight.replace("data x : [dp, _]", "data x : [dq, _]")
+    change(c, uri, broken, 11)
+    (one,) = [a for a in _actions(c, uri, broken, at(broken, "fc1.weight : ?", 13)) if a["title"] == FILL_ONE]
+    out = c.request("codeAction/resolve", one, timeout=120)
+    assert re.match(r"the plan has errors; fix them first \(PL\d+ at line \d+: ", out["disabled"]["reason"])
+    assert "edit" not in out
+
     # an action offered for an older version is refused without solving
-    change(c, uri, tight + "\n", 11)
+    change(c, uri, broken + "\n", 12)
     out = c.request("codeAction/resolve", one, timeout=15)
     assert "document changed" in out["disabled"]["reason"]
     assert "Traceback" not in c.stderr_text()
+
+
+def test_not_offered_to_a_client_that_cannot_resolve_the_edit(tmp_path):
+    path = tmp_path / "partial.plan"
+    path.write_text(PLAN)
+    c = start()  # no codeAction.resolveSupport: the edit would have to be solved while listing
+    try:
+        open_doc(c, path.as_uri(), PLAN)
+        assert [a for a in _actions(c, path.as_uri(), PLAN, at(PLAN, "dp = ?", 5)) if a["kind"] == FILL] == []
+    finally:
+        c.close()
