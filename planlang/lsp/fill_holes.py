@@ -125,7 +125,9 @@ def solve_fills(text: str, path: str, holes: list[int], read: Callable[[str], st
     for q in holes:
         f = where.get((q, q + 1))
         if f is None:
-            raise FillRefused(f"planlang solve chose no value for the hole at offset {q}")
+            line = text.count("\n", 0, q)
+            col = q - (text.rfind("\n", 0, q) + 1)
+            raise FillRefused(f"planlang solve chose no value for the hole at line {line + 1}, column {col + 1}")
         out.append(_edit(text, q, written(f), f.drop_line))
     note = None
     if result.cut is not None:
