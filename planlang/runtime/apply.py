@@ -312,12 +312,10 @@ class ParallelModel(nn.Module):
             return loss.detach()
         if self.programs is not None and len(args) == len(self._inputs):
             self.programs.select(self, args, m)
-        fsdp = self if isinstance(self, FSDPModule) else None  # ZeRO-2/3: pm is FSDP2's root unit
         total: torch.Tensor | None = None
         for i, micro in enumerate(self.microbatch_inputs(args)):
             last = i == m - 1
-            if fsdp is not None:  # FSDP2 reduce-scatters only after the last microbatch's backward
-                fsdp.set_requires_gradient_sync(last)
+            # no_sync: FSDP2 (ZeRO-2/3) and the data axes' sums start only in the last microbatch's backward
             with contextlib.nullcontext() if last else self.no_sync(), self._loss_call():
                 loss = self(*micro) / m
                 (loss if self.loss_scale is None else self.loss_scale.scale(loss)).backward()
@@ -382,13 +380,20 @@ class ParallelModel(nn.Module):
     @contextlib.contextmanager
     def no_sync(self):
         """Backwards inside accumulate gradients without starting their sums (gradient accumulation):
-        call `sync_grads` after the last backward, outside."""
+        call `sync_grads` after the last backward, outside. Under ZeRO-2/3 FSDP2's reduce-scatters wait
+        too (`set_requires_gradient_sync(False)` inside): the backward after the block reduce-scatters
+        the accumulated gradients once, as DDP's `no_sync` does for its all-reduce."""
         gs = self._gradient_sums()
+        fsdp = self if isinstance(self, FSDPModule) else None
         gs.no_sync = True
+        if fsdp is not None:
+            fsdp.set_requires_gradient_sync(False)
         try:
             yield
         finally:
             gs.no_sync = False
+            if fsdp is not None:
+                fsdp.set_requires_gradient_sync(True)
 
     def _gradient_sums(self) -> GradSync:
         if self._grad_sync is None:

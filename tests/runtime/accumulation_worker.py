@@ -58,6 +58,21 @@ def measure(plan_path: str, verify_steps: int) -> dict:
            "grads": sorted(grads), "ref_grads": sorted(ref_grads),
            "loss_rel_err": abs(float(loss) - float(ref_loss.detach())) / abs(float(ref_loss.detach())),
            "microbatches": pm.microbatches}
+    if pm.fsdp_axes:  # a user's own accumulation loop: `no_sync` holds FSDP2's reduce-scatters back too
+        pm.zero_grad(set_to_none=True)
+        micro = pm.microbatch_inputs((*inputs, *targets))
+        with CollectiveSpy(pm.groups) as spy:
+            spy.phase = "no_sync"
+            with pm.no_sync():
+                for mb in micro[:-1]:
+                    (pm(*mb).loss / len(micro)).backward()
+            inside = rows(spy.traffic)
+            spy.phase = "last"
+            (pm(*micro[-1]).loss / len(micro)).backward()
+            pm.sync_grads()
+        grads = pm.full_grads()
+        out["user_loop"] = {"no_sync_rows": inside, "rows": rows(spy.traffic), "grad_rel_err": max(
+            float((grads[n] - g).abs().max() / g.abs().max().clamp_min(1e-30)) for n, g in ref_grads.items())}
     if verify_steps:
         out["verify"] = [r.__dict__ | {"ok": r.ok()} for r in verify(plan_path, steps=verify_steps)]
     return out

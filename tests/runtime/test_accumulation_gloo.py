@@ -135,3 +135,14 @@ def test_gradients_are_summed_once_per_step(results):
 def test_verify_passes(results):
     for r in results["mlp_dp2_tp2"]["measured"]:
         assert r["verify"] and all(row["ok"] for row in r["verify"]), r["verify"]
+
+
+def test_a_users_no_sync_loop_under_zero3_reduce_scatters_once(results):
+    """pm.no_sync() around all but the last microbatch's backward (a user's own accumulation loop): FSDP2
+    reduce-scatters nothing inside (the gathers run), once per block after the last backward, and the
+    gradients are the whole batch's."""
+    for r in results["gpt2_dp4_zero3"]["measured"]:
+        loop = r["user_loop"]
+        assert loop["no_sync_rows"] and not [row for row in loop["no_sync_rows"] if row[0] == "reduce_scatter"]
+        after = [row for row in loop["rows"][len(loop["no_sync_rows"]):] if row[0] == "reduce_scatter"]
+        assert after and loop["grad_rel_err"] < 1e-5, loop
