@@ -39,8 +39,19 @@ class Step:
         return f"{self.kind}{self.microbatch}@{self.stage}"
 
 
-def rank_orders(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> list[list[Step]]:
-    """The sequence of operations each rank runs under `kind` (module docstring)."""
+def rank_orders(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> tuple[tuple[Step, ...], ...]:
+    """The sequence of operations each rank runs under `kind` (module docstring). Made once per
+    (kind, ranks, microbatches, chunks) and shared, read-only: the solver simulates the same schedule for
+    every candidate with those degrees (8.7 % of a 76.1B solve rebuilt them)."""
+    return _rank_orders(kind, ranks, microbatches, chunks)
+
+
+@lru_cache(maxsize=8)  # an entry is p * 2m * chunks steps: 1T's deepest candidate ~0.2 M, ~20 MB
+def _rank_orders(kind: str, ranks: int, microbatches: int, chunks: int) -> tuple[tuple[Step, ...], ...]:
+    return tuple(tuple(order) for order in _orders(kind, ranks, microbatches, chunks))
+
+
+def _orders(kind: str, ranks: int, microbatches: int, chunks: int) -> list[list[Step]]:
     p, m = ranks, microbatches
     if kind not in SCHEDULES:
         raise ScheduleError(f"unknown schedule `{kind}`; expected one of {', '.join(SCHEDULES)}")
