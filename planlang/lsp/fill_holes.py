@@ -97,7 +97,7 @@ def solve_fills(text: str, path: str, holes: list[int], read: Callable[[str], st
     from planlang.model.capture.load import ModelLoadError
     from planlang.model.validation import validate_file
     from planlang.runtime.program_memory import measure
-    from planlang.solve.driver import Infeasible, SolveError, _Search
+    from planlang.solve.driver import Infeasible, SolveError, solve
 
     try:
         v = validate_file(path, text=text, program=measure, read=read)  # what `solve` checks first
@@ -109,12 +109,10 @@ def solve_fills(text: str, path: str, holes: list[int], read: Callable[[str], st
             raise FillRefused(f"the plan has errors; fix them first{said}")
         if res.plan.model is None:
             raise FillRefused("the plan declares no model; solve needs one to price plans")
-        # the search `planlang solve` runs (driver.solve), kept to read the chosen candidate's fills; the
-        # limit counts from here: the first validation's torch import and model build vary with the machine
-        search = _Search(path, "time", log.debug, time_limit=time_limit, started=time.monotonic(), validated=v)
-        result = search.run()
-        fills = list(search.space.fills_of(result.best).values())
-        where = edits(search.source, path, fills)
+        # the search `planlang solve` runs, its result's fills placed in the text it read; the limit counts
+        # from here: the first validation's torch import and model build vary with the machine
+        result = solve(path, "time", log.debug, time_limit=time_limit, started=time.monotonic(), validated=v)
+        where = edits(res.sources[path].text if path in res.sources else text, path, result.fills)
     except FillRefused:
         raise
     except Infeasible as err:

@@ -88,6 +88,7 @@ class Result:
     bounded: list[tuple[Choices, float]] = field(default_factory=list)
     elapsed: float = 0.0  # seconds from the clock's start (the CLI's: the command's) to the plan written
     seeded: float | None = None  # seconds from it to the anytime seed priced (None: none was)
+    fills: list[Fill] = field(default_factory=list)  # what `text` writes at each hole, in the holes' order
 
 
 class _Search:
@@ -386,14 +387,16 @@ class _Search:
         if cut is not None:
             header += ["  " + line for line in textwrap.wrap(
                 f"INCOMPLETE SEARCH: {cut}; this is the best plan priced before the cut", 106)]
-        text = fill_holes(self.source, self.path, list(self.space.fills_of(chosen).values()), header)
+        fills = list(self.space.fills_of(chosen).values())
+        text = fill_holes(self.source, self.path, fills, header)
         if self.gate.summary():
             self.progress(str(self.gate.summary()))
         if self._bounded:
             self.progress(f"{len(self.tried)} candidates priced in full, {len(self._bounded)} by their step time "
                           "alone (bounded out: slower than a plan that fits)")
         seeded = None if self.clock.seeded is None else self.clock.since(self.clock.seeded)
-        return Result(text, chosen, self.tried, self.notes, header, cut, list(self._bounded.values()), self.clock.since(), seeded)
+        return Result(text, chosen, self.tried, self.notes, header, cut, list(self._bounded.values()), self.clock.since(),
+                      seeded, fills)
 
     def considered(self) -> int:
         """Candidates priced: in full (`tried`), or by their step time alone (bounded out)."""
