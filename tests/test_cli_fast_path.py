@@ -1,4 +1,4 @@
-"""planlang.cli.fast runs a plain `check` or `lint` without Typer: for each command line below,
+"""planlang.cli.fast runs a plain `check`, `lint` or `fmt` without Typer: for each command line below,
 `planlang.cli.main` with and without PLANLANG_NO_FAST_CLI=1 (Typer's app, as before the fast path)
 gives the same stdout, stderr and exit code; the lines it must leave to Typer reach Typer. In process."""
 from __future__ import annotations
@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 GOOD = str(ROOT / "examples" / "gpt2" / "gpt2_3d.plan")
 SYNTAX = "mesh m of 8 x hardware.a100_80g {\n    dp = 8\n}\nshard wte.weight : [dp, _\nbudget 40 GiB per device\n"
 TYPO = "use hardware\nmesh m of 8 x hardware.a100_80g {\n    dp = 8\n}\nshrad wte.weight : [dp, _]\n"
+UGLY = "use hardware\nmesh m of 8 x hardware.a100_80g {\n  dp   =  8\n}\nshard   wte.weight : [ dp , _ ]\n"
 
 # (argv, whether the fast path runs it); {bad}, {typo}, {good} are files, {dir} a folder holding them
 CASES = [
@@ -49,7 +50,16 @@ CASES = [
     (["check", "--isolated=1", "{good}"], False),
     (["check", "--", "{good}"], False),
     (["lint", "--fail-on-warnings", "{good}"], False),
-    (["fmt", "--check", "{good}"], False),
+    (["fmt", "--check", "{good}"], True),
+    (["fmt", "--diff", "{ugly}"], True),
+    (["fmt", "--check", "{dir}"], True),  # syntax errors and a file to reformat
+    (["fmt", "-"], True),  # a filter: the text back unchanged, its syntax error on stderr
+    (["fmt", "--isolated", "--stdin-filename", "piped.plan", "-"], True),
+    (["fmt", "--check", "{dir}/no_such.plan"], True),
+    (["fmt"], False),  # a path is required: Click says so
+    (["fmt", "--select", "PL1", "{good}"], False),
+    (["fmt", "-f", "json", "{good}"], False),
+    (["fmt", "--check", "--check", "{good}"], False),
 ]
 
 
@@ -72,15 +82,17 @@ def test_fast_path_is_typers(argv, handled, tmp_path, monkeypatch, capsysbinary)
     folder.mkdir()
     (folder / "bad.plan").write_text(SYNTAX, encoding="utf-8")
     (folder / "typo.plan").write_text(TYPO, encoding="utf-8")
-    names = {"good": GOOD, "bad": str(folder / "bad.plan"), "typo": str(folder / "typo.plan"), "dir": str(folder)}
+    (folder / "ugly.plan").write_text(UGLY, encoding="utf-8")
+    names = {"good": GOOD, "bad": str(folder / "bad.plan"), "typo": str(folder / "typo.plan"), "dir": str(folder),
+             "ugly": str(folder / "ugly.plan")}
     argv = [a.format(**names) for a in argv]
     monkeypatch.chdir(folder)
     for var in ("NO_COLOR", "FORCE_COLOR"):
         monkeypatch.delenv(var, raising=False)
     assert (fast.parse(argv) is not None) is handled
-    typo_before = (folder / "typo.plan").read_text()
+    before = {f.name: f.read_text() for f in folder.iterdir()}
     through_typer = _run(argv, monkeypatch, capsysbinary, TYPO.encode(), typer_only=True)
-    assert (folder / "typo.plan").read_text() == typo_before  # nothing here writes a file
+    assert {f.name: f.read_text() for f in folder.iterdir()} == before  # nothing here writes a file
     fast_path = _run(argv, monkeypatch, capsysbinary, TYPO.encode(), typer_only=False)
     assert fast_path == through_typer
     assert through_typer[2] in (0, 1, 2)

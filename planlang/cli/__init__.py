@@ -55,7 +55,7 @@ def main() -> None:
         if argv in (["--version"], ["-V"]) and not os.environ.get("PLANLANG_NO_FAST_CLI"):
             sys.stdout.write(f"planlang {__version__}\n")  # what the app's --version says
             sys.exit(0)
-        if argv[:1] in (["check"], ["lint"]):
+        if argv[:1] in (["check"], ["lint"], ["fmt"]):
             # lazy: the checker (the parser, the rules) loads only for a command that checks plans
             from planlang.cli.fast import main as fast_main
 

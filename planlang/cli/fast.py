@@ -1,4 +1,4 @@
-"""`planlang check` and `planlang lint` without Typer and Click: importing them and
+"""`planlang check`, `planlang lint` and `planlang fmt` without Typer and Click: importing them and
 building the commands is ~0.05 CPU-s of a 0.2 CPU-s check. Only a command line read here exactly as Click
 reads it runs here (paths, and the options below as `--opt value`, `--opt=value` or `-f value`, each once);
 anything else (--help, --model, an unknown option or format, `--`, a bad value, another command) goes to
@@ -14,6 +14,7 @@ from typing import Optional, TextIO, cast
 
 from planlang.cli.checking import FixMode, run_checks
 from planlang.cli.common import OutputFormat, config_for
+from planlang.cli.formatting import run_fmt
 
 # the options of `check` and `lint` handled here: name -> the parameter it sets
 _VALUED = {"--format": "format", "-f": "format", "--stdin-filename": "stdin_filename", "--config": "config",
@@ -26,11 +27,18 @@ _COMMAND_FLAGS = {"check": {"--fail-on-warnings": ("fail_on_warnings", True)},
 _FORMATS = {f.value: f for f in OutputFormat}
 
 
+# `fmt`: its own options only (Click refuses check's there)
+_FMT_FLAGS = {"--check": ("check_only", True), "--diff": ("diff", True), "--isolated": ("isolated", True)}
+_FMT_VALUED = {"--stdin-filename": "stdin_filename", "--config": "config"}
+
+
 def parse(argv: list[str]) -> Optional[tuple[str, dict]]:
     """(command, its parameters) for a command line handled here, else None (Typer's)."""
-    if not argv or argv[0] not in _COMMAND_FLAGS:
+    if not argv or argv[0] not in (*_COMMAND_FLAGS, "fmt"):
         return None
-    command, flags = argv[0], {**_FLAGS, **_COMMAND_FLAGS[argv[0]]}
+    command = argv[0]
+    flags = _FMT_FLAGS if command == "fmt" else {**_FLAGS, **_COMMAND_FLAGS[command]}
+    valued = _FMT_VALUED if command == "fmt" else _VALUED
     opts: dict = {"paths": [], "select": [], "extend_select": [], "ignore": []}
     seen: set[str] = set()
     rest = argv[1:]
@@ -47,8 +55,8 @@ def parse(argv: list[str]) -> Optional[tuple[str, dict]]:
         name, eq, value = arg.partition("=") if arg.startswith("--") else (arg, "", "")
         if name in flags and not eq:
             param, flag = flags[name]
-        elif name in _VALUED:
-            param = _VALUED[name]
+        elif name in valued:
+            param = valued[name]
             if not eq:
                 if i >= len(rest):
                     return None  # a missing value
@@ -71,11 +79,16 @@ def parse(argv: list[str]) -> Optional[tuple[str, dict]]:
         else:
             seen.add(param)
             opts[param] = flag
+    if command == "fmt" and not opts["paths"]:
+        return None  # fmt needs a path: Click says so
     return command, opts
 
 
 def run(command: str, opts: dict) -> int:
     """What the Typer command does with these parameters: its exit code."""
+    if command == "fmt":
+        return run_fmt(opts["paths"], opts.get("check_only", False), opts.get("diff", False),
+                       opts.get("stdin_filename"), opts.get("config"), opts.get("isolated", False))
     cfg = config_for(opts.get("config"), opts.get("isolated", False), opts["select"], opts["extend_select"],
                      opts["ignore"])
     common = dict(model=False, config=cfg, stdin_filename=opts.get("stdin_filename"),

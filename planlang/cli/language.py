@@ -2,22 +2,19 @@
 loads the model layer on request). What `check` and `lint` do is planlang.cli.checking's (no Typer)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
 from planlang.cli.cached import NO_CACHE_HELP
-from planlang.cli.checking import FixMode, read_plan, run_checks
+from planlang.cli.checking import FixMode, run_checks
+from planlang.cli.formatting import run_fmt
 from planlang.lang.codes import CODES, explain as explain_code
 from planlang.lang.diagnostics import did_you_mean
-from planlang.lang.fmt import FormatError, format_text, unified_diff
-from planlang.lang.render import render
-from planlang.lang.source import SourceFile, plan_text
-from planlang.cli.app import (OutputFormat, STDIN, UsageError, _COLOR, _CONFIG, _EXIT_ZERO, _EXTEND, _IGNORE, _ISOLATED,
-                              _MODEL, _SELECT, _STATS, _STDIN_NAME, plan_files)
-from planlang.cli.common import config_for, fail_usage, use_color
+from planlang.cli.app import (OutputFormat, _COLOR, _CONFIG, _EXIT_ZERO, _EXTEND, _IGNORE, _ISOLATED, _MODEL, _SELECT,
+                              _STATS, _STDIN_NAME)
+from planlang.cli.common import config_for, fail_usage
 
 
 # with --model: model results kept on disk are not read or written (planlang.cli.cached)
@@ -94,50 +91,7 @@ def fmt(
 ) -> None:
     """Format plans in place (canonical layout, comments kept); `planlang fmt -` formats standard input to
     standard output (a plan with syntax errors is written back unchanged, the errors on stderr)."""
-    try:
-        files = plan_files(paths, config_for(config, isolated))
-    except UsageError as err:
-        fail_usage(str(err))
-    changed, broken = [], 0
-    for f in files:
-        plan = read_plan(f, stdin_filename)
-        name, text = plan.name, plan.text
-        if plan.undecodable is not None:
-            sys.stderr.write(render([plan.undecodable], {name: SourceFile(name, text)}, "human",
-                                    color=use_color(None, sys.stderr)))
-            broken += 1
-            if f == STDIN and not (check_only or diff):
-                sys.stdout.flush()
-                sys.stdout.buffer.write(plan.data)  # a filter gives back what it got, byte for byte
-            continue
-        try:
-            new = format_text(text, name)
-        except FormatError as err:
-            sys.stderr.write(render(list(err.diagnostics), {name: SourceFile(name, plan_text(text))}, "human",
-                                    color=use_color(None, sys.stderr)))
-            broken += 1
-            if f == STDIN and not (check_only or diff):
-                sys.stdout.write(text)  # a filter (vim's formatprg) must not lose the buffer
-            continue
-        if f == STDIN and not (check_only or diff):
-            sys.stdout.write(new)
-        if new == text:
-            continue
-        changed.append(name)
-        if diff:
-            sys.stdout.write(unified_diff(text, new, name))
-        elif check_only:
-            typer.echo(f"would reformat {name}")
-        elif f != STDIN:
-            Path(f).write_text(new, encoding="utf-8")
-            typer.echo(f"reformatted {name}", err=True)
-    verb = "would be reformatted" if (check_only or diff) else "reformatted"
-    typer.echo(f"{len(changed)} file{'s' if len(changed) != 1 else ''} {verb}, "
-               f"{len(files) - len(changed) - broken} unchanged" + (f", {broken} with syntax errors" if broken else ""),
-               err=True)
-    if broken:
-        raise typer.Exit(1)
-    raise typer.Exit(1 if changed and (check_only or diff) else 0)
+    raise typer.Exit(run_fmt(paths, check_only, diff, stdin_filename, config, isolated))
 
 
 def lsp(
