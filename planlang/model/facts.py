@@ -183,7 +183,9 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan, probed: Run | None 
     else:
         found = f"`loss` of `{plan.model.module}`"
     inputs = meta_inputs(plan.inputs)
-    targets = guess_targets(module, loss, inputs, probed.fold if probed is not None else None)
+    # the probe's forward, when it ran under fake tensors, is the one guess_targets would run
+    targets = guess_targets(module, loss, inputs, probed.fold if probed is not None else None,
+                            probed.output if probed is not None and probed.fake else None)
     if targets is None:
         raise NoTargets(found)
     if not targets:

@@ -28,28 +28,32 @@ import gc
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
-
 from planlang.lang.diagnostics import Diagnostic, Severity
+from planlang.lang.parser import no_cycle_collection
 from planlang.plan.checker import CheckResult
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.resolve import Resolution, Resolver
 
-from .capture.load import ModelLoadError, guess_targets, meta_inputs, plan_loss
-from .capture.fold import find_fold
-from .capture.fold_graph import op_graph_of
-from .checks import PHASES, validate
-from .facts import LoweringFailure, ModelFacts, NoTargets, build_for_check, probe_facts
-from .price.estimate import estimate_plan
-from .price.accumulation import step_traffic
-from .price.traffic import Traffic, program_zero_units, stage_traffic
-from .price.weight_gathers import WeightGather, weight_gathers
-from .program.lowering import Fallback, LoweringError, Program, lower, mark_checkpoints
-from .program.pipeline_program import cut_program, microbatch_plan
-from .program.stages import OUT_SPEC, StageSplitError, split_stages
-from .program.zero_units import block_ranges
+# torch's import and this layer's (~1.5 CPU-s, most of any model command's imports but the model's own) make
+# some million objects and almost no garbage: the cycle collector walked them again and again as they came
+with no_cycle_collection():
+    from torch import nn
+    from torch.nn.modules.batchnorm import _BatchNorm
+
+    from .capture.load import ModelLoadError, guess_targets, meta_inputs, plan_loss
+    from .capture.fold import find_fold
+    from .capture.fold_graph import op_graph_of
+    from .checks import PHASES, validate
+    from .facts import LoweringFailure, ModelFacts, NoTargets, build_for_check, probe_facts
+    from .price.estimate import estimate_plan
+    from .price.accumulation import step_traffic
+    from .price.traffic import Traffic, program_zero_units, stage_traffic
+    from .price.weight_gathers import WeightGather, weight_gathers
+    from .program.lowering import Fallback, LoweringError, Program, lower, mark_checkpoints
+    from .program.pipeline_program import cut_program, microbatch_plan
+    from .program.stages import OUT_SPEC, StageSplitError, split_stages
+    from .program.zero_units import block_ranges
 
 #: how the estimate runs the runtime's program on meta (planlang.runtime.program_memory.measure, which
 #: this layer cannot import): (plan, the program lowered here or None) -> its memory, or why not

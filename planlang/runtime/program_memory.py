@@ -23,18 +23,22 @@ import warnings
 from dataclasses import dataclass
 from typing import Callable
 
-import torch
-import torch.distributed as dist
-from torch.testing._internal.distributed.fake_pg import FakeStore
+from planlang.lang.parser import no_cycle_collection
+from planlang.plan.complete import CompletePlan, plan_model, world_size
 
-from planlang.model.capture.load import build_model, plan_loss
-from planlang.model.program.lowering import Program
-from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
-from planlang.plan.complete import CompletePlan
+# the runtime's imports (torch.distributed's FSDP, DTensor, pipelining: ~0.3 CPU-s more of a model command's
+# start) make many objects and almost no garbage: no cycle collections while they load (as validation's)
+with no_cycle_collection():
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from .apply import apply
-from planlang.plan.complete import plan_model, world_size
-from .verify import make_batch, plan_optimizer
+    from planlang.model.capture.load import build_model, plan_loss
+    from planlang.model.program.lowering import Program
+    from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
+
+    from .apply import apply
+    from .verify import make_batch, plan_optimizer
 
 STEPS = 3
 _LOCK = threading.Lock()  # one fake process group at a time (the language server checks on threads)

@@ -125,6 +125,28 @@ def test_the_guess_on_the_cut_model_is_kept_for_the_whole(tmp_path):
     assert [t.shape for t in guess_targets(other, loss, ins) or ()] == [t.shape for t in cut or ()]
 
 
+@pytest.mark.parametrize("name", ["llama", "qwen2"])
+def test_the_guess_on_the_probes_output_is_the_guess_by_a_forward(tmp_path, name):
+    """guess_targets on the output of the probe's run (fake tensors: these models read a value) finds the
+    targets its own forward of the cut model finds, without running it."""
+    pytest.importorskip("transformers")
+    factory, inputs, _ = MODELS[name]
+    plan = _plan(tmp_path, factory, inputs)
+    ins = meta_inputs(plan.inputs)
+    module = build_model(plan.model, plan.path)
+    _, run = probe_run(module, ins)
+    assert run.fake
+    loss = plan_loss(plan, module)
+    calls = []
+    forward = module.forward
+    module.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
+    reused = guess_targets(module, loss, ins, run.fold, run.output)
+    assert calls == []
+    other = build_model(plan.model, plan.path)
+    ran = guess_targets(other, plan_loss(plan, other), ins, run.fold)
+    assert reused is not None and [(t.shape, t.dtype) for t in reused] == [(t.shape, t.dtype) for t in ran or ()]
+
+
 # ------------------------------------------------------------------ models that do not fold
 class Block(nn.Module):
     def __init__(self, width: int = 8):

@@ -192,3 +192,17 @@ def test_quick_digests_reread_files_written_just_before(tmp_path):
     os.utime(f, ns=(st.st_atime_ns, old))
     assert S.digest(str(f), quick=True) == second
     assert S.digest(str(f)) != second  # a full read sees it
+
+
+def test_a_module_path_resolves_as_path_resolve_does(tmp_path):
+    """source._resolved resolves each folder once: a file that is a link, a folder that is one, a link to a
+    link and a missing file still resolve as Path.resolve resolves them."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "model.py").write_text("")
+    (tmp_path / "linked").symlink_to(real)
+    (real / "alias.py").symlink_to(real / "model.py")
+    (real / "alias2.py").symlink_to(real / "alias.py")
+    for f in ("real/model.py", "linked/model.py", "linked/alias.py", "real/alias2.py", "linked/missing.py"):
+        path = str(tmp_path / f)
+        assert S._resolved(path) == str((tmp_path / f).resolve()), f

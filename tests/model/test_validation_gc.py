@@ -27,3 +27,16 @@ def test_a_caller_that_turned_it_off_keeps_it_off():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+@pytest.mark.parametrize("before", [True, False])
+def test_importing_the_model_layer_leaves_the_collector_as_it_was(before):
+    """validation and program_memory load torch with the collector off (parser.no_cycle_collection) and
+    leave it as the importer had it."""
+    import subprocess
+    import sys
+
+    code = ("import gc\n" + ("" if before else "gc.disable()\n")
+            + "import planlang.model.validation, planlang.runtime.program_memory\n"
+            + f"assert gc.isenabled() is {before}\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
