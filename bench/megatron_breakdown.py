@@ -4,10 +4,11 @@ For the published layout of every row of Narayanan et al. 2021, Table 1 (the pla
 writes), `planlang estimate --format json`'s slowest device (pipeline rank), by the step-time model's parts
 (planlang.model.price.step_time), beside what the paper's analysis gives for the same work:
 
-- compute: planlang's (the profiled flops of the rank's ops, recomputation included, at the flat 50 % of
-  bf16 peak: planlang.cost.comm.compute_time) and Megatron's count for the same rank at the same 50 %
+- compute: planlang's (the rank's ops, recomputation included, by the roofline of
+  planlang.cost.comm.work_time: the flop-counted ops at MATMUL_EFFICIENCY of bf16 peak, the memory-bound
+  ops' bytes at the A100's memory bandwidth) and Megatron's count for the same rank at MATMUL_EFFICIENCY
   (§5.1 eq. 3 per layer, 96·b·s·h²·(1 + s/6h) / t per microbatch, 6·b·s·h·V / t more for the output layer
-  on the last stage);
+  on the last stage): their difference is what the memory-bound ops add;
 - tp: the in-line tensor-parallel collectives; bubble: the simulated schedule's idle time of the rank and
   Megatron's (p - 1)/(v·m) of the rank's busy time (§2.2, balanced stages);
 - sums: the data-parallel gradient sums, exposed + overlapped (as run: overlapped under --DDP-impl torch);
@@ -16,9 +17,10 @@ writes), `planlang estimate --format json`'s slowest device (pipeline rank), by 
   chunk on the critical path; optim, Adam's step over the rank's parameters, ~30 bytes of HBM traffic per
   parameter (fp32 master, m, v read and written, fp32 gradient read, fp16 copy written) at the A100 80GB's
   2039 GB/s (datasheet);
-- e*: the flat efficiency at which the predicted step equals the published one (compute and bubble scale
-  as 1/efficiency, the rest is fixed); util: Megatron's flops of the rank over its compute time at e*, as a
-  fraction of peak: the GEMM-heavy work's achieved share of peak that the published figure implies;
+- k*: the factor compute and bubble would be scaled by for the predicted step to equal the published one
+  (the rest fixed; 1 = exact, above 1: planlang predicts the row slow); util: Megatron's flops of the rank
+  over its compute time scaled by 1/k*, as a fraction of peak: the share of peak the published figure
+  implies;
   roof: the same share as a roofline of one layer under Megatron-LM 2021's kernels would give it (ROOF_GEMM
   of peak for the GEMMs, an assumption; the attention's batched matmuls at the larger of their flop and
   byte times; the element-wise and softmax traffic of §4.2's fused kernels at HBM bandwidth, layer norms,
@@ -40,8 +42,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from megatron_table import ROWS, SEQ, VOCAB, Row, git_head, plan_path, run_child  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "megatron_breakdown.txt"
+from planlang.cost.comm import MATMUL_EFFICIENCY as EFF  # noqa: E402
+
 PEAK = 312e12  # A100 bf16/fp16 dense (hardware.a100_80g)
-EFF = 0.5  # planlang.cost.comm.compute_time's default
 IB, NVLINK = 25e9, 300e9  # hardware.infiniband_200g, hardware.nvlink3 (bytes/s per GPU, one direction)
 HBM = 2039e9  # A100 80GB SXM datasheet, bytes/s
 
@@ -55,7 +58,7 @@ def megatron_rank_flops(row: Row, last: bool) -> float:
     return out + (6 * b * s * h * VOCAB / t if last or row.pp == 1 else 0.0)
 
 
-ROOF_GEMM = 0.75  # assumed share of peak for large fp16 GEMMs (cuBLAS on A100); not fitted to the table
+ROOF_GEMM = EFF  # the share of peak for large fp16 GEMMs, as planlang's roofline takes it
 
 
 def roofline_util(row: Row) -> float:
@@ -94,12 +97,13 @@ def main(argv: list[str] | None = None) -> None:
 
     say(f"Megatron-LM Table 1's published layouts, the slowest rank's step by part, planlang at {git_head()} "
         f"(bench/megatron_breakdown.py; {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}); seconds per step")
-    say("comp = planlang's compute at 50 % of peak, meg = Megatron's flop count for the same rank at 50 %; "
+    say(f"comp = planlang's compute (roofline: matmuls at {EFF:.0%} of peak, memory-bound ops' bytes at {HBM / 1e9:g} "
+        f"GB/s), meg = Megatron's flop count for the same rank at {EFF:.0%}; "
         "bub = simulated idle, (p-1)/vm = Megatron's closed form; p2p, optim: not priced by planlang (estimates); "
-        "e* = flat efficiency that matches the published step; util = Megatron's flops / compute time at e*; "
-        f"roof = util by a roofline of Megatron-LM 2021's kernels, GEMMs at {ROOF_GEMM:.0%} of peak (assumed)")
+        "k* = factor on compute and bubble that matches the published step; util = Megatron's flops / (compute / k*); "
+        f"roof = util by a one-layer roofline of Megatron-LM 2021's kernels, GEMMs at {ROOF_GEMM:.0%} of peak")
     say(f"{'row':>6} {'h':>6} {'t/p/v/m':>15} {'rank':>5} {'comp':>7} {'meg':>7} {'tp':>6} {'bub':>6} "
-        f"{'(p-1)/vm':>8} {'sums':>6} {'p2p':>5} {'optim':>5} {'as run':>7} {'pub.':>7} {'err':>6} {'e*':>5} {'util':>5} {'roof':>5}")
+        f"{'(p-1)/vm':>8} {'sums':>6} {'p2p':>5} {'optim':>5} {'as run':>7} {'pub.':>7} {'err':>6} {'k*':>5} {'util':>5} {'roof':>5}")
     for row in rows:
         proc, _, _ = run_child(["estimate", "--format", "json", str(plan_path(row, False))])
         if proc.returncode != 0:
@@ -118,12 +122,12 @@ def main(argv: list[str] | None = None) -> None:
         optim = 30 * params / HBM
         pub = row.flops() / row.gpus / (row.tflops * 1e12)
         fixed = run - comp - bub
-        e_star = EFF * (comp + bub) / (pub - fixed) if pub > fixed else float("nan")
-        util = megatron_rank_flops(row, last) / (comp * EFF / e_star) / PEAK
+        k_star = (pub - fixed) / (comp + bub) if pub > fixed else float("nan")
+        util = megatron_rank_flops(row, last) / (comp * k_star) / PEAK
         shape = f"{row.tp}/{row.pp}/{row.chunks}/{row.microbatches}"
         say(f"{row.name:>6} {row.hidden:>6} {shape:>15} {i:>5} {comp:7.2f} {meg:7.2f} {tp:6.2f} {bub:6.2f} "
             f"{closed:8.2f} {sums:6.2f} {p2p_seconds(row):5.2f} {optim:5.2f} {run:7.2f} {pub:7.2f} "
-            f"{(pub / run - 1) * 100:+5.1f}% {e_star:5.3f} {util:5.3f} {roofline_util(row):5.3f}")
+            f"{(pub / run - 1) * 100:+5.1f}% {k_star:5.3f} {util:5.3f} {roofline_util(row):5.3f}")
     if args.out or args.rows == "all":
         out = Path(args.out or RESULTS)
         out.write_text("\n".join(lines) + "\n")

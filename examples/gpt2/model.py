@@ -13,8 +13,12 @@ them as HF does (one parameter, listed once as ``wte.weight``).
 
 Input ``idx``: int64 ``[batch, seq]`` with ``seq <= build(seq=...)``; output logits
 ``[batch, seq, vocab]``. Attention is causal, through
-``torch.nn.functional.scaled_dot_product_attention(is_causal=True)``; there is no padding mask and
-no KV cache. The forward is ``torch.fx.symbolic_trace``-able.
+``torch.nn.functional.scaled_dot_product_attention(is_causal=True)`` (``attention="fused"``), or
+with its scores materialized (``attention="unfused"``) as Megatron-LM ran it in 2021 (Narayanan et al.
+2021, §4.2): ``QK^T`` of the pre-scaled queries, the causal mask, a softmax, dropout on the
+probabilities and a matmul with ``V`` — the ``b·a·s²`` scores written and read by each step (Megatron's
+fused scale-mask-softmax kernel does the mask and the softmax in one pass; here they are two). There is
+no padding mask and no KV cache. The forward is ``torch.fx.symbolic_trace``-able.
 """
 
 from __future__ import annotations
@@ -47,11 +51,16 @@ class Conv1D(nn.Module):
         return f"nf={self.nf}, nx={self.nx}"
 
 
+ATTENTION = ("fused", "unfused")
+
+
 class Attention(nn.Module):
-    def __init__(self, hidden: int, heads: int, dropout: float) -> None:
+    def __init__(self, hidden: int, heads: int, dropout: float, attention: str = "fused", seq: int = 0) -> None:
         super().__init__()
         if hidden % heads:
             raise ValueError(f"hidden ({hidden}) must be a multiple of heads ({heads})")
+        if attention not in ATTENTION:
+            raise ValueError(f"attention is one of {ATTENTION}, not {attention!r}")
         self.hidden = hidden
         self.heads = heads
         self.head_dim = hidden // heads
@@ -59,6 +68,12 @@ class Attention(nn.Module):
         self.c_attn = Conv1D(3 * hidden, hidden)
         self.c_proj = Conv1D(hidden, hidden)
         self.resid_dropout = nn.Dropout(dropout)
+        self.unfused = attention == "unfused"
+        if self.unfused:
+            self.attn_dropout = nn.Dropout(dropout)
+            # the causal mask as a bias (-inf above the diagonal): an add, which tensor parallelism splits
+            # over the heads like the scores
+            self.register_buffer("causal", torch.full((seq, seq), float("-inf")).triu(1), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s = x.size(0), x.size(1)
@@ -68,9 +83,14 @@ class Attention(nn.Module):
         q = qkv[0].view(b, s, -1, self.head_dim).transpose(1, 2)
         k = qkv[1].view(b, s, -1, self.head_dim).transpose(1, 2)
         v = qkv[2].view(b, s, -1, self.head_dim).transpose(1, 2)
-        y = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
-        )
+        if self.unfused:
+            scores = torch.matmul(q * (1.0 / math.sqrt(self.head_dim)), k.transpose(-1, -2))
+            scores = scores + torch.narrow(torch.narrow(self.causal, 0, 0, s), 1, 0, s).to(scores.dtype)
+            y = torch.matmul(self.attn_dropout(torch.softmax(scores, dim=-1)), v)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, dropout_p=self.dropout if self.training else 0.0, is_causal=True
+            )
         y = y.transpose(1, 2).reshape(b, s, -1)
         return self.resid_dropout(self.c_proj(y))
 
@@ -88,10 +108,10 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    def __init__(self, hidden: int, heads: int, dropout: float) -> None:
+    def __init__(self, hidden: int, heads: int, dropout: float, attention: str = "fused", seq: int = 0) -> None:
         super().__init__()
         self.ln_1 = nn.LayerNorm(hidden, eps=1e-5)
-        self.attn = Attention(hidden, heads, dropout)
+        self.attn = Attention(hidden, heads, dropout, attention, seq)
         self.ln_2 = nn.LayerNorm(hidden, eps=1e-5)
         self.mlp = MLP(hidden, dropout)
 
@@ -110,13 +130,14 @@ class GPT2(nn.Module):
         seq: int,
         dropout: float = 0.0,
         tie_embeddings: bool = False,
+        attention: str = "fused",
     ) -> None:
         super().__init__()
         self.layers, self.hidden, self.heads, self.vocab, self.seq = layers, hidden, heads, vocab, seq
         self.wte = nn.Embedding(vocab, hidden)
         self.wpe = nn.Embedding(seq, hidden)
         self.drop = nn.Dropout(dropout)
-        self.h = nn.ModuleList(Block(hidden, heads, dropout) for _ in range(layers))
+        self.h = nn.ModuleList(Block(hidden, heads, dropout, attention, seq) for _ in range(layers))
         self.ln_f = nn.LayerNorm(hidden, eps=1e-5)
         self.lm_head = nn.Linear(hidden, vocab, bias=False)
         self._init_weights()
@@ -147,8 +168,10 @@ def build(
     seq: int = 1024,
     dropout: float = 0.0,
     tie_embeddings: bool = False,
+    attention: str = "fused",
 ) -> GPT2:
-    return GPT2(layers, hidden, heads, vocab, seq, dropout=dropout, tie_embeddings=tie_embeddings)
+    return GPT2(layers, hidden, heads, vocab, seq, dropout=dropout, tie_embeddings=tie_embeddings,
+                attention=attention)
 
 
 def example_inputs(batch: int = 2, seq: int = 1024, vocab: int = 50257) -> tuple[torch.Tensor]:

@@ -100,15 +100,36 @@ def compute_time(flops: float, mesh: Mesh, dtype: str = "f32", efficiency: float
     """Seconds for `flops` on one device of the mesh at `efficiency` of its peak for `dtype`.
 
     Efficiency is the fraction of datasheet peak a real kernel reaches (0.4-0.6 for large matmuls);
-    falls back to f32 and then to any declared figure when the dtype has none. One flat figure for every
-    op is a known limit: Megatron-LM's Table 1 implies 44 % of peak over a 1.7B model's step and 66 % over
-    the 1T model's (Narayanan et al. 2021, §5.1: utilization grows with the matrix sizes), because the
-    memory-bound ops' share shrinks as h grows (docs/step_time.md, "Compute efficiency")."""
+    falls back to f32 and then to any declared figure when the dtype has none. This flat figure prices
+    a step's memory-bound ops as if they ran at it too; `work_time` prices them by their bytes where the
+    device declares its memory bandwidth."""
     dev = mesh.device
     if dev is None or not dev.flops:
         raise ValueError(f"mesh {mesh.name} has no device throughput; declare `flops.{dtype}` on its device")
     peak = dev.flops_for(dtype) or dev.flops_for("f32") or max(v for _, v in dev.flops)
     return flops / (peak * efficiency)
+
+
+#: the fraction of peak the flop-counted ops (matmuls, convolutions, fused attention) reach under the
+#: roofline, where memory-bound ops are priced by their bytes instead of hiding in a flat efficiency:
+#: a round figure for large tensor-core GEMMs, set before Megatron-LM's Table 1 was priced with it (not
+#: fitted to it; bench/megatron_table.py, docs/step_time.md "Compute efficiency").
+MATMUL_EFFICIENCY = 0.7
+
+
+def work_time(flops: float, moved: float, mesh: Mesh, dtype: str = "f32", efficiency: float = 0.5) -> float:
+    """Seconds for a stage's ops on one device: `flops` of the ops with a flop formula and `moved` bytes
+    read and written by the rest (planlang.model.capture.profile).
+
+    A device that declares `memory_bandwidth` is priced by a roofline split by op kind: the flop-counted
+    ops at MATMUL_EFFICIENCY of peak, the memory-bound ops (norms, activations, softmax, dropout, casts)
+    at the memory bandwidth — the two never overlap within one stream (Williams et al. 2009, "Roofline",
+    per kernel). A device without it: `compute_time` at the flat `efficiency`, bytes unpriced."""
+    dev = mesh.device
+    bandwidth = dev.memory_bandwidth if dev is not None else None
+    if not bandwidth:
+        return compute_time(flops, mesh, dtype, efficiency)
+    return compute_time(flops, mesh, dtype, MATMUL_EFFICIENCY) + moved / bandwidth
 
 
 @dataclass(frozen=True)

@@ -116,8 +116,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL211", "unknown-input", E, "unknown input",
      "`data NAME : [...]` names an input that no `input` statement declares."),
     ("PL212", "unknown-field", E, "unknown field",
-     "A device block takes `memory`, `flops.<dtype>` and `backend`; a link block takes `bandwidth`\n"
-     "and `latency`; an optimizer block takes `zero`. Other fields are typos or unsupported."),
+     "A device block takes `memory`, `flops.<dtype>`, `memory_bandwidth` and `backend`; a link block\n"
+     "takes `bandwidth` and `latency`; an optimizer block takes `zero`. Other fields are typos or\n"
+     "unsupported."),
     ("PL213", "missing-field", E, "required field missing",
      "A device needs `memory`; a link needs `bandwidth` (its `latency` defaults to 0)."),
     ("PL214", "unknown-dtype", E, "unknown dtype",

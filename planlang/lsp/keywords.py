@@ -67,7 +67,7 @@ STATEMENT_KEYWORDS: dict[str, tuple[str, ...]] = {
     "template": ("shard", "checkpoint", "apply", "for"),
     "for": ("shard", "checkpoint", "apply", "for"),
     "pipeline": ("stage",),
-    "device": ("memory", "flops.bf16", "flops.f16", "flops.tf32", "flops.f32", "backend"),
+    "device": ("memory", "flops.bf16", "flops.f16", "flops.tf32", "flops.f32", "memory_bandwidth", "backend"),
     "link": ("bandwidth", "latency"),
     "optimizer": ("zero", "precision", "params", "compute", "reduce", "master", "loss_scale"),  # PRECISION_FIELDS
     "mesh": (),

@@ -163,8 +163,9 @@ class ResolverBase:
 
     def _device(self, st: A.DeviceDecl) -> T.Device | None:
         fields = self._fields(
-            st.fields, lambda k: k in ("memory", "backend") or (k.startswith("flops.") and k.count(".") == 1),
-            ["memory", "flops.bf16", "flops.f32", "backend"], "device",
+            st.fields, lambda k: k in ("memory", "memory_bandwidth", "backend")
+            or (k.startswith("flops.") and k.count(".") == 1),
+            ["memory", "flops.bf16", "flops.f32", "memory_bandwidth", "backend"], "device",
         )
         backend = "nccl"
         if "backend" in fields:
@@ -192,7 +193,10 @@ class ResolverBase:
         mem = self._quantity(fields["memory"].value, Kind.MEMORY, "memory")
         if mem is None:
             return None
-        return T.Device(st.name.text, int(mem), tuple(sorted(flops)), backend, span=st.span)
+        hbm = None
+        if "memory_bandwidth" in fields:
+            hbm = self._quantity(fields["memory_bandwidth"].value, Kind.BANDWIDTH, "memory_bandwidth")
+        return T.Device(st.name.text, int(mem), tuple(sorted(flops)), backend, span=st.span, memory_bandwidth=hbm)
 
     def _link(self, st: A.LinkDecl) -> T.Link | None:
         fields = self._fields(st.fields, lambda k: k in ("bandwidth", "latency"), ["bandwidth", "latency"], "link")

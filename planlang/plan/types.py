@@ -64,6 +64,9 @@ class Device:
     # the torch.distributed backend its ranks run: what the estimator assumes collectives allocate
     backend: str = "nccl"
     span: Span = _span()
+    # bytes per second between the device's memory and its cores (HBM); when given, compute is priced
+    # by a roofline (planlang.cost.comm.work_time)
+    memory_bandwidth: float | None = None
 
     def __str__(self) -> str:
         return f"{self.name}({format_bytes(self.memory)})"

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from planlang.cost.comm import MATMUL_EFFICIENCY
 from planlang.plan.complete import CompletePlan
 from planlang.plan.units import format_bytes
 
@@ -45,6 +46,9 @@ def precision_summary(plan: CompletePlan) -> str:
     dev = plan.mesh.device if plan.mesh is not None else None
     peak = dev.flops_for(prec.compute) if dev is not None else None
     at = f"compute priced at flops.{prec.compute} = {peak / 1e12:g} TFLOPS" if peak else "compute not priced"
+    if peak and dev is not None and dev.memory_bandwidth:
+        at = (f"compute priced by a roofline: matmuls at {MATMUL_EFFICIENCY:.0%} of flops.{prec.compute} = "
+              f"{peak / 1e12:g} TFLOPS, memory-bound ops at {dev.memory_bandwidth / 1e9:g} GB/s")
     fsdp = plan.optimizer is not None and plan.optimizer.zero_stage >= 2
     copy = ("FSDP2's shards are the master copy" if fsdp else f"the weights' master copy in {prec.master}"
             ) if prec.master_copy else "no master copy"

@@ -301,8 +301,12 @@ def _dropout(op, strategy, xs, dev):
     x, p = xs[0], op.attr("p", 0.5)
     if not op.attr("training", True) or p == 0:
         return x  # the identity, as torch's dropout is: a copy would only cost memory
+    if x.device.type == "meta":
+        # shapes only (the estimate runs the program on meta): the global mask would be drawn for real,
+        # as large as the op's whole output, so a local one of the piece's size stands for it
+        return x * torch.empty_like(x) / (1 - p)
     mask = dropout_mask(op.output, p, op.attr("seed", 0))
-    m = mask[local_slices(op.output, strategy.output, dev.mesh, dev.coords)].to(x.dtype)
+    m = mask[local_slices(op.output, strategy.output, dev.mesh, dev.coords)].to(device=x.device, dtype=x.dtype)
     return x * m / (1 - p)
 
 

@@ -261,7 +261,7 @@ class _Stages:
         self.grad_input: dict[int, bool] = {}
         self.flops: dict[object, int] = {}
 
-    def count(self, flops: int) -> None:
+    def count(self, flops: int, moved: int = 0) -> None:
         self.flops[self.mode.owner] = self.flops.get(self.mode.owner, 0) + flops
 
     def start(self, i: int, inputs) -> None:
@@ -307,7 +307,7 @@ def _measure(module: torch.nn.Module, run_forward: Callable[[_Stages], object], 
     st = _Stages(mode)
     L = n_stages
 
-    with fused_attention(), _FlopMode(st.count, existing), mode, torch.enable_grad():
+    with fused_attention(), _FlopMode(st.count, existing, traffic=False), mode, torch.enable_grad():
         out = run_forward(st)
         if st.current != L - 1:
             raise ValueError(f"only {st.current + 1} of {L} stages ran: is every listed module called?")

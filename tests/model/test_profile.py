@@ -70,3 +70,44 @@ def test_inspect_snapshot():
     if os.environ.get("PLANLANG_UPDATE_GOLDEN"):
         golden.write_text(text)
     assert text == golden.read_text()
+
+
+class NormAct(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(64)
+        self.fc = nn.Linear(64, 256)
+        self.act = nn.GELU()
+
+    def forward(self, x):
+        return self.act(self.fc(self.ln(x)).view(8, 16, 16, 16).transpose(1, 2))
+
+
+def test_memory_bound_ops_count_the_bytes_they_read_and_write_and_views_count_none():
+    with torch.device("meta"):
+        m = NormAct()
+    p = profile_model(m, {"x": meta(8, 16, 64)})
+    act = 8 * 16 * 256 * 4  # f32 bytes of the GELU's input (a view of fc's output) and of its output
+    # layer norm: reads x, weight, bias; writes y, mean, rstd (one f32 per row each)
+    assert p.modules["ln"].fwd_bytes == 2 * 8 * 16 * 64 * 4 + 2 * 64 * 4 + 2 * 8 * 16 * 4
+    assert p.modules["fc"].fwd_bytes == 0  # a matmul: flops, not bytes (its bias add is addmm's)
+    assert p.modules["act"].fwd_bytes == 2 * act  # the view and transpose before it moved nothing
+    assert p.modules["act"].bwd_bytes == 3 * act  # gelu_backward: grad out and input read, grad in written
+    assert p.total_fwd_bytes == sum(mp.fwd_bytes for mp in p.modules.values())
+
+
+class Lookup(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(50000, 32)
+
+    def forward(self, idx):
+        return self.emb(idx)
+
+
+def test_an_embedding_moves_the_rows_it_gathers_not_its_table():
+    with torch.device("meta"):
+        m = Lookup()
+    p = profile_model(m, {"idx": meta(4, 10, dtype=torch.int64)})
+    rows = 4 * 10 * 32 * 4
+    assert p.modules["emb"].fwd_bytes == 2 * rows + 4 * 10 * 8

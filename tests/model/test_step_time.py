@@ -97,3 +97,27 @@ pipeline over pp schedule {sched} microbatches {m} {{
         share = st.bubble / st.total
         assert share == pytest.approx(closed_form_bubble(kind, p, m, chunks), rel=1e-9)
         assert st.total == pytest.approx(st.compute + st.bubble)
+
+
+def test_a_device_with_memory_bandwidth_prices_compute_by_the_roofline():
+    from planlang.cost.comm import MATMUL_EFFICIENCY, work_time
+
+    roof = _plan(FLAT.replace("mesh ranks of 4 x hardware.cpu {", "device box {\n    memory = 24 GiB\n"
+                              "    flops.f32 = 100 GFLOPS\n    memory_bandwidth = 20 GB/s\n}\n"
+                              "mesh ranks of 4 x box {"))
+    assert roof.mesh.device.memory_bandwidth == 20e9
+    flops, moved = 3e9, 4e9
+    expected = flops / (100e9 * MATMUL_EFFICIENCY) + moved / 20e9
+    assert work_time(flops, moved, roof.mesh, "f32") == pytest.approx(expected)
+    [row] = step_times(roof, [StageWork(flops, 0.0, moved, 0.0)], [Traffic()])
+    assert row.compute == pytest.approx(expected)
+    # without a declared bandwidth: the flat efficiency, bytes unpriced
+    flat = _plan(FLAT)
+    assert flat.mesh.device.memory_bandwidth is None
+    assert work_time(flops, moved, flat.mesh, "f32") == compute_time(flops, flat.mesh, "f32", 0.5)
+
+
+def test_memory_bandwidth_takes_a_bandwidth_unit():
+    res = check_text(HEAD + "device box {\n    memory = 24 GiB\n    memory_bandwidth = 20 GiB\n}\n", "bw.plan")
+    [err] = [d for d in res.diagnostics if d.severity.value == "error"]
+    assert err.code == "PL251" and "memory_bandwidth needs a bandwidth unit" in err.message, str(err)

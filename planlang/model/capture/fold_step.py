@@ -229,7 +229,7 @@ def _whole(d: dict, total: int) -> dict:
 
 
 # ------------------------------------------------------------------ the profile
-_SUMMED = ("params", "param_bytes", "fwd_flops", "bwd_flops", "saved_bytes", "out_bytes", "grad_in_bytes", "calls")
+_SUMMED = ("params", "param_bytes", "fwd_flops", "bwd_flops", "fwd_bytes", "bwd_bytes", "saved_bytes", "out_bytes", "grad_in_bytes", "calls")
 
 
 def _runs_of(names: list[str], fold: Fold) -> list[tuple[int | None, list[str]]]:
@@ -302,6 +302,8 @@ def _profile(profs: dict[int, Profile], fold: Fold) -> Profile:
         total_bwd_flops=sum(p.bwd_flops for p in modules.values()),
         total_saved_bytes=sum(p.saved_bytes for p in modules.values()),
         param_bytes=modules[""].param_bytes if "" in modules else 0,
+        total_fwd_bytes=sum(p.fwd_bytes for p in modules.values()),
+        total_bwd_bytes=sum(p.bwd_bytes for p in modules.values()),
         notes=list(p2.notes),
     )
 

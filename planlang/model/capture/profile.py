@@ -5,6 +5,9 @@ One forward and one backward run on meta tensors (no compute, no memory), observ
 
 * flops of every aten op, from torch.utils.flop_counter's formulas, attributed to the innermost module
   running it — in forward through forward hooks, in backward through module backward hooks;
+* the bytes every other op reads and writes (its tensor inputs and outputs; views move none), attributed
+  the same way: what a memory-bound op (a norm, an activation, a softmax, dropout, a cast) costs on a
+  device with a declared memory bandwidth (the roofline of docs/step_time.md);
 * the tensors autograd saves for backward (`saved_tensors_hooks`), attributed to the module whose forward
   saved them and deduplicated by storage (a tensor saved by two ops is held once) — the module's
   `fwd_in` in map's terms, parameters excluded;
@@ -37,6 +40,8 @@ class ModuleProfile:
     param_bytes: int = 0
     fwd_flops: int = 0  # flops of ops run directly in this module (not in children)
     bwd_flops: int = 0
+    fwd_bytes: int = 0  # bytes read and written by ops with no flop formula (memory-bound), run directly here
+    bwd_bytes: int = 0
     saved_bytes: int = 0  # fwd_in: activations saved for backward by ops run directly in this module
     out_bytes: int = 0  # fwd_out
     grad_in_bytes: int = 0  # bwd_out: gradients w.r.t. the module's tensor inputs
@@ -50,6 +55,8 @@ class Profile:
     total_bwd_flops: int = 0
     total_saved_bytes: int = 0
     param_bytes: int = 0
+    total_fwd_bytes: int = 0
+    total_bwd_bytes: int = 0
     notes: list[str] = field(default_factory=list)
 
     def subtree(self, path: str) -> ModuleProfile:
@@ -60,6 +67,8 @@ class Profile:
             if name == path or name.startswith(prefix):
                 agg.fwd_flops += m.fwd_flops
                 agg.bwd_flops += m.bwd_flops
+                agg.fwd_bytes += m.fwd_bytes
+                agg.bwd_bytes += m.bwd_bytes
                 agg.saved_bytes += m.saved_bytes
         if path in self.modules:
             me = self.modules[path]
@@ -88,11 +97,39 @@ def _cpu_flash_backward_flops(args) -> int:
     return int(sdpa_backward_flop_count(tuple(grad_out.shape), tuple(q.shape), tuple(k.shape), tuple(v.shape)))
 
 
+# ops that allocate or relabel storage without reading or writing it
+_NO_TRAFFIC = frozenset({_aten._unsafe_view, _aten.empty, _aten.empty_like, _aten.empty_strided,
+                         _aten.new_empty, _aten.new_empty_strided, _aten.lift_fresh, _aten.detach})
+
+
+def _is_view(func) -> bool:
+    """Whether every output of `func` aliases an input without writing it (a view: no data moved)."""
+    rets = func._schema.returns
+    return bool(rets) and all(r.alias_info is not None and not r.alias_info.is_write for r in rets)
+
+
+def _traffic(func, args, kwargs, out) -> int:
+    """Bytes a memory-bound op moves: each tensor it reads and each it writes (an in-place op both reads
+    and writes its input). Every argument counts, with no deduplication by storage or identity: the
+    count must not depend on which fake tensors a cache handed out. An embedding reads only the rows it
+    gathers (as many bytes as it writes), not its whole table."""
+    if func._overloadpacket in _NO_TRAFFIC or _is_view(func):
+        return 0
+    written = sum(_nbytes(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+    if func._overloadpacket is _aten.embedding:
+        return 2 * written + _nbytes(args[1])
+    return written + sum(_nbytes(t) for t in tree_flatten((args, kwargs))[0] if isinstance(t, torch.Tensor))
+
+
 class _FlopMode(TorchDispatchMode):
-    def __init__(self, sink, existing: Existing):
+    """Counts each op's flops (ops with a formula) or, for the others, the bytes it moves, into
+    `sink(flops, bytes)` (bytes always 0 unless `traffic`)."""
+
+    def __init__(self, sink, existing: Existing, traffic: bool = True):
         super().__init__()
         self.sink = sink
         self.existing = existing
+        self.traffic = traffic
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func is DEVICE:
@@ -103,15 +140,17 @@ class _FlopMode(TorchDispatchMode):
             return out
         packet = func._overloadpacket
         if packet is _aten._scaled_dot_product_flash_attention_for_cpu_backward:
-            self.sink(_cpu_flash_backward_flops(args))
+            self.sink(_cpu_flash_backward_flops(args), 0)
             return out
         fn = flop_registry.get(_FLOP_ALIASES.get(packet) or packet)
         if fn is not None:
             q, k, v = args[:3] if packet is _aten._scaled_dot_product_flash_attention_for_cpu else (None,) * 3
             if q is not None:
-                self.sink(int(sdpa_flop_count(tuple(q.shape), tuple(k.shape), tuple(v.shape))))
+                self.sink(int(sdpa_flop_count(tuple(q.shape), tuple(k.shape), tuple(v.shape))), 0)
             else:
-                self.sink(int(fn(*args, **kwargs, out_val=out)))
+                self.sink(int(fn(*args, **kwargs, out_val=out)), 0)
+        elif self.traffic:
+            self.sink(0, _traffic(func, args, kwargs, out))
         return out
 
 
@@ -174,12 +213,14 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
 
     phase = {"bwd": False}
 
-    def count(flops: int) -> None:
+    def count(flops: int, moved: int) -> None:
         p = current()
         if phase["bwd"]:
             p.bwd_flops += flops
+            p.bwd_bytes += moved
         else:
             p.fwd_flops += flops
+            p.fwd_bytes += moved
 
     profiles[""] = ModuleProfile("", type(module).__name__)
     for m in {id(m): m for m in module.modules()}.values():
@@ -189,6 +230,12 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
         if backward_hooks:
             handles += [m.register_full_backward_pre_hook(bwd_pre), m.register_full_backward_hook(bwd_post)]
     notes: list[str] = []
+    # gradients left by an earlier run (the simulation's) would make backward add into them (an op that
+    # moves bytes) where a first backward only sets them: the profile starts without any, so it prices
+    # the same backward whatever ran before it
+    held = [(p, p.grad) for p in module.parameters()]
+    for p, _ in held:
+        p.grad = None
     try:
         args, kwargs = bind_inputs(module, inputs)
         with MetaOpCache(), _FlopMode(count, param_storages), torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), fused_attention(), \
@@ -212,6 +259,8 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
     finally:
         for h in handles:
             h.remove()
+        for p, g in held:
+            p.grad = g
     # parameters: attribute each (shared ones once) to the module that owns it directly
     seen_params: set[int] = set()
     for name, mod in module.named_modules():
@@ -239,5 +288,7 @@ def _profile(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, bac
         total_bwd_flops=sum(p.bwd_flops for p in profiles.values()),
         total_saved_bytes=sum(p.saved_bytes for p in profiles.values()),
         param_bytes=profiles[""].param_bytes,
+        total_fwd_bytes=sum(p.fwd_bytes for p in profiles.values()),
+        total_bwd_bytes=sum(p.bwd_bytes for p in profiles.values()),
         notes=notes,
     )

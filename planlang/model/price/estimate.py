@@ -256,10 +256,12 @@ def stage_work(prof: Profile, stage_of: dict[str, int], s: int | None, micro: in
     no stage's modules (the root's code: GPT's embedding sum, the loss) count on the last stage, where
     the pipeline computes the loss."""
     if s is None:
-        return StageWork(prof.total_fwd_flops * micro, prof.total_bwd_flops * micro)
+        return StageWork(prof.total_fwd_flops * micro, prof.total_bwd_flops * micro,
+                         prof.total_fwd_bytes * micro, prof.total_bwd_bytes * micro)
     last = max(stage_of.values())
     mods = [m for n, m in prof.modules.items() if stage_of.get(n, last) == s]
-    return StageWork(sum(m.fwd_flops for m in mods) * micro, sum(m.bwd_flops for m in mods) * micro)
+    return StageWork(sum(m.fwd_flops for m in mods) * micro, sum(m.bwd_flops for m in mods) * micro,
+                     sum(m.fwd_bytes for m in mods) * micro, sum(m.bwd_bytes for m in mods) * micro)
 
 
 def _zero_unit(plan: CompletePlan, s: int | None, mine: list, learn: list) -> ZeroUnit:

@@ -3,8 +3,10 @@ report share (docs/step_time.md).
 
 Per row (the whole mesh without a pipeline; one pipeline rank with one), from planlang.cost's prices:
 
-    F, B   forward and backward compute: their flops (backward includes the recomputation of checkpoint
-           groups) / (flops.<compute dtype> x efficiency), over every microbatch
+    F, B   forward and backward compute (backward includes the recomputation of checkpoint groups), over
+           every microbatch: flops / (flops.<compute dtype> x efficiency), or, on a device that declares
+           its memory bandwidth, the roofline of planlang.cost.comm.work_time (flop-counted ops at
+           MATMUL_EFFICIENCY of peak + the memory-bound ops' bytes / bandwidth)
     T      the lowered program's collectives of forward, loss, recomputation and backward
            (planlang.model.price.traffic): a collective's output is the next op's input, so they lie on the
            critical path and none overlaps compute
@@ -38,7 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planlang.cost.comm import Collective, Group, collective_time, compute_time, group
+from planlang.cost.comm import Collective, Group, collective_time, group, work_time
 from planlang.cost.schedule import SimulatedSchedule, simulate
 from planlang.plan.complete import CompleteMesh, CompletePlan
 
@@ -60,6 +62,8 @@ class StageWork:
 
     forward_flops: float
     backward_flops: float
+    forward_bytes: float = 0.0  # moved by memory-bound ops (planlang.cost.comm.work_time)
+    backward_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -206,8 +210,8 @@ def _microbatch_times(plan: CompletePlan, F, B, Tf, Tb, gathers, sums):
 
 def _parts(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic], efficiency: float):
     dtype = plan.precision.compute
-    F = [compute_time(w.forward_flops, _mesh(plan), dtype, efficiency) for w in work]
-    B = [compute_time(w.backward_flops, _mesh(plan), dtype, efficiency) for w in work]
+    F = [work_time(w.forward_flops, w.forward_bytes, _mesh(plan), dtype, efficiency) for w in work]
+    B = [work_time(w.backward_flops, w.backward_bytes, _mesh(plan), dtype, efficiency) for w in work]
     Tf = [_seconds(plan, _phase(t, FORWARD_PHASES)) for t in traffic]
     Tb = [_seconds(plan, _phase(t, BACKWARD_PHASES)) for t in traffic]
     gathers = [_phase(t, ("zero_forward",)) for t in traffic]
