@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planlang.plan.schedule import ScheduleError, Step, rank_orders  # noqa: F401 - part of this module's API
 
@@ -43,11 +43,23 @@ class Box:
 
 @dataclass(frozen=True)
 class SimulatedSchedule:
+    """A simulated schedule: each operation's start and end (seconds), in the order `_program` runs
+    them; its `boxes` are made when first read (the step time reads only the makespan)."""
+
     kind: str
     ranks: int  # p
     chunks: int  # v
     microbatches: int  # m
-    boxes: tuple[Box, ...]
+    program: "_Program" = field(repr=False)
+    starts: tuple[float, ...] = field(repr=False)
+    ends: tuple[float, ...] = field(repr=False)
+
+    @functools.cached_property
+    def boxes(self) -> tuple[Box, ...]:
+        """Every operation, in the order the simulation ran them."""
+        prog, p = self.program, self.ranks
+        return tuple(Box(st.kind, st.stage, st.stage // p, r, st.microbatch, start, end)
+                     for st, r, start, end in zip(prog.steps, prog.rank, self.starts, self.ends))
 
     def __str__(self) -> str:
         return (f"{self.kind}: p={self.ranks}, v={self.chunks}, m={self.microbatches}, "
@@ -57,13 +69,13 @@ class SimulatedSchedule:
     # them, several times each, and a schedule of 64 ranks x 512 microbatches has 65k boxes
     @functools.cached_property
     def makespan(self) -> float:
-        return max((b.end for b in self.boxes), default=0.0)
+        return max(self.ends, default=0.0)
 
     @functools.cached_property
     def _busy(self) -> dict[int, float]:
         out: dict[int, float] = {}
-        for b in self.boxes:
-            out[b.rank] = out.get(b.rank, 0.0) + (b.end - b.start)
+        for r, start, end in zip(self.program.rank, self.starts, self.ends):
+            out[r] = out.get(r, 0.0) + (end - start)
         return out
 
     def busy(self, rank: int) -> float:
@@ -94,32 +106,73 @@ def simulate(kind: str, forward: list[float], backward: list[float], microbatche
     if stages % v:
         raise ScheduleError(f"{stages} stages cannot be split into {v} chunks per rank")
     p = stages // v
-    orders = rank_orders(kind, p, microbatches, v)
-    done: dict[tuple[str, int, int], float] = {}
+    prog = _program(kind, p, microbatches, v)
+    times = list(forward) + list(backward)  # operation k takes times[prog.time[k]]
     free = [0.0] * p
+    starts: list[float] = []
+    ends: list[float] = []
+    for r, t, d in zip(prog.rank, prog.time, prog.dep):
+        # start = max(free[r], the dependency's end, or 0.0 without one), as max() compares
+        f = free[r]
+        e = ends[d] if d >= 0 else 0.0
+        start = e if e > f else f
+        end = start + times[t]
+        starts.append(start)
+        ends.append(end)
+        free[r] = end
+    return SimulatedSchedule(kind, p, v, microbatches, prog, tuple(starts), tuple(ends))
+
+
+@dataclass(frozen=True)
+class _Program:
+    """The operations of a schedule in the order the simulation runs them — each rank in turn runs its
+    order (planlang.plan.schedule.rank_orders) until an operation's input has not arrived — with each
+    one's rank, its time's index (forward of model stage s: s; backward: stages + s) and the index of the
+    operation it waits for (-1: none). That order depends only on which operations are done, never on
+    their times: one program per (kind, p, m, v) serves every simulation of those degrees."""
+
+    steps: tuple[Step, ...]
+    rank: tuple[int, ...]
+    time: tuple[int, ...]
+    dep: tuple[int, ...]
+
+
+def _program(kind: str, p: int, microbatches: int, v: int) -> _Program:
+    return _cached_program(kind, p, microbatches, v)
+
+
+@functools.lru_cache(maxsize=8)  # an entry is p * 2m * v operations, as rank_orders' cache holds
+def _cached_program(kind: str, p: int, microbatches: int, v: int) -> _Program:
+    stages = p * v
+    orders = rank_orders(kind, p, microbatches, v)
+    index: dict[tuple[str, int, int], int] = {}
+    steps: list[Step] = []
+    rank: list[int] = []
+    time: list[int] = []
+    dep: list[int] = []
     nxt = [0] * p
-    boxes: list[Box] = []
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
         for r in range(p):
-            while nxt[r] < len(orders[r]):
-                st = orders[r][nxt[r]]
+            order = orders[r]
+            while nxt[r] < len(order):
+                st = order[nxt[r]]
                 if st.kind == "F":
-                    dep = ("F", st.stage - 1, st.microbatch) if st.stage > 0 else None
+                    d = ("F", st.stage - 1, st.microbatch) if st.stage > 0 else None
                 else:
-                    dep = ("B", st.stage + 1, st.microbatch) if st.stage < stages - 1 else ("F", st.stage, st.microbatch)
-                if dep is not None and dep not in done:
+                    d = ("B", st.stage + 1, st.microbatch) if st.stage < stages - 1 else ("F", st.stage, st.microbatch)
+                if d is not None and d not in index:
                     break
-                start = max(free[r], done[dep] if dep is not None else 0.0)
-                end = start + (forward if st.kind == "F" else backward)[st.stage]
-                done[(st.kind, st.stage, st.microbatch)] = end
-                free[r] = end
-                boxes.append(Box(st.kind, st.stage, st.stage // p, r, st.microbatch, start, end))
+                index[(st.kind, st.stage, st.microbatch)] = len(steps)
+                steps.append(st)
+                rank.append(r)
+                time.append(st.stage if st.kind == "F" else stages + st.stage)
+                dep.append(index[d] if d is not None else -1)
                 nxt[r] += 1
                 remaining -= 1
                 progressed = True
         if not progressed:
             stuck = ", ".join(str(orders[r][nxt[r]]) for r in range(p) if nxt[r] < len(orders[r]))
             raise ScheduleError(f"the {kind} schedule deadlocks: every rank waits ({stuck})")
-    return SimulatedSchedule(kind, p, v, microbatches, tuple(boxes))
+    return _Program(tuple(steps), tuple(rank), tuple(time), tuple(dep))

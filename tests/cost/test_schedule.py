@@ -3,6 +3,7 @@ dependencies, one operation at a time per rank, and start times against a longes
 from __future__ import annotations
 
 import itertools
+import random
 
 import networkx as nx
 import pytest
@@ -130,3 +131,46 @@ def test_bad_schedules_are_refused():
         simulate("zigzag", [1.0] * 2, [2.0] * 2, 4)
     with pytest.raises(ScheduleError, match="one forward and one backward"):
         simulate("1f1b", [1.0] * 2, [2.0] * 3, 4)
+
+
+def _reference(kind, forward, backward, m, v=1):
+    """The simulation as it was written before its order was compiled once (planlang.cost.schedule.
+    _program): each rank in turn runs its order until an input has not arrived; (box tuples, makespan)."""
+    stages = len(forward)
+    p = stages // v
+    orders = rank_orders(kind, p, m, v)
+    done, free, nxt, boxes = {}, [0.0] * p, [0] * p, []
+    remaining = sum(len(o) for o in orders)
+    while remaining:
+        for r in range(p):
+            while nxt[r] < len(orders[r]):
+                s = orders[r][nxt[r]]
+                if s.kind == "F":
+                    dep = ("F", s.stage - 1, s.microbatch) if s.stage > 0 else None
+                else:
+                    dep = ("B", s.stage + 1, s.microbatch) if s.stage < stages - 1 else ("F", s.stage, s.microbatch)
+                if dep is not None and dep not in done:
+                    break
+                start = max(free[r], done[dep] if dep is not None else 0.0)
+                end = start + (forward if s.kind == "F" else backward)[s.stage]
+                done[(s.kind, s.stage, s.microbatch)] = free[r] = end
+                boxes.append((s.kind, s.stage, s.stage // p, r, s.microbatch, start, end))
+                nxt[r] += 1
+                remaining -= 1
+    return boxes, max((b[6] for b in boxes), default=0.0)
+
+
+@pytest.mark.parametrize("kind,p,v,m", [("gpipe", 3, 1, 5), ("1f1b", 4, 1, 7), ("1f1b", 1, 1, 3),
+                                        ("interleaved", 2, 3, 4), ("interleaved", 3, 2, 6)])
+def test_the_compiled_simulation_gives_the_reference_s_floats_exactly(kind, p, v, m):
+    rng = random.Random(p * 100 + v * 10 + m)
+    fwd = [rng.uniform(0.1, 3.0) for _ in range(p * v)]
+    bwd = [rng.uniform(0.1, 6.0) for _ in range(p * v)]
+    sim = simulate(kind, fwd, bwd, m, v)
+    boxes, makespan = _reference(kind, fwd, bwd, m, v)
+    assert [(b.kind, b.stage, b.chunk, b.rank, b.microbatch, b.start, b.end) for b in sim.boxes] == boxes
+    assert sim.makespan == makespan  # the same floats: the step times the solver compares
+    busy = {}
+    for b in boxes:
+        busy[b[3]] = busy.get(b[3], 0.0) + (b[6] - b[5])
+    assert [sim.busy(r) for r in range(p)] == [busy[r] for r in range(p)]

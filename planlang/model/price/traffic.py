@@ -211,8 +211,29 @@ def unsupported(plan: CompletePlan) -> str:
     return ""
 
 
+@dataclass(frozen=True)
+class _Flow:
+    """What a program's traffic reads of its gradient flow, computed once per program (a pipeline's
+    stages each read the same): which values require grad and receive one, each converted value's origin,
+    the parameters backward gives a gradient (lowering.trained_parameters)."""
+
+    req: dict[str, bool]
+    grad: set[str]
+    origin: dict[str, str]
+    trained: set[str]
+
+
+def _flow(prog) -> _Flow:
+    req, grad = gradient_flow(prog)
+    origin = _origin(prog)
+    # as lowering.trained_parameters, from the same gradient flow and conversion bases
+    got = {origin.get(v, v) for v in grad}
+    return _Flow(req, grad, origin, {v.ref for v in prog.graph.params() if v.name in got})
+
+
 def predict_step_traffic(plan: CompletePlan, graph_or_program, only: set[int] | None = None,
-                         loss: bool = True, sums: bool = True, zero: list[ZeroUnit] | None = None) -> Traffic:
+                         loss: bool = True, sums: bool = True, zero: list[ZeroUnit] | None = None,
+                         flow: _Flow | None = None) -> Traffic:
     """The collectives one training step issues under `plan` (forward, loss, recomputation, backward,
     parameter-gradient sums), priced by planlang.cost. `graph_or_program` is an OpGraph (lowered here,
     with the plan's checkpoint groups) or an already lowered Program. `only`: the instructions of one
@@ -230,20 +251,20 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program, only: set[int] | 
         raise ValueError(unmodelled)
     mesh = prog.mesh
     g = prog.graph
-    req, grad = gradient_flow(prog)
-    origin = _origin(prog)
+    flow = flow if flow is not None else _flow(prog)  # `flow`: the caller's, of this program
+    req, grad, origin = flow.req, flow.grad, flow.origin
     traffic = Traffic()
-
-    def mine(i: int) -> bool:
-        return only is None or i in only
+    # the instructions this prediction covers, in program order (a pipeline stage's: `only`)
+    count = len(prog.instructions)
+    covered = range(count) if only is None else sorted(i for i in only if 0 <= i < count)
 
     def scale(ins) -> float:
         return _activation_scale(plan, prog, ins.value, origin) if isinstance(ins, Convert) else 1.0
 
-    for i, ins in enumerate(prog.instructions):
-        if mine(i):
-            for t in _forward_of(ins, prog, "forward", scale(ins)):
-                traffic.add(t)
+    for i in covered:
+        ins = prog.instructions[i]
+        for t in _forward_of(ins, prog, "forward", scale(ins)):
+            traffic.add(t)
 
     loss_axes = prog.layouts[prog.loss].partial if prog.loss and loss else ()
     if loss_axes:  # planlang.runtime.apply's _GlobalLoss: the local loss pieces summed over the axes
@@ -256,9 +277,7 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program, only: set[int] | 
     # then the group's own backward
     groups = sorted(prog.checkpoint_groups)
     group_at = {end - 1: (start, end) for start, end in groups}
-    for i in range(len(prog.instructions) - 1, -1, -1):
-        if not mine(i):
-            continue
+    for i in reversed(covered):
         if i in group_at:
             for b in recomputed(prog, *group_at[i], req, grad):
                 for t in _forward_of(b, prog, "recompute", scale(b)):
@@ -285,20 +304,20 @@ def predict_step_traffic(plan: CompletePlan, graph_or_program, only: set[int] | 
     # sums overlap backward; an all-reduce's bytes are linear in its size, so the bytes per kind and axes
     # are those of one flat buffer (listed here as one transfer per axes)
     if sums:
-        traffic.transfers += gradient_sums(plan, prog, only)
+        traffic.transfers += gradient_sums(plan, prog, only, flow)
         traffic.transfers += zero_transfers(plan, zero or [])
     return traffic
 
 
-def gradient_sums(plan: CompletePlan, prog, only: set[int] | None = None) -> list[Transfer]:
+def gradient_sums(plan: CompletePlan, prog, only: set[int] | None = None, flow: _Flow | None = None) -> list[Transfer]:
     """The parameter-gradient sums of one step (ParallelModel.sync_grads, a pipeline stage's GradSync):
     one all-reduce per axes of the gradients that share them - of the parameters instructions `only`
-    read, when given (a pipeline stage)."""
+    read, when given (a pipeline stage). `flow`: the program's gradient flow when the caller has it."""
 
     g, mesh = prog.graph, prog.mesh
-    trained = trained_parameters(prog)
+    trained = flow.trained if flow is not None else trained_parameters(prog)
     if only is not None:
-        origin = _origin(prog)
+        origin = flow.origin if flow is not None else _origin(prog)
         read = {a for i in only for a in ([prog.instructions[i].value] if isinstance(prog.instructions[i], Convert)
                                           else prog.instructions[i].args)}
         read |= {origin.get(a, a) for a in read}
@@ -332,11 +351,12 @@ def stage_traffic(plan: CompletePlan, prog) -> list[Traffic]:
     cut = cut_program(prog, plan)
     m = plan.pipeline.microbatches if plan.pipeline is not None else 1
     last = len(cut.stages) - 1
+    flow = _flow(prog)  # the whole program's gradient flow, read by every stage
     out = []
     for st in cut.stages:
         only = set(st.instructions) | (set(cut.tail) if st.index == last else set())
-        micro = predict_step_traffic(plan, prog, only, loss=st.index == last, sums=False)
-        out.append(Traffic([t for _ in range(m) for t in micro.transfers] + gradient_sums(plan, prog, only)))
+        micro = predict_step_traffic(plan, prog, only, loss=st.index == last, sums=False, flow=flow)
+        out.append(Traffic([t for _ in range(m) for t in micro.transfers] + gradient_sums(plan, prog, only, flow)))
     return out
 
 
