@@ -309,3 +309,21 @@ def test_an_opaque_call_of_a_torch_dispatch_wrapper_pickles():
     call = OpaqueCall("call_function", F.max_pool2d, (2,), (("stride", 2),))
     back = pickle.loads(pickle.dumps(call))
     assert back.target is F.max_pool2d and back.args == (2,) and back.kwargs == (("stride", 2),)
+
+
+def test_the_export_records_no_stack_traces_and_restores_the_setting():
+    """export_step exports with torch.fx.config.do_not_emit_stack_traces on (nothing reads them) and leaves
+    the setting as it was."""
+    import torch.fx.config
+
+    from planlang.model.capture.export_graph import export_step
+
+    model = nn.Sequential(nn.Linear(8, 8), nn.ReLU())
+    for before in (False, True):
+        torch.fx.config.do_not_emit_stack_traces = before
+        try:
+            ep, _ = export_step(model, {"x": torch.zeros(2, 8)}, None, ())
+            assert torch.fx.config.do_not_emit_stack_traces is before
+        finally:
+            torch.fx.config.do_not_emit_stack_traces = False
+        assert not any(n.meta.get("stack_trace") for n in ep.graph.nodes)
