@@ -14,7 +14,8 @@ module fails while one lacks it. Mostly the plain torch op on local shards; the 
 * causal attention with the query sequence split: the mask is offset by the chunk start;
 * attention with fewer key/value heads than query heads: each local query head reads its own key/value
   head (selected by the global head index), so a split of the query heads needs no split of k and v;
-* dropout: the global mask is drawn from `seed` (`dropout_mask`) and sliced, as single-process.
+* dropout: each device draws the piece of the global mask it holds from `seed` and the elements' global
+  indices (`dropout_keep`, a counter-based hash): the same mask as one process, without the whole of it.
 """
 from __future__ import annotations
 
@@ -38,10 +39,62 @@ UNARY = {"gelu": F.gelu, "relu": torch.relu, "silu": F.silu, "tanh": torch.tanh,
 BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div}
 
 
+_LOW32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash of each element of `x` (int64 holding values in [0, 2^32)): the finalizer of
+    MurmurHash3 (fmix32). Each product is cut back to 32 bits, so no int64 arithmetic overflows into the
+    sign and every shift is a logical one."""
+    x = x ^ (x >> 16)
+    x = (x * 0x85EBCA6B) & _LOW32
+    x = x ^ (x >> 13)
+    x = (x * 0xC2B2AE35) & _LOW32
+    return x ^ (x >> 16)
+
+
+_KEEP_CHUNK = 1 << 22  # elements hashed at once (whole rows of the leading dim): int64 temporaries of ~100 MB
+
+
+def dropout_keep(shape: tuple[int, ...], piece: tuple[slice, ...], p: float, seed: int,
+                 device: torch.device | str = "cpu") -> torch.Tensor:
+    """The keep-mask of a dropout op's output of global `shape`, for the `piece` of it a device holds.
+
+    Element i of the global tensor (row-major index) is kept when hash(seed, i) / 2^32 >= p, so every
+    device computes its own piece and nothing else, on its own device, and two devices holding the same
+    elements (replicas over a tensor-parallel axis) draw the same mask - as the whole tensor in one process
+    would. Memory: the piece's bool mask, and int64 temporaries for one block of rows of its leading dim
+    at a time (_KEEP_CHUNK elements, or one row where a row is larger)."""
+    bounds = [(sl.start or 0, n if sl.stop is None else sl.stop) for n, sl in zip(shape, piece)]
+    out = torch.empty([b - a for a, b in bounds], dtype=torch.bool, device=device)
+    if out.numel() == 0:
+        return out
+    strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+    rows = max(1, _KEEP_CHUNK // max(1, out[0].numel())) if out.dim() else 1
+    key = _mix32(torch.tensor(int(seed) & _LOW32, dtype=torch.int64, device=device))
+    threshold = int(math.ceil(p * 2**32))
+    start = bounds[0][0] if bounds else 0
+    for first in range(0, max(1, out.shape[0] if out.dim() else 1), rows):
+        index = torch.zeros((), dtype=torch.int64, device=device)
+        for d in reversed(range(len(bounds))):
+            a, b = bounds[d]
+            if d == 0:
+                a, b = start + first, min(b, start + first + rows)
+            along = torch.arange(a, b, dtype=torch.int64, device=device) * strides[d]
+            index = index.unsqueeze(0) + along.view(-1, *([1] * index.dim()))
+        low, high = index & _LOW32, index >> 32  # global indices past 2^32 keep their high bits
+        keep = _mix32(low ^ _mix32(high ^ key)) >= threshold
+        if out.dim():
+            out[first:first + rows] = keep
+        else:
+            out.copy_(keep)
+    return out
+
+
 def dropout_mask(shape: tuple[int, ...], p: float, seed: int) -> torch.Tensor:
-    """The global keep-mask of a dropout op (the same on every device and in a single process)."""
-    g = torch.Generator().manual_seed(int(seed))
-    return torch.rand(tuple(shape), generator=g, dtype=torch.float64) >= p
+    """The global keep-mask of a dropout op (the same on every device and in a single process): the whole
+    of `dropout_keep`."""
+    return dropout_keep(tuple(shape), tuple(slice(0, n) for n in shape), p, seed)
 
 
 def _axis_size(mesh: Mesh, axis: str) -> int:
@@ -302,11 +355,11 @@ def _dropout(op, strategy, xs, dev):
     if not op.attr("training", True) or p == 0:
         return x  # the identity, as torch's dropout is: a copy would only cost memory
     if x.device.type == "meta":
-        # shapes only (the estimate runs the program on meta): the global mask would be drawn for real,
-        # as large as the op's whole output, so a local one of the piece's size stands for it
+        # shapes only (the estimate runs the program on meta): the piece's mask in x's dtype, as the
+        # device holds it for backward (its hashing temporaries are bounded, dropout_keep)
         return x * torch.empty_like(x) / (1 - p)
-    mask = dropout_mask(op.output, p, op.attr("seed", 0))
-    m = mask[local_slices(op.output, strategy.output, dev.mesh, dev.coords)].to(device=x.device, dtype=x.dtype)
+    piece = local_slices(op.output, strategy.output, dev.mesh, dev.coords)
+    m = dropout_keep(tuple(op.output), piece, p, op.attr("seed", 0), x.device).to(x.dtype)
     return x * m / (1 - p)
 
 
