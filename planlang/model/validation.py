@@ -106,18 +106,19 @@ class Validated:
 
 
 def validate_file(path: str, text: str | None = None, search_paths: tuple[str, ...] = (),
-                  program: ProgramMeasure | None = None, read=None) -> Validated:
+                  program: ProgramMeasure | None = None, read=None, steps: bool = True) -> Validated:
     """Resolve the plan at `path` (or `text`, named `path`: standard input, an editor's buffer) and
     validate it against its model (`validate_plan`)."""
     resolver = Resolver(search_paths=search_paths, **({"read": read} if read is not None else {}))
     res = resolver.resolve_file(path) if text is None else resolver.resolve_text(text, path)
-    return validate_plan(res, path, program)
+    return validate_plan(res, path, program, steps=steps)
 
 
 def check_with_model(path: str, text: str | None = None, search_paths: tuple[str, ...] = (),
                      program: ProgramMeasure | None = None) -> CheckResult:
-    """`planlang check --model`: the diagnostics of `validate_file`."""
-    return validate_file(path, text, search_paths, program).check
+    """`planlang check --model`: the diagnostics of `validate_file`, whose estimate prices memory only
+    (the budget's rules read the peak; no diagnostic reads a step time, so the model is not profiled)."""
+    return validate_file(path, text, search_paths, program, steps=False).check
 
 
 @dataclass(frozen=True)
@@ -138,10 +139,11 @@ def probe(plan) -> Probed:
 
 
 def validate_plan(res: Resolution, path: str, program: ProgramMeasure | None = None,
-                  probed: Probed | None = None) -> Validated:
+                  probed: Probed | None = None, steps: bool = True) -> Validated:
     """The one validation (see the module docstring). `program`: how the estimate runs the runtime's
     program on meta (planlang.runtime.program_memory.measure); `probed`: the model built and probed for
-    this plan's model declaration and source, when the caller kept it (`probe`)."""
+    this plan's model declaration and source, when the caller kept it (`probe`); without `steps` the
+    estimate is of memory only (its step times NaN: `check_with_model`)."""
     plan = res.plan
     if plan is None or plan.model is None:
         return Validated(validate(res, path), res)
@@ -149,7 +151,7 @@ def validate_plan(res: Resolution, path: str, program: ProgramMeasure | None = N
     if free.errors:  # the plan alone is wrong: said before any model work (a PL501 in a second, not minutes)
         return Validated(free, res)
     with collector_paused():
-        return _validate_model(res, path, program, probed)
+        return _validate_model(res, path, program, probed, steps)
 
 
 @contextlib.contextmanager
@@ -184,7 +186,8 @@ def _frozen_at_exit() -> None:
         atexit.register(gc.freeze)
 
 
-def _validate_model(res: Resolution, path: str, program: ProgramMeasure | None, probed: Probed | None) -> Validated:
+def _validate_model(res: Resolution, path: str, program: ProgramMeasure | None, probed: Probed | None,
+                    steps: bool = True) -> Validated:
     """`validate_plan` from step 1 on, for a plan the model-free rules accept."""
     plan = res.plan
     assert plan is not None and plan.model is not None
@@ -213,7 +216,7 @@ def _validate_model(res: Resolution, path: str, program: ProgramMeasure | None, 
         if not facts["failures"]:  # the estimate measures the same program: one error is enough
             try:
                 facts["estimate"] = estimate_plan(cp, facts=mf, program=_measure_with(program, prog),
-                                                  traffic=traffic)
+                                                  traffic=traffic, steps=steps)
             except Exception as err:  # noqa: BLE001 - the budget cannot be checked: PL369, never a silent pass
                 facts["failures"] = [LoweringFailure.of(err, "estimate")]
         result = _merged(result, validate(res, path, facts, PHASES[1], resolution=False))

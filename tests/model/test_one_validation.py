@@ -107,3 +107,37 @@ def test_solve_builds_the_model_once(monkeypatch, tmp_path):
                                    str(tmp_path / "solved.plan")])
     assert out.exit_code == 0, out.output
     assert counts.factory == 1
+
+
+def test_check_model_estimates_memory_only_and_does_not_profile(monkeypatch):
+    """`check --model` reads only the estimate's peaks (PL560): its validation skips the profile that
+    prices the step, and its rows' memory equals the full estimate's."""
+    from planlang.model.capture import profile as profiling
+    from planlang.model.price import local_fold
+    from planlang.model.price.caches import caller_caches
+    from planlang.model.validation import validate_file
+
+    path = str(ROOT / "examples" / "gpt2" / "gpt2_3d.plan")
+    full = validate_file(path)
+    assert full.estimate and all(r.step_time > 0 for r in full.estimate)
+    for c in caller_caches(None):  # the module's caches: the memory-only run must not find a profile
+        c.clear()
+    profiled = []
+    real_profile, real_fold = profiling.profile_model, local_fold.folded_run
+    def profile(*a, **k):
+        profiled.append("profile")
+        return real_profile(*a, **k)
+
+    def fold(*a, **k):
+        if k.get("profile"):
+            profiled.append("folded profile")
+        return real_fold(*a, **k)
+
+    monkeypatch.setattr("planlang.model.price.estimate.profile_model", profile)
+    monkeypatch.setattr("planlang.model.price.estimate.folded_run", fold)
+    memory = validate_file(path, steps=False)
+    assert not profiled
+    assert [r.step_time != r.step_time for r in memory.estimate] == [True] * len(full.estimate)  # NaN
+    assert [(r.device, r.peak, r.activations) for r in memory.estimate] == \
+        [(r.device, r.peak, r.activations) for r in full.estimate]
+    assert memory.diagnostics == full.diagnostics

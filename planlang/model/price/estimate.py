@@ -140,11 +140,12 @@ def _model_facts(plan: T.Plan, facts=None) -> tuple:
 
 
 def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], divide: int, micro: int, stage_of,
-                    profile_key: tuple, profiled: LruCache[Profile]) -> tuple:
+                    profile_key: tuple, profiled: LruCache[Profile], profile: bool = True) -> tuple:
     """One simulated step and profile of the local model (parameters replaced by their shards, the
     batch divided by `divide`, the plan's checkpoint groups wrapped); the parameters that got a gradient;
     notes. The profile of a local model is reused from `profiled` (by `profile_key`: what it depends on)
-    when one was made, and kept there otherwise."""
+    when one was made, and kept there otherwise; without `profile` (memory only) it is None unless one
+    was made before."""
     module, notes = build_local_model(plan, facts, params)
     local_in = local_inputs(plan, divide)
     loss = model_loss(plan_model(plan))
@@ -156,7 +157,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
         with LocalPieces(split_widths(params)), autocast_for(plan.precision):
             prof = profiled.get(profile_key)
             # a few of the repeated blocks run when the plan treats them alike (no pipeline: stage_map None)
-            folded = folded_run(plan, facts, module, local_in, loss, simulate=True, profile=prof is None,
+            folded = folded_run(plan, facts, module, local_in, loss, simulate=True, profile=prof is None and profile,
                                 accumulate=micro > 1, blocks=blocks) if stage_map is None else None
             if folded is not None:
                 assert folded.sim is not None
@@ -165,7 +166,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
                     prof = profiled.put(profile_key, folded.profile)
             else:
                 sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
-            if prof is None:
+            if prof is None and profile:
                 prof = profiled.put(profile_key, profile_model(module, local_in, loss))
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
@@ -174,7 +175,7 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
         notes += wrap_checkpoints(module, plan, facts)
         with autocast_for(plan.precision):
             sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
-            prof = profile_model(module, local_in, loss)
+            prof = profile_model(module, local_in, loss) if profile else None
         trained = None
     if trained is None:
         trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
@@ -279,7 +280,8 @@ def _zero_unit(plan: CompletePlan, s: int | None, mine: list, learn: list) -> Ze
 
 def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str = "flat",
                   facts=None, program=None, cache: dict | None = None,
-                  traffic: "list[Traffic] | str | None" = None, graph=None) -> list[DeviceEstimate]:
+                  traffic: "list[Traffic] | str | None" = None, graph=None,
+                  steps: bool = True) -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
 
     `grad_sync` is how data-parallel gradients are summed: "flat" is the planlang runtime (one flat
@@ -294,7 +296,8 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     simulations and profiles of local models in place of the module's bounded caches. `traffic`: the
     lowered program's collectives (planlang.model.price.step_time.lowered_traffic) when the caller has them,
     or why it could not lower the plan; lowered here otherwise (`graph`: the model's op graph, when the
-    caller has it)."""
+    caller has it). Without `steps` only memory is estimated (`planlang check --model`: the budget): the
+    rows' step times are NaN and the model is not profiled."""
     if grad_sync not in GRAD_SYNC:
         raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC)}, not {grad_sync!r}")
     if plan.model is None:
@@ -320,9 +323,9 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     sim_key = profile_key + (micro > 1, tuple(sorted(stage_of.items())))
     simulated, profiled = caller_caches(cache)
     cached = simulated.get(sim_key)
-    if cached is None:
+    if cached is None or (steps and cached[1] is None):
         cached = simulated.put(sim_key, _simulate_local(plan, facts, params, dp * micro, micro, stage_of,
-                                                        profile_key, profiled))
+                                                        profile_key, profiled, profile=steps))
     sim, prof, trained, sim_notes = cached
     notes = list(sim_notes)
 
@@ -462,7 +465,8 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         transient = backward_phase - acts
         opt_phase = grads_b + opt_tmp
         peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
-        work.append(stage_work(prof, stage_of, s, micro))
+        if steps:
+            work.append(stage_work(prof, stage_of, s, micro))
         units.append(_zero_unit(plan, s, mine, learn))
         row = DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
                              acts, transient + opt_tmp, peak, 0.0, tuple(notes), step_temporaries=opt_tmp,
@@ -473,6 +477,8 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, flat_copy))
     if plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved":
         out = _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1)
+    if not steps:
+        return [dataclasses.replace(r, step_time=math.nan) for r in out]
     return _with_steps(plan, out, StepInputs(tuple(work), tuple(units)), traffic, graph, efficiency)
 
 
