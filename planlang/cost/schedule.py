@@ -19,10 +19,11 @@ expressed as a share of the whole step); tests/report/test_schedule.py checks th
 from __future__ import annotations
 
 import functools
+from array import array
 
 from dataclasses import dataclass, field
 
-from planlang.plan.schedule import ScheduleError, Step, rank_orders  # noqa: F401 - part of this module's API
+from planlang.plan.schedule import ScheduleError, Step, orders_made_by, rank_orders  # noqa: F401 - part of this module's API
 
 
 @dataclass(frozen=True)
@@ -58,8 +59,9 @@ class SimulatedSchedule:
     def boxes(self) -> tuple[Box, ...]:
         """Every operation, in the order the simulation ran them."""
         prog, p = self.program, self.ranks
+        steps = (prog.step(k) for k in range(len(prog.codes)))
         return tuple(Box(st.kind, st.stage, st.stage // p, r, st.microbatch, start, end)
-                     for st, r, start, end in zip(prog.steps, prog.rank, self.starts, self.ends))
+                     for st, r, start, end in zip(steps, prog.rank, self.starts, self.ends))
 
     def __str__(self) -> str:
         return (f"{self.kind}: p={self.ranks}, v={self.chunks}, m={self.microbatches}, "
@@ -126,53 +128,69 @@ def simulate(kind: str, forward: list[float], backward: list[float], microbatche
 @dataclass(frozen=True)
 class _Program:
     """The operations of a schedule in the order the simulation runs them — each rank in turn runs its
-    order (planlang.plan.schedule.rank_orders) until an operation's input has not arrived — with each
-    one's rank, its time's index (forward of model stage s: s; backward: stages + s) and the index of the
-    operation it waits for (-1: none). That order depends only on which operations are done, never on
-    their times: one program per (kind, p, m, v) serves every simulation of those degrees."""
+    order (planlang.plan.schedule's) until an operation's input has not arrived — with each one's rank,
+    its time's index (forward of model stage s: s; backward: stages + s) and the index of the operation
+    it waits for (-1: none). That order depends only on which operations are done, never on their times:
+    one program per (kind, p, m, v) serves every simulation of those degrees. An operation is coded
+    ((stage · m + microbatch) · 2 + 1 for a backward): `step(k)` is the k-th as a Step. Equal (and
+    hashed) by the degrees it is made from."""
 
-    steps: tuple[Step, ...]
-    rank: tuple[int, ...]
-    time: tuple[int, ...]
-    dep: tuple[int, ...]
+    kind: str
+    ranks: int
+    microbatches: int
+    chunks: int
+    codes: array = field(compare=False, repr=False)
+    rank: array = field(compare=False, repr=False)
+    time: array = field(compare=False, repr=False)
+    dep: array = field(compare=False, repr=False)
+
+    def step(self, k: int) -> Step:
+        return _step(self.codes[k], self.microbatches)
+
+
+def _step(code: int, m: int) -> Step:
+    stage, micro = divmod(code >> 1, m)
+    return Step("B" if code & 1 else "F", stage, micro)
 
 
 def _program(kind: str, p: int, microbatches: int, v: int) -> _Program:
     return _cached_program(kind, p, microbatches, v)
 
 
-@functools.lru_cache(maxsize=8)  # an entry is p * 2m * v operations, as rank_orders' cache holds
+@functools.lru_cache(maxsize=8)  # an entry is p * 2m * v operations, 16 bytes each
 def _cached_program(kind: str, p: int, microbatches: int, v: int) -> _Program:
+    m = microbatches
     stages = p * v
-    orders = rank_orders(kind, p, microbatches, v)
-    index: dict[tuple[str, int, int], int] = {}
-    steps: list[Step] = []
-    rank: list[int] = []
-    time: list[int] = []
-    dep: list[int] = []
+    # each rank's order (planlang.plan.schedule, the one definition), coded: F(s, j) = 2(s·m + j), B(s, j) one more;
+    # F(s - 1, j) is then code - 2m, B(s + 1, j) code + 2m, F(s, j) of a backward code - 1
+    orders = orders_made_by(kind, p, m, v, lambda kind_, s, j: ((s * m + j) << 1) | (kind_ == "B"))
+    last = 2 * (stages - 1) * m  # codes of the last stage's operations are >= this
+    index = [-1] * (2 * stages * m)  # code -> its operation's index in the run order (-1: not run yet)
+    codes, rank, time, dep = array("l"), array("l"), array("l"), array("l")
     nxt = [0] * p
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
         for r in range(p):
-            order = orders[r]
-            while nxt[r] < len(order):
-                st = order[nxt[r]]
-                if st.kind == "F":
-                    d = ("F", st.stage - 1, st.microbatch) if st.stage > 0 else None
-                else:
-                    d = ("B", st.stage + 1, st.microbatch) if st.stage < stages - 1 else ("F", st.stage, st.microbatch)
-                if d is not None and d not in index:
+            order, k = orders[r], nxt[r]
+            while k < len(order):
+                c = order[k]
+                if c & 1:  # a backward waits for the next stage's backward, or its own forward on the last
+                    d = c - 1 if c >= last else c + 2 * m
+                else:  # a forward waits for the previous stage's forward
+                    d = c - 2 * m if c >= 2 * m else -1
+                if d >= 0 and index[d] < 0:
                     break
-                index[(st.kind, st.stage, st.microbatch)] = len(steps)
-                steps.append(st)
+                index[c] = len(codes)
+                codes.append(c)
                 rank.append(r)
-                time.append(st.stage if st.kind == "F" else stages + st.stage)
-                dep.append(index[d] if d is not None else -1)
-                nxt[r] += 1
+                time.append((c >> 1) // m + (stages if c & 1 else 0))
+                dep.append(index[d] if d >= 0 else -1)
+                k += 1
                 remaining -= 1
                 progressed = True
+            nxt[r] = k
         if not progressed:
-            stuck = ", ".join(str(orders[r][nxt[r]]) for r in range(p) if nxt[r] < len(orders[r]))
+            stuck = ", ".join(str(_step(orders[r][nxt[r]], m)) for r in range(p) if nxt[r] < len(orders[r]))
             raise ScheduleError(f"the {kind} schedule deadlocks: every rank waits ({stuck})")
-    return _Program(tuple(steps), tuple(rank), tuple(time), tuple(dep))
+    return _Program(kind, p, m, v, codes, rank, time, dep)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 from .types import SCHEDULES
 
@@ -46,21 +46,29 @@ def rank_orders(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> tu
     return _rank_orders(kind, ranks, microbatches, chunks)
 
 
+def orders_made_by(kind: str, ranks: int, microbatches: int, chunks: int, make: Callable[[str, int, int], Any]) -> list[list]:
+    """`rank_orders` with each operation made by `make(kind, stage, microbatch)` instead of a Step, made
+    afresh (planlang.cost.schedule codes them as integers for its simulation)."""
+    return _orders(kind, ranks, microbatches, chunks, make)
+
+
 @lru_cache(maxsize=8)  # an entry is p * 2m * chunks steps: 1T's deepest candidate ~0.2 M, ~20 MB
 def _rank_orders(kind: str, ranks: int, microbatches: int, chunks: int) -> tuple[tuple[Step, ...], ...]:
     return tuple(tuple(order) for order in _orders(kind, ranks, microbatches, chunks))
 
 
-def _orders(kind: str, ranks: int, microbatches: int, chunks: int) -> list[list[Step]]:
+def _orders(kind: str, ranks: int, microbatches: int, chunks: int, make: Callable[[str, int, int], Any] = Step) -> list[list]:
+    """Each rank's sequence, an operation made by `make(kind, stage, microbatch)` (a Step, or the compact
+    code planlang.cost.schedule's compiled simulation reads)."""
     p, m = ranks, microbatches
     if kind not in SCHEDULES:
         raise ScheduleError(f"unknown schedule `{kind}`; expected one of {', '.join(SCHEDULES)}")
     if p < 1 or m < 1:
         raise ScheduleError(f"need at least one rank and one microbatch (got p={p}, m={m})")
     if kind == "gpipe":
-        return [[Step("F", r, j) for j in range(m)] + [Step("B", r, j) for j in range(m)] for r in range(p)]
+        return [[make("F", r, j) for j in range(m)] + [make("B", r, j) for j in range(m)] for r in range(p)]
     if kind == "1f1b":
-        return [_one_forward_one_backward(min(p - r - 1, m), m, lambda kind_, k, r=r: Step(kind_, r, k))
+        return [_one_forward_one_backward(min(p - r - 1, m), m, lambda kind_, k, r=r: make(kind_, r, k))
                 for r in range(p)]
     v = chunks
     if v < 1:
@@ -69,19 +77,19 @@ def _orders(kind: str, ranks: int, microbatches: int, chunks: int) -> list[list[
         raise ScheduleError(f"interleaved needs microbatches ({m}) to be a multiple of the pipeline ranks ({p})")
     total = m * v
 
-    def step(kind_: str, r: int, k: int) -> Step:
+    def step(kind_: str, r: int, k: int):
         # the k-th forward (backward) of rank r: groups of p microbatches go through the chunks in turn
         chunk = (k % (p * v)) // p
         if kind_ == "B":
             chunk = v - 1 - chunk
         micro = (k // (p * v)) * p + k % p
-        return Step(kind_, chunk * p + r, micro)
+        return make(kind_, chunk * p + r, micro)
 
     return [_one_forward_one_backward(min((p - r - 1) * 2 + (v - 1) * p, total), total,
                                       lambda kind_, k, r=r: step(kind_, r, k)) for r in range(p)]
 
 
-def _one_forward_one_backward(warm: int, total: int, step) -> list[Step]:
+def _one_forward_one_backward(warm: int, total: int, step) -> list:
     """`warm` forwards, then one forward and one backward in turn, then the remaining backwards; `step(kind,
     k)` is the k-th forward or backward of the rank."""
     seq = [step("F", k) for k in range(warm)]

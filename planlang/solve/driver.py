@@ -130,6 +130,7 @@ class _Search:
         self._priced: dict[tuple, Candidate | None] = {}  # a candidate's edits -> it, priced (None: not a plan)
         self._steps: dict[tuple, tuple[CompletePlan, Steps | None]] = {}  # edits -> value, its steps alone
         self._bounded: dict[tuple, tuple[Choices, float]] = {}  # edits -> choices, step
+        self._shards: dict[tuple, tuple] = {}  # the candidates' shard rules, one object per value (`value`)
         budget = self.plan.budget.bytes if self.plan.budget is not None else None
         self._floored: set[tuple] = set()  # candidates over their memory floor (never priced)
         self.tight = False  # the seed's defaults did not fit: stage 1 prices each mesh at its leanest too
@@ -167,7 +168,13 @@ class _Search:
         if left:
             where = ", ".join(f"{x.what} at {x.span.line}:{x.span.col}" for x in left)
             raise SolveError(f"solve does not fill these holes yet: {where}; write their values")
-        return complete(plan)
+        done = complete(plan)
+        try:  # equal shard rules as one object: the estimator keeps a rule list's specs by its identity
+            # (planlang.model.price.local_model.spec_for), and `complete` builds the list afresh per candidate
+            shards = self._shards.setdefault(done.shards, done.shards)
+        except TypeError:  # rules that do not hash: the candidate's own
+            return done
+        return done if shards is done.shards else replace(done, shards=shards)
 
     def steps(self, key: tuple, fills: dict[str, Fill]) -> Steps | None:
         """The candidate's step times alone (pricing.price_steps: the local model's profile, no simulated

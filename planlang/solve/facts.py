@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planlang.model.program.shared_lowering import SharedLowerings
 from planlang.plan import types as T
 
 
@@ -33,6 +34,8 @@ class SolveFacts:
     param_stages: dict = field(default_factory=dict)
     local_shapes: dict = field(default_factory=dict)
     lowered: dict = field(default_factory=dict)  # pricing.lowered: a plan value's collectives
+    # the programs pricing.lowered's candidates share (planlang.model.program.shared_lowering)
+    programs: SharedLowerings = field(default_factory=SharedLowerings)
 
     @property
     def modules(self):

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
+from planlang.model.program.shared_lowering import shared_lowerings
 from planlang.plan.complete import CompletePlan, CompleteSchedule
 
 from .facts import SolveFacts
@@ -60,7 +61,10 @@ def lowered(plan: CompletePlan, facts: SolveFacts) -> CandidateTraffic:
         return facts.lowered[key]
     try:
         graph = facts.op_graph(plan) if plan.pipeline is None else None
-        got = lowered_traffic(plan, graph, facts.layers.module)  # type: ignore[attr-defined]
+        # candidates that differ only in what the lowering does not read (checkpoint groups, ZeRO, stages,
+        # schedule) share one lowering (planlang.model.program.shared_lowering); their collectives differ
+        with shared_lowerings(facts.programs):
+            got = lowered_traffic(plan, graph, facts.layers.module)  # type: ignore[attr-defined]
         out = CandidateTraffic(None if got is None else tuple(got))
     except Exception as e:  # noqa: BLE001 - e.g. a layout the lowering refuses; priced without its program
         out = CandidateTraffic(None, f"{type(e).__name__}: {e}")

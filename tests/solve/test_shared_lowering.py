@@ -51,3 +51,30 @@ def test_gpipe_and_1f1b_over_the_same_stages_are_lowered_once(tmp_path):
     # the microbatches are read: another count is another program
     more = replace(one, pipeline=replace(one.pipeline, microbatches=8))
     assert pricing.lowered(more, facts) is not first
+
+
+def _complete(tmp_path, text: str):
+    path = tmp_path / "pp_tp.plan"  # one path, as a solve's candidates have (the op graph is traced per path)
+    path.write_text(text)
+    res = check_resolution(Resolver().resolve_file(str(path)), str(path))
+    assert not res.errors and res.plan is not None
+    return complete(res.plan)
+
+
+def test_candidates_that_differ_in_what_the_lowering_does_not_read_share_its_program(tmp_path):
+    # checkpoint groups and the stages are read by the cut and the collectives, not by the lowering
+    # (planlang.model.program.shared_lowering): one program for the three, each its own collectives
+    one = _complete(tmp_path, PLAN)
+    ckpt = _complete(tmp_path, PLAN + "checkpoint h[*] every 1\n")
+    cut = _complete(tmp_path, PLAN.replace(", h[1]\n    stage h[2]", "\n    stage h[1], h[2]"))
+    assert len(cut.pipeline.stages) == 2 and cut.pipeline.stages != one.pipeline.stages
+    facts = model_facts(one)
+    got = [pricing.lowered(plan, facts) for plan in (one, ckpt, cut)]
+    assert (facts.programs.misses, facts.programs.hits) == (1, 2)
+    for plan, low in zip((one, ckpt, cut), got):
+        fresh = lowered_traffic(plan, None, facts.layers.module)  # outside the scope: lowered afresh
+        assert fresh is not None and pricing.CandidateTraffic(tuple(fresh)) == low
+    assert got[1] != got[0] != got[2]  # recomputation and the cut change the collectives
+    # another microbatch count is another graph: lowered again
+    pricing.lowered(replace(one, pipeline=replace(one.pipeline, microbatches=8)), facts)
+    assert facts.programs.misses == 2

@@ -29,6 +29,7 @@ from planlang.cost.layout import Path, is_valid, local_shape, normalize
 from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp
 from planlang.cost.ops.einsum import INT_DTYPES
 from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
+from planlang.model.program import shared_lowering
 from planlang.model.program.head_blocks import Blocked, find_blocked, mark_blocked
 from planlang.model.program.pricer import Pricer
 from planlang.model.capture.opgraph import OpGraph, OpNode
@@ -194,6 +195,13 @@ def output_pins(plan: CompletePlan, graph: OpGraph) -> dict[str, Spec]:
 
 # ------------------------------------------------------------------------------ lowering
 def lower(graph: OpGraph, plan: CompletePlan) -> Program:
+    """The plan's program on `graph` (the module docstring); inside planlang.model.program.shared_lowering's
+    scope, a program already lowered from what this one reads is shared."""
+    shared = shared_lowering.active()
+    return _lower(graph, plan) if shared is None else shared.lower(graph, plan, _lower)
+
+
+def _lower(graph: OpGraph, plan: CompletePlan) -> Program:
     mesh = plan_mesh(plan)
     pricer = Pricer(mesh)
     pspecs = param_specs(plan, graph)
@@ -467,11 +475,12 @@ def _param_grad_sync(graph: OpGraph, instructions, origin, mesh: Mesh) -> dict[s
                 uses[base].append(set(red.get(i, ())))
                 touched[base] |= axes
     out = {}
+    names = mesh.names  # a property that builds its tuple: read once, not once per parameter
     for v, per_use in uses.items():
         if not per_use:
             continue
         common = set.intersection(*per_use) - touched[v]
-        out[graph.values[v].ref] = tuple(a for a in mesh.names if a in common)
+        out[graph.values[v].ref] = tuple(a for a in names if a in common)
     return out
 
 

@@ -114,7 +114,9 @@ def _module_stages(prog: Program, plan: CompletePlan) -> dict[str, int]:
                 selected[hit] = st.index
     out: dict[str, int] = {}
     for n in names:
-        owner = max((m for m in selected if n == m or n.startswith(m + ".")), key=len, default=None)
+        # the selected module of the longest dotted prefix of `n` (`n` itself first)
+        parts = n.split(".")
+        owner = next((m for m in (".".join(parts[:k]) for k in range(len(parts), 0, -1)) if m in selected), None)
         if owner is not None:
             out[n] = selected[owner]
     return out
@@ -205,7 +207,10 @@ def cut_program(prog: Program, plan: CompletePlan) -> ProgramCut:
         if v not in reads_at[s]:
             reads_at[s].append(v)
 
-    body = [[k for k in range(len(prog.instructions)) if stage[k] == s and k not in tail_set] for s in range(n)]
+    body: list[list[int]] = [[] for _ in range(n)]  # each stage's instructions but the tail, in order
+    for k in range(len(prog.instructions)):
+        if 0 <= stage[k] < n and k not in tail_set:
+            body[stage[k]].append(k)
     for s in range(n):
         ks = body[s] + (tail if s == n - 1 else [])
         mine = {_makes(prog.instructions[k]) for k in ks}
