@@ -19,10 +19,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
-if TYPE_CHECKING:  # types only: lowering imports this module
-    from planlang.model.program.lowering import Program
+# the lowering's Program, by a type variable: lowering imports this module, which must not import it back
+Program = TypeVar("Program")
 
 __all__ = ["SharedLowerings", "active", "shared_lowerings"]
 
@@ -33,7 +33,7 @@ class SharedLowerings:
 
     def __init__(self, size: int = 8) -> None:
         self.size = size
-        self._entries: OrderedDict[tuple, tuple[Any, Program]] = OrderedDict()
+        self._entries: OrderedDict[tuple, tuple[Any, Any]] = OrderedDict()
         self.hits = 0
         self.misses = 0
 
@@ -69,7 +69,7 @@ class SharedLowerings:
 def _copy(prog: Program) -> Program:
     """A program of its own for the caller: the same instructions, layouts and graph (read-only), its
     own `checkpoint_groups` (callers set them: lowering.mark_checkpoints)."""
-    return dataclasses.replace(prog, checkpoint_groups=list(prog.checkpoint_groups))
+    return dataclasses.replace(prog, checkpoint_groups=list(prog.checkpoint_groups))  # type: ignore
 
 
 _SCOPE: ContextVar[SharedLowerings | None] = ContextVar("planlang shared lowerings", default=None)
