@@ -346,10 +346,11 @@ def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: CompleteMesh,
     """The local-batch strategy of an opaque op known to act per sample (planlang.cost.ops.per_sample):
     dim 0 of the output and of every activation input of the output's rank that has the output's dim 0
     split as the first such input is now; lower-rank and size-1 inputs (broadcast), parameters and
-    constants whole; every other dim whole. `batch_axes`: the data axes of the batch when the output's
-    dim 0 is the batch; if no activation input is split there, inputs with that dim 0 (a constant
-    expanded to the batch: T5's attention mask) are split over them, a local slice. None when the op is
-    not known per-sample, the batch is not split, or an activation input has another leading size."""
+    constants whole, except a constant with the output's dim 0 (an attention mask expanded to the
+    batch), split as the activations are (a local slice); every other dim whole. `batch_axes`: the data
+    axes of the batch when the output's dim 0 is the batch; if no activation input is split there, inputs
+    with that dim 0 are split over them. None when the op is not known per-sample, the batch is not
+    split, or an activation input has another leading size."""
     target = str(node.op.attr("target", ""))
     if not (is_per_sample(target) or has_batch_statistics(target)) or not node.op.output:
         return None
@@ -359,10 +360,13 @@ def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: CompleteMesh,
         return [k for k, v in enumerate(in_vals)
                 if v.kind not in kinds and len(v.shape) == len(out) and v.shape and v.shape[0] == out[0]]
 
-    batch = leading(("param", "const"))
-    axes = tuple(a for a in layouts[batch[0]].axes_of(0) if mesh.size_of(a) > 1) if batch else ()
+    acts = leading(("param", "const"))
+    axes = tuple(a for a in layouts[acts[0]].axes_of(0) if mesh.size_of(a) > 1) if acts else ()
     if not axes and batch_axes:
-        batch, axes = leading(("param",)), batch_axes
+        axes = batch_axes
+    # a constant with the batch's leading size (an attention mask expanded to the batch: BERT's and T5's)
+    # is split with the activations, a local slice: whole, it would meet the local batch (a shape error)
+    batch = leading(("param",)) if axes else acts
     if not batch or not axes:
         return None
     for v in in_vals:
