@@ -77,6 +77,7 @@ def test_verify_json_holds_each_steps_checks_and_the_verdict(tmp_path, monkeypat
     assert (got["schema_version"], got["command"], got["verdict"], got["exit_code"]) == (SCHEMA_VERSION, "verify",
                                                                                          "PASS", 0)
     assert got["world_size"] == 2 and got["steps"] == 1 and len(got["checks"]) == 1
+    assert got["dropout_off"] == 0  # an MLP without dropout: nothing turned off
     step = got["checks"][0]
     assert step["step"] == 0 and step["loss"]["plan"] > 0
     for kind in ("loss", "gradient", "parameter"):

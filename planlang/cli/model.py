@@ -258,7 +258,9 @@ def verify(
     without rank 0, or when the workers ended before judging), exit_code, and checks: per step, its
     loss, gradient and parameter check, each with error, bound and ok (the gradient's and parameter's
     with the worst-judged one's name; the loss's with the plan's and the one process's value); null where
-    the steps did not run here."""
+    the steps did not run here; and dropout_off: how many dropout calls with p > 0 ran as the identity on
+    rank 0, the one-process runs' included (the plan's masks and one process's cannot be the same draws,
+    so both sides run without dropout; 0 for a model without dropout, null where the steps did not run)."""
     # lazy: loaded by this command only, so `check` and `fmt` start fast
     from planlang.runtime.launch import LaunchError, Progress, mesh_words, plan_launch, torchrun, world_size
 
@@ -289,12 +291,14 @@ def verify(
                             + ([str(rows_file)] if as_json else []),
                             env={**say.env(), VERDICT_ENV: str(verdict)}, module=True)
         word = verdict.read_text() if code == 0 and verdict.is_file() else ""
-        rows = json.loads(rows_file.read_text()) if rows_file.is_file() else None
+        written = json.loads(rows_file.read_text()) if rows_file.is_file() else {}
+        rows = written.get("rows")
     exit_code = {"FAIL": 1, "ERROR": 2}.get(word, code)
     if as_json:
         _write_json({"schema_version": SCHEMA_VERSION, "command": "verify", "plan_file": str(plan), "steps": steps,
                      "tol": tol, "world_size": world_size(p), "verdict": word or None, "exit_code": exit_code,
-                     "checks": None if rows is None else [_step_checks(r) for r in rows]})
+                     "checks": None if rows is None else [_step_checks(r) for r in rows],
+                     "dropout_off": written.get("dropout_off")})
     raise typer.Exit(exit_code)
 
 

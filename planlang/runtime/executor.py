@@ -24,6 +24,7 @@ from planlang.cost.comm import Collective
 from planlang.cost.ops import op_kind
 from planlang.model.capture.opgraph import OpaqueCall, TensorArg
 from planlang.runtime.local_ops import run_local
+from planlang.runtime.no_dropout import count_program_op, is_off as dropout_is_off
 from planlang.model.program.lowering import Convert, Program, Run
 from planlang.model.program.recompute import checkpoint, is_recomputing
 from planlang.runtime.redistribute import MeshGroups, run_path
@@ -253,6 +254,9 @@ class Runtime:
         op = ins.node.op
         kind = op_kind(op.kind)
         if kind.random and not kind.is_identity(op):
+            if dropout_is_off():  # `planlang verify`'s comparison with one process (runtime/no_dropout.py)
+                count_program_op()
+                return xs[0]
             # a fresh global mask (dropout) every step, the same on every rank (sliced to the local piece)
             seed = zlib.crc32(f"{name}:{self.step_index}".encode())
             op = dataclasses.replace(op, attrs=tuple(sorted(dict(op.attrs, seed=seed).items())))

@@ -23,8 +23,9 @@ optimizer is no parameter): one process follows them instead, its master copy st
 the plan's gradients, and the float64 twin takes one process's parameters before each step. A correct plan passes whatever the optimizer; a wrong update
 (a gradient summed twice, a missing gradient, a step on the wrong piece) is orders of magnitude above
 rounding and fails. The float64 run measures rounding only when it computes the same function: when one
-process's first loss differs from float64's by more than YARDSTICK_LIMIT (dropout, random ops), every
-error is judged against `tol` alone.
+process's first loss differs from float64's by more than YARDSTICK_LIMIT (random ops), every error is
+judged against `tol` alone. Dropout runs as the identity on both sides (planlang.runtime.no_dropout: the
+plan's masks and one process's cannot be the same draws), counted and said above the table.
 
 A plan with precision fields (bf16, f16) is compared against one process in the same precision
 (planlang.runtime.precision: parameters cast, forward under autocast, the same master copy and loss
@@ -55,6 +56,7 @@ from planlang.plan.complete import CompletePlan
 from planlang.runtime.apply import PlanError, apply, load_plan
 from planlang.plan.complete import plan_model
 from planlang.runtime.launch import Progress
+from planlang.runtime.no_dropout import dropout_off
 from planlang.runtime.precision import LossScale, UNIT_ROUNDOFF, autocast, reference_model, tolerance, wrap_optimizer
 from planlang.runtime.teardown import leave
 from planlang.runtime.zero import build_optimizer
@@ -247,60 +249,68 @@ def verify(plan_path: str, steps: int = 3, seed: int = 0, model: nn.Module | Non
     same_start = not prec.mixed
     rows = []
     params: dict[str, torch.Tensor] = {}  # the plan's parameters after the last step (read from step 2 on)
-    for s, (inputs, targets) in enumerate(batches):
-        if same_start and s:
-            _start_from(params, model if plan.pipeline is None else None, (ref, exact))
-        elif not same_start:  # float64 measures the one-process run's rounding at that run's own point
-            _start_from({n: p.detach() for n, p in ref.named_parameters()}, ref, (exact,))
-        opt.zero_grad(set_to_none=True)
-        ref_opt.zero_grad(set_to_none=True)
-        exact_opt.zero_grad(set_to_none=True)
-        loss = pm.step(*inputs, *targets)
-        ref_scaled_by = 1.0 if ref_scale is None else ref_scale.value
-        plan_scaled_by = loss_scale_value(opt)
-        with autocast(prec, "cpu"):
-            ref_loss = ref_loss_fn(call_model(ref, plan, inputs), *targets)
-        (ref_loss if ref_scale is None else ref_scale.scale(ref_loss)).backward()
-        exact_loss = exact_loss_fn(call_model(exact, plan, _double(inputs)), *_double(targets))
-        exact_loss.backward()
-        lv, rv, xv = float(loss.detach()), float(ref_loss.detach()), float(exact_loss.detach())
-        if s == 0 and abs(rv - xv) > limit * max(abs(xv), 1e-30):
-            yardstick = False
-            say(f"one process's first loss {rv:.8g} differs from float64's {xv:.8g} by more than rounding "
-                f"(a random model, e.g. dropout): every error is judged against --tol {tol:g} alone")
-        grads = pm.full_grads()
-        ref_grads = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}
-        overflow = overflow_verdict(grads, ref_grads) if prec.loss_scale is not None else None
-        if overflow is not None:  # a skipped step: its gradients are not numbers to compare
-            worst, gerr, gbound = overflow, (0.0 if overflow.startswith("both") else 1.0), bound(0.0, tol)
-        else:
-            worst, gerr, gbound = _judge_grads(grads, ref_grads, exact_params, ref_scaled_by, tol, yardstick)
-        if report is not None and s == len(batches) - 1:
-            report.update(describe(pm, opt))  # gradients still there; optimizer state from earlier steps
-        _take_grads(grads, ref, exact, plan_scaled_by)  # the one-process optimizers step the plan's gradients
-        opt.step()
-        ref_opt.step()
-        if overflow is None:
-            exact_opt.step()  # (an overflowed step is skipped by both runs in the plan's precision)
-        params = pm.full_parameters()
-        perrs = {n: rel(params[n], p.detach()) for n, p in ref.named_parameters() if n in params}
-        pnoise = {n: rel(p.detach(), exact_params[n].detach()) for n, p in ref.named_parameters()
-                  if yardstick and n in params}
-        if plan.pipeline is None:  # and the state forward keeps: BatchNorm's running statistics
-            mine, exact_bufs = dict(model.named_buffers()), dict(exact.named_buffers())
-            for n, b in ref.named_buffers():
-                if b.is_floating_point() and n in mine:
-                    perrs[n] = rel(mine[n].detach().cpu(), b)
-                    if yardstick:
-                        pnoise[n] = rel(b, exact_bufs[n])
-        pworst, perr, pbound = judged(perrs, pnoise, tol)
-        lnoise = abs(rv - xv) / max(abs(xv), 1e-30) if yardstick else 0.0
-        rows.append(StepRow(s, lv, rv, abs(lv - rv) / max(abs(rv), 1e-30), gerr, worst, perr, pworst,
-                            bound(lnoise, tol), gbound, pbound))
-        r = rows[-1]
-        say(f"step {s + 1}/{len(batches)}: loss {lv:.8g} under the plan, {rv:.8g} in one process "
-            f"(relative error {r.loss_rel_err:.1e}); worst gradient error {r.grad_rel_err:.1e}"
-            + (f" ({worst})" if worst else ""))
+    # one process cannot draw the plan's dropout masks: dropout off on both sides, counted and said
+    with dropout_off() as dropped:
+        for s, (inputs, targets) in enumerate(batches):
+            if same_start and s:
+                _start_from(params, model if plan.pipeline is None else None, (ref, exact))
+            elif not same_start:  # float64 measures the one-process run's rounding at that run's own point
+                _start_from({n: p.detach() for n, p in ref.named_parameters()}, ref, (exact,))
+            opt.zero_grad(set_to_none=True)
+            ref_opt.zero_grad(set_to_none=True)
+            exact_opt.zero_grad(set_to_none=True)
+            loss = pm.step(*inputs, *targets)
+            ref_scaled_by = 1.0 if ref_scale is None else ref_scale.value
+            plan_scaled_by = loss_scale_value(opt)
+            with autocast(prec, "cpu"):
+                ref_loss = ref_loss_fn(call_model(ref, plan, inputs), *targets)
+            (ref_loss if ref_scale is None else ref_scale.scale(ref_loss)).backward()
+            exact_loss = exact_loss_fn(call_model(exact, plan, _double(inputs)), *_double(targets))
+            exact_loss.backward()
+            lv, rv, xv = float(loss.detach()), float(ref_loss.detach()), float(exact_loss.detach())
+            if s == 0 and abs(rv - xv) > limit * max(abs(xv), 1e-30):
+                yardstick = False
+                say(f"one process's first loss {rv:.8g} differs from float64's {xv:.8g} by more than rounding "
+                    f"(a random model, e.g. dropout): every error is judged against --tol {tol:g} alone")
+            grads = pm.full_grads()
+            ref_grads = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}
+            overflow = overflow_verdict(grads, ref_grads) if prec.loss_scale is not None else None
+            if overflow is not None:  # a skipped step: its gradients are not numbers to compare
+                worst, gerr, gbound = overflow, (0.0 if overflow.startswith("both") else 1.0), bound(0.0, tol)
+            else:
+                worst, gerr, gbound = _judge_grads(grads, ref_grads, exact_params, ref_scaled_by, tol, yardstick)
+            if report is not None and s == len(batches) - 1:
+                report.update(describe(pm, opt))  # gradients still there; optimizer state from earlier steps
+            _take_grads(grads, ref, exact, plan_scaled_by)  # the one-process optimizers step the plan's gradients
+            opt.step()
+            ref_opt.step()
+            if overflow is None:
+                exact_opt.step()  # (an overflowed step is skipped by both runs in the plan's precision)
+            params = pm.full_parameters()
+            perrs = {n: rel(params[n], p.detach()) for n, p in ref.named_parameters() if n in params}
+            pnoise = {n: rel(p.detach(), exact_params[n].detach()) for n, p in ref.named_parameters()
+                      if yardstick and n in params}
+            if plan.pipeline is None:  # and the state forward keeps: BatchNorm's running statistics
+                mine, exact_bufs = dict(model.named_buffers()), dict(exact.named_buffers())
+                for n, b in ref.named_buffers():
+                    if b.is_floating_point() and n in mine:
+                        perrs[n] = rel(mine[n].detach().cpu(), b)
+                        if yardstick:
+                            pnoise[n] = rel(b, exact_bufs[n])
+            pworst, perr, pbound = judged(perrs, pnoise, tol)
+            lnoise = abs(rv - xv) / max(abs(xv), 1e-30) if yardstick else 0.0
+            rows.append(StepRow(s, lv, rv, abs(lv - rv) / max(abs(rv), 1e-30), gerr, worst, perr, pworst,
+                                bound(lnoise, tol), gbound, pbound))
+            r = rows[-1]
+            say(f"step {s + 1}/{len(batches)}: loss {lv:.8g} under the plan, {rv:.8g} in one process "
+                f"(relative error {r.loss_rel_err:.1e}); worst gradient error {r.grad_rel_err:.1e}"
+                + (f" ({worst})" if worst else ""))
+    if dropped.calls:
+        say(f"dropout off on both sides: {dropped.calls} dropout call(s) with p > 0 ran as the identity on this "
+            "rank, the one-process runs' included (the plan's masks and one process's cannot be the same draws; "
+            "docs/runtime.md)")
+    if report is not None:
+        report["dropout_off"] = dropped.calls
     return rows
 
 
@@ -437,10 +447,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(f"{report['model']} with {report['optimizer']}"
                          + (f" (FSDP2 over {', '.join(report['fsdp_axes'])})" if report["fsdp_axes"] else "")
                          + f", {dist.get_world_size()} processes\n")
+        if report.get("dropout_off"):
+            sys.stdout.write(f"dropout off on both sides: {report['dropout_off']} dropout call(s) with p > 0 ran as "
+                             "the identity (random masks cannot match one process's)\n")
         sys.stdout.write(render(rows, tol))
         if out:
             with open(out, "w") as f:
-                json.dump([asdict(r) for r in rows], f, indent=2)
+                json.dump({"rows": [asdict(r) for r in rows], "dropout_off": report.get("dropout_off", 0)}, f, indent=2)
     dist.destroy_process_group()
     return _verdict("PASS" if ok else "FAIL", 0 if ok else 1)
 
