@@ -319,6 +319,19 @@ def batch_split(ctx) -> Iterator[Diagnostic]:
                         "`planlang explain PL364`")
 
 
+def model_axes_replicated(ctx) -> Iterator[Diagnostic]:
+    """PL367: opaque ops the lowering runs whole over axes other than the data axes (facts["lowered"]:
+    the program's `replicated`), their inputs gathered and their compute repeated there."""
+    span = ctx.plan.model.span  # the model's op, not a statement of the plan
+    for rep in ctx.facts["lowered"].replicated:
+        where = f"in `{to_plan_name(rep.module)}`" if rep.module else "at the model's top level"
+        yield diag("PL367", f"`{rep.target}` {where} has no rule for inputs split over {', '.join(rep.axes)}: "
+                            f"they are gathered ({format_bytes(rep.gathered_bytes)} per rank per step) and it runs "
+                            f"whole on each of the {' x '.join(rep.axes)} devices", span,
+                   help="an attention with dropout (`dropout_p` > 0) is such an op: set the model's attention "
+                        "dropout to 0, or keep its inputs whole over those axes; `planlang explain PL367`")
+
+
 def zero_units(ctx) -> Iterator[Diagnostic]:
     """PL468: a repeated block ZeRO-2/3 leaves in the root FSDP2 unit (facts["lowered"].root_blocks: block
     -> why), whose parameters are then gathered with the root's for the whole step."""
@@ -467,6 +480,7 @@ MODEL_RULES = (  # the plan against the probed model
 PROGRAM_RULES = (  # the plan's lowered program and its estimate
     Rule("memory_budget", ("PL560",), memory_budget, needs=("model", "estimate")),
     Rule("batch_split", ("PL364",), batch_split, needs=("model", "lowered")),
+    Rule("model_axes_replicated", ("PL367",), model_axes_replicated, needs=("model", "lowered")),
     Rule("zero_units", ("PL468",), zero_units, needs=("model", "lowered")),
     Rule("weight_gathers", ("PL366",), weight_gathers_rule, needs=("model", "lowered")),
     Rule("unlowerable", ("PL369",), unlowerable, needs=("model", "failures")),

@@ -50,7 +50,7 @@ with no_cycle_collection():
     from .price.accumulation import step_traffic
     from .price.traffic import Traffic, program_zero_units, stage_traffic
     from .price.weight_gathers import WeightGather, weight_gathers
-    from .program.lowering import Fallback, LoweringError, Program, lower, mark_checkpoints
+    from .program.lowering import Fallback, LoweringError, Program, Replicated, lower, mark_checkpoints
     from .program.pipeline_program import cut_program, microbatch_plan
     from .program.stages import OUT_SPEC, StageSplitError, split_stages
     from .program.zero_units import block_ranges
@@ -64,11 +64,12 @@ ProgramMeasure = Callable[..., object]
 class Lowered:
     """What the rules read off the runtime's lowering of a plan without a pipeline: the ops run on the
     whole batch (PL364), under ZeRO-2/3 the repeated blocks left in the root FSDP2 unit with why (PL468),
-    the sharded weights moved every step (PL366)."""
+    the sharded weights moved every step (PL366), the opaque ops run whole over other axes (PL367)."""
 
     fallbacks: tuple[Fallback, ...]
     root_blocks: dict[str, str]
     gathers: tuple[WeightGather, ...] = ()
+    replicated: tuple[Replicated, ...] = ()  # opaque ops run whole over tensor-parallel axes (PL367)
 
 
 @dataclass(frozen=True)
@@ -268,7 +269,7 @@ def _zero_units(model: nn.Module, plan: CompletePlan, prog: Program):
 def _lowered_facts(model: nn.Module, plan: CompletePlan, prog: Program) -> Lowered:
     zero = bool(plan.dims.fsdp)  # ZeRO-2/3 over more than one device: the blocks are FSDP2 units
     return Lowered(tuple(prog.fallbacks), block_ranges(model, prog)[1] if zero else {},
-                   tuple(weight_gathers(prog, plan)))
+                   tuple(weight_gathers(prog, plan)), tuple(prog.replicated))
 
 
 def _cut_traffic(plan: CompletePlan, micro: Program) -> list[Traffic] | None:

@@ -48,15 +48,19 @@ SHOWN_ENV = "PLANLANG_PL364_SHOWN"  # "1": the launcher's check already showed P
 
 def report_fallbacks(prog: Program, strict: bool) -> Program:
     """PL364 for every op the program runs on the whole batch: a warning on rank 0 (every rank lowered
-    the same program), or with `strict` a PlanError on every rank."""
+    the same program), or with `strict` a PlanError on every rank; PL367 for every op run whole over
+    other axes (a warning only: the batch stays split)."""
+    whole = [f"warning[PL367]: {rep}" for rep in prog.replicated]
     if not prog.fallbacks:
+        if whole and os.environ.get(SHOWN_ENV) != "1" and (not dist.is_initialized() or dist.get_rank() == 0):
+            sys.stderr.write("\n".join(whole) + "\n")
         return prog
     lines = [f"warning[PL364]: {fb}" for fb in prog.fallbacks]
     if strict:
         raise PlanError("the plan's batch is gathered by ops without a per-sample rule (--strict):\n"
                         + "\n".join(lines) + "\n`planlang explain PL364` says what to do")
     if os.environ.get(SHOWN_ENV) != "1" and (not dist.is_initialized() or dist.get_rank() == 0):
-        sys.stderr.write("\n".join(lines) + "\n")
+        sys.stderr.write("\n".join(lines + whole) + "\n")
     return prog
 
 

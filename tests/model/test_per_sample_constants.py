@@ -30,3 +30,15 @@ def test_a_constant_of_the_batch_size_is_split_with_the_batch(tmp_path: Path):
                 assert "dp" in spec.axes_of(0), f"{run.node.name}: {value.name} {value.shape} whole: {spec}"
                 consts += value.kind == "const"
         assert consts == 1  # the attention mask, expanded to the batch
+
+
+def test_the_attention_run_whole_over_tp_is_reported(tmp_path: Path):
+    """The same attention keeps the batch split but has no rule for heads split over tp: its inputs are
+    gathered over tp and every tp rank runs all heads, which the program lists for PL367."""
+    path = tmp_path / "bert.plan"
+    path.write_text(CONFIGS["bert_dp2_tp2"])
+    plan = complete(load_plan(str(path)))
+    prog = lower_plan(build_model(plan.model, plan.path), plan)
+    assert {(r.target.split(".")[-1], r.axes) for r in prog.replicated} == {("scaled_dot_product_attention", ("tp",))}
+    assert len(prog.replicated) == 2 and all(r.gathered_bytes > 0 for r in prog.replicated)  # one per layer
+    assert not prog.fallbacks  # the batch itself stays split: not PL364

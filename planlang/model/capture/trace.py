@@ -21,6 +21,9 @@ from torch.utils._pytree import tree_flatten
 
 from .fold import Fold
 from .fold_probe import folded_run
+from .quiet_logs import install as _quiet_kernel_failures
+
+_quiet_kernel_failures()  # torch's tracebacks of the fake-tensor tries that fail by design (quiet_logs)
 
 
 def _shape(x) -> tuple[int, ...] | None:

@@ -30,6 +30,8 @@ from planlang.cost.ops.base import DTYPE_BYTES, Strategy, UnknownOp
 from planlang.cost.ops.einsum import INT_DTYPES
 from planlang.cost.ops.per_sample import call_name, has_batch_statistics, is_per_sample
 from planlang.model.program import shared_lowering
+from planlang.model.program.fallbacks import (  # noqa: F401 - Fallback, Replicated: this module's API too
+    Fallback, Replicated, gathered_over_data, gathered_over_model_axes)
 from planlang.model.program.head_blocks import Blocked, find_blocked, mark_blocked
 from planlang.model.program.pricer import Pricer
 from planlang.model.capture.opgraph import OpGraph, OpNode
@@ -37,7 +39,6 @@ from planlang.plan.checkpoints import checkpoint_groups
 from planlang.plan.complete import CompleteMesh, CompletePlan
 from planlang.plan.data import with_data_axes
 from planlang.plan.types import Mesh, Spec
-from planlang.plan.units import format_bytes
 
 
 class LoweringError(ValueError):
@@ -77,24 +78,6 @@ class Run:
         return self.strategy.output
 
 
-@dataclass(frozen=True)
-class Fallback:
-    """An op the lowering runs on whole values where the plan splits them (PL364): an opaque op with no
-    rule and not known to act per sample gathers its inputs over the data axes and is repeated there."""
-
-    node: str
-    module: str
-    target: str
-    axes: tuple[str, ...]  # the data axes its inputs are gathered over
-    gathered_bytes: int  # bytes one rank receives per step for the gather (forward)
-
-    def __str__(self) -> str:
-        where = f"in `{self.module}`" if self.module else "at the model's top level"
-        return (f"`{self.target}` {where} runs on the whole batch: its inputs are gathered over "
-                f"{', '.join(self.axes)} ({format_bytes(self.gathered_bytes)} per rank per step) and it is "
-                f"repeated on every rank there")
-
-
 @dataclass
 class Program:
     """The lowered step: layouts, instructions in order, per-parameter gradient reductions."""
@@ -109,6 +92,7 @@ class Program:
     loss: str = ""
     checkpoint_groups: list[tuple[int, int]] = field(default_factory=list)  # instruction index ranges
     fallbacks: list[Fallback] = field(default_factory=list)  # ops that gather the batch (PL364)
+    replicated: list[Replicated] = field(default_factory=list)  # opaque ops run whole over tp (PL367)
     blocked: dict[str, Blocked] = field(default_factory=dict)  # param FQN -> stored per head (head_blocks.py)
     # a program lowered with the model's output (`pm(...)`): the values of its tensor leaves, in order (a
     # leaf the plan pins is read after its pin's conversion), and how they build it (graph.output_tree)
@@ -253,6 +237,7 @@ def _lower(graph: OpGraph, plan: CompletePlan) -> Program:
         return out
 
     fallbacks: list[Fallback] = []
+    replicated: list[Replicated] = []
     batch_sizes = {graph.values[n].shape[0] for n, s in ispecs.items() if s.dims and daxes & set(s.axes_of(0))}
     batch_axes = next((tuple(a for a in s.axes_of(0) if a in daxes and mesh.size_of(a) > 1)
                        for s in ispecs.values() if s.dims and daxes & set(s.axes_of(0))), ())
@@ -262,16 +247,22 @@ def _lower(graph: OpGraph, plan: CompletePlan) -> Program:
             now = [layouts[current.get(v.name, v.name)] for v in in_vals]
             per_sample = per_sample_strategy(node, in_vals, now, mesh, batch_axes if node.op.output and
                                              node.op.output[0] in batch_sizes else ())
+            target = str(node.op.attr("target", "?"))
             if per_sample is None:
-                args = tuple(convert(i, Spec(tuple(() for _ in graph.values[i].shape))) for i in node.inputs)
+                wanted = [Spec(tuple(() for _ in v.shape)) for v in in_vals]
+                args = tuple(convert(i, want) for i, want in zip(node.inputs, wanted))
                 run = Run(node, None, args)
-                gathered = _gathered(in_vals, now, daxes, mesh)
+                gathered = gathered_over_data(in_vals, now, daxes, mesh)
                 if gathered:
-                    fallbacks.append(Fallback(node.name, node.module, str(node.op.attr("target", "?")),
+                    fallbacks.append(Fallback(node.name, node.module, target,
                                               tuple(a for a in mesh.names if a in gathered[0]), gathered[1]))
             else:
-                args = tuple(convert(i, want) for i, want in zip(node.inputs, per_sample.inputs))
+                wanted = list(per_sample.inputs)
+                args = tuple(convert(i, want) for i, want in zip(node.inputs, wanted))
                 run = Run(node, per_sample, args, _grad_reduce(per_sample))
+            whole = gathered_over_model_axes(in_vals, now, wanted, daxes, mesh)
+            if whole:
+                replicated.append(Replicated(node.name, node.module, target, *whole))
         else:
             pin = pins.get(node.name)
             # parameters are used in the layout the plan stores them in (a bias may still be added on one
@@ -329,7 +320,7 @@ def _lower(graph: OpGraph, plan: CompletePlan) -> Program:
                                 "computed from the inputs and parameters only (use `pm.step`)")
         outputs = tuple(current.get(o, o) for o in graph.outputs[1:])
     return Program(graph, mesh, pspecs, ispecs, instructions, layouts, grad_sync, loss, fallbacks=fallbacks,
-                   blocked=blocked, outputs=outputs)
+                   blocked=blocked, outputs=outputs, replicated=replicated)
 
 
 def _grad_reduce(strategy: Strategy) -> tuple[tuple[int, tuple[str, ...]], ...]:
@@ -379,22 +370,6 @@ def per_sample_strategy(node, in_vals, layouts: list[Spec], mesh: CompleteMesh,
     grad = tuple((k, axes) for k in range(len(in_vals)) if k not in batch)
     name = "batch statistics over " + ", ".join(axes) if has_batch_statistics(target) else "per sample"
     return Strategy(f"{name} ({call_name(target)})", specs, ospec, extra=(("grad_partial", grad),))
-
-
-def _gathered(in_vals, layouts: list[Spec], daxes: set[str], mesh: CompleteMesh) -> tuple[set[str], int] | None:
-    """The data axes an opaque op's activation inputs are split over, and the bytes one rank receives to
-    make them whole; None when no input is split over a data axis."""
-    axes: set[str] = set()
-    received = 0
-    for v, spec in zip(in_vals, layouts):
-        if v.kind in ("param", "const"):
-            continue
-        mine = {a for i in range(spec.rank) for a in spec.axes_of(i)} & daxes
-        if mine:
-            axes |= mine
-            whole = math.prod(v.shape) * DTYPE_BYTES.get(v.dtype, 4)
-            received += whole - whole // math.prod(mesh.size_of(a) for a in mine)
-    return (axes, received) if axes else None
 
 
 def _splits_batch(spec: Spec, daxes: set[str]) -> bool:
