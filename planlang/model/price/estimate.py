@@ -141,11 +141,9 @@ def _model_facts(plan: T.Plan, facts=None) -> tuple:
 
 def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], divide: int, micro: int, stage_of,
                     profile_key: tuple, profiled: LruCache[Profile], profile: bool = True) -> tuple:
-    """One simulated step and profile of the local model (parameters replaced by their shards, the
-    batch divided by `divide`, the plan's checkpoint groups wrapped); the parameters that got a gradient;
-    notes. The profile of a local model is reused from `profiled` (by `profile_key`: what it depends on)
-    when one was made, and kept there otherwise; without `profile` (memory only) it is None unless one
-    was made before."""
+    """One simulated step and profile of the local model (parameters sharded, the batch divided by `divide`,
+    the checkpoint groups wrapped); the parameters that got a gradient; notes. The profile is `profiled`'s
+    (by `profile_key`) or kept there; without `profile` (memory only) None unless one was made before."""
     module, notes = build_local_model(plan, facts, params)
     local_in = local_inputs(plan, divide)
     loss = model_loss(plan_model(plan))
@@ -166,8 +164,10 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
                     prof = profiled.put(profile_key, folded.profile)
             else:
                 sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
+                trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
             if prof is None and profile:
-                prof = profiled.put(profile_key, profile_model(module, local_in, loss))
+                prof = profiled.put(profile_key, profile_model(module, local_in, loss) if stage_map is None
+                                    else _profile_local(plan, facts, module, local_in, loss))  # not folded yet
     except Exception as err:  # a model whose code does not follow its local parameter shapes
         notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
         module = build_model(plan_model(plan), plan.path)
@@ -182,6 +182,14 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
     return sim, prof, trained, tuple(notes)
 
 
+def _profile_local(plan: CompletePlan, facts, module, local_in: dict, loss) -> Profile:
+    """The local model's profile, folded (local_fold) when the plan treats its blocks alike, else whole. It
+    reads no stages: a pipeline's is folded as the plan without it (1T: ~0.3 CPU-s for ~3 whole)."""
+    got = folded_run(dataclasses.replace(plan, pipeline=None), facts, module, local_in, loss, simulate=False,
+                     profile=True)
+    return got.profile if got is not None and got.profile is not None else profile_model(module, local_in, loss)
+
+
 def _profile_key(plan: CompletePlan, facts, model_key: tuple, params: dict[str, LocalParam]) -> tuple:
     """What the profile of the local model depends on: local shapes, batch, checkpoint groups, dtypes."""
     micro = plan.microbatches  # a pipeline's, or gradient accumulation's: the local model runs one
@@ -193,32 +201,26 @@ def _profile_key(plan: CompletePlan, facts, model_key: tuple, params: dict[str, 
 
 def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
                    cache: dict | None = None) -> "StepInputs | None":
-    """What each row's step time comes from, exactly as `estimate_plan` prices it, from the profile of the
-    local model alone — no simulated step (the expensive half of an estimate, and the only one memory
-    needs). The solver prices a candidate's step time this way first and skips its memory when that step
-    cannot win (planlang.solve.driver). The profile is kept in `cache` (or caches.PROFILES), where
-    `estimate_plan` finds it. None when the local model cannot be profiled (the estimate then falls back
-    to the unsharded model)."""
+    """What each row's step time comes from, exactly as `estimate_plan` prices it, from the local model's
+    profile alone — no simulated step (an estimate's expensive half, memory's). The solver prices a
+    candidate's step this way first and skips its memory when that step cannot win (planlang.solve.driver).
+    The profile is kept in `cache` (or caches.PROFILES) for `estimate_plan`. None when the local model
+    cannot be profiled (the estimate then falls back to the unsharded model)."""
     if plan.model is None:
         raise ValueError("the plan declares no model")
     facts, model_key = _model_facts(plan, facts)
-    micro = plan.microbatches
-    stage_of, params = local_params(plan, facts)
+    micro, (stage_of, params) = plan.microbatches, local_params(plan, facts)
     profile_key = _profile_key(plan, facts, model_key, params)
-    _, profiled = caller_caches(cache)
-    prof = profiled.get(profile_key)
+    prof = caller_caches(cache)[1].get(profile_key)
     if prof is None:
         try:
             module, _ = build_local_model(plan, facts, params)
             local_in, loss = local_inputs(plan, data_degree(plan) * micro), model_loss(plan.model)
             with LocalPieces(split_widths(params)), autocast_for(plan.precision):
-                folded = folded_run(plan, facts, module, local_in, loss, simulate=False, profile=True)
-                prof = folded.profile if folded is not None else None
-                if prof is None:
-                    prof = profile_model(module, local_in, loss)
+                prof = _profile_local(plan, facts, module, local_in, loss)
         except Exception:  # noqa: BLE001 - estimate_plan falls back to the unsharded model; no step here
             return None
-        profiled.put(profile_key, prof)
+        caller_caches(cache)[1].put(profile_key, prof)
     stages = sorted(set(stage_of.values())) if stage_of else [None]
     work, units = [], []
     for s in stages:  # as estimate_plan's loop over stages
@@ -315,9 +317,8 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     zero_n = plan.dims.zero_shards
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
 
-    # one simulated step of the local model for one microbatch (the whole model; stages split below).
-    # It depends only on the local shapes, the checkpoint groups and the stages, not on the optimizer or
-    # ZeRO: plans that differ only there (the solver prices many) share one simulation
+    # one simulated step of the local model for one microbatch (the whole model; stages split below): by
+    # local shapes, checkpoint groups and stages, not the optimizer or ZeRO (plans differing there share it)
     prec = plan.precision
     profile_key = _profile_key(plan, facts, model_key, params)
     sim_key = profile_key + (micro > 1, tuple(sorted(stage_of.items())))
@@ -576,8 +577,7 @@ def _from_program(row: DeviceEstimate, plan: CompletePlan, program) -> DeviceEst
 
 
 def _in_flight(plan: CompletePlan, stage: int) -> int:
-    """Microbatches whose activations stage `stage` holds at once (planlang.plan.schedule; 1 without a
-    pipeline)."""
+    """Microbatches whose activations stage `stage` holds at once (plan.schedule; 1 without a pipeline)."""
     p = plan.pipeline
     if p is None:
         return 1

@@ -38,7 +38,8 @@ Sends between stages are not priced (as in the schedule simulation).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 from planlang.cost.comm import Collective, Group, collective_time, group, work_time
 from planlang.cost.schedule import SimulatedSchedule, simulate
@@ -101,8 +102,97 @@ def _seconds(plan: CompletePlan, ts: list[Transfer]) -> float:
     return total
 
 
-def _phase(traffic: Traffic, phases) -> list[Transfer]:
-    return [t for t in traffic.transfers if t.phase in phases]
+@dataclass(frozen=True)
+class _Phases:
+    """What price_step reads of one stage's collectives, in one pass over them: the seconds of the in-line
+    ones (T_f: forward and loss; T_b: recomputation and backward) and of ZeRO-1's broadcasts after the step
+    (A), each summed in the transfers' order, and the transfers that overlap compute (ZeRO's forward
+    gathers; the gradient sums and ZeRO's backward collectives), in order."""
+
+    forward: float
+    backward: float
+    after: float
+    gathers: tuple[Transfer, ...]
+    sums: tuple[Transfer, ...]
+
+
+_EMPTY = _Phases(0.0, 0.0, 0.0, (), ())
+
+
+def _phases(mesh: CompleteMesh, ts: list[Transfer], start: _Phases = _EMPTY) -> _Phases:
+    """`start` followed by transfers `ts`, by phase. Each sum continues `start`'s in `ts`' order: the same
+    floats as summing the whole list's phase at once. A pipeline stage's traffic repeats one microbatch's
+    transfers m times (traffic.stage_traffic: the same objects), so each is priced once per call."""
+    fwd, bwd, after = start.forward, start.backward, start.after
+    gathers, sums = list(start.gathers), list(start.sums)
+    groups: dict[tuple[str, ...], Group] = {}
+    priced: dict[int, float] = {}  # id of a transfer of `ts` (alive throughout) -> its seconds
+
+    def seconds(t: Transfer) -> float:
+        x = priced.get(id(t))
+        if x is None:
+            g = groups.get(t.axes)
+            if g is None:
+                g = groups[t.axes] = group(mesh, t.axes)
+            x = priced[id(t)] = collective_time(t.kind, g, t.full_bytes)
+        return x
+
+    for t in ts:
+        ph = t.phase
+        if ph in FORWARD_PHASES:
+            fwd += seconds(t)
+        elif ph in BACKWARD_PHASES:
+            bwd += seconds(t)
+        elif ph == "zero_forward":
+            gathers.append(t)
+        elif ph == "grad_sync" or ph == "zero_backward":
+            sums.append(t)
+        elif ph == "zero_step":
+            after += seconds(t)
+    return _Phases(fwd, bwd, after, tuple(gathers), tuple(sums))
+
+
+@dataclass
+class StageTraffic(Traffic):
+    """A pipeline stage's collectives as plan_traffic gives them: its lowered program's (`lowered`, which
+    a solve prices again and again: its phases are kept, `_lowered_phases`) followed by `extra`, those of
+    its parameters; `transfers` holds both."""
+
+    lowered: Traffic = field(default_factory=Traffic)
+    extra: list[Transfer] = field(default_factory=list)
+
+
+# a lowered program's stage traffic (by identity, kept alive here while cached, and its length: a Traffic
+# is a list one can still add to) and the mesh it is priced on -> its phases. A 1T pipeline of 64 stages
+# and 512 microbatches lists ~400k transfers; a solve prices a candidate's step three times (its step
+# alone, then in its estimate) and candidates that differ only in their schedule share one program
+_LOWERED: dict[tuple, tuple[Traffic, _Phases]] = {}
+_LOWERED_SIZE = 8192
+_LOWERED_LOCK = threading.Lock()
+
+
+def _lowered_phases(mesh: CompleteMesh, t: Traffic) -> _Phases:
+    try:
+        key = (id(t), len(t.transfers), mesh)
+        hash(key)
+    except TypeError:  # a mesh value that does not hash
+        return _phases(mesh, t.transfers)
+    with _LOWERED_LOCK:
+        got = _LOWERED.get(key)
+    if got is not None and got[0] is t:
+        return got[1]
+    out = _phases(mesh, t.transfers)
+    with _LOWERED_LOCK:
+        if len(_LOWERED) >= _LOWERED_SIZE:
+            _LOWERED.clear()
+        _LOWERED[key] = (t, out)
+    return out
+
+
+def _traffic_phases(mesh: CompleteMesh, t: Traffic) -> _Phases:
+    if isinstance(t, StageTraffic):
+        return _phases(mesh, t.extra, _lowered_phases(mesh, t.lowered))
+    return _phases(mesh, t.transfers)
 
 
 def _hidden(plan: CompletePlan, ts: list[Transfer], window: float, exposed_one: int) -> tuple[float, float]:
@@ -151,8 +241,7 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
     if mesh is None or mesh.device is None or not mesh.device.flops:
         nan = float("nan")
         return PricedStep((StepTime(nan, nan, nan, nan, nan, nan),) * _ranks(plan, len(work)), None)
-    F, B, Tf, Tb, gathers, sums = _parts(plan, work, traffic, efficiency)
-    after = [_seconds(plan, _phase(t, ("zero_step",))) for t in traffic]
+    F, B, Tf, Tb, gathers, sums, after = _parts(plan, work, traffic, efficiency)
     if plan.pipeline is None:
         ef, of = _hidden(plan, gathers[0], F[0], 0)
         eb, ob = _hidden(plan, sums[0], B[0], -1)
@@ -210,13 +299,12 @@ def _microbatch_times(plan: CompletePlan, F, B, Tf, Tb, gathers, sums):
 
 def _parts(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic], efficiency: float):
     dtype = plan.precision.compute
-    F = [work_time(w.forward_flops, w.forward_bytes, _mesh(plan), dtype, efficiency) for w in work]
-    B = [work_time(w.backward_flops, w.backward_bytes, _mesh(plan), dtype, efficiency) for w in work]
-    Tf = [_seconds(plan, _phase(t, FORWARD_PHASES)) for t in traffic]
-    Tb = [_seconds(plan, _phase(t, BACKWARD_PHASES)) for t in traffic]
-    gathers = [_phase(t, ("zero_forward",)) for t in traffic]
-    sums = [_phase(t, ("grad_sync", "zero_backward")) for t in traffic]
-    return F, B, Tf, Tb, gathers, sums
+    mesh = _mesh(plan)
+    F = [work_time(w.forward_flops, w.forward_bytes, mesh, dtype, efficiency) for w in work]
+    B = [work_time(w.backward_flops, w.backward_bytes, mesh, dtype, efficiency) for w in work]
+    phases = [_traffic_phases(mesh, t) for t in traffic]
+    return (F, B, [x.forward for x in phases], [x.backward for x in phases], [list(x.gathers) for x in phases],
+            [list(x.sums) for x in phases], [x.after for x in phases])
 
 
 def _ranks(plan: CompletePlan, stages: int) -> int:
@@ -269,6 +357,10 @@ def plan_traffic(plan: CompletePlan, units: list[ZeroUnit], lowered: list[Traffi
     failed) and those of its parameters (`units`, one per stage)."""
     if lowered is None:
         return [Traffic(parameter_transfers(plan, u, sums=True)) for u in units]
-    if plan.pipeline is None:
-        return lowered
-    return [Traffic(t.transfers + parameter_transfers(plan, u, sums=False)) for t, u in zip(lowered, units)]
+    if plan.pipeline is None:  # the lowered program's, each kept by identity (`_lowered_phases`)
+        return [StageTraffic(t.transfers, t, []) for t in lowered]
+    out: list[Traffic] = []
+    for t, u in zip(lowered, units):
+        extra = parameter_transfers(plan, u, sums=False)
+        out.append(StageTraffic(t.transfers + extra, t, extra))
+    return out
