@@ -31,10 +31,16 @@ def fused_attention():
     real = F.scaled_dot_product_attention
 
     def fused(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
-        if (query.device.type == "meta" and attn_mask is None and dropout_p == 0.0 and not enable_gqa
-                and query.dtype in (torch.float32, torch.bfloat16, torch.float16) and query.dim() == 4):
+        if (query.device.type == "meta" and dropout_p == 0.0 and not enable_gqa
+                and query.dtype in (torch.float32, torch.bfloat16, torch.float16) and query.dim() == 4
+                and _fused_mask(attn_mask, query, key)):
+            if attn_mask is not None and attn_mask.dtype == torch.bool:
+                # as torch's dispatcher does before a fused kernel: the boolean mask made additive, in the
+                # query's dtype (a tensor of the mask's shape that the kernel then saves for backward)
+                attn_mask = torch.zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+                    attn_mask.logical_not(), float("-inf"))
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-                query, key, value, 0.0, is_causal, scale=scale)[0]
+                query, key, value, 0.0, is_causal, attn_mask=attn_mask, scale=scale)[0]
         return real(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal, scale=scale,
                     enable_gqa=enable_gqa)
 
@@ -43,6 +49,18 @@ def fused_attention():
         yield
     finally:
         F.scaled_dot_product_attention = real
+
+
+def _fused_mask(mask, query, key) -> bool:
+    """Whether a fused kernel takes `mask` (none, or one of query x key positions broadcast over the batch
+    and heads: a Hugging Face model's mask under fake tensors, which would otherwise take the math path
+    and materialise every head's scores, ~3x a long-sequence decoder's saved activations)."""
+    if mask is None:
+        return True
+    if mask.dim() != 4 or mask.dtype not in (torch.bool, query.dtype) or mask.requires_grad:
+        return False  # a learned bias (T5's positions): the fused kernels have no gradient for it
+    b, h, q, k = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+    return all(m in (1, n) for m, n in zip(mask.shape, (b, h, q, k))) and tuple(mask.shape[2:]) == (q, k)
 
 
 class MetaOpCache(TorchDispatchMode):
