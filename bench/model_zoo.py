@@ -31,7 +31,7 @@ from planlang.model.capture.load import build_model  # noqa: E402
 from planlang.model.program.lowering import Run  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
 from planlang.runtime.apply import lower_plan  # noqa: E402
-from tests.zoo.plans import BATCH, LAYOUTS, ZOO, plan_text  # noqa: E402
+from tests.zoo.plans import BATCH, DROPOUT, LAYOUTS, ZOO, plan_text  # noqa: E402
 
 
 def program_row(path: Path) -> tuple[str, str]:
@@ -68,17 +68,22 @@ def main() -> None:
     ap.add_argument("--models", default=",".join(ZOO))
     ap.add_argument("--layouts", default="dp4,dp2tp2,pp2dp2,zero3,bf16")
     ap.add_argument("--steps", type=int, default=2)
+    ap.add_argument("--dropout", type=float, default=0.0, help="every dropout of the models' configs at this "
+                    "probability (as Hugging Face models train by default; the CNNs, which have none, are "
+                    "left out); verify compares with dropout off on both sides and says how many calls it turned off")
     ap.add_argument("--out", default=None, help="also write the table here")
     args = ap.parse_args()
+    models = [m for m in args.models.split(",") if not args.dropout or m in DROPOUT]
     lines = [f"model zoo conformance (bench/model_zoo.py), {args.steps} verify steps, 4 gloo processes, "
-             f"torch {__import__('torch').__version__}",
+             f"torch {__import__('torch').__version__}"
+             + (f", every dropout of the configs at {args.dropout}" if args.dropout else ""),
              f"{'model':8} {'layout':6} {'check':10} {'PL364 / whole':>13} {'verify':8} {'grad err':>9} {'s':>6}"]
     print("\n".join(lines), flush=True)
     with tempfile.TemporaryDirectory() as d:
-        for model in args.models.split(","):
+        for model in models:
             for layout in args.layouts.split(","):
                 path = Path(d, f"{model}_{layout}.plan")
-                path.write_text(plan_text(model, layout))
+                path.write_text(plan_text(model, layout, args.dropout))
                 codes, prog = program_row(path)
                 verdict, grad, secs = verify_row(path, args.steps) if prog != "-" else ("-", "-", 0.0)
                 line = f"{model:8} {layout:6} {codes:10} {prog:>13} {verdict:8} {grad:>9} {secs:6.1f}"

@@ -164,8 +164,23 @@ EXTRA_LAYOUTS = ("pp2dp2i", "bf16")  # bf16: dp4 under `precision = bf16` (bench
 BATCH_NORM = {"resnet"}  # models with BatchNorm
 
 
-def plan_text(model: str, layout: str = "dp4") -> str:
+# each architecture's dropout settings (Hugging Face config names; the zoo's factories set them to 0), for
+# runs with dropout as the models train by default (bench/model_zoo.py --dropout); the CNNs have none
+DROPOUT = {
+    "llama": ("attention_dropout",), "qwen2": ("attention_dropout",), "mistral": ("attention_dropout",),
+    "gpt2": ("resid_pdrop", "embd_pdrop", "attn_pdrop"), "gptj": ("resid_pdrop", "embd_pdrop", "attn_pdrop"),
+    "bert": ("hidden_dropout_prob", "attention_probs_dropout_prob"),
+    "vit": ("hidden_dropout_prob", "attention_probs_dropout_prob"), "t5": ("dropout_rate",),
+    "falcon": ("hidden_dropout", "attention_dropout"), "gemma2": ("attention_dropout",),
+    "phi": ("resid_pdrop", "embd_pdrop", "attention_dropout"), "distilbert": ("dropout", "attention_dropout"),
+    "bart": ("dropout", "attention_dropout", "activation_dropout"),
+}
+
+
+def plan_text(model: str, layout: str = "dp4", dropout: float = 0.0) -> str:
+    """`model` under `layout`; with `dropout`, every dropout setting of the model's config at it."""
     factory, inp, spec = ZOO[model]
+    args = ", ".join(f"{k} = {dropout}" for k in DROPOUT[model]) if dropout else ""
     data = "\n".join(f"data {line.split(':')[0].replace('input ', '').strip()} : {spec}" for line in inp.splitlines())
     zero = "{\n    zero = 3 over dp\n}" if layout == "zero3" else ""
     if layout == "bf16":  # dp4, parameters and compute in bf16, f32 reduction and master weights
@@ -195,7 +210,7 @@ def plan_text(model: str, layout: str = "dp4") -> str:
         stages = "".join(f"    stage {s}\n" for s in STAGES4[model])
         rest = f"pipeline over pp schedule interleaved chunks 2 microbatches 4 {{\n{stages}}}\n"
     return f"""{uses}
-model {model} = "{factory}"()
+model {model} = "{factory}"({args})
 input {inp}
 mesh cluster of 4 x hardware.cpu {{
 {mesh}
