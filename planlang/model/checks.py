@@ -311,10 +311,7 @@ def batch_split(ctx) -> Iterator[Diagnostic]:
     data = [d for d in ctx.plan.data if d.span is not None]
     span = data[0].span if data else ctx.plan.model.span
     for fb in fallbacks:
-        where = f"in `{to_plan_name(fb.module)}`" if fb.module else "at the model's top level"
-        yield diag("PL364", f"`{fb.target}` {where} runs on the whole batch: its inputs are gathered over "
-                            f"{', '.join(fb.axes)} ({format_bytes(fb.gathered_bytes)} per rank per step) and it "
-                            f"is repeated on every rank there", span,
+        yield diag("PL364", fb.message(to_plan_name), span,
                    help="rewrite the op with one planlang has a rule for, or run it outside data parallelism; "
                         "`planlang explain PL364`")
 
@@ -324,10 +321,7 @@ def model_axes_replicated(ctx) -> Iterator[Diagnostic]:
     the program's `replicated`), their inputs gathered and their compute repeated there."""
     span = ctx.plan.model.span  # the model's op, not a statement of the plan
     for rep in ctx.facts["lowered"].replicated:
-        where = f"in `{to_plan_name(rep.module)}`" if rep.module else "at the model's top level"
-        yield diag("PL367", f"`{rep.target}` {where} has no rule for inputs split over {', '.join(rep.axes)}: "
-                            f"they are gathered ({format_bytes(rep.gathered_bytes)} per rank per step) and it runs "
-                            f"whole on each of the {' x '.join(rep.axes)} devices", span,
+        yield diag("PL367", rep.message(to_plan_name), span,
                    help="an attention with dropout (`dropout_p` > 0) is such an op: set the model's attention "
                         "dropout to 0, or keep its inputs whole over those axes; `planlang explain PL367`")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 from planlang.cost.layout import local_shape
 from planlang.cost.ops.base import DTYPE_BYTES
@@ -30,11 +31,14 @@ class Fallback:
     axes: tuple[str, ...]  # the data axes its inputs are gathered over
     gathered_bytes: int  # bytes one rank receives per step for the gather (forward)
 
-    def __str__(self) -> str:
-        where = f"in `{self.module}`" if self.module else "at the model's top level"
-        return (f"`{self.target}` {where} runs on the whole batch: its inputs are gathered over "
-                f"{', '.join(self.axes)} ({format_bytes(self.gathered_bytes)} per rank per step) and it is "
+    def message(self, name: Callable[[str], str] = str) -> str:
+        """What happens, the module named by `name` (the checker's: as the plan writes paths)."""
+        return (f"`{self.target}` {_where(self.module, name)} runs on the whole batch: its inputs are gathered "
+                f"over {', '.join(self.axes)} ({format_bytes(self.gathered_bytes)} per rank per step) and it is "
                 f"repeated on every rank there")
+
+    def __str__(self) -> str:
+        return self.message()
 
 
 @dataclass(frozen=True)
@@ -48,11 +52,18 @@ class Replicated:
     axes: tuple[str, ...]  # the non-data axes its inputs are gathered over
     gathered_bytes: int  # bytes one rank receives per step for the gathers (forward)
 
+    def message(self, name: Callable[[str], str] = str) -> str:
+        """What happens, the module named by `name` (the checker's: as the plan writes paths)."""
+        return (f"`{self.target}` {_where(self.module, name)} has no rule for inputs split over "
+                f"{', '.join(self.axes)}: they are gathered ({format_bytes(self.gathered_bytes)} per rank per step) "
+                f"and it runs whole on each of the {' x '.join(self.axes)} devices")
+
     def __str__(self) -> str:
-        where = f"in `{self.module}`" if self.module else "at the model's top level"
-        return (f"`{self.target}` {where} has no rule for inputs split over {', '.join(self.axes)}: they are "
-                f"gathered ({format_bytes(self.gathered_bytes)} per rank per step) and it runs whole on each of "
-                f"the {' x '.join(self.axes)} devices")
+        return self.message()
+
+
+def _where(module: str, name: Callable[[str], str]) -> str:
+    return f"in `{name(module)}`" if module else "at the model's top level"
 
 
 def gathered_over_data(in_vals, layouts: list[Spec], daxes: set[str], mesh: CompleteMesh) -> tuple[set[str], int] | None:
