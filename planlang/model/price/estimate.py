@@ -58,7 +58,7 @@ from dataclasses import dataclass
 from planlang.plan import types as T
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_degree, tensor_axes
-from planlang.plan.schedule import activation_peaks, in_flight, interleaved_receives
+from planlang.plan.schedule import activation_peaks, interleaved_receives
 from planlang.plan.units import format_bytes
 
 from planlang.model.capture.load import build_model, meta_inputs, model_loss
@@ -68,6 +68,8 @@ from planlang.model.capture.source import imported_source, model_source
 from planlang.model.capture.trace import probe_modules
 from planlang.model.price.caches import MODEL_FACTS, LruCache, caller_caches
 from planlang.model.price.local_fold import folded_run
+from planlang.model.price.pipeline_bytes import boundary_bytes, in_flight_on
+from planlang.model.price.stage_replay import record, recordings, stage_units
 from planlang.model.price.local_model import (LocalParam, LocalPieces, autocast_for, build_local_model,
                                               has_module, in_precision, local_inputs, local_params,
                                               plan_checkpoint_groups, plan_model, sized, split_widths,
@@ -140,10 +142,18 @@ def _model_facts(plan: T.Plan, facts=None) -> tuple:
 
 
 def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], divide: int, micro: int, stage_of,
-                    profile_key: tuple, profiled: LruCache[Profile], profile: bool = True) -> tuple:
+                    profile_key: tuple, profiled: LruCache[Profile], profile: bool = True,
+                    recorded: LruCache | None = None) -> tuple:
     """One simulated step and profile of the local model (parameters sharded, the batch divided by `divide`,
     the checkpoint groups wrapped); the parameters that got a gradient; notes. The profile is `profiled`'s
-    (by `profile_key`) or kept there; without `profile` (memory only) None unless one was made before."""
+    (by `profile_key`) or kept there; without `profile` (memory only) None unless one was made before. A
+    pipeline's step is replayed from the local model's run kept in `recorded` (recorded on first use), the
+    same step for every cut of it into stages (planlang.model.price.stage_replay)."""
+    units = stage_units(stage_of, facts) if stage_of and recorded is not None else None
+    rec_key = (profile_key, micro > 1, units.key()) if units is not None else None
+    rec = recorded.get(rec_key) if recorded is not None and rec_key is not None else None
+    if rec is not None and units is not None and (not profile or profiled.get(profile_key) is not None):
+        return rec.replay(units.stages(stage_of)), profiled.get(profile_key), rec.trained, rec.notes
     module, notes = build_local_model(plan, facts, params)
     local_in = local_inputs(plan, divide)
     loss = model_loss(plan_model(plan))
@@ -163,8 +173,16 @@ def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], di
                 if prof is None and folded.profile is not None:
                     prof = profiled.put(profile_key, folded.profile)
             else:
-                sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
-                trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
+                if rec is None and units is not None and recorded is not None:  # the first cut of this local model
+                    rec = record(simulate_step, module, local_in, loss, units, micro > 1, tuple(notes))
+                    if rec is not None:
+                        recorded.put(rec_key, rec)
+                if rec is not None and units is not None:
+                    sim, trained = rec.replay(units.stages(stage_of)), rec.trained
+                else:
+                    sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
+                    trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False)
+                                        if p.grad is not None)
             if prof is None and profile:
                 prof = profiled.put(profile_key, profile_model(module, local_in, loss) if stage_map is None
                                     else _profile_local(plan, facts, module, local_in, loss))  # not folded yet
@@ -326,7 +344,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     cached = simulated.get(sim_key)
     if cached is None or (steps and cached[1] is None):
         cached = simulated.put(sim_key, _simulate_local(plan, facts, params, dp * micro, micro, stage_of,
-                                                        profile_key, profiled, profile=steps))
+                                                        profile_key, profiled, steps, recordings(cache)))
     sim, prof, trained, sim_notes = cached
     notes = list(sim_notes)
 
@@ -388,7 +406,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                                          gradient_copy=flat_copy, itemsize=master_b)
         # MasterWeights gives the master copy its gradients in the master dtype for the step
         opt_tmp += bytes_in(learn, "master") if copy else 0
-        inflight = _in_flight(plan, s or 0)
+        inflight = in_flight_on(plan, s or 0)
         if s is None:
             acts = sim.saved
             # beyond the saved activations at backward's peak: the gradients produced so far, temporaries
@@ -413,8 +431,8 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             pipe = plan.pipeline
             held_in, held_out = (interleaved_receives(len(pipe.stages), s, micro, pipe.schedule.chunks)
                                  if pipe is not None and pipe.schedule.kind == "interleaved" else (inflight, 1))
-            buffers += (held_in * _boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
-                        + held_out * _boundary_bytes(facts, stage_of, s, dp * micro, "out",
+            buffers += (held_in * boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
+                        + held_out * boundary_bytes(facts, stage_of, s, dp * micro, "out",
                                                      last=max(stage_of.values()), itemsize=act_size))
             acts = saved_s * inflight
             transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s)
@@ -574,27 +592,3 @@ def _from_program(row: DeviceEstimate, plan: CompletePlan, program) -> DeviceEst
     return dataclasses.replace(row, activations=got.activations, transient=transient,
                                peak=max(got.peak, kept + got.activations), measured_phase=got.phase,
                                notes=notes + ("activations and peak: rank 0's lowered program, run on meta",))
-
-
-def _in_flight(plan: CompletePlan, stage: int) -> int:
-    """Microbatches whose activations stage `stage` holds at once (plan.schedule; 1 without a pipeline)."""
-    p = plan.pipeline
-    if p is None:
-        return 1
-    pp = len(p.stages)
-    return in_flight(p.schedule.kind, pp, min(stage, pp - 1), p.microbatches, chunks=p.schedule.chunks)
-
-
-def _boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, side: str, last: int = -1,
-                    itemsize: int = 4) -> int:
-    """Bytes per microbatch crossing a stage boundary: the input of the stage's first module (side "in",
-    not for stage 0) or the output of its last one (side "out", whose gradient comes back; not for the
-    last stage). `itemsize` bytes per element; shapes of the whole batch divided into microbatches."""
-    mods = [m for m in facts.order if stage_of.get(m) == stage]
-    if not mods or (side == "in" and stage == 0) or (side == "out" and stage == last):
-        return 0
-    call = facts.calls.get(mods[0] if side == "in" else mods[-1])
-    shape = (call.inputs[0] if call and call.inputs else None) if side == "in" else (call.output if call else None)
-    if shape is None:
-        return 0
-    return math.prod(shape) * itemsize // max(1, divide)
