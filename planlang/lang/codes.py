@@ -268,14 +268,15 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "keeps whole), write the op as ops planlang has rules for when it has none (or report it), or leave\n"
      "the parameter replicated."),
     ("PL367", "op-replicated", W, "an op runs whole over tensor-parallel axes",
-     "An op of the model has no sharding rule (an opaque call: attention with dropout, `dropout_p` > 0, is\n"
-     "one, as is any call planlang has no rule for), and its activation inputs arrive split over axes that\n"
+     "An op of the model has no sharding rule (an opaque call: attention whose mask is a tensor of the step,\n"
+     "such as T5's learned position bias, is one, as is any call planlang has no rule for), and its\n"
+     "activation inputs arrive split over axes that\n"
      "are not data axes (tensor parallelism): the lowered program gathers them over those axes and every\n"
      "device there runs the whole op, repeating its compute and holding its whole inputs and output. The\n"
      "message names the op, the axes and the bytes one rank receives per step; `planlang lower` shows the\n"
-     "gathers. Set the model's attention dropout to 0 (most large-model recipes do), write the op as ops\n"
-     "planlang has rules for, or keep its inputs whole over those axes in the plan. The batch stays split:\n"
-     "an op gathered over the data axes is PL364."),
+     "gathers. Write the op as ops planlang has rules for (an additive bias as an `add` before a softmax),\n"
+     "keep its inputs whole over those axes in the plan, or report it. The batch stays split: an op gathered\n"
+     "over the data axes is PL364."),
     ("PL368", "model-exited", E, "the model's code exited the process",
      "The model's factory (or its module while imported, or its forward while probed) called `sys.exit`,\n"
      "`exit` or `os._exit` instead of returning. planlang stops the exit and reports it: had the process\n"

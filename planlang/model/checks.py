@@ -322,8 +322,8 @@ def model_axes_replicated(ctx) -> Iterator[Diagnostic]:
     span = ctx.plan.model.span  # the model's op, not a statement of the plan
     for rep in ctx.facts["lowered"].replicated:
         yield diag("PL367", rep.message(to_plan_name), span,
-                   help="an attention with dropout (`dropout_p` > 0) is such an op: set the model's attention "
-                        "dropout to 0, or keep its inputs whole over those axes; `planlang explain PL367`")
+                   help="write the op as ops planlang has rules for, or keep its inputs whole over those axes; "
+                        "`planlang explain PL367`")
 
 
 def zero_units(ctx) -> Iterator[Diagnostic]:

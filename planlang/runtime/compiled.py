@@ -84,8 +84,7 @@ def compile_blockers(prog: Program, recorder: Any = None, model: nn.Module | Non
                    "the running statistics again, which the eager step marks from Python (recompute."
                    "is_recomputing) and a compiled graph's recomputation does not run")
     random = [ins.node.name for ins in prog.instructions if isinstance(ins, Run) and ins.strategy is not None
-              and ins.node.op.kind != "opaque" and op_kind(ins.node.op.kind).random
-              and not op_kind(ins.node.op.kind).is_identity(ins.node.op)]
+              and ins.node.op.kind != "opaque" and op_kind(ins.node.op.kind).draws(ins.node.op)]
     if random:
         out.append(f"random ops ({', '.join(random[:3])}{', ...' if len(random) > 3 else ''}) draw their mask "
                    "from a seed of the step's index, a Python int Dynamo specialises on: every step would "

@@ -253,10 +253,10 @@ class Runtime:
             return self._opaque(call, xs, () if ins.strategy is None else ins.strategy.output.axes_of(0))
         op = ins.node.op
         kind = op_kind(op.kind)
-        if kind.random and not kind.is_identity(op):
-            if dropout_is_off():  # `planlang verify`'s comparison with one process (runtime/no_dropout.py)
-                count_program_op()
-                return xs[0]
+        if kind.draws(op):
+            if dropout_is_off() and kind.identity is not None:  # `planlang verify`'s comparison with one
+                count_program_op()  # process (runtime/no_dropout.py): a dropout op is the identity; attention's
+                return xs[0]  # dropout_p is set to 0 in its kernel call there
             # a fresh global mask (dropout) every step, the same on every rank (sliced to the local piece)
             seed = zlib.crc32(f"{name}:{self.step_index}".encode())
             op = dataclasses.replace(op, attrs=tuple(sorted(dict(op.attrs, seed=seed).items())))

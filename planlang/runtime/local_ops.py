@@ -20,6 +20,7 @@ module fails while one lacks it. Mostly the plain torch op on local shards; the 
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -386,16 +387,25 @@ def _sdpa(op, strategy, xs, dev):
         k, v = _kv_heads(op, strategy, dev, k), _kv_heads(op, strategy, dev, v)
     causal = op.attr("is_causal", False)
     scale = op.attr("scale")
+    p = float(op.attr("dropout_p", 0.0) or 0.0)
     saxes = strategy.inputs[0].dims[2]
-    if not causal:
-        return F.scaled_dot_product_attention(q, k, v, scale=scale)
-    if not saxes:  # whole sequence on this rank: torch's own causal path, no mask tensor
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
-    start, n = chunk(op.inputs[0][2], saxes, mesh, coords)
-    t = k.shape[-2]
-    rows = torch.arange(start, start + n).unsqueeze(1)
-    mask = rows >= torch.arange(t).unsqueeze(0)  # torch's is_causal: top-left aligned tril
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    mask = None
+    if causal and saxes:  # a chunk of the query sequence: its rows of torch's top-left aligned tril
+        start, n = chunk(op.inputs[0][2], saxes, mesh, coords)
+        rows = torch.arange(start, start + n).unsqueeze(1)
+        mask, causal = rows >= torch.arange(k.shape[-2]).unsqueeze(0), False
+    if not p or q.device.type == "meta":
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, scale=scale)
+    # the kernel's own dropout, drawn from the step's seed and this device's coordinates on the axes that
+    # split the output: distinct pieces get independent masks, replicas of one piece the same mask, and a
+    # recomputation (checkpointing) the mask of its forward
+    split = sorted({a for d in range(strategy.output.rank) for a in strategy.output.axes_of(d)})
+    where = ",".join(f"{a}={coords.get(a, 0)}" for a in split)  # the same text on every process (no hash())
+    seed = zlib.crc32(f"{int(op.attr('seed', 0))}:{where}".encode())
+    devices = [q.device] if q.device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal, scale=scale)
 
 
 def _kv_heads(op, strategy, dev, t: torch.Tensor) -> torch.Tensor:

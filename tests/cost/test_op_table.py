@@ -37,8 +37,15 @@ def test_facts_the_other_layers_read():
     table = registry()
     assert {k for k, f in table.items() if f.product} == {"linear", "addmm", "matmul"}
     assert table["linear"].product == (1, 0, 2) and table["matmul"].product == (1, -1, None)
-    assert {k for k, f in table.items() if f.random} == {"dropout"}
+    assert {k for k, f in table.items() if f.random} == {"dropout", "scaled_dot_product_attention"}
+    attention = table["scaled_dot_product_attention"]  # random where it drops attention weights
+    shape = ((1, 2, 4, 8),) * 3
+    assert attention.draws(OpSpec("scaled_dot_product_attention", shape, shape[0], attrs=(("dropout_p", 0.1),)))
+    assert not attention.draws(OpSpec("scaled_dot_product_attention", shape, shape[0]))
+    assert not attention.is_identity(OpSpec("scaled_dot_product_attention", shape, shape[0], attrs=(("dropout_p", 0.1),)))
     drop = table["dropout"]
+    assert drop.draws(OpSpec("dropout", ((2,),), (2,), attrs=(("p", 0.1), ("training", True))))
+    assert not drop.draws(OpSpec("dropout", ((2,),), (2,), attrs=(("p", 0.1), ("training", False))))
     assert drop.is_identity(OpSpec("dropout", ((2,),), (2,), attrs=(("p", 0.0), ("training", True))))
     assert drop.is_identity(OpSpec("dropout", ((2,),), (2,), attrs=(("p", 0.1), ("training", False))))
     assert not drop.is_identity(OpSpec("dropout", ((2,),), (2,), attrs=(("p", 0.1), ("training", True))))

@@ -106,7 +106,8 @@ class OpKind:
     matmul: input and weight gradients; one pass otherwise); `follower` marks a unary elementwise op that
     the intra-op ILP merges into its producer (Alpa §5.1); `product` marks a linear product whose weight
     a fused projection may store per head (planlang.model.program.head_blocks); `random` an op that draws
-    random numbers (the executor gives it a fresh `seed` attr every step); `identity` says when an
+    random numbers (the executor gives it a fresh `seed` attr every step), or a function saying which
+    instances do (`draws`); `identity` says when an
     instance is the identity (a dropout in eval or with p = 0: it runs nothing and keeps nothing).
 
     The local implementation (torch) is registered under the same name in `planlang.runtime.local_ops`,
@@ -124,11 +125,18 @@ class OpKind:
     follower: bool = False
     targets: Targets = Targets()
     product: Product | None = None
-    random: bool = False
+    random: bool | Callable[[OpSpec], bool] = False
     identity: Callable[[OpSpec], bool] | None = None
 
     def __str__(self) -> str:
         return self.name
+
+    def draws(self, op: OpSpec) -> bool:
+        """Whether this instance draws random numbers (the executor seeds it per step): `random`, or for
+        a kind whose instances differ (attention with or without `dropout_p`) its answer for `op`; never
+        an instance that is the identity."""
+        r = self.random
+        return bool(r(op) if callable(r) else r) and not self.is_identity(op)
 
     @property
     def saves_nothing(self) -> bool:
@@ -148,7 +156,8 @@ def _per_kind(value: Any, kind: str, default: Any) -> Any:
 
 
 def rule(*kinds: str, saves: Any = (), saves_output: Any = False, alias: Any = False, backward_ratio: Any = 1.0,
-         follower: Any = False, targets: Any = None, product: Any = None, random: bool = False,
+         follower: Any = False, targets: Any = None, product: Any = None,
+         random: bool | Callable[[OpSpec], bool] = False,
          identity: Callable[[OpSpec], bool] | None = None) -> Callable[[RuleFn], RuleFn]:
     """Register a strategy generator for one or more op kinds, with each kind's targets and memory and
     cost facts (`OpKind`); a fact may be one value for all `kinds` or a dict by kind."""

@@ -423,13 +423,16 @@ def slice_bounds(op: OpSpec) -> tuple[int, int, int]:
 
 # ------------------------------------------------------------------------------ attention
 @rule("scaled_dot_product_attention", saves=(0, 1, 2), saves_output=True, backward_ratio=2.5,
+      random=lambda op: bool(op.attr("dropout_p", 0.0)),
       targets=on("torch.nn.functional.scaled_dot_product_attention", aten=("aten.scaled_dot_product_attention.default",)))
 def sdpa_rule(op: OpSpec, mesh: Mesh) -> list[Strategy]:
     """Split batch and/or heads; or the query sequence (k, v replicated on it; causal masks offset by the
     chunk start). The head dim and the key sequence are never split. With fewer key/value heads than
     query heads (multi-query, grouped-query: `g`) k and v keep all of theirs wherever the query heads
     are split: each device reads the key/value head of each of its query heads (runtime.local_ops), and
-    the gradients of k and v are partial sums over the axes splitting the query heads."""
+    the gradients of k and v are partial sums over the axes splitting the query heads. With `dropout_p`
+    the fused kernel drops attention weights itself: each device draws its piece's mask from the step's
+    seed and its coordinates on the axes splitting the output (replicas on other axes draw the same)."""
     q, k = op.inputs[0], op.inputs[1]
     kv = "bhtd" if k[1] == q[1] else "bgtd"
     eq = Equation(("bhsd", kv, kv[:3] + "e"), "bhse", frozenset("dteg"))

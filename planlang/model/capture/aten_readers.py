@@ -399,7 +399,8 @@ def _sdpa(b: ExportBuilder, node: fx.Node, kind: str) -> bool:
     #                                   scale=None, enable_gqa=False)
     q, k, v = (val_of(a, node) for a in node.args[:3])
     mask = arg(node, 3, "attn_mask")
-    if q.dim() != 4 or arg(node, 4, "dropout_p", 0.0) != 0.0:
+    dropout_p = arg(node, 4, "dropout_p", 0.0)
+    if q.dim() != 4 or not isinstance(dropout_p, (int, float)):
         return False
     if not sdpa_heads_fit(tuple(q.shape), tuple(k.shape), tuple(v.shape), bool(node.kwargs.get("enable_gqa", False))):
         return False
@@ -412,7 +413,10 @@ def _sdpa(b: ExportBuilder, node: fx.Node, kind: str) -> bool:
             return False  # a mask from the data (padding) or not causal: opaque, with the mask as input
         else:
             causal = True
-    b.emit(node, kind, [b.tensor(a, node) for a in node.args[:3]], {"is_causal": causal, "scale": node.kwargs.get("scale")})
+    attrs = {"is_causal": causal, "scale": node.kwargs.get("scale")}
+    if dropout_p:  # the kernel drops attention weights itself (sdpa_rule: each device its piece's mask)
+        attrs["dropout_p"] = float(dropout_p)
+    b.emit(node, kind, [b.tensor(a, node) for a in node.args[:3]], attrs)
     return True
 
 

@@ -160,7 +160,8 @@ def _einsum(b: FxBuilder, node: fx.Node, kind: str) -> bool:
 
 
 def _sdpa(b: FxBuilder, node: fx.Node, kind: str) -> bool:
-    if arg(node, 3, "attn_mask") is not None or b.static(arg(node, 4, "dropout_p", 0.0)):
+    dropout_p = b.static(arg(node, 4, "dropout_p", 0.0))
+    if arg(node, 3, "attn_mask") is not None or not isinstance(dropout_p, (int, float)):
         return False
     if len(node.args) < 3:
         return False
@@ -168,8 +169,10 @@ def _sdpa(b: FxBuilder, node: fx.Node, kind: str) -> bool:
     if not sdpa_heads_fit(q, k, v, bool(b.static(node.kwargs.get("enable_gqa", False)))):
         return False
     ins = [_x(b, node, i) for i in range(3)]
-    b.set(node, b.emit(node, kind, ins, {"is_causal": bool(b.static(arg(node, 5, "is_causal", False))),
-                                         "scale": b.static(node.kwargs.get("scale"))}))
+    attrs = {"is_causal": bool(b.static(arg(node, 5, "is_causal", False))), "scale": b.static(node.kwargs.get("scale"))}
+    if dropout_p:  # the kernel drops attention weights itself (sdpa_rule: each device its piece's mask)
+        attrs["dropout_p"] = float(dropout_p)
+    b.set(node, b.emit(node, kind, ins, attrs))
     return True
 
 

@@ -4,8 +4,8 @@
   its activation inputs are gathered over the data axes and it is repeated on every rank there;
 * `Replicated` (PL367): an opaque op whose activation inputs the plan splits over other axes (tensor
   parallelism) runs on them whole: they are gathered over those axes and its compute is repeated on each of
-  their devices (attention with dropout, `dropout_p` > 0, is opaque: a tensor-parallel plan's attention then
-  runs every head on every tp rank).
+  their devices (attention whose mask is a tensor of the step, T5's learned position bias, is opaque: a
+  tensor-parallel plan's attention then runs every head on every tp rank).
 """
 from __future__ import annotations
 
