@@ -41,6 +41,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from planlang.cost.comm import Collective, Group, collective_time, group, work_time
 from planlang.cost.schedule import SimulatedSchedule, simulate
 from planlang.plan.complete import CompleteMesh, CompletePlan
@@ -123,8 +125,6 @@ def _phases(mesh: CompleteMesh, ts: list[Transfer], start: _Phases = _EMPTY) -> 
     """`start` followed by transfers `ts`, by phase. Each sum continues `start`'s in `ts`' order: the same
     floats as summing the whole list's phase at once. A pipeline stage's traffic repeats one microbatch's
     transfers m times (traffic.stage_traffic: the same objects), so each is priced once per call."""
-    fwd, bwd, after = start.forward, start.backward, start.after
-    gathers, sums = list(start.gathers), list(start.sums)
     groups: dict[tuple[str, ...], Group] = {}
     priced: dict[int, float] = {}  # id of a transfer of `ts` (alive throughout) -> its seconds
 
@@ -137,19 +137,58 @@ def _phases(mesh: CompleteMesh, ts: list[Transfer], start: _Phases = _EMPTY) -> 
             x = priced[id(t)] = collective_time(t.kind, g, t.full_bytes)
         return x
 
-    for t in ts:
-        ph = t.phase
-        if ph in FORWARD_PHASES:
-            fwd += seconds(t)
-        elif ph in BACKWARD_PHASES:
-            bwd += seconds(t)
-        elif ph == "zero_forward":
-            gathers.append(t)
-        elif ph == "grad_sync" or ph == "zero_backward":
-            sums.append(t)
-        elif ph == "zero_step":
-            after += seconds(t)
-    return _Phases(fwd, bwd, after, tuple(gathers), tuple(sums))
+    def split(part: list[Transfer]) -> tuple[list[float], list[float], list[float], list[Transfer], list[Transfer]]:
+        fwd: list[float] = []
+        bwd: list[float] = []
+        after: list[float] = []
+        gathers: list[Transfer] = []
+        sums: list[Transfer] = []
+        for t in part:
+            ph = t.phase
+            if ph in FORWARD_PHASES:
+                fwd.append(seconds(t))
+            elif ph in BACKWARD_PHASES:
+                bwd.append(seconds(t))
+            elif ph == "zero_forward":
+                gathers.append(t)
+            elif ph == "grad_sync" or ph == "zero_backward":
+                sums.append(t)
+            elif ph == "zero_step":
+                after.append(seconds(t))
+        return fwd, bwd, after, gathers, sums
+
+    k, r = _period(ts)  # ts[:k] r times, then the rest
+    f, b, a, g, s = split(ts[:k])
+    f2, b2, a2, g2, s2 = split(ts[k * r:])
+    return _Phases(_fold(_fold(start.forward, f, r), f2, 1), _fold(_fold(start.backward, b, r), b2, 1),
+                   _fold(_fold(start.after, a, r), a2, 1), start.gathers + tuple(g * r + g2),
+                   start.sums + tuple(s * r + s2))
+
+
+def _period(ts: list[Transfer]) -> tuple[int, int]:
+    """(k, r): `ts` begins with its first k transfers r times over (r = 1: no repetition found). A pipeline
+    stage's traffic lists one microbatch's transfers m times, the same objects (traffic.stage_traffic)."""
+    n = len(ts)
+    if n < 2:
+        return n, 1
+    first = ts[0]
+    k = next((i for i in range(1, n) if ts[i] is first), n)
+    pattern, r = ts[:k], 1
+    while (r + 1) * k <= n and ts[r * k:(r + 1) * k] == pattern:
+        r += 1
+    return k, r
+
+
+def _fold(total: float, xs: list[float], times: int) -> float:
+    """`total` plus `xs` repeated `times` times, added one by one in order: the same float as the loop
+    `for x in xs * times: total += x` (numpy's accumulate adds in order, no pairwise summation)."""
+    if not xs:
+        return total
+    if times == 1 and len(xs) < 64:
+        for x in xs:
+            total += x
+        return total
+    return float(np.add.accumulate(np.concatenate(([total], np.tile(np.asarray(xs, dtype=np.float64), times))))[-1])
 
 
 @dataclass
