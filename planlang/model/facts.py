@@ -20,7 +20,8 @@ from planlang.plan.resolve import diag
 
 from .capture.graph_values import OpNode
 from .capture.load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
-from .capture.trace import ModuleFacts, Run, bind_inputs, meta_or_fake, probe_run
+from .capture.trace import ModuleFacts, Run, bind_inputs, probe_run
+from .capture.valueless import context, meta_or_fake, reads_a_value
 
 
 @dataclass
@@ -183,9 +184,10 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan, probed: Run | None 
     else:
         found = f"`loss` of `{plan.model.module}`"
     inputs = meta_inputs(plan.inputs)
-    # the probe's forward, when it ran under fake tensors, is the one guess_targets would run
+    # the probe's forward, when it ran as a trace or under fake tensors, is the one guess_targets would run
+    reused = probed if probed is not None and probed.how != "meta" else None
     targets = guess_targets(module, loss, inputs, probed.fold if probed is not None else None,
-                            probed.output if probed is not None and probed.fake else None)
+                            reused.output if reused else None, _mode_of(reused) if reused else None)
     if targets is None:
         raise NoTargets(found)
     if not targets:
@@ -197,9 +199,9 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan, probed: Run | None 
                 loss(probed.output, *targets)
             return
         except RuntimeError as err:
-            if probed.fake or "meta tensors" not in str(err):
+            if probed.how == "fake" or not reads_a_value(err):
                 raise
-        # the loss reads a value: forward and loss again, under FakeTensorMode (meta_or_fake)
+        # the loss reads a value: forward and loss again, as meta_or_fake's next tries
 
     def run():
         args, kwargs = bind_inputs(module, inputs)
@@ -211,10 +213,11 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan, probed: Run | None 
 
 
 def _mode_of(probed: Run) -> contextlib.AbstractContextManager | None:
-    """The mode the probe's forward ran in, to run the loss in as meta_or_fake would have: none on meta,
-    its FakeTensorMode under fake tensors (None when its output holds no fake tensor)."""
-    if not probed.fake:
-        return contextlib.nullcontext()
+    """The mode the probe's forward ran in, to run the loss in as meta_or_fake would have (valueless.HOWS):
+    none on meta, a trace's, its FakeTensorMode under fake tensors (None when its output holds no fake
+    tensor)."""
+    if probed.how != "fake":
+        return context(probed.how)
     return next((t.fake_mode for t in tree_flatten(probed.output)[0] if isinstance(t, FakeTensor)), None)
 
 

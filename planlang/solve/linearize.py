@@ -45,7 +45,8 @@ from torch.utils._pytree import tree_flatten
 
 from planlang.model.capture.profile import _FlopMode
 from planlang.model.capture.simulate import Existing, LiveBytes, fused_attention
-from planlang.model.capture.trace import bind_inputs, meta_or_fake, trace_graph
+from planlang.model.capture.trace import bind_inputs, trace_graph
+from planlang.model.capture.valueless import meta_or_fake
 
 from .checkpoint_values import checkpoint_value
 from .rotor import Chain

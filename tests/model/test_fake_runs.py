@@ -1,4 +1,4 @@
-"""A model that reads a value on meta runs under FakeTensorMode (trace.meta_or_fake): its simulated step
+"""A model that reads a value on meta runs under FakeTensorMode (valueless.meta_or_fake): its simulated step
 and profile are the same with simulate.MetaOpCache on as off (it stays out of the way there: a fake
 tensor's outputs are never remembered), and the first validation against a model has the process's
 exit skip the collector's traversals (validation._frozen_at_exit)."""

@@ -16,6 +16,7 @@ from planlang.model.capture import load, trace
 from planlang.model.capture.fold import Fold
 from planlang.model.capture.load import build_model, guess_targets, meta_inputs, plan_loss
 from planlang.model.capture.trace import probe_run
+from planlang.model.capture.valueless import context
 from planlang.model.facts import StrictMeta, probe_facts
 from planlang.plan.resolve import Resolver
 
@@ -127,7 +128,7 @@ def test_the_guess_on_the_cut_model_is_kept_for_the_whole(tmp_path):
 
 @pytest.mark.parametrize("name", ["llama", "qwen2"])
 def test_the_guess_on_the_probes_output_is_the_guess_by_a_forward(tmp_path, name):
-    """guess_targets on the output of the probe's run (fake tensors: these models read a value) finds the
+    """guess_targets on the output of the probe's run (a trace: these models read a value) finds the
     targets its own forward of the cut model finds, without running it."""
     pytest.importorskip("transformers")
     factory, inputs, _ = MODELS[name]
@@ -135,12 +136,12 @@ def test_the_guess_on_the_probes_output_is_the_guess_by_a_forward(tmp_path, name
     ins = meta_inputs(plan.inputs)
     module = build_model(plan.model, plan.path)
     _, run = probe_run(module, ins)
-    assert run.fake
+    assert run.how == "traced"  # they read a value on plain meta; a trace is enough
     loss = plan_loss(plan, module)
     calls = []
     forward = module.forward
     module.forward = lambda *a, **k: calls.append(1) or forward(*a, **k)
-    reused = guess_targets(module, loss, ins, run.fold, run.output)
+    reused = guess_targets(module, loss, ins, run.fold, run.output, context(run.how))
     assert calls == []
     other = build_model(plan.model, plan.path)
     ran = guess_targets(other, plan_loss(plan, other), ins, run.fold)

@@ -25,7 +25,7 @@ class _Run(Protocol):  # planlang.model.capture.trace.Run (which imports this mo
     order: list[str]
     calls: dict[str, Any]
     output: Any
-    fake: bool
+    how: str
 
 
 R = TypeVar("R", bound=_Run)
@@ -50,7 +50,7 @@ def folded_run(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
                record: Callable[..., R]) -> tuple[tuple[list[str], dict[str, Any], R, Fold] | None, str]:
     """((order, calls) of the whole model, the run at FOLD_RUNS[0] blocks, the fold), or None and why
     the whole model must run. `record(module, inputs, before)` runs the model once with every module call
-    recorded, calling `before()` before each try (meta, then fake tensors)."""
+    recorded, calling `before()` before each try (valueless.run_without_values)."""
     fold, why = probe_fold(module)
     if fold is None:
         return None, why
@@ -65,7 +65,7 @@ def folded_run(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
         expanded = [_expand(run, fold, k) for k, run in runs.items()]
         if any(e != expanded[0] for e in expanded[1:]):
             raise FoldError(f"the module calls at {' and '.join(map(str, FOLD_RUNS))} blocks expand differently")
-        outs = [(run.fake, _structure(run.output)) for run in runs.values()]
+        outs = [(run.how, _structure(run.output)) for run in runs.values()]
         if any(o != outs[0] for o in outs[1:]):
             raise FoldError("the forward's output differs with the number of blocks")
     except FoldError as err:

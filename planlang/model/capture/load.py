@@ -8,6 +8,8 @@ of it edited since an earlier build in the same process is imported again (planl
 """
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import importlib
 import inspect
@@ -309,22 +311,25 @@ def sum_loss_note(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> st
 
 
 def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor],
-                  fold: Fold | None = None, output=None) -> tuple[torch.Tensor, ...] | None:
+                  fold: Fold | None = None, output=None,
+                  mode: contextlib.AbstractContextManager | None = None) -> tuple[torch.Tensor, ...] | None:
     """Meta targets of the shapes `loss_fn` accepts (`target_candidates`' order), found by running the
     model under FakeTensorMode (nothing is allocated); None when no candidate fits. A forward of the
     model: one validation asks twice of one module (its loss check and its lowering), so the answer is
     kept per module, loss, input shapes and dtypes, parameter dtypes and mode (what the output's shape
     and dtype depend on). `fold`: blocks whose count the output's structure and shapes do not depend on
     (trace.probe_run found so); the model then runs cut to FOLD_RUNS[0] of them, whole if that fails.
-    `output`: what that forward returned, when the caller ran it under a FakeTensorMode (the probe's run:
-    trace.probe_run, of the model cut as `fold` says): the candidates are tried on it, in its mode, and
-    the forward does not run again (a forward of Llama-3-8B's three blocks: ~0.1 CPU-s)."""
+    `output`: what that forward returned, when the caller ran it as a trace or under fake tensors (the
+    probe's run: trace.probe_run, of the model cut as `fold` says), and `mode` the context it ran in
+    (valueless.context; its FakeTensorMode under fake tensors, found from `output` when not given): the
+    candidates are tried on it, in that mode, and the forward does not run again (a forward of
+    Llama-3-8B's three blocks: ~0.1 CPU-s)."""
     key = (loss_fn, tuple((k, tuple(v.shape), v.dtype) for k, v in inputs.items()),
            tuple(sorted({str(p.dtype) for p in model.parameters()})), model.training)
     known = _TARGETS.setdefault(model, {})
     if key not in known:
-        mode = _fake_mode(output)
-        if mode is not None:
+        mode = mode if mode is not None else _fake_mode(output)
+        if output is not None and mode is not None:
             known[key] = _fitting_targets(model, loss_fn, inputs, output, mode)
         else:
             known[key] = _folded_guess(model, loss_fn, inputs, fold) if fold is not None else \
@@ -363,7 +368,7 @@ def _fake_mode(output) -> FakeTensorMode | None:
 
 
 def _fitting_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor], output,
-                     mode: FakeTensorMode) -> tuple[torch.Tensor, ...] | None:
+                     mode: contextlib.AbstractContextManager) -> tuple[torch.Tensor, ...] | None:
     """`_guess_targets` of the forward's `output`, run already under `mode`."""
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     with mode:

@@ -29,7 +29,8 @@ from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 from planlang.model.capture.simulate import DEVICE, Existing, MetaOpCache, fused_attention
-from planlang.model.capture.trace import bind_inputs, meta_or_fake
+from planlang.model.capture.trace import bind_inputs
+from planlang.model.capture.valueless import meta_or_fake
 
 
 @dataclass

@@ -19,7 +19,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from planlang.model.capture.autocast import active_meta_autocast
-from planlang.model.capture.trace import bind_inputs, meta_or_fake
+from planlang.model.capture.trace import bind_inputs
+from planlang.model.capture.valueless import meta_or_fake
 
 
 @contextlib.contextmanager
@@ -90,7 +91,7 @@ class MetaOpCache(TorchDispatchMode):
         self.misses = 0
 
     def __enter__(self):
-        # under FakeTensorMode (trace.meta_or_fake) every output is a fake tensor, never remembered: the
+        # under FakeTensorMode (valueless.meta_or_fake) every output is a fake tensor, never remembered: the
         # mode would only add a layer to each op's dispatch (about 7 us), so it is not entered
         self._idle = _fake_mode() is not None
         return self if self._idle else super().__enter__()
@@ -327,7 +328,7 @@ def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
                   stage_of: dict[str, int] | None = None, accumulate: bool = False,
                   blocks: tuple[str, ...] = (), phases: dict | None = None) -> StepMemory:
     """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta
-    (or fake tensors, for models that read values; see trace.meta_or_fake). With `stage_of` (module
+    (as a trace or on fake tensors, for models that read values: valueless.meta_or_fake). With `stage_of` (module
     name -> pipeline stage), bytes are also attributed to the stage whose module created them. With
     `accumulate`, a second forward and backward follow with the first one's gradients kept, as for the
     second and later microbatches of a pipeline: autograd then computes each parameter's gradient into

@@ -14,7 +14,6 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
-from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.passes.shape_prop import ShapeProp
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_flatten
@@ -22,26 +21,13 @@ from torch.utils._pytree import tree_flatten
 from .fold import Fold
 from .fold_probe import folded_run
 from .quiet_logs import install as _quiet_kernel_failures
+from .valueless import run_without_values
 
 _quiet_kernel_failures()  # torch's tracebacks of the fake-tensor tries that fail by design (quiet_logs)
 
 
 def _shape(x) -> tuple[int, ...] | None:
     return tuple(x.shape) if isinstance(x, torch.Tensor) else None
-
-
-def meta_or_fake(fn):
-    """Run `fn()` on meta tensors; if the model reads a value (`.item()` on data, which meta tensors do
-    not have — Hugging Face transformers' mask creation does), run it again under FakeTensorMode, where
-    libraries see a tracing context and take their shape-only paths."""
-    try:
-        return fn()
-    except RuntimeError as err:
-        if "meta tensors" not in str(err):
-            raise
-
-    with FakeTensorMode(allow_non_fake_inputs=True):
-        return fn()
 
 
 def bind_inputs(module: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> tuple[tuple, dict]:
@@ -92,7 +78,7 @@ class Run:
     order: list[str]
     calls: dict[str, ModuleCall]
     output: Any  # what the forward returned
-    fake: bool  # it ran under FakeTensorMode (the model reads a value: `meta_or_fake`)
+    how: str  # how it ran without values: "meta", "traced" or "fake" (valueless.run_without_values)
     fold: Fold | None = None  # the run was of the model cut to FOLD_RUNS[0] of these blocks (`probe_run`)
     whole: str = ""  # why `probe_run` ran the whole model (no fold, or the cut runs disagreed)
 
@@ -100,12 +86,11 @@ class Run:
 def record_run(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
                before: Callable[[], None] | None = None) -> Run:
     """Run the model once (meta tensors: no compute, no memory) and record every module's first call;
-    `before()` is called before each try (meta, then fake tensors)."""
+    `before()` is called before each try (valueless.run_without_values)."""
     names = {id(m): n for n, m in module.named_modules(remove_duplicate=False)}
     calls: dict[str, ModuleCall] = {}
     order: list[str] = []
     handles = []
-    tries = []
 
     def pre(mod, args, kwargs):
         name = names.get(id(mod), "")
@@ -128,7 +113,6 @@ def record_run(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
     def run():
         calls.clear()
         order.clear()
-        tries.append(1)
         if before is not None:
             before()
         args, kwargs = bind_inputs(module, inputs)
@@ -136,11 +120,11 @@ def record_run(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
             return module(*args, **kwargs)
 
     try:
-        out = meta_or_fake(run)
+        out, how = run_without_values(run)
     finally:
         for h in handles:
             h.remove()
-    return Run(order, calls, out, len(tries) > 1)
+    return Run(order, calls, out, how)
 
 
 def probe_modules(module: torch.nn.Module, inputs: dict[str, torch.Tensor], fold: bool = True) -> ModuleFacts:
@@ -160,7 +144,7 @@ def probe_run(module: torch.nn.Module, inputs: dict[str, torch.Tensor],
         got, why = folded_run(module, inputs, record_run)
     if got is not None:
         order, calls, run, blocks = got
-        run = Run(run.order, run.calls, run.output, run.fake, blocks)
+        run = Run(run.order, run.calls, run.output, run.how, blocks)
     else:
         run = record_run(module, inputs)
         run.whole = why

@@ -50,7 +50,8 @@ from planlang.plan.selection import Selection, stage_targets
 
 from planlang.model.capture.load import TORCH_DTYPES
 from planlang.model.capture.graph_values import keyword_inputs
-from planlang.model.capture.trace import meta_or_fake, probe_modules
+from planlang.model.capture.trace import probe_modules
+from planlang.model.capture.valueless import meta_or_fake
 
 
 class StageSplitError(ValueError):
