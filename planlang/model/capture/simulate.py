@@ -326,7 +326,8 @@ class StepMemory:
 
 def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss=None,
                   stage_of: dict[str, int] | None = None, accumulate: bool = False,
-                  blocks: tuple[str, ...] = (), phases: dict | None = None) -> StepMemory:
+                  blocks: tuple[str, ...] = (), phases: dict | None = None,
+                  tracker: type[LiveBytes] | None = None) -> StepMemory:
     """Forward, loss (sum of the first output unless `loss(out, inputs)` is given) and backward on meta
     (as a trace or on fake tensors, for models that read values: valueless.meta_or_fake). With `stage_of` (module
     name -> pipeline stage), bytes are also attributed to the stage whose module created them. With
@@ -336,8 +337,10 @@ def simulate_step(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss
     `phases` (with `blocks`), a dict, receives the peak of each part in each phase ("peak": (phase, part)
     -> bytes; phases 0 and 1 the forward and backward, 2 and 3 the accumulated pass's), the bytes live
     when each phase began ("start") and when each part was first entered in each phase ("entered"): what
-    planlang.model.capture.fold_step extrapolates."""
-    return meta_or_fake(lambda: _simulate(module, inputs, loss, stage_of, accumulate, blocks, phases))
+    planlang.model.capture.fold_step extrapolates. `tracker`: the LiveBytes (sub)class that follows the
+    tensors (planlang.model.price.stage_replay's records what it sees)."""
+    return meta_or_fake(lambda: _simulate_once(module, inputs, loss, stage_of, accumulate, blocks, phases,
+                                               tracker or LiveBytes))
 
 
 def _stage_hooks(module: torch.nn.Module, mode: "LiveBytes", stage_of: dict[str, int]) -> list:
@@ -382,11 +385,6 @@ def _own(mode: "LiveBytes", last: list, stage: int, grad_outputs):
     mode.owner = last[0] = stage
 
 
-def _simulate(module: torch.nn.Module, inputs: dict[str, torch.Tensor], loss, stage_of=None,
-              accumulate: bool = False, blocks: tuple[str, ...] = (), phases: dict | None = None) -> StepMemory:
-    return _simulate_once(module, inputs, loss, stage_of, accumulate=accumulate, blocks=blocks, phases=phases)
-
-
 def _block_hooks(module: torch.nn.Module, mode: "LiveBytes", blocks: tuple[str, ...]) -> list:
     """Hooks that name the part of the step running (`StepMemory.segments`): a block's forward, the root
     code after it, and in backward, from a block's output gradient on, that block's backward; from the
@@ -413,11 +411,12 @@ def _block_hooks(module: torch.nn.Module, mode: "LiveBytes", blocks: tuple[str, 
 
 
 def _simulate_once(module, inputs, loss, stage_of, accumulate: bool = False,
-                   blocks: tuple[str, ...] = (), phases: dict | None = None) -> StepMemory:
+                   blocks: tuple[str, ...] = (), phases: dict | None = None,
+                   tracker: type[LiveBytes] | None = None) -> StepMemory:
     ignore = Existing([*module.parameters(), *module.buffers(), *inputs.values()])
     for p in module.parameters():
         p.grad = None
-    mode = LiveBytes(ignore)
+    mode = (tracker or LiveBytes)(ignore)
     args, kwargs = bind_inputs(module, inputs)
     handles = _stage_hooks(module, mode, stage_of) if stage_of else []
     handles += _block_hooks(module, mode, blocks)

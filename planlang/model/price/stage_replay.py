@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 from planlang.plan.selection import stage_targets
 
@@ -137,20 +135,6 @@ class _Recording(_simulate.LiveBytes):
         super().next_phase()
 
 
-_SWAP = threading.Lock()
-
-
-@contextmanager
-def _recorded() -> Iterator[None]:
-    with _SWAP:
-        kept = _simulate.LiveBytes
-        _simulate.LiveBytes = _Recording  # type: ignore[misc]
-        try:
-            yield
-        finally:
-            _simulate.LiveBytes = kept  # type: ignore[misc]
-
-
 @dataclasses.dataclass(frozen=True)
 class Recorded:
     """One run of a local model with each unit its own stage: its step (by unit) and its events."""
@@ -209,8 +193,7 @@ def record(simulate_step, module, inputs: dict, loss, units: Units, accumulate: 
     give back the run's figures (simulate's LiveBytes no longer works as recorded here): replaying is then
     off in this process."""
     _LOCAL.made = None
-    with _recorded():
-        sim = simulate_step(module, inputs, loss, dict(units.of), accumulate=accumulate)
+    sim = simulate_step(module, inputs, loss, dict(units.of), accumulate=accumulate, tracker=_Recording)
     made = getattr(_LOCAL, "made", None)
     if not isinstance(made, _Recording):
         _OFF.append("the simulation did not run a recording LiveBytes")
