@@ -9,7 +9,6 @@ of it edited since an earlier build in the same process is imported again (planl
 from __future__ import annotations
 
 import contextlib
-
 import copy
 import importlib
 import inspect
