@@ -185,7 +185,11 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "sys.path, then in the plan's folder and the folders above it, then the current directory."),
     ("PL261", "model-build", E, "model factory failed",
      "Calling the factory with the plan's arguments (on the meta device) raised an error, or returned\n"
-     "something that is not an nn.Module."),
+     "something that is not an nn.Module; or running the model on the declared inputs raised one. Meta\n"
+     "tensors hold no values: a model whose code reads one (`if x.sum() > 0:`, `.item()`) is run again\n"
+     "as a trace, where `torch.compiler.is_compiling()` is True, then on fake tensors; when it reads one\n"
+     "in every way, the message names the line. Make that code depend on shapes only, or skip it with\n"
+     "`if not torch.compiler.is_compiling(): ...`."),
     # ------------------------------------------------------------------ PL3xx mesh and specs
     ("PL301", "mesh-size-mismatch", E, "mesh axes do not multiply to the device count",
      "With `mesh m of N x device { ... }`, the axis sizes must multiply to N. The message shows the\n"

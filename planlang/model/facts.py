@@ -21,7 +21,7 @@ from planlang.plan.resolve import diag
 from .capture.graph_values import OpNode
 from .capture.load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
 from .capture.trace import ModuleFacts, Run, bind_inputs, probe_run
-from .capture.valueless import context, meta_or_fake, reads_a_value
+from .capture.valueless import VALUE_HELP, context, meta_or_fake, reads_a_value, value_read
 
 
 @dataclass
@@ -253,6 +253,11 @@ def probe_facts(plan: T.Plan, module: nn.Module) -> tuple[ModelFacts | None, lis
         return None, [diag("PL368", f"running the model on the declared inputs exited the process: {exited(err)}",
                            plan.model.span, help=EXIT_HELP)]
     except Exception as err:  # the model's forward failed on the declared inputs
+        where = value_read(err)
+        if where is not None:  # its code reads a tensor's value, in every way planlang runs it without values
+            return None, [diag("PL261", "the model's code reads a tensor's value" + (f" ({where})" if where else "")
+                               + ": planlang runs the model on meta tensors, which hold no values",
+                               plan.model.span, help=VALUE_HELP)]
         return None, [diag("PL261", f"running the model on the declared inputs raised {type(err).__name__}: {err}",
                            plan.model.span, help="check the `input` declarations: names, dtypes and shapes",
                            labels=[Label(i.span, "declared here") for i in plan.inputs[:1]])]

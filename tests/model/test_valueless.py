@@ -12,6 +12,9 @@ from torch import nn
 from torch._subclasses.fake_tensor import FakeTensor
 
 from planlang.model.capture import valueless
+from planlang.model.capture.load import build_model
+from planlang.model.facts import probe_facts
+from planlang.plan.resolve import Resolver
 from planlang.model.capture.simulate import simulate_step
 from planlang.model.capture.trace import record_run
 
@@ -108,3 +111,41 @@ def test_hf_models_simulated_as_a_trace_hold_what_the_cpu_run_holds(name, monkey
     monkeypatch.setattr(valueless, "run_without_values", spy)
     assert _step_figures(on_meta, meta_inputs) == real
     assert how and set(how) <= {"meta", "traced"}
+
+
+_READS = '''import torch
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+
+    def forward(self, x):
+        if {guard}x.sum() > 0:
+            x = x * 2
+        return self.a(x)
+
+
+def build():
+    return M()
+'''
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["reads", "guarded"])
+def test_a_model_that_reads_a_value_is_told_where_and_how_to_fix_it(tmp_path, guarded):
+    """A read in every way the model runs without values is PL261 naming the user's line; the guard its
+    help suggests makes the same model check."""
+    name = f"reads_{'guarded' if guarded else 'plain'}"
+    (tmp_path / f"{name}.py").write_text(_READS.format(guard="not torch.compiler.is_compiling() and " if guarded
+                                                       else ""))
+    text = f'model m = "{name}:build"()\ninput x : f32[batch = 8, d = 16]\n'
+    plan = Resolver().resolve_text(text, str(tmp_path / "reads.plan")).plan
+    facts, diags = probe_facts(plan, build_model(plan.model, plan.path))
+    if guarded:
+        assert facts is not None and diags == []
+        return
+    assert facts is None and [d.code for d in diags] == ["PL261"]
+    assert f"{name}.py:11: `if x.sum() > 0:`" in diags[0].message
+    assert "is_compiling()" in (diags[0].help or "")

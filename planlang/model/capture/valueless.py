@@ -18,11 +18,14 @@ Each is tried only when the one before it read a value.
 from __future__ import annotations
 
 import contextlib
+import os
+import sysconfig
+import traceback
 from typing import Callable, Iterator, TypeVar
 
 import torch
 import torch.compiler
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import DataDependentOutputException, FakeTensorMode
 
 T = TypeVar("T")
 HOWS = ("meta", "traced", "fake")
@@ -33,6 +36,31 @@ _CAN_TRACE = isinstance(getattr(torch.compiler, "_is_compiling_flag", None), boo
 def reads_a_value(err: BaseException) -> bool:
     """Whether `err` is a meta tensor's refusal to give a value."""
     return isinstance(err, RuntimeError) and "meta tensors" in str(err)
+
+
+#: how to fix a model that reads a value in every way `run_without_values` tries (PL261's help)
+VALUE_HELP = ("make that code depend on shapes only (`x.shape`, `x.dim()`), or skip it while the model is "
+              "traced: `if not torch.compiler.is_compiling(): ...` (torch.export and torch.compile need the same)")
+# code that is not the user's: a value read there is named by the user's line that called it
+_LIBRARIES = tuple(os.path.realpath(p) + os.sep for p in {
+    os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(os.path.dirname(__file__))),
+    *(sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib"))})
+
+
+def value_read(err: BaseException) -> str | None:
+    """When `err` ended a run without values because the model's code read a tensor's value (a meta
+    tensor's refusal, or fake tensors' DataDependentOutputException): the innermost line of the model's
+    own code in its traceback (`file:line: code`), or "" when none is outside the libraries. None for
+    any other error."""
+    if not (reads_a_value(err) or isinstance(err, DataDependentOutputException)):
+        return None
+    for frame in reversed(traceback.extract_tb(err.__traceback__)):
+        path = os.path.realpath(frame.filename)
+        if frame.filename.startswith("<") or path.startswith(_LIBRARIES):
+            continue
+        return f"{os.path.relpath(path) if not os.path.relpath(path).startswith('..') else path}:{frame.lineno}: " \
+               f"`{(frame.line or '').strip()}`"
+    return ""
 
 
 @contextlib.contextmanager
@@ -74,4 +102,5 @@ def meta_or_fake(fn: Callable[[], T]) -> T:
     return run_without_values(fn)[0]
 
 
-__all__ = ["HOWS", "context", "meta_or_fake", "reads_a_value", "run_without_values", "traced"]
+__all__ = ["HOWS", "VALUE_HELP", "context", "meta_or_fake", "reads_a_value", "run_without_values", "traced",
+           "value_read"]
