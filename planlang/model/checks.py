@@ -366,6 +366,9 @@ _FAILURE_HELP = {
              "statement marked), rewrite the op in the model, or report it",
     "targets": "make the loss take the output and targets shaped as docs/byom.md says (the model's integer "
                "input, class indices, the output's shape, or one value per sample)",
+    "loss-read": "make the loss depend on shapes only, or skip the read while the model is traced: "
+                 "`if not torch.compiler.is_compiling(): ...` (a check of the targets' values belongs in the "
+                 "data pipeline)",
     "estimate": "the budget cannot be checked; report it with the plan",
 }
 
@@ -399,8 +402,8 @@ def unlowerable(ctx) -> Iterator[Diagnostic]:
 def failure_diagnostic(plan, facts, f: LoweringFailure) -> Diagnostic:
     """PL369 for one failure: what could not be computed, the op and where it runs, the exception."""
     where = "" if f.module is None else f" in `{to_plan_name(f.module)}`" if f.module else " at the top level"
-    what = {"targets": "the plan's loss cannot be traced", "estimate": "the plan's memory cannot be estimated"
-            }.get(f.stage, "the plan cannot be lowered")
+    what = {"targets": "the plan's loss cannot be traced", "loss-read": "the plan's loss cannot be traced",
+            "estimate": "the plan's memory cannot be estimated"}.get(f.stage, "the plan cannot be lowered")
     op = f": `{f.op}`{where} fails" if f.op else ""
     span, labels = _failure_site(plan, facts, f)
     return diag("PL369", f"{what}{op}: {f.cause}", span, labels=labels, help=_FAILURE_HELP[f.stage])

@@ -19,7 +19,8 @@ from planlang.plan import types as T
 from planlang.plan.resolve import diag
 
 from .capture.graph_values import OpNode
-from .capture.load import EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, meta_inputs, no_exit, plan_loss
+from .capture.load import (EXIT_HELP, ModelLoadError, build_model, exited, guess_targets, loss_value_read, meta_inputs,
+                           no_exit, plan_loss)
 from .capture.trace import ModuleFacts, Run, bind_inputs, probe_run
 from .capture.valueless import VALUE_HELP, context, meta_or_fake, reads_a_value, value_read
 
@@ -65,7 +66,8 @@ def attention_heads(module: nn.Module) -> dict[str, tuple[int, int | None]]:
 class LoweringFailure:
     """A fact `check --model` needed and could not compute (PL369), as data: `stage` is "graph" (the op
     graph of the model cannot be built), "lower" (no strategy for the layouts the plan gives an op),
-    "targets" (the loss accepts no targets planlang makes) or "estimate" (the lowered program's memory);
+    "targets" (the loss accepts no targets planlang makes), "loss-read" (it reads a tensor's value on each)
+    or "estimate" (the lowered program's memory);
     `op` and `module` name the op being lowered, when known."""
 
     stage: str
@@ -96,12 +98,23 @@ class LoweringFailure:
 
 
 class NoTargets(Exception):
-    """The loss (`found`: where) accepts none of the targets planlang makes (load.target_candidates)."""
+    """The loss (`found`: where) accepts none of the targets planlang makes (load.target_candidates);
+    `read`: where it reads a tensor's value on every one of them (load.loss_value_read), when that is why."""
 
-    def __init__(self, found: str):
-        super().__init__(f"{found} accepts none of the targets planlang makes for it (the model's integer input, "
-                         "class indices over the output's leading dims, the output's shape, one value per sample)")
-        self.found = found
+    def __init__(self, found: str, read: str | None = None):
+        if read is None:
+            super().__init__(f"{found} accepts none of the targets planlang makes for it (the model's integer "
+                             "input, class indices over the output's leading dims, the output's shape, one value "
+                             "per sample)")
+        else:
+            super().__init__(f"{found} reads a tensor's value" + (f" ({read})" if read else "")
+                             + ": planlang runs it on meta tensors, which hold no values")
+        self.found, self.read = found, read
+
+    @property
+    def stage(self) -> str:
+        """Its LoweringFailure stage: "loss-read" when the loss reads a value, else "targets"."""
+        return "targets" if self.read is None else "loss-read"
 
 
 aten = torch.ops.aten
@@ -188,8 +201,10 @@ def _loss_on_verify_targets(module: nn.Module, plan: T.Plan, probed: Run | None 
     reused = probed if probed is not None and probed.how != "meta" else None
     targets = guess_targets(module, loss, inputs, probed.fold if probed is not None else None,
                             reused.output if reused else None, _mode_of(reused) if reused else None)
-    if targets is None:
-        raise NoTargets(found)
+    if targets is None:  # why: said when it is that the loss reads a value (in the mode the guess ran in)
+        mode = None if probed is None else _mode_of(probed) if probed.how != "meta" else context("fake")
+        raise NoTargets(found, loss_value_read(module, loss, inputs, probed.output, mode)
+                        if probed is not None and mode is not None else None)
     if not targets:
         return
     mode = _mode_of(probed) if probed is not None else None
@@ -218,7 +233,8 @@ def _mode_of(probed: Run) -> contextlib.AbstractContextManager | None:
     tensor)."""
     if probed.how != "fake":
         return context(probed.how)
-    return next((t.fake_mode for t in tree_flatten(probed.output)[0] if isinstance(t, FakeTensor)), None)
+    mode = next((t.fake_mode for t in tree_flatten(probed.output)[0] if isinstance(t, FakeTensor)), None)
+    return context("fake", mode) if mode is not None else None
 
 
 def build_for_check(plan: T.Plan) -> tuple[nn.Module | None, list[Diagnostic]]:
@@ -246,7 +262,7 @@ def probe_facts(plan: T.Plan, module: nn.Module) -> tuple[ModelFacts | None, lis
             with no_exit():
                 _loss_on_verify_targets(module, plan, run, strict)
         except NoTargets as err:  # a fact of the plan, not a failed probe: the other checks still run
-            facts.failures = [LoweringFailure("targets", str(err))]
+            facts.failures = [LoweringFailure(err.stage, str(err))]
     except ModelLoadError as err:
         return None, [diag(err.code, err.message, plan.model.span, help=err.help)]
     except SystemExit as err:  # sys.exit or os._exit in the forward or the loss

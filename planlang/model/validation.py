@@ -213,7 +213,7 @@ def _validate_model(res: Resolution, path: str, program: ProgramMeasure | None, 
                 micro = _lowered(module, microbatch_plan(cp))
                 traffic = _cut_traffic(cp, micro)
         except Exception as err:  # noqa: BLE001 - the model's op or the plan's layouts: PL369 names which
-            facts["failures"] = [LoweringFailure.of(err, "targets" if isinstance(err, NoTargets) else None)]
+            facts["failures"] = [LoweringFailure.of(err, err.stage if isinstance(err, NoTargets) else None)]
         if not facts["failures"]:  # the estimate measures the same program: one error is enough
             try:
                 facts["estimate"] = estimate_plan(cp, facts=mf, program=_measure_with(program, prog),

@@ -149,3 +149,53 @@ def test_a_model_that_reads_a_value_is_told_where_and_how_to_fix_it(tmp_path, gu
     assert facts is None and [d.code for d in diags] == ["PL261"]
     assert f"{name}.py:11: `if x.sum() > 0:`" in diags[0].message
     assert "is_compiling()" in (diags[0].help or "")
+
+
+_LOSS_READS = '''import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.a(x)
+
+
+def build():
+    return M()
+
+
+def loss(out, y):
+    if {guard}(y >= 4).any():
+        raise ValueError("labels past the classes")
+    return F.cross_entropy(out, y)
+'''
+
+
+@pytest.mark.parametrize("guarded", [False, True], ids=["reads", "guarded"])
+def test_a_loss_that_reads_a_value_is_told_where_and_how_to_fix_it(tmp_path, guarded):
+    """A loss that checks its targets' values fits no target planlang makes: PL369 says it reads a value and
+    where (not that no target has the right shape); the guard its help suggests makes the plan check."""
+    from planlang.model.validation import check_with_model  # lazy: the whole validation, for this test only
+
+    name = f"loss_reads_{'guarded' if guarded else 'plain'}"
+    (tmp_path / f"{name}.py").write_text(_LOSS_READS.format(
+        guard="not torch.compiler.is_compiling() and " if guarded else ""))
+    text = (f'use hardware\nmodel m = "{name}:build"()\ninput x : f32[batch = 8, d = 16]\n'
+            "mesh m of 2 x hardware.cpu { dp = 2 over hardware.loopback }\nbudget 1 GiB per device\n"
+            "data x : [dp, _]\n")
+    path = tmp_path / "loss.plan"
+    path.write_text(text)
+    res = check_with_model(str(path), text=text)
+    errors = [d for d in res.diagnostics if d.severity.name.lower() == "error"]
+    if guarded:
+        assert errors == []
+        return
+    assert [d.code for d in errors] == ["PL369"]
+    assert "reads a tensor's value (" in errors[0].message
+    assert f"{name}.py:20: `if (y >= 4).any():`)" in errors[0].message
+    assert "is_compiling()" in (errors[0].help or "")

@@ -31,6 +31,7 @@ from planlang.plan.types import Input, ModelRef
 from planlang.model.capture.fold import FOLD_RUNS, Fold, truncated
 from planlang.model.capture.graph_values import keyword_inputs
 from planlang.model.capture.source import model_source, record, refresh, search_roots
+from planlang.model.capture.valueless import context, value_read
 from planlang.lang.diagnostics import did_you_mean
 
 TORCH_DTYPES = {
@@ -327,7 +328,8 @@ def guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tenso
            tuple(sorted({str(p.dtype) for p in model.parameters()})), model.training)
     known = _TARGETS.setdefault(model, {})
     if key not in known:
-        mode = mode if mode is not None else _fake_mode(output)
+        if mode is None and _fake_mode(output) is not None:
+            mode = context("fake", _fake_mode(output))
         if output is not None and mode is not None:
             known[key] = _fitting_targets(model, loss_fn, inputs, output, mode)
         else:
@@ -354,7 +356,7 @@ def _folded_guess(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tenso
 
 def _guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
     dev = next((p.device for p in model.parameters()), torch.device("cpu"))
-    with FakeTensorMode(allow_non_fake_inputs=True):
+    with context("fake"):  # as a trace: code skipped while tracing (a check of the targets' values) stays skipped
         fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
         names = keyword_inputs(model, list(fin))
         out = model(**fin) if names else model(*fin.values())
@@ -387,6 +389,24 @@ def _first_fitting(loss_fn, out, fin: dict[str, torch.Tensor]) -> tuple[torch.Te
         if isinstance(v, torch.Tensor) and v.dim() == 0:
             return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in targets)
     return None
+
+
+def loss_value_read(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor], output,
+                    mode: contextlib.AbstractContextManager) -> str | None:
+    """Why no target fits, when it is this: the loss reads a tensor's value (valueless.value_read: where)
+    on every target `target_candidates` makes for the forward's `output`, run in `mode` (the forward's)."""
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    reads = []
+    with mode:
+        fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
+        for targets in target_candidates(output, fin):
+            try:
+                loss_fn(output, *targets)
+            except Exception as err:  # noqa: BLE001 - each candidate's failure is what is asked
+                reads.append(value_read(err))
+            else:
+                return None
+    return reads[0] if reads and all(r is not None for r in reads) else None
 
 
 def target_candidates(out, inputs: dict[str, torch.Tensor]) -> list[list[torch.Tensor]]:

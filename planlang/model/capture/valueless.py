@@ -9,7 +9,7 @@ is such a trace, so `meta_or_fake` says so, in the cheapest way the model's code
 1. ``meta``: plain meta tensors (no library asked);
 2. ``traced``: meta tensors while `torch.compiler.is_compiling()` answers True, the question
    Hugging Face's `is_tracing` and torch's own code ask (torch.export sets the same flag while it traces);
-3. ``fake``: FakeTensorMode, for code that asks whether a tensor is fake. Each op then runs through
+3. ``fake``: FakeTensorMode (still as a trace), for code that asks whether a tensor is fake. Each op then runs through
    the fake-tensor dispatcher, ~2-3x the CPU of a meta op (Llama-3-8B's `estimate`: ~6.7 CPU-s fake,
    ~5.0 traced, the same estimate).
 
@@ -74,11 +74,19 @@ def traced() -> Iterator[None]:
         torch.compiler._is_compiling_flag = was
 
 
-def context(how: str) -> contextlib.AbstractContextManager:
-    """A fresh context to run in as `how` says (see the module docstring)."""
+def context(how: str, fake_mode: FakeTensorMode | None = None) -> contextlib.AbstractContextManager:
+    """A fresh context to run in as `how` says (see the module docstring); under fake tensors (in
+    `fake_mode`, else a new FakeTensorMode) still as a trace, so that code skipped while tracing stays
+    skipped."""
     if how == "fake":
-        return FakeTensorMode(allow_non_fake_inputs=True)
+        return _faked(fake_mode)
     return traced() if how == "traced" else contextlib.nullcontext()
+
+
+@contextlib.contextmanager
+def _faked(mode: FakeTensorMode | None) -> Iterator[None]:
+    with traced() if _CAN_TRACE else contextlib.nullcontext(), mode or FakeTensorMode(allow_non_fake_inputs=True):
+        yield
 
 
 def run_without_values(fn: Callable[[], T]) -> tuple[T, str]:
