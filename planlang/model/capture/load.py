@@ -20,7 +20,7 @@ import warnings
 import weakref
 from collections import OrderedDict
 from contextlib import contextmanager
-from typing import Callable
+from typing import Callable, Iterator
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
@@ -294,10 +294,9 @@ def sum_loss_note(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> st
     """PL370's message for a model without a loss (`plan_loss` is None) whose output is not a scalar: the
     step then trains the output's sum (docs/byom.md's default), which is said, never silent. The output's
     shape comes from a run under FakeTensorMode (nothing is allocated)."""
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True):
-            fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
+        with context("fake"):  # as the target guess runs it
+            fin = _zeros_like_inputs(model, inputs)
             out = model(**fin) if keyword_inputs(model, list(fin)) else model(*fin.values())
             y = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
     except Exception:  # noqa: BLE001 - only a note: a forward that cannot run is the lowering's to report
@@ -355,9 +354,8 @@ def _folded_guess(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tenso
 
 
 def _guess_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     with context("fake"):  # as a trace: code skipped while tracing (a check of the targets' values) stays skipped
-        fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
+        fin = _zeros_like_inputs(model, inputs)
         names = keyword_inputs(model, list(fin))
         out = model(**fin) if names else model(*fin.values())
         return _first_fitting(loss_fn, out, fin)
@@ -371,21 +369,32 @@ def _fake_mode(output) -> FakeTensorMode | None:
 def _fitting_targets(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Tensor], output,
                      mode: contextlib.AbstractContextManager) -> tuple[torch.Tensor, ...] | None:
     """`_guess_targets` of the forward's `output`, run already under `mode`."""
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
     with mode:
-        fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
-        return _first_fitting(loss_fn, output, fin)
+        return _first_fitting(loss_fn, output, _zeros_like_inputs(model, inputs))
 
 
-def _first_fitting(loss_fn, out, fin: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
-    """Meta targets of the first of `target_candidates(out, fin)` the loss takes to a scalar, or None."""
+def _zeros_like_inputs(model: torch.nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Fresh inputs of the declared shapes and dtypes on the model's device (in the caller's mode)."""
+    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
+    return {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
+
+
+def _attempts(loss_fn, out, fin: dict[str, torch.Tensor]) -> Iterator[tuple[list, object]]:
+    """The loss on each of `target_candidates(out, fin)`, in order: (targets, its value or the exception it
+    raised; a warning counts as one: the guess was wrong)."""
     for targets in target_candidates(out, fin):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
-                v = loss_fn(out, *targets)
-        except Exception:  # noqa: BLE001 - a wrong guess: try the next
-            continue
+                got: object = loss_fn(out, *targets)
+        except Exception as err:  # noqa: BLE001 - a wrong guess: the caller tries the next
+            got = err
+        yield targets, got
+
+
+def _first_fitting(loss_fn, out, fin: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...] | None:
+    """Meta targets of the first of `target_candidates(out, fin)` the loss takes to a scalar, or None."""
+    for targets, v in _attempts(loss_fn, out, fin):
         if isinstance(v, torch.Tensor) and v.dim() == 0:
             return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in targets)
     return None
@@ -395,17 +404,9 @@ def loss_value_read(model: torch.nn.Module, loss_fn, inputs: dict[str, torch.Ten
                     mode: contextlib.AbstractContextManager) -> str | None:
     """Why no target fits, when it is this: the loss reads a tensor's value (valueless.value_read: where)
     on every target `target_candidates` makes for the forward's `output`, run in `mode` (the forward's)."""
-    dev = next((p.device for p in model.parameters()), torch.device("cpu"))
-    reads = []
     with mode:
-        fin = {k: torch.zeros(v.shape, dtype=v.dtype, device=dev) for k, v in inputs.items()}
-        for targets in target_candidates(output, fin):
-            try:
-                loss_fn(output, *targets)
-            except Exception as err:  # noqa: BLE001 - each candidate's failure is what is asked
-                reads.append(value_read(err))
-            else:
-                return None
+        reads = [value_read(v) if isinstance(v, Exception) else None
+                 for _, v in _attempts(loss_fn, output, _zeros_like_inputs(model, inputs))]
     return reads[0] if reads and all(r is not None for r in reads) else None
 
 
