@@ -114,7 +114,7 @@ def cold() -> None:
     from planlang.cost import layout
     from planlang.solve import intra_op
 
-    for mod, name in ((layout, "neighbors"), (layout, "step_cost"), (layout, "_dijkstra"),
+    for mod, name in ((layout, "neighbors"), (layout, "step_cost"), (layout, "_dijkstra"), (layout, "_search"),
                       (intra_op, "layout_graph"), (intra_op, "costs_from")):
         clear = getattr(getattr(mod, name, None), "cache_clear", None)
         if clear is not None:
