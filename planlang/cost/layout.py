@@ -287,22 +287,15 @@ def _dijkstra(shape: tuple[int, ...], src: Spec, dst: Spec, mesh: Mesh, itemsize
     for s, what in ((src, "source"), (dst, "target")):
         if not is_valid(shape, s, mesh):
             raise NoPath(f"{what} layout {s} is not valid for shape {list(shape)} on mesh {mesh}")
-    prev = _search(shape, src, mesh, itemsize).reach(dst)
-    if prev is None:
+    if src == dst:
+        return _build(shape, [src], [], mesh, itemsize)
+    got = _search(shape, src, mesh, itemsize).path_to(dst)
+    if got is None:
         raise NoPath(f"no conversion from {src} to {dst}")
-    specs, steps = [dst], []
-    cur = dst
-    while cur != src:
-        p, st = prev[cur]
-        specs.append(p)
-        steps.append(st)
-        cur = p
-    specs.reverse()
-    steps.reverse()
-    return _build(shape, specs, steps, mesh, itemsize)
+    return _build(shape, *got, mesh, itemsize)
 
 
-@lru_cache(maxsize=16384)
+@lru_cache(maxsize=1024)  # each holds its layouts' distances: bounded for a long-lived process (the LSP)
 def _search(shape: tuple[int, ...], src: Spec, mesh: Mesh, itemsize: int) -> _Search:
     return _Search(shape, src, mesh, itemsize)
 
@@ -311,43 +304,64 @@ class _Search:
     """Dijkstra from one source, run as far as the targets asked so far need and resumed for the next: a
     lowering asks ~20 targets per (shape, source) (Llama-3-8B's: 619 paths, 30 sources). Layouts are
     settled in the order a search stopped at one target would settle them (it pops and relaxes the same
-    until it pops that target), so every path is the one that search finds."""
+    until it pops that target; a settled layout's distance and step before it never change, as no cost
+    is negative), so every path is the one that search finds."""
 
     def __init__(self, shape: tuple[int, ...], src: Spec, mesh: Mesh, itemsize: int) -> None:
-        self.shape, self.mesh, self.itemsize = shape, mesh, itemsize
-        self.nbrs, self.costs = _moves(shape, mesh, itemsize)
-        self.dist = {src: 0.0}
+        self.shape, self.src, self.mesh, self.itemsize = shape, src, mesh, itemsize
+        self.lock = threading.Lock()  # a resumed search is state: one caller at a time (the language server)
+        self._start()
+
+    def _start(self) -> None:
+        self.dist = {self.src: 0.0}
         self.prev: dict[Spec, tuple[Spec, Step]] = {}
         self.counter = itertools.count()  # tie-break without comparing Specs
-        self.heap = [(0.0, 0, next(self.counter), src)]
+        self.heap = [(0.0, 0, next(self.counter), self.src)]
         self.settled: set[Spec] = set()
-        self.lock = threading.Lock()  # a resumed search is state: one caller at a time (the language server)
 
-    def reach(self, dst: Spec) -> dict[Spec, tuple[Spec, Step]] | None:
-        """The settled layouts' (layout before, step) once `dst` is settled; None if it cannot be reached."""
+    def path_to(self, dst: Spec) -> tuple[list[Spec], list[Step]] | None:
+        """The layouts and steps from the source to `dst`; None if it cannot be reached."""
         with self.lock:
-            dist, prev, heap, settled = self.dist, self.prev, self.heap, self.settled
-            while dst not in settled:
-                if not heap:
+            try:
+                if not self._settle(dst):
                     return None
-                d, hops, _, spec = heapq.heappop(heap)
-                if d > dist.get(spec, math.inf):
-                    continue
-                settled.add(spec)
-                moves = self.nbrs.get(spec)
-                if moves is None:
-                    moves = self.nbrs[spec] = neighbors(self.shape, spec, self.mesh)
-                for st, nxt in moves:
-                    c = self.costs.get((spec, st))
-                    if c is None:
-                        c = self.costs[spec, st] = step_cost(self.shape, spec, st, self.mesh, self.itemsize)
-                    nd = d + c
-                    # prefer fewer steps among equal costs (free local steps otherwise make paths wander)
-                    if nd < dist.get(nxt, math.inf) - 1e-15:
-                        dist[nxt] = nd
-                        prev[nxt] = (spec, st)
-                        heapq.heappush(heap, (nd, hops + 1, next(self.counter), nxt))
-            return prev
+            except BaseException:  # an interrupted relaxation would leave a layout half done: start again
+                self._start()
+                raise
+            specs, steps = [dst], []
+            cur = dst
+            while cur != self.src:
+                p, st = self.prev[cur]
+                specs.append(p)
+                steps.append(st)
+                cur = p
+            return specs[::-1], steps[::-1]
+
+    def _settle(self, dst: Spec) -> bool:
+        """Run the search until `dst` is settled (False: it cannot be reached)."""
+        dist, prev, heap, settled = self.dist, self.prev, self.heap, self.settled
+        nbrs, costs = _moves(self.shape, self.mesh, self.itemsize)
+        while dst not in settled:
+            if not heap:
+                return False
+            d, hops, _, spec = heapq.heappop(heap)
+            if d > dist.get(spec, math.inf):
+                continue
+            settled.add(spec)
+            moves = nbrs.get(spec)
+            if moves is None:
+                moves = nbrs[spec] = neighbors(self.shape, spec, self.mesh)
+            for st, nxt in moves:
+                c = costs.get((spec, st))
+                if c is None:
+                    c = costs[spec, st] = step_cost(self.shape, spec, st, self.mesh, self.itemsize)
+                nd = d + c
+                # prefer fewer steps among equal costs (free local steps otherwise make paths wander)
+                if nd < dist.get(nxt, math.inf) - 1e-15:
+                    dist[nxt] = nd
+                    prev[nxt] = (spec, st)
+                    heapq.heappush(heap, (nd, hops + 1, next(self.counter), nxt))
+        return True
 
 
 @lru_cache(maxsize=1024)

@@ -87,3 +87,37 @@ def test_identity_and_invalid():
 def test_partial_to_shard_prefers_reduce_scatter():
     p = conversion_path((8, 8), S(None, None, partial=["tp"]), S("tp", None), MESH2)
     assert [st.kind for st in p.steps] == ["reduce_scatter"]
+
+
+def test_an_interrupted_search_starts_again(monkeypatch):
+    """A path search resumed for each target of one source (layout._Search) that an error interrupts is
+    not left half done: the next target's path is the one a fresh search finds."""
+    import planlang.cost.layout as layout
+
+    shape, mesh = (8, 8, 8), MESH2
+    layouts = enumerate_layouts(shape, mesh)
+    src = layouts[0]
+
+    real, calls = layout.step_cost, []
+
+    def clear():
+        for f in (layout._dijkstra, layout._search, layout._moves, real):
+            f.cache_clear()
+
+    clear()
+    want = {str(b): str(conversion_path(shape, src, b, mesh)) for b in layouts}
+    clear()
+
+    def failing(*args):
+        calls.append(args)
+        if len(calls) == 5:
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(layout, "step_cost", failing)
+    with pytest.raises(KeyboardInterrupt):
+        for b in layouts:
+            conversion_path(shape, src, b, mesh)
+    got = {str(b): str(conversion_path(shape, src, b, mesh)) for b in layouts}
+    assert got == want
+    clear()

@@ -13,10 +13,10 @@ without that function (another version), or one already imported, is left alone.
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import importlib.abc
-import importlib.machinery
 import os
 import sys
 from typing import Any, Callable
@@ -34,13 +34,16 @@ def dedupe_structure_scan() -> bool:
     return True
 
 
-def scanning_once(scan: Callable[[Any], Any]) -> Callable[[Any], Any]:
+def scanning_once(scan: Callable[..., Any]) -> Callable[..., Any]:
     """`scan` (create_import_structure_from_path: a folder's, or a file's folder's, map) once per folder;
-    a repeated ask gets a deep copy of the first answer (the callers may keep theirs)."""
+    a repeated ask gets a deep copy of the first answer (the callers may keep theirs). A call with other
+    arguments than the one path (another transformers) goes to `scan` as it is."""
     seen: dict[str, Any] = {}
 
     @functools.wraps(scan)
-    def once(module_path):
+    def once(module_path, *args, **kwargs):
+        if args or kwargs:
+            return scan(module_path, *args, **kwargs)
         path = os.fspath(module_path)
         key = os.path.abspath(os.path.dirname(path) if os.path.isfile(path) else path)
         if key in seen:
@@ -53,26 +56,50 @@ def scanning_once(scan: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 class _ScanOnce(importlib.abc.MetaPathFinder):
-    """Finds transformers' import_utils as the path finder would and, once it has run, puts `scanning_once`
-    in front of its scan, before transformers' `__init__` takes the name from it; then leaves sys.meta_path."""
+    """Asks the finders after it for transformers' import_utils and, once that module has run, puts
+    `scanning_once` in front of its scan, before transformers' `__init__` takes the name from it; then
+    leaves sys.meta_path. (It does not change sys.meta_path while the import system walks it.)"""
+
+    def __init__(self) -> None:
+        self.asking = False
 
     def find_spec(self, name, path, target=None):
-        if name != _MODULE:
+        if name != _MODULE or self.asking:
             return None
-        if self in sys.meta_path:  # found: not needed again
-            sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        self.asking = True
+        try:
+            spec = _spec_after(self, name, path, target)
+        finally:
+            self.asking = False
         loader = getattr(spec, "loader", None)
         if loader is None or not hasattr(loader, "exec_module"):
-            return spec
+            return None  # the import system asks the other finders itself
         run = loader.exec_module
 
         def exec_module(module):
+            if self in sys.meta_path:  # found: not needed again
+                sys.meta_path.remove(self)
+            with contextlib.suppress(AttributeError):
+                del loader.exec_module  # the loader's own again (one loader may serve other modules)
             run(module)
             scan = getattr(module, _FUNCTION, None)
-            if callable(scan):
+            if module.__name__ == _MODULE and callable(scan):
                 setattr(module, _FUNCTION, scanning_once(scan))
 
-        loader.exec_module = exec_module
+        try:
+            loader.exec_module = exec_module
+        except AttributeError:  # a loader that takes no attributes: transformers as it is
+            return None
         return spec
 
+
+def _spec_after(finder: _ScanOnce, name: str, path, target):
+    """The spec the finders after `finder` in sys.meta_path give `name` (the first that gives one)."""
+    finders = sys.meta_path
+    after = finders[finders.index(finder) + 1:] if finder in finders else finders
+    for other in after:
+        find = getattr(other, "find_spec", None)
+        spec = find(name, path, target) if find is not None else None
+        if spec is not None:
+            return spec
+    return None
