@@ -8,7 +8,7 @@ bench/plan_configs/scale/) and Megatron-LM's 1T row (GPT from examples/gpt2: 128
 160 heads, sequence 2048 on 3072 A100s, tp 8 x pp 64 x dp 6: bench/plan_configs/megatron/megatron_1t.plan).
 Targets: 5 / 10 / 20 CPU-s and 1 GB cold, 1 s warm.
 
-    python bench/scale.py                  # every row; writes bench/results/scale.txt
+    python bench/scale.py                  # every row, least of 3 cold runs each; writes bench/results/scale.txt
     python bench/scale.py --rows 8B --no-write
     python bench/scale.py --repeat 2 --base /tmp/base   # least of 2 cold runs; another checkout's beside
                                                         # them (PYTHONPATH, runs interleaved: same load)
@@ -52,8 +52,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated rows: " + ", ".join(ROWS))
     ap.add_argument("--no-write", action="store_true", help="print only; do not write bench/results/scale.txt")
-    ap.add_argument("--repeat", type=int, default=1, help="cold and warm runs per command; the least CPU-s is "
-                    "shown (other work on the machine only adds time)")
+    ap.add_argument("--repeat", type=int, default=3, help="cold and warm runs per command; the least CPU-s is "
+                    "shown (other work on the machine only adds time; a 2-core VM drifts ~15%% in minutes)")
     ap.add_argument("--base", help="another checkout (e.g. a git worktree of an earlier commit): its cold runs "
                     "interleaved with this one's, shown beside them")
     opts = ap.parse_args()
