@@ -23,6 +23,7 @@ from planlang.plan.selection import Selection, covered_modules, stage_targets, t
 from planlang.plan.units import format_bytes
 
 from .capture.trace import ModuleFacts
+from .capture.valueless import VALUE_HELP
 from .facts import LoweringFailure
 
 
@@ -366,9 +367,7 @@ _FAILURE_HELP = {
              "statement marked), rewrite the op in the model, or report it",
     "targets": "make the loss take the output and targets shaped as docs/byom.md says (the model's integer "
                "input, class indices, the output's shape, or one value per sample)",
-    "loss-read": "make the loss depend on shapes only, or skip the read while the model is traced: "
-                 "`if not torch.compiler.is_compiling(): ...` (a check of the targets' values belongs in the "
-                 "data pipeline)",
+    "loss-read": VALUE_HELP + "; a check of the targets' values belongs in the data pipeline",
     "estimate": "the budget cannot be checked; report it with the plan",
 }
 
