@@ -356,6 +356,12 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "microbatches in sequence and sums once: its `pipeline ... microbatches N` is the step's count, and a\n"
      "second statement could only repeat or contradict it. Remove the top-level statement; change the\n"
      "pipeline's `microbatches` to change the count."),
+    ("PL418", "stage-degrees-not-run", E, "a stage's own degrees are not run yet",
+     "`stage ... with tp = 4` asks for one stage on a sub-mesh of its own degrees (CAPTURE's and Alpa's\n"
+     "heterogeneous stages). The estimate and the runtime lower one program on the mesh for every stage,\n"
+     "so a degree other than the axis's size would be priced and run as the mesh's size, not as written:\n"
+     "planlang refuses it instead of dropping it. Remove the `with` degrees, or write the axis's size; give\n"
+     "the whole mesh the degrees the largest stage needs."),
     # model-aware (planlang.model.checks)
     ("PL466", "batch-norm-microbatches", W, "BatchNorm inside a pipeline normalizes each microbatch",
      "A pipeline runs each microbatch through a stage on its own, so a BatchNorm in training computes\n"

@@ -245,7 +245,7 @@ RULES = [
     (accumulation_statement, ("PL411", "PL417")),
     (stage_ranges, ("PL406", "PL407")),
     (empty_selections, ("PL408",)),
-    (stage_degrees, ("PL410",)),
+    (stage_degrees, ("PL410", "PL418")),
     (checkpoint_statements, ("PL405", "PL409", "PL413")),
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),

@@ -124,7 +124,8 @@ def _selections(plan: T.Plan):
 
 
 def stage_degrees(ctx) -> Diags:
-    """PL410: per-stage sub-mesh degrees name non-pipeline axes and add up to the device count."""
+    """PL410: per-stage sub-mesh degrees name non-pipeline axes and add up to the device count; PL418: a
+    degree other than its axis's size (heterogeneous stages are not run yet)."""
     plan = ctx.plan
     p, mesh = plan.pipeline, plan.mesh
     if p is None or mesh is None or not isinstance(p.stages, tuple) or not any(st.degrees for st in p.stages):
@@ -149,6 +150,19 @@ def stage_degrees(ctx) -> Diags:
         arithmetic = " + ".join(str(c) for c in counts)
         yield diag("PL410", f"the stages use {arithmetic} = {sum(counts)} devices, but the mesh has {total}", p.span,
                    help="adjust the `with` degrees so the stages' devices add up to the mesh")
+        return
+    # The estimate and the runtime lower one program on one mesh for every stage: a degree other than
+    # the axis's size would be priced and run as that size, so it is refused rather than dropped.
+    for st in p.stages:
+        other = [(ax, v, mesh.axis_size(ax)) for ax, v in st.degrees
+                 if ax != p.axis and mesh.axis_size(ax) is not None and v != mesh.axis_size(ax)]
+        if other:
+            wrote = ", ".join(f"{ax} = {v}" for ax, v, _ in other)
+            sizes = ", ".join(f"{ax} = {n}" for ax, _, n in other)
+            yield diag("PL418", f"stage {st.index} asks for {wrote}, but every stage runs on the mesh's sizes "
+                       f"({sizes}): stages of their own degrees are not run yet", st.span,
+                       help="remove the `with` degrees (or write the mesh's sizes); a stage that needs more "
+                            "tensor parallelism needs it on the whole mesh for now")
 
 
 def checkpoint_statements(ctx) -> Diags:

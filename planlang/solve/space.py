@@ -259,29 +259,9 @@ class Space:
         return out
 
     def _degree_options(self, assign: dict) -> list[Degrees]:
-        """Per-stage degrees for the `with AXIS = ?` holes (in their order): divisors of the
-        device count whose stages' devices add up to the mesh (PL410)."""
-        p, h = self.plan.pipeline, self.holes
-        mesh = self.mesh
-        total = math.prod(self.size_of(assign, a.name) for a in mesh.axes)
-        pp = self.pp_axis(assign)
-        divisors = [d for d in range(1, total + 1) if total % d == 0]
-        stages = p.stages if p is not None and not isinstance(p.stages, T.Hole) else ()
-        out = []
-        for values in itertools.islice(itertools.product(divisors, repeat=len(h.degrees)), 4096):
-            chosen = {(st, ax): v for (st, ax, _), v in zip(h.degrees, values)}
-
-            def degree(st: T.Stage, axis: str) -> int:
-                v = chosen.get((st.index, axis))  # a hole's choice, else as written, else the mesh's size
-                if v is not None:
-                    return v
-                written = dict(st.degrees).get(axis)
-                return written if isinstance(written, int) else self.size_of(assign, axis)
-
-            devices = sum(math.prod(degree(st, a.name) for a in mesh.axes if a.name != pp) for st in stages)
-            if devices == total:
-                out.append(Degrees(values))
-        return out
+        """Per-stage degrees for the `with AXIS = ?` holes (in their order): the axis's size, the only
+        degree the estimate and the runtime run (PL418: stages of their own degrees are not run yet)."""
+        return [Degrees(tuple(self.size_of(assign, ax) for _, ax, _ in self.holes.degrees))]
 
     def _argument_options(self, i: int, assign: dict) -> list[str]:
         """A template's `?` argument: the mesh's axes but the pipeline's, those that are not data axes
