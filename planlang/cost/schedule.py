@@ -24,6 +24,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from planlang.plan.schedule import ScheduleError, Step, orders_made_by, rank_orders  # noqa: F401 - part of this module's API
+from planlang.plan.types import stages_per_rank
 
 
 @dataclass(frozen=True)
@@ -92,19 +93,20 @@ class SimulatedSchedule:
 
 def closed_form_bubble(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> float:
     """The bubble share of a step for equal stage times (Narayanan et al. 2021, §2.2): (p − 1)/(v·m + p − 1)
-    with v = 1 for gpipe and 1f1b."""
-    v = chunks if kind == "interleaved" else 1
+    with v = 1 for gpipe and 1f1b. Looped BFS has interleaved's when m >= p (Lamy-Poirier 2023, §3: the
+    loop back to rank 0 waits for nothing once a chunk has as many microbatches as ranks)."""
+    v = stages_per_rank(kind, chunks)
     return (ranks - 1) / (v * microbatches + ranks - 1)
 
 
 def simulate(kind: str, forward: list[float], backward: list[float], microbatches: int,
              chunks: int = 1) -> SimulatedSchedule:
     """Simulate `kind` for model stages with the given per-microbatch forward and backward times
-    (one entry per model stage: p·v of them for interleaved, p otherwise)."""
+    (one entry per model stage: p·v of them for a chunked schedule, p otherwise)."""
     stages = len(forward)
     if len(backward) != stages or stages == 0:
         raise ScheduleError("give one forward and one backward time per stage")
-    v = chunks if kind == "interleaved" else 1
+    v = stages_per_rank(kind, chunks)
     if stages % v:
         raise ScheduleError(f"{stages} stages cannot be split into {v} chunks per rank")
     p = stages // v

@@ -13,6 +13,12 @@ Clusters Using Megatron-LM", §2.2), with p ranks, m microbatches and v chunks p
                  group), backwards through the chunks in reverse; (p - r - 1)·2 + (v - 1)·p warm-up
                  forwards. Model stage s is chunk s // p of rank s mod p. This is the order of
                  torch.distributed.pipelining's ScheduleInterleaved1F1B.
+    looped_bfs   Breadth-first pipeline parallelism (Lamy-Poirier 2023, "Breadth-First Pipeline
+                 Parallelism", arXiv:2211.05953) over v chunks per rank, placed as interleaved: each chunk
+                 runs the forwards of all m microbatches before the next chunk starts, then the chunks'
+                 backwards in reverse, microbatches last to first. Every stage holds all m microbatches
+                 at its peak (GPipe's memory, the interleaved bubble). The order of torch's
+                 ScheduleLoopedBFS (tests/plan/test_schedule.py compares them action by action).
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
-from .types import SCHEDULES
+from .types import CHUNKED, SCHEDULES, stages_per_rank
 
 
 class ScheduleError(ValueError):
@@ -72,7 +78,11 @@ def _orders(kind: str, ranks: int, microbatches: int, chunks: int, make: Callabl
                 for r in range(p)]
     v = chunks
     if v < 1:
-        raise ScheduleError(f"interleaved needs at least one chunk per rank (got {v})")
+        raise ScheduleError(f"{kind} needs at least one chunk per rank (got {v})")
+    if kind == "looped_bfs":
+        return [[make("F", c * p + r, j) for c in range(v) for j in range(m)]
+                + [make("B", c * p + r, j) for c in reversed(range(v)) for j in reversed(range(m))]
+                for r in range(p)]
     if m % p:
         raise ScheduleError(f"interleaved needs microbatches ({m}) to be a multiple of the pipeline ranks ({p})")
     total = m * v
@@ -102,8 +112,8 @@ def activation_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequ
                      chunks: int = 1) -> list[int]:
     """Per pipeline rank, the most activation bytes it holds at once: its order replayed, each forward of
     model stage s keeping `stage_bytes[s]` (what one microbatch saves there) until that microbatch's
-    backward of s. `stage_bytes` has one entry per model stage (p·v for interleaved)."""
-    v = chunks if kind == "interleaved" else 1
+    backward of s. `stage_bytes` has one entry per model stage (p·v for a chunked schedule)."""
+    v = stages_per_rank(kind, chunks)
     if len(stage_bytes) != ranks * v:
         raise ScheduleError(f"{len(stage_bytes)} stage sizes for {ranks} ranks of {v} chunks")
     peaks = []
@@ -131,13 +141,13 @@ def interleaved_receives(stages: int, stage: int, microbatches: int, chunks: int
 
 
 @lru_cache(maxsize=256)
-def _interleaved_held(ranks: int, microbatches: int, chunks: int) -> tuple[int, ...]:
-    """Per model stage of an interleaved pipeline, the most microbatches it holds at once: each rank's order
+def _chunked_held(kind: str, ranks: int, microbatches: int, chunks: int) -> tuple[int, ...]:
+    """Per model stage of a chunked pipeline, the most microbatches it holds at once: each rank's order
     replayed once for all of its stages (what `activation_peaks` gives one stage at a time, with that stage's
     bytes 1 and the others' 0), so that pricing every stage of a deep pipeline replays the orders once."""
     held = [0] * (ranks * chunks)
     peak = [0] * (ranks * chunks)
-    for order in rank_orders("interleaved", ranks, microbatches, chunks):
+    for order in rank_orders(kind, ranks, microbatches, chunks):
         for st in order:
             held[st.stage] += 1 if st.kind == "F" else -1
             peak[st.stage] = max(peak[st.stage], held[st.stage])
@@ -149,7 +159,7 @@ def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chun
 
     GPipe runs every forward before any backward: all m. 1F1B (PipeDream-Flush, Narayanan et al. 2021,
     §2.2) warms stage i up with p − i forwards before its first backward and then alternates: min(p − i,
-    m). Interleaved 1F1B (`stages` = p·v model stages, v `chunks` per rank): the most microbatches of this
+    m). Interleaved 1F1B and looped BFS (`stages` = p·v model stages, v `chunks` per rank): the most microbatches of this
     stage held at once in its rank's order. A rank's peak is over all of its chunks together
     (`activation_peaks`), not the sum of each chunk's. `extra` adds microbatches at the peak
     (torch.distributed.pipelining's Schedule1F1B runs the next forward before the backward that frees one)."""
@@ -159,9 +169,9 @@ def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chun
         raise ValueError(f"stage {stage} of {stages} with {microbatches} microbatches is out of range")
     if schedule == "gpipe":
         return microbatches
-    if schedule == "interleaved":
+    if schedule in CHUNKED:
         v = max(1, chunks)
         if stages % v:
             raise ValueError(f"{stages} stages cannot be split into {v} chunks per rank")
-        return min(_interleaved_held(stages // v, microbatches, v)[stage] + extra, microbatches)
+        return min(_chunked_held(schedule, stages // v, microbatches, v)[stage] + extra, microbatches)
     return min(stages - stage + extra, microbatches)

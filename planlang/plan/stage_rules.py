@@ -39,19 +39,21 @@ def pipeline_schedule(ctx) -> Diags:
     sched = p.schedule if isinstance(p.schedule, T.Schedule) else None
     chunks = sched.chunks if sched and isinstance(sched.chunks, int) else None
     if sched is not None:
-        if sched.kind == "interleaved":
+        if sched.kind in T.CHUNKED:
             if sched.chunks == 1 or (chunks is not None and chunks < 2):
-                yield diag("PL404", "the interleaved schedule needs `chunks N` with N >= 2", sched.span,
-                           help="write `schedule interleaved chunks 2`, or use `1f1b`")
+                other = "1f1b" if sched.kind == "interleaved" else "gpipe"  # what one chunk per rank would be
+                yield diag("PL404", f"the {sched.kind} schedule needs `chunks N` with N >= 2", sched.span,
+                           help=f"write `schedule {sched.kind} chunks 2`, or use `{other}`")
         elif sched.kind in ("gpipe", "1f1b") and sched.chunks != 1:
             yield diag("PL404", f"`chunks` does not apply to `{sched.kind}`", sched.span,
-                       help="remove `chunks`, or use `schedule interleaved chunks N`", fix=_drop_chunks(ctx, sched))
+                       help="remove `chunks`, or use `schedule interleaved chunks N` (or `looped_bfs chunks N`)",
+                       fix=_drop_chunks(ctx, sched))
     m = p.microbatches if isinstance(p.microbatches, int) else None
     if m is not None and m < 1:
         yield diag("PL411", f"microbatches is {m}", p.span, help="use at least 1 microbatch")
         m = None
     if isinstance(p.stages, tuple) and size is not None:
-        per_device = chunks if sched and sched.kind == "interleaved" and chunks else 1
+        per_device = T.stages_per_rank(sched.kind, chunks) if sched and chunks else 1
         want = size * per_device
         if len(p.stages) != want:
             arithmetic = f"{p.axis}({size})" + (f" * chunks({per_device})" if per_device > 1 else "")
@@ -158,9 +160,9 @@ def stage_degrees(ctx) -> Diags:
                  if ax != p.axis and mesh.axis_size(ax) is not None and v != mesh.axis_size(ax)]
         if other:
             wrote = ", ".join(f"{ax} = {v}" for ax, v, _ in other)
-            sizes = ", ".join(f"{ax} = {n}" for ax, _, n in other)
+            axis_sizes = ", ".join(f"{ax} = {n}" for ax, _, n in other)
             yield diag("PL418", f"stage {st.index} asks for {wrote}, but every stage runs on the mesh's sizes "
-                       f"({sizes}): stages of their own degrees are not run yet", st.span,
+                       f"({axis_sizes}): stages of their own degrees are not run yet", st.span,
                        help="remove the `with` degrees (or write the mesh's sizes); a stage that needs more "
                             "tensor parallelism needs it on the whole mesh for now")
 

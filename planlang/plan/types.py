@@ -349,7 +349,14 @@ for _cls in (DataSpec, ShardRule):
 
 
 # ------------------------------------------------------------------------------ schedule
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs")
+#: the schedules that hold `chunks` model stages on each pipeline rank, model stage s on rank s mod p
+CHUNKED = ("interleaved", "looped_bfs")
+
+
+def stages_per_rank(kind: str, chunks: int) -> int:
+    """Model stages one pipeline rank holds under `kind`: `chunks` for a chunked schedule, else 1."""
+    return chunks if kind in CHUNKED else 1
 
 
 @value_type
@@ -359,7 +366,7 @@ class Schedule:
     span: Span = _span()
 
     def __str__(self) -> str:
-        return self.kind + (f" chunks {self.chunks}" if self.kind == "interleaved" else "")
+        return self.kind + (f" chunks {self.chunks}" if self.kind in CHUNKED else "")
 
 
 @value_type(slots=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planlang.plan.units import format_bytes
+from planlang.plan.types import CHUNKED
 
 from .memory import CLASSES, MemoryBar
 from planlang.cost.schedule import SimulatedSchedule, closed_form_bubble
@@ -166,7 +167,7 @@ def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> li
         fig.suptitle(title)
         ax.spines[["top", "right"]].set_visible(False)
         reference = closed_form_bubble(sim.kind, p, sim.microbatches, v)
-        formula = "(p−1)/(v·m+p−1)" if sim.kind == "interleaved" else "(p−1)/(m+p−1)"
+        formula = "(p−1)/(v·m+p−1)" if sim.kind in CHUNKED else "(p−1)/(m+p−1)"
         ax.set_title(f"bubble (idle share of the span): {sim.bubble_ratio:.1%}    ·    equal stage times would give "
                      f"{formula} = {reference:.1%}    ·    span {sim.makespan * k:.4g} {unit}",
                      loc="left", fontsize=9.5, color="#333333")

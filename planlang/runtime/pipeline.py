@@ -9,6 +9,8 @@ and builds the schedule the plan names:
     1f1b                   Schedule1F1B            one stage per rank (p stages; microbatches >= p)
     interleaved chunks v   ScheduleInterleaved1F1B v stages per rank (p·v stages); rank r holds stages
                                                    r, r+p, …, r+(v−1)p (Narayanan et al. 2021, §2.2.2)
+    looped_bfs chunks v    ScheduleLoopedBFS       placed as interleaved; each chunk runs all microbatches'
+                                                   forwards in turn (breadth-first, arXiv:2211.05953)
 
 `PipelineRunner.step(*inputs, target=...)` runs one training step's forward and backward over the plan's
 microbatches and returns the loss on ranks that hold the last stage (None elsewhere); `run` also returns
@@ -42,7 +44,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 from torch import fx, nn
-from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleLoopedBFS
 from torch.distributed.tensor import DTensor
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_unflatten
@@ -57,7 +59,9 @@ from .precision import LossScale
 from .recv_buffers import InFlightStage
 
 StageTransform = Callable[[int, fx.GraphModule], nn.Module]  # a stage as split_stages cut it
-TorchSchedule = ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B  # the schedules a plan can name
+TorchSchedule = ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B | ScheduleLoopedBFS  # those a plan names
+#: a chunked schedule (planlang.plan.types.CHUNKED) -> torch's schedule of several stages per rank
+MULTI_STAGE = {"interleaved": ScheduleInterleaved1F1B, "looped_bfs": ScheduleLoopedBFS}
 
 
 class PipelineError(ValueError):
@@ -72,7 +76,7 @@ class PipelineError(ValueError):
 class PipelineLayout:
     """Which stages a pipeline rank holds."""
 
-    schedule: str  # gpipe | 1f1b | interleaved
+    schedule: str  # gpipe | 1f1b | interleaved | looped_bfs
     num_stages: int
     pp_size: int
     microbatches: int
@@ -410,9 +414,9 @@ class PipelineRunner:
             for i, mod in self.stage_modules.items()]
         # each microbatch's loss is scaled by 1/m (see the module docstring), so no scaling of grads
         schedule: TorchSchedule
-        if lay.schedule == "interleaved":
-            schedule = ScheduleInterleaved1F1B(self.stages, lay.microbatches, loss_fn=self._scaled,
-                                               scale_grads=False)
+        multi = MULTI_STAGE.get(lay.schedule)
+        if multi is not None:
+            schedule = multi(self.stages, lay.microbatches, loss_fn=self._scaled, scale_grads=False)
         else:
             cls = ScheduleGPipe if lay.schedule == "gpipe" else Schedule1F1B
             schedule = cls(self.stages[0], lay.microbatches, loss_fn=self._scaled, scale_grads=False)

@@ -66,12 +66,12 @@ def _pipeline(plan: T.Plan) -> T.Pipeline:
 
 
 def stage_count(plan: T.Plan) -> int:
-    """Stages the plan needs: the pipeline axis size (times chunks for interleaved), PL401's rule."""
+    """Stages the plan needs: the pipeline axis size (times chunks for a chunked schedule), PL401's rule."""
     p = _pipeline(plan)
     size = plan.mesh.axis_size(p.axis) if plan.mesh and isinstance(p.axis, str) else None
     if size is None:
         raise PartitionError("the pipeline axis size is unknown (a hole or no mesh); give it, or pass `stages=`")
-    chunks = p.schedule.chunks if isinstance(p.schedule, T.Schedule) and p.schedule.kind == "interleaved" else 1
+    chunks = p.schedule.chunks if isinstance(p.schedule, T.Schedule) and p.schedule.kind in T.CHUNKED else 1
     if not isinstance(chunks, int):
         raise PartitionError("`chunks` is a hole; give it, or pass `stages=`")
     return size * chunks
@@ -88,8 +88,8 @@ def _schedule(plan: T.Plan) -> str:
     """The schedule for the memory-aware searches (a hole counts as 1f1b)."""
     s = _pipeline(plan).schedule
     kind = s.kind if isinstance(s, T.Schedule) else "1f1b"
-    if kind == "interleaved":
-        raise PartitionError("with `interleaved`, stages i and i + p share a device, but the memory-aware "
+    if kind in T.CHUNKED:
+        raise PartitionError(f"with `{kind}`, stages i and i + p share a device, but the memory-aware "
                              "searches give each stage its own devices; use 1f1b or gpipe here, or "
                              "balanced_stages / tree_stages")
     return kind

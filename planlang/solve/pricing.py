@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from planlang.model.program.shared_lowering import shared_lowerings
 from planlang.plan.complete import CompletePlan, CompleteSchedule
+from planlang.plan import types as T
 
 from .facts import SolveFacts
 from .space import Choices
@@ -214,10 +215,10 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
     master = prec.bytes("master") if prec.mixed else 4
     copy = prec.mixed and prec.master_copy and not (zero >= 2 and zero_n > 1)  # estimate's MasterWeights
-    # interleaved: model stage s is chunk s // p of rank s mod p (planlang.plan.schedule), and a rank holds
-    # every chunk's parameters at once
+    # a chunked schedule: model stage s is chunk s // p of rank s mod p (planlang.plan.schedule), and a rank
+    # holds every chunk's parameters at once
     pipe = plan.pipeline
-    ranks = len(pipe.stages) // pipe.schedule.chunks if pipe is not None and pipe.schedule.kind == "interleaved" \
+    ranks = len(pipe.stages) // pipe.schedule.chunks if pipe is not None and pipe.schedule.kind in T.CHUNKED \
         and pipe.schedule.chunks > 1 else 0
     stages: dict = {}
     # every parameter counted as trained (a parameter the loss does not reach, BERT's pooler under an MLM

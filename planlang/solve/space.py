@@ -149,18 +149,18 @@ class Space:
         return assign.get(PP_AXIS) if T.is_hole(p.axis) else p.axis  # type: ignore[return-value]
 
     def schedule_of(self, assign: dict) -> tuple[str, int]:
-        """The pipeline's schedule and chunks per rank (1 unless interleaved)."""
+        """The pipeline's schedule and chunks per rank (1 unless chunked: interleaved, looped_bfs)."""
         p = self.plan.pipeline
         if p is None:
             return "", 1
         if T.is_hole(p.schedule):
             chosen = assign.get(SCHEDULE, T.Schedule("1f1b"))
-            return chosen.kind, chosen.chunks if chosen.kind == "interleaved" else 1
+            return chosen.kind, T.stages_per_rank(chosen.kind, chosen.chunks)
         kind = p.schedule.kind  # type: ignore[union-attr]
         chunks = p.schedule.chunks  # type: ignore[union-attr]
         if T.is_hole(chunks):
             chunks = int(assign.get(CHUNKS, 2))
-        return kind, chunks if kind == "interleaved" else 1  # type: ignore[return-value]
+        return kind, T.stages_per_rank(kind, chunks)  # type: ignore[arg-type]
 
     def _written_axes(self) -> set[str]:
         """Axes a written spec uses: a parameter's, or an activation's on a dim other than the batch."""
@@ -201,7 +201,8 @@ class Space:
             banned = self._written_axes() | {a for split in batch_axes(self.plan).values() for a in split}
             free = [a for a in mesh.names if a not in banned]
             pps = [a for a in free if size[a] > 1] or free[:1]  # type: ignore[assignment]
-        schedules: list[T.Schedule | None] = [T.Schedule("1f1b"), T.Schedule("gpipe"), T.Schedule("interleaved", 2)] \
+        schedules: list[T.Schedule | None] = [T.Schedule("1f1b"), T.Schedule("gpipe"), T.Schedule("interleaved", 2),
+                                              T.Schedule("looped_bfs", 2)] \
             if h.schedule is not None else [None]
         chunks: list[str | None] = ["2", "3", "4"] if h.chunks is not None else [None]
         out = []

@@ -86,10 +86,10 @@ times = st.floats(min_value=0.1, max_value=5.0, allow_nan=False)
 
 
 @settings(max_examples=60, deadline=None)
-@given(kind=st.sampled_from(["gpipe", "1f1b", "interleaved"]), p=st.integers(1, 4), v=st.integers(2, 3),
+@given(kind=st.sampled_from(["gpipe", "1f1b", "interleaved", "looped_bfs"]), p=st.integers(1, 4), v=st.integers(2, 3),
        groups=st.integers(1, 3), data=st.data())
 def test_unequal_stage_times_respect_dependencies_and_match_the_reference(kind, p, v, groups, data):
-    v = v if kind == "interleaved" else 1
+    v = v if kind in ("interleaved", "looped_bfs") else 1
     m = p * groups if kind == "interleaved" else data.draw(st.integers(1, 9))
     S = p * v
     forward = data.draw(st.lists(times, min_size=S, max_size=S))
@@ -161,7 +161,8 @@ def _reference(kind, forward, backward, m, v=1):
 
 
 @pytest.mark.parametrize("kind,p,v,m", [("gpipe", 3, 1, 5), ("1f1b", 4, 1, 7), ("1f1b", 1, 1, 3),
-                                        ("interleaved", 2, 3, 4), ("interleaved", 3, 2, 6)])
+                                        ("interleaved", 2, 3, 4), ("interleaved", 3, 2, 6),
+                                        ("looped_bfs", 2, 3, 4), ("looped_bfs", 3, 2, 5)])
 def test_the_compiled_simulation_gives_the_reference_s_floats_exactly(kind, p, v, m):
     rng = random.Random(p * 100 + v * 10 + m)
     fwd = [rng.uniform(0.1, 3.0) for _ in range(p * v)]

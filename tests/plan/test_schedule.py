@@ -71,3 +71,12 @@ def test_interleaved_in_flight_is_each_stages_own_peak_in_its_ranks_replayed_ord
                     one = [1 if x == s else 0 for x in range(p * v)]
                     want = min(activation_peaks("interleaved", p, m, one, chunks=v)[s % p], m)
                     assert in_flight("interleaved", p * v, s, m, chunks=v) == want, (p, v, m, s)
+
+
+def test_looped_bfs_holds_every_microbatch_on_every_stage_and_a_rank_all_of_its_chunks():
+    # breadth-first: a chunk runs all m forwards before the next chunk starts, backwards only after them
+    p, m, v = 3, 5, 2
+    for stage in range(p * v):
+        assert in_flight("looped_bfs", p * v, stage, m, chunks=v) == m
+    saved = [10, 20, 30, 40, 50, 60]
+    assert activation_peaks("looped_bfs", p, m, saved, v) == [m * (saved[r] + saved[r + p]) for r in range(p)]

@@ -494,7 +494,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         out.append(row)
         if s is not None:
             parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, flat_copy))
-    if plan.pipeline is not None and plan.pipeline.schedule.kind == "interleaved":
+    if plan.pipeline is not None and plan.pipeline.schedule.kind in T.CHUNKED:
         out = _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1)
     if not steps:
         return [dataclasses.replace(r, step_time=math.nan) for r in out]
@@ -544,7 +544,7 @@ class _StagePart:
 
 def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: int,
               whole: bool) -> list[DeviceEstimate]:
-    """One row per pipeline rank of an interleaved schedule: rank r holds model stages r, r + p, ...
+    """One row per pipeline rank of a chunked schedule: rank r holds model stages r, r + p, ...
     (planlang.plan.schedule), and a device's memory is that of all of them.
 
     Parameters, gradients, optimizer state and buffers add up. Activations are the rank's peak over its
@@ -556,7 +556,7 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
     assert pipe is not None
     v = pipe.schedule.chunks
     p = len(parts) // v
-    acts = activation_peaks("interleaved", p, pipe.microbatches, [x.saved for x in parts], v)
+    acts = activation_peaks(pipe.schedule.kind, p, pipe.microbatches, [x.saved for x in parts], v)
     out = []
     for r in range(p):
         mine = parts[r::p]

@@ -51,6 +51,7 @@ from planlang.model.capture.load import build_model
 from planlang.model.program.lowering import lower, mark_checkpoints
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan.microbatches import accumulation_microbatch
+from planlang.plan.types import stages_per_rank
 from planlang.model.price.accumulation import step_traffic
 from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, graph_of, predict_step_traffic, program_zero_units,
                       stage_traffic, transfer, zero_transfers)
@@ -299,7 +300,7 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
                                     compute + tensor + ef + eb + after[0]),), None)
     m = plan.pipeline.microbatches
     kind = plan.pipeline.schedule.kind
-    chunks = plan.pipeline.schedule.chunks if kind == "interleaved" else 1
+    chunks = stages_per_rank(kind, plan.pipeline.schedule.chunks)
     fwd, bwd, regather = _microbatch_times(plan, F, B, Tf, Tb, gathers, sums)
     sim = simulate(kind, fwd, bwd, m, chunks)
     p = len(work) // chunks
@@ -350,7 +351,7 @@ def _ranks(plan: CompletePlan, stages: int) -> int:
     if plan.pipeline is None:
         return 1
     kind = plan.pipeline.schedule.kind
-    return stages // (plan.pipeline.schedule.chunks if kind == "interleaved" else 1)
+    return stages // stages_per_rank(kind, plan.pipeline.schedule.chunks)
 
 
 def lowered_traffic(plan: CompletePlan, graph=None, model=None) -> list[Traffic] | None:
