@@ -38,7 +38,7 @@ _WORDS = {
     "STRING": "a string",
     "_NL": "a line break",
     "$END": "the end of the file",
-    "SCHEDULE": "a schedule (gpipe, 1f1b, interleaved)",
+    "SCHEDULE": "a schedule (gpipe, 1f1b, interleaved, looped_bfs)",
     "GLOB": "a glob",
 }
 
@@ -117,6 +117,8 @@ def describe_unexpected_token(tok: Token, expected: set[str], text: str,
     return message, _help_for(tok, exp), None
 
 
+_SCHEDULE_HELP = ("write one of `gpipe`, `1f1b`, `interleaved chunks N`, `looped_bfs chunks N`, or `?` for the "
+                  "solver to choose")
 _WORDS_NOT_NAMES = ("INT", "FLOAT", "STRING", "_NL", "$END")
 
 
@@ -126,13 +128,13 @@ def _help_for(tok: Token, exp: set[str]) -> str:
     if tok.type == "COLON" and "EQUAL" in exp:
         return "values follow `=` — for example `pp = 2` or `memory = 80 GiB`"
     if "SCHEDULE" in exp:
-        return "write one of `gpipe`, `1f1b`, `interleaved chunks N`, or `?` for the solver to choose"
+        return _SCHEDULE_HELP
     if tok.type == "_NL":
         return "the statement is incomplete: finish it on this line (long lists may wrap inside ( ) or [ ])"
     if "_NL" in exp or "SEMICOLON" in exp:
         return "put each statement or block item on its own line, or separate them with `;`"
     if "SCHEDULE" in exp:
-        return "write one of `gpipe`, `1f1b`, `interleaved chunks N`, or `?` for the solver to choose"
+        return _SCHEDULE_HELP
     if "STRING" in exp and tok.type == "NAME":
         return 'the model factory is a quoted import reference, e.g. "examples.mlp.model:build"'
     if exp == {"INT"} or exp == {"INT", "QMARK"}:

@@ -23,7 +23,7 @@ from planlang.lang.codes import CODES
 from planlang.lang.lexical import brackets, inside, suppression_open
 from planlang.plan.resolve import DTYPES, Resolver
 from planlang.plan.selection import to_plan_name
-from planlang.plan.types import OPTIMIZERS, PRECISION_DTYPES
+from planlang.plan.types import CHUNKED, OPTIMIZERS, PRECISION_DTYPES
 from planlang.plan.units import UNITS, Kind
 
 from .analysis import Analysis, references
@@ -44,6 +44,7 @@ UNIT_KINDS = (
     (re.compile(r"^\s*latency\s*=\s*[\d.]+\s*\w*$"), Kind.TIME),
     (re.compile(r"^\s*flops(\.\w+)?\s*=\s*[\d.]+\s*\w*$"), Kind.THROUGHPUT),
 )
+_CHUNKED = "(" + "|".join(CHUNKED) + ")"  # the schedules that take `chunks N`
 COMMON_UNITS = ("GiB", "MiB", "GB", "GB/s", "GiB/s", "Gb/s", "us", "ms", "ns", "TFLOPS", "GFLOPS")
 
 # the keyword that comes next once the text before the cursor is a complete prefix of a statement
@@ -56,8 +57,8 @@ NEXT_KEYWORDS = (
     (re.compile(r"^\s*pipeline\s+\w*$"), ("over",)),
     (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+\w*$"), ("schedule",)),
     (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+(gpipe|1f1b|\?)\s+\w*$"), ("microbatches",)),
-    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+interleaved\s+\w*$"), ("chunks",)),
-    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+interleaved\s+chunks\s+[\d?]+\s+\w*$"),
+    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+" + _CHUNKED + r"\s+\w*$"), ("chunks",)),
+    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+" + _CHUNKED + r"\s+chunks\s+[\d?]+\s+\w*$"),
      ("microbatches",)),
     (re.compile(r"^\s*for\s+\w+\s+\w*$"), ("in",)),
     (re.compile(r"^\s*shard\s+(output|input)\s+\w*$"), ("of",)),

@@ -31,6 +31,9 @@ SCHEDULE_TEXT = {
     "gpipe": "GPipe: all forwards, then all backwards; every stage holds the activations of all microbatches.",
     "1f1b": "1F1B: one forward, one backward in the steady state; stage i holds min(p - i, m) microbatches.",
     "interleaved": "Interleaved 1F1B: each device runs `chunks` model chunks; needs microbatches % stages == 0.",
+    "looped_bfs": "Looped BFS (breadth-first): each device runs `chunks` model chunks, the forwards of all "
+                  "microbatches chunk by chunk, then the backwards in reverse; GPipe's memory (every stage "
+                  "holds all microbatches), interleaved's bubble when microbatches >= p.",
 }
 MODEL_HINT = "_Shapes and memory appear here when model checks are on (setting `planlang.modelChecks`)._"
 MODEL_STALE = "_The model's source changed since it was probed: model checks are running again._"

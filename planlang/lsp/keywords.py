@@ -5,6 +5,8 @@ Whether a word is used as a keyword is decided from the syntax tree, not from th
 """
 from __future__ import annotations
 
+from planlang.plan import types as T
+
 # keyword -> (syntax, what it means, section of docs/language.md)
 KEYWORDS: dict[str, tuple[str, str, str]] = {
     "use": ("use hardware | use patterns.megatron as mg | use \"presets.plan\"",
@@ -41,9 +43,11 @@ KEYWORDS: dict[str, tuple[str, str, str]] = {
     "pipeline": ("pipeline over AXIS schedule 1f1b microbatches 8 { stage ...; stage ... }",
                  "Pipeline parallelism: the axis, the schedule, microbatches and stages in execution order.",
                  "§15"),
-    "schedule": ("schedule gpipe | 1f1b | interleaved chunks N", "The pipeline schedule.", "§15"),
+    "schedule": ("schedule gpipe | 1f1b | interleaved chunks N | looped_bfs chunks N", "The pipeline schedule.",
+                 "§15"),
     "microbatches": ("microbatches 8", "Microbatches per step (the batch is split into them).", "§15"),
-    "chunks": ("schedule interleaved chunks 2", "Model chunks per device for the interleaved schedule.", "§15"),
+    "chunks": ("schedule interleaved chunks 2", "Model chunks (stages) per device for the interleaved and "
+               "looped_bfs schedules.", "§15"),
     "stage": ("stage PATH, PATH, ... [with axis = size, ...]",
               "One pipeline stage: consecutive modules in execution order; optional per-stage degrees.", "§15"),
     "with": ("stage PATH with tp = 4", "Per-stage sub-mesh degrees.", "§15"),
@@ -58,7 +62,7 @@ KEYWORDS: dict[str, tuple[str, str, str]] = {
     "in": ("for VAR in SELECTION { ... }", "The selection a `for` loops over.", "§18"),
 }
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved")
+SCHEDULES = T.SCHEDULES  # the checker's list
 
 # Statements that may start a line, by the block they are in (the header keyword of the block; "" = top).
 STATEMENT_KEYWORDS: dict[str, tuple[str, ...]] = {

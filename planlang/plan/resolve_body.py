@@ -29,6 +29,8 @@ _lazy_spans = cast(Callable[[A.Spec], tuple[Span, ...]], lambda spec: spec)
 MAX_EXPANSION_DEPTH = 256  # template applications and `for` loops open at once (PL226): far beyond any
                            # real plan, and each level is one or two frames of the resolver's recursion, so
                            # a deeper (finite) chain is a coded error, not a RecursionError
+# PL215's help when no schedule is close: "schedules: gpipe, 1f1b, interleaved chunks N, ..."
+_SCHEDULES_HELP = "schedules: " + ", ".join(f"{k} chunks N" if k in T.CHUNKED else k for k in T.SCHEDULES)
 
 
 @value_type
@@ -178,7 +180,7 @@ class PlanBuilder(ResolverBase):
                 guess = did_you_mean(name, T.SCHEDULES)
                 self.diags.append(diag(
                     "PL215", f"unknown schedule `{name}`", st.schedule.name.span,
-                    help=f"did you mean `{guess}`?" if guess else "schedules: gpipe, 1f1b, interleaved chunks N",
+                    help=f"did you mean `{guess}`?" if guess else _SCHEDULES_HELP,
                     fix=did_you_mean_fix(st.schedule.name.span, name, guess, T.SCHEDULES),
                 ))
             ch = st.schedule.chunks

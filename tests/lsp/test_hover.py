@@ -1,7 +1,9 @@
 """Hover texts that need no model (planlang.lsp.hover)."""
 from planlang.lang.codes import CODES
-from planlang.lsp.hover import MODEL_HINT, hover
+from planlang.lsp.analysis import analyze
+from planlang.lsp.hover import MODEL_HINT, SCHEDULE_TEXT, hover
 from planlang.lsp.positions import LineIndex
+from planlang.plan import types
 
 from .conftest import at
 
@@ -34,6 +36,15 @@ def test_code_in_a_suppression_comment_explains_it(plan_in):
 def test_keyword_shows_syntax_and_section(gpt2):
     text, _ = _hover(gpt2, at(gpt2.text, "pipeline over", 2))
     assert "**pipeline** (keyword)" in text and "§15" in text
+
+
+def test_every_schedule_has_a_hover(gpt2):
+    for kind in types.SCHEDULES:
+        text = gpt2.text.replace("schedule 1f1b", f"schedule {kind}")
+        a = analyze(text, gpt2.path)
+        h = hover(a, at(text, f"schedule {kind}", len("schedule ") + 1))
+        assert h is not None and h.contents.value == SCHEDULE_TEXT[kind], kind
+    assert "all microbatches" in SCHEDULE_TEXT["looped_bfs"]  # GPipe's memory
 
 
 def test_template_shows_signature_and_doc_comment(gpt2):
