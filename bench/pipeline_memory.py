@@ -48,7 +48,7 @@ from planlang.runtime.program_memory import measure as measure_program  # noqa: 
 PLANS = ROOT / "tests" / "runtime" / "plans"
 CASES = ("gpt2_pp2_dp2_zero1", "gpt2_pp2_dp2_zero1_bf16", "gpt2_pp2_dp2_zero2", "gpt2_pp2_dp2_zero2_bf16",
          "gpt2_3d_cpu", "gpt2_3d_cpu_bf16", "gpt2_pp2_tp2", "gpt2_pp2_tp2_bf16", "gpt2_pp2_tp2_interleaved",
-         "gpt2_pp2_dp2_tp2_zero3", "gpt2_pp2_dp2_tp2_zero3_bf16")
+         "gpt2_pp2_dp2_tp2_zero3", "gpt2_pp2_dp2_tp2_zero3_bf16", "gpt2_pp2_dp2_looped_bfs", "gpt2_pp2_tp2_looped_bfs")
 MEASURED_STEPS = 5
 
 

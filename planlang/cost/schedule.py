@@ -81,6 +81,18 @@ class SimulatedSchedule:
             out[r] = out.get(r, 0.0) + (end - start)
         return out
 
+    @functools.cached_property
+    def _ends(self) -> dict[int, float]:
+        out: dict[int, float] = {}
+        for r, end in zip(self.program.rank, self.ends):
+            if end > out.get(r, 0.0):
+                out[r] = end
+        return out
+
+    def rank_end(self, rank: int) -> float:
+        """When the rank's last operation (its last backward) ends."""
+        return self._ends.get(rank, 0.0)
+
     def busy(self, rank: int) -> float:
         return self._busy.get(rank, 0.0)
 

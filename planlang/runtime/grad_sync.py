@@ -58,8 +58,11 @@ class GradSync:
     """The bucketed, overlapped gradient sums of one ParallelModel (see the module docstring)."""
 
     def __init__(self, named_params: list[tuple[str, torch.Tensor]], sync: dict[str, tuple[str, ...]], groups,
-                 recorder=None, overlap: bool = True, reduce_dtype=None) -> None:
+                 recorder=None, overlap: bool = True, reduce_dtype=None, mean: bool = False) -> None:
         self.params = dict(named_params)
+        # `mean`: each bucket's sum divided by its ranks once complete (a pipeline replica's loss is its
+        # own batch's mean: the step's gradient is the mean over the data replicas, as DDP averages)
+        self.mean = mean
         self.reduce_dtype = reduce_dtype  # the plan's precision `reduce`: a bucket in another dtype is cast
         self.groups = groups
         self.recorder = recorder
@@ -86,14 +89,18 @@ class GradSync:
             b.summed = False  # zero_grad(set_to_none=True) since: every gradient is copied in afresh
         if b.summed:
             self._settle(b)
-            scale = 1
-            for a in b.axes:
-                scale *= self.groups.size(a)
-            self._buffer(b).div_(scale)
+            if not self.mean:  # a mean is already S / N: the next sum gives S + the new sum, then / N
+                self._buffer(b).div_(self._ranks(b))
             for g, view in b.copied:  # gradients kept apart from the buffer take their share too
                 g.copy_(view)
             b.copied, b.arrived, b.launched, b.summed = [], 0, False, False
         return grad
+
+    def _ranks(self, b: Bucket) -> int:
+        n = 1
+        for a in b.axes:
+            n *= self.groups.size(a)
+        return n
 
     def _settle(self, b: Bucket) -> None:
         """The bucket's sum complete in its buffer: waited for, and copied back from the reduce dtype."""
@@ -200,9 +207,25 @@ class GradSync:
             if not b.launched:
                 self._launch(b, async_op=False)
             self._settle(b)
+            if self.mean and b.launched:
+                self._buffer(b).div_(self._ranks(b))
             for g, view in b.copied:  # (kept: a later backward's `_before` gives them their share)
                 g.copy_(view)
             b.arrived, b.launched = 0, False
+
+    def launch_complete(self, pending: set[int]) -> None:
+        """Start (async) every bucket that holds gradients, has not started, and has no parameter in
+        `pending` (ids): a pipeline rank's other stages, whose backwards are all done, when the last
+        backward of its last stage to run begins."""
+        for b in self.buckets:
+            if not b.launched and b.arrived and not any(id(self.params[n]) in pending for n in b.names):
+                self._launch(b, async_op=True)
+
+    def new_buffers(self) -> None:
+        """The next step's gradients in new buckets: gradients taken out of `.grad` are views of the current
+        ones (`gradient_as_bucket_view`) and keep them; each parameter's slice stays the same."""
+        for b in self.buckets:
+            b.flat = None
 
     def remove(self) -> None:
         for h in self._handles:

@@ -22,8 +22,9 @@ microbatches m before its backward (schedules run with `scale_grads=False`), so 
 sum of the scaled microbatch losses, is the mean over the batch and the accumulated gradients are those of
 that mean — exactly the single-process values when the loss is a mean over samples (or tokens) and the
 microbatches are equal in size (checked). With data axes (`data x : [dp, _]`), each replica runs its own
-pipeline on its shard of the batch; after backward the gradients of the stage parameters are averaged
-over the data axes (`average_gradients`, one flat all-reduce per axis) and so is the returned loss.
+pipeline on its shard of the batch; the gradients of the stage parameters are averaged over the data axes
+in DDP-style buckets (planlang.runtime.grad_sync, `mean`) that start during the last microbatch's backward of
+the rank's last stage to run (`InFlightStage.grad_sync`), and so is the returned loss.
 The ZeRO / DDP helpers (planlang.runtime.data_parallel) may take the gradient reduction over: pass
 `reduce_grads=False` and reduce there.
 
@@ -55,6 +56,7 @@ from planlang.model.program.recompute import is_recomputing
 from planlang.model.program.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
 
 from .executor import batch_norm_recomputed, sync_batch_norm
+from .grad_sync import GradSync
 from .precision import LossScale
 from .recv_buffers import InFlightStage
 
@@ -101,33 +103,6 @@ def pipeline_layout(plan: CompletePlan) -> PipelineLayout:
     if p is None:
         raise ValueError(f"{plan.path} has no `pipeline`: it runs without a pipeline layout")
     return PipelineLayout(p.schedule.kind, len(p.stages), plan.dims.pipeline_size, p.microbatches)
-
-
-def average_gradients(params: Sequence[nn.Parameter], group_list: Sequence[dist.ProcessGroup],
-                      reduce_dtype: torch.dtype | None = None) -> None:
-    """Average `.grad` over the given process groups: one flattened all-reduce per group and dtype
-    (summing over each axis in turn sums over their product).
-
-    A stop-gap for pp x dp until planlang.runtime.data_parallel takes it over; parameters without a
-    gradient are skipped (every replica holds the same stages, so they skip the same ones)."""
-    by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
-    for p in params:
-        if p.grad is not None:
-            by_dtype.setdefault(p.grad.dtype, []).append(p.grad)
-    size = 1
-    for pg in group_list:
-        size *= dist.get_world_size(pg)
-    for grads in by_dtype.values():
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        if reduce_dtype is not None and flat.dtype != reduce_dtype:  # the plan's precision `reduce`
-            flat = flat.to(reduce_dtype)
-        for pg in group_list:
-            dist.all_reduce(flat, group=pg)
-        flat /= size
-        offset = 0
-        for g in grads:
-            g.copy_(flat[offset:offset + g.numel()].view_as(g))
-            offset += g.numel()
 
 
 @dataclass(frozen=True)
@@ -224,9 +199,8 @@ class PipelineRunner:
             raise PipelineError(f"pipeline rank {dist.get_rank(pp_group)} must hold stages {expected}, "
                                 f"got {sorted(self.stage_modules)}", "pass the stages `layout.stages_of(rank)` names")
         self.dp_groups, self.reduce_grads = tuple(dp_groups), reduce_grads
-        # called after the schedule's backward (and the tied sums): pp x tp's own gradient sums
-        self.after_backward: Callable[[], None] | None = None
-        self.reduce_dtype: torch.dtype | None = None  # the plan's precision `reduce` (average_gradients)
+        # the data axes' gradient sums (made by build_pipeline; None: the caller reduces, ZeRO-2/3's FSDP2)
+        self.grad_sync: GradSync | None = None
         self._scaled = _ScaledLoss(loss_fn, layout.microbatches)
         # the plan's loss scale (f16): each microbatch's loss is multiplied by it before its backward
         self.loss_scale: LossScale | None = None
@@ -298,6 +272,8 @@ class PipelineRunner:
         last = next((st for st in self.stages if st.is_last), None)
         if last is not None and outputs:
             last.kept = []
+        if self.grad_sync is not None:
+            self.grad_sync.no_sync = True  # until the last backward of the rank's last stage to run
         try:
             first = inputs if self.has_first else ()
             if backward:
@@ -310,11 +286,9 @@ class PipelineRunner:
             if last is not None:
                 last.kept = None
         if backward:
+            if self.grad_sync is not None:
+                self.grad_sync.finish()  # (sums commute: the data axes' before the tied copies')
             self.sum_tied_gradients()
-            if self.after_backward is not None:
-                self.after_backward()
-            if self.reduce_grads and self.dp_groups:
-                average_gradients(self.parameters(), self.dp_groups, self.reduce_dtype)
         out = None
         if kept:
             out = merge_outputs(kept)
@@ -412,6 +386,8 @@ class PipelineRunner:
                           input_args=tuple(x.example("meta") for x in metas[i][0]),
                           output_args=tuple(x.example("meta") for x in metas[i][1]))
             for i, mod in self.stage_modules.items()]
+        # every schedule here runs the rank's first stage's backwards last: its last one overlaps the sums
+        self.stages[0].grad_sync = self.grad_sync
         # each microbatch's loss is scaled by 1/m (see the module docstring), so no scaling of grads
         schedule: TorchSchedule
         multi = MULTI_STAGE.get(lay.schedule)
@@ -573,6 +549,10 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     runner = PipelineRunner(modules, layout, groups.group(axis), loss_fn, device,
                             [groups.group(a) for a in axes], reduce_grads, tied, canonical)
     runner.output_form, runner.user_loss = form, user_loss
+    if reduce_grads and any(groups.size(a) > 1 for a in axes):
+        runner.grad_sync = GradSync(list(runner.named_parameters()), {n: tuple(axes) for n, _ in runner.named_parameters()},
+                                    groups, mean=True)
+        runner.release_grad_buffers = runner.grad_sync.new_buffers
     return runner
 
 

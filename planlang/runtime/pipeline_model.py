@@ -394,7 +394,8 @@ def apply_pipeline(model: nn.Module, plan: CompletePlan, groups, *, loss_fn: Cal
     if fsdp_axis is None:
         runner = build_pipeline(model, plan, groups, device=device, loss_fn=loss_fn,
                                 transform_stage=lambda _i, module: ckpt(module))
-        runner.reduce_dtype = torch_dtype(prec.reduce) if prec.mixed else None
+        if runner.grad_sync is not None:  # the plan's precision `reduce`: the dtype the sums run in
+            runner.grad_sync.reduce_dtype = torch_dtype(prec.reduce) if prec.mixed else None
         pm = PipelinedModel(runner, plan, groups, shapes)
         pm.checkpoint_groups = wrapped
         return pm

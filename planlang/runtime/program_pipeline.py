@@ -323,23 +323,18 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     trained = trained_parameters(prog)
     sync = {n: tuple(a for a in prog.grad_sync.get(n, ()) if a not in fsdp_axes)
             for n, _ in runner.named_parameters() if n in trained}
-    grad_sync = GradSync(list(runner.named_parameters()), sync, groups, recorder, overlap=False,
+    # the runner holds them in `no_sync` until the last backward of this rank's last stage to run, during
+    # which they start bucket by bucket (planlang.runtime.recv_buffers.InFlightStage)
+    grad_sync = GradSync(list(runner.named_parameters()), sync, groups, recorder,
                          reduce_dtype=torch_dtype(prec.reduce) if prec.mixed else None)
-    runner.after_backward = grad_sync.finish
-    runner.release_grad_buffers = lambda: _new_buckets(grad_sync)
+    runner.grad_sync = grad_sync
+    runner.release_grad_buffers = grad_sync.new_buffers
     shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
               ((item, params[item[0]]) for item in layouts.items())}
     pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes, grad_sync)
     pm.training = pm.lowered_training = model.training
     pm.checkpoint_groups = _checkpoint_modules(prog, plan, cut, mine)
     return pm
-
-
-def _new_buckets(grad_sync: GradSync) -> None:
-    """The next step's gradients in new buckets: the gradients taken out of `.grad` are views of the
-    current ones (GradSync's `gradient_as_bucket_view`) and keep them; their slices stay the same."""
-    for b in grad_sync.buckets:
-        b.flat = None
 
 
 def _no_loss(output, *targets):  # pragma: no cover - only the last stage's rank calls the loss

@@ -29,6 +29,10 @@ class InFlightStage(PipelineStage):
     (torch's own `output_chunks` would be merged by its schedule, which cannot cat a scalar)."""
 
     kept: list | None = None
+    # the rank's gradient sums (planlang.runtime.grad_sync.GradSync), on the rank's stage that runs its
+    # last backward: held in `no_sync` through the schedule, they start bucket by bucket during that
+    # stage's last microbatch's backward (DDP's overlap under torch's schedules, which pass `last_backward`)
+    grad_sync = None
 
     def forward_one_chunk(self, fwd_chunk_id: int, args, kwargs=None, save_forward_output: bool = True):
         out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output=save_forward_output)
@@ -58,6 +62,10 @@ class InFlightStage(PipelineStage):
 
     def backward_one_chunk(self, bwd_chunk_id: int, loss=None, full_backward: bool = True,
                            last_backward: bool = False):
+        if self.grad_sync is not None:
+            self.grad_sync.no_sync = not last_backward
+            if last_backward:  # the rank's other stages are done: their buckets start now
+                self.grad_sync.launch_complete({id(p) for p in self.submod.parameters()})
         out = super().backward_one_chunk(bwd_chunk_id, loss=loss, full_backward=full_backward,
                                          last_backward=last_backward)
         if full_backward:

@@ -80,3 +80,19 @@ def test_looped_bfs_holds_every_microbatch_on_every_stage_and_a_rank_all_of_its_
         assert in_flight("looped_bfs", p * v, stage, m, chunks=v) == m
     saved = [10, 20, 30, 40, 50, 60]
     assert activation_peaks("looped_bfs", p, m, saved, v) == [m * (saved[r] + saved[r + p]) for r in range(p)]
+
+
+def test_backward_peaks_replay_looped_bfs_and_take_every_other_gradient_elsewhere():
+    from planlang.plan.schedule import backward_peaks
+
+    saved, extra, grads = [10, 20, 30, 40], [1, 2, 3, 4], [100, 200, 300, 400]
+    # looped BFS, p = 2, v = 2, m = 3: rank 0 runs F(0)x3 F(2)x3 then B(2)x3 B(0)x3. Its first backward
+    # holds every activation and no gradient; stage 0's first backward holds stage 0's activations and
+    # stage 2's gradients
+    r0 = max(3 * 10 + 3 * 30 + 3, 3 * 10 + 1 + 300)
+    r1 = max(3 * 20 + 3 * 40 + 4, 3 * 20 + 2 + 400)
+    assert backward_peaks("looped_bfs", 2, 3, saved, extra, grads, 2) == [r0, r1]
+    # interleaved (m a multiple of p): the activation peak beside every other chunk's gradients
+    acts = activation_peaks("interleaved", 2, 4, saved, 2)
+    assert backward_peaks("interleaved", 2, 4, saved, extra, grads, 2) == [
+        acts[0] + max(1 + 300, 3 + 100), acts[1] + max(2 + 400, 4 + 200)]

@@ -97,6 +97,8 @@ CONFIGS = {
                          "pipeline over pp schedule gpipe microbatches 4 " + GPT2_2), "gpt2"),
     "gpt2-interleaved": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("rep") + "\n" + _lb("pp"),
                                "pipeline over pp schedule interleaved chunks 2 microbatches 4 " + GPT2_4), "gpt2"),
+    "gpt2-looped-bfs": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("rep") + "\n" + _lb("pp"),
+                              "pipeline over pp schedule looped_bfs chunks 2 microbatches 4 " + GPT2_4), "gpt2"),
     "gpt2-pp-dp": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("pp") + "\n" + _lb("dp"),
                          "pipeline over pp schedule 1f1b microbatches 2 " + GPT2_2, data="data idx : [dp, _]",
                          opt="adamw(lr = 0.001)"), "gpt2"),
@@ -177,6 +179,10 @@ def run_config(name: str, text: str, kind: str) -> dict:
         return module
 
     runner = build_pipeline(model, plan, groups, transform_stage=transform)
+    launches: list[bool] = []  # each bucket sum's async_op: True when it started during backward
+    if runner.grad_sync is not None:
+        launch = runner.grad_sync._launch
+        runner.grad_sync._launch = lambda b, async_op: (launches.append(async_op), launch(b, async_op))[1]
     ref_params = dict(reference.named_parameters())
     opt = _optimizer(plan, runner.parameters())
     ref_opt = _optimizer(plan, list(reference.parameters()))
@@ -189,7 +195,8 @@ def run_config(name: str, text: str, kind: str) -> dict:
     out = {"loss_rel": [], "grad_rel": [], "param_rel": [], "param_rel_masked": [],
            "stages": sorted(runner.stage_modules), "transformed": transformed, "has_last": runner.has_last,
            "names": [n for n, _ in runner.named_parameters()], "all_names": sorted(ref_params),
-           "coords": groups.coords, "optimizer": plan.optimizer.name}
+           "coords": groups.coords, "optimizer": plan.optimizer.name, "launches": launches,
+           "buckets": len(runner.grad_sync.buckets) if runner.grad_sync is not None else 0}
     for inputs, target in _batches(kind, reference, STEPS):
         # single-process reference on the whole batch
         ref_opt.zero_grad(set_to_none=True)

@@ -1,8 +1,8 @@
 """Pipeline parallelism on 4 gloo ranks against single-process training.
 
 One group of 4 processes is spawned for the module (tests/runtime/pipeline_worker.py); every rank runs
-every config — GPT-2 (4 layers, hidden 64) and the 2-layer MLP under 1F1B, GPipe, interleaved 1F1B
-(4 stages on 2 ranks) and pp x dp, plus a model whose values and inputs skip stages — for 3 optimizer
+every config — GPT-2 (4 layers, hidden 64) and the 2-layer MLP under 1F1B, GPipe, interleaved 1F1B and
+looped BFS (4 stages on 2 ranks) and pp x dp, plus a model whose values and inputs skip stages — for 3 optimizer
 steps, and compares the loss and every gradient of its stages with a single-process model trained on the
 whole batch. Relative errors are norm-wise per parameter.
 """
@@ -66,9 +66,19 @@ def test_stages_partition_the_parameters(results, name):
         assert stages == list(range(len(stages)))
 
 
-def test_interleaved_places_stages_round_robin(results):
-    by_pp = {res["configs"]["gpt2-interleaved"]["coords"]["pp"]: res["configs"]["gpt2-interleaved"]["stages"]
-             for res in results}
+@pytest.mark.parametrize("name", [n for n in W.CONFIGS if "dp" in n])
+def test_data_parallel_gradient_sums_start_during_the_last_backward(results, name):
+    """Every bucket of a data-parallel pipeline's gradient sums starts (async) during the last backward
+    of the rank's last stage to run, none after the schedule (GradSync.finish would run it blocking)."""
+    for res in results:
+        c = res["configs"][name]
+        assert c["buckets"] >= 1
+        assert c["launches"] == [True] * (c["buckets"] * (W.STEPS + 1)), c["launches"]
+
+
+@pytest.mark.parametrize("name", ["gpt2-interleaved", "gpt2-looped-bfs"])
+def test_chunked_schedules_place_stages_round_robin(results, name):
+    by_pp = {res["configs"][name]["coords"]["pp"]: res["configs"][name]["stages"] for res in results}
     assert by_pp == {0: [0, 2], 1: [1, 3]}
 
 

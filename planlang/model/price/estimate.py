@@ -25,10 +25,8 @@ peak = parameters + optimizer + buffers + max(backward phase, after-backward pha
                           microbatch and accumulates into `.grad`: from the second backward on, every
                           gradient of the stage is live beside the in-flight activations (simulated by a
                           second backward, simulate.py)
-    after-backward phase  all gradients (none beyond the buckets where they are their slices) + the larger
-                          of the optimizer step's temporaries and, for a pipeline's data-parallel gradient
-                          sum (`grad_sync="flat"`), the flat copy of the gradients it all-reduces
-                          (pipeline.average_gradients) just before the step
+    after-backward phase  all gradients (none beyond the buckets where they are their slices) + the
+                          optimizer step's temporaries
 
 `transient` reports the backward transient plus that after-backward figure (planlang.report splits them).
 Activations and transients come from a simulated step on the meta device (`simulate.py`) of the local
@@ -58,7 +56,7 @@ from dataclasses import dataclass
 from planlang.plan import types as T
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_degree, tensor_axes
-from planlang.plan.schedule import activation_peaks, interleaved_receives
+from planlang.plan.schedule import activation_peaks, backward_peaks, interleaved_receives
 from planlang.plan.units import format_bytes
 
 from planlang.model.capture.load import build_model, meta_inputs, model_loss
@@ -390,20 +388,16 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         # planlang runtime keeps persistent buckets too (planlang.runtime.grad_sync), whose slices the
         # gradients are (DDP's gradient_as_bucket_view): the gradients are the buckets, counted once there
         summed = dp > 1 and zero < 2
-        # the planlang runtime's persistent buckets: without a pipeline, and in a pipeline run as the lowered
-        # program (pipeline x tensor parallelism: planlang.runtime.program_pipeline sums with GradSync)
-        bucketed = grad_sync == "flat" and summed and (s is None or bool(tensor_axes(plan)))
+        # the planlang runtime's persistent buckets (planlang.runtime.grad_sync): with or without a pipeline
+        bucketed = grad_sync == "flat" and summed
         buffers = p_bytes if grad_sync == "ddp" and summed else (g_bytes if bucketed else 0)
         grad_buckets = g_bytes if bucketed else 0
         if bucketed:
             grads_b = 0
-        # a pipeline sums its gradients after the last backward in one flat tensor per axis
-        # (pipeline.average_gradients): for that moment every gradient is live twice
-        flat_copy = grads_b if grad_sync == "flat" and summed and s is not None else 0
-        # what is live beside the gradients after backward: the flat copy, then (ZeRO-2/3 step slices of
-        # every tensor; ZeRO-1 whole tensors, ZeroRedundancyOptimizer) the optimizer step's temporaries
+        # what is live beside the gradients after backward: (ZeRO-2/3 step slices of every tensor; ZeRO-1
+        # whole tensors, ZeroRedundancyOptimizer) the optimizer step's temporaries
         opt_tmp = optimizer_temporaries(plan, learn, states, zero_n if zero >= 1 else 1, whole=zero == 1,
-                                         gradient_copy=flat_copy, itemsize=master_b)
+                                         itemsize=master_b)
         # MasterWeights gives the master copy its gradients in the master dtype for the step
         opt_tmp += bytes_in(learn, "master") if copy else 0
         inflight = in_flight_on(plan, s or 0)
@@ -493,7 +487,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         row = _from_program(row, plan, program) if program is not None else row
         out.append(row)
         if s is not None:
-            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, flat_copy))
+            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn))
     if plan.pipeline is not None and plan.pipeline.schedule.kind in T.CHUNKED:
         out = _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1)
     if not steps:
@@ -539,7 +533,6 @@ class _StagePart:
     saved: int  # what one microbatch saves on the stage
     backward_transient: int  # beyond its saved activations at its backward's peak (ZeRO's gathers included)
     learn: list
-    flat_copy: int
 
 
 def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: int,
@@ -549,23 +542,23 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
 
     Parameters, gradients, optimizer state and buffers add up. Activations are the rank's peak over its
     order of forwards and backwards, each forward keeping what one microbatch saves on that stage
-    (`activation_peaks`): not the sum of each stage's own peak. One backward runs at a time, beside the
-    gradients the rank's other stages hold from earlier microbatches (they accumulate in .grad). The
-    optimizer steps over all of the rank's parameters at once."""
+    (`activation_peaks`). One backward runs at a time, beside the other stages' gradients (`backward_peaks`
+    says which, per schedule). The optimizer steps over all of the rank's parameters at once."""
     pipe = plan.pipeline
     assert pipe is not None
     v = pipe.schedule.chunks
     p = len(parts) // v
     acts = activation_peaks(pipe.schedule.kind, p, pipe.microbatches, [x.saved for x in parts], v)
+    at_backward = backward_peaks(pipe.schedule.kind, p, pipe.microbatches, [x.saved for x in parts],
+                                 [x.backward_transient for x in parts], [x.row.gradients for x in parts], v)
     out = []
     for r in range(p):
         mine = parts[r::p]
         rows = [x.row for x in mine]
         grads = sum(x.gradients for x in rows)
         kept = sum(x.parameters + x.optimizer + x.buffers for x in rows)
-        transient = max(x.backward_transient + grads - x.row.gradients for x in mine)
-        opt_tmp = optimizer_temporaries(plan, [q for x in mine for q in x.learn], states, shards, whole=whole,
-                                         gradient_copy=sum(x.flat_copy for x in mine))
+        transient = at_backward[r] - acts[r]  # beyond the activation peak, at the rank's fullest backward
+        opt_tmp = optimizer_temporaries(plan, [q for x in mine for q in x.learn], states, shards, whole=whole)
         peak = kept + max(acts[r] + transient, grads + opt_tmp)
         notes = tuple(dict.fromkeys(n for x in rows for n in x.notes))
         stages = tuple(s for x in rows for s in x.stages)

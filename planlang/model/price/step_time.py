@@ -28,11 +28,13 @@ With a pipeline of p ranks and m microbatches each model stage s runs m forwards
 f_s = (F_s + T_f,s) / m and m backwards of b_s = (B_s + T_b,s) / m (T_f: forward and loss collectives;
 T_b: recomputation and backward; ZeRO-3 re-gathers the stage's unit for each one), and the schedule's event
 simulation (planlang.cost.schedule: gpipe, 1f1b, interleaved; the bubble of Narayanan et al. 2021, §2.2)
-gives the makespan M (`price_step` returns that schedule with the rows; the report draws it). A stage
-sums its gradients after its last backward (the pipeline's GradSync.finish, average_gradients), so nothing
-of them overlaps:
+gives the makespan M (`price_step` returns that schedule with the rows; the report draws it). A rank's
+gradient sums O_r (DDP-style buckets, planlang.runtime.grad_sync) start during the last backward b_r of
+its first model stage, the last one it runs (its other stages' buckets at its start, the first stage's as
+their gradients arrive), so they hide behind it but for the last bucket; a rank that ends its last
+backward at E_r < M hides the rest in the wait for the others:
 
-    step of rank r = M + O_b,r + O_f,r + A_r              bubble of rank r = M - (its forward and backward)
+    step of rank r = max(M, E_r + max(last bucket, O_r - b_r)) + A_r      bubble of rank r = M - its work
 
 Sends between stages are not priced (as in the schedule simulation).
 """
@@ -43,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from planlang.cost.buckets import cut_buckets, launch_order
 from planlang.cost.comm import Collective, Group, collective_time, group, work_time
 from planlang.cost.schedule import SimulatedSchedule, simulate
 from planlang.plan.complete import CompleteMesh, CompletePlan
@@ -308,14 +311,21 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
     for r in range(p):
         mine = range(r, len(work), p)
         busy = sum(m * (fwd[s] + bwd[s]) for s in mine)
-        comm = sum((_seconds(plan, [t for t in sums[s] if t not in regather[s]]) + after[s] for s in mine), 0.0)
+        # the rank's sums start during the last backward of its first stage (the last one it runs: the
+        # runtime's InFlightStage.grad_sync), its other stages' at its start, the first stage's bucket by
+        # bucket; what that backward cannot hide follows it (the first stage's last bucket at least)
+        ts = [t for s in list(mine)[1:] + [r] for t in sums[s] if t not in regather[s]]
+        hidden_not, _ = _hidden(plan, ts, bwd[r], len(ts) - 1)
+        finish = max(sim.makespan, sim.rank_end(r) + hidden_not) + sum(after[s] for s in mine)
+        comm = _seconds(plan, ts) + sum(after[s] for s in mine)
         compute = sum(F[s] + B[s] for s in mine)
         tensor = busy - compute
         # idle time of the rank; a one-rank pipeline has none (its makespan is its own work, summed in
         # another order: float noise of either sign), nor does a rank whose idle time is below that noise
         bubble = 0.0 if p == 1 else sim.makespan - busy
         bubble = bubble if bubble > 1e-9 * sim.makespan else 0.0
-        rows.append(StepTime(compute, tensor, 0.0, comm, bubble, sim.makespan + comm))
+        exposed = finish - sim.makespan
+        rows.append(StepTime(compute, tensor, max(0.0, comm - exposed), exposed, bubble, finish))
     return PricedStep(tuple(rows), PipelineSchedule(tuple(fwd), tuple(bwd), sim))
 
 
@@ -381,14 +391,17 @@ def lowered_traffic(plan: CompletePlan, graph=None, model=None) -> list[Traffic]
 
 def parameter_transfers(plan: CompletePlan, unit: ZeroUnit, sums: bool) -> list[Transfer]:
     """One model stage's collectives that follow from its parameters alone (`unit`: their bytes): ZeRO's
-    (a pipeline stage is one FSDP2 unit) and, when `sums`, its gradient sums, one all-reduce per data
-    axis that FSDP2 does not sum (a pipeline without tensor parallelism: pipeline.average_gradients; a
-    plan whose program could not be lowered)."""
+    (a pipeline stage is one FSDP2 unit) and, when `sums`, its gradient sums over the data axes FSDP2
+    does not sum, one all-reduce per axis of each bucket as the runtime cuts them (planlang.cost.buckets,
+    in the order they start: a pipeline without tensor parallelism, a plan whose program could not be
+    lowered). A parameter's summed bytes are its share of the unit's (`reduced` over `gathered`)."""
     out = []
-    if sums:
-        skip = set(plan.dims.fsdp)
-        out += [transfer(Collective.ALL_REDUCE, (a,), unit.reduced, _mesh(plan), "grad_sync", unit.name)
-                for a in plan.dims.batch if a not in skip]
+    axes = tuple(a for a in plan.dims.batch if a not in set(plan.dims.fsdp)) if sums else ()
+    if axes and unit.params:
+        share = unit.reduced / max(1, unit.gathered)
+        rows = [(str(i), int(b * share), axes) for i, b in enumerate(unit.params)]
+        out += [transfer(Collective.ALL_REDUCE, (a,), bucket.nbytes, _mesh(plan), "grad_sync", unit.name)
+                for bucket in launch_order(cut_buckets(rows)) for a in axes]
     return out + zero_transfers(plan, [unit], plan.microbatches)
 
 

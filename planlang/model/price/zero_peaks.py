@@ -154,19 +154,15 @@ def zero1_state_bytes(mine: list[LocalParam], trained: set[str], states: int, co
 
 
 def optimizer_temporaries(plan: CompletePlan, mine: list[LocalParam], states: int, shards: int, whole: bool = False,
-                           gradient_copy: int = 0, itemsize: int = 4) -> int:
+                           itemsize: int = 4) -> int:
     """Bytes the optimizer step allocates on top of its states. torch's Adam-family optimizers run the
     per-tensor implementation on CPU (two temporaries of one parameter's size at a time: sqrt of the
     second moment, then its scaled copy) and the multi-tensor (foreach) one on accelerators (one
     temporary per parameter, all alive together). `shards` ranks share the step: FSDP2 slices every
     tensor, ZeroRedundancyOptimizer (`whole`) gives each rank whole tensors, so the per-tensor path's
     temporaries are those of a whole parameter (a rank holds the largest) and the multi-tensor path's
-    are about 1/shards of the sum.
-
-    The result is what is live beside the gradients after backward, so it is at least `gradient_copy`:
-    the flat copy the data-parallel gradient sum makes just before the step (the two come one after the
-    other, so the larger counts)."""
-    return max(gradient_copy, _step_temporaries(plan, mine, states, shards, whole, itemsize))
+    are about 1/shards of the sum. The result is what is live beside the gradients after backward."""
+    return _step_temporaries(plan, mine, states, shards, whole, itemsize)
 
 
 def _step_temporaries(plan: CompletePlan, mine: list[LocalParam], states: int, shards: int, whole: bool,
