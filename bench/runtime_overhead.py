@@ -14,6 +14,10 @@ and fed the same batch:
                                                                        DDP over the dp group
     gpt2-pp-1f1b          `pipeline ... schedule 1f1b` through      vs torch.distributed.pipelining
                           planlang.runtime.pipeline.build_pipeline     stages and Schedule1F1B by hand
+    gpt2-pp2xdp2          the same pipeline over pp, each stage     vs the hand split's stages wrapped in
+                          data parallel over dp (planlang's            DistributedDataParallel over the dp
+                          bucketed sums in the last backward)          group under Schedule1F1B (torch's
+                                                                       no_sync until the last microbatch)
     gpt2-pp2xtp2          the same pipeline with Megatron blocks    vs the hand split's stages under
                           over tp (planlang.apply: the lowered         parallelize_module over tp, driven
                           program cut into stages)                     by Schedule1F1B over pp
@@ -89,7 +93,7 @@ RESULTS = ROOT / "bench" / "results" / "runtime_overhead.txt"
 # ------------------------------------------------------------------------------ cases
 @dataclass(frozen=True)
 class Case:
-    """One plan and its native twin. `kind`: dp | tp | dp_tp | pp | pp_tp | zero3."""
+    """One plan and its native twin. `kind`: dp | tp | dp_tp | pp | pp_dp | pp_tp | zero3."""
 
     name: str
     kind: str
@@ -109,7 +113,7 @@ class Case:
 
     @property
     def dp(self) -> int:
-        return {"dp": self.ranks, "dp_tp": 2, "zero3": self.ranks}.get(self.kind, 1)
+        return {"dp": self.ranks, "dp_tp": 2, "pp_dp": 2, "zero3": self.ranks}.get(self.kind, 1)
 
     @property
     def tp(self) -> int:
@@ -133,6 +137,7 @@ def cases(quick: bool) -> list[Case]:
         Case("gpt2-tp", "tp", "gpt2", 2, gpt2, 8),
         Case("mlp-dp2xtp2", "dp_tp", "mlp", 4, mlp, 64 if not quick else 16),
         Case("gpt2-pp-1f1b", "pp", "gpt2", 2, gpt2pp, 8, microbatches=4),
+        Case("gpt2-pp2xdp2", "pp_dp", "gpt2", 4, gpt2pp, 16, microbatches=4),
         Case("gpt2-pp2xtp2", "pp_tp", "gpt2", 4, gpt2pp, 8, microbatches=4),
         Case("gpt2-zero3", "zero3", "gpt2", 4, gpt2pp, 8),
         Case("gpt2-dp-bf16", "dp", "gpt2", 2, gpt2, 8, precision="bf16"),
@@ -152,13 +157,14 @@ def plan_text(case: Case) -> str:
     else:
         lines.append(f"input idx : i64[batch = {case.batch}, seq = {kw['seq']}]")
     axes = {"dp": [("dp", case.ranks)], "tp": [("tp", case.ranks)], "dp_tp": [("dp", 2), ("tp", case.ranks // 2)],
-            "pp": [("pp", case.ranks)], "pp_tp": [("pp", 2), ("tp", 2)], "zero3": [("dp", case.ranks)]}[case.kind]
+            "pp": [("pp", case.ranks)], "pp_dp": [("pp", 2), ("dp", 2)], "pp_tp": [("pp", 2), ("tp", 2)],
+            "zero3": [("dp", case.ranks)]}[case.kind]
     lines.append(f"mesh ranks of {case.ranks} x hardware.cpu {{")
     lines += [f"    {a} = {n} over hardware.loopback" for a, n in axes]
     fields = (["zero = 3 over dp"] if case.kind == "zero3" else []) + ([f"precision = {case.precision}"]
                                                                        if case.precision else [])
     lines += ["}", "optimizer adamw(lr = 0.001)" + (" { " + "; ".join(fields) + " }" if fields else "")]
-    if case.kind in ("dp", "dp_tp", "zero3"):
+    if case.kind in ("dp", "dp_tp", "pp_dp", "zero3"):
         lines.append(f"data {inp} : [dp, _]")
     if case.kind in ("tp", "dp_tp", "pp_tp"):
         if case.model == "mlp":
@@ -170,7 +176,7 @@ def plan_text(case: Case) -> str:
             if case.kind == "tp":
                 # the head computed replicated, as parallelize_module leaves it (and so the loss)
                 lines.append("shard output of lm_head : [_, _, _]")
-    if case.kind in ("pp", "pp_tp"):
+    if case.kind in ("pp", "pp_dp", "pp_tp"):
         half = kw["layers"] // 2
         lines += [f"pipeline over pp schedule 1f1b microbatches {case.microbatches} {{",
                   f"    stage wte, wpe, drop, h[0:{half}]", f"    stage h[{half}:{kw['layers']}], ln_f, lm_head", "}"]
@@ -280,14 +286,14 @@ def planlang_side(case: Case, device, plan, compile_backend: str = "") -> Side:
     from planlang.runtime.redistribute import MeshGroups
 
     model = build_model(case)
-    if case.kind == "pp":
+    if case.kind in ("pp", "pp_dp"):
         from planlang.runtime.pipeline import build_pipeline
 
         groups = MeshGroups(plan.mesh, device.type)
         runner = build_pipeline(model.to(device), plan, groups, device=device)
         del model  # the other stage's modules go with it
         opt = torch.optim.AdamW(runner.parameters(), lr=LR)
-        inputs, targets = batch_piece(case, 0, device)
+        inputs, targets = batch_piece(case, _dp_rank(case), device)
 
         def run():
             loss = runner.step(*inputs, target=targets[0])
@@ -329,6 +335,8 @@ def planlang_side(case: Case, device, plan, compile_backend: str = "") -> Side:
 
 def _dp_rank(case: Case) -> int:
     """The data-parallel coordinate of this rank (mesh axes row-major: dp outermost)."""
+    if case.kind == "pp_dp":  # mesh (pp, dp): dp innermost
+        return dist.get_rank() % case.dp
     return dist.get_rank() // case.tp if case.kind in ("dp", "dp_tp", "zero3") else 0
 
 
@@ -525,6 +533,11 @@ def native_pipeline(case: Case, model: nn.Module, device) -> Side:
 
         mesh = init_device_mesh(device.type, (case.ranks // case.tp, case.tp), mesh_dim_names=("pp", "tp"))
         rank, n, group = mesh.get_local_rank("pp"), case.ranks // case.tp, mesh.get_group("pp")
+    if case.kind == "pp_dp":  # mesh (pp, dp): this rank's stage, DDP over its data-parallel group
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (case.ranks // case.dp, case.dp), mesh_dim_names=("pp", "dp"))
+        rank, n, group = mesh.get_local_rank("pp"), case.ranks // case.dp, mesh.get_group("pp")
     per = case.kw["layers"] // n
     from memory_measure import _GPT2Stage  # the same hand split the memory bench measures
 
@@ -532,9 +545,14 @@ def native_pipeline(case: Case, model: nn.Module, device) -> Side:
     del model
     if case.kind == "pp_tp":
         tensor_parallel(case, stage_mod, mesh["tp"])
+    params = list(stage_mod.parameters())
+    if case.kind == "pp_dp":  # torch's stage runs DDP's backward in no_sync but for the last microbatch
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        stage_mod = DDP(stage_mod, process_group=mesh.get_group("dp"))
     loss = model_module(case).loss
-    inputs, targets = batch_piece(case, 0, device)
-    mb = case.batch // m
+    inputs, targets = batch_piece(case, _dp_rank(case), device)
+    mb = case.batch // case.dp // m
     hidden = case.kw["hidden"]
     x_meta = inputs[0][:mb].to("meta")
     act = torch.empty(mb, case.kw["seq"], hidden, device="meta", requires_grad=True)  # its gradient goes back
@@ -542,7 +560,7 @@ def native_pipeline(case: Case, model: nn.Module, device) -> Side:
     stage = PipelineStage(stage_mod, rank, n, device, input_args=(x_meta if rank == 0 else act,), output_args=(out,),
                           group=group)
     sched = Schedule1F1B(stage, m, loss_fn=lambda y, t: loss(y, t) / m, scale_grads=False)
-    opt = torch.optim.AdamW(stage_mod.parameters(), lr=LR)
+    opt = torch.optim.AdamW(params, lr=LR)
     first, last = rank == 0, rank == n - 1
 
     def run():
@@ -552,7 +570,9 @@ def native_pipeline(case: Case, model: nn.Module, device) -> Side:
         opt.zero_grad(set_to_none=True)
         return torch.stack([x.detach() for x in losses]).sum() if last else None
 
-    return Side("native", run, [stage_mod, opt, *inputs, *targets])
+    # pp x dp: the last stage's loss is its replica's mean, averaged over dp to compare (planlang's is)
+    return Side("native", run, [stage_mod, opt, *inputs, *targets],
+                loss_group=mesh.get_group("dp") if case.kind == "pp_dp" else None)
 
 
 # ------------------------------------------------------------------------------ measuring on a rank

@@ -58,6 +58,8 @@ class PipelinedModel:
         if plan.precision.loss_scale is not None:  # the optimizer unscales, and skips a step that overflowed
             runner.loss_scale = LossScale(plan.precision.loss_scale)
         self.fsdp_axes = fsdp_axes  # ZeRO-2/3: the stage modules are FSDP2 units over these axes
+        # as ParallelModel's: the persistent gradient buckets (benches register them with MemTracker)
+        self._grad_sync = runner.grad_sync
         self.checkpoint_groups: list[list[str]] = []  # the plan's checkpoint groups, as wrapped
         self.pp_group = runner.pp_group
         self.training = all(m.training for m in runner.stage_modules.values())  # the model's mode

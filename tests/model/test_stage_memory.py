@@ -142,17 +142,17 @@ def test_no_negative_bubble():
 
 
 
-def test_a_bucketed_stage_holds_its_gradients_beside_the_buckets_until_the_sum():
-    """The lowered program's pipeline sums after its last backward (GradSync.finish, no overlap): while
-    microbatches accumulate, the gradients are tensors of their own, beside the persistent buckets
-    (measured: bench/pipeline_memory.py, gpt2_3d_cpu)."""
+def test_a_bucketed_stage_holds_its_gradients_in_the_buckets_only():
+    """A pipeline stage's sums (planlang.runtime.grad_sync, started in the last backward) copy each
+    gradient into its persistent bucket as the first backward produces it: the gradients are counted once,
+    in the buckets (`buffers`), with one gradient of its own at a time beside them (measured:
+    bench/pipeline_memory.py, gpt2_3d_cpu -1.5 / -3.9 %, where counting them beside the buckets was
+    +23 %)."""
     rows = estimate_plan(_plan(zero=1, precision="f32"))
     for row in rows:
-        assert row.grad_buckets > 0
-        assert row.peak - (row.parameters + row.optimizer + row.buffers) >= row.grad_buckets
-    # the last stage (one microbatch in flight) runs its later backwards with one microbatch saved
-    last = rows[-1]
-    assert last.peak - (last.parameters + last.optimizer + last.buffers) >= last.grad_buckets + last.activations
+        assert row.grad_buckets > 0 and row.gradients == 0
+        beyond = row.peak - (row.parameters + row.optimizer + row.buffers)
+        assert row.activations <= beyond < row.activations + row.grad_buckets
 
 
 def test_receive_buffers_are_those_of_the_microbatches_in_flight():

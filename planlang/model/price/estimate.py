@@ -429,7 +429,11 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                         + held_out * boundary_bytes(facts, stage_of, s, dp * micro, "out",
                                                      last=max(stage_of.values()), itemsize=act_size))
             acts = saved_s * inflight
-            transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s)
+            # a gradient goes into its bucket (counted in `buffers`) as backward produces it: beside the
+            # bucket, one gradient of its own at a time (the largest, at most)
+            own = max((bytes_in([q], "params") for q in learn), default=0) if bucketed else 0
+            transient = max(0, sim.stage_backward_peak.get(s, 0) - saved_s
+                            - (sim.stage_grads.get(s, 0) if bucketed else 0)) + own
             if micro > 1:
                 # from the second microbatch's backward on, all of the stage's gradients are live (they
                 # accumulate in .grad). The first backward (the plain simulated one) has `inflight`
@@ -437,11 +441,10 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                 # two backwards, GPipe (inflight = m) none
                 # (the simulated gradients are those of the whole model: a weight tied across stages has
                 # its gradient on one stage there, while every stage holding a copy has its own)
-                # (a stage that sums in buckets, run as the lowered program, does so after its last
-                # backward - planlang.runtime.program_pipeline's GradSync.finish, no overlap: until then the
-                # gradients are tensors of their own beside the buckets, made again each step after
-                # zero_grad(set_to_none=True), and become the buckets' slices only then)
-                live_grads = g_bytes if bucketed else grads_b
+                # (a stage that sums in buckets, planlang.runtime.grad_sync, copies each gradient into its
+                # bucket as the first backward produces it and holds a slice from then on: counted in
+                # `buffers`, none of them beside it)
+                live_grads = 0 if bucketed else grads_b
                 again = max(0, sim.stage_backward_peak_accum.get(s, 0) - sim.stage_grads.get(s, 0) + live_grads
                             - saved_s)
                 later = min(inflight, micro - 1)
