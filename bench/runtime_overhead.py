@@ -387,7 +387,7 @@ def native_side(case: Case, device, bucket_view: bool = False, compile_backend: 
         inputs, targets = batch_piece(case, mesh.get_local_rank("dp"), device)
         return Side("native", step(ddp, inputs, targets, opt), [model, opt, *inputs, *targets],
                     loss_group=dp_group)
-    if case.kind in ("pp", "pp_tp"):
+    if case.kind in ("pp", "pp_dp", "pp_tp"):
         return native_pipeline(case, model, device)
     if case.kind == "zero3":
         # torchtitan's ZeRO-3: fully_shard each block, then the root, resharded after forward; the next
