@@ -24,7 +24,7 @@ def test_plan_checks_clean(case):
     assert res.plan is not None
     axes = dict(zip(res.plan.mesh.names, res.plan.mesh.shape))
     assert axes.get("dp", 1) == case.dp and axes.get("tp", 1) == case.tp
-    assert (res.plan.pipeline is not None) == (case.kind in ("pp", "pp_tp"))
+    assert (res.plan.pipeline is not None) == (case.kind in ("pp", "pp_dp", "pp_tp"))
 
 
 @pytest.mark.parametrize("tp", [2, 4])
