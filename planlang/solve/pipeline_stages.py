@@ -228,6 +228,30 @@ def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None
     return out
 
 
+def capture_partition(plan: T.Plan, stages: int | None = None, parts: ModelParts | None = None) -> list[StageChoice]:
+    """CAPTURE's memory-centric search (capture §III-C, Algorithm 4) for the layer groups alone: every
+    stage on its pipeline slice with the mesh's own degrees (a stage's own degrees are not run yet,
+    PL418), the groups that minimise the predicted peak over the stages, each holding its schedule's
+    microbatches in flight (§III-B3's predictor: states W·(1 + grad + optimizer) and activations,
+    per device: / tp and / (dp·tp) of the plan's other axes). Microbatches still a hole count as the
+    stage count: 1F1B's in-flight counts min(p − i, m) are then those of any m >= p."""
+    k = stages if stages is not None else stage_count(plan)
+    m = _pipeline(plan).microbatches
+    m = m if isinstance(m, int) and m >= 1 else k
+    parts = parts or plan_layers(plan, stages=k)
+    L = _layers(parts, k)
+    mesh = plan.mesh
+    _, data, tensor = _other_axes(plan)
+    dp = (mesh.axis_size(data) or 1) if mesh is not None and data else 1
+    tp = (mesh.axis_size(tensor) or 1) if mesh is not None and tensor else 1
+    result = capture_search([w / tp for w in L.costs("params")], [a / (dp * tp) for a in L.costs("activations")],
+                            k, 1, m, schedule=_schedule(plan), memory=_optimizer_model(plan),
+                            configs=(("none", 1),), stages=k)
+    bounds = [s.start for s in result.stages] + [len(L.layers)]
+    return [StageChoice(tuple(sel), (), f"predicted peak {st.memory / 2**30:.3g} GiB")
+            for sel, st in zip(stage_selections(L, bounds), result.stages)]
+
+
 def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
                                layer_time: Callable[[int, int, int], float] | None = None,
                                efficiency: float = 0.5, budget: float | None = None,
@@ -312,13 +336,14 @@ def tree_stages(plan: T.Plan, stages: int | None = None, alpha: float = 0.5,
     return [StageChoice(tuple(s), (), f"load {load:.3g}") for s, load in zip(sels, result.loads)]
 
 
-METHODS: dict[str, Callable[..., list[StageChoice]]] = {"balanced": balanced_stages, "memory": memory_stages, "throughput": throughput_stages_for_plan,
-           "tree": tree_stages}
+METHODS: dict[str, Callable[..., list[StageChoice]]] = {
+    "balanced": balanced_stages, "memory": memory_stages, "capture": capture_partition,
+    "throughput": throughput_stages_for_plan, "tree": tree_stages}
 
 
 def solve_stages(plan: T.Plan, method: str = "balanced", **options) -> list[StageChoice]:
-    """The plan's stages by `method`: balanced (min–max flops), memory (CAPTURE), throughput (Alpa-style
-    DP) or tree (SageMaker). `options` go to that entry point (`stages=`, `parts=`, ...)."""
+    """The plan's stages by `method`: balanced (min–max flops), memory (CAPTURE, with per-stage degrees),
+    capture (CAPTURE's layer groups on the mesh's degrees), throughput (Alpa-style DP) or tree (SageMaker). `options` go to that entry point (`stages=`, `parts=`, ...)."""
     fn = METHODS.get(method)
     if fn is None:
         raise PartitionError(f"stage method {method!r}: use one of {', '.join(METHODS)}")

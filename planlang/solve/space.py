@@ -32,7 +32,7 @@ class SolveError(ValueError):
 
 PP_AXIS, SCHEDULE, CHUNKS, DATA_AXES, DEGREES = (  # choices besides axis sizes (a space: no axis is named so)
     "pipeline axis", "pipeline schedule", "schedule chunks", "data axes", "stage degrees")
-STAGE_METHODS = ("flops", "activations", "tree")
+STAGE_METHODS = ("flops", "activations", "tree", "capture")
 
 
 def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
@@ -201,8 +201,10 @@ class Space:
             banned = self._written_axes() | {a for split in batch_axes(self.plan).values() for a in split}
             free = [a for a in mesh.names if a not in banned]
             pps = [a for a in free if size[a] > 1] or free[:1]  # type: ignore[assignment]
-        schedules: list[T.Schedule | None] = [T.Schedule("1f1b"), T.Schedule("gpipe"), T.Schedule("interleaved", 2),
-                                              T.Schedule("looped_bfs", 2)] \
+        # not looped_bfs: the step-time model gives it interleaved's bubble (m >= p; sends are not priced,
+        # where its fewer stage switches would tell) and more activations, so it never wins a `schedule ?`
+        # and would only add a quarter more candidates; written, its `chunks ?` is solved as interleaved's
+        schedules: list[T.Schedule | None] = [T.Schedule("1f1b"), T.Schedule("gpipe"), T.Schedule("interleaved", 2)] \
             if h.schedule is not None else [None]
         chunks: list[str | None] = ["2", "3", "4"] if h.chunks is not None else [None]
         out = []
@@ -336,20 +338,25 @@ class Space:
 
     def stage_choices(self, assign: dict, method: str = "flops") -> list:
         """The pipeline hole's stages: the min–max partition of per-layer flops or saved activations
-        (planlang.solve.partition), or SageMaker's tree partition of the module hierarchy."""
+        (planlang.solve.partition), SageMaker's tree partition of the module hierarchy, or CAPTURE's
+        memory-centric layer groups (pipeline_stages.capture_partition)."""
         return list(self._stage_fill(assign, method)[0])
 
     def _stage_fill(self, assign: dict, method: str) -> tuple:
         """(stage_choices, their value as the plan's stages), once per stage count and method: the
         partition reads only the stage count and the model's layers (every mesh of a pp degree shares it)."""
         # lazy: torch loads only when this runs
-        from planlang.solve.pipeline_stages import balanced_stages, to_stages, tree_stages
+        from planlang.solve.pipeline_stages import balanced_stages, capture_partition, to_stages, tree_stages
 
         k = self.stage_count(assign)
         if (k, method) not in self._stages:
             parts = self.facts().layers
-            chosen = tree_stages(self.plan, k, parts=parts) if method == "tree" else \
-                balanced_stages(self.plan, k, cost=method, parts=parts)
+            if method == "tree":
+                chosen = tree_stages(self.plan, k, parts=parts)
+            elif method == "capture":
+                chosen = capture_partition(self.plan, k, parts=parts)
+            else:
+                chosen = balanced_stages(self.plan, k, cost=method, parts=parts)
             self._stages[k, method] = (tuple(chosen), to_stages(chosen))
         return self._stages[k, method]
 

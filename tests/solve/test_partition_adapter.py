@@ -18,8 +18,8 @@ from planlang.plan.selection import Selection
 from planlang.solve.partition import PartitionError
 from planlang.solve.pipeline_layers import layer_sequence, model_tree, selections, stage_selections, tree_selections
 from planlang.solve.pipeline_stages import (
-    StageChoice, balanced_stages, memory_stages, plan_layers, solve_stages, throughput_stages_for_plan, to_stages,
-    tree_stages,
+    StageChoice, balanced_stages, capture_partition, memory_stages, plan_layers, solve_stages,
+    throughput_stages_for_plan, to_stages, tree_stages,
 )
 from planlang.solve.tree_partition import TreePartition
 
@@ -114,6 +114,36 @@ def test_memory_stages_capture(gpt2):
     assert all(dict(c.degrees).keys() == {"dp", "tp"} for c in choices)
     assert sum(dict(c.degrees)["dp"] * dict(c.degrees)["tp"] for c in choices) == 8
     assert all("predicted peak" in c.note for c in choices)
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_capture_partition_is_the_least_predicted_peak_of_every_cut(gpt2, pp):
+    """CAPTURE's layer groups on the mesh's own degrees: against every cut of the layer sequence into pp
+    stages, priced by §III-B3's predictor written out here (AdamW: states 4 W; 1F1B: stage i holds
+    min(pp - i, m) microbatches; per device W / tp, A / (dp tp))."""
+    plan, module, facts, prof, parts = gpt2
+    plan = make_plan(pp)
+    layers = parts.layers
+    W, A = layers.costs("params"), layers.costs("activations")
+    tp, dp, m = 8 // (2 * pp), 2, 8
+
+    def peak(bounds):
+        return max(4 * sum(W[a:b]) / tp + min(pp - i, m) * sum(A[a:b]) / (dp * tp)
+                   for i, (a, b) in enumerate(zip(bounds, bounds[1:])))
+
+    n = len(W)
+    best = min(peak((0, *cut, n)) for cut in itertools.combinations(range(1, n), pp - 1))
+    choices = capture_partition(plan, parts=parts)
+    assert len(choices) == pp and all(not c.degrees for c in choices)  # the mesh's degrees (PL418)
+    bounds = [0]
+    for c in choices:  # each stage's layers, in order: the cut the search chose
+        bounds.append(bounds[-1] + sum(any(Selection.parse(s).matches(name) for s in c.modules)
+                                       for name in layers.names))
+    assert bounds[-1] == n and stage_selections(layers, bounds) == [list(c.modules) for c in choices]
+    assert peak(bounds) == pytest.approx(best)
+    # a memory-balanced cut differs from the flops-balanced one here: 1F1B's first stage holds pp
+    # microbatches, the last one
+    assert [str(c) for c in choices] != [str(c) for c in balanced_stages(plan, parts=parts)]
 
 
 def test_throughput_stages(gpt2):
