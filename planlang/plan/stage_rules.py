@@ -138,8 +138,12 @@ def stage_degrees(ctx) -> Diags:
                 yield diag("PL410", f"stage {st.index} sets the degree of the pipeline axis `{ax}`", st.span,
                            help="per-stage degrees apply to the other axes")
     total = mesh.size
-    if total is None or any(isinstance(v, T.Hole) for st in p.stages for _, v in st.degrees):
+    sched = p.schedule
+    if total is None or any(isinstance(v, T.Hole) for st in p.stages for _, v in st.degrees) \
+            or not isinstance(sched, T.Schedule) or not isinstance(sched.chunks, int):
         return
+    # a chunked schedule's `chunks` stages share each pipeline rank's devices: they are counted once
+    per_rank = T.stages_per_rank(sched.kind, sched.chunks)
     others = [a for a in mesh.axes if a.name != p.axis]
     counts = []
     for st in p.stages:
@@ -148,10 +152,10 @@ def stage_degrees(ctx) -> Diags:
         if any(isinstance(s, T.Hole) for s in sizes):
             return
         counts.append(math.prod(sizes))
-    if sum(counts) != total:
-        arithmetic = " + ".join(str(c) for c in counts)
-        yield diag("PL410", f"the stages use {arithmetic} = {sum(counts)} devices, but the mesh has {total}", p.span,
-                   help="adjust the `with` degrees so the stages' devices add up to the mesh")
+    if sum(counts) != total * per_rank:
+        arithmetic = " + ".join(str(c) for c in counts) + (f", over {per_rank} chunks per rank," if per_rank > 1 else "")
+        yield diag("PL410", f"the stages use {arithmetic} = {sum(counts) // per_rank} devices, but the mesh has "
+                   f"{total}", p.span, help="adjust the `with` degrees so the stages' devices add up to the mesh")
         return
     # The estimate and the runtime lower one program on one mesh for every stage: a degree other than
     # the axis's size would be priced and run as that size, so it is refused rather than dropped.

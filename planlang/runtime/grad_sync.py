@@ -37,7 +37,10 @@ class Bucket:
     axes: tuple[str, ...]
     names: list[str]
     nbytes: int = 0
-    arrived: int = 0
+    # the parameters whose gradients arrived since the bucket last started, outside `no_sync`: it starts
+    # once every one has (a set, not a count: a parameter that gets no gradient, or gets one inside
+    # `no_sync` only, never starts it early; `finish` sums it then)
+    ready: set = field(default_factory=set)
     flat: torch.Tensor | None = None  # the persistent buffer, made at the first sum
     work: dist.Work | None = None
     # (gradient, slice) pairs summed by copy, not as a view
@@ -93,7 +96,8 @@ class GradSync:
                 self._buffer(b).div_(self._ranks(b))
             for g, view in b.copied:  # gradients kept apart from the buffer take their share too
                 g.copy_(view)
-            b.copied, b.arrived, b.launched, b.summed = [], 0, False, False
+            b.copied, b.launched, b.summed = [], False, False
+            b.ready = set()
         return grad
 
     def _ranks(self, b: Bucket) -> int:
@@ -102,23 +106,28 @@ class GradSync:
             n *= self.groups.size(a)
         return n
 
-    def _settle(self, b: Bucket) -> None:
-        """The bucket's sum complete in its buffer: waited for, and copied back from the reduce dtype."""
+    def _settle(self, b: Bucket, divide: int = 1) -> None:
+        """The bucket's sum complete in its buffer: waited for, divided by `divide` (a mean: in the
+        reduce dtype, before an f16 buffer could overflow), and copied back from the reduce dtype."""
         if b.work is not None:
             b.work.wait()
             b.work = None
+        if divide > 1:
+            (b.wire if b.wire is not None else self._buffer(b)).div_(divide)
         if b.wire is not None:  # made from the buffer, which therefore exists
             self._buffer(b).copy_(b.wire)
             b.wire = None
 
     def _arrived(self, b: Bucket, name: str) -> None:
         # the gradient goes into the bucket as it arrives (a view from then on: a later backward
-        # accumulates into the bucket). Counts across backwards: inside `no_sync` a full round launches
-        # nothing, and the next full round (the step that syncs) launches the bucket
+        # accumulates into the bucket). Inside `no_sync` nothing starts; the backward that syncs starts
+        # the bucket once each of its parameters' gradients has arrived in it
         if not self.no_sync or self.params[name].grad is not None:
             self._into_bucket(b, name)
-        b.arrived += 1
-        if b.arrived % len(b.names) == 0 and not self.no_sync and not b.launched:
+        if self.no_sync:
+            return
+        b.ready.add(name)
+        if len(b.ready) == len(b.names) and not b.launched:
             self._launch(b, async_op=True)
 
     def _buffer(self, b: Bucket) -> torch.Tensor:
@@ -206,20 +215,26 @@ class GradSync:
         for b in self.buckets:
             if not b.launched:
                 self._launch(b, async_op=False)
-            self._settle(b)
-            if self.mean and b.launched:
-                self._buffer(b).div_(self._ranks(b))
+            self._settle(b, self._ranks(b) if self.mean and b.launched else 1)
             for g, view in b.copied:  # (kept: a later backward's `_before` gives them their share)
                 g.copy_(view)
-            b.arrived, b.launched = 0, False
+            b.launched, b.ready = False, set()
 
     def launch_complete(self, pending: set[int]) -> None:
-        """Start (async) every bucket that holds gradients, has not started, and has no parameter in
-        `pending` (ids): a pipeline rank's other stages, whose backwards are all done, when the last
-        backward of its last stage to run begins."""
+        """When the last backward of a pipeline rank's last stage to run begins: the gradients of every
+        parameter not in `pending` (ids; the rank's other stages, whose backwards are all done) are
+        complete. A bucket of those alone starts now (async); one that also holds `pending` parameters
+        counts the complete ones as arrived, and starts once the pending ones have."""
+        if not self.overlap:  # (FSDP2 units: everything is summed by `finish`, on the default stream)
+            return
         for b in self.buckets:
-            if not b.launched and b.arrived and not any(id(self.params[n]) in pending for n in b.names):
+            done = [n for n in b.names if id(self.params[n]) not in pending]
+            if b.launched or not any(self.params[n].grad is not None for n in done):
+                continue
+            if len(done) == len(b.names):
                 self._launch(b, async_op=True)
+            else:
+                b.ready.update(n for n in done if self.params[n].grad is not None)
 
     def new_buffers(self) -> None:
         """The next step's gradients in new buckets: gradients taken out of `.grad` are views of the current

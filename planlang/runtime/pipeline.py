@@ -550,8 +550,9 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
                             [groups.group(a) for a in axes], reduce_grads, tied, canonical)
     runner.output_form, runner.user_loss = form, user_loss
     if reduce_grads and any(groups.size(a) > 1 for a in axes):
-        runner.grad_sync = GradSync(list(runner.named_parameters()), {n: tuple(axes) for n, _ in runner.named_parameters()},
-                                    groups, mean=True)
+        trained: list[tuple[str, torch.Tensor]] = [(n, p) for n, p in runner.named_parameters()
+                                                   if p.requires_grad]  # (a frozen one takes no hook)
+        runner.grad_sync = GradSync(trained, {n: tuple(axes) for n, _ in trained}, groups, mean=True)
         runner.release_grad_buffers = runner.grad_sync.new_buffers
     return runner
 

@@ -325,7 +325,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
             for n, _ in runner.named_parameters() if n in trained}
     # the runner holds them in `no_sync` until the last backward of this rank's last stage to run, during
     # which they start bucket by bucket (planlang.runtime.recv_buffers.InFlightStage)
-    grad_sync = GradSync(list(runner.named_parameters()), sync, groups, recorder,
+    grad_sync = GradSync(list(runner.named_parameters()), sync, groups, recorder, overlap=not fsdp_axes,
                          reduce_dtype=torch_dtype(prec.reduce) if prec.mixed else None)
     runner.grad_sync = grad_sync
     runner.release_grad_buffers = grad_sync.new_buffers
