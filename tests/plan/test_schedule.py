@@ -96,3 +96,25 @@ def test_backward_peaks_replay_looped_bfs_and_take_every_other_gradient_elsewher
     acts = activation_peaks("interleaved", 2, 4, saved, 2)
     assert backward_peaks("interleaved", 2, 4, saved, extra, grads, 2) == [
         acts[0] + max(1 + 300, 3 + 100), acts[1] + max(2 + 400, 4 + 200)]
+
+
+def test_stage_degrees_count_a_chunked_schedules_stages_once_per_rank():
+    """PL410 sums the stages' devices: under a chunked schedule each pipeline rank's `chunks` stages share
+    its devices. The mesh's own sizes pass; another degree is PL418 (stages of their own degrees are not
+    run yet), with any schedule."""
+    from planlang.plan.checker import check_text
+
+    head = ("device gpu { memory = 80 GiB }\nlink nv { bandwidth = 300 GB/s }\n"
+            "mesh m of 8 x gpu {\n    pp = 2 over nv\n    dp = 2 over nv\n    tp = 2 over nv\n}\n")
+
+    def codes(schedule: str, first: str) -> list[str]:
+        stages = [f"h[{3 * i}:{3 * i + 3}]" for i in range(4 if "chunks" in schedule else 2)]
+        stages[0] += first
+        body = "".join(f"    stage {s}\n" for s in stages)
+        res = check_text(head + f"pipeline over pp schedule {schedule} microbatches 4 {{\n{body}}}\n", path="t.plan")
+        return sorted(d.code for d in res.diagnostics if d.severity.name == "ERROR")
+
+    for schedule in ("1f1b", "interleaved chunks 2", "looped_bfs chunks 2"):
+        assert codes(schedule, " with tp = 2, dp = 2") == [], schedule
+        assert codes(schedule, " with tp = 4, dp = 1") == ["PL418"], schedule
+        assert codes(schedule, " with tp = 4") == ["PL410"], schedule  # 8 + 4 (+ 4 + 4): too many devices
