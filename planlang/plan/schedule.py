@@ -18,7 +18,8 @@ Clusters Using Megatron-LM", §2.2), with p ranks, m microbatches and v chunks p
                  runs the forwards of all m microbatches before the next chunk starts, then the chunks'
                  backwards in reverse, microbatches last to first. Every stage holds all m microbatches
                  at its peak (GPipe's memory, the interleaved bubble). The order of torch's
-                 ScheduleLoopedBFS (tests/plan/test_schedule.py compares them action by action).
+                 ScheduleLoopedBFS (tests/runtime/test_schedule_orders.py compares planlang's orders
+                 with torch's action by action, interleaved's too).
 """
 from __future__ import annotations
 
@@ -139,7 +140,7 @@ def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequen
     beside every other stage's gradients: interleaved 1F1B's steady state holds near-peak activations once
     every chunk has run a backward, and this is the closer one measured (-0.4 % against the replay's
     -6.9 % at GPT-2 pp2 x dp2 rank 0: the replay misses a term not yet identified there)."""
-    v = chunks if kind in CHUNKED else 1
+    v = stages_per_rank(kind, chunks)
     if not len(stage_bytes) == len(backward_bytes) == len(gradient_bytes) == ranks * v:
         raise ScheduleError(f"{len(stage_bytes)} stage sizes for {ranks} ranks of {v} chunks")
     if kind != "looped_bfs":

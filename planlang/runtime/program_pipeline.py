@@ -122,11 +122,9 @@ class ProgramPipelinedModel(PipelinedModel):
 
     def __init__(self, runner: PipelineRunner, plan: CompletePlan, groups: MeshGroups,
                  shapes: dict, program: Program, cut: ProgramCut, layouts: dict[str, ParamLayout], code: str,
-                 fsdp_axes: tuple[str, ...] = (), grad_sync: GradSync | None = None) -> None:
+                 fsdp_axes: tuple[str, ...] = ()) -> None:
         super().__init__(runner, plan, groups, shapes, fsdp_axes)
         self.program, self.cut, self.code = program, cut, code
-        # as ParallelModel's: the persistent buckets (benches register them with MemTracker)
-        self._grad_sync = grad_sync
         # the batch, mode and whether the model's output is returned, of the program the stages run now
         # (None: apply's)
         self._key: tuple[int, bool, bool] | None = None
@@ -331,7 +329,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     runner.release_grad_buffers = grad_sync.new_buffers
     shapes = {n: (torch.Size(lay.shape), p_.dtype) for (n, lay), p_ in
               ((item, params[item[0]]) for item in layouts.items())}
-    pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes, grad_sync)
+    pm = ProgramPipelinedModel(runner, plan, groups, shapes, prog, cut, layouts, code, fsdp_axes)
     pm.training = pm.lowered_training = model.training
     pm.checkpoint_groups = _checkpoint_modules(prog, plan, cut, mine)
     return pm
