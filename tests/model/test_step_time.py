@@ -121,3 +121,34 @@ def test_memory_bandwidth_takes_a_bandwidth_unit():
     res = check_text(HEAD + "device box {\n    memory = 24 GiB\n    memory_bandwidth = 20 GiB\n}\n", "bw.plan")
     [err] = [d for d in res.diagnostics if d.severity.value == "error"]
     assert err.code == "PL251" and "memory_bandwidth needs a bandwidth unit" in err.message, str(err)
+
+
+def test_a_pipeline_rank_hides_its_gradient_sums_behind_its_last_backward_and_the_wait_for_the_others():
+    """The runtime starts a pipeline rank's bucket sums during its last backward (planlang.runtime.grad_sync
+    under InFlightStage): all but the last bucket hide behind that backward, and a rank whose last backward
+    ends before the others' hides them in the wait (1F1B over 2 ranks: rank 1's last backward ends one
+    microbatch backward before rank 0's)."""
+    m = 4
+    plan = _plan(HEAD + f"""mesh ranks of 4 x hardware.cpu {{
+    pp = 2 over hardware.loopback
+    dp = 2 over hardware.loopback
+}}
+optimizer adamw(lr = 0.001)
+data x : [dp, _]
+pipeline over pp schedule 1f1b microbatches {m} {{
+    stage fc1
+    stage fc2
+}}
+""")
+    work = [StageWork(1e9, 2e9)] * 2
+    one = _sec(plan, Collective.ALL_REDUCE, ("dp",), 1 << 16)
+    b = compute_time(2e9, plan.mesh, "f32", 0.5) / m  # one microbatch's backward
+    assert 2 * one < b  # both buckets fit behind it
+    sums = [_t(plan, Collective.ALL_REDUCE, ("dp",), 1 << 16, "grad_sync") for _ in range(2)]
+    rank0, rank1 = step_times(plan, work, [Traffic(list(sums)), Traffic(list(sums))])
+    assert rank0.exposed == pytest.approx(one) and rank0.overlapped == pytest.approx(one)  # its last bucket after
+    assert rank1.exposed == pytest.approx(0.0, abs=1e-15) and rank1.overlapped == pytest.approx(2 * one)
+    # each row is its rank's own step: rank 1 is done at the schedule's end, rank 0 one bucket after it
+    assert rank1.total == pytest.approx(rank1.compute + rank1.bubble)
+    assert rank0.total == pytest.approx(rank0.compute + rank0.bubble + one)
+    assert rank0.total == pytest.approx(rank1.total + one)
