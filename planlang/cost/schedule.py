@@ -5,6 +5,10 @@ when the rank is free and its input has arrived:
 
     forward  F(s, j)  after F(s - 1, j)                      (the activation from the previous stage)
     backward B(s, j)  after B(s + 1, j), or after F(s, j) on the last stage   (the gradient from the next)
+    weight   W(s, j)  after B(s, j), which its rank ran before it   (zero_bubble: B is then the input
+                      gradient alone, 1 - WEIGHT_SHARE of the backward, and W the weight gradient, the
+                      rest; on model stage 0, which has no input gradient, torch runs the whole backward
+                      in W)
 
 with `s` a model stage and `j` a microbatch. Stage `s` runs on rank `s mod p` (with `v` chunks per rank,
 model stage `s` is chunk `s // p` of its rank, as planlang's interleaved schedule places it). The
@@ -24,14 +28,20 @@ from array import array
 from dataclasses import dataclass, field
 
 from planlang.plan.schedule import ScheduleError, Step, orders_made_by, rank_orders  # noqa: F401 - part of this module's API
-from planlang.plan.types import stages_per_rank
+from planlang.plan.types import SPLIT_BACKWARD, stages_per_rank
+
+#: The weight gradient's share of a backward under a split backward (zero_bubble). A linear layer's
+#: backward is two matmuls of its forward's flops, one for the input gradient and one for the weight
+#: gradient; the rest of the backward (attention scores, norms, activations) is input gradient only
+#: (Qi et al. 2024, §2: T_W is taken equal to T_B there; here a layer of matmuls and the rest halves).
+WEIGHT_SHARE = 0.5
 
 
 @dataclass(frozen=True)
 class Box:
     """A simulated operation: which rank ran it and when."""
 
-    kind: str  # "F" or "B"
+    kind: str  # "F", "B" or "W" (planlang.plan.schedule.Step)
     stage: int  # model stage
     chunk: int  # chunk of the rank (0 without interleaving)
     rank: int  # pipeline rank
@@ -106,15 +116,21 @@ class SimulatedSchedule:
 def closed_form_bubble(kind: str, ranks: int, microbatches: int, chunks: int = 1) -> float:
     """The bubble share of a step for equal stage times (Narayanan et al. 2021, §2.2): (p − 1)/(v·m + p − 1)
     with v = 1 for gpipe and 1f1b. Looped BFS has interleaved's when m >= p (Lamy-Poirier 2023, §3: the
-    loop back to rank 0 waits for nothing once a chunk has as many microbatches as ranks)."""
+    loop back to rank 0 waits for nothing once a chunk has as many microbatches as ranks). Zero bubble
+    with the backward twice the forward and WEIGHT_SHARE 0.5 (T_F = T_B = T_W, Qi et al. 2024 §3.1:
+    ZB-H1 idles (p − 1)(T_F + T_B − T_W) per rank, here over v chunks of 1/v of the stage):
+    (p − 1)/(3·v·m + p − 1)."""
     v = stages_per_rank(kind, chunks)
+    if kind in SPLIT_BACKWARD:
+        return (ranks - 1) / (3 * v * microbatches + ranks - 1)
     return (ranks - 1) / (v * microbatches + ranks - 1)
 
 
 def simulate(kind: str, forward: list[float], backward: list[float], microbatches: int,
              chunks: int = 1) -> SimulatedSchedule:
     """Simulate `kind` for model stages with the given per-microbatch forward and backward times
-    (one entry per model stage: p·v of them for a chunked schedule, p otherwise)."""
+    (one entry per model stage: p·v of them for a chunked schedule, p otherwise). Under a split
+    backward the backward's B takes 1 - WEIGHT_SHARE of it and its W the rest."""
     stages = len(forward)
     if len(backward) != stages or stages == 0:
         raise ScheduleError("give one forward and one backward time per stage")
@@ -123,7 +139,12 @@ def simulate(kind: str, forward: list[float], backward: list[float], microbatche
         raise ScheduleError(f"{stages} stages cannot be split into {v} chunks per rank")
     p = stages // v
     prog = _program(kind, p, microbatches, v)
-    times = list(forward) + list(backward)  # operation k takes times[prog.time[k]]
+    # operation k takes times[prog.time[k]]: forwards, then backwards (B), then weight gradients (W)
+    if kind in SPLIT_BACKWARD:  # the model's first stage has no input gradient: torch runs it all in W
+        times = (list(forward) + [0.0] + [b * (1 - WEIGHT_SHARE) for b in backward[1:]]
+                 + [backward[0]] + [b * WEIGHT_SHARE for b in backward[1:]])
+    else:
+        times = list(forward) + list(backward)
     free = [0.0] * p
     starts: list[float] = []
     ends: list[float] = []
@@ -143,11 +164,11 @@ def simulate(kind: str, forward: list[float], backward: list[float], microbatche
 class _Program:
     """The operations of a schedule in the order the simulation runs them — each rank in turn runs its
     order (planlang.plan.schedule's) until an operation's input has not arrived — with each one's rank,
-    its time's index (forward of model stage s: s; backward: stages + s) and the index of the operation
-    it waits for (-1: none). That order depends only on which operations are done, never on their times:
-    one program per (kind, p, m, v) serves every simulation of those degrees. An operation is coded
-    ((stage · m + microbatch) · 2 + 1 for a backward): `step(k)` is the k-th as a Step. Equal (and
-    hashed) by the degrees it is made from."""
+    its time's index (forward of model stage s: s; backward: stages + s; weight gradient: 2·stages + s)
+    and the index of the operation it waits for (-1: none). That order depends only on which operations
+    are done, never on their times: one program per (kind, p, m, v) serves every simulation of those
+    degrees. An operation is coded (stage · m + microbatch) · 4 + (0 forward, 1 backward, 2 weight
+    gradient): `step(k)` is the k-th as a Step. Equal (and hashed) by the degrees it is made from."""
 
     kind: str
     ranks: int
@@ -162,9 +183,12 @@ class _Program:
         return _step(self.codes[k], self.microbatches)
 
 
+_KINDS = "FBW"  # an operation's code & 3
+
+
 def _step(code: int, m: int) -> Step:
-    stage, micro = divmod(code >> 1, m)
-    return Step("B" if code & 1 else "F", stage, micro)
+    stage, micro = divmod(code >> 2, m)
+    return Step(_KINDS[code & 3], stage, micro)
 
 
 def _program(kind: str, p: int, microbatches: int, v: int) -> _Program:
@@ -175,11 +199,12 @@ def _program(kind: str, p: int, microbatches: int, v: int) -> _Program:
 def _cached_program(kind: str, p: int, microbatches: int, v: int) -> _Program:
     m = microbatches
     stages = p * v
-    # each rank's order (planlang.plan.schedule, the one definition), coded: F(s, j) = 2(s·m + j), B(s, j) one more;
-    # F(s - 1, j) is then code - 2m, B(s + 1, j) code + 2m, F(s, j) of a backward code - 1
-    orders = orders_made_by(kind, p, m, v, lambda kind_, s, j: ((s * m + j) << 1) | (kind_ == "B"))
-    last = 2 * (stages - 1) * m  # codes of the last stage's operations are >= this
-    index = [-1] * (2 * stages * m)  # code -> its operation's index in the run order (-1: not run yet)
+    # each rank's order (planlang.plan.schedule, the one definition), coded: F(s, j) = 4(s·m + j), B(s, j) one
+    # more, W(s, j) two more; F(s - 1, j) is then code - 4m, B(s + 1, j) code + 4m, F(s, j) of a backward and
+    # B(s, j) of a weight gradient code - 1
+    orders = orders_made_by(kind, p, m, v, lambda kind_, s, j: ((s * m + j) << 2) | _KINDS.index(kind_))
+    last = 4 * (stages - 1) * m  # codes of the last stage's operations are >= this
+    index = [-1] * (4 * stages * m)  # code -> its operation's index in the run order (-1: not run yet)
     codes, rank, time, dep = array("l"), array("l"), array("l"), array("l")
     nxt = [0] * p
     remaining = sum(len(o) for o in orders)
@@ -189,16 +214,19 @@ def _cached_program(kind: str, p: int, microbatches: int, v: int) -> _Program:
             order, k = orders[r], nxt[r]
             while k < len(order):
                 c = order[k]
-                if c & 1:  # a backward waits for the next stage's backward, or its own forward on the last
-                    d = c - 1 if c >= last else c + 2 * m
+                op = c & 3
+                if op == 2:  # a weight gradient waits for its own stage's backward (run before it on the rank)
+                    d = c - 1
+                elif op:  # a backward waits for the next stage's backward, or its own forward on the last
+                    d = c - 1 if c >= last else c + 4 * m
                 else:  # a forward waits for the previous stage's forward
-                    d = c - 2 * m if c >= 2 * m else -1
+                    d = c - 4 * m if c >= 4 * m else -1
                 if d >= 0 and index[d] < 0:
                     break
                 index[c] = len(codes)
                 codes.append(c)
                 rank.append(r)
-                time.append((c >> 1) // m + (stages if c & 1 else 0))
+                time.append((c >> 2) // m + stages * op)
                 dep.append(index[d] if d >= 0 else -1)
                 k += 1
                 remaining -= 1

@@ -20,6 +20,14 @@ Clusters Using Megatron-LM", §2.2), with p ranks, m microbatches and v chunks p
                  at its peak (GPipe's memory, the interleaved bubble). The order of torch's
                  ScheduleLoopedBFS (tests/runtime/test_schedule_orders.py compares planlang's orders
                  with torch's action by action, interleaved's too).
+    zero_bubble  Zero bubble pipeline parallelism (Qi et al. 2024, "Zero Bubble Pipeline Parallelism",
+                 ICLR; arXiv:2401.10241, §3, ZB-H1) over v chunks per rank, placed as interleaved: a
+                 backward splits into the input gradient B, which the previous stage waits for, and the
+                 weight gradient W, which nothing waits for and which fills the bubbles. Interleaved's
+                 chunk groups of p microbatches, (v - 1)·p + p - r - 1 warm-up forwards, then one forward
+                 and one B in turn; rank r holds its first r weight gradients back and runs one W after
+                 each later B, the rest at the end. A stage keeps a microbatch's activations until its W.
+                 The order of torch's ScheduleInterleavedZeroBubble.
 """
 from __future__ import annotations
 
@@ -27,7 +35,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
-from .types import CHUNKED, SCHEDULES, stages_per_rank
+from .types import CHUNKED, SCHEDULES, SPLIT_BACKWARD, stages_per_rank
 
 
 class ScheduleError(ValueError):
@@ -36,7 +44,9 @@ class ScheduleError(ValueError):
 
 @dataclass(frozen=True)
 class Step:
-    """One operation a rank must run: a forward ("F") or backward ("B") of a model stage for a microbatch."""
+    """One operation a rank must run: a forward ("F") or backward ("B") of a model stage for a microbatch,
+    or under a schedule that splits it (SPLIT_BACKWARD) the weight gradient ("W") after the B, which is
+    then the input gradient only."""
 
     kind: str
     stage: int
@@ -85,8 +95,10 @@ def _orders(kind: str, ranks: int, microbatches: int, chunks: int, make: Callabl
                 + [make("B", c * p + r, j) for c in reversed(range(v)) for j in reversed(range(m))]
                 for r in range(p)]
     if m % p:
-        raise ScheduleError(f"interleaved needs microbatches ({m}) to be a multiple of the pipeline ranks ({p})")
+        raise ScheduleError(f"{kind} needs microbatches ({m}) to be a multiple of the pipeline ranks ({p})")
     total = m * v
+    if kind == "zero_bubble":
+        return [_zero_bubble(p, m, v, r, make) for r in range(p)]
 
     def step(kind_: str, r: int, k: int):
         # the k-th forward (backward) of rank r: groups of p microbatches go through the chunks in turn
@@ -98,6 +110,33 @@ def _orders(kind: str, ranks: int, microbatches: int, chunks: int, make: Callabl
 
     return [_one_forward_one_backward(min((p - r - 1) * 2 + (v - 1) * p, total), total,
                                       lambda kind_, k, r=r: step(kind_, r, k)) for r in range(p)]
+
+
+def _zero_bubble(p: int, m: int, v: int, r: int, make: Callable[[str, int, int], Any]) -> list:
+    """Rank r's order under zero_bubble (module docstring): op k < warm is a forward, then each op is a
+    forward (while any are left) and a B, with a W after it once r of them have run; the microbatch of
+    each kind on a stage counts up from 0."""
+    total = m * v
+    warm = min((v - 1) * p + p - r - 1, total)
+    done = {"F": [0] * v, "B": [0] * v, "W": [0] * v}
+    backs: list[int] = []  # the chunk of each B run, in order: the Ws follow it
+    seq: list = []
+
+    def run(kind_: str, chunk: int) -> None:
+        seq.append(make(kind_, chunk * p + r, done[kind_][chunk]))
+        done[kind_][chunk] += 1
+
+    for op in range(total + warm):
+        if op < total:
+            run("F", (op // p) % v)
+        if op >= warm:
+            backs.append(v - 1 - ((op - warm) // p) % v)
+            run("B", backs[-1])
+            if op - warm >= r:
+                run("W", backs[sum(done["W"])])
+    while sum(done["W"]) < len(backs):
+        run("W", backs[sum(done["W"])])
+    return seq
 
 
 def _one_forward_one_backward(warm: int, total: int, step) -> list:
@@ -117,14 +156,24 @@ def activation_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequ
     v = stages_per_rank(kind, chunks)
     if len(stage_bytes) != ranks * v:
         raise ScheduleError(f"{len(stage_bytes)} stage sizes for {ranks} ranks of {v} chunks")
+    frees = _frees(kind)
     peaks = []
     for order in rank_orders(kind, ranks, microbatches, v):
         held = peak = 0
         for st in order:
-            held += stage_bytes[st.stage] if st.kind == "F" else -stage_bytes[st.stage]
-            peak = max(peak, held)
+            if st.kind == "F":
+                held += stage_bytes[st.stage]
+                peak = max(peak, held)
+            elif st.kind == frees:
+                held -= stage_bytes[st.stage]
         peaks.append(peak)
     return peaks
+
+
+def _frees(kind: str) -> str:
+    """The operation that frees a microbatch's activations on a stage: its backward, or under a split
+    backward the weight gradient (torch keeps the forward's graph for it)."""
+    return "W" if kind in SPLIT_BACKWARD else "B"
 
 
 def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequence[int],
@@ -186,10 +235,14 @@ def _chunked_held(kind: str, ranks: int, microbatches: int, chunks: int) -> tupl
     bytes 1 and the others' 0), so that pricing every stage of a deep pipeline replays the orders once."""
     held = [0] * (ranks * chunks)
     peak = [0] * (ranks * chunks)
+    frees = _frees(kind)
     for order in rank_orders(kind, ranks, microbatches, chunks):
         for st in order:
-            held[st.stage] += 1 if st.kind == "F" else -1
-            peak[st.stage] = max(peak[st.stage], held[st.stage])
+            if st.kind == "F":
+                held[st.stage] += 1
+                peak[st.stage] = max(peak[st.stage], held[st.stage])
+            elif st.kind == frees:
+                held[st.stage] -= 1
     return tuple(peak)
 
 

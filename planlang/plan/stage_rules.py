@@ -40,10 +40,12 @@ def pipeline_schedule(ctx) -> Diags:
     chunks = sched.chunks if sched and isinstance(sched.chunks, int) else None
     if sched is not None:
         if sched.kind in T.CHUNKED:
-            if sched.chunks == 1 or (chunks is not None and chunks < 2):
+            least = T.MIN_CHUNKS[sched.kind]
+            if (sched.chunks == 1 and least > 1) or (chunks is not None and chunks < least):
                 other = "1f1b" if sched.kind == "interleaved" else "gpipe"  # what one chunk per rank would be
-                yield diag("PL404", f"the {sched.kind} schedule needs `chunks N` with N >= 2", sched.span,
-                           help=f"write `schedule {sched.kind} chunks 2`, or use `{other}`")
+                yield diag("PL404", f"the {sched.kind} schedule needs `chunks N` with N >= {least}", sched.span,
+                           help=f"write `schedule {sched.kind} chunks {max(2, least)}`"
+                           + ("" if least == 1 else f", or use `{other}`"))
         elif sched.kind in ("gpipe", "1f1b") and sched.chunks != 1:
             yield diag("PL404", f"`chunks` does not apply to `{sched.kind}`", sched.span,
                        help="remove `chunks`, or use `schedule interleaved chunks N` (or `looped_bfs chunks N`)",
@@ -61,8 +63,8 @@ def pipeline_schedule(ctx) -> Diags:
                        labels=[Label(st.span, f"stage {st.index}") for st in p.stages[:1]],
                        help=f"write {want} `stage` lines, or change the size of `{p.axis}`")
     if size is not None and m is not None and sched is not None:
-        if sched.kind == "interleaved" and m % size:
-            yield diag("PL402", f"interleaved needs microbatches divisible by {p.axis}({size}), "
+        if sched.kind in ("interleaved", "zero_bubble") and m % size:
+            yield diag("PL402", f"{sched.kind} needs microbatches divisible by {p.axis}({size}), "
                        f"but {m} % {size} = {m % size}", p.span,
                        help=f"use {((m // size) + 1) * size} microbatches")
         elif m < size and sched.kind == "1f1b":

@@ -349,9 +349,13 @@ for _cls in (DataSpec, ShardRule):
 
 
 # ------------------------------------------------------------------------------ schedule
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs", "zero_bubble")
 #: the schedules that hold `chunks` model stages on each pipeline rank, model stage s on rank s mod p
-CHUNKED = ("interleaved", "looped_bfs")
+CHUNKED = ("interleaved", "looped_bfs", "zero_bubble")
+#: the schedules that split a backward into the input gradient ("B") and the weight gradient ("W", later)
+SPLIT_BACKWARD = ("zero_bubble",)
+#: the fewest `chunks` a chunked schedule takes: zero bubble runs one stage per rank too (ZB-H1)
+MIN_CHUNKS = {"interleaved": 2, "looped_bfs": 2, "zero_bubble": 1}
 
 
 def stages_per_rank(kind: str, chunks: int) -> int:
@@ -366,7 +370,8 @@ class Schedule:
     span: Span = _span()
 
     def __str__(self) -> str:
-        return self.kind + (f" chunks {self.chunks}" if self.kind in CHUNKED else "")
+        shown = self.kind in CHUNKED and not (self.chunks == 1 and MIN_CHUNKS[self.kind] == 1)
+        return self.kind + (f" chunks {self.chunks}" if shown else "")
 
 
 @value_type(slots=True)

@@ -11,6 +11,8 @@ and builds the schedule the plan names:
                                                    r, r+p, …, r+(v−1)p (Narayanan et al. 2021, §2.2.2)
     looped_bfs chunks v    ScheduleLoopedBFS       placed as interleaved; each chunk runs all microbatches'
                                                    forwards in turn (breadth-first, arXiv:2211.05953)
+    zero_bubble chunks v   ScheduleInterleaved-    placed as interleaved; backward split into the input
+                           ZeroBubble              gradient and a later weight gradient (arXiv:2401.10241)
 
 `PipelineRunner.step(*inputs, target=...)` runs one training step's forward and backward over the plan's
 microbatches and returns the loss on ranks that hold the last stage (None elsewhere); `run` also returns
@@ -45,7 +47,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 from torch import fx, nn
-from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B, ScheduleLoopedBFS
+from torch.distributed.pipelining import (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                          ScheduleInterleavedZeroBubble, ScheduleLoopedBFS)
 from torch.distributed.tensor import DTensor
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_unflatten
@@ -61,9 +64,11 @@ from .precision import LossScale
 from .recv_buffers import InFlightStage
 
 StageTransform = Callable[[int, fx.GraphModule], nn.Module]  # a stage as split_stages cut it
-TorchSchedule = ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B | ScheduleLoopedBFS  # those a plan names
+TorchSchedule = (ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B | ScheduleLoopedBFS
+                 | ScheduleInterleavedZeroBubble)  # those a plan names
 #: a chunked schedule (planlang.plan.types.CHUNKED) -> torch's schedule of several stages per rank
-MULTI_STAGE = {"interleaved": ScheduleInterleaved1F1B, "looped_bfs": ScheduleLoopedBFS}
+MULTI_STAGE = {"interleaved": ScheduleInterleaved1F1B, "looped_bfs": ScheduleLoopedBFS,
+               "zero_bubble": ScheduleInterleavedZeroBubble}
 
 
 class PipelineError(ValueError):
@@ -78,7 +83,7 @@ class PipelineError(ValueError):
 class PipelineLayout:
     """Which stages a pipeline rank holds."""
 
-    schedule: str  # gpipe | 1f1b | interleaved | looped_bfs
+    schedule: str  # planlang.plan.types.SCHEDULES
     num_stages: int
     pp_size: int
     microbatches: int

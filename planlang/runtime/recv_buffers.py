@@ -73,6 +73,13 @@ class InFlightStage(PipelineStage):
         return out
 
     def backward_weight_one_chunk(self, bwd_chunk_id: int, last_backward: bool = False):
+        # a split backward (zero_bubble): the weight gradients come here, after the input gradient. torch
+        # assigns them to `.grad` itself except on the model's first stage (no post-accumulate-grad hook
+        # fires then): those buckets start at `finish`, the first stage's during this backward
+        if self.grad_sync is not None:
+            self.grad_sync.no_sync = not last_backward
+            if last_backward:
+                self.grad_sync.launch_complete({id(p) for p in self.submod.parameters()})
         out = super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
         self._release(bwd_chunk_id)
         return out

@@ -27,7 +27,7 @@ and hide behind B / N only, ZeRO-3's re-gathers behind the rest of B.
 With a pipeline of p ranks and m microbatches each model stage s runs m forwards of
 f_s = (F_s + T_f,s) / m and m backwards of b_s = (B_s + T_b,s) / m (T_f: forward and loss collectives;
 T_b: recomputation and backward; ZeRO-3 re-gathers the stage's unit for each one), and the schedule's event
-simulation (planlang.cost.schedule: gpipe, 1f1b, interleaved; the bubble of Narayanan et al. 2021, §2.2)
+simulation (planlang.cost.schedule: every schedule's own order; the bubble of Narayanan et al. 2021, §2.2)
 gives the makespan M (`price_step` returns that schedule with the rows; the report draws it). A rank's
 gradient sums O_r (DDP-style buckets, planlang.runtime.grad_sync) start during the last backward b_r of
 its first model stage, the last one it runs (its other stages' buckets at its start, the first stage's as
@@ -35,6 +35,11 @@ their gradients arrive), so they hide behind it but for the last bucket; a rank 
 backward at E_r < M hides the rest in the wait for the others:
 
     step of rank r = max(M, E_r + max(last bucket, O_r - b_r)) + A_r      bubble of rank r = M - its work
+
+Zero bubble (a split backward): a rank's last operation is its first stage's last weight gradient W_r, a
+WEIGHT_SHARE of b_r (on the model's first stage all of b_0: torch runs its whole backward there). Its other
+stages' sums hide behind W_r but for their last bucket; the first stage's start behind it on rank 0 only
+(elsewhere torch assigns the weight gradients itself, no hook fires, and they start after it).
 
 Sends between stages are not priced (as in the schedule simulation).
 """
@@ -47,14 +52,14 @@ import numpy as np
 
 from planlang.cost.buckets import cut_buckets, launch_order
 from planlang.cost.comm import Collective, Group, collective_time, group, work_time
-from planlang.cost.schedule import SimulatedSchedule, simulate
+from planlang.cost.schedule import WEIGHT_SHARE, SimulatedSchedule, simulate
 from planlang.plan.complete import CompleteMesh, CompletePlan
 
 from planlang.model.capture.load import build_model
 from planlang.model.program.lowering import lower, mark_checkpoints
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan.microbatches import accumulation_microbatch
-from planlang.plan.types import stages_per_rank
+from planlang.plan.types import SPLIT_BACKWARD, stages_per_rank
 from planlang.model.price.accumulation import step_traffic
 from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, graph_of, predict_step_traffic, program_zero_units,
                       stage_traffic, transfer, zero_transfers)
@@ -315,7 +320,12 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
         # runtime's InFlightStage.grad_sync), its other stages' at its start, the first stage's bucket by
         # bucket; what that backward cannot hide follows it (the first stage's last bucket at least)
         ts = [t for s in list(mine)[1:] + [r] for t in sums[s] if t not in regather[s]]
-        hidden_not, _ = _hidden(plan, ts, bwd[r], len(ts) - 1)
+        if kind in SPLIT_BACKWARD and r > 0:  # (see the module docstring)
+            others = [t for s in list(mine)[1:] for t in sums[s] if t not in regather[s]]
+            hidden_not = (_hidden(plan, others, bwd[r] * WEIGHT_SHARE, len(others) - 1)[0]
+                          + _seconds(plan, [t for t in ts if t not in others]))
+        else:
+            hidden_not, _ = _hidden(plan, ts, bwd[r], len(ts) - 1)
         finish = max(sim.makespan, sim.rank_end(r) + hidden_not) + sum(after[s] for s in mine)
         comm = _seconds(plan, ts) + sum(after[s] for s in mine)
         compute = sum(F[s] + B[s] for s in mine)
