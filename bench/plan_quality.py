@@ -10,6 +10,10 @@
   allow, else the deepest equal split with data-parallel replicas);
 * ours: `planlang solve` on a partial plan (bench/plan_configs/partial/) under each objective
   (time, memory, balanced), each solve stopped after --solve-limit CPU seconds;
+* the pipeline partitioners side by side, on configurations with a pipeline: the best grid plan with
+  one (pp >= 2) with its stage lines replaced by each method `planlang solve` fills a `stages ?` hole
+  with (planlang.solve.pipeline_stages.stage_partition: flops, activations, tree, capture, alpa),
+  everything else as the grid plan writes it;
 
 as absolute figures and as ratios to the best grid plan. Configurations: bench/plan_configs/configs.py.
 Every step is planlang.model.price.step_time's, the one model `planlang estimate` reports and `planlang solve`
@@ -64,6 +68,13 @@ Caveats (read before the numbers):
 * "ours" is `planlang solve` on the partial plan: mesh sizes, ZeRO stage, stages, the MLP's three
   parameter specs and checkpointing are holes; attention is fixed to Megatron's split. A solve that
   fails or passes --solve-limit is reported as such, not dropped.
+* "stages: METHOD" rows: the best grid plan with a pipeline (pp >= 2; "stages: equal blocks" is that
+  plan as the grid writes it) with its stages cut by METHOD, each priced in full as above: flops and
+  activations balance that per-layer cost (min-max), tree is SageMaker's tree partition, capture
+  minimises the predicted peak (capture §III-C), alpa is Alpa's stage DP (alpa §5.2, eq. 2) on the one
+  sub-mesh shape every stage has (dp x tp devices: stages of their own sizes are not run yet, PL418),
+  i.e. the fastest cut under the step-time model's per-layer compute whose every stage fits the budget
+  by the 1F1B in-flight rule. `planlang solve` tries all five and keeps the best priced.
 * Ratios are strategy / best grid plan (peak and step); < 1 is better. "paper" lines quote the paper's
   own measured ratio of its plan to Megatron-LM's, for orientation only (different hardware, measured).
 """
@@ -184,8 +195,11 @@ def run_solve(cfg: Config, objective: str, limit: float, write: Path | None = No
         (write / ours_plan_name(cfg, objective)).write_text(res.text)
     budget = cfg.budget_gib * 2**30
     layout, specs = solved_layout(res.text, path)
-    return Outcome(name, layout, best.peak, best.step_time, best.peak <= budget,
-                   note=f"specs {specs}" if specs else "", seconds=time.process_time() - cpu)
+    method = dict(best.choices).get("stages", "-")  # the partition a `stages ?` hole was filled by
+    note = " ".join(([f"specs {specs}"] if specs else []) +
+                    ([f"stages by {method}"] if "pp=" in layout and "pp=1 " not in layout + " " else []))
+    return Outcome(name, layout, best.peak, best.step_time, best.peak <= budget, note=note,
+                   seconds=time.process_time() - cpu)
 
 
 # ------------------------------------------------------------------------------ one configuration
@@ -211,7 +225,67 @@ def evaluate(cfg: Config, limit: float, write: Path | None, log=print) -> tuple[
     for objective in OBJECTIVES:
         rows.append(run_solve(cfg, objective, limit, write))
         log(f"  {rows[-1].strategy}: {rows[-1].seconds:.1f} s")
+    rows += stage_rows(cfg, points, write)
     return points, rows
+
+
+def pipeline_layout(cfg: Config, points: list[Outcome]) -> tuple[Layout, Outcome] | None:
+    """The best grid plan with a pipeline (pp >= 2), as best_grid ranks them, and its layout."""
+    piped = [(lay, o) for lay, o in zip(grid(cfg), points) if lay.pp > 1]
+    best = best_grid([o for _, o in piped])
+    return next(((lay, o) for lay, o in piped if o is best), None)
+
+
+def stage_rows(cfg: Config, points: list[Outcome], write: Path | None) -> list[Outcome]:
+    """The pipeline partitioners on the best grid plan with a pipeline ("stages: METHOD") and on the
+    uniform pipeline baseline's plan, the deepest, when it is another ("deepest: METHOD"): each method's
+    stages in place of the equal blocks (the function `planlang solve` fills a `stages ?` hole with, on
+    the model profiled as the solver profiles it: the batch whole), priced in full (price_text)."""
+    found = pipeline_layout(cfg, points) if cfg.microbatches else None
+    if found is None:
+        return []
+    rows = partition_rows(cfg, found[0], found[1], "stages", write)
+    try:
+        deep = baseline(cfg, "pipeline")
+    except NotApplicable:
+        return rows
+    if deep != found[0]:
+        equal = next((o for lay, o in zip(grid(cfg), points) if lay == deep), None) or \
+            price_layout(cfg, deep, "uniform pipeline", write)
+        rows += partition_rows(cfg, deep, equal, "deepest", write)
+    return rows
+
+
+def partition_rows(cfg: Config, lay: Layout, equal: Outcome, prefix: str, write: Path | None) -> list[Outcome]:
+    """`equal` (the plan of `lay` with equal blocks) as "PREFIX: equal blocks", then a row per method."""
+    from planlang.plan.checker import check_text
+    from planlang.solve.pipeline_stages import plan_layers, stage_partition
+    from planlang.solve.space import STAGE_METHODS
+
+    t = time.process_time()
+    path = PLAN_DIR / f"{cfg.slug}.plan"
+    plan = check_text(plan_text(cfg, lay, "stages ?", stages=()), str(path)).plan
+    assert plan is not None
+    parts = plan_layers(plan, divide=1)
+    rows = [Outcome(f"{prefix}: equal blocks", equal.layout, equal.peak, equal.step, equal.fits,
+                    f"the plan with equal blocks; the model's profile for the partitions took "
+                    f"{time.process_time() - t:.1f} CPU-s", equal.seconds)]
+    for method in STAGE_METHODS:
+        t, name = time.process_time(), f"{prefix}: {method}"
+        try:
+            chosen = stage_partition(plan, method, lay.pp, parts, degrees=(lay.dp, lay.tp), zero=lay.zero)
+            text = plan_text(cfg, lay, f"stages by {method}", stages=[str(c) for c in chosen])
+            if write is not None:
+                (write / f"{cfg.slug}__{prefix}_{method}.plan").write_text(text)
+            peak, step, fits = price_text(text, path)
+        except Exception as e:  # noqa: BLE001 - a partition or plan that fails: say so in the table
+            rows.append(Outcome(name, str(lay), note=f"failed: {type(e).__name__}: {str(e).splitlines()[0]}"[:160],
+                                seconds=time.process_time() - t))
+            continue
+        cut = " | ".join(",".join(c.modules) for c in chosen)
+        over = " (by its memory rule no cut fits the budget: the fastest cut)" if "no cut fits" in chosen[0].note else ""
+        rows.append(Outcome(name, str(lay), peak, step, fits, f"cut {cut}{over}", time.process_time() - t))
+    return rows
 
 
 def _gib(b: int | None) -> str:
@@ -255,14 +329,14 @@ def render(cfg: Config, points: list[Outcome], rows: list[Outcome]) -> str:
 
 
 def summary(results: list[tuple[Config, list[Outcome]]]) -> str:
-    names = [o.strategy for o in results[0][1]] if results else []
+    names = list(dict.fromkeys(o.strategy for _, rows in results for o in rows))  # stage rows: pipelines only
     head = f"{'strategy':22} {'configs':>7} {'fits':>5} {'peak/grid (min..max)':>22} {'step/grid (min..max)':>22}"
     out = ["== summary over configurations (ratios to the best grid plan, where both were priced)", head,
            "-" * len(head)]
     for name in names:
         pk, st, n, fit = [], [], 0, 0
         for _, rows in results:
-            ref, o = rows[0], next(r for r in rows if r.strategy == name)
+            ref, o = rows[0], next((r for r in rows if r.strategy == name), Outcome(name, "-"))
             if o.peak is None or ref.peak is None:
                 continue
             n += 1

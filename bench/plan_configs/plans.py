@@ -8,6 +8,7 @@ single stage: gradient accumulation), so plans differ only in the choices being 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from .configs import ENCODER, GPT, Config
 
@@ -118,16 +119,21 @@ def _megatron(cfg: Config) -> list[str]:
     return ["for l in layer[*] {", "    apply megatron.bert_layer(tp) to l", "}"]
 
 
-def plan_text(cfg: Config, lay: Layout, what: str) -> str:
-    """The complete plan of `lay` (Megatron tensor parallelism over tp; uniform stages over pp)."""
+def plan_text(cfg: Config, lay: Layout, what: str, stages: Sequence[str] | None = None) -> str:
+    """The complete plan of `lay` (Megatron tensor parallelism over tp; uniform stages over pp). `stages`:
+    the `stage ...` lines to write instead of equal blocks; empty, the hole `{ ? }`."""
     if (why := why_not(cfg, lay)) is not None:
         raise NotApplicable(why)
     out = _head(cfg, f"{what}: {lay}") + _mesh(cfg, {"pp": str(lay.pp), "dp": str(lay.dp), "tp": str(lay.tp)})
     out.append("optimizer adamw" + (f" {{ zero = {lay.zero} over dp }}" if lay.zero else ""))
     out.append(_data(cfg))
     if cfg.microbatches:
-        out.append(f"pipeline over pp schedule 1f1b microbatches {cfg.microbatches} {{")
-        out += stage_lines(cfg, lay.pp) + ["}"]
+        head = f"pipeline over pp schedule 1f1b microbatches {cfg.microbatches} {{"
+        if stages is not None and not stages:
+            out.append(head + " ? }")
+        else:
+            out.append(head)
+            out += (stage_lines(cfg, lay.pp) if stages is None else [f"    {s}" for s in stages]) + ["}"]
     out += _megatron(cfg)
     return "\n".join(out) + "\n"
 

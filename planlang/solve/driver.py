@@ -12,9 +12,8 @@ memory by class and step time). Stage 2 refines the best meshes as map §5.3 doe
      the unconstrained optimum fits: each distinct set of specs is a candidate. A looser budget buys a
      faster sharding whose activations no longer fit; the checkpoint stage then wins the memory back;
   2. for each: microbatches by step time, the smallest ZeRO stage that fits, the pipeline partition
-     (min–max over flops, over saved activations, or SageMaker's tree partition, each priced), and —
-     when the plan still does not fit — rotor's checkpointing DP (planlang.solve.checkpoint_plan) on the
-     local model's chain of blocks with what the budget leaves for activations;
+     (space.STAGE_METHODS, each priced), and — when the plan still does not fit — rotor's checkpointing
+     DP (planlang.solve.checkpoint_plan) on the local model's chain of blocks with what the budget leaves;
   3. the fastest candidate within the budget (or the least memory / the product, by objective).
 
 Every candidate is a plan value: the input's resolved plan with the candidate's choices substituted
@@ -97,7 +96,10 @@ class _Search:
 
     def __init__(self, path: str, objective: str, progress: Callable[[str], None] | Reporter, alpha: float = ALPHA,
                  time_limit: float | None = None, started: float | None = None, prune: bool = True,
-                 validated: Validated | None = None, now: Callable[[], float] = time.monotonic) -> None:
+                 validated: Validated | None = None, now: Callable[[], float] = time.monotonic, stage_method=None) -> None:
+        if stage_method is not None and stage_method not in STAGE_METHODS:
+            raise SolveError(f"unknown stage method {stage_method!r}; use one of {', '.join(STAGE_METHODS)}")
+        self.methods = (stage_method,) if stage_method else STAGE_METHODS  # the first is the defaults' partition
         self.clock = Clock(time_limit, started, now)  # `now`: a fake clock in tests
         self.prune = prune and objective == "time"  # bounds by step time: the time objective only
         self.where = Where()
@@ -265,10 +267,10 @@ class _Search:
         return cur.step_time if self.prune and cur is not None and cur.fits else None
 
     def price_at(self, assign: dict, micro: int | None, zero: int, specs: dict[int, T.Spec], ckpt: Checkpoints | None,
-                 stages: str = "flops", beat: float | None = None) -> Candidate | None:
+                 stages: str | None = None, beat: float | None = None) -> Candidate | None:
         """The candidate of these choices, priced (None when it does not check or cannot be built, or
         when its step exceeds `beat`: see `price`)."""
-        self.last_floored = False
+        self.last_floored, stages = False, stages or self.methods[0]
         try:
             fills = self.space.fills(assign, micro, zero, specs, ckpt, stages)
         except SolveError:
@@ -282,7 +284,7 @@ class _Search:
     def steps_at(self, assign: dict, micro: int | None) -> float | None:
         """Stage 1's candidate of this mesh: its step alone, without its program's collectives (a lower bound), or None."""
         try:
-            fills = self.space.fills(assign, micro, 0, {}, None, "flops")
+            fills = self.space.fills(assign, micro, 0, {}, None, self.methods[0])
         except SolveError:
             raise
         except Exception:  # noqa: BLE001 - price_at says why
@@ -360,7 +362,7 @@ class _Search:
             lean = self.lean(meshes[i], beat) if self.tight else None
             if not (self.tight and self.last_floored):  # a floor reads neither microbatches nor checkpoints
                 b = lean.step_time if lean is not None and lean.fits and (beat is None or lean.step_time < beat) else beat
-                coarse[i] = self.best([self.least_zero(meshes[i], micros[i], {}, "flops", b), lean])
+                coarse[i] = self.best([self.least_zero(meshes[i], micros[i], {}, self.methods[0], b), lean])
             self.where.done(n + 1)
             self.report.advance(f"stage 1: mesh {n + 2} of {len(meshes)}" if n + 1 < len(meshes) else "")
         ranked = sorted([c for c in coarse if c is not None], key=lambda c: c.key(self.objective))
@@ -439,7 +441,7 @@ class _Search:
         if not ckpts:
             return None
         micro = self.space.micro_options(assign)[-1] if self.holes.micro is not None else None
-        return self.least_zero(assign, micro, {}, "flops", beat, ckpts[0])
+        return self.least_zero(assign, micro, {}, self.methods[0], beat, ckpts[0])
 
     def seed(self, meshes: list[dict]) -> list[Candidate | None]:
         """Anytime: a complete plan before anything else, priced whatever the time limit. The first mesh
@@ -487,7 +489,7 @@ class _Search:
         for i, assign in enumerate(meshes):
             try:
                 micro = self.space.micro_options(assign)[0] if self.holes.micro is not None else None
-                fills = self.space.fills(assign, micro, 0, {}, None, "flops")
+                fills = self.space.fills(assign, micro, 0, {}, None, self.methods[0])
             except SolveError:
                 raise
             except Exception:  # noqa: BLE001 - price_at says why, when the seed prices it
@@ -524,19 +526,19 @@ class _Search:
             # gradient accumulation: more microbatches only shrink the activations (the same compute, the
             # program's collectives once more each): the smallest count that fits
             for m in micros:
-                cur = self.best([cur, self.least_zero(assign, m, specs, "flops", self.beat(cur))])
+                cur = self.best([cur, self.least_zero(assign, m, specs, self.methods[0], self.beat(cur))])
                 if cur is not None and cur.fits:
                     break
         for m in micros[:3] if self.plan.pipeline is not None or h.micro is None else []:
-            cur = self.best([cur, self.least_zero(assign, m, specs, "flops", self.beat(cur))])
+            cur = self.best([cur, self.least_zero(assign, m, specs, self.methods[0], self.beat(cur))])
         if cur is None:
             return None
         ch = dict(cur.choices)
         micro = int(str(ch["microbatches"])) if ch["microbatches"] != "-" else None
-        stages = "flops"
+        stages = self.methods[0]
         if h.stages is not None:
             self.where.at("the pipeline partition", within=True)
-            for method in STAGE_METHODS[1:]:
+            for method in self.methods[1:]:
                 try:
                     cur = self.better(cur, self.least_zero(assign, micro, specs, method, self.beat(cur)))
                 except Exception as e:  # noqa: BLE001 - a partition the model's structure does not allow
@@ -558,7 +560,7 @@ class _Search:
             assign = self.space.assign_of(cur.choices)
         if h.checkpoint is not None and not cur.fits:
             self.where.at("checkpointing", within=True)
-            cur = self.better(cur, *self.checkpointed(assign, micro, zero, specs, stages, cur))
+            cur = self.better(cur, *checkpointed(self, assign, micro, zero, specs, stages, cur))
         return cur
 
     def vary(self, cur: Candidate) -> Candidate:
@@ -578,13 +580,9 @@ class _Search:
                 cur = self.better(cur, self.price(fills, choices, self.beat(cur)))
         return cur
 
-    def checkpointed(self, assign, micro, zero, specs, stages, base: Candidate) -> list[Candidate | None]:
-        """Checkpoint candidates for a plan that does not fit (planlang.solve.checkpoint_search)."""
-        return checkpointed(self, assign, micro, zero, specs, stages, base)
-
 def solve(path: str, objective: str = "time", progress: Callable[[str], None] | Reporter = lambda s: None, *,
           alpha: float = ALPHA, time_limit: float | None = None, started: float | None = None,
-          prune: bool = True, validated: Validated | None = None) -> Result:
+          prune: bool = True, validated: Validated | None = None, stage_method: str | None = None) -> Result:
     """Fill every hole of the plan at `path` (see the module docstring). `time_limit` bounds
     each intra-op ILP call by the seconds left and stops the search between candidates: the result is
     then the best plan priced so far (anytime), its `cut` and header say what was left unexplored, and
@@ -593,7 +591,9 @@ def solve(path: str, objective: str = "time", progress: Callable[[str], None] | 
     a callable given each message and priced candidate as a line, or a planlang.solve.progress.Reporter.
     `prune=False`: every candidate met is priced in full (no bounds by step time; the same result, the
     tests compare them). `validated`: the plan at `path` as planlang.model.validation validated it (the
-    CLI's), so the solve neither parses nor checks it again."""
+    CLI's), so the solve neither parses nor checks it again. `stage_method`: a `stages ?` hole is filled by
+    that partition alone (one of space.STAGE_METHODS) instead of the best-priced of them all."""
     if objective not in OBJECTIVES:
         raise SolveError(f"unknown objective {objective!r}; use one of {', '.join(OBJECTIVES)}")
-    return _Search(path, objective, progress, alpha, time_limit, started, prune, validated).run()
+    return _Search(path, objective, progress, alpha, time_limit, started, prune, validated,
+                   stage_method=stage_method).run()

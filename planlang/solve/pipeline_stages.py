@@ -7,7 +7,10 @@ per-stage degrees where the kernel chooses them, and a note with the figure it o
 
 * `balanced_stages`  min–max contiguous partition of a per-layer cost (flops by default);
 * `memory_stages`    CAPTURE's search: stages with dp or tp degrees minimising predicted peak memory;
-* `throughput_stages_for_plan`  Alpa-style DP minimising Σ t_i + (m − 1) · max t_i within the budget;
+* `capture_partition` CAPTURE's layer groups on the mesh's own degrees (least predicted peak);
+* `alpa_partition`   Alpa's DP on the one sub-mesh shape every stage has: the fastest cut that fits;
+* `throughput_stages_for_plan`  Alpa-style DP minimising Σ t_i + (m − 1) · max t_i within the budget
+  over sub-meshes of their own sizes (per-stage degrees, not run yet: PL418);
 * `tree_stages`      SageMaker's tree partition over the module hierarchy.
 
 `solve_stages(plan, method)` picks one by name.
@@ -31,7 +34,7 @@ from .partition import PartitionError, min_max_partition
 from .pipeline_layers import LayerSequence, layer_sequence, model_tree, stage_selections, tree_selections
 from .throughput_stages import Submesh, throughput_stages
 from .tree_partition import tree_partition
-from planlang.cost.comm import Collective, DEFAULT_LINK, Group, collective_time, compute_time
+from planlang.cost.comm import Collective, DEFAULT_LINK, Group, collective_time, compute_time, work_time
 from planlang.model.price.estimate import STATE_ELEMENTS
 from planlang.model.capture.load import build_model, meta_inputs, model_loss
 from planlang.model.capture.profile import Profile, profile_model
@@ -121,6 +124,7 @@ class ModelParts:
     profile: Profile
     layers: LayerSequence | None
     chain_error: str = ""
+    divide: int = 0  # the profile's batch is the plan's / divide (0: one microbatch's)
 
 
 def plan_layers(plan: T.Plan, stages: int = 0, divide: int | None = None) -> ModelParts:
@@ -130,13 +134,15 @@ def plan_layers(plan: T.Plan, stages: int = 0, divide: int | None = None) -> Mod
     if plan.model is None:
         raise PartitionError("the plan declares no model; add `model NAME = \"package.module:factory\"(...)`")
     module = build_model(plan.model, plan.path)
-    inputs = _microbatch_inputs(plan, divide if divide is not None else _microbatches(plan))
+    divide = divide if divide is not None else _microbatches(plan)
+    inputs = _microbatch_inputs(plan, divide)
     facts = probe_modules(module, inputs)
     prof = profile_model(module, inputs, model_loss(plan.model))
     try:
-        return ModelParts(module, facts, prof, layer_sequence(module, inputs, facts=facts, profile=prof, stages=stages))
+        return ModelParts(module, facts, prof, layer_sequence(module, inputs, facts=facts, profile=prof, stages=stages),
+                          divide=divide)
     except PartitionError as err:
-        return ModelParts(module, facts, prof, None, str(err))
+        return ModelParts(module, facts, prof, None, str(err), divide)
 
 
 def _layers(parts: ModelParts, stages: int) -> LayerSequence:
@@ -228,28 +234,118 @@ def memory_stages(plan: T.Plan, stages: int | None = None, node_size: int | None
     return out
 
 
-def capture_partition(plan: T.Plan, stages: int | None = None, parts: ModelParts | None = None) -> list[StageChoice]:
+@dataclass(frozen=True)
+class UniformStages:
+    """What the partitions of stages on the mesh's own degrees read (every stage on its pipeline slice of
+    dp x tp devices), per layer, per device and per microbatch: `times` the step-time model's forward +
+    backward seconds (planlang.cost.comm.work_time of the layer's flops and memory-bound bytes at the
+    plan's compute dtype, / (dp·tp)), `static` its parameters, gradients and optimizer states (/ tp; the
+    ZeRO stage's share / dp), `act` its saved activations (/ (dp·tp)); `budget` the plan's (else the
+    device memory), bytes per device."""
+
+    layers: LayerSequence
+    times: tuple[float, ...]
+    static: tuple[float, ...]
+    act: tuple[float, ...]
+    microbatches: int
+    schedule: str
+    dp: int
+    tp: int
+    budget: float | None
+
+    @property
+    def devices(self) -> int:
+        """Devices of one stage: dp x tp."""
+        return self.dp * self.tp
+
+
+def uniform_stages(plan: T.Plan, stages: int, parts: ModelParts | None = None, microbatches: int | None = None,
+                   degrees: tuple[int, int] | None = None, schedule: str | None = None, zero: int = 0,
+                   efficiency: float = 0.5) -> UniformStages:
+    """The inputs of `capture_partition` and `alpa_partition` for `stages` stages (UniformStages). The
+    solver passes its candidate's microbatches, (dp, tp) degrees, schedule and ZeRO stage (the plan's
+    may be holes); else the plan's: microbatches still a hole count as the stage count (1F1B's in-flight
+    counts min(p − i, m) are those of any m >= p), a mesh size still a hole as 1."""
+    m = microbatches or _pipeline(plan).microbatches
+    m = m if isinstance(m, int) and m >= 1 else stages
+    parts = parts or plan_layers(plan, stages=stages)
+    L = _layers(parts, stages)
+    mesh = plan.mesh
+    if degrees is None:
+        _, data, tensor = _other_axes(plan)
+        degrees = ((mesh.axis_size(data) or 1) if mesh is not None and data else 1,
+                   (mesh.axis_size(tensor) or 1) if mesh is not None and tensor else 1)
+    dp, tp = degrees
+    kind = schedule or _schedule(plan)
+    if kind not in ("gpipe", "1f1b"):
+        raise PartitionError(f"`{kind}`: the capture and alpa partitions model the microbatches in flight "
+                             "of gpipe and 1f1b only (one stage per rank); use the flops, activations or tree one")
+    per = (parts.divide or m) / m / (dp * tp)  # the profiled batch -> one microbatch on one device
+    # each layer's own ops, and those of no layer (the root's: the embedding sum, the loss) on the last
+    # stage, as the estimate counts a stage's work (planlang.model.price.estimate)
+    prof = parts.profile
+    work = [[float(g.fwd_flops + g.bwd_flops), float(g.fwd_bytes + g.bwd_bytes)]
+            for g in (prof.subtree(x.name) for x in L.layers)]
+    work[-1][0] += prof.total_fwd_flops + prof.total_bwd_flops - sum(w[0] for w in work)
+    work[-1][1] += prof.total_fwd_bytes + prof.total_bwd_bytes - sum(w[1] for w in work)
+    if mesh is not None and mesh.device is not None and mesh.device.flops:
+        dtype = plan.precision.compute if isinstance(plan.precision.compute, str) else "f32"
+        times = [work_time(f * per, b * per, mesh, dtype, efficiency) for f, b in work]
+    else:  # no device throughput: the flops stand for the time (the same cut: one scale for every layer)
+        times = [f * per for f, _ in work]
+    mm = _optimizer_model(plan)
+    share = [1 / dp if zero >= z else 1.0 for z in (3, 2, 1)]  # parameters, gradients, optimizer states
+    static = [x.param_bytes / tp * (share[0] + mm.grad * share[1] + mm.optimizer * share[2]) for x in L.layers]
+    budget = plan.budget.bytes if plan.budget is not None else (
+        mesh.device.memory if mesh is not None and mesh.device is not None else None)
+    return UniformStages(L, tuple(times), tuple(static), tuple(a * per for a in L.costs("activations")), m, kind,
+                         dp, tp, float(budget) if budget else None)
+
+
+def capture_partition(plan: T.Plan, stages: int | None = None, parts: ModelParts | None = None,
+                      **candidate) -> list[StageChoice]:
     """CAPTURE's memory-centric search (capture §III-C, Algorithm 4) for the layer groups alone: every
     stage on its pipeline slice with the mesh's own degrees (a stage's own degrees are not run yet,
     PL418), the groups that minimise the predicted peak over the stages, each holding its schedule's
-    microbatches in flight (§III-B3's predictor: states W·(1 + grad + optimizer) and activations,
-    per device: / tp and / (dp·tp) of the plan's other axes). Microbatches still a hole count as the
-    stage count: 1F1B's in-flight counts min(p − i, m) are then those of any m >= p."""
+    microbatches in flight (§III-B3's predictor: states W·(1 + grad + optimizer) / tp and activations
+    / (dp·tp) per device, `uniform_stages`; `candidate`: its microbatches, degrees, schedule)."""
     k = stages if stages is not None else stage_count(plan)
-    m = _pipeline(plan).microbatches
-    m = m if isinstance(m, int) and m >= 1 else k
-    parts = parts or plan_layers(plan, stages=k)
-    L = _layers(parts, k)
-    mesh = plan.mesh
-    _, data, tensor = _other_axes(plan)
-    dp = (mesh.axis_size(data) or 1) if mesh is not None and data else 1
-    tp = (mesh.axis_size(tensor) or 1) if mesh is not None and tensor else 1
-    result = capture_search([w / tp for w in L.costs("params")], [a / (dp * tp) for a in L.costs("activations")],
-                            k, 1, m, schedule=_schedule(plan), memory=_optimizer_model(plan),
-                            configs=(("none", 1),), stages=k)
-    bounds = [s.start for s in result.stages] + [len(L.layers)]
+    u = uniform_stages(plan, k, parts, **candidate)
+    params = [x.param_bytes / u.tp for x in u.layers.layers]
+    result = capture_search(params, list(u.act), k, 1, u.microbatches, schedule=u.schedule,
+                            memory=_optimizer_model(plan), configs=(("none", 1),), stages=k)
+    bounds = [s.start for s in result.stages] + [len(u.layers.layers)]
     return [StageChoice(tuple(sel), (), f"predicted peak {st.memory / 2**30:.3g} GiB")
-            for sel, st in zip(stage_selections(L, bounds), result.stages)]
+            for sel, st in zip(stage_selections(u.layers, bounds), result.stages)]
+
+
+def alpa_partition(plan: T.Plan, stages: int | None = None, parts: ModelParts | None = None,
+                   budget: float | None = None, **candidate) -> list[StageChoice]:
+    """Alpa's inter-operator DP (alpa §5.2, eq. 2; planlang.solve.throughput_stages) with one sub-mesh
+    shape, the one every stage has until stages get their own degrees (PL418): dp x tp devices, the
+    pipeline's p stages using all p·dp·tp. The cut minimises Σ t_i + (B − 1)·max t_i, t_i the stage's
+    forward + backward per microbatch by the step-time model's compute (`uniform_stages`), among the cuts
+    whose every stage fits the budget (states + its schedule's in-flight microbatches' activations,
+    1F1B's min(p − i, B)). With one sub-mesh shape Σ t_i is the same for every cut, so this is the
+    fastest bottleneck among the cuts that fit. When none fits by this predictor, the fastest cut, noted.
+    `budget` replaces the plan's; `candidate` as for `uniform_stages`."""
+    k = stages if stages is not None else stage_count(plan)
+    u = uniform_stages(plan, k, parts, **candidate)
+    col = [[[x] for x in v] for v in (u.times, u.static, u.act)]
+    limit = budget if budget is not None else u.budget
+    over = ""
+    try:
+        result = throughput_stages(col[0], [u.devices], k * u.devices, u.microbatches, col[1], col[2], limit,
+                                   schedule=u.schedule, stages=k)
+    except PartitionError:
+        if limit is None:
+            raise
+        result = throughput_stages(col[0], [u.devices], k * u.devices, u.microbatches, col[1], col[2], None,
+                                   schedule=u.schedule, stages=k)
+        over = " (no cut fits the budget: the fastest)"
+    bounds = [s.start for s in result.stages] + [len(u.layers.layers)]
+    return [StageChoice(tuple(sel), (), f"{st.time * 1e3:.3g} ms per microbatch, predicted {st.memory / 2**30:.3g} "
+                        f"GiB{over}") for sel, st in zip(stage_selections(u.layers, bounds), result.stages)]
 
 
 def throughput_stages_for_plan(plan: T.Plan, stages: int | None = None,
@@ -336,14 +432,34 @@ def tree_stages(plan: T.Plan, stages: int | None = None, alpha: float = 0.5,
     return [StageChoice(tuple(s), (), f"load {load:.3g}") for s, load in zip(sels, result.loads)]
 
 
+def stage_partition(plan: T.Plan, method: str, stages: int, parts: ModelParts | None = None,
+                    microbatches: int | None = None, degrees: tuple[int, int] | None = None,
+                    schedule: str | None = None, zero: int = 0) -> list[StageChoice]:
+    """The stages `planlang solve` fills a `stages ?` hole with by `method` (planlang.solve.space.
+    STAGE_METHODS): flops or activations (min–max over that per-layer cost), tree (SageMaker), capture
+    (CAPTURE's least predicted peak) or alpa (Alpa's DP: the fastest cut that fits); the last two read the
+    candidate's microbatches, (dp, tp) degrees, schedule and (alpa) ZeRO stage (`uniform_stages`)."""
+    if method == "tree":
+        return tree_stages(plan, stages, parts=parts)
+    if method in ("flops", "activations"):
+        return balanced_stages(plan, stages, cost=method, parts=parts)
+    candidate: dict = {"microbatches": microbatches, "degrees": degrees, "schedule": schedule}
+    if method == "capture":
+        return capture_partition(plan, stages, parts, **candidate)
+    if method == "alpa":
+        return alpa_partition(plan, stages, parts, zero=zero, **candidate)
+    raise PartitionError(f"stage method {method!r}: use flops, activations, tree, capture or alpa")
+
+
 METHODS: dict[str, Callable[..., list[StageChoice]]] = {
-    "balanced": balanced_stages, "memory": memory_stages, "capture": capture_partition,
+    "balanced": balanced_stages, "memory": memory_stages, "capture": capture_partition, "alpa": alpa_partition,
     "throughput": throughput_stages_for_plan, "tree": tree_stages}
 
 
 def solve_stages(plan: T.Plan, method: str = "balanced", **options) -> list[StageChoice]:
     """The plan's stages by `method`: balanced (min–max flops), memory (CAPTURE, with per-stage degrees),
-    capture (CAPTURE's layer groups on the mesh's degrees), throughput (Alpa-style DP) or tree (SageMaker). `options` go to that entry point (`stages=`, `parts=`, ...)."""
+    capture (CAPTURE's layer groups on the mesh's degrees), alpa (Alpa's DP on the mesh's degrees),
+    throughput (Alpa-style DP, per-stage sub-meshes) or tree (SageMaker). `options` go to that entry point (`stages=`, `parts=`, ...)."""
     fn = METHODS.get(method)
     if fn is None:
         raise PartitionError(f"stage method {method!r}: use one of {', '.join(METHODS)}")

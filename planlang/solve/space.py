@@ -32,7 +32,9 @@ class SolveError(ValueError):
 
 PP_AXIS, SCHEDULE, CHUNKS, DATA_AXES, DEGREES = (  # choices besides axis sizes (a space: no axis is named so)
     "pipeline axis", "pipeline schedule", "schedule chunks", "data axes", "stage degrees")
-STAGE_METHODS = ("flops", "activations", "tree", "capture")
+#: the pipeline partitions a `stages ?` hole is filled by, each priced (docs/solve.md): min–max flops, min–max
+#: saved activations, SageMaker's tree, CAPTURE's least predicted peak, Alpa's DP (the fastest cut that fits)
+STAGE_METHODS = ("flops", "activations", "tree", "capture", "alpa")
 
 
 def factorizations(n: int, k: int) -> list[tuple[int, ...]]:
@@ -97,7 +99,7 @@ class Space:
         self.arguments = arguments
         self.facts = facts
         self.int_arguments = {i for i, x in enumerate(holes.arguments) if arguments.takes_int(x)}
-        self._stages: dict[tuple[int, str], tuple] = {}  # (stage count, method) -> (choices, stages value)
+        self._stages: dict[tuple, tuple] = {}  # (stage count, method[, the candidate's]) -> (choices, stages value)
         h = holes
         # the choices besides axis sizes a candidate carries (assign's keys; each has a space, no axis does)
         self.outer_keys = ([PP_AXIS] if h.pp_axis else []) + ([SCHEDULE] if h.schedule else []) + \
@@ -336,29 +338,35 @@ class Space:
                 and (kind != "interleaved" or m % pp == 0)]  # interleaved: a multiple of the ranks (PL402)
         return opts or [lb]
 
-    def stage_choices(self, assign: dict, method: str = "flops") -> list:
+    def stage_choices(self, assign: dict, method: str = "flops", micro: int | None = None, zero: int = 0) -> list:
         """The pipeline hole's stages: the min–max partition of per-layer flops or saved activations
-        (planlang.solve.partition), SageMaker's tree partition of the module hierarchy, or CAPTURE's
-        memory-centric layer groups (pipeline_stages.capture_partition)."""
-        return list(self._stage_fill(assign, method)[0])
+        (planlang.solve.partition), SageMaker's tree partition of the module hierarchy, CAPTURE's
+        memory-centric layer groups (pipeline_stages.capture_partition) or Alpa's DP on the mesh's
+        degrees (pipeline_stages.alpa_partition)."""
+        return list(self._stage_fill(assign, method, micro, zero)[0])
 
-    def _stage_fill(self, assign: dict, method: str) -> tuple:
-        """(stage_choices, their value as the plan's stages), once per stage count and method: the
-        partition reads only the stage count and the model's layers (every mesh of a pp degree shares it)."""
+    def _stage_fill(self, assign: dict, method: str, micro: int | None = None, zero: int = 0) -> tuple:
+        """(stage_choices, their value as the plan's stages), once per stage count and method: the flops,
+        activations and tree partitions read only the stage count and the model's layers (every mesh of a
+        pp degree shares them); CAPTURE's and Alpa's also the candidate's microbatches, data and tensor
+        degrees and schedule (and Alpa's its ZeRO stage: the states its budget holds)."""
         # lazy: torch loads only when this runs
-        from planlang.solve.pipeline_stages import balanced_stages, capture_partition, to_stages, tree_stages
+        from planlang.solve.pipeline_stages import stage_partition, to_stages
 
         k = self.stage_count(assign)
-        if (k, method) not in self._stages:
-            parts = self.facts().layers
-            if method == "tree":
-                chosen = tree_stages(self.plan, k, parts=parts)
-            elif method == "capture":
-                chosen = capture_partition(self.plan, k, parts=parts)
-            else:
-                chosen = balanced_stages(self.plan, k, cost=method, parts=parts)
-            self._stages[k, method] = (tuple(chosen), to_stages(chosen))
-        return self._stages[k, method]
+        key: tuple = (k, method)
+        candidate: dict = {}
+        if method in ("capture", "alpa"):
+            pp, data = self.pp_axis(assign), self.data_axes_of(assign)
+            dp = math.prod(self.size_of(assign, a) for a in data)
+            tp = math.prod(self.size_of(assign, a) for a in self.mesh.names if a != pp and a not in data)
+            candidate = {"microbatches": micro, "degrees": (dp, tp), "schedule": self.schedule_of(assign)[0] or None,
+                         "zero": zero if method == "alpa" else 0}
+            key += tuple(candidate.values())
+        if key not in self._stages:
+            chosen = stage_partition(self.plan, method, k, self.facts().layers, **candidate)
+            self._stages[key] = (tuple(chosen), to_stages(chosen))
+        return self._stages[key]
 
     def stage_count(self, assign: dict) -> int:
         """Pipeline stages of the mesh's candidates: the pipeline axis's size times the chunks per rank."""
@@ -470,7 +478,7 @@ class Space:
         if h.micro is not None:
             fills["microbatches"] = Fill(h.micro, micro)
         if h.stages is not None:
-            chosen, value = self._stage_fill(assign, stages)
+            chosen, value = self._stage_fill(assign, stages, micro, zero)
             fills["stages"] = Fill(h.stages, value, text="\n" + "\n".join(str(c) for c in chosen) + "\n")
         for k, (rule, written) in enumerate(h.specs):
             spec = specs.get(k)
