@@ -125,7 +125,8 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "Dtypes are written f64, f32, tf32, f16, bf16, fp8, i64, i32, i16, i8, u8 and bool (the long\n"
      "forms float32, bfloat16, int64, ... are accepted too)."),
     ("PL215", "unknown-schedule", E, "unknown pipeline schedule",
-     "Pipeline schedules are `gpipe`, `1f1b`, `interleaved chunks N` and `looped_bfs chunks N` (or `?`)."),
+     "Pipeline schedules are `gpipe`, `1f1b`, `interleaved chunks N`, `looped_bfs chunks N` and\n"
+     "`zero_bubble` (or `zero_bubble chunks N`), or `?`."),
     ("PL216", "unknown-optimizer", E, "unknown optimizer",
      "Known optimizers: sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor, lion. The optimizer\n"
      "decides how many state bytes each parameter carries."),
@@ -314,17 +315,19 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "groups, FSDP2 units, mixed precision or dropout. The results are the same as eager; only the\n"
      "speed differs. Remove dropout for a compiled training step, or accept the eager parts."),
     ("PL401", "stage-count", E, "number of stages does not match the pipeline axis",
-     "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved and looped_bfs\n"
-     "schedules)."),
-    ("PL402", "interleaved-microbatches", E, "interleaved schedule needs microbatches divisible by stages",
-     "The interleaved 1F1B schedule runs microbatches in rounds of one per stage: microbatches must\n"
-     "be a multiple of the pipeline size."),
+     "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved, looped_bfs and\n"
+     "zero_bubble schedules)."),
+    ("PL402", "interleaved-microbatches", E,
+     "interleaved and zero_bubble schedules need microbatches divisible by the pipeline size",
+     "The interleaved 1F1B and zero_bubble schedules run microbatches in rounds of one per pipeline\n"
+     "rank through each chunk: microbatches must be a multiple of the pipeline size."),
     ("PL403", "few-microbatches", W, "fewer microbatches than stages",
      "With m < p microbatches some stages always idle (bubble ratio (p - 1) / (m + p - 1) at best).\n"
      "Use at least as many microbatches as stages."),
-    ("PL404", "chunks", E, "chunks only apply to the interleaved and looped_bfs schedules",
-     "`chunks N` (N >= 2) is the number of model chunks per device of `interleaved` and `looped_bfs`,\n"
-     "which need it; `gpipe` and `1f1b` hold one chunk per device."),
+    ("PL404", "chunks", E, "chunks only apply to the interleaved, looped_bfs and zero_bubble schedules",
+     "`chunks N` is the number of model chunks per device of `interleaved` and `looped_bfs`, which need\n"
+     "it with N >= 2, and of `zero_bubble`, which takes N >= 1 (one chunk when `chunks` is left out);\n"
+     "`gpipe` and `1f1b` hold one chunk per device."),
     ("PL405", "checkpoint-crosses-stage", E, "checkpoint group crosses a stage boundary",
      "A checkpoint group is recomputed inside one stage; it cannot span two stages."),
     ("PL406", "stages-overlap", E, "a module is in two stages", "Each module belongs to exactly one stage."),

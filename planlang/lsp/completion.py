@@ -23,7 +23,7 @@ from planlang.lang.codes import CODES
 from planlang.lang.lexical import brackets, inside, suppression_open
 from planlang.plan.resolve import DTYPES, Resolver
 from planlang.plan.selection import to_plan_name
-from planlang.plan.types import CHUNKED, OPTIMIZERS, PRECISION_DTYPES
+from planlang.plan.types import CHUNKED, MIN_CHUNKS, OPTIMIZERS, PRECISION_DTYPES
 from planlang.plan.units import UNITS, Kind
 
 from .analysis import Analysis, references
@@ -45,6 +45,8 @@ UNIT_KINDS = (
     (re.compile(r"^\s*flops(\.\w+)?\s*=\s*[\d.]+\s*\w*$"), Kind.THROUGHPUT),
 )
 _CHUNKED = "(" + "|".join(CHUNKED) + ")"  # the schedules that take `chunks N`
+_NEEDS_CHUNKS = "(" + "|".join(k for k in CHUNKED if MIN_CHUNKS[k] > 1) + ")"  # ... and need it
+_MAY_CHUNK = "(" + "|".join(k for k in CHUNKED if MIN_CHUNKS[k] == 1) + ")"  # ... or go without (one chunk)
 COMMON_UNITS = ("GiB", "MiB", "GB", "GB/s", "GiB/s", "Gb/s", "us", "ms", "ns", "TFLOPS", "GFLOPS")
 
 # the keyword that comes next once the text before the cursor is a complete prefix of a statement
@@ -57,7 +59,9 @@ NEXT_KEYWORDS = (
     (re.compile(r"^\s*pipeline\s+\w*$"), ("over",)),
     (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+\w*$"), ("schedule",)),
     (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+(gpipe|1f1b|\?)\s+\w*$"), ("microbatches",)),
-    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+" + _CHUNKED + r"\s+\w*$"), ("chunks",)),
+    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+" + _NEEDS_CHUNKS + r"\s+\w*$"), ("chunks",)),
+    (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+" + _MAY_CHUNK + r"\s+\w*$"),
+     ("chunks", "microbatches")),
     (re.compile(r"^\s*pipeline\s+over\s+[\w?]+\s+schedule\s+" + _CHUNKED + r"\s+chunks\s+[\d?]+\s+\w*$"),
      ("microbatches",)),
     (re.compile(r"^\s*for\s+\w+\s+\w*$"), ("in",)),

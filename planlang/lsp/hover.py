@@ -34,6 +34,10 @@ SCHEDULE_TEXT = {
     "looped_bfs": "Looped BFS (breadth-first): each device runs `chunks` model chunks, the forwards of all "
                   "microbatches chunk by chunk, then the backwards in reverse; GPipe's memory (every stage "
                   "holds all microbatches), interleaved's bubble when microbatches >= p.",
+    "zero_bubble": "Zero bubble (ZB-H1, Qi et al. 2024): each device runs `chunks` model chunks (1 if not "
+                   "given), placed as interleaved; a backward splits into the input gradient B and the "
+                   "weight gradient W, run later to fill the bubbles, and a stage holds a microbatch's "
+                   "activations until its W; needs microbatches % p == 0.",
 }
 MODEL_HINT = "_Shapes and memory appear here when model checks are on (setting `planlang.modelChecks`)._"
 MODEL_STALE = "_The model's source changed since it was probed: model checks are running again._"

@@ -48,7 +48,9 @@ def _formats(formats: Iterable[str] | str) -> tuple[str, ...]:
 def report_json(data: ReportData) -> dict:
     """The numbers behind the charts (bytes and seconds). Each device's `step_time` and `step` are the
     estimate's; the schedule's `makespan` is the span of its forwards and backwards (a rank's step adds
-    the gradient sums after it), `forward` and `backward` each stage's time for one microbatch."""
+    the gradient sums after it), `forward` and `backward` each stage's time for one microbatch, and each
+    of its `boxes` [kind, stage, rank, microbatch, start, end], kind "F", "B" or (zero_bubble's weight
+    gradient) "W"."""
     sched = data.schedule
     sim = sched.simulated if sched is not None else None
     return {

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planlang.plan.units import format_bytes
-from planlang.plan.types import CHUNKED
+from planlang.plan.types import SPLIT_BACKWARD
 
 from .memory import CLASSES, MemoryBar
 from planlang.cost.schedule import SimulatedSchedule, closed_form_bubble
@@ -18,9 +18,12 @@ if TYPE_CHECKING:  # types only: matplotlib loads when a chart is drawn
 
 COLORS = dict(zip(CLASSES, ("#4c72b0", "#8172b3", "#c44e52", "#937860", "#55a868", "#a6d4a0", "#dd8452", "#f2c09a",
                             "#e8b07a")))
-# forward in blues, backward in oranges; one shade per chunk of an interleaved schedule
+# forward in blues, backward in oranges, a split backward's weight gradient (zero_bubble's W) in greens;
+# one shade per chunk of a chunked schedule
 FORWARD_SHADES = ("#3b6fb6", "#7fa6dc", "#b5cdee", "#1f3f6e")
 BACKWARD_SHADES = ("#d9692b", "#f0a56f", "#f7cfae", "#8a3a10")
+WEIGHT_SHADES = ("#3f8f54", "#8cc792", "#c5e6c8", "#1e5130")
+SHADES = {"F": FORWARD_SHADES, "B": BACKWARD_SHADES, "W": WEIGHT_SHADES}  # by a box's kind
 BUDGET_COLOR = "#c0392b"
 LIGHT = {"backward transient", "optimizer-step temporaries", "step transient"}  # light segments take dark numbers
 BREAK_BELOW = 0.4  # break the y axis when every peak is below this share of the budget
@@ -133,7 +136,8 @@ def _time_unit(span: float) -> tuple[str, str, float]:
 
 
 def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> list[Path]:
-    """One row per pipeline rank; a box per forward and backward of a microbatch, numbered, over time."""
+    """One row per pipeline rank; a box per forward and backward of a microbatch, numbered, over time
+    (under a split backward, zero_bubble, a box per input gradient B and weight gradient W)."""
     # lazy: matplotlib loads only when a chart is drawn
     import matplotlib
     from matplotlib.figure import Figure
@@ -147,7 +151,9 @@ def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> li
         ax = fig.add_subplot()
         axis_points = width * 0.85 * 72  # roughly the axis width in points, to decide where numbers fit
         for b in sim.boxes:
-            shades = FORWARD_SHADES if b.kind == "F" else BACKWARD_SHADES
+            if b.end <= b.start:  # takes no time (zero_bubble's B on the model's first stage: all of it is W)
+                continue
+            shades = SHADES[b.kind]
             x0, w = b.start * k, (b.end - b.start) * k
             ax.broken_barh([(x0, w)], (b.rank - 0.38, 0.76), facecolors=shades[b.chunk % len(shades)],
                            edgecolor="white", linewidth=0.5)
@@ -167,15 +173,19 @@ def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> li
         fig.suptitle(title)
         ax.spines[["top", "right"]].set_visible(False)
         reference = closed_form_bubble(sim.kind, p, sim.microbatches, v)
-        formula = "(p−1)/(v·m+p−1)" if sim.kind in CHUNKED else "(p−1)/(m+p−1)"
-        ax.set_title(f"bubble (idle share of the span): {sim.bubble_ratio:.1%}    ·    equal stage times would give "
-                     f"{formula} = {reference:.1%}    ·    span {sim.makespan * k:.4g} {unit}",
+        split = sim.kind in SPLIT_BACKWARD
+        formula = f"({'3·' if split else ''}{'v·' if v > 1 else ''}m+p−1)"
+        equal = "equal stage times, backward = 2 × forward," if split else "equal stage times"
+        ax.set_title(f"bubble (idle share of the span): {sim.bubble_ratio:.1%}    ·    {equal} would give "
+                     f"(p−1)/{formula} = {reference:.1%}    ·    span {sim.makespan * k:.4g} {unit}",
                      loc="left", fontsize=9.5, color="#333333")
+        names = {"F": "forward", "B": "input gradient (B)" if split else "backward", "W": "weight gradient (W)"}
+        kinds = "FBW" if split else "FB"
         if v > 1:
-            handles = ([Patch(color=FORWARD_SHADES[c % 4], label=f"forward, chunk {c}") for c in range(v)]
-                       + [Patch(color=BACKWARD_SHADES[c % 4], label=f"backward, chunk {c}") for c in range(v)])
+            handles = [Patch(color=SHADES[kind][c % 4], label=f"{names[kind]}, chunk {c}") for kind in kinds
+                       for c in range(v)]
         else:
-            handles = [Patch(color=FORWARD_SHADES[0], label="forward"), Patch(color=BACKWARD_SHADES[0], label="backward")]
+            handles = [Patch(color=SHADES[kind][0], label=names[kind]) for kind in kinds]
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False,
                   title="numbers: microbatch")
     return _save(fig, base, formats)

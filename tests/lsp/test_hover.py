@@ -45,6 +45,8 @@ def test_every_schedule_has_a_hover(gpt2):
         h = hover(a, at(text, f"schedule {kind}", len("schedule ") + 1))
         assert h is not None and h.contents.value == SCHEDULE_TEXT[kind], kind
     assert "all microbatches" in SCHEDULE_TEXT["looped_bfs"]  # GPipe's memory
+    assert "weight gradient" in SCHEDULE_TEXT["zero_bubble"] and "until its W" in SCHEDULE_TEXT["zero_bubble"]
+    assert set(SCHEDULE_TEXT) == set(types.SCHEDULES)
 
 
 def test_template_shows_signature_and_doc_comment(gpt2):

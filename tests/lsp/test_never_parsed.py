@@ -72,9 +72,12 @@ def test_statement_keywords_next_keywords_and_units():
     assert _labels(HEAD + "mesh n ") == ["of"]
     assert _labels(HEAD + "pipeline over dp ") == ["schedule"]
     assert _labels(HEAD + "pipeline over dp schedule 1f1b ") == ["microbatches"]
-    for chunked in ("interleaved", "looped_bfs"):  # the schedules with `chunks N`
+    for chunked in ("interleaved", "looped_bfs"):  # the schedules that need `chunks N`
         assert _labels(HEAD + f"pipeline over dp schedule {chunked} ") == ["chunks"]
         assert _labels(HEAD + f"pipeline over dp schedule {chunked} chunks 2 ") == ["microbatches"]
+    # zero_bubble takes `chunks N` or goes without (one chunk per rank)
+    assert _labels(HEAD + "pipeline over dp schedule zero_bubble ") == ["chunks", "microbatches"]
+    assert _labels(HEAD + "pipeline over dp schedule zero_bubble chunks 2 ") == ["microbatches"]
     assert _labels(HEAD + "budget 40 GiB ") == ["per device"]
     units = _labels(HEAD + "budget 40 G")
     assert units[:3] == ["GiB", "MiB", "GB"] and "GB/s" not in units
