@@ -74,7 +74,11 @@ Caveats (read before the numbers):
   minimises the predicted peak (capture §III-C), alpa is Alpa's stage DP (alpa §5.2, eq. 2) on the one
   sub-mesh shape every stage has (dp x tp devices: stages of their own sizes are not run yet, PL418),
   i.e. the fastest cut under the step-time model's per-layer compute whose every stage fits the budget
-  by the 1F1B in-flight rule. `planlang solve` tries all five and keeps the best priced.
+  by the 1F1B in-flight rule. capture's and alpa's memory rule is their papers' predictor (states +
+  in-flight activations), not the estimate: a cut alpa keeps within the budget can be over it priced
+  (buffers, transients, the loss's logits). "deepest: METHOD" rows do the same on the uniform pipeline
+  baseline's layout (the deepest pipeline) where it differs. `planlang solve` tries all five and keeps
+  the best priced ("ours" notes which).
 * Ratios are strategy / best grid plan (peak and step); < 1 is better. "paper" lines quote the paper's
   own measured ratio of its plan to Megatron-LM's, for orientation only (different hardware, measured).
 """
