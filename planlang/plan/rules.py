@@ -241,7 +241,7 @@ RULES = [
     (spec_axes, ("PL303", "PL307", "PL308")),
     (conflicting_shards, ("PL310",)),
     (data_specs, ("PL305", "PL306")),
-    (pipeline_schedule, ("PL401", "PL402", "PL403", "PL404", "PL411", "PL416")),
+    (pipeline_schedule, ("PL401", "PL402", "PL403", "PL404", "PL411", "PL416", "PL419")),
     (accumulation_statement, ("PL411", "PL417")),
     (stage_ranges, ("PL406", "PL407")),
     (empty_selections, ("PL408",)),

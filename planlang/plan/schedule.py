@@ -149,23 +149,28 @@ def _one_forward_one_backward(warm: int, total: int, step) -> list:
 
 
 def activation_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequence[int],
-                     chunks: int = 1) -> list[int]:
+                     chunks: int = 1, pending: Sequence[int] | None = None) -> list[int]:
     """Per pipeline rank, the most activation bytes it holds at once: its order replayed, each forward of
     model stage s keeping `stage_bytes[s]` (what one microbatch saves there) until that microbatch's
-    backward of s. `stage_bytes` has one entry per model stage (p·v for a chunked schedule)."""
+    backward of s (under a split backward, its W). `stage_bytes` has one entry per model stage (p·v for a
+    chunked schedule). `pending[s]`: under a split backward, what a microbatch's B leaves on stage s for
+    its W (the gradients at the outputs of the operations that use weights, torch's `param_groups`)."""
     v = stages_per_rank(kind, chunks)
     if len(stage_bytes) != ranks * v:
         raise ScheduleError(f"{len(stage_bytes)} stage sizes for {ranks} ranks of {v} chunks")
     frees = _frees(kind)
+    wait = list(pending) if pending is not None and kind in SPLIT_BACKWARD else [0] * len(stage_bytes)
     peaks = []
     for order in rank_orders(kind, ranks, microbatches, v):
         held = peak = 0
         for st in order:
             if st.kind == "F":
                 held += stage_bytes[st.stage]
-                peak = max(peak, held)
             elif st.kind == frees:
-                held -= stage_bytes[st.stage]
+                held -= stage_bytes[st.stage] + wait[st.stage]
+            else:  # the B of a split backward
+                held += wait[st.stage]
+            peak = max(peak, held)
         peaks.append(peak)
     return peaks
 
@@ -177,7 +182,8 @@ def _frees(kind: str) -> str:
 
 
 def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequence[int],
-                   backward_bytes: Sequence[int], gradient_bytes: Sequence[int], chunks: int = 1) -> list[int]:
+                   backward_bytes: Sequence[int], gradient_bytes: Sequence[int], chunks: int = 1,
+                   pending: Sequence[int] | None = None) -> list[int]:
     """Per pipeline rank, the most bytes it holds at any of its backwards: activations held, what that
     backward of model stage s allocates beyond them (`backward_bytes[s]`, its own gradients included), and
     other stages' gradients (in `.grad` once a stage's first backward has run).
@@ -188,14 +194,19 @@ def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequen
     within 1.0 % on gloo, where the rule below is 12 % over). Other schedules: the rank's activation peak
     beside every other stage's gradients: interleaved 1F1B's steady state holds near-peak activations once
     every chunk has run a backward, and this is the closer one measured (-0.4 % against the replay's
-    -6.9 % at GPT-2 pp2 x dp2 rank 0: the replay misses a term not yet identified there)."""
+    -6.9 % at GPT-2 pp2 x dp2 rank 0: the replay misses a term not yet identified there).
+
+    Zero bubble: the replay too, with `pending` (as in `activation_peaks`) held from a microbatch's B to
+    its W; each B and each W allocates its `backward_bytes`, and a stage's gradients exist from its first W."""
     v = stages_per_rank(kind, chunks)
     if not len(stage_bytes) == len(backward_bytes) == len(gradient_bytes) == ranks * v:
         raise ScheduleError(f"{len(stage_bytes)} stage sizes for {ranks} ranks of {v} chunks")
-    if kind != "looped_bfs":
+    if kind != "looped_bfs" and kind not in SPLIT_BACKWARD:
         acts = activation_peaks(kind, ranks, microbatches, stage_bytes, v)
         return [acts[r] + max(backward_bytes[s] + sum(gradient_bytes[r::ranks]) - gradient_bytes[s]
                               for s in range(r, ranks * v, ranks)) for r in range(ranks)]
+    frees = _frees(kind)
+    wait = list(pending) if pending is not None and kind in SPLIT_BACKWARD else [0] * len(stage_bytes)
     peaks = []
     for order in rank_orders(kind, ranks, microbatches, v):
         held = peak = grads = 0
@@ -206,10 +217,13 @@ def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequen
                 continue
             others = grads - (gradient_bytes[st.stage] if st.stage in started else 0)  # its own: in backward_bytes
             peak = max(peak, held + backward_bytes[st.stage] + others)
+            if st.kind != frees:  # the B of a split backward: it leaves `pending` for the W
+                held += wait[st.stage]
+                continue
             if st.stage not in started:
                 started.add(st.stage)
                 grads += gradient_bytes[st.stage]
-            held -= stage_bytes[st.stage]
+            held -= stage_bytes[st.stage] + wait[st.stage]
         peaks.append(peak)
     return peaks
 

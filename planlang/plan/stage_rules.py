@@ -30,7 +30,8 @@ def _drop_chunks(ctx, sched: T.Schedule) -> Fix | None:
 
 def pipeline_schedule(ctx) -> Diags:
     """PL401 stages vs axis size; PL402 interleaved divisibility; PL403 bubbles; PL404 chunks; PL411;
-    PL416 1F1B with fewer microbatches than stages (the runtime refuses it)."""
+    PL416 1F1B with fewer microbatches than stages (the runtime refuses it); PL419 a split backward with
+    checkpoint groups."""
     plan = ctx.plan
     p = plan.pipeline
     if p is None:
@@ -74,6 +75,12 @@ def pipeline_schedule(ctx) -> Diags:
             yield diag("PL403", f"{m} microbatch{'' if m == 1 else 'es'} for {size} stages: every step idles "
                        f"{size - 1}/{m + size - 1} of the time", p.span,
                        help=f"use at least {size} microbatches")
+    if sched is not None and sched.kind in T.SPLIT_BACKWARD and ctx.plan.checkpoints:
+        group = ctx.plan.checkpoints[0]
+        yield diag("PL419", f"{sched.kind} recomputes a checkpoint group once in each weight-gradient group of "
+                   "its W: the estimate undercounts its peak there", group.span,
+                   labels=[Label(sched.span, f"schedule {sched.kind}")],
+                   help="remove the checkpoint groups, or use `schedule interleaved` with them")
 
 
 def stage_ranges(ctx) -> Diags:

@@ -236,6 +236,37 @@ class GradSync:
             else:
                 b.ready.update(n for n in done if self.params[n].grad is not None)
 
+    def adopt(self, pending: set[int]) -> None:
+        """Before a weight gradient that torch assigns to `.grad` itself (a split backward's W, on model
+        stages other than the first: `grad = dw` when None, else `grad += dw`, no hook): the parameters
+        in `pending` (ids) without a gradient get their zeroed bucket slice as `.grad`, so the W
+        accumulates into the bucket in place, as a hooked backward would, instead of allocating the
+        stage's gradients a second time beside the buckets."""
+        # lazy: torch loads only when this runs
+        import torch
+        from torch.distributed.tensor import DTensor
+
+        for b in self.buckets:
+            names = [n for n in b.names if id(self.params[n]) in pending and self.params[n].grad is None
+                     and not isinstance(self.params[n], DTensor)]
+            if not names:
+                continue
+            if b.summed and not any(self.params[n].grad is not None for n in b.names):
+                b.summed, b.ready = False, set()  # zero_grad(set_to_none=True) since the last sum
+            if b.flat is None and not any(self.params[n].grad is not None for n in b.names):
+                first = self.params[b.names[0]]
+                sizes = [self._local_numel(self.params[n]) for n in b.names]
+                b.flat = torch.zeros(sum(sizes), dtype=first.dtype, device=first.device)
+                offsets = [sum(sizes[:i]) for i in range(len(sizes))]
+                self._slices.update({n: (o, k) for n, o, k in zip(b.names, offsets, sizes)})
+            flat = self._buffer(b)
+            for n in names:
+                p = self.params[n]
+                if p.dtype != flat.dtype:
+                    continue
+                off, k = self._slices[n]
+                p.grad = flat[off:off + k].view_as(p).zero_()
+
     def new_buffers(self) -> None:
         """The next step's gradients in new buckets: gradients taken out of `.grad` are views of the current
         ones (`gradient_as_bucket_view`) and keep them; each parameter's slice stays the same."""

@@ -393,6 +393,8 @@ class PipelineRunner:
             for i, mod in self.stage_modules.items()]
         # every schedule here runs the rank's first stage's backwards last: its last one overlaps the sums
         self.stages[0].grad_sync = self.grad_sync
+        for stage in self.stages:
+            stage.grad_buckets = self.grad_sync
         # each microbatch's loss is scaled by 1/m (see the module docstring), so no scaling of grads
         schedule: TorchSchedule
         multi = MULTI_STAGE.get(lay.schedule)

@@ -33,6 +33,8 @@ class InFlightStage(PipelineStage):
     # last backward: held in `no_sync` through the schedule, they start bucket by bucket during that
     # stage's last microbatch's backward (DDP's overlap under torch's schedules, which pass `last_backward`)
     grad_sync = None
+    # the same sums on every stage of the rank: a split backward's W puts its gradients in their buckets
+    grad_buckets = None
 
     def forward_one_chunk(self, fwd_chunk_id: int, args, kwargs=None, save_forward_output: bool = True):
         out = super().forward_one_chunk(fwd_chunk_id, args, kwargs, save_forward_output=save_forward_output)
@@ -75,12 +77,18 @@ class InFlightStage(PipelineStage):
     def backward_weight_one_chunk(self, bwd_chunk_id: int, last_backward: bool = False):
         # a split backward (zero_bubble): the weight gradients come here, after the input gradient. torch
         # assigns them to `.grad` itself except on the model's first stage (no post-accumulate-grad hook
-        # fires then): those buckets start at `finish`, the first stage's during this backward
+        # fires then): they go into their buckets' slices first (`GradSync.adopt`), and those buckets start
+        # once this, the rank's last backward, is done; the model's first stage's start during it
+        mine = {id(p) for p in self.submod.parameters()}
+        if self.grad_buckets is not None:
+            self.grad_buckets.adopt(mine)
         if self.grad_sync is not None:
             self.grad_sync.no_sync = not last_backward
             if last_backward:
-                self.grad_sync.launch_complete({id(p) for p in self.submod.parameters()})
+                self.grad_sync.launch_complete(mine)
         out = super().backward_weight_one_chunk(bwd_chunk_id, last_backward=last_backward)
+        if self.grad_sync is not None and last_backward:
+            self.grad_sync.launch_complete(set())  # every gradient of the rank is complete now
         self._release(bwd_chunk_id)
         return out
 

@@ -99,6 +99,12 @@ CONFIGS = {
                                "pipeline over pp schedule interleaved chunks 2 microbatches 4 " + GPT2_4), "gpt2"),
     "gpt2-looped-bfs": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("rep") + "\n" + _lb("pp"),
                               "pipeline over pp schedule looped_bfs chunks 2 microbatches 4 " + GPT2_4), "gpt2"),
+    "gpt2-zero-bubble": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("rep") + "\n" + _lb("pp"),
+                               "pipeline over pp schedule zero_bubble chunks 2 microbatches 4 " + GPT2_4), "gpt2"),
+    # a split backward: torch assigns the weight gradients of stages 1-3 itself (GradSync.adopt)
+    "gpt2-zero-bubble-dp": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("pp") + "\n" + _lb("dp"),
+                                  "pipeline over pp schedule zero_bubble chunks 2 microbatches 2 " + GPT2_4,
+                                  data="data idx : [dp, _]", opt="adamw(lr = 0.001)"), "gpt2"),
     "gpt2-pp-dp": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("pp") + "\n" + _lb("dp"),
                          "pipeline over pp schedule 1f1b microbatches 2 " + GPT2_2, data="data idx : [dp, _]",
                          opt="adamw(lr = 0.001)"), "gpt2"),

@@ -2,7 +2,7 @@
 
 One group of 4 processes is spawned for the module (tests/runtime/pipeline_worker.py); every rank runs
 every config — GPT-2 (4 layers, hidden 64) and the 2-layer MLP under 1F1B, GPipe, interleaved 1F1B and
-looped BFS (4 stages on 2 ranks) and pp x dp, plus a model whose values and inputs skip stages — for 3 optimizer
+looped BFS and zero bubble (4 stages on 2 ranks) and pp x dp, plus a model whose values and inputs skip stages — for 3 optimizer
 steps, and compares the loss and every gradient of its stages with a single-process model trained on the
 whole batch. Relative errors are norm-wise per parameter.
 """
@@ -80,7 +80,7 @@ def test_data_parallel_gradient_sums_start_during_the_last_backward(results, nam
         assert c["launches"] == [True] * (c["buckets"] * (W.STEPS + 1)), c["launches"]
 
 
-@pytest.mark.parametrize("name", ["gpt2-interleaved", "gpt2-looped-bfs"])
+@pytest.mark.parametrize("name", ["gpt2-interleaved", "gpt2-looped-bfs", "gpt2-zero-bubble"])
 def test_chunked_schedules_place_stages_round_robin(results, name):
     by_pp = {res["configs"][name]["coords"]["pp"]: res["configs"][name]["stages"] for res in results}
     assert by_pp == {0: [0, 2], 1: [1, 3]}

@@ -66,7 +66,7 @@ from planlang.model.capture.source import imported_source, model_source
 from planlang.model.capture.trace import probe_modules
 from planlang.model.price.caches import MODEL_FACTS, LruCache, caller_caches
 from planlang.model.price.local_fold import folded_run
-from planlang.model.price.pipeline_bytes import boundary_bytes, in_flight_on
+from planlang.model.price.pipeline_bytes import boundary_bytes, in_flight_on, weight_pending_bytes
 from planlang.model.price.stage_replay import record, recordings, stage_units
 from planlang.model.price.local_model import (LocalParam, LocalPieces, autocast_for, build_local_model,
                                               has_module, in_precision, local_inputs, local_params,
@@ -480,17 +480,26 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         # the report's bar and the row's classes add up to the peak
         transient = backward_phase - acts
         opt_phase = grads_b + opt_tmp
-        peak = params_b + opt_b + buffers + max(backward_phase, opt_phase)
+        # a bucket whose dtype is not the plan's `reduce` is summed in a cast copy (planlang.runtime.grad_sync)
+        # that lives from its launch to `finish`: after a pipeline stage's last backward, all of them at once
+        wire = bytes_in(learn, "reduce") if bucketed and prec.bytes("reduce") != prec.bytes("params") else 0
+        sum_phase = wire if s is not None else 0
+        peak = params_b + opt_b + buffers + max(backward_phase, opt_phase, sum_phase)
+        casts = max(0, sum_phase - max(backward_phase, opt_phase))  # (transient at the peak, when they make it)
         if steps:
             work.append(stage_work(prof, stage_of, s, micro))
         units.append(_zero_unit(plan, s, mine, learn))
         row = DeviceEstimate("all devices" if s is None else f"stage {s}", params_b, grads_b, opt_b, buffers,
-                             acts, transient + opt_tmp, peak, 0.0, tuple(notes), step_temporaries=opt_tmp,
+                             acts, transient + opt_tmp + casts, peak, 0.0, tuple(notes), step_temporaries=opt_tmp,
                              stages=() if s is None else (s,), grad_buckets=grad_buckets)
         row = _from_program(row, plan, program) if program is not None else row
         out.append(row)
         if s is not None:
-            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn))
+            split = plan.pipeline is not None and plan.pipeline.schedule.kind in T.SPLIT_BACKWARD
+            pending = (weight_pending_bytes(facts, params, stage_of, s, dp * micro,
+                                            itemsize=prec.bytes("params") if prec.mixed else 4) if split else 0)
+            parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, pending, wire,
+                                    bytes_in(learn, "master") if copy else 0))
     if plan.pipeline is not None and plan.pipeline.schedule.kind in T.CHUNKED:
         out = _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1)
     if not steps:
@@ -536,6 +545,9 @@ class _StagePart:
     saved: int  # what one microbatch saves on the stage
     backward_transient: int  # beyond its saved activations at its backward's peak (ZeRO's gathers included)
     learn: list
+    pending: int = 0  # what one microbatch's B leaves for its W under a split backward (weight_pending_bytes)
+    wire: int = 0  # its gradient buckets cast to the `reduce` dtype for their sums (0: summed in place)
+    master_grads: int = 0  # the master copy's gradients MasterWeights makes for the step (0: no copy)
 
 
 def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: int,
@@ -551,9 +563,11 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
     assert pipe is not None
     v = pipe.schedule.chunks
     p = len(parts) // v
-    acts = activation_peaks(pipe.schedule.kind, p, pipe.microbatches, [x.saved for x in parts], v)
+    pending = [x.pending for x in parts]
+    acts = activation_peaks(pipe.schedule.kind, p, pipe.microbatches, [x.saved for x in parts], v, pending)
     at_backward = backward_peaks(pipe.schedule.kind, p, pipe.microbatches, [x.saved for x in parts],
-                                 [x.backward_transient for x in parts], [x.row.gradients for x in parts], v)
+                                 [x.backward_transient for x in parts], [x.row.gradients for x in parts], v,
+                                 pending)
     out = []
     for r in range(p):
         mine = parts[r::p]
@@ -562,7 +576,10 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
         kept = sum(x.parameters + x.optimizer + x.buffers for x in rows)
         transient = at_backward[r] - acts[r]  # beyond the activation peak, at the rank's fullest backward
         opt_tmp = optimizer_temporaries(plan, [q for x in mine for q in x.learn], states, shards, whole=whole)
-        peak = kept + max(acts[r] + transient, grads + opt_tmp)
+        opt_tmp += sum(x.master_grads for x in mine)  # (as each stage's row counts them)
+        wires = sum(x.wire for x in mine)
+        peak = kept + max(acts[r] + transient, grads + opt_tmp, wires)
+        transient += max(0, wires - max(acts[r] + transient, grads + opt_tmp))  # (as in the rows of one stage)
         notes = tuple(dict.fromkeys(n for x in rows for n in x.notes))
         stages = tuple(s for x in rows for s in x.stages)
         out.append(DeviceEstimate(f"rank {r} (stages {', '.join(map(str, stages))})",

@@ -6,6 +6,7 @@ import math
 
 from planlang.plan.complete import CompletePlan
 from planlang.plan.schedule import in_flight
+from planlang.model.price.local_model import LocalParam
 
 
 def in_flight_on(plan: CompletePlan, stage: int) -> int:
@@ -30,3 +31,33 @@ def boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, sid
     if shape is None:
         return 0
     return math.prod(shape) * itemsize // max(1, divide)
+
+
+def weight_pending_bytes(facts, params: dict[str, LocalParam], stage_of: dict[str, int], stage: int, divide: int,
+                         itemsize: int = 4) -> int:
+    """Bytes per microbatch a split backward's B leaves on stage `stage` for its W (the zero_bubble
+    schedule, torch's `stage_backward_input`): the gradient at the output of every module that uses a
+    weight of its own (torch keeps them in `param_groups` for the weight gradient), the stage input's
+    gradient (its `.grad` until W) and the receive buffer of the output's gradient (released at W). Model
+    stage 0 has no input gradient: torch runs its whole backward in W and leaves nothing. `params`: the
+    local parameters by canonical name (planlang.model.price.local_model.LocalParam): a module's output
+    is the local share a tensor-parallel weight gives it (its first dim, where the output ends in it)."""
+    if stage == 0:
+        return 0
+    owners: dict[str, LocalParam] = {}
+    for name in facts.params:
+        module = name.rpartition(".")[0]
+        local = params.get(facts.canonical(name))
+        if stage_of.get(module) == stage and local is not None and local.shape:
+            owners.setdefault(module, local)
+    total = 0
+    for module, local in owners.items():
+        call = facts.calls.get(module)
+        out = call.output if call is not None else None
+        if not out:
+            continue
+        share = local.local[0] / local.shape[0] if out[-1] == local.shape[0] and local.shape[0] else 1.0
+        total += int(math.prod(out) * itemsize * share) // max(1, divide)
+    last = max(stage_of.values())
+    return (total + boundary_bytes(facts, stage_of, stage, divide, "in", itemsize=itemsize)
+            + boundary_bytes(facts, stage_of, stage, divide, "out", last=last, itemsize=itemsize))

@@ -31,17 +31,32 @@ def _recomputation():
         _recomputing.depth -= 1
 
 
-@contextlib.contextmanager
-def _recompute_context(meta):
-    with _recomputation(), (meta.recompute_context() if meta is not None else contextlib.nullcontext()):
-        yield
+class _RecomputeContext:
+    """Around a recomputation: `is_recomputing`'s mark and the meta autocast `meta` (or none). Entered
+    anew each time: a split backward (the zero_bubble schedule's input gradient, then its weight gradient
+    with the graph retained) recomputes a checkpoint once in each, and a generator's context manager can
+    be entered only once."""
+
+    def __init__(self, meta) -> None:
+        self.meta = meta
+        self._open: list[contextlib.ExitStack] = []
+
+    def __enter__(self) -> None:
+        stack = contextlib.ExitStack()
+        stack.enter_context(_recomputation())
+        if self.meta is not None:
+            stack.enter_context(self.meta.recompute_context())
+        self._open.append(stack)
+
+    def __exit__(self, *exc) -> bool | None:
+        return self._open.pop().__exit__(*exc)
 
 
 def _contexts():
     """checkpoint's `context_fn`: nothing around the forward; around the recomputation, which backward
     runs outside any torch-function mode, the meta autocast the forward ran under (torch's checkpoint
     re-enters a real torch.autocast by itself), and the mark `is_recomputing` reads."""
-    return contextlib.nullcontext(), _recompute_context(active_meta_autocast())
+    return contextlib.nullcontext(), _RecomputeContext(active_meta_autocast())
 
 
 def checkpoint(fn, *args, **kwargs):
