@@ -9,10 +9,16 @@ when the rank is free and its input has arrived:
                       gradient alone, 1 - WEIGHT_SHARE of the backward, and W the weight gradient, the
                       rest; on model stage 0, which has no input gradient, torch runs the whole backward
                       in W)
+    whole    BW(s, j) as a backward, taking the whole of it (dualpipev's FULL_BACKWARD under a split
+                      backward); the input gradient it carries is there at its end
 
-with `s` a model stage and `j` a microbatch. Stage `s` runs on rank `s mod p` (with `v` chunks per rank,
-model stage `s` is chunk `s // p` of its rank, as planlang's interleaved schedule places it). The
-sequences per rank are planlang.plan.schedule.rank_orders.
+with `s` a model stage and `j` a microbatch. Stage `s` runs on the rank planlang.plan.placement.stage_ranks
+places it on (s mod p, or the V shapes' r and 2p − 1 − r), as chunk s // p of it. The sequences per rank
+are planlang.plan.schedule.rank_orders. Dualpipev's overlapped forward and whole backward
+(planlang.plan.schedule.overlapped, torch's OVERLAP_F_B) run as one operation: it starts once both of
+their inputs have arrived, runs them in turn, and both outputs leave at its end (torch's runtime sends
+after the pair). Two stages of a V on one rank (p − 1 and p on the last) hand over like any others:
+the dependency rules stay, communication being free here.
 
 Communication between stages is taken as free. planlang.model.price.step_time prices a pipeline step with it;
 the report draws it. For equal stage times the idle share of the step (the
@@ -27,8 +33,9 @@ from array import array
 
 from dataclasses import dataclass, field
 
-from planlang.plan.schedule import ScheduleError, Step, orders_made_by, rank_orders  # noqa: F401 - part of this module's API
-from planlang.plan.types import SPLIT_BACKWARD, stages_per_rank
+from planlang.plan.schedule import (ScheduleError, Step, orders_made_by, overlapped,  # noqa: F401 - this API's
+                                    rank_orders)
+from planlang.plan.types import SPLIT_BACKWARD, stages_on, stages_per_rank
 
 #: The weight gradient's share of a backward under a split backward (zero_bubble). A linear layer's
 #: backward is two matmuls of its forward's flops, one for the input gradient and one for the weight
@@ -41,7 +48,7 @@ WEIGHT_SHARE = 0.5
 class Box:
     """A simulated operation: which rank ran it and when."""
 
-    kind: str  # "F", "B" or "W" (planlang.plan.schedule.Step)
+    kind: str  # "F", "B", "W" or "BW" (planlang.plan.schedule.Step)
     stage: int  # model stage
     chunk: int  # chunk of the rank (0 without interleaving)
     rank: int  # pipeline rank
@@ -70,8 +77,9 @@ class SimulatedSchedule:
     def boxes(self) -> tuple[Box, ...]:
         """Every operation, in the order the simulation ran them."""
         prog, p = self.program, self.ranks
+        chunk = {s: c for r in range(p) for c, s in enumerate(stages_on(self.kind, p, self.chunks, r))}
         steps = (prog.step(k) for k in range(len(prog.codes)))
-        return tuple(Box(st.kind, st.stage, st.stage // p, r, st.microbatch, start, end)
+        return tuple(Box(st.kind, st.stage, chunk[st.stage], r, st.microbatch, start, end)
                      for st, r, start, end in zip(steps, prog.rank, self.starts, self.ends))
 
     def __str__(self) -> str:
@@ -119,8 +127,13 @@ def closed_form_bubble(kind: str, ranks: int, microbatches: int, chunks: int = 1
     loop back to rank 0 waits for nothing once a chunk has as many microbatches as ranks). Zero bubble
     with the backward twice the forward and WEIGHT_SHARE 0.5 (T_F = T_B = T_W, Qi et al. 2024 §3.1:
     ZB-H1 idles (p − 1)(T_F + T_B − T_W) per rank, here over v chunks of 1/v of the stage):
-    (p − 1)/(3·v·m + p − 1)."""
+    (p − 1)/(3·v·m + p − 1). zbv (v = 2) has the same, (p − 1)/(6m + p − 1), once m >= 2p − 1: torch's
+    actions (ScheduleZBVZeroBubble) leave each rank idle (p − 1)·T_F of a chunk, not none (tests/runtime/
+    test_schedule_orders.py). dualpipev, its whole backwards taking B + W: each rank idles 2(p − 1)·T_F,
+    (p − 1)/(3m + p − 1) for every m it takes (m >= 2p)."""
     v = stages_per_rank(kind, chunks)
+    if kind == "dualpipev":
+        return (ranks - 1) / (3 * microbatches + ranks - 1)
     if kind in SPLIT_BACKWARD:
         return (ranks - 1) / (3 * v * microbatches + ranks - 1)
     return (ranks - 1) / (v * microbatches + ranks - 1)
@@ -139,15 +152,22 @@ def simulate(kind: str, forward: list[float], backward: list[float], microbatche
         raise ScheduleError(f"{stages} stages cannot be split into {v} chunks per rank")
     p = stages // v
     prog = _program(kind, p, microbatches, v)
-    # operation k takes times[prog.time[k]]: forwards, then backwards (B), then weight gradients (W)
+    # operation k takes times[prog.time[k]]: forwards, then backwards (B), weight gradients (W), whole (BW)
     if kind in SPLIT_BACKWARD:  # the model's first stage has no input gradient: torch runs it all in W
         times = (list(forward) + [0.0] + [b * (1 - WEIGHT_SHARE) for b in backward[1:]]
-                 + [backward[0]] + [b * WEIGHT_SHARE for b in backward[1:]])
+                 + [backward[0]] + [b * WEIGHT_SHARE for b in backward[1:]] + list(backward))
     else:
         times = list(forward) + list(backward)
     free = [0.0] * p
     starts: list[float] = []
     ends: list[float] = []
+    if prog.gate is not None:  # dualpipev: a pair's forward waits for its backward's input too
+        for r, t, d, g in zip(prog.rank, prog.time, prog.dep, prog.gate):
+            start = max(free[r], ends[d] if d >= 0 else 0.0, ends[g] if g >= 0 else 0.0)
+            starts.append(start)
+            ends.append(start + times[t])
+            free[r] = ends[-1]
+        return SimulatedSchedule(kind, p, v, microbatches, prog, tuple(starts), tuple(ends))
     for r, t, d in zip(prog.rank, prog.time, prog.dep):
         # start = max(free[r], the dependency's end, or 0.0 without one), as max() compares
         f = free[r]
@@ -164,11 +184,13 @@ def simulate(kind: str, forward: list[float], backward: list[float], microbatche
 class _Program:
     """The operations of a schedule in the order the simulation runs them — each rank in turn runs its
     order (planlang.plan.schedule's) until an operation's input has not arrived — with each one's rank,
-    its time's index (forward of model stage s: s; backward: stages + s; weight gradient: 2·stages + s)
-    and the index of the operation it waits for (-1: none). That order depends only on which operations
-    are done, never on their times: one program per (kind, p, m, v) serves every simulation of those
-    degrees. An operation is coded (stage · m + microbatch) · 4 + (0 forward, 1 backward, 2 weight
-    gradient): `step(k)` is the k-th as a Step. Equal (and hashed) by the degrees it is made from."""
+    its time's index (forward of model stage s: s; backward: stages + s; weight gradient: 2·stages + s;
+    whole backward: 3·stages + s) and the index of the operation it waits for (-1: none); `gate`, only
+    for a schedule that overlaps (dualpipev), the index of the operation the first of a pair waits for
+    besides (its backward's input). That order depends only on which operations are done, never on their
+    times: one program per (kind, p, m, v) serves every simulation of those degrees. An operation is coded
+    (stage · m + microbatch) · 4 + (0 forward, 1 backward, 2 weight gradient, 3 whole backward): `step(k)`
+    is the k-th as a Step. Equal (and hashed) by the degrees it is made from."""
 
     kind: str
     ranks: int
@@ -178,12 +200,13 @@ class _Program:
     rank: array = field(compare=False, repr=False)
     time: array = field(compare=False, repr=False)
     dep: array = field(compare=False, repr=False)
+    gate: array | None = field(default=None, compare=False, repr=False)
 
     def step(self, k: int) -> Step:
         return _step(self.codes[k], self.microbatches)
 
 
-_KINDS = "FBW"  # an operation's code & 3
+_KINDS = ("F", "B", "W", "BW")  # an operation's code & 3
 
 
 def _step(code: int, m: int) -> Step:
@@ -200,39 +223,79 @@ def _cached_program(kind: str, p: int, microbatches: int, v: int) -> _Program:
     m = microbatches
     stages = p * v
     # each rank's order (planlang.plan.schedule, the one definition), coded: F(s, j) = 4(s·m + j), B(s, j) one
-    # more, W(s, j) two more; F(s - 1, j) is then code - 4m, B(s + 1, j) code + 4m, F(s, j) of a backward and
-    # B(s, j) of a weight gradient code - 1
+    # more, W(s, j) two more, BW(s, j) three more; F(s - 1, j) is then code - 4m, the next stage's input gradient
+    # B(s + 1, j) base + 4m + 1 (a BW there is indexed under its B's code too), F(s, j) of a backward its base
+    # and B(s, j) of a weight gradient code - 1
     orders = orders_made_by(kind, p, m, v, lambda kind_, s, j: ((s * m + j) << 2) | _KINDS.index(kind_))
+    pairs = [set(ks) for ks in overlapped(kind, p, m, v)]
     last = 4 * (stages - 1) * m  # codes of the last stage's operations are >= this
     index = [-1] * (4 * stages * m)  # code -> its operation's index in the run order (-1: not run yet)
     codes, rank, time, dep = array("l"), array("l"), array("l"), array("l")
+    gate = array("l") if any(pairs) else None
+
+    def needs(c: int) -> int:
+        """The code of the operation `c` waits for (-1: none)."""
+        op = c & 3
+        if op == 2:  # a weight gradient waits for its own stage's backward (run before it on the rank)
+            return c - 1
+        if op:  # a backward waits for the next stage's input gradient, or its own forward on the last
+            return c - op if c >= last else c - op + 4 * m + 1
+        return c - 4 * m if c >= 4 * m else -1  # a forward waits for the previous stage's forward
+
+    def emit(c: int, r: int, d: int, g: int) -> None:
+        index[c] = len(codes)
+        if c & 3 == 3:
+            index[c - 2] = len(codes)  # a whole backward's input gradient
+        codes.append(c)
+        rank.append(r)
+        time.append((c >> 2) // m + stages * (c & 3))
+        dep.append(index[d] if d >= 0 else -1)
+        if gate is not None:
+            gate.append(index[g] if g >= 0 else -1)
+
     nxt = [0] * p
     remaining = sum(len(o) for o in orders)
     while remaining:
         progressed = False
         for r in range(p):
             order, k = orders[r], nxt[r]
+            paired = pairs[r]
             while k < len(order):
                 c = order[k]
                 op = c & 3
-                if op == 2:  # a weight gradient waits for its own stage's backward (run before it on the rank)
+                if op == 2:  # (needs(c), inline: the common path)
                     d = c - 1
-                elif op:  # a backward waits for the next stage's backward, or its own forward on the last
-                    d = c - 1 if c >= last else c + 4 * m
-                else:  # a forward waits for the previous stage's forward
+                elif op:
+                    d = c - op if c >= last else c - op + 4 * m + 1
+                else:
                     d = c - 4 * m if c >= 4 * m else -1
                 if d >= 0 and index[d] < 0:
                     break
-                index[c] = len(codes)
-                codes.append(c)
-                rank.append(r)
-                time.append((c >> 2) // m + stages * op)
-                dep.append(index[d] if d >= 0 else -1)
-                k += 1
-                remaining -= 1
+                if paired and k in paired:  # an overlapped forward and whole backward: one operation
+                    c2 = order[k + 1]
+                    d2 = needs(c2)
+                    if d2 >= 0 and index[d2] < 0:
+                        break
+                    emit(c, r, d, d2)
+                    emit(c2, r, d2, -1)
+                    index[c] = index[c2]  # its output leaves with the backward's
+                    k += 2
+                    remaining -= 2
+                elif gate is None and op != 3:  # (emit(c, r, d, -1), inline)
+                    index[c] = len(codes)
+                    codes.append(c)
+                    rank.append(r)
+                    time.append((c >> 2) // m + stages * op)
+                    dep.append(index[d] if d >= 0 else -1)
+                    k += 1
+                    remaining -= 1
+                else:
+                    emit(c, r, d, -1)
+                    k += 1
+                    remaining -= 1
                 progressed = True
             nxt[r] = k
         if not progressed:
             stuck = ", ".join(str(_step(orders[r][nxt[r]], m)) for r in range(p) if nxt[r] < len(orders[r]))
             raise ScheduleError(f"the {kind} schedule deadlocks: every rank waits ({stuck})")
-    return _Program(kind, p, m, v, codes, rank, time, dep)
+    return _Program(kind, p, m, v, codes, rank, time, dep, gate)

@@ -27,7 +27,7 @@ DTYPES = (
     "f64", "float64", "f32", "float32", "fp32", "tf32", "f16", "float16", "fp16", "bf16", "bfloat16", "fp8",
     "i64", "int64", "i32", "int32", "i16", "int16", "i8", "int8", "u8", "uint8", "bool",
 )
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs", "zero_bubble")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs", "zero_bubble", "zbv", "dualpipev")
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "adagrad", "rmsprop", "adafactor", "lion")
 PARAM_KINDS = ("axis", "int")
 # memory (B, KB, KiB, ...), bandwidth (GB/s, GiB/s, Gb/s, Gbps), throughput (TFLOPS, TFLOP/s), time (us)

@@ -30,7 +30,8 @@ MAX_EXPANSION_DEPTH = 256  # template applications and `for` loops open at once 
                            # real plan, and each level is one or two frames of the resolver's recursion, so
                            # a deeper (finite) chain is a coded error, not a RecursionError
 # PL215's help when no schedule is close: "schedules: gpipe, 1f1b, interleaved chunks N, ..."
-_SCHEDULES_HELP = "schedules: " + ", ".join(f"{k} chunks N" if k in T.CHUNKED else k for k in T.SCHEDULES)
+_SCHEDULES_HELP = "schedules: " + ", ".join(f"{k} chunks {2 if k in T.V_SHAPED else 'N'}" if k in T.CHUNKED else k
+                                             for k in T.SCHEDULES)
 
 
 @value_type

@@ -11,7 +11,7 @@ Clusters Using Megatron-LM", §2.2), with p ranks, m microbatches and v chunks p
     interleaved  1F1B over v chunks per rank (§2.2.2): forwards go through the chunks in groups of p
                  microbatches (chunk 0 for microbatches 0..p-1, chunk 1 for the same, ..., then the next
                  group), backwards through the chunks in reverse; (p - r - 1)·2 + (v - 1)·p warm-up
-                 forwards. Model stage s is chunk s // p of rank s mod p. This is the order of
+                 forwards. Model stage s is chunk s // p of rank s mod p (planlang.plan.placement). This is the order of
                  torch.distributed.pipelining's ScheduleInterleaved1F1B.
     looped_bfs   Breadth-first pipeline parallelism (Lamy-Poirier 2023, "Breadth-First Pipeline
                  Parallelism", arXiv:2211.05953) over v chunks per rank, placed as interleaved: each chunk
@@ -28,6 +28,21 @@ Clusters Using Megatron-LM", §2.2), with p ranks, m microbatches and v chunks p
                  and one B in turn; rank r holds its first r weight gradients back and runs one W after
                  each later B, the rest at the end. A stage keeps a microbatch's activations until its W.
                  The order of torch's ScheduleInterleavedZeroBubble.
+    zbv          ZB-V (Qi et al. 2024, §6): exactly two model stages per rank in a V (planlang.plan.placement:
+                 rank r holds stages a = r and b = 2p − 1 − r), the backward split as zero_bubble's. Rank r
+                 runs 2(p − r) − 1 forwards of a, r pairs F(b) F(a), p − r of F(b) B(b) W(b), then F(a) B(a)
+                 W(a) F(b) B(b) W(b) until a's forwards are done, r pairs B(a) B(b), p − r of B(a) W(a), and
+                 the held-back weight gradients, b's first. Torch fills up to n = max(2p − 1, m)
+                 microbatches and leaves out those numbered m or more. The order of torch's
+                 ScheduleZBVZeroBubble.
+    dualpipev    DualPipe (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", arXiv:2412.19437, §3.2.1) folded
+                 into a V over two stages per rank, placed as zbv; needs m >= 2p. Its backwards are whole
+                 ("BW": input and weight gradients in one) but for the rank's first p − r − 1 of b and the
+                 second half of its last ones, which are split (B, and W from a first-in first-out queue,
+                 run where the order has room). In its steady state a forward of one stage and a whole
+                 backward of the other run as one operation (torch's OVERLAP_F_B, `overlapped`): planlang
+                 lists the two in turn, the forward first, as torch's runtime runs them. The order of
+                 torch's ScheduleDualPipeV (its sub-actions in order).
 """
 from __future__ import annotations
 
@@ -35,7 +50,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
-from .types import CHUNKED, SCHEDULES, SPLIT_BACKWARD, stages_per_rank
+from .types import CHUNKED, SCHEDULES, SPLIT_BACKWARD, V_SHAPED, stages_on, stages_per_rank
 
 
 class ScheduleError(ValueError):
@@ -46,7 +61,8 @@ class ScheduleError(ValueError):
 class Step:
     """One operation a rank must run: a forward ("F") or backward ("B") of a model stage for a microbatch,
     or under a schedule that splits it (SPLIT_BACKWARD) the weight gradient ("W") after the B, which is
-    then the input gradient only."""
+    then the input gradient only; there a whole backward, input and weight gradients in one, is "BW"
+    (dualpipev's FULL_BACKWARD)."""
 
     kind: str
     stage: int
@@ -87,18 +103,23 @@ def _orders(kind: str, ranks: int, microbatches: int, chunks: int, make: Callabl
     if kind == "1f1b":
         return [_one_forward_one_backward(min(p - r - 1, m), m, lambda kind_, k, r=r: make(kind_, r, k))
                 for r in range(p)]
+    if kind in V_SHAPED:
+        if kind == "dualpipev" and m < 2 * p:
+            raise ScheduleError(f"dualpipev needs at least as many microbatches ({m}) as model stages ({2 * p})")
+        return [(_zbv if kind == "zbv" else _dualpipev)(p, m, r, make) for r in range(p)]
     v = chunks
     if v < 1:
         raise ScheduleError(f"{kind} needs at least one chunk per rank (got {v})")
+    own = [stages_on(kind, p, v, r) for r in range(p)]  # each rank's model stages, chunk by chunk
     if kind == "looped_bfs":
-        return [[make("F", c * p + r, j) for c in range(v) for j in range(m)]
-                + [make("B", c * p + r, j) for c in reversed(range(v)) for j in reversed(range(m))]
+        return [[make("F", own[r][c], j) for c in range(v) for j in range(m)]
+                + [make("B", own[r][c], j) for c in reversed(range(v)) for j in reversed(range(m))]
                 for r in range(p)]
     if m % p:
         raise ScheduleError(f"{kind} needs microbatches ({m}) to be a multiple of the pipeline ranks ({p})")
     total = m * v
     if kind == "zero_bubble":
-        return [_zero_bubble(p, m, v, r, make) for r in range(p)]
+        return [_zero_bubble(p, m, v, own[r], make) for r in range(p)]
 
     def step(kind_: str, r: int, k: int):
         # the k-th forward (backward) of rank r: groups of p microbatches go through the chunks in turn
@@ -106,16 +127,17 @@ def _orders(kind: str, ranks: int, microbatches: int, chunks: int, make: Callabl
         if kind_ == "B":
             chunk = v - 1 - chunk
         micro = (k // (p * v)) * p + k % p
-        return make(kind_, chunk * p + r, micro)
+        return make(kind_, own[r][chunk], micro)
 
     return [_one_forward_one_backward(min((p - r - 1) * 2 + (v - 1) * p, total), total,
                                       lambda kind_, k, r=r: step(kind_, r, k)) for r in range(p)]
 
 
-def _zero_bubble(p: int, m: int, v: int, r: int, make: Callable[[str, int, int], Any]) -> list:
-    """Rank r's order under zero_bubble (module docstring): op k < warm is a forward, then each op is a
-    forward (while any are left) and a B, with a W after it once r of them have run; the microbatch of
-    each kind on a stage counts up from 0."""
+def _zero_bubble(p: int, m: int, v: int, own: tuple[int, ...], make: Callable[[str, int, int], Any]) -> list:
+    """The order under zero_bubble (module docstring) of the rank r that holds the model stages `own`:
+    op k < warm is a forward, then each op is a forward (while any are left) and a B, with a W after it
+    once r of them have run; the microbatch of each kind on a stage counts up from 0."""
+    r = own[0]
     total = m * v
     warm = min((v - 1) * p + p - r - 1, total)
     done = {"F": [0] * v, "B": [0] * v, "W": [0] * v}
@@ -123,7 +145,7 @@ def _zero_bubble(p: int, m: int, v: int, r: int, make: Callable[[str, int, int],
     seq: list = []
 
     def run(kind_: str, chunk: int) -> None:
-        seq.append(make(kind_, chunk * p + r, done[kind_][chunk]))
+        seq.append(make(kind_, own[chunk], done[kind_][chunk]))
         done[kind_][chunk] += 1
 
     for op in range(total + warm):
@@ -137,6 +159,132 @@ def _zero_bubble(p: int, m: int, v: int, r: int, make: Callable[[str, int, int],
     while sum(done["W"]) < len(backs):
         run("W", backs[sum(done["W"])])
     return seq
+
+
+def _zbv(p: int, m: int, r: int, make: Callable[[str, int, int], Any]) -> list:
+    """Rank r's order under zbv (module docstring), with its stages a = r and b = 2p − 1 − r: as if
+    n = max(2p − 1, m) microbatches ran, those numbered m or more left out."""
+    n = max(2 * p - 1, m)
+    a, b = r, 2 * p - 1 - r
+    seq: list[tuple[str, int, int]] = []
+    f = {a: 0, b: 0}
+    back = {a: 0, b: 0}
+
+    def forward(stage: int) -> None:
+        seq.append(("F", stage, f[stage]))
+        f[stage] += 1
+
+    def backward(stage: int, weight: bool = True) -> None:
+        seq.append(("B", stage, back[stage]))
+        if weight:
+            seq.append(("W", stage, back[stage]))
+        back[stage] += 1
+
+    for _ in range(2 * (p - r) - 1):
+        forward(a)
+    for _ in range(r):
+        forward(b)
+        forward(a)
+    for _ in range(p - r):
+        forward(b)
+        backward(b)
+    while f[b] < f[a] or f[a] < n:
+        if f[a] < n:
+            forward(a)
+        backward(a)
+        forward(b)
+        backward(b)
+    weights = {a: back[a], b: back[b]}  # the weight gradients held back from here on
+    for _ in range(r):
+        backward(a, weight=False)
+        backward(b, weight=False)
+    for _ in range(p - r):
+        backward(a, weight=False)
+        seq.append(("W", a, weights[a]))
+        weights[a] += 1
+    seq += [("W", b, j) for j in range(weights[b], back[b])] + [("W", a, j) for j in range(weights[a], back[a])]
+    return [make(kind, stage, j) for kind, stage, j in seq if j < m]
+
+
+def _dualpipev(p: int, m: int, r: int, make: Callable[[str, int, int], Any], pairs: list[int] | None = None) -> list:
+    """Rank r's order under dualpipev (module docstring), with its stages a = r and b = 2p − 1 − r: a
+    backward is whole ("BW") or an input gradient ("B") whose weight gradient ("W") waits in a queue, run
+    first in, first out. `pairs` gets the index in the order of each overlapped forward, whose whole
+    backward follows it as one operation (torch's OVERLAP_F_B)."""
+    a, b = r, 2 * p - 1 - r
+    seq: list = []
+    f = {a: 0, b: 0}
+    back = {a: 0, b: 0}
+    queue: list[tuple[int, int]] = []
+
+    def forward(stage: int) -> None:
+        seq.append(make("F", stage, f[stage]))
+        f[stage] += 1
+
+    def backward(stage: int, whole: bool) -> None:
+        seq.append(make("BW" if whole else "B", stage, back[stage]))
+        if not whole:
+            queue.append((stage, back[stage]))
+        back[stage] += 1
+
+    def weight() -> None:
+        if queue:
+            stage, j = queue.pop(0)
+            seq.append(make("W", stage, j))
+
+    def overlap(fwd: int, bwd: int) -> None:
+        if pairs is not None:
+            pairs.append(len(seq))
+        forward(fwd)
+        backward(bwd, whole=True)
+
+    for _ in range((p - r - 1) * 2):
+        forward(a)
+    for _ in range(r + 1):
+        forward(a)
+        forward(b)
+    for _ in range(p - r - 1):
+        backward(b, whole=False)
+        weight()
+        forward(b)
+    for i in range(m - 2 * p + r + 1):
+        if i == 0 and r == p - 1:  # not overlapped, as torch's (a smaller bubble)
+            forward(a)
+            backward(b, whole=True)
+        else:
+            overlap(a, b)
+        overlap(b, a)
+    for _ in range(p - r - 1):
+        backward(b, whole=True)
+        overlap(b, a)
+    split = False  # the second half of the last backwards are split, their W run after
+    for i in range(r + 1):
+        split = split or (i == (r + 1) // 2 and r % 2 == 1)
+        backward(b, whole=not split)
+        split = split or (i == (r + 1) // 2 and r % 2 == 0)
+        backward(a, whole=not split)
+    for _ in range(p - r - 1):
+        weight()
+        backward(a, whole=not split)
+    for _ in range(r + 1):
+        weight()
+    return seq
+
+
+def overlapped(kind: str, ranks: int, microbatches: int, chunks: int = 2) -> tuple[tuple[int, ...], ...]:
+    """Per rank, the indices k in its order (`rank_orders`) of the forwards that run as one operation with
+    the whole backward at k + 1 (dualpipev's overlapped forward and backward, torch's OVERLAP_F_B: it
+    starts once both inputs have arrived, runs the two in turn and sends both outputs after). Empty for
+    every other schedule."""
+    if kind != "dualpipev":
+        return tuple(() for _ in range(ranks))
+    rank_orders(kind, ranks, microbatches, chunks)  # its checks
+    out = []
+    for r in range(ranks):
+        pairs: list[int] = []
+        _dualpipev(ranks, microbatches, r, lambda *step: None, pairs)
+        out.append(tuple(pairs))
+    return tuple(out)
 
 
 def _one_forward_one_backward(warm: int, total: int, step) -> list:
@@ -168,6 +316,8 @@ def activation_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequ
                 held += stage_bytes[st.stage]
             elif st.kind == frees:
                 held -= stage_bytes[st.stage] + wait[st.stage]
+            elif st.kind == "BW":  # a whole backward under a split one: nothing left for a W
+                held -= stage_bytes[st.stage]
             else:  # the B of a split backward
                 held += wait[st.stage]
             peak = max(peak, held)
@@ -196,15 +346,17 @@ def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequen
     every chunk has run a backward, and this is the closer one measured (-0.4 % against the replay's
     -6.9 % at GPT-2 pp2 x dp2 rank 0: the replay misses a term not yet identified there).
 
-    Zero bubble: the replay too, with `pending` (as in `activation_peaks`) held from a microbatch's B to
-    its W; each B and each W allocates its `backward_bytes`, and a stage's gradients exist from its first W."""
+    Split backwards (zero_bubble, zbv, dualpipev): the replay too, with `pending` (as in `activation_peaks`)
+    held from a microbatch's B to its W; each B, W and whole BW allocates its `backward_bytes`, and a
+    stage's gradients exist from its first W or BW. A rank's stages are planlang.plan.placement's."""
     v = stages_per_rank(kind, chunks)
     if not len(stage_bytes) == len(backward_bytes) == len(gradient_bytes) == ranks * v:
         raise ScheduleError(f"{len(stage_bytes)} stage sizes for {ranks} ranks of {v} chunks")
     if kind != "looped_bfs" and kind not in SPLIT_BACKWARD:
         acts = activation_peaks(kind, ranks, microbatches, stage_bytes, v)
-        return [acts[r] + max(backward_bytes[s] + sum(gradient_bytes[r::ranks]) - gradient_bytes[s]
-                              for s in range(r, ranks * v, ranks)) for r in range(ranks)]
+        own = [stages_on(kind, ranks, v, r) for r in range(ranks)]
+        return [acts[r] + max(backward_bytes[s] + sum(gradient_bytes[t] for t in own[r]) - gradient_bytes[s]
+                              for s in own[r]) for r in range(ranks)]
     frees = _frees(kind)
     wait = list(pending) if pending is not None and kind in SPLIT_BACKWARD else [0] * len(stage_bytes)
     peaks = []
@@ -217,13 +369,13 @@ def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequen
                 continue
             others = grads - (gradient_bytes[st.stage] if st.stage in started else 0)  # its own: in backward_bytes
             peak = max(peak, held + backward_bytes[st.stage] + others)
-            if st.kind != frees:  # the B of a split backward: it leaves `pending` for the W
+            if st.kind not in (frees, "BW"):  # the B of a split backward: it leaves `pending` for the W
                 held += wait[st.stage]
                 continue
             if st.stage not in started:
                 started.add(st.stage)
                 grads += gradient_bytes[st.stage]
-            held -= stage_bytes[st.stage] + wait[st.stage]
+            held -= stage_bytes[st.stage] + (wait[st.stage] if st.kind == frees else 0)
         peaks.append(peak)
     return peaks
 
@@ -235,7 +387,8 @@ def interleaved_receives(stages: int, stage: int, microbatches: int, chunks: int
     gloo for 2-4 ranks, 2-3 chunks and 6-24 microbatches (tests/runtime/test_recv_buffers_gloo.py): the
     activations of at most one microbatch more than the stage has in flight, and gradients one at a time
     except on the last stage of a rank's chunk that is not the model's last (its successor, the next
-    chunk's first stage, is on rank 0): one per pipeline rank there. Never more than one per microbatch."""
+    chunk's first stage, is on rank 0): one per pipeline rank there. Never more than one per microbatch.
+    Interleaved's looped placement only (stage s on rank s mod p), never a V shape's."""
     ranks = stages // max(1, chunks)
     wraps = stage % ranks == ranks - 1 and stage != stages - 1
     held = in_flight("interleaved", stages, stage, microbatches, chunks=chunks)
@@ -255,7 +408,7 @@ def _chunked_held(kind: str, ranks: int, microbatches: int, chunks: int) -> tupl
             if st.kind == "F":
                 held[st.stage] += 1
                 peak[st.stage] = max(peak[st.stage], held[st.stage])
-            elif st.kind == frees:
+            elif st.kind in (frees, "BW"):
                 held[st.stage] -= 1
     return tuple(peak)
 
@@ -265,8 +418,9 @@ def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chun
 
     GPipe runs every forward before any backward: all m. 1F1B (PipeDream-Flush, Narayanan et al. 2021,
     §2.2) warms stage i up with p − i forwards before its first backward and then alternates: min(p − i,
-    m). Interleaved 1F1B and looped BFS (`stages` = p·v model stages, v `chunks` per rank): the most microbatches of this
-    stage held at once in its rank's order. A rank's peak is over all of its chunks together
+    m). Chunked schedules (`stages` = p·v model stages, v `chunks` per rank, 2 for the V shapes, placed by
+    planlang.plan.placement): the most microbatches of this stage held at once in its rank's order (under a
+    split backward until its W). A rank's peak is over all of its chunks together
     (`activation_peaks`), not the sum of each chunk's. `extra` adds microbatches at the peak
     (torch.distributed.pipelining's Schedule1F1B runs the next forward before the backward that frees one)."""
     if schedule not in SCHEDULES:
@@ -276,7 +430,7 @@ def in_flight(schedule: str, stages: int, stage: int, microbatches: int, *, chun
     if schedule == "gpipe":
         return microbatches
     if schedule in CHUNKED:
-        v = max(1, chunks)
+        v = stages_per_rank(schedule, max(1, chunks))
         if stages % v:
             raise ValueError(f"{stages} stages cannot be split into {v} chunks per rank")
         return min(_chunked_held(schedule, stages // v, microbatches, v)[stage] + extra, microbatches)

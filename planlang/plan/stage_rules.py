@@ -29,9 +29,11 @@ def _drop_chunks(ctx, sched: T.Schedule) -> Fix | None:
 
 
 def pipeline_schedule(ctx) -> Diags:
-    """PL401 stages vs axis size; PL402 interleaved divisibility; PL403 bubbles; PL404 chunks; PL411;
-    PL416 1F1B with fewer microbatches than stages (the runtime refuses it); PL419 a split backward with
-    checkpoint groups."""
+    """PL401 stages vs axis size; PL402 interleaved divisibility; PL403 bubbles; PL404 chunks (the V
+    shapes zbv and dualpipev: exactly `chunks 2`, so that `Schedule.chunks` is their stages per rank as it is
+    every chunked schedule's); PL411; PL416 1F1B with fewer microbatches than stages, dualpipev with fewer
+    than its 2p model stages (the runtime refuses both; zbv takes any, as torch's ScheduleZBVZeroBubble);
+    PL419 a split backward with checkpoint groups."""
     plan = ctx.plan
     p = plan.pipeline
     if p is None:
@@ -40,7 +42,11 @@ def pipeline_schedule(ctx) -> Diags:
     sched = p.schedule if isinstance(p.schedule, T.Schedule) else None
     chunks = sched.chunks if sched and isinstance(sched.chunks, int) else None
     if sched is not None:
-        if sched.kind in T.CHUNKED:
+        if sched.kind in T.V_SHAPED:  # two stages per rank, always: `chunks 2`, written
+            if sched.chunks != 2 and not T.is_hole(sched.chunks):
+                yield diag("PL404", f"the {sched.kind} schedule holds exactly two stages per rank: it needs "
+                           f"`chunks 2`", sched.span, help=f"write `schedule {sched.kind} chunks 2`")
+        elif sched.kind in T.CHUNKED:
             least = T.MIN_CHUNKS[sched.kind]
             if (sched.chunks == 1 and least > 1) or (chunks is not None and chunks < least):
                 other = "1f1b" if sched.kind == "interleaved" else "gpipe"  # what one chunk per rank would be
@@ -56,7 +62,8 @@ def pipeline_schedule(ctx) -> Diags:
         yield diag("PL411", f"microbatches is {m}", p.span, help="use at least 1 microbatch")
         m = None
     if isinstance(p.stages, tuple) and size is not None:
-        per_device = T.stages_per_rank(sched.kind, chunks) if sched and chunks else 1
+        # (a V shape holds two stages per rank whatever its chunks say, a hole included)
+        per_device = T.stages_per_rank(sched.kind, chunks or 2) if sched and (chunks or sched.kind in T.V_SHAPED) else 1
         want = size * per_device
         if len(p.stages) != want:
             arithmetic = f"{p.axis}({size})" + (f" * chunks({per_device})" if per_device > 1 else "")
@@ -68,6 +75,10 @@ def pipeline_schedule(ctx) -> Diags:
             yield diag("PL402", f"{sched.kind} needs microbatches divisible by {p.axis}({size}), "
                        f"but {m} % {size} = {m % size}", p.span,
                        help=f"use {((m // size) + 1) * size} microbatches")
+        elif sched.kind == "dualpipev" and m < 2 * size:  # torch's ScheduleDualPipeV refuses fewer
+            yield diag("PL416", f"dualpipev needs at least as many microbatches as model stages "
+                       f"({m} < 2 * {p.axis}({size}) = {2 * size})", p.span,
+                       help=f"use `microbatches {2 * size}` or more, or `schedule zbv chunks 2`")
         elif m < size and sched.kind == "1f1b":
             yield diag("PL416", f"1f1b needs at least as many microbatches as stages ({m} < {size})", p.span,
                        help=f"use `microbatches {size}` or more, or `schedule gpipe`")

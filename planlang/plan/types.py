@@ -349,18 +349,9 @@ for _cls in (DataSpec, ShardRule):
 
 
 # ------------------------------------------------------------------------------ schedule
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs", "zero_bubble")
-#: the schedules that hold `chunks` model stages on each pipeline rank, model stage s on rank s mod p
-CHUNKED = ("interleaved", "looped_bfs", "zero_bubble")
-#: the schedules that split a backward into the input gradient ("B") and the weight gradient ("W", later)
-SPLIT_BACKWARD = ("zero_bubble",)
-#: the fewest `chunks` a chunked schedule takes: zero bubble runs one stage per rank too (ZB-H1)
-MIN_CHUNKS = {"interleaved": 2, "looped_bfs": 2, "zero_bubble": 1}
-
-
-def stages_per_rank(kind: str, chunks: int) -> int:
-    """Model stages one pipeline rank holds under `kind`: `chunks` for a chunked schedule, else 1."""
-    return chunks if kind in CHUNKED else 1
+# the schedules' names, kinds and placement: planlang.plan.placement (the one definition), re-exported here
+from .placement import (CHUNKED, MIN_CHUNKS, SCHEDULES, SPLIT_BACKWARD, V_SHAPED,  # noqa: E402,F401 - re-exported
+                        stage_ranks, stages_on, stages_per_rank)
 
 
 @value_type

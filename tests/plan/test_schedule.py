@@ -1,7 +1,7 @@
 """planlang.plan.schedule.in_flight against a simulation of each stage's order of forwards and backwards."""
 import pytest
 
-from planlang.plan.schedule import ScheduleError, activation_peaks, in_flight
+from planlang.plan.schedule import ScheduleError, activation_peaks, in_flight, rank_orders
 
 
 def simulate(schedule: str, stages: int, stage: int, m: int) -> int:
@@ -118,3 +118,73 @@ def test_stage_degrees_count_a_chunked_schedules_stages_once_per_rank():
         assert codes(schedule, " with tp = 2, dp = 2") == [], schedule
         assert codes(schedule, " with tp = 4, dp = 1") == ["PL418"], schedule
         assert codes(schedule, " with tp = 4") == ["PL410"], schedule  # 8 + 4 (+ 4 + 4): too many devices
+
+
+# ------------------------------------------------------------------------------ the V shapes (zbv, dualpipev)
+def test_v_placement_puts_stages_r_and_2p_minus_1_minus_r_on_rank_r_and_the_others_keep_s_mod_p():
+    from planlang.plan.types import stage_ranks, stages_on, stages_per_rank
+
+    for kind in ("zbv", "dualpipev"):
+        assert stages_per_rank(kind, 1) == stages_per_rank(kind, 3) == 2  # whatever `chunks` says
+        assert stage_ranks(kind, 3, 2) == (0, 1, 2, 2, 1, 0)  # the last rank holds the adjacent 2 and 3
+        assert [stages_on(kind, 3, 2, r) for r in range(3)] == [(0, 5), (1, 4), (2, 3)]
+    for kind, chunks in (("interleaved", 3), ("looped_bfs", 2), ("zero_bubble", 1), ("1f1b", 1)):
+        p, v = 4, stages_per_rank(kind, chunks)
+        assert stage_ranks(kind, p, chunks) == tuple(s % p for s in range(p * v))
+        assert [stages_on(kind, p, chunks, r) for r in range(p)] == [tuple(range(r, p * v, p)) for r in range(p)]
+    # each rank's order runs only its own stages (the orders and the placement agree)
+    for kind in ("zbv", "dualpipev", "interleaved"):
+        for r, order in enumerate(rank_orders(kind, 3, 6, 2)):
+            assert {st.stage for st in order} == set(stages_on(kind, 3, 2, r)), (kind, r)
+
+
+def test_zbv_holds_1f1bs_peak_on_every_rank_and_stage_s_holds_2p_minus_s():
+    # Qi et al. 2024 §6: ZB-V's activation peak is 1F1B's first stage's (p microbatches of a whole stage,
+    # 2p of a chunk) on every rank, the W freeing them; in torch's order model stage s holds 2p - s at once
+    for p in (1, 2, 3, 5):
+        for m in (2 * p - 1, 2 * p, 3 * p + 1):
+            assert activation_peaks("zbv", p, m, [1] * (2 * p), chunks=2) == [min(2 * p, 2 * m)] * p, (p, m)
+            assert [in_flight("zbv", 2 * p, s, m, chunks=2) for s in range(2 * p)] == \
+                [min(2 * p - s, m) for s in range(2 * p)]
+            # the chunks argument does not change where the V puts its stages
+            assert in_flight("zbv", 2 * p, 0, m, chunks=1) == in_flight("zbv", 2 * p, 0, m, chunks=2)
+
+
+def test_split_and_whole_backwards_free_what_they_hold():
+    # zbv keeps a microbatch's activations until its W, and what its B leaves (pending) too: with the
+    # activations 0 and 1 byte pending per B, a rank holds the Bs whose W it has not run
+    for kind in ("zbv", "dualpipev"):
+        for r, order in enumerate(rank_orders(kind, 3, 6, 2)):
+            waiting = peak = 0
+            for st in order:
+                waiting += {"B": 1, "W": -1}.get(st.kind, 0)
+                peak = max(peak, waiting)
+            assert waiting == 0
+            assert activation_peaks(kind, 3, 6, [0] * 6, chunks=2, pending=[1] * 6)[r] == peak
+    # dualpipev's whole backwards (BW) free a microbatch at once: no W of theirs, nothing pending
+    orders = rank_orders("dualpipev", 2, 4, 2)
+    kinds = [st.kind for order in orders for st in order]
+    assert kinds.count("F") == kinds.count("B") + kinds.count("BW") == 2 * 2 * 4
+    assert kinds.count("W") == kinds.count("B") > 0
+    assert activation_peaks("dualpipev", 2, 4, [1] * 4, chunks=2) == [5, 5]  # 2p + 1: the pair's F before its BW
+
+
+def test_backward_peaks_count_a_stages_gradients_on_the_rank_the_v_puts_it_on():
+    from planlang.plan.schedule import backward_peaks
+
+    p = 3
+    for kind in ("zbv", "dualpipev"):
+        zero = [0] * (2 * p)
+        grads = [0] * (2 * p)
+        grads[2 * p - 1] = 100  # the model's last stage: rank 0's second (s mod p would say rank p - 1)
+        assert backward_peaks(kind, p, 2 * p, zero, zero, grads, 2) == [100, 0, 0], kind
+        # a backward's own allocation shows on its rank, the activations held beside it
+        extra = [1, 2, 3, 4, 5, 6]
+        peaks = backward_peaks(kind, p, 2 * p, zero, extra, zero, 2)
+        assert peaks == [6, 5, 4], kind  # rank r's larger of its stages r and 2p - 1 - r
+
+
+def test_dualpipev_needs_a_microbatch_per_model_stage():
+    with pytest.raises(ScheduleError, match="at least as many microbatches"):
+        rank_orders("dualpipev", 3, 5, 2)
+    assert len(rank_orders("zbv", 3, 1, 2)) == 3  # zbv takes any (torch leaves out what it padded)
