@@ -128,8 +128,9 @@ def closed_form_bubble(kind: str, ranks: int, microbatches: int, chunks: int = 1
     with the backward twice the forward and WEIGHT_SHARE 0.5 (T_F = T_B = T_W, Qi et al. 2024 §3.1:
     ZB-H1 idles (p − 1)(T_F + T_B − T_W) per rank, here over v chunks of 1/v of the stage):
     (p − 1)/(3·v·m + p − 1). zbv (v = 2) has the same, (p − 1)/(6m + p − 1), once m >= 2p − 1: torch's
-    actions (ScheduleZBVZeroBubble) leave each rank idle (p − 1)·T_F of a chunk, not none (tests/runtime/
-    test_schedule_orders.py). dualpipev, its whole backwards taking B + W: each rank idles 2(p − 1)·T_F,
+    actions (ScheduleZBVZeroBubble) leave each rank idle (p − 1)·T_F of a chunk (its warm-up), where the
+    authors' summary (sail-sg/zero-bubble-pipeline-parallelism, "Comparison assuming T_F=T_B=T_W") gives
+    ZBV a bubble rate of 0 (tests/runtime/test_schedule_orders.py holds torch's to this one). dualpipev, its whole backwards taking B + W: each rank idles 2(p − 1)·T_F,
     (p − 1)/(3m + p − 1) for every m it takes (m >= 2p)."""
     v = stages_per_rank(kind, chunks)
     if kind == "dualpipev":

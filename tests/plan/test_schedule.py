@@ -139,8 +139,9 @@ def test_v_placement_puts_stages_r_and_2p_minus_1_minus_r_on_rank_r_and_the_othe
 
 
 def test_zbv_holds_1f1bs_peak_on_every_rank_and_stage_s_holds_2p_minus_s():
-    # Qi et al. 2024 §6: ZB-V's activation peak is 1F1B's first stage's (p microbatches of a whole stage,
-    # 2p of a chunk) on every rank, the W freeing them; in torch's order model stage s holds 2p - s at once
+    # ZB-V's activation memory is 1F1B's (the authors' summary, sail-sg/zero-bubble-pipeline-parallelism:
+    # "1x"): 1F1B's first stage's p microbatches of a whole stage, 2p of a chunk, here on every rank, the W
+    # freeing them; in torch's order model stage s holds 2p - s at once
     for p in (1, 2, 3, 5):
         for m in (2 * p - 1, 2 * p, 3 * p + 1):
             assert activation_peaks("zbv", p, m, [1] * (2 * p), chunks=2) == [min(2 * p, 2 * m)] * p, (p, m)
