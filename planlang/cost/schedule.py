@@ -130,8 +130,11 @@ def closed_form_bubble(kind: str, ranks: int, microbatches: int, chunks: int = 1
     (p − 1)/(3·v·m + p − 1). zbv (v = 2) has the same, (p − 1)/(6m + p − 1), once m >= 2p − 1: torch's
     actions (ScheduleZBVZeroBubble) leave each rank idle (p − 1)·T_F of a chunk (its warm-up), where the
     authors' summary (sail-sg/zero-bubble-pipeline-parallelism, "Comparison assuming T_F=T_B=T_W") gives
-    ZBV a bubble rate of 0 (tests/runtime/test_schedule_orders.py holds torch's to this one). dualpipev, its whole backwards taking B + W: each rank idles 2(p − 1)·T_F,
-    (p − 1)/(3m + p − 1) for every m it takes (m >= 2p)."""
+    ZBV a bubble rate of 0 (tests/runtime/test_schedule_orders.py holds torch's to this one). dualpipev,
+    its whole backwards taking B + W: each rank idles 2(p − 1)·T_F, (p − 1)/(3m + p − 1) for every m it
+    takes (m >= 2p): DeepSeek's (PP/2 − 1)(F&B + B − 3W) for PP = 2p stages (deepseek-ai/DualPipe's
+    table), its overlapped F&B run in turn (F + B), at these equal times only (with W a quarter of the
+    backward torch's actions idle less than that, with W three fifths of it more)."""
     v = stages_per_rank(kind, chunks)
     if kind == "dualpipev":
         return (ranks - 1) / (3 * microbatches + ranks - 1)

@@ -167,7 +167,9 @@ def test_split_and_whole_backwards_free_what_they_hold():
     kinds = [st.kind for order in orders for st in order]
     assert kinds.count("F") == kinds.count("B") + kinds.count("BW") == 2 * 2 * 4
     assert kinds.count("W") == kinds.count("B") > 0
-    assert activation_peaks("dualpipev", 2, 4, [1] * 4, chunks=2) == [5, 5]  # 2p + 1: the pair's F before its BW
+    # 2p + 1 chunk-microbatches (DeepSeek's "PP + 1" for PP = 2p stages): a pair's F runs before its BW
+    assert activation_peaks("dualpipev", 2, 4, [1] * 4, chunks=2) == [5, 5]
+    assert activation_peaks("dualpipev", 4, 11, [1] * 8, chunks=2) == [9] * 4
 
 
 def test_backward_peaks_count_a_stages_gradients_on_the_rank_the_v_puts_it_on():
