@@ -411,6 +411,20 @@ PLANLANG_CASES = (
 )
 
 
+def without_backward_module_hooks() -> None:
+    """MemTracker's module tracker hooks every module's backward with `register_multi_grad_hook`, which
+    raises inside `torch.autograd.grad` on a leaf input, and a split backward (torch's zero-bubble
+    stages) computes the input gradient with it. Without those hooks the tracker does not know backward
+    from forward; the totals the benches read (every tensor alive, bytes) are the same."""
+    import torch.distributed._tools.mod_tracker as mod_tracker
+
+    class _NoHook:
+        def remove(self) -> None:
+            pass
+
+    mod_tracker.register_multi_grad_hook = lambda *args, **kwargs: _NoHook()  # type: ignore[assignment]
+
+
 def _tracker():
     from torch.distributed._tools.mem_tracker import MemTracker
 

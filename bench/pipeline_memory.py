@@ -36,7 +36,7 @@ import torch.multiprocessing as mp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from memory_measure import _categories, _tracker  # noqa: E402
+from memory_measure import _categories, _tracker, without_backward_module_hooks  # noqa: E402
 
 from planlang.model.capture.load import build_model, plan_loss  # noqa: E402
 from planlang.model.price.estimate import estimate_plan  # noqa: E402
@@ -99,7 +99,7 @@ def _worker(rank: int, path: str, port: int, out: str) -> None:
     step()
     step()
     if plan.pipeline is not None and plan.pipeline.schedule.kind in SPLIT_BACKWARD:
-        _without_backward_module_hooks()
+        without_backward_module_hooks()
     runner = getattr(pm, "runner", None)
     sync = getattr(pm, "_grad_sync", None)
     kept = [b.flat for b in sync.buckets if b.flat is not None] if sync is not None else []
@@ -117,20 +117,6 @@ def _worker(rank: int, path: str, port: int, out: str) -> None:
     batch = sum(t.numel() * t.element_size() for t in (*inputs, *targets))
     Path(out, f"rank{rank}.json").write_text(json.dumps({"Total": peak["Total"], "batch": batch}))
     leave()
-
-
-def _without_backward_module_hooks() -> None:
-    """MemTracker's module tracker hooks every module's backward with `register_multi_grad_hook`, which
-    raises inside `torch.autograd.grad` on a leaf input, and a split backward (torch's zero-bubble
-    stages) computes the input gradient with it. Without those hooks the tracker does not know backward
-    from forward; the totals this bench reads (every tensor alive, bytes) are the same."""
-    import torch.distributed._tools.mod_tracker as mod_tracker
-
-    class _NoHook:
-        def remove(self) -> None:
-            pass
-
-    mod_tracker.register_multi_grad_hook = lambda *args, **kwargs: _NoHook()  # type: ignore[assignment]
 
 
 def _world(plan) -> int:

@@ -29,7 +29,7 @@ import torch.multiprocessing as mp
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from memory_measure import _categories, _tracker  # noqa: E402
+from memory_measure import _categories, _tracker, without_backward_module_hooks  # noqa: E402
 
 from planlang.lang.diagnostics import Severity  # noqa: E402
 from planlang.model.validation import check_with_model  # noqa: E402
@@ -38,6 +38,7 @@ from planlang.runtime.program_memory import measure as measure_program  # noqa: 
 from planlang.model.capture.load import build_model, plan_loss  # noqa: E402
 from planlang.plan.checker import check_file  # noqa: E402
 from planlang.plan.complete import complete  # noqa: E402
+from planlang.plan.types import SPLIT_BACKWARD  # noqa: E402
 from tests.zoo.plans import LAYOUTS, ZOO, plan_text  # noqa: E402  (also EXTRA_LAYOUTS: --layouts pp2dp2i)
 
 WORLD = 4
@@ -74,6 +75,8 @@ def _worker(rank: int, path: str, port: int, out: str, whole: bool = False) -> N
 
     step()
     step()
+    if plan.pipeline is not None and plan.pipeline.schedule.kind in SPLIT_BACKWARD:
+        without_backward_module_hooks()
     runner = getattr(pm, "runner", None)  # a pipeline: this rank's stage modules
     # tensors the runtime keeps between steps that MemTracker would not see otherwise: the persistent
     # gradient buckets (made in the warm-up steps; the gradients are their slices only after backward)

@@ -151,7 +151,7 @@ class Space:
         return assign.get(PP_AXIS) if T.is_hole(p.axis) else p.axis  # type: ignore[return-value]
 
     def schedule_of(self, assign: dict) -> tuple[str, int]:
-        """The pipeline's schedule and chunks per rank (1 unless chunked: interleaved, looped_bfs)."""
+        """The pipeline's schedule and chunks per rank (1 unless chunked: plan.types.CHUNKED)."""
         p = self.plan.pipeline
         if p is None:
             return "", 1
@@ -205,10 +205,13 @@ class Space:
             pps = [a for a in free if size[a] > 1] or free[:1]  # type: ignore[assignment]
         # not looped_bfs: the step-time model gives it interleaved's bubble (m >= p; sends are not priced,
         # where its fewer stage switches would tell) and more activations, so it never wins a `schedule ?`
-        # and would only add a quarter more candidates; written, its `chunks ?` is solved as interleaved's
-        schedules: list[T.Schedule | None] = [T.Schedule("1f1b"), T.Schedule("gpipe"), T.Schedule("interleaved", 2)] \
-            if h.schedule is not None else [None]
-        chunks: list[str | None] = ["2", "3", "4"] if h.chunks is not None else [None]
+        # and would only add a quarter more candidates; written, its `chunks ?` is solved as interleaved's.
+        # zero_bubble with one chunk (ZB-H1): 1F1B's stages with the weight gradients in the bubbles, at the
+        # cost of holding activations until them
+        schedules: list[T.Schedule | None] = [T.Schedule("1f1b"), T.Schedule("gpipe"), T.Schedule("interleaved", 2),
+                                              T.Schedule("zero_bubble", 1)] if h.schedule is not None else [None]
+        least = T.MIN_CHUNKS.get(p.schedule.kind, 2) if p is not None and isinstance(p.schedule, T.Schedule) else 2
+        chunks: list[str | None] = [str(c) for c in range(least, 5)] if h.chunks is not None else [None]
         out = []
         for pp in pps:
             for sched in schedules:
@@ -335,7 +338,7 @@ class Space:
         kind, chunks = self.schedule_of(assign)
         lb = self.local_batch(assign)
         opts = [m for m in range(1, lb + 1) if lb % m == 0 and m >= pp * max(chunks, 1)
-                and (kind != "interleaved" or m % pp == 0)]  # interleaved: a multiple of the ranks (PL402)
+                and (kind not in ("interleaved", "zero_bubble") or m % pp == 0)]  # a multiple of the ranks (PL402)
         return opts or [lb]
 
     def stage_choices(self, assign: dict, method: str = "flops", micro: int | None = None, zero: int = 0) -> list:
