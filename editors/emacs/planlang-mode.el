@@ -71,7 +71,7 @@ nil: anywhere outside a dotted name.")
     "i64" "int64" "i32" "int32" "i16" "int16" "i8" "int8" "u8" "uint8" "bool")
   "Tensor dtypes (`input' declarations and `flops.DTYPE' fields).")
 
-(defconst planlang-schedules '("gpipe" "1f1b" "interleaved" "looped_bfs" "zero_bubble")
+(defconst planlang-schedules '("gpipe" "1f1b" "interleaved" "looped_bfs" "zero_bubble" "zbv" "dualpipev")
   "Pipeline schedules.")
 
 (defconst planlang-optimizers

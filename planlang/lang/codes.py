@@ -125,8 +125,8 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "Dtypes are written f64, f32, tf32, f16, bf16, fp8, i64, i32, i16, i8, u8 and bool (the long\n"
      "forms float32, bfloat16, int64, ... are accepted too)."),
     ("PL215", "unknown-schedule", E, "unknown pipeline schedule",
-     "Pipeline schedules are `gpipe`, `1f1b`, `interleaved chunks N`, `looped_bfs chunks N` and\n"
-     "`zero_bubble` (or `zero_bubble chunks N`), or `?`."),
+     "Pipeline schedules are `gpipe`, `1f1b`, `interleaved chunks N`, `looped_bfs chunks N`, `zero_bubble`\n"
+     "(or `zero_bubble chunks N`) and the V schedules `zbv chunks 2` and `dualpipev chunks 2`, or `?`."),
     ("PL216", "unknown-optimizer", E, "unknown optimizer",
      "Known optimizers: sgd, momentum, adam, adamw, adagrad, rmsprop, adafactor, lion. The optimizer\n"
      "decides how many state bytes each parameter carries."),
@@ -316,7 +316,8 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "speed differs. Remove dropout for a compiled training step, or accept the eager parts."),
     ("PL401", "stage-count", E, "number of stages does not match the pipeline axis",
      "A pipeline over axis `pp` of size p needs p stages (p * chunks with the interleaved, looped_bfs and\n"
-     "zero_bubble schedules)."),
+     "zero_bubble schedules, 2 * p with the V schedules zbv and dualpipev: rank r holds stages r and\n"
+     "2p - 1 - r)."),
     ("PL402", "interleaved-microbatches", E,
      "interleaved and zero_bubble schedules need microbatches divisible by the pipeline size",
      "The interleaved 1F1B and zero_bubble schedules run microbatches in rounds of one per pipeline\n"
@@ -324,10 +325,13 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL403", "few-microbatches", W, "fewer microbatches than stages",
      "With m < p microbatches some stages always idle (bubble ratio (p - 1) / (m + p - 1) at best).\n"
      "Use at least as many microbatches as stages."),
-    ("PL404", "chunks", E, "chunks only apply to the interleaved, looped_bfs and zero_bubble schedules",
+    ("PL404", "chunks", E,
+     "chunks only apply to the interleaved, looped_bfs, zero_bubble, zbv and dualpipev schedules",
      "`chunks N` is the number of model chunks per device of `interleaved` and `looped_bfs`, which need\n"
-     "it with N >= 2, and of `zero_bubble`, which takes N >= 1 (one chunk when `chunks` is left out);\n"
-     "`gpipe` and `1f1b` hold one chunk per device."),
+     "it with N >= 2, and of `zero_bubble`, which takes N >= 1 (one chunk when `chunks` is left out).\n"
+     "The V schedules `zbv` and `dualpipev` hold exactly two stages per device (rank r holds stages r\n"
+     "and 2p - 1 - r) and are written `chunks 2`, no other number and not left out. `gpipe` and `1f1b`\n"
+     "hold one chunk per device."),
     ("PL405", "checkpoint-crosses-stage", E, "checkpoint group crosses a stage boundary",
      "A checkpoint group is recomputed inside one stage; it cannot span two stages."),
     ("PL406", "stages-overlap", E, "a module is in two stages", "Each module belongs to exactly one stage."),
@@ -350,10 +354,11 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "In a pipeline, ZeRO-2/3 shard each stage with FSDP2 over the one ZeRO axis, which must then be the\n"
      "only axis of size > 1 the batch is split over. Split the batch over the ZeRO axis only, or use\n"
      "ZeRO-1."),
-    ("PL416", "1f1b-microbatches", E, "1F1B with fewer microbatches than stages",
+    ("PL416", "1f1b-microbatches", E, "1F1B or dualpipev with fewer microbatches than stages",
      "1F1B warms stage i up with p - i forwards before its first backward, so it needs at least as many\n"
      "microbatches as stages (torch.distributed.pipelining refuses fewer). Use more microbatches, or\n"
-     "`schedule gpipe`."),
+     "`schedule gpipe`. `dualpipev chunks 2` needs at least as many microbatches as its 2 * p model\n"
+     "stages (torch's ScheduleDualPipeV refuses fewer); `zbv chunks 2` takes any number."),
     ("PL417", "microbatches-with-pipeline", E, "top-level `microbatches` in a plan with a pipeline",
      "A top-level `microbatches N` makes a step without a pipeline run each rank's batch as N microbatches\n"
      "in sequence, summing the gradients once (gradient accumulation). A pipeline already runs its\n"
@@ -367,13 +372,14 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "planlang refuses it instead of dropping it. Remove the `with` degrees, or write the axis's size; give\n"
      "the whole mesh the degrees the largest stage needs."),
     ("PL419", "split-backward-checkpoint", W, "a split backward recomputes checkpoints once per weight group",
-     "`schedule zero_bubble` splits each backward into the input gradient (B) and the weight gradient (W,\n"
-     "later). torch's W (`stage_backward_weight`) runs one backward per group of weights that share an\n"
-     "operation, and in each a checkpoint group recomputes its whole forward again, keeping what that group\n"
-     "did not use until the stage's graph is freed: for a GPT-2 block, six recomputations and 0.81 MB at\n"
-     "W's peak against 0.31 MB without the checkpoint. The step computes more than the step time prices,\n"
-     "and the estimate undercounts W's peak (gpt2 pp2 x tp2 with `checkpoint h[*] every 1`: -12.8 %).\n"
-     "Training is correct. Remove the checkpoint groups, or use `schedule interleaved chunks N` with them."),
+     "`schedule zero_bubble` (and zbv; dualpipev for the backwards it splits) splits each backward into\n"
+     "the input gradient (B) and the weight gradient (W, later). torch's W (`stage_backward_weight`) runs\n"
+     "one backward per group of weights that share an operation, and in each a checkpoint group recomputes\n"
+     "its whole forward again, keeping what that group did not use until the stage's graph is freed: for\n"
+     "a GPT-2 block, six recomputations and 0.81 MB at W's peak against 0.31 MB without the checkpoint.\n"
+     "The step computes more than the step time prices, and the estimate undercounts W's peak (gpt2 pp2 x\n"
+     "tp2 with `checkpoint h[*] every 1`: -12.8 %). Training is correct. Remove the checkpoint groups, or\n"
+     "use `schedule interleaved chunks N` with them."),
     # model-aware (planlang.model.checks)
     ("PL466", "batch-norm-microbatches", W, "BatchNorm inside a pipeline normalizes each microbatch",
      "A pipeline runs each microbatch through a stage on its own, so a BatchNorm in training computes\n"

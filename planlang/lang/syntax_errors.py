@@ -38,7 +38,7 @@ _WORDS = {
     "STRING": "a string",
     "_NL": "a line break",
     "$END": "the end of the file",
-    "SCHEDULE": "a schedule (gpipe, 1f1b, interleaved, looped_bfs, zero_bubble)",
+    "SCHEDULE": "a schedule (gpipe, 1f1b, interleaved, looped_bfs, zero_bubble, zbv, dualpipev)",
     "GLOB": "a glob",
 }
 
@@ -118,7 +118,8 @@ def describe_unexpected_token(tok: Token, expected: set[str], text: str,
 
 
 _SCHEDULE_HELP = ("write one of `gpipe`, `1f1b`, `interleaved chunks N`, `looped_bfs chunks N`, `zero_bubble` "
-                  "(or `zero_bubble chunks N`), or `?` for the solver to choose")
+                  "(or `zero_bubble chunks N`), `zbv chunks 2`, `dualpipev chunks 2`, or `?` for the solver "
+                  "to choose")
 _WORDS_NOT_NAMES = ("INT", "FLOAT", "STRING", "_NL", "$END")
 
 

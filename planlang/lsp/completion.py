@@ -5,7 +5,8 @@ start of a line, stdlib modules after `use`, templates after `apply`, axes insid
 `over` (outside a mesh) and template arguments, links after `over` in a mesh, module paths after
 `shard` / `stage` / `checkpoint` / `for x in` / `to` (the model's names when it has been probed, else the
 paths already written in the file), inputs after `data`, units after a quantity's number, the keyword
-that comes next in a statement (`mesh m of`, `pipeline over pp schedule`, ...), codes inside
+that comes next in a statement (`mesh m of`, `pipeline over pp schedule`, ...), `2` after `chunks` of a V
+schedule (zbv, dualpipev: two stages per rank), codes inside
 `# plan: ignore[`. Names come from the current analysis when the text parses, else from its recovered
 version (the text less its broken lines, `Analysis.recovered`) and the last version that parsed, so a
 file that has never parsed (a new plan being typed) completes too.
@@ -23,7 +24,7 @@ from planlang.lang.codes import CODES
 from planlang.lang.lexical import brackets, inside, suppression_open
 from planlang.plan.resolve import DTYPES, Resolver
 from planlang.plan.selection import to_plan_name
-from planlang.plan.types import CHUNKED, MIN_CHUNKS, OPTIMIZERS, PRECISION_DTYPES
+from planlang.plan.types import CHUNKED, MIN_CHUNKS, OPTIMIZERS, PRECISION_DTYPES, V_SHAPED
 from planlang.plan.units import UNITS, Kind
 
 from .analysis import Analysis, references
@@ -47,6 +48,7 @@ UNIT_KINDS = (
 _CHUNKED = "(" + "|".join(CHUNKED) + ")"  # the schedules that take `chunks N`
 _NEEDS_CHUNKS = "(" + "|".join(k for k in CHUNKED if MIN_CHUNKS[k] > 1) + ")"  # ... and need it
 _MAY_CHUNK = "(" + "|".join(k for k in CHUNKED if MIN_CHUNKS[k] == 1) + ")"  # ... or go without (one chunk)
+_V_SHAPED = "(" + "|".join(V_SHAPED) + ")"  # ... and take exactly `chunks 2` (two stages per rank, PL404)
 COMMON_UNITS = ("GiB", "MiB", "GB", "GB/s", "GiB/s", "Gb/s", "us", "ms", "ns", "TFLOPS", "GFLOPS")
 
 # the keyword that comes next once the text before the cursor is a complete prefix of a statement
@@ -241,6 +243,8 @@ def completion(analysis: Analysis, offset: int, good: Analysis | None = None, in
         add(declarations(refs, A.TemplateDecl), K.Function, r"[\w.]*")
     elif re.search(r"\bschedule\s+\w*$", prefix):
         add(SCHEDULES, K.EnumMember, detail="pipeline schedule")
+    elif re.search(r"\bschedule\s+" + _V_SHAPED + r"\s+chunks\s+\d*$", prefix):
+        add(["2"], K.Constant, r"\d*", "two stages per rank: a V schedule takes exactly `chunks 2`")
     elif re.match(r"^\s*optimizer\s+\w*$", prefix):
         add(OPTIMIZERS, K.EnumMember, detail="optimizer")
     elif re.match(r"^\s*input\s+\w+\s*:\s*\w*$", prefix):

@@ -38,6 +38,14 @@ SCHEDULE_TEXT = {
                    "given), placed as interleaved; a backward splits into the input gradient B and the "
                    "weight gradient W, run later to fill the bubbles, and a stage holds a microbatch's "
                    "activations until its W; needs microbatches % p == 0.",
+    "zbv": "ZB-V (Qi et al. 2024, §6): `chunks 2`, exactly two model stages per device in a V (device r holds "
+           "stages r and 2p - 1 - r, the last device the middle two); the backward splits into B and W as "
+           "zero_bubble's; each device holds 1F1B's peak of activations, 2p chunk-microbatches; any "
+           "number of microbatches.",
+    "dualpipev": "DualPipeV (DeepSeek-V3's DualPipe folded into a V): `chunks 2`, two model stages per device "
+                 "placed as zbv; in the steady state a forward of one stage and a whole backward of the "
+                 "other run as one overlapped pair, the last backwards split into B and W; each device holds "
+                 "2p + 1 chunk-microbatches at its peak; needs microbatches >= 2p.",
 }
 MODEL_HINT = "_Shapes and memory appear here when model checks are on (setting `planlang.modelChecks`)._"
 MODEL_STALE = "_The model's source changed since it was probed: model checks are running again._"

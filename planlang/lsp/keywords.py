@@ -43,11 +43,12 @@ KEYWORDS: dict[str, tuple[str, str, str]] = {
     "pipeline": ("pipeline over AXIS schedule 1f1b microbatches 8 { stage ...; stage ... }",
                  "Pipeline parallelism: the axis, the schedule, microbatches and stages in execution order.",
                  "§15"),
-    "schedule": ("schedule gpipe | 1f1b | interleaved chunks N | looped_bfs chunks N | zero_bubble [chunks N]",
-                 "The pipeline schedule.", "§15"),
+    "schedule": ("schedule gpipe | 1f1b | interleaved chunks N | looped_bfs chunks N | zero_bubble [chunks N] "
+                 "| zbv chunks 2 | dualpipev chunks 2", "The pipeline schedule.", "§15"),
     "microbatches": ("microbatches 8", "Microbatches per step (the batch is split into them).", "§15"),
-    "chunks": ("schedule interleaved chunks 2", "Model chunks (stages) per device for the interleaved, "
-               "looped_bfs (both at least 2) and zero_bubble (at least 1, the default) schedules.", "§15"),
+    "chunks": ("schedule interleaved chunks 2", "Model chunks (stages) per device: at least 2 for interleaved "
+               "and looped_bfs, at least 1 for zero_bubble (1 when left out), exactly 2 for the V schedules zbv "
+               "and dualpipev.", "§15"),
     "stage": ("stage PATH, PATH, ... [with axis = size, ...]",
               "One pipeline stage: consecutive modules in execution order; optional per-stage degrees.", "§15"),
     "with": ("stage PATH with tp = 4", "Per-stage sub-mesh degrees.", "§15"),

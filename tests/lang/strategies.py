@@ -40,7 +40,7 @@ PLAIN_NAMES = ("h", "mlp", "attn", "c_fc", "weight", "bias", "tp", "dp", "pp", "
 UNITS = ("GiB", "GB", "MiB", "GB/s", "Gbit/s", "TFLOPS", "us", "ms", "s")
 # every schedule the checker knows (planlang.plan.types.SCHEDULES), and one it does not (`zb_h1`, PL215): the
 # parser takes any name after `schedule`, so the printer and the parser must round-trip an unknown one too
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs", "zero_bubble", "zb_h1")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "looped_bfs", "zero_bubble", "zbv", "dualpipev", "zb_h1")
 GLOBS = ("*", "**", "attn*", "*_proj", "h*x*", "_*")
 DTYPES = ("int64", "int32", "float16", "bf16")
 

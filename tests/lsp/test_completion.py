@@ -69,7 +69,7 @@ def test_links_after_over_in_a_mesh_and_axes_elsewhere(gpt2):
 
 def test_schedules_and_codes_in_suppression_comments(gpt2):
     _, _, res = _complete(gpt2, gpt2.text.replace("schedule 1f1b", "schedule 1"), "schedule 1")
-    assert _labels(res) == ["gpipe", "1f1b", "interleaved", "looped_bfs", "zero_bubble"]
+    assert _labels(res) == ["gpipe", "1f1b", "interleaved", "looped_bfs", "zero_bubble", "zbv", "dualpipev"]
     _, _, res = _complete(gpt2, gpt2.text + "\n# plan: ignore[PL2", "ignore[PL2")
     assert _labels(res) == sorted(CODES)
     _, _, res = _complete(gpt2, gpt2.text + "\n# a comment ", "a comment ")

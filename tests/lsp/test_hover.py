@@ -46,6 +46,9 @@ def test_every_schedule_has_a_hover(gpt2):
         assert h is not None and h.contents.value == SCHEDULE_TEXT[kind], kind
     assert "all microbatches" in SCHEDULE_TEXT["looped_bfs"]  # GPipe's memory
     assert "weight gradient" in SCHEDULE_TEXT["zero_bubble"] and "until its W" in SCHEDULE_TEXT["zero_bubble"]
+    for v_shape in types.V_SHAPED:  # two stages per rank, placed in a V, written `chunks 2`
+        assert "`chunks 2`" in SCHEDULE_TEXT[v_shape] and "2p - 1 - r" in SCHEDULE_TEXT["zbv"], v_shape
+    assert "overlapped" in SCHEDULE_TEXT["dualpipev"] and "microbatches >= 2p" in SCHEDULE_TEXT["dualpipev"]
     assert set(SCHEDULE_TEXT) == set(types.SCHEDULES)
 
 

@@ -78,6 +78,12 @@ def test_statement_keywords_next_keywords_and_units():
     # zero_bubble takes `chunks N` or goes without (one chunk per rank)
     assert _labels(HEAD + "pipeline over dp schedule zero_bubble ") == ["chunks", "microbatches"]
     assert _labels(HEAD + "pipeline over dp schedule zero_bubble chunks 2 ") == ["microbatches"]
+    # the V schedules need `chunks` and take exactly 2 (two stages per rank)
+    for v_shape in ("zbv", "dualpipev"):
+        assert _labels(HEAD + f"pipeline over dp schedule {v_shape} ") == ["chunks"]
+        assert _labels(HEAD + f"pipeline over dp schedule {v_shape} chunks ") == ["2"]
+        assert _labels(HEAD + f"pipeline over dp schedule {v_shape} chunks 2 ") == ["microbatches"]
+    assert _labels(HEAD + "pipeline over dp schedule interleaved chunks ") == []  # any N >= 2: nothing to offer
     assert _labels(HEAD + "budget 40 GiB ") == ["per device"]
     units = _labels(HEAD + "budget 40 G")
     assert units[:3] == ["GiB", "MiB", "GB"] and "GB/s" not in units

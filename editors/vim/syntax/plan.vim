@@ -43,7 +43,7 @@ let s:keyword_followers = {'output': '\s\+of\>', 'input': '\s\+of\>', 'per': '\s
 let s:dtypes = ['f64', 'float64', 'f32', 'float32', 'fp32', 'tf32', 'f16', 'float16', 'fp16', 'bf16',
       \ 'bfloat16', 'fp8', 'i64', 'int64', 'i32', 'int32', 'i16', 'int16', 'i8', 'int8', 'u8', 'uint8',
       \ 'bool']
-let s:schedules = ['gpipe', '1f1b', 'interleaved', 'looped_bfs', 'zero_bubble']
+let s:schedules = ['gpipe', '1f1b', 'interleaved', 'looped_bfs', 'zero_bubble', 'zbv', 'dualpipev']
 let s:optimizers = ['sgd', 'momentum', 'adam', 'adamw', 'adagrad', 'rmsprop', 'adafactor', 'lion']
 let s:param_kinds = ['axis', 'int']
 " memory, bandwidth, throughput and time units (planlang.plan.units)
