@@ -49,8 +49,8 @@ def report_json(data: ReportData) -> dict:
     """The numbers behind the charts (bytes and seconds). Each device's `step_time` and `step` are the
     estimate's; the schedule's `makespan` is the span of its forwards and backwards (a rank's step adds
     the gradient sums after it), `forward` and `backward` each stage's time for one microbatch, and each
-    of its `boxes` [kind, stage, rank, microbatch, start, end], kind "F", "B" or (zero_bubble's weight
-    gradient) "W"."""
+    of its `boxes` [kind, stage, rank, microbatch, start, end], kind "F", "B", (a split backward's weight
+    gradient: zero_bubble, zbv, dualpipev) "W" or (dualpipev's whole backward) "BW"."""
     sched = data.schedule
     sim = sched.simulated if sched is not None else None
     return {
@@ -89,7 +89,7 @@ def _write_into(data: ReportData, out_dir: str, fmts: tuple[str, ...]) -> list[P
 
 def _bar_labels(data: ReportData) -> list[str]:
     """x labels of the memory bars: the estimator's device class (a pipeline rank, with the stages it
-    holds, under an interleaved schedule), and the device count when one class stands for every device."""
+    holds, under a chunked schedule), and the device count when one class stands for every device."""
     plan = data.plan
     if len(data.bars) == 1 and data.bars[0].device == "all devices" and plan.mesh is not None and plan.mesh.size:
         return [f"each of the {plan.mesh.size} devices"]

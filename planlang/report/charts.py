@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from planlang.plan.units import format_bytes
-from planlang.plan.types import SPLIT_BACKWARD
+from planlang.plan.types import SPLIT_BACKWARD, stages_on
 
 from .memory import CLASSES, MemoryBar
 from planlang.cost.schedule import SimulatedSchedule, closed_form_bubble
@@ -19,11 +19,14 @@ if TYPE_CHECKING:  # types only: matplotlib loads when a chart is drawn
 COLORS = dict(zip(CLASSES, ("#4c72b0", "#8172b3", "#c44e52", "#937860", "#55a868", "#a6d4a0", "#dd8452", "#f2c09a",
                             "#e8b07a")))
 # forward in blues, backward in oranges, a split backward's weight gradient (zero_bubble's W) in greens;
-# one shade per chunk of a chunked schedule
+# one shade per chunk of a chunked schedule. A whole backward beside split ones (dualpipev's BW: input and
+# weight gradients in one) takes the backward's shade, hatched to tell it from an input gradient B
 FORWARD_SHADES = ("#3b6fb6", "#7fa6dc", "#b5cdee", "#1f3f6e")
 BACKWARD_SHADES = ("#d9692b", "#f0a56f", "#f7cfae", "#8a3a10")
 WEIGHT_SHADES = ("#3f8f54", "#8cc792", "#c5e6c8", "#1e5130")
-SHADES = {"F": FORWARD_SHADES, "B": BACKWARD_SHADES, "W": WEIGHT_SHADES}  # by a box's kind
+SHADES = {"F": FORWARD_SHADES, "B": BACKWARD_SHADES, "W": WEIGHT_SHADES, "BW": BACKWARD_SHADES}  # by a box's kind
+HATCHES = {"BW": "//"}  # by a box's kind; the others are plain
+KINDS = ("F", "B", "W", "BW")  # the order of the legend
 BUDGET_COLOR = "#c0392b"
 LIGHT = {"backward transient", "optimizer-step temporaries", "step transient"}  # light segments take dark numbers
 BREAK_BELOW = 0.4  # break the y axis when every peak is below this share of the budget
@@ -137,7 +140,8 @@ def _time_unit(span: float) -> tuple[str, str, float]:
 
 def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> list[Path]:
     """One row per pipeline rank; a box per forward and backward of a microbatch, numbered, over time
-    (under a split backward, zero_bubble, a box per input gradient B and weight gradient W)."""
+    (under a split backward, zero_bubble, zbv and dualpipev, a box per input gradient B and weight gradient
+    W, and dualpipev's whole backwards BW hatched in the backward's shade)."""
     # lazy: matplotlib loads only when a chart is drawn
     import matplotlib
     from matplotlib.figure import Figure
@@ -156,7 +160,7 @@ def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> li
             shades = SHADES[b.kind]
             x0, w = b.start * k, (b.end - b.start) * k
             ax.broken_barh([(x0, w)], (b.rank - 0.38, 0.76), facecolors=shades[b.chunk % len(shades)],
-                           edgecolor="white", linewidth=0.5)
+                           edgecolor="white", linewidth=0.5, hatch=HATCHES.get(b.kind))
             text = str(b.microbatch)
             if (b.end - b.start) / sim.makespan * axis_points >= 7 * len(text) + 3:
                 dark = b.chunk % len(shades) in (0, 3)
@@ -164,8 +168,8 @@ def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> li
                         color="white" if dark else "#222222")
         ax.set_ylim(p - 0.5, -0.5)  # rank 0 on top
         ax.set_xlim(0, sim.makespan * k)
-        if v > 1:
-            ticks = [f"rank {r}\n(stages " + ", ".join(str(c * p + r) for c in range(v)) + ")" for r in range(p)]
+        if v > 1:  # a rank's stages by chunk: r, r + p, ... looped; r and 2p − 1 − r in a V (zbv, dualpipev)
+            ticks = [f"rank {r}\n(stages " + ", ".join(map(str, stages_on(sim.kind, p, v, r))) + ")" for r in range(p)]
         else:
             ticks = [f"stage {r}" for r in range(p)]
         ax.set_yticks(range(p), ticks)
@@ -174,18 +178,23 @@ def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> li
         ax.spines[["top", "right"]].set_visible(False)
         reference = closed_form_bubble(sim.kind, p, sim.microbatches, v)
         split = sim.kind in SPLIT_BACKWARD
-        formula = f"({'3·' if split else ''}{'v·' if v > 1 else ''}m+p−1)"
+        # dualpipev's: (p − 1)/(3m + p − 1) over its two stages per rank (planlang.cost.schedule.closed_form_bubble)
+        formula = f"({'3·' if split else ''}{'v·' if v > 1 and sim.kind != 'dualpipev' else ''}m+p−1)"
         equal = "equal stage times, backward = 2 × forward," if split else "equal stage times"
         ax.set_title(f"bubble (idle share of the span): {sim.bubble_ratio:.1%}    ·    {equal} would give "
                      f"(p−1)/{formula} = {reference:.1%}    ·    span {sim.makespan * k:.4g} {unit}",
                      loc="left", fontsize=9.5, color="#333333")
-        names = {"F": "forward", "B": "input gradient (B)" if split else "backward", "W": "weight gradient (W)"}
-        kinds = "FBW" if split else "FB"
+        names = {"F": "forward", "B": "input gradient (B)" if split else "backward", "W": "weight gradient (W)",
+                 "BW": "whole backward (B+W)"}
+        drawn = {b.kind for b in sim.boxes if b.end > b.start}
+        kinds = [kind for kind in KINDS if kind in drawn]
+
+        def patch(kind: str, c: int, label: str):
+            return Patch(facecolor=SHADES[kind][c % 4], edgecolor="white", hatch=HATCHES.get(kind), label=label)
         if v > 1:
-            handles = [Patch(color=SHADES[kind][c % 4], label=f"{names[kind]}, chunk {c}") for kind in kinds
-                       for c in range(v)]
+            handles = [patch(kind, c, f"{names[kind]}, chunk {c}") for kind in kinds for c in range(v)]
         else:
-            handles = [Patch(color=SHADES[kind][0], label=names[kind]) for kind in kinds]
+            handles = [patch(kind, 0, names[kind]) for kind in kinds]
         ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), frameon=False,
                   title="numbers: microbatch")
     return _save(fig, base, formats)

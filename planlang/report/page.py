@@ -113,6 +113,8 @@ def _stage_table(data: ReportData) -> str:
         return ""
     sched = data.schedule
     ranks = sched.simulated.ranks if sched else len(p.stages)
+    # each stage's rank: s mod p, but for the V schedules' (zbv, dualpipev: stages r and 2p - 1 - r on rank r)
+    placed = T.stage_ranks(sched.simulated.kind, ranks, sched.simulated.chunks) if sched else ()
     nums = (1, 4, 5)
     out = [_row(("stage", "rank", "modules", "sub-mesh degrees", "forward / microbatch", "backward / microbatch"),
                 head=True, nums=nums)]
@@ -120,7 +122,8 @@ def _stage_table(data: ReportData) -> str:
         f = _seconds(sched.forward[st.index]) if sched and st.index < len(sched.forward) else "–"
         b = _seconds(sched.backward[st.index]) if sched and st.index < len(sched.backward) else "–"
         degrees = ", ".join(f"{k} = {v}" for k, v in st.degrees) or "mesh sizes"
-        out.append(_row((_e(st.index), _e(st.index % ranks), "<code>" + _e(", ".join(map(str, st.modules))) + "</code>",
+        rank = placed[st.index] if st.index < len(placed) else st.index % ranks
+        out.append(_row((_e(st.index), _e(rank), "<code>" + _e(", ".join(map(str, st.modules))) + "</code>",
                          _e(degrees), f, b), nums=nums))
     return "<table>" + "".join(out) + "</table>"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import xml.etree.ElementTree as ET
 from html.parser import HTMLParser
 from pathlib import Path
@@ -177,6 +178,25 @@ def test_schedule_is_the_one_the_estimates_step_time_was_read_from(tiny_data, ti
     assert "no bubble" not in page and "Simulated step" not in page
     for row in data.estimates:  # one step time per row, its bubble beside it
         assert f"{row.step_time * 1e3:.3g} ms" in page and f"{row.step.bubble * 1e3:.3g} ms" in page
+
+
+def test_a_dualpipev_report_places_its_stages_in_a_v(tmp_path):
+    """dualpipev over pp(2): 4 model stages, rank r holding stages r and 3 - r; the page's stage table, the
+    bars and the chart say so, and report.json's boxes carry its whole backwards ("BW")."""
+    text = TINY.replace("BUDGET", "1 GiB").replace("schedule gpipe microbatches 4", "schedule dualpipev chunks 2 "
+                                                   "microbatches 4").replace(
+        "    stage wte, wpe, drop, h[0:1]\n    stage h[1:2], ln_f, lm_head\n",
+        "    stage wte, wpe, drop\n    stage h[0:1]\n    stage h[1:2]\n    stage ln_f, lm_head\n")
+    out = tmp_path / "out"
+    write_report(_plan(tmp_path, "v.plan", text), str(out), "svg")
+    page = (out / "index.html").read_text(encoding="utf-8")
+    ranks = re.findall(r"<tr><td>(\d)</td><td class=num>(\d)</td>", page)
+    assert ranks == [("0", "0"), ("1", "1"), ("2", "1"), ("3", "0")]
+    sched = json.loads((out / "report.json").read_text())["schedule"]
+    assert sched["kind"] == "dualpipev" and {b[0] for b in sched["boxes"]} == {"F", "B", "W", "BW"}
+    assert {(b[1], b[2]) for b in sched["boxes"]} == {(0, 0), (1, 1), (2, 1), (3, 0)}  # (stage, rank)
+    chart = (out / "schedule.svg").read_text(encoding="utf-8")
+    assert "(stages 0, 3)" in chart and "(stages 1, 2)" in chart and "whole backward (B+W)" in chart
 
 
 @pytest.mark.parametrize("which", ["pipeline", "no pipeline"])
