@@ -50,7 +50,7 @@ PLANS = ROOT / "tests" / "runtime" / "plans"
 CASES = ("gpt2_pp2_dp2_zero1", "gpt2_pp2_dp2_zero1_bf16", "gpt2_pp2_dp2_zero2", "gpt2_pp2_dp2_zero2_bf16",
          "gpt2_3d_cpu", "gpt2_3d_cpu_bf16", "gpt2_pp2_tp2", "gpt2_pp2_tp2_bf16", "gpt2_pp2_tp2_interleaved",
          "gpt2_pp2_dp2_tp2_zero3", "gpt2_pp2_dp2_tp2_zero3_bf16", "gpt2_pp2_dp2_looped_bfs", "gpt2_pp2_tp2_looped_bfs",
-         "gpt2_pp2_dp2_zero_bubble", "gpt2_pp2_tp2_zero_bubble")
+         "gpt2_pp2_dp2_zero_bubble", "gpt2_pp2_tp2_zero_bubble", "gpt2_pp2_dp2_zbv", "gpt2_pp2_dp2_dualpipev")
 MEASURED_STEPS = 5
 
 

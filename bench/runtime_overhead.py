@@ -18,8 +18,11 @@ and fed the same batch:
                           data parallel over dp (planlang's            DistributedDataParallel over the dp
                           bucketed sums in the last backward)          group under Schedule1F1B (torch's
                                                                        no_sync until the last microbatch)
-    gpt2-pp2xdp2-zb       gpt2-pp2xdp2 under `schedule zero_bubble`  vs the same DDP-wrapped stages under
-                          (one chunk: ZB-H1)                           ScheduleInterleavedZeroBubble
+    gpt2-pp2xdp2-zb       gpt2-pp2xdp2 under `schedule zero_bubble`  vs the hand split's stages under
+                          (one chunk: ZB-H1)                           ScheduleInterleavedZeroBubble, the
+                                                                       gradients averaged over dp after it
+                                                                       (one flat all-reduce: DDP's hooks do
+                                                                       not fire in torch's weight step)
     gpt2-pp2xtp2          the same pipeline with Megatron blocks    vs the hand split's stages under
                           over tp (planlang.apply: the lowered         parallelize_module over tp, driven
                           program cut into stages)                     by Schedule1F1B over pp
@@ -550,7 +553,11 @@ def native_pipeline(case: Case, model: nn.Module, device) -> Side:
     if case.kind == "pp_tp":
         tensor_parallel(case, stage_mod, mesh["tp"])
     params = list(stage_mod.parameters())
-    if case.kind == "pp_dp":  # torch's stage runs DDP's backward in no_sync but for the last microbatch
+    # torch's stage runs DDP's backward in no_sync but for the last microbatch; not under zero bubble, whose
+    # weight-gradient step assigns `.grad` itself (no DDP hook fires, the replicas would drift apart): there
+    # the gradients are averaged by hand after the schedule, in one flat all-reduce
+    by_hand = case.kind == "pp_dp" and case.schedule == "zero_bubble"
+    if case.kind == "pp_dp" and not by_hand:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         stage_mod = DDP(stage_mod, process_group=mesh.get_group("dp"))
@@ -573,6 +580,13 @@ def native_pipeline(case: Case, model: nn.Module, device) -> Side:
     def run():
         losses: list = []
         sched.step(*(inputs if first else ()), **({"target": targets[0], "losses": losses} if last else {}))
+        if by_hand:
+            grads = [q.grad for q in params if q.grad is not None]
+            flat = torch._utils._flatten_dense_tensors(grads)
+            dist.all_reduce(flat, group=mesh.get_group("dp"))
+            flat /= case.dp
+            for g, x in zip(grads, torch._utils._unflatten_dense_tensors(flat, grads)):
+                g.copy_(x)
         opt.step()
         opt.zero_grad(set_to_none=True)
         return torch.stack([x.detach() for x in losses]).sum() if last else None

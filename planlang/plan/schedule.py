@@ -333,7 +333,7 @@ def _frees(kind: str) -> str:
 
 def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequence[int],
                    backward_bytes: Sequence[int], gradient_bytes: Sequence[int], chunks: int = 1,
-                   pending: Sequence[int] | None = None) -> list[int]:
+                   pending: Sequence[int] | None = None, weight_bytes: Sequence[int] | None = None) -> list[int]:
     """Per pipeline rank, the most bytes it holds at any of its backwards: activations held, what that
     backward of model stage s allocates beyond them (`backward_bytes[s]`, its own gradients included), and
     other stages' gradients (in `.grad` once a stage's first backward has run).
@@ -347,8 +347,11 @@ def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequen
     -6.9 % at GPT-2 pp2 x dp2 rank 0: the replay misses a term not yet identified there).
 
     Split backwards (zero_bubble, zbv, dualpipev): the replay too, with `pending` (as in `activation_peaks`)
-    held from a microbatch's B to its W; each B, W and whole BW allocates its `backward_bytes`, and a
-    stage's gradients exist from its first W or BW. A rank's stages are planlang.plan.placement's."""
+    held from a microbatch's B to its W; each B and whole BW allocates its `backward_bytes`, each W
+    `weight_bytes[s]` (torch's `autograd.grad` returns a group of weight gradients before they are added
+    to `.grad`; `backward_bytes` when not given), but model stage 0's W, which runs its whole backward
+    (its B runs nothing); a stage's gradients exist from its first W or BW. A rank's stages are
+    planlang.plan.placement's."""
     v = stages_per_rank(kind, chunks)
     if not len(stage_bytes) == len(backward_bytes) == len(gradient_bytes) == ranks * v:
         raise ScheduleError(f"{len(stage_bytes)} stage sizes for {ranks} ranks of {v} chunks")
@@ -368,7 +371,10 @@ def backward_peaks(kind: str, ranks: int, microbatches: int, stage_bytes: Sequen
                 held += stage_bytes[st.stage]
                 continue
             others = grads - (gradient_bytes[st.stage] if st.stage in started else 0)  # its own: in backward_bytes
-            peak = max(peak, held + backward_bytes[st.stage] + others)
+            if st.kind == "W" and st.stage > 0 and weight_bytes is not None:
+                peak = max(peak, held + weight_bytes[st.stage] + others)
+            elif not (st.kind == "B" and st.stage == 0 and kind in SPLIT_BACKWARD):
+                peak = max(peak, held + backward_bytes[st.stage] + others)
             if st.kind not in (frees, "BW"):  # the B of a split backward: it leaves `pending` for the W
                 held += wait[st.stage]
                 continue

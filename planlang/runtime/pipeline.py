@@ -13,6 +13,9 @@ and builds the schedule the plan names:
                                                    forwards in turn (breadth-first, arXiv:2211.05953)
     zero_bubble chunks v   ScheduleInterleaved-    placed as interleaved; backward split into the input
                            ZeroBubble              gradient and a later weight gradient (arXiv:2401.10241)
+    zbv chunks 2           ScheduleZBVZeroBubble   V placement: rank r holds stages r and 2p−1−r (§6 there)
+    dualpipev chunks 2     ScheduleDualPipeV       V placement; forward and backward of two microbatches
+                                                   overlapped (DeepSeek-V3's DualPipe, one direction)
 
 `PipelineRunner.step(*inputs, target=...)` runs one training step's forward and backward over the plan's
 microbatches and returns the loss on ranks that hold the last stage (None elsewhere); `run` also returns
@@ -47,13 +50,15 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.distributed as dist
 from torch import fx, nn
-from torch.distributed.pipelining import (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
-                                          ScheduleInterleavedZeroBubble, ScheduleLoopedBFS)
+from torch.distributed.pipelining import (Schedule1F1B, ScheduleDualPipeV, ScheduleGPipe, ScheduleInterleaved1F1B,
+                                          ScheduleInterleavedZeroBubble, ScheduleLoopedBFS, ScheduleZBVZeroBubble)
 from torch.distributed.tensor import DTensor
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils._pytree import tree_unflatten
 
 from planlang.plan.complete import CompletePlan
+from planlang.plan.placement import stage_ranks, stages_on
+from planlang.plan.schedule import rank_orders
 from planlang.model.capture.load import plan_loss
 from planlang.model.program.recompute import is_recomputing
 from planlang.model.program.stages import OUT_FROM_LAST, OUT_SPEC, split_stages
@@ -65,10 +70,11 @@ from .recv_buffers import InFlightStage
 
 StageTransform = Callable[[int, fx.GraphModule], nn.Module]  # a stage as split_stages cut it
 TorchSchedule = (ScheduleGPipe | Schedule1F1B | ScheduleInterleaved1F1B | ScheduleLoopedBFS
-                 | ScheduleInterleavedZeroBubble)  # those a plan names
+                 | ScheduleInterleavedZeroBubble | ScheduleZBVZeroBubble | ScheduleDualPipeV)  # those a plan names
 #: a chunked schedule (planlang.plan.types.CHUNKED) -> torch's schedule of several stages per rank
 MULTI_STAGE = {"interleaved": ScheduleInterleaved1F1B, "looped_bfs": ScheduleLoopedBFS,
-               "zero_bubble": ScheduleInterleavedZeroBubble}
+               "zero_bubble": ScheduleInterleavedZeroBubble, "zbv": ScheduleZBVZeroBubble,
+               "dualpipev": ScheduleDualPipeV}
 
 
 class PipelineError(ValueError):
@@ -96,8 +102,18 @@ class PipelineLayout:
         return self.num_stages // self.pp_size
 
     def stages_of(self, pp_rank: int) -> list[int]:
-        """Looped placement: rank r holds stages r, r + p, r + 2p, … (torch's "loop" style)."""
-        return list(range(pp_rank, self.num_stages, self.pp_size))
+        """The stages pipeline rank `pp_rank` holds, chunk by chunk (planlang.plan.placement.stages_on): looped,
+        r, r + p, r + 2p, … (torch's "loop" style); V-shaped (zbv, dualpipev), r and 2p − 1 − r."""
+        return list(stages_on(self.schedule, self.pp_size, self.stages_per_rank, pp_rank))
+
+    def rank_of(self, stage: int) -> int:
+        """The pipeline rank that holds model stage `stage` (planlang.plan.placement.stage_ranks)."""
+        return stage_ranks(self.schedule, self.pp_size, self.stages_per_rank)[stage]
+
+    def last_to_run(self, pp_rank: int) -> int:
+        """The stage of the rank's last operation under its schedule (planlang.plan.schedule's orders, which
+        are torch's): the stage whose last backward (or weight gradient) ends the rank's gradients."""
+        return rank_orders(self.schedule, self.pp_size, self.microbatches, self.stages_per_rank)[pp_rank][-1].stage
 
 
 def pipeline_layout(plan: CompletePlan) -> PipelineLayout:
@@ -391,8 +407,10 @@ class PipelineRunner:
                           input_args=tuple(x.example("meta") for x in metas[i][0]),
                           output_args=tuple(x.example("meta") for x in metas[i][1]))
             for i, mod in self.stage_modules.items()]
-        # every schedule here runs the rank's first stage's backwards last: its last one overlaps the sums
-        self.stages[0].grad_sync = self.grad_sync
+        # the stage whose last backward is the rank's last operation (its first stage, but under dualpipev):
+        # the sums overlap it, the other stages' start when it begins
+        last = lay.last_to_run(dist.get_rank(self.pp_group))
+        next(st for st in self.stages if st.stage_index == last).grad_sync = self.grad_sync
         for stage in self.stages:
             stage.grad_buckets = self.grad_sync
         # each microbatch's loss is scaled by 1/m (see the module docstring), so no scaling of grads
@@ -414,15 +432,15 @@ class PipelineRunner:
         out: dict[int, tuple[list[_Meta], list[_Meta]]] = {}
         devices = [self.device] if self.device.type == "cuda" else []
         for s in range(lay.num_stages):
-            if s % lay.pp_size != me:
+            if lay.rank_of(s) != me:
                 continue
             if s == 0:
                 ins = [_Meta.of(x) for x in microbatch]
-            elif (s - 1) % lay.pp_size == me:
+            elif lay.rank_of(s - 1) == me:
                 ins = out[s - 1][1]
             else:
                 box: list = [None]
-                dist.recv_object_list(box, group=self.pp_group, group_src=(s - 1) % lay.pp_size)
+                dist.recv_object_list(box, group=self.pp_group, group_src=lay.rank_of(s - 1))
                 ins = box[0]
             mod = self.stage_modules[s]
             saved = {k: b.clone() for k, b in mod.named_buffers()}
@@ -439,8 +457,8 @@ class PipelineRunner:
             outs = [_Meta.of(r) for r in results]
             del result, results, args
             out[s] = (ins, outs)
-            if s + 1 < lay.num_stages and (s + 1) % lay.pp_size != me:
-                dist.send_object_list([outs], group=self.pp_group, group_dst=(s + 1) % lay.pp_size)
+            if s + 1 < lay.num_stages and lay.rank_of(s + 1) != me:
+                dist.send_object_list([outs], group=self.pp_group, group_dst=lay.rank_of(s + 1))
         return out
 
 
@@ -544,7 +562,7 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     # each alias's model name: found before `transform_stage`, whose FSDP2 wrapping (ZeRO-2/3) replaces a
     # stage's parameters with new objects and so unties them from the stages this rank does not hold
     tied = [t for t in tied_parameters(model, all_stages)
-            if len({i % layout.pp_size for i, st in enumerate(all_stages)
+            if len({layout.rank_of(i) for i, st in enumerate(all_stages)
                     if any(n in t.names for n, _ in st.named_parameters(remove_duplicate=False))}) > 1]
     first = {id(p): n for n, p in model.named_parameters()}
     canonical = {n: first[id(p)] for n, p in model.named_parameters(remove_duplicate=False) if first[id(p)] != n}

@@ -67,7 +67,7 @@ class PipelinedModel:
         owned: list = [None] * dist.get_world_size(self.pp_group)
         dist.all_gather_object(owned, [n for n, _ in runner.named_parameters()], group=self.pp_group)
         self._owner = {n: r for r, names in enumerate(owned) for n in names}
-        self._last = (runner.layout.num_stages - 1) % runner.layout.pp_size
+        self._last = runner.layout.rank_of(runner.layout.num_stages - 1)
         self._specs = {d.input: d.spec for d in plan.data}
         mesh = plan_mesh(plan)
         self._local_shape = lambda inp: local_shape(inp.shape, self._spec(inp), mesh)

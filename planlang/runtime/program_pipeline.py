@@ -362,7 +362,7 @@ def _tied(cut: ProgramCut, layout, layouts: dict[str, ParamLayout], prog: Progra
     ranks: dict[str, set[int]] = {}
     for st in cut.stages:
         for f in st.params:
-            ranks.setdefault(f, set()).add(st.index % layout.pp_size)
+            ranks.setdefault(f, set()).add(layout.rank_of(st.index))
     out = []
     for f, rs in ranks.items():
         if len(rs) > 1:

@@ -105,6 +105,12 @@ CONFIGS = {
     "gpt2-zero-bubble-dp": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("pp") + "\n" + _lb("dp"),
                                   "pipeline over pp schedule zero_bubble chunks 2 microbatches 2 " + GPT2_4,
                                   data="data idx : [dp, _]", opt="adamw(lr = 0.001)"), "gpt2"),
+    # V placement: rank 0 holds stages 0 and 3, rank 1 the adjacent 1 and 2 (handed over in place)
+    "gpt2-zbv-dp": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("pp") + "\n" + _lb("dp"),
+                          "pipeline over pp schedule zbv chunks 2 microbatches 2 " + GPT2_4,
+                          data="data idx : [dp, _]", opt="adamw(lr = 0.001)"), "gpt2"),
+    "gpt2-dualpipev": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("rep") + "\n" + _lb("pp"),
+                             "pipeline over pp schedule dualpipev chunks 2 microbatches 4 " + GPT2_4), "gpt2"),
     "gpt2-pp-dp": (_plan(GPT2, "idx : i64[batch = 8, seq = 16]", _lb("pp") + "\n" + _lb("dp"),
                          "pipeline over pp schedule 1f1b microbatches 2 " + GPT2_2, data="data idx : [dp, _]",
                          opt="adamw(lr = 0.001)"), "gpt2"),

@@ -2,7 +2,7 @@
 
 One group of 4 processes is spawned for the module (tests/runtime/pipeline_worker.py); every rank runs
 every config — GPT-2 (4 layers, hidden 64) and the 2-layer MLP under 1F1B, GPipe, interleaved 1F1B and
-looped BFS and zero bubble (4 stages on 2 ranks) and pp x dp, plus a model whose values and inputs skip stages — for 3 optimizer
+looped BFS and zero bubble (4 stages on 2 ranks, round robin), ZB-V and DualPipeV (4 stages in a V) and pp x dp, plus a model whose values and inputs skip stages — for 3 optimizer
 steps, and compares the loss and every gradient of its stages with a single-process model trained on the
 whole batch. Relative errors are norm-wise per parameter.
 """
@@ -84,6 +84,13 @@ def test_data_parallel_gradient_sums_start_during_the_last_backward(results, nam
 def test_chunked_schedules_place_stages_round_robin(results, name):
     by_pp = {res["configs"][name]["coords"]["pp"]: res["configs"][name]["stages"] for res in results}
     assert by_pp == {0: [0, 2], 1: [1, 3]}
+
+
+@pytest.mark.parametrize("name", ["gpt2-zbv-dp", "gpt2-dualpipev"])
+def test_v_schedules_place_stages_in_a_v(results, name):
+    for res in results:
+        c = res["configs"][name]
+        assert sorted(c["stages"]) == ([0, 3] if c["coords"]["pp"] == 0 else [1, 2])
 
 
 

@@ -160,8 +160,12 @@ STAGES4["qwen2"] = STAGES4["mistral"] = STAGES4["llama"]
 
 LAYOUTS = ("dp4", "dp2tp2", "zero3", "pp2dp2", "pp2tp2")
 # measured by bench/zoo_memory.py only: interleaved 1F1B, pp2 x dp2, two chunks per rank; pp2dp2bfs: the same
-# stages under looped BFS, pp2dp2zb under zero bubble (both also verified on gloo by tests/zoo/test_zoo_gloo.py)
-EXTRA_LAYOUTS = ("pp2dp2i", "pp2dp2bfs", "pp2dp2zb", "bf16")  # bf16: dp4 under `precision = bf16` (bench/model_zoo.py)
+# stages under looped BFS, pp2dp2zb under zero bubble, pp2dp2zbv and pp2dp2dpv under ZB-V and DualPipeV (V
+# placement) (all also verified on gloo by tests/zoo/test_zoo_gloo.py)
+EXTRA_LAYOUTS = ("pp2dp2i", "pp2dp2bfs", "pp2dp2zb", "pp2dp2zbv", "pp2dp2dpv", "bf16")
+#: the layouts of four stages on pp2 x dp2, by schedule
+FOUR_STAGES = {"pp2dp2i": "interleaved", "pp2dp2bfs": "looped_bfs", "pp2dp2zb": "zero_bubble", "pp2dp2zbv": "zbv",
+               "pp2dp2dpv": "dualpipev"}  # bf16: dp4 under `precision = bf16` (bench/model_zoo.py)
 BATCH_NORM = {"resnet"}  # models with BatchNorm
 
 
@@ -206,10 +210,10 @@ def plan_text(model: str, layout: str = "dp4", dropout: float = 0.0) -> str:
         schedule = "gpipe microbatches 1" if model in BATCH_NORM else "1f1b microbatches 2"
         rest = (f"pipeline over pp schedule {schedule} {{\n    stage {first}\n    stage {second}\n}}\n"
                 + TENSOR_PARALLEL[model] + "\n")
-    elif layout in ("pp2dp2i", "pp2dp2bfs", "pp2dp2zb"):
+    elif layout in FOUR_STAGES:
         mesh = "    pp = 2 over hardware.loopback\n    dp = 2 over hardware.loopback"
         stages = "".join(f"    stage {s}\n" for s in STAGES4[model])
-        schedule = {"pp2dp2i": "interleaved", "pp2dp2bfs": "looped_bfs", "pp2dp2zb": "zero_bubble"}[layout]
+        schedule = FOUR_STAGES[layout]
         rest = f"pipeline over pp schedule {schedule} chunks 2 microbatches 4 {{\n{stages}}}\n"
     return f"""{uses}
 model {model} = "{factory}"({args})

@@ -425,6 +425,10 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
             pipe = plan.pipeline
             held_in, held_out = (interleaved_receives(len(pipe.stages), s, micro, pipe.schedule.chunks)
                                  if pipe is not None and pipe.schedule.kind == "interleaved" else (inflight, 1))
+            # a V's last rank holds two adjacent stages: torch hands that activation and its gradient over
+            # in place, with no receive buffer
+            local_in, local_out = _local_neighbours(plan, s)
+            held_in, held_out = (0 if local_in else held_in), (0 if local_out else held_out)
             buffers += (held_in * boundary_bytes(facts, stage_of, s, dp * micro, "in", itemsize=act_size)
                         + held_out * boundary_bytes(facts, stage_of, s, dp * micro, "out",
                                                      last=max(stage_of.values()), itemsize=act_size))
@@ -497,9 +501,11 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
         if s is not None:
             split = plan.pipeline is not None and plan.pipeline.schedule.kind in T.SPLIT_BACKWARD
             pending = (weight_pending_bytes(facts, params, stage_of, s, dp * micro,
-                                            itemsize=prec.bytes("params") if prec.mixed else 4) if split else 0)
+                                            itemsize=prec.bytes("params") if prec.mixed else 4,
+                                            local_out=_local_neighbours(plan, s)[1]) if split else 0)
             parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, pending, wire,
-                                    bytes_in(learn, "master") if copy else 0))
+                                    bytes_in(learn, "master") if copy else 0,
+                                    max((bytes_in([q], "params") for q in learn), default=0)))
     if plan.pipeline is not None and plan.pipeline.schedule.kind in T.CHUNKED:
         out = _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1)
     if not steps:
@@ -537,6 +543,19 @@ def _with_steps(plan: CompletePlan, rows: list[DeviceEstimate], inputs: "StepInp
             for r, st in zip(rows, priced.rows)]
 
 
+def _local_neighbours(plan: CompletePlan, stage: int) -> tuple[bool, bool]:
+    """Whether model stage `stage`'s previous and next stages are on its own pipeline rank (a V's last
+    rank: planlang.plan.placement.stage_ranks)."""
+    pipe = plan.pipeline
+    if pipe is None:
+        return False, False
+    ranks = T.stage_ranks(pipe.schedule.kind, plan.dims.pipeline_size, pipe.schedule.chunks)
+    if not 0 <= stage < len(ranks):
+        return False, False
+    return (stage > 0 and ranks[stage - 1] == ranks[stage],
+            stage + 1 < len(ranks) and ranks[stage + 1] == ranks[stage])
+
+
 @dataclass(frozen=True)
 class _StagePart:
     """What one model stage contributes to its pipeline rank's row (`_per_rank`)."""
@@ -548,12 +567,15 @@ class _StagePart:
     pending: int = 0  # what one microbatch's B leaves for its W under a split backward (weight_pending_bytes)
     wire: int = 0  # its gradient buckets cast to the `reduce` dtype for their sums (0: summed in place)
     master_grads: int = 0  # the master copy's gradients MasterWeights makes for the step (0: no copy)
+    # what a split backward's W allocates: torch's `stage_backward_weight` takes the weight gradients of one
+    # group of weights (those of one operation) at a time and adds them to `.grad`: the largest one's
+    weight_grads: int = 0
 
 
 def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: int,
               whole: bool) -> list[DeviceEstimate]:
-    """One row per pipeline rank of a chunked schedule: rank r holds model stages r, r + p, ...
-    (planlang.plan.schedule), and a device's memory is that of all of them.
+    """One row per pipeline rank of a chunked schedule: rank r holds model stages r, r + p, ... (r and
+    2p − 1 − r under a V: planlang.plan.placement.stages_on), and a device's memory is that of all of them.
 
     Parameters, gradients, optimizer state and buffers add up. Activations are the rank's peak over its
     order of forwards and backwards, each forward keeping what one microbatch saves on that stage
@@ -561,16 +583,16 @@ def _per_rank(plan: CompletePlan, parts: list[_StagePart], states: int, shards: 
     says which, per schedule). The optimizer steps over all of the rank's parameters at once."""
     pipe = plan.pipeline
     assert pipe is not None
-    v = pipe.schedule.chunks
+    v = T.stages_per_rank(pipe.schedule.kind, pipe.schedule.chunks)
     p = len(parts) // v
     pending = [x.pending for x in parts]
     acts = activation_peaks(pipe.schedule.kind, p, pipe.microbatches, [x.saved for x in parts], v, pending)
     at_backward = backward_peaks(pipe.schedule.kind, p, pipe.microbatches, [x.saved for x in parts],
                                  [x.backward_transient for x in parts], [x.row.gradients for x in parts], v,
-                                 pending)
+                                 pending, [x.weight_grads for x in parts])
     out = []
     for r in range(p):
-        mine = parts[r::p]
+        mine = [parts[s] for s in T.stages_on(pipe.schedule.kind, p, v, r)]
         rows = [x.row for x in mine]
         grads = sum(x.gradients for x in rows)
         kept = sum(x.parameters + x.optimizer + x.buffers for x in rows)

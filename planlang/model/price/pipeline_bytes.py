@@ -34,14 +34,16 @@ def boundary_bytes(facts, stage_of: dict[str, int], stage: int, divide: int, sid
 
 
 def weight_pending_bytes(facts, params: dict[str, LocalParam], stage_of: dict[str, int], stage: int, divide: int,
-                         itemsize: int = 4) -> int:
+                         itemsize: int = 4, local_out: bool = False) -> int:
     """Bytes per microbatch a split backward's B leaves on stage `stage` for its W (the zero_bubble
     schedule, torch's `stage_backward_input`): the gradient at the output of every module that uses a
     weight of its own (torch keeps them in `param_groups` for the weight gradient), the stage input's
     gradient (its `.grad` until W) and the receive buffer of the output's gradient (released at W). Model
     stage 0 has no input gradient: torch runs its whole backward in W and leaves nothing. `params`: the
     local parameters by canonical name (planlang.model.price.local_model.LocalParam): a module's output
-    is the local share a tensor-parallel weight gives it (its first dim, where the output ends in it)."""
+    is the local share a tensor-parallel weight gives it (its first dim, where the output ends in it).
+    `local_out`: the next stage is on the same rank (a V's turn), whose input gradient is this stage's
+    output gradient, not a buffer of its own."""
     if stage == 0:
         return 0
     owners: dict[str, LocalParam] = {}
@@ -59,5 +61,5 @@ def weight_pending_bytes(facts, params: dict[str, LocalParam], stage_of: dict[st
         share = local.local[0] / local.shape[0] if out[-1] == local.shape[0] and local.shape[0] else 1.0
         total += int(math.prod(out) * itemsize * share) // max(1, divide)
     last = max(stage_of.values())
-    return (total + boundary_bytes(facts, stage_of, stage, divide, "in", itemsize=itemsize)
-            + boundary_bytes(facts, stage_of, stage, divide, "out", last=last, itemsize=itemsize))
+    out = 0 if local_out else boundary_bytes(facts, stage_of, stage, divide, "out", last=last, itemsize=itemsize)
+    return total + boundary_bytes(facts, stage_of, stage, divide, "in", itemsize=itemsize) + out

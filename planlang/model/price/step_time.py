@@ -36,10 +36,11 @@ backward at E_r < M hides the rest in the wait for the others:
 
     step of rank r = max(M, E_r + max(last bucket, O_r - b_r)) + A_r      bubble of rank r = M - its work
 
-Zero bubble (a split backward): a rank's last operation is its first stage's last weight gradient W_r, a
-WEIGHT_SHARE of b_r (on the model's first stage all of b_0: torch runs its whole backward there). Its other
-stages' sums hide behind W_r but for their last bucket; the first stage's start behind it on rank 0 only
-(elsewhere torch assigns the weight gradients itself, no hook fires, and they start after it).
+A split backward (zero_bubble, zbv, dualpipev): a rank's last operation may be a weight gradient W of its
+last stage to run, a WEIGHT_SHARE of that stage's b (on the model's first stage all of b_0: torch runs its
+whole backward there). Its other stages' sums hide behind W but for their last bucket; that stage's own
+start behind it on model stage 0 only (elsewhere torch assigns the weight gradients itself, no hook
+fires, and they start after it). A whole backward last (dualpipev's BW) hides them as above.
 
 Sends between stages are not priced (as in the schedule simulation).
 """
@@ -59,7 +60,9 @@ from planlang.model.capture.load import build_model
 from planlang.model.program.lowering import lower, mark_checkpoints
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan.microbatches import accumulation_microbatch
-from planlang.plan.types import SPLIT_BACKWARD, stages_per_rank
+from planlang.plan.placement import stages_on
+from planlang.plan.schedule import rank_orders
+from planlang.plan.types import stages_per_rank
 from planlang.model.price.accumulation import step_traffic
 from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, graph_of, predict_step_traffic, program_zero_units,
                       stage_traffic, transfer, zero_transfers)
@@ -313,19 +316,21 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
     sim = simulate(kind, fwd, bwd, m, chunks)
     p = len(work) // chunks
     rows = []
+    orders = rank_orders(kind, p, m, chunks)
     for r in range(p):
-        mine = range(r, len(work), p)
+        mine = stages_on(kind, p, chunks, r)
         busy = sum(m * (fwd[s] + bwd[s]) for s in mine)
-        # the rank's sums start during the last backward of its first stage (the last one it runs: the
-        # runtime's InFlightStage.grad_sync), its other stages' at its start, the first stage's bucket by
-        # bucket; what that backward cannot hide follows it (the first stage's last bucket at least)
-        ts = [t for s in list(mine)[1:] + [r] for t in sums[s] if t not in regather[s]]
-        if kind in SPLIT_BACKWARD and r > 0:  # (see the module docstring)
-            others = [t for s in list(mine)[1:] for t in sums[s] if t not in regather[s]]
-            hidden_not = (_hidden(plan, others, bwd[r] * WEIGHT_SHARE, len(others) - 1)[0]
-                          + _seconds(plan, [t for t in ts if t not in others]))
+        # the rank's sums start during its last operation, the last backward of one of its stages (its first
+        # stage's but under dualpipev: the runtime's InFlightStage.grad_sync), its other stages' at its start,
+        # that stage's bucket by bucket; what that backward cannot hide follows it (its last bucket at least)
+        final = orders[r][-1]
+        others = [t for s in mine if s != final.stage for t in sums[s] if t not in regather[s]]
+        ts = others + [t for t in sums[final.stage] if t not in regather[final.stage]]
+        if final.kind == "W" and final.stage > 0:  # (see the module docstring)
+            hidden_not = (_hidden(plan, others, bwd[final.stage] * WEIGHT_SHARE, len(others) - 1)[0]
+                          + _seconds(plan, ts[len(others):]))
         else:
-            hidden_not, _ = _hidden(plan, ts, bwd[r], len(ts) - 1)
+            hidden_not, _ = _hidden(plan, ts, bwd[final.stage], len(ts) - 1)
         finish = max(sim.makespan, sim.rank_end(r) + hidden_not) + sum(after[s] for s in mine)
         comm = _seconds(plan, ts) + sum(after[s] for s in mine)
         compute = sum(F[s] + B[s] for s in mine)
