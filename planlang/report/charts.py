@@ -181,9 +181,10 @@ def draw_schedule(sim: SimulatedSchedule, title: str, base: Path, formats) -> li
         # dualpipev's: (p − 1)/(3m + p − 1) over its two stages per rank (planlang.cost.schedule.closed_form_bubble)
         formula = f"({'3·' if split else ''}{'v·' if v > 1 and sim.kind != 'dualpipev' else ''}m+p−1)"
         equal = "equal stage times, backward = 2 × forward," if split else "equal stage times"
-        ax.set_title(f"bubble (idle share of the span): {sim.bubble_ratio:.1%}    ·    {equal} would give "
-                     f"(p−1)/{formula} = {reference:.1%}    ·    span {sim.makespan * k:.4g} {unit}",
-                     loc="left", fontsize=9.5, color="#333333")
+        closed = (f"{equal} would give (p−1)/{formula} = {reference:.1%}" if reference == reference
+                  else "no closed form at these microbatches")  # (NaN: zbv with m < 2p − 1)
+        ax.set_title(f"bubble (idle share of the span): {sim.bubble_ratio:.1%}    ·    {closed}    ·    "
+                     f"span {sim.makespan * k:.4g} {unit}", loc="left", fontsize=9.5, color="#333333")
         names = {"F": "forward", "B": "input gradient (B)" if split else "backward", "W": "weight gradient (W)",
                  "BW": "whole backward (B+W)"}
         drawn = {b.kind for b in sim.boxes if b.end > b.start}
