@@ -1,8 +1,8 @@
 """Pipeline x tensor (x data) parallelism through `planlang.apply` as `planlang verify` drives it, against
 one process (planlang.runtime.program_pipeline): GPT-2 (hidden 64) with Megatron attention and MLP.
 
-- 4 ranks (the shared launch of tests/runtime/apply_worker.py): pp2 x tp2 under 1F1B, and interleaved
-  1F1B (4 stages, 2 per rank) with one checkpoint group per block;
+- 4 ranks (the shared launch of tests/runtime/apply_worker.py): pp2 x tp2 under 1F1B, interleaved
+  1F1B (4 stages, 2 per rank) with one checkpoint group per block, and DualPipeV (4 stages in a V);
 - 8 ranks (a launch of their own): the README's 3-D plan scaled to CPU (pp2 x dp2 x tp2, 1F1B, ZeRO-1,
   `checkpoint h[*] every 2`), and the same with ZeRO-3 (each stage an FSDP2 unit over dp).
 
