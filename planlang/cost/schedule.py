@@ -107,6 +107,23 @@ class SimulatedSchedule:
                 out[r] = end
         return out
 
+    @functools.cached_property
+    def _last_steps(self) -> dict[int, Step]:
+        # each rank's order is kept in the run order: its last operation is the last of its in the run,
+        # found from the end (the run's tail holds every rank's last ones)
+        out: dict[int, Step] = {}
+        prog = self.program
+        for k in range(len(prog.codes) - 1, -1, -1):
+            if prog.rank[k] not in out:
+                out[prog.rank[k]] = prog.step(k)
+                if len(out) == self.ranks:
+                    break
+        return out
+
+    def last_step(self, rank: int) -> Step:
+        """The rank's last operation (planlang.plan.schedule's order; the runtime syncs gradients on it)."""
+        return self._last_steps[rank]
+
     def rank_end(self, rank: int) -> float:
         """When the rank's last operation (its last backward) ends."""
         return self._ends.get(rank, 0.0)

@@ -210,9 +210,9 @@ class Space:
         # cost of holding activations until them
         schedules: list[T.Schedule | None] = [T.Schedule("1f1b"), T.Schedule("gpipe"), T.Schedule("interleaved", 2),
                                               T.Schedule("zero_bubble", 1)] if h.schedule is not None else [None]
-        written = p.schedule.kind if p is not None and isinstance(p.schedule, T.Schedule) else ""
-        least = T.MIN_CHUNKS.get(written, 2)
-        most = 2 if written in T.V_SHAPED else 4  # a V holds exactly two stages per rank (PL404)
+        kind = p.schedule.kind if p is not None and isinstance(p.schedule, T.Schedule) else ""
+        least = T.MIN_CHUNKS.get(kind, 2)
+        most = 2 if kind in T.V_SHAPED else 4  # a V holds exactly two stages per rank (PL404)
         chunks: list[str | None] = [str(c) for c in range(least, most + 1)] if h.chunks is not None else [None]
         out = []
         for pp in pps:

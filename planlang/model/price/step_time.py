@@ -61,7 +61,6 @@ from planlang.model.program.lowering import lower, mark_checkpoints
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.placement import stages_on
-from planlang.plan.schedule import rank_orders
 from planlang.plan.types import stages_per_rank
 from planlang.model.price.accumulation import step_traffic
 from planlang.model.price.traffic import (Traffic, Transfer, ZeroUnit, graph_of, predict_step_traffic, program_zero_units,
@@ -316,14 +315,13 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
     sim = simulate(kind, fwd, bwd, m, chunks)
     p = len(work) // chunks
     rows = []
-    orders = rank_orders(kind, p, m, chunks)
     for r in range(p):
         mine = stages_on(kind, p, chunks, r)
         busy = sum(m * (fwd[s] + bwd[s]) for s in mine)
         # the rank's sums start during its last operation, the last backward of one of its stages (its first
         # stage's but under dualpipev: the runtime's InFlightStage.grad_sync), its other stages' at its start,
         # that stage's bucket by bucket; what that backward cannot hide follows it (its last bucket at least)
-        final = orders[r][-1]
+        final = sim.last_step(r)
         others = [t for s in mine if s != final.stage for t in sums[s] if t not in regather[s]]
         ts = others + [t for t in sums[final.stage] if t not in regather[final.stage]]
         if final.kind == "W" and final.stage > 0:  # (see the module docstring)
