@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from planlang.cost.ops import op_kind
+from planlang.plan.types import SPLIT_BACKWARD
 from planlang.model.program.lowering import Convert, Program, Run
 from planlang.runtime.executor import Runtime
 from planlang.runtime.program_pipeline import ProgramPipelinedModel
@@ -153,6 +154,9 @@ def compile_pipeline(pm: Any, backend: str = "inductor", mode: str | None = None
                    "refuses")
     if pm.fsdp_axes:
         why.append("ZeRO-2/3 stage units (FSDP2) are not compiled yet")
+    if pm.runner.layout.schedule in SPLIT_BACKWARD:
+        why.append(f"torch splits a backward into input and weight gradients (`{pm.runner.layout.schedule}`) "
+                   "only eagerly")
     if pm.plan.precision.mixed:
         why.append("mixed precision stages are not compiled yet")
     drops = [n for m in mods for n, d in m.named_modules() if isinstance(d, nn.modules.dropout._DropoutNd) and d.p]

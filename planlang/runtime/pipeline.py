@@ -407,8 +407,9 @@ class PipelineRunner:
                           input_args=tuple(x.example("meta") for x in metas[i][0]),
                           output_args=tuple(x.example("meta") for x in metas[i][1]))
             for i, mod in self.stage_modules.items()]
-        # the stage whose last backward is the rank's last operation (its first stage, but under dualpipev):
-        # the sums overlap it, the other stages' start when it begins
+        # the stage whose last backward (or weight gradient) is the rank's last operation (its first stage
+        # under every schedule here, as planlang's orders say): the sums overlap it, the other stages' start
+        # when it begins
         last = lay.last_to_run(dist.get_rank(self.pp_group))
         next(st for st in self.stages if st.stage_index == last).grad_sync = self.grad_sync
         for stage in self.stages:
@@ -553,6 +554,9 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
     mine = layout.stages_of(groups.coords[axis])
     all_stages = split_stages(model, plan)
     retie(model, all_stages)
+    refuse_sharded_shared(plan, layout, {i: [n for n, _ in all_stages[i].named_parameters(remove_duplicate=False)]
+                                         for i in mine},
+                          {n: id(q) for i in mine for n, q in all_stages[i].named_parameters(remove_duplicate=False)})
     spec = getattr(all_stages[-1], OUT_SPEC, None)
     user_loss, form = loss_fn, None
     if spec is not None:  # cut from torch.export: the last stage returns the output's tensors
@@ -580,6 +584,30 @@ def build_pipeline(model: nn.Module, plan: CompletePlan, groups, *, device: torc
         runner.grad_sync = GradSync(trained, {n: tuple(axes) for n, _ in trained}, groups, mean=True)
         runner.release_grad_buffers = runner.grad_sync.new_buffers
     return runner
+
+
+def refuse_sharded_shared(plan: CompletePlan, layout: PipelineLayout, names: Mapping[int, list[str]],
+                          ids: Mapping[str, int]) -> None:
+    """PipelineError when ZeRO-2/3 would shard two stages of one rank that share a parameter (a V's rank 0
+    holds the embedding and the head tied to it): each stage becomes an FSDP2 unit of its own, which makes
+    its own copy of the parameter, and one copy would then not train. `names`: each of this rank's stages'
+    parameter names; `ids`: a name's parameter object."""
+    opt = plan.optimizer
+    if opt is None or opt.zero_stage < 2 or plan.dims.zero_shards <= 1:
+        return
+    first: dict[int, tuple[int, str]] = {}
+    for stage, stage_names in names.items():
+        for n in stage_names:
+            k = ids[n]
+            if k in first and first[k][0] != stage:
+                other, was = first[k]
+                raise PipelineError(
+                    f"`{was}` (stage {other}) and `{n}` (stage {stage}) are one parameter, and `schedule "
+                    f"{layout.schedule}` puts both stages on pipeline rank {layout.rank_of(stage)}: ZeRO-{opt.zero_stage} "
+                    "makes each stage an FSDP2 unit with its own copy of it, and one copy would not train",
+                    "untie the weights, use `zero = 1`, or a schedule that places those stages on different "
+                    "ranks (interleaved, zero_bubble)")
+            first.setdefault(k, (stage, n))
 
 
 def _sync_batch_norms(stages, data_groups: list) -> None:

@@ -51,7 +51,8 @@ from planlang.runtime.call_outputs import Piece, PlanOutput, build_output, outpu
 from planlang.runtime.codegen import generate_pipeline
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
-from planlang.runtime.pipeline import PipelineError, PipelineRunner, TiedParameter, pipeline_layout
+from planlang.runtime.pipeline import (PipelineError, PipelineRunner, TiedParameter, pipeline_layout,
+                                      refuse_sharded_shared)
 from planlang.runtime.pipeline_model import PipelinedModel
 from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import autocast, mp_policy, torch_dtype
@@ -300,6 +301,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
             if fsdp[1] not in prog.grad_sync.get(fqn, ()):
                 grad_scale[fqn] = 1.0 / groups.size(fsdp[1])
     params = dict(model.named_parameters())
+    refuse_sharded_shared(plan, layout, {s: list(cut.stages[s].params) for s in mine}, {f: id(q) for f, q in params.items()})
     prec = plan.precision
     stages = {s: ProgramStage(s, scope[f"stage_{s}"], {f: params[f] for f in cut.stages[s].params}, rt, grad_scale,
                               prec) for s in mine}

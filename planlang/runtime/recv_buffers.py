@@ -75,13 +75,13 @@ class InFlightStage(PipelineStage):
         return out
 
     def backward_weight_one_chunk(self, bwd_chunk_id: int, last_backward: bool = False):
-        # a split backward (zero_bubble): the weight gradients come here, after the input gradient. torch
+        # a split backward (zero_bubble, zbv, dualpipev): the weight gradients come here, after the input gradient. torch
         # assigns them to `.grad` itself except on the model's first stage (no post-accumulate-grad hook
         # fires then): they go into their buckets' slices first (`GradSync.adopt`), and those buckets start
         # once this, the rank's last backward, is done; the model's first stage's start during it
         mine = {id(p) for p in self.submod.parameters()}
         if self.grad_buckets is not None:
-            self.grad_buckets.adopt(mine)
+            self.grad_buckets.adopt(self._weighted(bwd_chunk_id))
         if self.grad_sync is not None:
             self.grad_sync.no_sync = not last_backward
             if last_backward:
@@ -91,6 +91,18 @@ class InFlightStage(PipelineStage):
             self.grad_sync.launch_complete(set())  # every gradient of the rank is complete now
         self._release(bwd_chunk_id)
         return out
+
+    def _weighted(self, chunk: int) -> set[int]:
+        """The parameters (ids) whose weight gradients torch's W of microbatch `chunk` computes: those of
+        its weight groups (`stage_backward_input`'s `param_groups`; none on the model's first stage, whose
+        W is a whole backward). A parameter the loss does not reach keeps no gradient (None), as under the
+        other schedules."""
+        state = getattr(self, "backward_state", {}).get(chunk)
+        groups = state[1] if state is not None else None
+        if not groups:
+            return set()
+        reached = set().union(*(g["params"] for g in groups))
+        return {id(p) for p in self.submod.parameters() if p.requires_grad and _grad_node(p) in reached}
 
     def _allocate(self, infos) -> None:
         for info in infos:
@@ -105,6 +117,11 @@ class InFlightStage(PipelineStage):
             if not info.is_root_arg and info.buffer is not None and info.tensor_meta is not None:
                 info.buffer = _empty(self.device)
                 info._unallocated = True
+
+
+def _grad_node(p):
+    """The autograd node a parameter's gradient accumulates in (what torch's weight groups hold)."""
+    return p.view_as(p).grad_fn.next_functions[0][0]
 
 
 def _detached(out):

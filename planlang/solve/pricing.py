@@ -215,11 +215,12 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
     states = STATE_ELEMENTS.get(opt.name, 2) if opt else 0
     master = prec.bytes("master") if prec.mixed else 4
     copy = prec.mixed and prec.master_copy and not (zero >= 2 and zero_n > 1)  # estimate's MasterWeights
-    # a chunked schedule: model stage s is chunk s // p of rank s mod p (planlang.plan.schedule), and a rank
-    # holds every chunk's parameters at once
+    # a chunked schedule: a rank holds every one of its stages' parameters at once (planlang.plan.placement:
+    # model stage s on rank s mod p, or in a V)
     pipe = plan.pipeline
     ranks = len(pipe.stages) // pipe.schedule.chunks if pipe is not None and pipe.schedule.kind in T.CHUNKED \
         and pipe.schedule.chunks > 1 else 0
+    placed = T.stage_ranks(pipe.schedule.kind, ranks, pipe.schedule.chunks) if ranks and pipe is not None else ()
     stages: dict = {}
     # every parameter counted as trained (a parameter the loss does not reach, BERT's pooler under an MLM
     # loss, gets no gradient or state in the estimate: the floor is then above it by that parameter's share)
@@ -231,7 +232,7 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
         state = states * n * master
         state = state // zero_n if zero >= 1 else state
         state += master * n if copy else 0
-        for s in {s % ranks if ranks and s is not None else s for s in p.stages or (None,)}:
+        for s in {placed[s] if placed and s is not None else s for s in p.stages or (None,)}:
             stages[s] = stages.get(s, 0) + held + grads + state
     return max(stages.values(), default=0)
 

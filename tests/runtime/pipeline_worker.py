@@ -127,6 +127,12 @@ CONFIGS = {
     "unused-1f1b-dp": (_plan('"tests.runtime.unused_net:build"()', "x : f32[batch = 8, features = 16]",
                              _lb("pp") + "\n" + _lb("dp"), "pipeline over pp schedule 1f1b microbatches 2 "
                              "{\n    stage a, b, f\n    stage c, s\n}", data="data x : [dp, _]"), "root"),
+    # the same under zero bubble: torch's W assigns the gradients of stage 1 itself, and `s` must keep none
+    # (an AdamW step would decay it)
+    "unused-zb-dp": (_plan('"tests.runtime.unused_net:build"()', "x : f32[batch = 8, features = 16]",
+                           _lb("pp") + "\n" + _lb("dp"), "pipeline over pp schedule zero_bubble microbatches 2 "
+                           "{\n    stage a, b, f\n    stage c, s\n}", data="data x : [dp, _]",
+                           opt="adamw(lr = 0.001)"), "root"),
     "root-params-1f1b-dp": (_plan(ROOT, "x : f32[batch = 8, features = 16]", _lb("pp") + "\n" + _lb("dp"),
                                   "pipeline over pp schedule 1f1b microbatches 2 " + ROOT_2, data="data x : [dp, _]",
                                   opt="adamw(lr = 0.001)"), "root"),

@@ -73,6 +73,9 @@ def test_data_parallel_gradient_sums_start_during_the_last_backward(results, nam
     for res in results:
         c = res["configs"][name]
         assert c["buckets"] >= 1
+        if name == "unused-zb-dp":  # after the rank's last weight gradient every bucket starts, complete or not
+            assert c["launches"] == [True] * (c["buckets"] * (W.STEPS + 1)), c["launches"]
+            continue
         if name.startswith("unused"):  # its last stage's bucket waits for a gradient that never comes
             assert len(c["launches"]) == c["buckets"] * (W.STEPS + 1) and (False in c["launches"]) == (
                 c["coords"]["pp"] == 1), c["launches"]

@@ -240,7 +240,7 @@ def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
     stages = sorted(set(stage_of.values())) if stage_of else [None]
     work, units = [], []
     for s in stages:  # as estimate_plan's loop over stages
-        mine = [p for p in params.values() if s is None or s in p.stages]
+        mine = [p for p in params.values() if s is None or (s in p.stages and not _held_before(plan, s, p.stages))]
         work.append(stage_work(prof, stage_of, s, micro))
         units.append(_zero_unit(plan, s, mine, mine))
     return StepInputs(tuple(work), tuple(units))
@@ -363,8 +363,10 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     parts: list[_StagePart] = []
     work, units = [], []
     for s in stages:
-        # a parameter tied across stages has a copy on each (planlang.runtime.pipeline sums their gradients)
-        mine = [p for p in params.values() if s is None or s in p.stages]
+        # a parameter tied across stages has a copy on each (planlang.runtime.pipeline sums their gradients),
+        # but on a rank holding two of those stages (a V's rank 0: the embedding and the head) one object,
+        # counted on the first
+        mine = [p for p in params.values() if s is None or (s in p.stages and not _held_before(plan, s, p.stages))]
         learn = [p for p in mine if p.name in trained]
         p_bytes = bytes_in(mine, "params")  # in the dtype the step runs them in
         g_bytes = bytes_in(learn, "params")
@@ -505,7 +507,9 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                                             local_out=_local_neighbours(plan, s)[1]) if split else 0)
             parts.append(_StagePart(row, sim.stage_saved.get(s, 0), transient, learn, pending, wire,
                                     bytes_in(learn, "master") if copy else 0,
-                                    max((bytes_in([q], "params") for q in learn), default=0)))
+                                    # (a checkpoint recomputes its forward in W too: PL419)
+                                    max(max((bytes_in([q], "params") for q in learn), default=0),
+                                        transient if plan.checkpoints else 0)))
     if plan.pipeline is not None and plan.pipeline.schedule.kind in T.CHUNKED:
         out = _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1)
     if not steps:
@@ -541,6 +545,16 @@ def _with_steps(plan: CompletePlan, rows: list[DeviceEstimate], inputs: "StepInp
     return [dataclasses.replace(r, step_time=st.total, step=st, stage_times=tuple(busy(s) for s in r.stages),
                                 schedule=sched, notes=r.notes + ((note,) if note else ()))
             for r, st in zip(rows, priced.rows)]
+
+
+def _held_before(plan: CompletePlan, stage: int, holders) -> bool:
+    """Whether an earlier stage on `stage`'s pipeline rank also holds a parameter the stages `holders`
+    read: the runtime ties those copies into one object (planlang.runtime.pipeline.retie)."""
+    pipe = plan.pipeline
+    if pipe is None or pipe.schedule.kind not in T.CHUNKED or len(holders) < 2:
+        return False
+    ranks = T.stage_ranks(pipe.schedule.kind, plan.dims.pipeline_size, pipe.schedule.chunks)
+    return any(t < stage and 0 <= t < len(ranks) and ranks[t] == ranks[stage] for t in holders)
 
 
 def _local_neighbours(plan: CompletePlan, stage: int) -> tuple[bool, bool]:
