@@ -8,6 +8,7 @@ planlang.model.validation, in their phases).
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Iterator
 
@@ -21,6 +22,7 @@ from .data import batch_dim
 from .resolve import diag
 from .selection import Selection
 from .shard_overlaps import plan_name, shard_overlaps
+from .stage_meshes import heterogeneous, stage_shapes, with_sizes
 from .rule_sites import site_and_labels, spec_sites, statement_kind, entry_span, axis_refs, ref_span, writes_any
 from .stage_rules import pipeline_schedule, stage_ranges, empty_selections, stage_degrees, checkpoint_statements
 from .accumulation_rules import accumulation_statement, step_microbatches
@@ -233,6 +235,25 @@ def data_specs(ctx) -> Diags:
                        labels=micro_label, help=f"make {dim} a multiple of {micro}, or use fewer microbatches")
 
 
+def stage_data_specs(ctx) -> Diags:
+    """PL305 under each stage's own degrees (`stage ... with dp = 4`): the batch split over the stage's data
+    axes and the microbatches (planlang.plan.stage_meshes)."""
+    plan = ctx.plan
+    if not heterogeneous(plan) or plan.mesh is None or plan.pipeline is None:
+        return
+    own = tuple((a.name, a.size) for a in plan.mesh.axes)
+    seen = {own}
+    for s, sizes in enumerate(stage_shapes(plan)):
+        if sizes in seen:
+            continue
+        seen.add(sizes)
+        wrote = ", ".join(f"{a} = {n}" for a, n in sizes if a != plan.pipeline.axis)
+        for d in data_specs(dataclasses.replace(ctx, plan=with_sizes(plan, sizes))):
+            yield dataclasses.replace(d, message=f"in stage {s} ({wrote}): {d.message}",
+                                      labels=tuple(d.labels) + (Label(plan.pipeline.stages[s].span,
+                                                                      f"stage {s} runs on {wrote}"),))
+
+
 RULES = [
     # (function, codes it may emit) — run in this order
     (mesh_shape, ("PL301", "PL302", "PL304", "PL312")),
@@ -246,6 +267,7 @@ RULES = [
     (stage_ranges, ("PL406", "PL407")),
     (empty_selections, ("PL408",)),
     (stage_degrees, ("PL410", "PL418")),
+    (stage_data_specs, ("PL305",)),
     (checkpoint_statements, ("PL405", "PL409", "PL413")),
     (budget_fits_device, ("PL501", "PL505")),
     (zero_sharding, ("PL502", "PL503", "PL504")),

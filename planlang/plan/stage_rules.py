@@ -11,7 +11,9 @@ from planlang.lang.fixes import replace as replace_fix
 
 from . import types as T
 from .resolve import diag
+from .data import batch_axes
 from .selection import index_range
+from .stage_meshes import heterogeneous, position_chunks, stage_shapes
 from .rule_sites import site_and_labels
 
 Diags = Iterator[Diagnostic]
@@ -146,8 +148,8 @@ def _selections(plan: T.Plan):
 
 
 def stage_degrees(ctx) -> Diags:
-    """PL410: per-stage sub-mesh degrees name non-pipeline axes and add up to the device count; PL418: a
-    degree other than its axis's size (heterogeneous stages are not run yet)."""
+    """PL410: per-stage sub-mesh degrees name non-pipeline axes and add up to the device count; PL418: stages
+    of their own degrees that the runtime cannot run as written (planlang.plan.stage_meshes)."""
     plan = ctx.plan
     p, mesh = plan.pipeline, plan.mesh
     if p is None or mesh is None or not isinstance(p.stages, tuple) or not any(st.degrees for st in p.stages):
@@ -177,18 +179,48 @@ def stage_degrees(ctx) -> Diags:
         yield diag("PL410", f"the stages use {arithmetic} = {sum(counts) // per_rank} devices, but the mesh has "
                    f"{total}", p.span, help="adjust the `with` degrees so the stages' devices add up to the mesh")
         return
-    # The estimate and the runtime lower one program on one mesh for every stage: a degree other than
-    # the axis's size would be priced and run as that size, so it is refused rather than dropped.
-    for st in p.stages:
-        other = [(ax, v, mesh.axis_size(ax)) for ax, v in st.degrees
-                 if ax != p.axis and mesh.axis_size(ax) is not None and v != mesh.axis_size(ax)]
-        if other:
-            wrote = ", ".join(f"{ax} = {v}" for ax, v, _ in other)
-            axis_sizes = ", ".join(f"{ax} = {n}" for ax, _, n in other)
-            yield diag("PL418", f"stage {st.index} asks for {wrote}, but every stage runs on the mesh's sizes "
-                       f"({axis_sizes}): stages of their own degrees are not run yet", st.span,
-                       help="remove the `with` degrees (or write the mesh's sizes); a stage that needs more "
-                            "tensor parallelism needs it on the whole mesh for now")
+    if heterogeneous(plan):
+        yield from _runnable_degrees(plan, counts, per_rank)
+
+
+def _runnable_degrees(plan: T.Plan, counts: list[int], per_rank: int) -> Diags:
+    """PL418: stages of their own degrees run one stage per pipeline rank, each on that rank's devices, with
+    the pipeline axis first in the mesh and every position holding the same rows at each stage boundary
+    (planlang.plan.stage_meshes)."""
+    p, mesh = plan.pipeline, plan.mesh
+    assert p is not None and mesh is not None and isinstance(p.stages, tuple) and isinstance(p.schedule, T.Schedule)
+    odd = [st for st in p.stages if st.degrees]
+    site = odd[0].span if odd else p.span
+    if per_rank > 1:
+        yield diag("PL418", f"`{p.schedule.kind}` holds {per_rank} stages on each pipeline rank; stages of their own "
+                   "degrees run one stage per rank", site,
+                   help="use `schedule 1f1b`, `gpipe` or `zero_bubble` (one chunk), or remove the `with` degrees")
+        return
+    n = counts[0] if counts else 0
+    uneven = [(st, c) for st, c in zip(p.stages, counts) if c != sum(counts) // len(counts)]
+    if uneven:
+        st, c = uneven[0]
+        yield diag("PL418", f"stage {st.index} runs on {c} devices, but each pipeline rank has "
+                   f"{sum(counts) // len(counts)}: stages of different device counts are not run yet", st.span,
+                   help="give every stage the same number of devices (the product of its degrees), trading "
+                        "data for tensor parallelism within it")
+        return
+    if mesh.axes[0].name != p.axis:
+        yield diag("PL418", f"the pipeline axis `{p.axis}` is not the mesh's first axis: stages of their own degrees "
+                   "lay their sizes over the devices of one pipeline rank, which needs the pipeline axis outermost",
+                   p.span, help=f"declare `{p.axis}` first in the mesh")
+        return
+    batch = next(iter(batch_axes(plan).values()), ())
+    chunks = [position_chunks(sh, p.axis, batch) for sh in stage_shapes(plan)]
+    for a, b in zip(range(len(chunks)), range(1, len(chunks))):
+        if chunks[a] != chunks[b]:
+            k = next(i for i in range(n) if chunks[a][i] != chunks[b][i])
+            yield diag("PL418", f"device {k} of a pipeline rank holds rows {chunks[a][k]} of {n} of each microbatch "
+                       f"in stage {a} but rows {chunks[b][k]} in stage {b}: the stages' data axes are laid out "
+                       "differently over the rank's devices", p.stages[b].span,
+                       help="declare the data axes before the other axes in the mesh, so that each replica's "
+                            "devices are adjacent in every stage")
+            return
 
 
 def checkpoint_statements(ctx) -> Diags:
