@@ -342,7 +342,9 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
     ("PL409", "every-invalid", E, "`every` must be at least 1", "`checkpoint h[*] every N` groups N modules."),
     ("PL410", "stage-degrees", E, "per-stage degrees are inconsistent",
      "`stage ... with tp = 4` sets the sub-mesh of one stage: it may name only non-pipeline axes, and\n"
-     "the stages' device counts must add up to the mesh's device count."),
+     "the stages' device counts (the product of each stage's degrees) must add up to the mesh's device\n"
+     "count, a chunked schedule's stages on one pipeline rank counted once. Each stage then runs on its\n"
+     "rank's devices, so each needs exactly as many as a rank has (PL418)."),
     ("PL411", "microbatches-invalid", E, "microbatches must be at least 1",
      "`microbatches N` splits each step's batch into N microbatches that run one after another (through\n"
      "the pipeline, or, written at the top level, through the whole model with the gradients summed once);\n"
@@ -365,12 +367,21 @@ _ENTRIES: list[tuple[str, str, Severity, str, str]] = [
      "microbatches in sequence and sums once: its `pipeline ... microbatches N` is the step's count, and a\n"
      "second statement could only repeat or contradict it. Remove the top-level statement; change the\n"
      "pipeline's `microbatches` to change the count."),
-    ("PL418", "stage-degrees-not-run", E, "a stage's own degrees are not run yet",
-     "`stage ... with tp = 4` asks for one stage on a sub-mesh of its own degrees (CAPTURE's and Alpa's\n"
-     "heterogeneous stages). The estimate and the runtime lower one program on the mesh for every stage,\n"
-     "so a degree other than the axis's size would be priced and run as the mesh's size, not as written:\n"
-     "planlang refuses it instead of dropping it. Remove the `with` degrees, or write the axis's size; give\n"
-     "the whole mesh the degrees the largest stage needs."),
+    ("PL418", "stage-degrees-not-run", E, "stages of their own degrees that do not run as written",
+     "`stage ... with dp = 4, tp = 1` runs that stage on its pipeline rank's devices with its own sizes of\n"
+     "the other axes (CAPTURE's and Alpa's heterogeneous stages, planlang/plan/stage_meshes.py): the rank's\n"
+     "devices run the stage's program, and at a boundary each device passes on its share of its replica's\n"
+     "rows to the device in the same place of the next rank. planlang refuses the stages that would not run\n"
+     "so, rather than run them otherwise. (1) A chunked schedule (interleaved, looped_bfs, zbv, dualpipev)\n"
+     "puts several stages on each rank's devices: use 1f1b, gpipe or zero_bubble, or remove the `with`.\n"
+     "(2) A stage whose device count (the product of its degrees) is not its rank's (the mesh's devices\n"
+     "over the pipeline axis' size): the counts may add up to the mesh (PL410) and still not give each\n"
+     "rank one stage; trade data for tensor parallelism within the rank instead (dp = 4, tp = 1 or dp = 2,\n"
+     "tp = 2 on 4 devices). (3) The pipeline axis not the mesh's first: a rank's devices are then not\n"
+     "adjacent and cannot be laid out by the stage's sizes; declare it first. (4) Two stages under which a\n"
+     "device of a rank holds different rows of a microbatch at a boundary (a data axis declared after a\n"
+     "tensor axis, so that a replica's devices are not adjacent): declare the data axes before the other\n"
+     "axes."),
     ("PL419", "split-backward-checkpoint", W, "a split backward recomputes checkpoints once per weight group",
      "`schedule zero_bubble` (and zbv; dualpipev for the backwards it splits) splits each backward into\n"
      "the input gradient (B) and the weight gradient (W, later). torch's W (`stage_backward_weight`) runs\n"

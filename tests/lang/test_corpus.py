@@ -264,6 +264,8 @@ HUMAN_SNAPSHOTS = [
     "syntax_unclosed_brace_before_statement.plan",  # one error at the `{`, none per later line
     "syntax_missing_comma_wrapped.plan",            # missing `,` before `hidden`
     "pl225_bidi_control.plan",                      # the bidi character shown escaped
+    "pl418_stage_degrees_not_run.plan",             # the stage whose positions hold other rows
+    "pl305_stage_batch_not_divisible.plan",         # in stage 0, labelled with its degrees
 ]
 
 
