@@ -25,6 +25,7 @@ from planlang.plan.units import format_bytes
 from .capture.trace import ModuleFacts
 from .capture.valueless import VALUE_HELP
 from .facts import LoweringFailure
+from .stage_sites import stage_sites
 
 
 def _suggest(sel: Selection, names: list[str]) -> str:
@@ -55,9 +56,10 @@ def _dims_arith(spec: T.Spec, dim: int, mesh: T.Mesh) -> tuple[int, str] | None:
 
 
 def shard_targets(ctx) -> Iterator[Diagnostic]:
-    """PL360 unknown paths, PL363 module-only targets, PL361 rank, PL362 divisibility."""
+    """PL360 unknown paths, PL363 module-only targets, PL361 rank, PL362 divisibility (under the sizes each
+    target runs on: a stage's own degrees, planlang.model.stage_sites)."""
     facts, plan = _facts(ctx), ctx.plan
-    mesh = plan.mesh
+    site_of = stage_sites(plan, facts)
     modules = facts.all_modules
     params = list(facts.params)
     for rule in plan.shards:
@@ -72,7 +74,7 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
                     yield diag("PL360", f"`{rule.target}` matches no parameter of the model", where, labels=labels,
                                help=_suggest(rule.target, params))
                 continue
-            shapes = [(to_plan_name(h), facts.params[h][0]) for h in hits]
+            shapes = [(to_plan_name(h), facts.params[h][0], h) for h in hits]
         else:
             hits = rule.target.select(modules)
             if not hits:
@@ -86,30 +88,46 @@ def shard_targets(ctx) -> Iterator[Diagnostic]:
                     continue  # never runs in forward: nothing to shard
                 shape = call.output if rule.kind == "output" else (call.inputs[0] if call.inputs else None)
                 if shape is not None:
-                    shapes.append((f"{rule.kind} of {to_plan_name(h)}", shape))
+                    shapes.append((f"{rule.kind} of {to_plan_name(h)}", shape, h))
         if not isinstance(rule.spec, T.Spec):
             continue
+        yield from _divisible(rule, [(name, shape, site_of(h)) for name, shape, h in shapes], where, labels)
+
+
+def _divisible(rule: T.ShardRule, shapes: list, where, labels) -> Iterator[Diagnostic]:
+    """PL361 and PL362 for `rule`'s targets: (name, shape, the stage_sites.Site it runs on)."""
+    assert isinstance(rule.spec, T.Spec)
+    by_site: dict[str, list] = {}
+    for name, shape, site in shapes:  # under each distinct site, the first and those of other shapes
+        group = by_site.setdefault(site.prefix, [])
+        if not group or shape != group[0][1]:
+            group.append((name, shape, site))
+    for group in by_site.values():
+        site = group[0][2]
+        mesh = site.plan.mesh
         # an activation is laid out with the data axes on its batch dim (implicit in its spec): the runtime
         # needs that layout to divide, not only the spec as written
-        laid = rule.spec if rule.kind == "param" or mesh is None else activation_layout(plan, rule.spec)
-        for name, shape in shapes[:1] + [s for s in shapes[1:] if s[1] != shapes[0][1]]:
+        laid = rule.spec if rule.kind == "param" or mesh is None else activation_layout(site.plan, rule.spec)
+        for name, shape, _ in group:
             if rule.spec.rank != len(shape):
                 yield diag("PL361", f"`{name}` has {len(shape)} dims {list(shape)}, but the spec {rule.spec} has "
                            f"{rule.spec.rank}", where, labels=labels,
                            help="write one entry per dim (`_` for dims that are not split)")
-                break
+                return
             if mesh is None:
                 continue
             for d, n in enumerate(shape):
                 ar = _dims_arith(laid, d, mesh)
                 if ar and n % ar[0] and laid.axes_of(d) != rule.spec.axes_of(d):
-                    yield diag("PL362", f"`{name}` {list(shape)}: dim {d} is {n}, not divisible by {ar[1]} = {ar[0]} "
+                    yield diag("PL362", f"{site.prefix}`{name}` {list(shape)}: dim {d} is {n}, not divisible by "
+                               f"{ar[1]} = {ar[0]} "
                                f"(the data axes split the batch dim of every activation: {rule.spec} is laid out as "
                                f"{laid})", where, labels=labels,
                                help=f"use a batch that is a multiple of {ar[0]}, or move "
                                     f"{', '.join(rule.spec.axes_of(d))} to another dim of the spec")
                 elif ar and n % ar[0]:
-                    yield diag("PL362", f"`{name}` {list(shape)}: dim {d} is {n}, not divisible by {ar[1]} = {ar[0]}",
+                    yield diag("PL362", f"{site.prefix}`{name}` {list(shape)}: dim {d} is {n}, not divisible by "
+                               f"{ar[1]} = {ar[0]}",
                                where, labels=labels,
                                help=f"split dim {d} over axes whose sizes divide {n}, or leave it `_`")
 
@@ -134,11 +152,12 @@ def _heads_scope(name: str) -> str:
 
 def attention_head_splits(ctx) -> Iterator[Diagnostic]:
     """PL365: a shard splits an attention module's weights (or its activations' features) over axes
-    whose size does not divide its heads (or key/value heads)."""
+    whose size does not divide its heads (or key/value heads), under the sizes it runs on (its stage's)."""
     facts, plan = _facts(ctx), ctx.plan
     heads = getattr(facts, "heads", None)
     if not heads or plan.mesh is None:
         return
+    site_of = stage_sites(plan, facts)
     scopes = {_heads_scope(n): (n, h, kv) for n, (h, kv) in heads.items()}
     params = list(facts.params)
     seen = set()
@@ -161,8 +180,10 @@ def attention_head_splits(ctx) -> Iterator[Diagnostic]:
             if scope is None:
                 continue
             attn, h, kv = scopes[scope]
+            site = site_of(name)
+            assert site.plan.mesh is not None
             for d in dims:
-                ar = _dims_arith(rule.spec, d, plan.mesh) if d < rule.spec.rank else None
+                ar = _dims_arith(rule.spec, d, site.plan.mesh) if d < rule.spec.rank else None
                 if ar is None or ar[0] == 1 or shape[d] % ar[0]:
                     continue  # not split, or PL362's
                 n = ar[0]
@@ -172,8 +193,8 @@ def attention_head_splits(ctx) -> Iterator[Diagnostic]:
                     continue  # one diagnostic per statement (a template applied to every block: its line)
                 seen.add((where, bad[0], n))
                 c, what = bad[0]
-                yield diag("PL365", f"`{rule.target}` splits dim {d} of `{to_plan_name(name)}` {list(shape)} over "
-                           f"{ar[1]} = {n}, but `{to_plan_name(attn)}` has {c} {what}, not a multiple of {n}",
+                yield diag("PL365", f"{site.prefix}`{rule.target}` splits dim {d} of `{to_plan_name(name)}` "
+                           f"{list(shape)} over {ar[1]} = {n}, but `{to_plan_name(attn)}` has {c} {what}, not a multiple of {n}",
                            where, labels=labels,
                            help=f"split over axes whose sizes divide {c}, or give the model a multiple of {n} {what}")
                 break

@@ -34,6 +34,7 @@ from planlang.plan.checker import CheckResult
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.resolve import Resolution, Resolver
+from planlang.plan.stage_meshes import heterogeneous, stage_shapes
 
 # torch's import and this layer's (~1.5 CPU-s, most of any model command's imports but the model's own) make
 # some million objects and almost no garbage: the cycle collector walked them again and again as they came
@@ -47,6 +48,7 @@ with no_cycle_collection():
     from .checks import PHASES, validate
     from .facts import LoweringFailure, ModelFacts, NoTargets, build_for_check, probe_facts
     from .price.estimate import estimate_plan
+    from .price.stage_meshes import describe, shape_plans
     from .price.accumulation import step_traffic
     from .price.traffic import Traffic, program_zero_units, stage_traffic
     from .price.weight_gathers import WeightGather, weight_gathers
@@ -95,7 +97,7 @@ class Validated:
     complete: CompletePlan | None = None
     estimate: tuple | None = None
     program: Program | None = None
-    traffic: list[Traffic] | None = field(default=None, repr=False)
+    traffic: list[Traffic] | dict | None = field(default=None, repr=False)  # a dict by stage sizes: stages of their own degrees
 
     @property
     def diagnostics(self) -> tuple[Diagnostic, ...]:
@@ -201,11 +203,16 @@ def _validate_model(res: Resolution, path: str, program: ProgramMeasure | None, 
     ready = plan.mesh is not None and not plan.holes() and not mf.failures and not result.errors
     cp = complete(plan) if ready else None
     prog = micro = None
-    traffic: list[Traffic] | None = None
+    traffic: list[Traffic] | dict | None = None
+    shapes: dict | None = None  # stages of their own degrees: by stage sizes, each shape's plan and program
     if cp is not None:
         assert module is not None
         try:
-            if cp.pipeline is None:
+            if heterogeneous(cp):  # each distinct stage shape's program, lowered once (planlang.model.price.stage_meshes)
+                shapes = {sizes: (sp, _lowered(module, microbatch_plan(sp)) if sp.dims.tensor else None)
+                          for sizes, sp in shape_plans(cp).items()}
+                traffic = {sizes: None if m is None else _cut_traffic(sp, m) for sizes, (sp, m) in shapes.items()}
+            elif cp.pipeline is None:
                 prog = _lowered(module, accumulation_microbatch(cp))  # one microbatch's, when it accumulates
                 facts["lowered"] = _lowered_facts(module, cp, prog)
                 traffic = [step_traffic(cp, prog, _zero_units(module, cp, prog))]
@@ -222,7 +229,7 @@ def _validate_model(res: Resolution, path: str, program: ProgramMeasure | None, 
                 facts["failures"] = [LoweringFailure.of(err, "estimate")]
         result = _merged(result, validate(res, path, facts, PHASES[1], resolution=False))
         if cp.pipeline is not None and not result.errors:
-            facts["stage_cut"] = _stage_cut(module, cp, micro)
+            facts["stage_cut"] = _stage_cut(module, cp, micro) if shapes is None else _stage_cuts(module, cp, shapes)
             result = _merged(result, validate(res, path, facts, PHASES[2], resolution=False))
     return Validated(_with(result, load_diags), res, mf, cp, tuple(facts.get("estimate") or ()) or None,
                      prog if prog is not None else micro, traffic)
@@ -279,6 +286,27 @@ def _cut_traffic(plan: CompletePlan, micro: Program) -> list[Traffic] | None:
         return stage_traffic(plan, micro)
     except LoweringError:
         return None
+
+
+def _stage_cuts(model: nn.Module, plan: CompletePlan, shapes: dict) -> StageCut:
+    """`_stage_cut` of each distinct stage shape's plan and program (stages of their own degrees): the first
+    that fails, its message saying which stages run on those sizes."""
+    p = plan.pipeline
+    assert p is not None
+    said = set()
+    for sizes, (sp, micro) in shapes.items():
+        if micro is None and None in said:  # the model's modules cut as the stages say, whatever the sizes
+            continue
+        said.add(None if micro is None else sizes)
+        cut = _stage_cut(model, sp, micro)
+        if cut.error is not None:
+            which = [s for s, sh in enumerate(stage_shapes(plan)) if sh == sizes]
+            code, message, help = cut.error
+            return StageCut((code, f"in stage{'s' if len(which) > 1 else ''} {', '.join(map(str, which))} "
+                                   f"({describe(plan, sizes)}): {message}", help))
+        if cut.failure is not None or cut.inlined_norms:
+            return cut
+    return StageCut()
 
 
 def _measure_with(program: ProgramMeasure | None, prog: Program | None):

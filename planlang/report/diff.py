@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 from planlang.cost.comm import collective_time, group
 from planlang.lang.fmt import FormatError, format_text
+from planlang.plan.stage_meshes import heterogeneous, stage_shapes
 from planlang.plan.units import format_bytes
 
 MEMORY = ("parameters", "gradients", "optimizer", "buffers", "activations", "transient", "peak")
@@ -256,30 +257,42 @@ def summarize(plan, text: str, path: str, rows=None, traffic=None) -> PlanSide:
 def step_collectives(plan, lowered=None) -> tuple[dict[tuple[str, str], Collectives] | None, str]:
     """Per (kind, axes): calls, bytes sent per rank and cost-model seconds of one step as the step-time
     model prices it (planlang.model.price.step_time.lowered_traffic: the lowered program's collectives and
-    ZeRO's; a pipeline's busiest stage), or (None, why). `lowered`: those collectives when validation
-    computed them (lowered here otherwise)."""
+    ZeRO's; a pipeline's busiest stage, each stage on its own sizes when it has degrees of its own), or
+    (None, why). `lowered`: those collectives when validation computed them (lowered here otherwise)."""
     # lazy: torch loads only when this runs
+    from planlang.model.price.stage_meshes import shape_plans
     from planlang.model.price.step_time import lowered_traffic
     from planlang.model.price.traffic import unsupported
 
     why = unsupported(plan)
     if why:
         return None, why
+    # (stage traffic, the mesh it runs on): stages of their own degrees each on its own sizes, from its
+    # shape's program (planlang.model.price.stage_meshes; `lowered` then a dict by stage sizes)
+    shapes = shape_plans(plan) if heterogeneous(plan) else {None: plan}
+    stages = []
     try:
-        stages = lowered if lowered is not None else lowered_traffic(plan)
+        for sizes, sp in shapes.items():
+            if isinstance(lowered, dict):
+                got = lowered[sizes] if sizes in lowered else lowered_traffic(sp)
+            else:
+                got = lowered if lowered is not None else lowered_traffic(sp)
+            if got is not None:
+                stages += [(st, sp.mesh) for s, st in enumerate(got)
+                           if sizes is None or stage_shapes(plan)[s] == sizes]
     except ValueError as err:
         return None, str(err)
-    if stages is None:  # no program (`unsupported` says which plans): nothing lowered to count
+    if not stages:  # no program (`unsupported` says which plans): nothing lowered to count
         return None, "the plan has no lowered program to count collectives in"
 
-    def seconds(t) -> float:
-        return collective_time(t.kind, group(plan.mesh, t.axes), t.full_bytes)
+    def seconds(t, mesh) -> float:
+        return collective_time(t.kind, group(mesh, t.axes), t.full_bytes)
 
-    traffic = max(stages, key=lambda st: sum(seconds(t) for t in st.transfers))
+    traffic, mesh = max(stages, key=lambda st: sum(seconds(t, st[1]) for t in st[0].transfers))
     out: dict[tuple[str, str], Collectives] = {}
     for t in traffic.transfers:
         key = (t.kind.value, ",".join(t.axes))
         c = out.get(key, Collectives())
         out[key] = Collectives(c.calls + 1, c.bytes + t.bytes,
-                               c.seconds + seconds(t))
+                               c.seconds + seconds(t, mesh))
     return out, ""

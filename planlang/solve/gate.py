@@ -26,6 +26,7 @@ from planlang.plan import types as T
 from planlang.plan.checker import check_resolution
 from planlang.plan.complete import CompletePlan
 from planlang.plan.resolve import Resolution
+from planlang.plan.stage_meshes import heterogeneous
 from planlang.plan.units import format_bytes
 from planlang.model.checks import MODEL_RULES
 from planlang.model.facts import ModelFacts
@@ -52,7 +53,7 @@ class Gate:
                  probed: ModelFacts | None = None) -> None:
         self.resolution, self.path, self.budget, self.facts = resolution, path, budget, facts
         self._probed = probed  # the CLI's validation's probe, when it has one
-        self._runnable: dict[tuple, str | None] = {}  # (mesh, shards, data) -> why it cannot run, or None
+        self._runnable: dict[tuple, str | None] = {}  # (mesh, shards, data, own stages) -> why not, or None
         self.refused: dict[str, tuple[int, str]] = {}  # code -> candidates the model cannot run, the first why
         self.floored: tuple[Choices, int] | None = None  # the least memory floor over the budget
         self.floored_count = 0
@@ -66,7 +67,9 @@ class Gate:
 
     def cannot_run(self, plan: T.Plan) -> str | None:
         """Why the model cannot run this candidate (counted in `refused`), or None."""
-        key = (plan.mesh, plan.shards, plan.data)
+        # stages of their own degrees: each stage's targets are checked on its sizes (planlang.model.stage_sites)
+        own = plan.pipeline.stages if heterogeneous(plan) and plan.pipeline is not None else None
+        key = (plan.mesh, plan.shards, plan.data, own)
         if key not in self._runnable:
             rules = [r for r in MODEL_RULES if r.name in RUNNABLE_RULES]
             res = check_resolution(replace(self.resolution, plan=plan), self.path, {"model": self.probed()}, rules,

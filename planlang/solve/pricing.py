@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 from planlang.model.program.shared_lowering import shared_lowerings
 from planlang.plan.complete import CompletePlan, CompleteSchedule
+from planlang.plan.stage_meshes import heterogeneous, stage_plan, stage_shapes
 from planlang.plan import types as T
 
 from .facts import SolveFacts
@@ -43,12 +44,16 @@ class CandidateTraffic:
     per model stage; None for a pipeline that runs the model's modules), or `note`, why it could not be
     lowered (its gradient sums are then priced from its parameters)."""
 
-    traffic: tuple | None
+    traffic: tuple | dict | None  # a dict by stage sizes of each shape's (stages of their own degrees)
     note: str = ""
 
     def for_estimate(self):
         """What planlang.model.price.estimate.estimate_plan takes as `traffic`."""
-        return self.note if self.note else (list(self.traffic) if self.traffic is not None else None)
+        if self.note:
+            return self.note
+        if isinstance(self.traffic, dict):
+            return {k: None if v is None else list(v) for k, v in self.traffic.items()}
+        return list(self.traffic) if self.traffic is not None else None
 
 
 def lowered(plan: CompletePlan, facts: SolveFacts) -> CandidateTraffic:
@@ -56,6 +61,7 @@ def lowered(plan: CompletePlan, facts: SolveFacts) -> CandidateTraffic:
     plan value (`_same_program`) in a solve."""
     # lazy: torch loads only when this runs
     from planlang.model.price.step_time import lowered_traffic
+    from planlang.model.price.stage_meshes import shape_plans
 
     key = _same_program(plan)
     if key is not None and key in facts.lowered:
@@ -65,8 +71,13 @@ def lowered(plan: CompletePlan, facts: SolveFacts) -> CandidateTraffic:
         # candidates that differ only in what the lowering does not read (checkpoint groups, ZeRO, stages,
         # schedule) share one lowering (planlang.model.program.shared_lowering); their collectives differ
         with shared_lowerings(facts.programs):
-            got = lowered_traffic(plan, graph, facts.layers.module)  # type: ignore[attr-defined]
-        out = CandidateTraffic(None if got is None else tuple(got))
+            if heterogeneous(plan):  # each stage shape's program (planlang.model.price.stage_meshes)
+                shapes = {sizes: lowered_traffic(sp, None, facts.layers.module)  # type: ignore[attr-defined]
+                          for sizes, sp in shape_plans(plan).items()}
+                out = CandidateTraffic({k: None if v is None else tuple(v) for k, v in shapes.items()})
+            else:
+                got = lowered_traffic(plan, graph, facts.layers.module)  # type: ignore[attr-defined]
+                out = CandidateTraffic(None if got is None else tuple(got))
     except Exception as e:  # noqa: BLE001 - e.g. a layout the lowering refuses; priced without its program
         out = CandidateTraffic(None, f"{type(e).__name__}: {e}")
     if key is not None:
@@ -204,7 +215,21 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
     precision without FSDP, the master copy — what every estimate of the plan holds at once at least
     (planlang.model.price.estimate: parameters + optimizer states + buffers (the gradient buckets) +
     the larger of backward's and the optimizer step's memory, which holds the gradients). Computed from
-    shapes, no simulation: a candidate whose floor is over the budget is never priced."""
+    shapes, no simulation: a candidate whose floor is over the budget is never priced. Stages of their own
+    degrees: each stage's floor on its own sizes (planlang.plan.stage_meshes.stage_plan)."""
+    if heterogeneous(plan):
+        by_shape: dict = {}  # stage sizes -> the floors of that shape's plan, each once
+        out = 0
+        for s, sizes in enumerate(stage_shapes(plan)):
+            if sizes not in by_shape:
+                by_shape[sizes] = _floors(stage_plan(plan, s), facts)
+            out = max(out, by_shape[sizes].get(s, 0))
+        return out
+    return max(_floors(plan, facts).values(), default=0)
+
+
+def _floors(plan: CompletePlan, facts: SolveFacts) -> dict:
+    """`memory_floor` of each pipeline rank (by its stage under one stage per rank; None without a pipeline)."""
     # lazy: torch loads only when this runs
     from planlang.model.price.zero_peaks import STATE_ELEMENTS
 
@@ -234,7 +259,7 @@ def memory_floor(plan: CompletePlan, facts: SolveFacts) -> int:
         state += master * n if copy else 0
         for s in {placed[s] if placed and s is not None else s for s in p.stages or (None,)}:
             stages[s] = stages.get(s, 0) + held + grads + state
-    return max(stages.values(), default=0)
+    return stages
 
 
 def _local_params(plan: CompletePlan, facts: SolveFacts) -> dict:

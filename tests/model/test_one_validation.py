@@ -133,8 +133,8 @@ def test_check_model_estimates_memory_only_and_does_not_profile(monkeypatch):
             profiled.append("folded profile")
         return real_fold(*a, **k)
 
-    monkeypatch.setattr("planlang.model.price.estimate.profile_model", profile)
-    monkeypatch.setattr("planlang.model.price.estimate.folded_run", fold)
+    monkeypatch.setattr("planlang.model.price.local_step.profile_model", profile)
+    monkeypatch.setattr("planlang.model.price.local_step.folded_run", fold)
     memory = validate_file(path, steps=False)
     assert not profiled
     assert [r.step_time != r.step_time for r in memory.estimate] == [True] * len(full.estimate)  # NaN

@@ -76,14 +76,14 @@ def test_model_facts_are_computed_once_per_solve(which, tmp_path, monkeypatch):
     A pipeline candidate's program is lowered from the graph of one microbatch (planlang.model.price.traffic.
     graph_of, traced once per process), not counted here."""
     from planlang.model.capture import opgraph, trace
-    from planlang.model.price import estimate
+    from planlang.model.price import estimate, local_step
     from planlang.solve import driver, pipeline_stages
 
     path = _tight(tmp_path, which)
     calls: dict[str, int] = {}
     for module, name in ((trace, "probe_modules"), (estimate, "probe_modules"), (pipeline_stages, "probe_modules"),
-                         (pipeline_stages, "profile_model"), (estimate, "profile_model"),
-                         (estimate, "simulate_step"), (opgraph, "op_graph"), (driver, "model_facts")):
+                         (pipeline_stages, "profile_model"), (local_step, "profile_model"),
+                         (local_step, "simulate_step"), (opgraph, "op_graph"), (driver, "model_facts")):
         _counting(monkeypatch, module, name, calls)
     search = _Search(path, "time", lambda s: None)
     res = search.run()
@@ -95,10 +95,10 @@ def test_model_facts_are_computed_once_per_solve(which, tmp_path, monkeypatch):
     simulated = search.facts().estimates["simulated"]
     # a local model whose code does not follow its shards is simulated again unsharded (estimate's fallback)
     again = sum(any(n.startswith("local simulation failed") for n in notes) for *_, notes in simulated.values())
-    assert calls["planlang.model.price.estimate.simulate_step"] == len(simulated) + again
+    assert calls["planlang.model.price.local_step.simulate_step"] == len(simulated) + again
     assert len(simulated) <= len(res.tried)
     assert which != "mlp" or len(simulated) < len(res.tried)  # ZeRO's candidates share their simulation
-    assert calls.get("planlang.model.price.estimate.profile_model", 0) == len(search.facts().estimates["profiled"]) + again
+    assert calls.get("planlang.model.price.local_step.profile_model", 0) == len(search.facts().estimates["profiled"]) + again
 
 
 @pytest.mark.parametrize("where", ["mesh axis size", "data spec", "shard spec entry", "schedule", "chunks",

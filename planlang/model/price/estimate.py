@@ -34,9 +34,10 @@ model: the batch each device sees, parameters replaced by their local shards (so
 column/row splits shrink the activations they produce), checkpoint groups wrapped in
 torch.utils.checkpoint. Step time: planlang.model.price.step_time (docs/step_time.md).
 
-Where the parts live: the local model (shards, local inputs, checkpoints, precision) in `local_model`;
-ZeRO's and the optimizer step's figures in `zero_peaks`; the caches shared between calls in `caches`;
-this module assembles the rows. The table `planlang estimate` prints is planlang.report.estimate_table.
+Where the parts live: the local model (shards, local inputs, checkpoints, precision) in `local_model`, its
+simulated step and profile in `local_step`; ZeRO's and the optimizer step's figures in `zero_peaks`; the
+caches shared between calls in `caches`; stages of their own degrees (`stage ... with dp = 4`) in
+`stage_meshes`, each stage estimated as the plan of its sizes; this module assembles the rows. The table `planlang estimate` prints is planlang.report.estimate_table.
 
 Precision (the optimizer block's precision fields, planlang.plan.types.Precision; all f32 without them):
 parameters and gradients in `params` (under ZeRO-2/3 FSDP2 keeps its shards and their gradients in
@@ -57,24 +58,25 @@ from planlang.plan import types as T
 from planlang.plan.complete import CompletePlan
 from planlang.plan.data import data_degree, tensor_axes
 from planlang.plan.schedule import activation_peaks, backward_peaks, interleaved_receives
+from planlang.plan.stage_meshes import heterogeneous
 from planlang.plan.units import format_bytes
 
 from planlang.model.capture.load import build_model, meta_inputs, model_loss
-from planlang.model.capture.profile import Profile, profile_model
-from planlang.model.capture.simulate import simulate_step
+from planlang.model.capture.profile import Profile
 from planlang.model.capture.source import imported_source, model_source
 from planlang.model.capture.trace import probe_modules
-from planlang.model.price.caches import MODEL_FACTS, LruCache, caller_caches
-from planlang.model.price.local_fold import folded_run
-from planlang.model.price.pipeline_bytes import boundary_bytes, in_flight_on, weight_pending_bytes
-from planlang.model.price.stage_replay import record, recordings, stage_units
+from planlang.model.price.caches import MODEL_FACTS, caller_caches
+from planlang.model.price.local_step import profile_local, simulate_local as _simulate_local  # (tests and bench spy on it here)
+from planlang.model.price.pipeline_bytes import (boundary_bytes, held_before as _held_before, in_flight_on,
+                                                 local_neighbours as _local_neighbours, weight_pending_bytes)
+from planlang.model.price.stage_replay import recordings
 from planlang.model.price.local_model import (LocalParam, LocalPieces, autocast_for, build_local_model,
-                                              has_module, in_precision, local_inputs, local_params,
-                                              plan_checkpoint_groups, plan_model, sized, split_widths,
-                                              with_local_params, wrap_checkpoints)
+                                              local_inputs, local_params, plan_checkpoint_groups, plan_model,
+                                              sized, split_widths)
 from planlang.model.price.step_time import (PipelineSchedule, StageWork, StepTime, lowered_traffic, plan_traffic,
                                             price_step, step_times)
-from planlang.model.price.traffic import Traffic, ZeroUnit, fsdp_numel
+from planlang.model.price.stage_meshes import bare_traffic, estimate_stages, stage_inputs, stage_traffic
+from planlang.model.price.traffic import Traffic, Transfer, ZeroUnit, fsdp_numel
 from planlang.model.price.zero_peaks import (STATE_ELEMENTS, STEP_COUNTER, optimizer_temporaries, zero1_state_bytes,
                                              zero_blocks_peak)
 
@@ -139,73 +141,6 @@ def _model_facts(plan: T.Plan, facts=None) -> tuple:
     return MODEL_FACTS.put(key, facts), key
 
 
-def _simulate_local(plan: CompletePlan, facts, params: dict[str, LocalParam], divide: int, micro: int, stage_of,
-                    profile_key: tuple, profiled: LruCache[Profile], profile: bool = True,
-                    recorded: LruCache | None = None) -> tuple:
-    """One simulated step and profile of the local model (parameters sharded, the batch divided by `divide`,
-    the checkpoint groups wrapped); the parameters that got a gradient; notes. The profile is `profiled`'s
-    (by `profile_key`) or kept there; without `profile` (memory only) None unless one was made before. A
-    pipeline's step is replayed from the local model's run kept in `recorded` (recorded on first use), the
-    same step for every cut of it into stages (planlang.model.price.stage_replay)."""
-    units = stage_units(stage_of, facts) if stage_of and recorded is not None else None
-    rec_key = (profile_key, micro > 1, units.key()) if units is not None else None
-    rec = recorded.get(rec_key) if recorded is not None and rec_key is not None else None
-    if rec is not None and units is not None and (not profile or profiled.get(profile_key) is not None):
-        return rec.replay(units.stages(stage_of)), profiled.get(profile_key), rec.trained, rec.notes
-    module, notes = build_local_model(plan, facts, params)
-    local_in = local_inputs(plan, divide)
-    loss = model_loss(plan_model(plan))
-    stage_map = stage_of or None
-    # the parts of the step FSDP2's per-block units change (ZeRO-2/3 without a pipeline: zero_blocks_peak)
-    blocks = () if stage_map else tuple(b for b in getattr(facts, "blocks", ()) if has_module(module, b))
-    trained: frozenset[str] | None = None
-    try:
-        with LocalPieces(split_widths(params)), autocast_for(plan.precision):
-            prof = profiled.get(profile_key)
-            # a few of the repeated blocks run when the plan treats them alike (no pipeline: stage_map None)
-            folded = folded_run(plan, facts, module, local_in, loss, simulate=True, profile=prof is None and profile,
-                                accumulate=micro > 1, blocks=blocks) if stage_map is None else None
-            if folded is not None:
-                assert folded.sim is not None
-                sim, trained = folded.sim, folded.trained
-                if prof is None and folded.profile is not None:
-                    prof = profiled.put(profile_key, folded.profile)
-            else:
-                if rec is None and units is not None and recorded is not None:  # the first cut of this local model
-                    rec = record(simulate_step, module, local_in, loss, units, micro > 1, tuple(notes))
-                    if rec is not None:
-                        recorded.put(rec_key, rec)
-                if rec is not None and units is not None:
-                    sim, trained = rec.replay(units.stages(stage_of)), rec.trained
-                else:
-                    sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
-                    trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False)
-                                        if p.grad is not None)
-            if prof is None and profile:
-                prof = profiled.put(profile_key, profile_model(module, local_in, loss) if stage_map is None
-                                    else _profile_local(plan, facts, module, local_in, loss))  # not folded yet
-    except Exception as err:  # a model whose code does not follow its local parameter shapes
-        notes.append(f"local simulation failed ({type(err).__name__}); activations from the unsharded model")
-        module = build_model(plan_model(plan), plan.path)
-        in_precision(module, plan.precision)
-        notes += wrap_checkpoints(module, plan, facts)
-        with autocast_for(plan.precision):
-            sim = simulate_step(module, local_in, loss, stage_map, accumulate=micro > 1, blocks=blocks)
-            prof = profile_model(module, local_in, loss) if profile else None
-        trained = None
-    if trained is None:
-        trained = frozenset(n for n, p in module.named_parameters(remove_duplicate=False) if p.grad is not None)
-    return sim, prof, trained, tuple(notes)
-
-
-def _profile_local(plan: CompletePlan, facts, module, local_in: dict, loss) -> Profile:
-    """The local model's profile, folded (local_fold) when the plan treats its blocks alike, else whole. It
-    reads no stages: a pipeline's is folded as the plan without it (1T: ~0.3 CPU-s for ~3 whole)."""
-    got = folded_run(dataclasses.replace(plan, pipeline=None), facts, module, local_in, loss, simulate=False,
-                     profile=True)
-    return got.profile if got is not None and got.profile is not None else profile_model(module, local_in, loss)
-
-
 def _profile_key(plan: CompletePlan, facts, model_key: tuple, params: dict[str, LocalParam]) -> tuple:
     """What the profile of the local model depends on: local shapes, batch, checkpoint groups, dtypes."""
     micro = plan.microbatches  # a pipeline's, or gradient accumulation's: the local model runs one
@@ -225,6 +160,8 @@ def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
     if plan.model is None:
         raise ValueError("the plan declares no model")
     facts, model_key = _model_facts(plan, facts)
+    if heterogeneous(plan):  # each stage's inputs from the plan of its own sizes
+        return stage_inputs(plan, lambda sp: estimate_steps(sp, efficiency, facts=facts, cache=cache), facts)
     micro, (stage_of, params) = plan.microbatches, local_params(plan, facts)
     profile_key = _profile_key(plan, facts, model_key, params)
     prof = caller_caches(cache)[1].get(profile_key)
@@ -233,7 +170,7 @@ def estimate_steps(plan: CompletePlan, efficiency: float = 0.5, *, facts=None,
             module, _ = build_local_model(plan, facts, params)
             local_in, loss = local_inputs(plan, data_degree(plan) * micro), model_loss(plan.model)
             with LocalPieces(split_widths(params)), autocast_for(plan.precision):
-                prof = _profile_local(plan, facts, module, local_in, loss)
+                prof = profile_local(plan, facts, module, local_in, loss)
         except Exception:  # noqa: BLE001 - estimate_plan falls back to the unsharded model; no step here
             return None
         caller_caches(cache)[1].put(profile_key, prof)
@@ -254,15 +191,27 @@ class StepInputs:
 
     work: tuple[StageWork, ...]
     units: tuple[ZeroUnit, ...]
+    # stages of their own degrees (planlang.model.price.stage_meshes): per model stage, the plan of its
+    # sizes it is priced under and the row conversions at its boundaries; () for every other plan
+    plans: tuple[CompletePlan, ...] = ()
+    convert: tuple[tuple[Transfer, ...], ...] = ()
 
-    def steps(self, plan: CompletePlan, lowered: list[Traffic] | None, efficiency: float = 0.5) -> list[StepTime]:
-        if lowered is not None and len(lowered) != len(self.units):  # as estimate_plan: priced without it
+    def steps(self, plan: CompletePlan, lowered: "list[Traffic] | dict | None",
+              efficiency: float = 0.5) -> list[StepTime]:
+        """`lowered`: the program's collectives per stage (a dict by stage sizes of each shape's, for
+        stages of their own degrees: planlang.model.price.stage_meshes.stage_traffic)."""
+        if self.plans:
+            traffic, _ = stage_traffic(plan, self, lowered if isinstance(lowered, dict) else {})
+            return step_times(plan, list(self.work), traffic, efficiency, self.plans)
+        if not isinstance(lowered, list) or len(lowered) != len(self.units):  # as estimate_plan: priced without it
             lowered = None
         return step_times(plan, list(self.work), plan_traffic(plan, list(self.units), lowered), efficiency)
 
     def lower_bound(self, plan: CompletePlan, efficiency: float = 0.5) -> list[StepTime]:
         """Each row's step without the program's collectives: never above `steps` (every exposed part
         grows with the communication). Exact for a pipeline without tensor parallelism (no program)."""
+        if self.plans:
+            return self.steps(plan, bare_traffic(plan, len(self.units)), efficiency)
         if plan.pipeline is not None and not tensor_axes(plan):
             return self.steps(plan, None, efficiency)
         return self.steps(plan, [Traffic() for _ in self.units], efficiency)
@@ -298,7 +247,7 @@ def _zero_unit(plan: CompletePlan, s: int | None, mine: list, learn: list) -> Ze
 
 def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str = "flat",
                   facts=None, program=None, cache: dict | None = None,
-                  traffic: "list[Traffic] | str | None" = None, graph=None,
+                  traffic: "list[Traffic] | str | dict | None" = None, graph=None,
                   steps: bool = True) -> list[DeviceEstimate]:
     """Estimate every device class of `plan` (its model is built on meta).
 
@@ -315,11 +264,30 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
     lowered program's collectives (planlang.model.price.step_time.lowered_traffic) when the caller has them,
     or why it could not lower the plan; lowered here otherwise (`graph`: the model's op graph, when the
     caller has it). Without `steps` only memory is estimated (`planlang check --model`: the budget): the
-    rows' step times are NaN and the model is not profiled."""
+    rows' step times are NaN and the model is not profiled.
+
+    A plan whose stages run on degrees of their own (`stage ... with dp = 4`) is estimated stage by stage,
+    each as the plan of its sizes (planlang.model.price.stage_meshes); its `traffic` is then a dict by stage
+    sizes of what this takes for each such plan."""
     if grad_sync not in GRAD_SYNC:
         raise ValueError(f"grad_sync must be one of {', '.join(GRAD_SYNC)}, not {grad_sync!r}")
     if plan.model is None:
         raise ValueError("the plan declares no model")
+    if heterogeneous(plan):
+        facts = _model_facts(plan, facts)[0]
+        return estimate_stages(plan, lambda sp: _rows(sp, grad_sync, facts, program, cache, steps), facts,
+                               efficiency, traffic if isinstance(traffic, (dict, str)) else None, steps)
+    rows, inputs = _rows(plan, grad_sync, facts, program, cache, steps)
+    if inputs is None:
+        return [dataclasses.replace(r, step_time=math.nan) for r in rows]
+    if isinstance(traffic, dict):
+        traffic = None
+    return _with_steps(plan, rows, inputs, traffic, graph, efficiency)
+
+
+def _rows(plan: CompletePlan, grad_sync: str, facts, program, cache: dict | None,
+          steps: bool) -> "tuple[list[DeviceEstimate], StepInputs | None]":
+    """`estimate_plan`'s rows before their step times (0), and what those come from (None without `steps`)."""
     mesh = plan.mesh
     facts, model_key = _model_facts(plan, facts)
     dp = data_degree(plan)
@@ -512,9 +480,7 @@ def estimate_plan(plan: CompletePlan, efficiency: float = 0.5, *, grad_sync: str
                                         transient if plan.checkpoints else 0)))
     if plan.pipeline is not None and plan.pipeline.schedule.kind in T.CHUNKED:
         out = _per_rank(plan, parts, states, zero_n if zero >= 1 else 1, zero == 1)
-    if not steps:
-        return [dataclasses.replace(r, step_time=math.nan) for r in out]
-    return _with_steps(plan, out, StepInputs(tuple(work), tuple(units)), traffic, graph, efficiency)
+    return out, StepInputs(tuple(work), tuple(units)) if steps else None
 
 
 def _with_steps(plan: CompletePlan, rows: list[DeviceEstimate], inputs: "StepInputs", traffic, graph,
@@ -545,29 +511,6 @@ def _with_steps(plan: CompletePlan, rows: list[DeviceEstimate], inputs: "StepInp
     return [dataclasses.replace(r, step_time=st.total, step=st, stage_times=tuple(busy(s) for s in r.stages),
                                 schedule=sched, notes=r.notes + ((note,) if note else ()))
             for r, st in zip(rows, priced.rows)]
-
-
-def _held_before(plan: CompletePlan, stage: int, holders) -> bool:
-    """Whether an earlier stage on `stage`'s pipeline rank also holds a parameter the stages `holders`
-    read: the runtime ties those copies into one object (planlang.runtime.pipeline.retie)."""
-    pipe = plan.pipeline
-    if pipe is None or pipe.schedule.kind not in T.CHUNKED or len(holders) < 2:
-        return False
-    ranks = T.stage_ranks(pipe.schedule.kind, plan.dims.pipeline_size, pipe.schedule.chunks)
-    return any(t < stage and 0 <= t < len(ranks) and ranks[t] == ranks[stage] for t in holders)
-
-
-def _local_neighbours(plan: CompletePlan, stage: int) -> tuple[bool, bool]:
-    """Whether model stage `stage`'s previous and next stages are on its own pipeline rank (a V's last
-    rank: planlang.plan.placement.stage_ranks)."""
-    pipe = plan.pipeline
-    if pipe is None:
-        return False, False
-    ranks = T.stage_ranks(pipe.schedule.kind, plan.dims.pipeline_size, pipe.schedule.chunks)
-    if not 0 <= stage < len(ranks):
-        return False, False
-    return (stage > 0 and ranks[stage - 1] == ranks[stage],
-            stage + 1 < len(ranks) and ranks[stage + 1] == ranks[stage])
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,11 @@
 """What a pipeline stage holds besides what its modules save: the microbatches in flight on it and the
-activations crossing its boundaries (planlang.model.price.estimate's receive buffers)."""
+activations crossing its boundaries (planlang.model.price.estimate's receive buffers); which of its
+neighbours and tied parameters share its rank (`held_before`, `local_neighbours`)."""
 from __future__ import annotations
 
 import math
 
+from planlang.plan import types as T
 from planlang.plan.complete import CompletePlan
 from planlang.plan.schedule import in_flight
 from planlang.model.price.local_model import LocalParam
@@ -63,3 +65,26 @@ def weight_pending_bytes(facts, params: dict[str, LocalParam], stage_of: dict[st
     last = max(stage_of.values())
     out = 0 if local_out else boundary_bytes(facts, stage_of, stage, divide, "out", last=last, itemsize=itemsize)
     return total + boundary_bytes(facts, stage_of, stage, divide, "in", itemsize=itemsize) + out
+
+
+def held_before(plan: CompletePlan, stage: int, holders) -> bool:
+    """Whether an earlier stage on `stage`'s pipeline rank also holds a parameter the stages `holders`
+    read: the runtime ties those copies into one object (planlang.runtime.pipeline.retie)."""
+    pipe = plan.pipeline
+    if pipe is None or pipe.schedule.kind not in T.CHUNKED or len(holders) < 2:
+        return False
+    ranks = T.stage_ranks(pipe.schedule.kind, plan.dims.pipeline_size, pipe.schedule.chunks)
+    return any(t < stage and 0 <= t < len(ranks) and ranks[t] == ranks[stage] for t in holders)
+
+
+def local_neighbours(plan: CompletePlan, stage: int) -> tuple[bool, bool]:
+    """Whether model stage `stage`'s previous and next stages are on its own pipeline rank (a V's last
+    rank: planlang.plan.placement.stage_ranks)."""
+    pipe = plan.pipeline
+    if pipe is None:
+        return False, False
+    ranks = T.stage_ranks(pipe.schedule.kind, plan.dims.pipeline_size, pipe.schedule.chunks)
+    if not 0 <= stage < len(ranks):
+        return False, False
+    return (stage > 0 and ranks[stage - 1] == ranks[stage],
+            stage + 1 < len(ranks) and ranks[stage + 1] == ranks[stage])

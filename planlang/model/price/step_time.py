@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -283,15 +284,18 @@ class PricedStep:
 
 
 def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic],
-               efficiency: float = 0.5) -> PricedStep:
+               efficiency: float = 0.5, stage_plans: Sequence[CompletePlan] | None = None) -> PricedStep:
     """Each row's step (see the module docstring) and the pipeline's schedule: `work` and `traffic` per
     model stage (one entry without a pipeline); rows per pipeline rank (rank r holds stages r, r + p, ...
-    under interleaving)."""
+    under interleaving). `stage_plans`: per model stage, the plan whose mesh prices its collectives (stages
+    of their own degrees: planlang.plan.stage_meshes.stage_plan, one stage per rank); `plan` for every
+    stage without it."""
     mesh = plan.mesh
     if mesh is None or mesh.device is None or not mesh.device.flops:
         nan = float("nan")
         return PricedStep((StepTime(nan, nan, nan, nan, nan, nan),) * _ranks(plan, len(work)), None)
-    F, B, Tf, Tb, gathers, sums, after = _parts(plan, work, traffic, efficiency)
+    plans = list(stage_plans) if stage_plans is not None else [plan] * len(work)
+    F, B, Tf, Tb, gathers, sums, after = _parts(plans, work, traffic, efficiency)
     if plan.pipeline is None:
         ef, of = _hidden(plan, gathers[0], F[0], 0)
         eb, ob = _hidden(plan, sums[0], B[0], -1)
@@ -311,12 +315,13 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
     m = plan.pipeline.microbatches
     kind = plan.pipeline.schedule.kind
     chunks = stages_per_rank(kind, plan.pipeline.schedule.chunks)
-    fwd, bwd, regather = _microbatch_times(plan, F, B, Tf, Tb, gathers, sums)
+    fwd, bwd, regather = _microbatch_times(plans, m, F, B, Tf, Tb, gathers, sums)
     sim = simulate(kind, fwd, bwd, m, chunks)
     p = len(work) // chunks
     rows = []
     for r in range(p):
         mine = stages_on(kind, p, chunks, r)
+        rp = plans[mine[0]]  # a rank's stages share its sizes (stages of their own degrees: one per rank)
         busy = sum(m * (fwd[s] + bwd[s]) for s in mine)
         # the rank's sums start during its last operation, the last backward of one of its stages (its first
         # stage's but under dualpipev: the runtime's InFlightStage.grad_sync), its other stages' at its start,
@@ -325,12 +330,12 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
         others = [t for s in mine if s != final.stage for t in sums[s] if t not in regather[s]]
         ts = others + [t for t in sums[final.stage] if t not in regather[final.stage]]
         if final.kind == "W" and final.stage > 0:  # (see the module docstring)
-            hidden_not = (_hidden(plan, others, bwd[final.stage] * WEIGHT_SHARE, len(others) - 1)[0]
-                          + _seconds(plan, ts[len(others):]))
+            hidden_not = (_hidden(rp, others, bwd[final.stage] * WEIGHT_SHARE, len(others) - 1)[0]
+                          + _seconds(rp, ts[len(others):]))
         else:
-            hidden_not, _ = _hidden(plan, ts, bwd[final.stage], len(ts) - 1)
+            hidden_not, _ = _hidden(rp, ts, bwd[final.stage], len(ts) - 1)
         finish = max(sim.makespan, sim.rank_end(r) + hidden_not) + sum(after[s] for s in mine)
-        comm = _seconds(plan, ts) + sum(after[s] for s in mine)
+        comm = _seconds(rp, ts) + sum(after[s] for s in mine)
         compute = sum(F[s] + B[s] for s in mine)
         tensor = busy - compute
         # idle time of the rank; a one-rank pipeline has none (its makespan is its own work, summed in
@@ -343,29 +348,30 @@ def price_step(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic]
 
 
 def step_times(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic],
-               efficiency: float = 0.5) -> list[StepTime]:
+               efficiency: float = 0.5, stage_plans: Sequence[CompletePlan] | None = None) -> list[StepTime]:
     """Each row's step (`price_step` without the schedule)."""
-    return list(price_step(plan, work, traffic, efficiency).rows)
+    return list(price_step(plan, work, traffic, efficiency, stage_plans).rows)
 
 
-def _microbatch_times(plan: CompletePlan, F, B, Tf, Tb, gathers, sums):
+def _microbatch_times(plans: list[CompletePlan], m: int, F, B, Tf, Tb, gathers, sums):
     """Per model stage, one microbatch's forward and backward seconds (ZeRO-3's gathers of the stage's
-    unit, one per microbatch in each, inside them) and those re-gathers of the backward."""
-    assert plan.pipeline is not None
-    m = plan.pipeline.microbatches
+    unit, one per microbatch in each, inside them) and those re-gathers of the backward; stage s's
+    collectives priced on `plans[s]`'s mesh."""
     regather = [[t for t in sums[s] if t.phase == "zero_backward" and t.kind == Collective.ALL_GATHER]
                 for s in range(len(F))]
-    fwd = [(F[s] + Tf[s] + _seconds(plan, gathers[s])) / m for s in range(len(F))]
-    bwd = [(B[s] + Tb[s] + _seconds(plan, regather[s])) / m for s in range(len(F))]
+    fwd = [(F[s] + Tf[s] + _seconds(plans[s], gathers[s])) / m for s in range(len(F))]
+    bwd = [(B[s] + Tb[s] + _seconds(plans[s], regather[s])) / m for s in range(len(F))]
     return fwd, bwd, regather
 
 
-def _parts(plan: CompletePlan, work: list[StageWork], traffic: list[Traffic], efficiency: float):
-    dtype = plan.precision.compute
-    mesh = _mesh(plan)
-    F = [work_time(w.forward_flops, w.forward_bytes, mesh, dtype, efficiency) for w in work]
-    B = [work_time(w.backward_flops, w.backward_bytes, mesh, dtype, efficiency) for w in work]
-    phases = [_traffic_phases(mesh, t) for t in traffic]
+def _parts(plans: list[CompletePlan], work: list[StageWork], traffic: list[Traffic], efficiency: float):
+    """Per model stage (the whole model without a pipeline): compute, in-line collectives by phase and the
+    transfers that overlap, stage s priced on `plans[s]`'s mesh (the same device everywhere)."""
+    dtype = plans[0].precision.compute
+    meshes = [_mesh(pl) for pl in plans]
+    F = [work_time(w.forward_flops, w.forward_bytes, meshes[s], dtype, efficiency) for s, w in enumerate(work)]
+    B = [work_time(w.backward_flops, w.backward_bytes, meshes[s], dtype, efficiency) for s, w in enumerate(work)]
+    phases = [_traffic_phases(meshes[s], t) for s, t in enumerate(traffic)]
     return (F, B, [x.forward for x in phases], [x.backward for x in phases], [list(x.gathers) for x in phases],
             [list(x.sums) for x in phases], [x.after for x in phases])
 
