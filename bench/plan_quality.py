@@ -72,7 +72,7 @@ Caveats (read before the numbers):
   plan as the grid writes it) with its stages cut by METHOD, each priced in full as above: flops and
   activations balance that per-layer cost (min-max), tree is SageMaker's tree partition, capture
   minimises the predicted peak (capture §III-C), alpa is Alpa's stage DP (alpa §5.2, eq. 2) on the one
-  sub-mesh shape every stage has (dp x tp devices: stages of their own sizes are not run yet, PL418),
+  sub-mesh shape every stage has (dp x tp devices: stages of different device counts are not run, PL418),
   i.e. the fastest cut under the step-time model's per-layer compute whose every stage fits the budget
   by the 1F1B in-flight rule. capture's and alpa's memory rule is their papers' predictor (states +
   in-flight activations), not the estimate: a cut alpa keeps within the budget can be over it priced

@@ -236,22 +236,47 @@ def data_specs(ctx) -> Diags:
 
 
 def stage_data_specs(ctx) -> Diags:
-    """PL305 under each stage's own degrees (`stage ... with dp = 4`): the batch split over the stage's data
-    axes and the microbatches (planlang.plan.stage_meshes)."""
+    """PL305 and PL313/PL415/PL507 under each stage's own degrees (`stage ... with dp = 4`): the batch split
+    over the stage's data axes and the microbatches, and what data parallelism runs on the stage's sizes;
+    PL305 for a batch that does not cut into an equal share per device of a pipeline rank for each
+    microbatch, what a boundary between stages of different degrees passes on (planlang.plan.stage_meshes)."""
     plan = ctx.plan
-    if not heterogeneous(plan) or plan.mesh is None or plan.pipeline is None:
+    p, mesh = plan.pipeline, plan.mesh
+    if not heterogeneous(plan) or mesh is None or p is None or not isinstance(p.stages, tuple):
         return
-    own = tuple((a.name, a.size) for a in plan.mesh.axes)
+    own = tuple((a.name, a.size) for a in mesh.axes)
     seen = {own}
-    for s, sizes in enumerate(stage_shapes(plan)):
+    shapes = stage_shapes(plan)
+    split = False
+    for s, sizes in enumerate(shapes):
         if sizes in seen:
             continue
         seen.add(sizes)
-        wrote = ", ".join(f"{a} = {n}" for a, n in sizes if a != plan.pipeline.axis)
-        for d in data_specs(dataclasses.replace(ctx, plan=with_sizes(plan, sizes))):
+        wrote = ", ".join(f"{a} = {n}" for a, n in sizes if a != p.axis)
+        sub = dataclasses.replace(ctx, plan=with_sizes(plan, sizes))
+        for d in (*data_specs(sub), *data_parallel_support(sub)):
+            split = split or d.code == "PL305"
             yield dataclasses.replace(d, message=f"in stage {s} ({wrote}): {d.message}",
-                                      labels=tuple(d.labels) + (Label(plan.pipeline.stages[s].span,
-                                                                      f"stage {s} runs on {wrote}"),))
+                                      labels=tuple(d.labels) + (Label(p.stages[s].span, f"stage {s} runs on {wrote}"),))
+    micro, pp = p.microbatches, mesh.axis_size(p.axis)
+    if split or not isinstance(micro, int) or not isinstance(pp, int) or not isinstance(mesh.size, int):
+        return
+    devices = mesh.size // pp
+    counts = {math.prod(n for a, n in sh if a != p.axis) for sh in shapes}
+    if counts != {devices} or all(a == b for a, b in zip(shapes, shapes[1:])):
+        return  # PL410 / PL418 said why the stages do not run; or no boundary moves rows
+    for d in plan.data:
+        inp = plan.input(d.input)
+        if inp is None or not isinstance(d.spec, T.Spec) or d.spec.rank != len(inp.dims):
+            continue
+        b = batch_dim(inp)
+        dim, size = inp.dims[b]
+        if d.spec.axes_of(b) and isinstance(size, int) and size % (devices * micro):
+            yield diag("PL305", f"{dim} {size} is not divisible by the {devices} devices of a pipeline rank * "
+                       f"microbatches({micro}) = {devices * micro}: at a boundary between stages of different "
+                       "degrees each device passes on an equal share of each microbatch's rows",
+                       entry_span(d.spec, b), labels=[Label(inp.span, f"{dim} = {size} declared here")],
+                       help=f"make {dim} a multiple of {devices * micro}, or use fewer microbatches")
 
 
 RULES = [

@@ -47,15 +47,15 @@ from torch.distributed.tensor import DTensor
 from planlang.cost.layout import local_shape, local_slices
 from planlang.lang.diagnostics import Severity
 from planlang.lang.render import render
-from planlang.model.program.head_blocks import block_factor, blocked_order, unblocked_order
+from planlang.model.program.head_blocks import block_factor, unblocked_order
 from planlang.model.capture.load import meta_inputs, plan_loss, sum_loss_note
-from planlang.model.capture.opgraph import dtype_name
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.plan import types as T
 from planlang.plan.complete import (CompleteMesh, CompleteOptimizer, CompletePlan, IncompletePlan, complete,
                                     plan_mesh, world_size)
 from planlang.plan.data import batch_dim
 from planlang.plan.microbatches import accumulation_microbatch
+from planlang.plan.stage_meshes import heterogeneous
 from planlang.plan.types import Spec
 from planlang.runtime.call_outputs import (CallSignature, bind_call, build_output, gather_whole, output_pieces,
                                            sums_before_step, target_names, whole)
@@ -64,11 +64,12 @@ from planlang.runtime.compiled import compile_model
 from planlang.runtime.data_parallel import fsdp_mesh
 from planlang.runtime.executor import GlobalLoss, Runtime, ScaleGrad
 from planlang.runtime.grad_sync import GradSync
+from planlang.runtime.heterogeneous import apply_heterogeneous
 from planlang.model.program.lowering import LoweringError, Program, trained_parameters
 from planlang.runtime.pipeline import PipelineError
 from planlang.runtime.pipeline_model import apply_pipeline
 from planlang.runtime.program_pipeline import Relower, build_program_pipeline
-from planlang.runtime.placement import ParamLayout
+from planlang.runtime.placement import ParamLayout, shard_parameters  # noqa: F401 - shard_parameters: this module's API too
 from planlang.runtime.programs import Compiled, Key, PlanError, Programs, compiler, fsdp_grad_scale, meta_copy
 from planlang.runtime.plan_lowering import (  # noqa: F401 - lower_plan, report_fallbacks: this module's API too
     STRICT_ENV, lower_once, lower_plan, relowering, report_fallbacks)
@@ -106,37 +107,6 @@ def load_plan(plan: T.Plan | str | Path) -> CompletePlan:
 
 
 # ------------------------------------------------------------------------------ passes
-def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], device,
-                     dtype: torch.dtype | None = None) -> dict[str, ParamLayout]:
-    """Replace every parameter by its local piece under the program's layout (shared ones once), cast to
-    `dtype` when given (the plan's precision: planlang.runtime.precision.storage_dtype)."""
-    layouts = {}
-    done: dict[int, nn.Parameter] = {}
-    for fqn, p in list(model.named_parameters(remove_duplicate=False)):
-        owner_name, _, attr = fqn.rpartition(".")
-        owner = model.get_submodule(owner_name) if owner_name else model
-        if id(p) in done:
-            setattr(owner, attr, done[id(p)])
-            continue
-        spec = prog.param_specs.get(fqn)
-        if spec is None:  # unused in forward: keep it whole
-            spec = Spec(tuple(() for _ in p.shape))
-        whole, blocked = p.detach(), prog.blocked.get(fqn)
-        if blocked is not None:  # stored per head: each device's columns are its heads of every block
-            whole = blocked_order(whole, blocked, block_factor(blocked, prog.mesh))
-        local = whole[local_slices(tuple(p.shape), spec, prog.mesh, coords)]
-        local = local.to(device) if dtype is None or not p.is_floating_point() else local.to(device, dtype)
-        new = nn.Parameter(local.clone().contiguous(), requires_grad=p.requires_grad)
-        setattr(owner, attr, new)
-        done[id(p)] = new
-        layouts[fqn] = ParamLayout(fqn, tuple(p.shape), spec, _dtype(p), blocked)
-    return layouts
-
-
-def _dtype(t: torch.Tensor) -> str:
-    return dtype_name(t.dtype)
-
-
 class ParallelModel(nn.Module):
     """The model under a plan on this rank. `forward(*args, **kwargs)`: the model's output with the global
     loss (a batch up to the plan's, either mode: runtime.programs); `step` the loss alone, with backward
@@ -562,6 +532,9 @@ def apply(model: nn.Module, plan: T.Plan | str | Path, *, loss_fn: Callable | No
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
     device = torch.device(device)
+    if plan.pipeline is not None and heterogeneous(plan):  # stages of their own degrees: each on its own mesh
+        return apply_heterogeneous(model, plan, loss_fn, targets, device, recorder,
+                                   os.environ.get(STRICT_ENV) == "1" if strict is None else strict)
     groups = MeshGroups(plan_mesh(plan), device.type)
     if plan.pipeline is not None and not plan.dims.tensor:
         try:

@@ -33,6 +33,7 @@ from .call_outputs import (CallSignature, Piece, PlanOutput, bind_call, build_ou
 from .clip import clip_model
 from .pipeline import PipelineError, PipelineRunner, build_pipeline
 from .save_load import full_state_dict, resharded
+from .stage_rows import microbatch_major
 from .programs import PlanError
 from .precision import LossScale, autocast, cast_buffers, mp_policy, storage_dtype, torch_dtype, wrap_optimizer
 from .zero import OptimizerError, build_optimizer
@@ -191,7 +192,18 @@ class PipelinedModel:
         first = self.plan.inputs[0]
         n = None if tuple(args[0].shape) == tuple(self._local_shape(first)) else int(args[0].shape[0])
         inputs = tuple(self._piece(i, t).to(dev) for i, t in zip(self.plan.inputs, args[:k]))
-        return inputs, (self._target_piece(args[k], n).to(dev) if len(args) > k else None)
+        target = self._target_piece(args[k], n).to(dev) if len(args) > k else None
+        if self.shares != (1, 1):  # stages of their own degrees: each microbatch as the boundaries move it
+            m = self.runner.layout.microbatches
+            split = [bool(self._spec(i).dims and self._spec(i).dims[0]) for i in self.plan.inputs]
+            inputs = tuple(microbatch_major(x, self.shares[0], m) if sp else x for x, sp in zip(inputs, split))
+            if target is not None and split and split[0]:
+                target = microbatch_major(target, self.shares[1], m)
+        return inputs, target
+
+    # stages of their own degrees: how many devices of a replica share its rows at a boundary, in the first
+    # stage and in the last (planlang.runtime.stage_rows.microbatch_major)
+    shares: tuple[int, int] = (1, 1)
 
     def _prepared(self, args: tuple, outputs: bool = False) -> None:
         """Ready the stages for these arguments (pp x tp: the program for their batch and the mode)."""

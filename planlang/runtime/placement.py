@@ -10,10 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import torch
+from torch import nn
+
+from planlang.model.capture.opgraph import dtype_name
+from planlang.model.program.head_blocks import block_factor, blocked_order
+from planlang.cost.layout import local_slices
 from planlang.plan.types import Mesh, Spec
 
 if TYPE_CHECKING:
     from planlang.model.program.head_blocks import Blocked
+    from planlang.model.program.lowering import Program
 
 
 @dataclass(frozen=True)
@@ -65,3 +72,30 @@ def from_placements(placements, mesh: Mesh, rank: int) -> Spec:
         elif isinstance(p, Partial):
             partial.append(a)
     return Spec(tuple(tuple(d) for d in dims), tuple(partial))
+
+
+def shard_parameters(model: nn.Module, prog: Program, coords: dict[str, int], device,
+                     dtype: torch.dtype | None = None) -> dict[str, ParamLayout]:
+    """Replace every parameter by its local piece under the program's layout (shared ones once), cast to
+    `dtype` when given (the plan's precision: planlang.runtime.precision.storage_dtype)."""
+    layouts = {}
+    done: dict[int, nn.Parameter] = {}
+    for fqn, p in list(model.named_parameters(remove_duplicate=False)):
+        owner_name, _, attr = fqn.rpartition(".")
+        owner = model.get_submodule(owner_name) if owner_name else model
+        if id(p) in done:
+            setattr(owner, attr, done[id(p)])
+            continue
+        spec = prog.param_specs.get(fqn)
+        if spec is None:  # unused in forward: keep it whole
+            spec = Spec(tuple(() for _ in p.shape))
+        whole, blocked = p.detach(), prog.blocked.get(fqn)
+        if blocked is not None:  # stored per head: each device's columns are its heads of every block
+            whole = blocked_order(whole, blocked, block_factor(blocked, prog.mesh))
+        local = whole[local_slices(tuple(p.shape), spec, prog.mesh, coords)]
+        local = local.to(device) if dtype is None or not p.is_floating_point() else local.to(device, dtype)
+        new = nn.Parameter(local.clone().contiguous(), requires_grad=p.requires_grad)
+        setattr(owner, attr, new)
+        done[id(p)] = new
+        layouts[fqn] = ParamLayout(fqn, tuple(p.shape), spec, dtype_name(p.dtype), blocked)
+    return layouts

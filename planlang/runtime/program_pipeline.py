@@ -58,6 +58,7 @@ from planlang.runtime.placement import ParamLayout
 from planlang.runtime.precision import autocast, mp_policy, torch_dtype
 from planlang.runtime.programs import PlanError, live_consts
 from planlang.runtime.redistribute import MeshGroups, redistribute
+from planlang.runtime.stage_rows import StageRows
 
 
 class ProgramStage(nn.Module):
@@ -65,11 +66,12 @@ class ProgramStage(nn.Module):
     (local pieces, under the model's names) and its generated function as `forward`."""
 
     def __init__(self, index: int, fn: Callable, params: dict[str, nn.Parameter], rt: Runtime,
-                 grad_scale: dict[str, float], precision: Precision | None = None) -> None:
+                 grad_scale: dict[str, float], precision: Precision | None = None, rows: StageRows | None = None) -> None:
         super().__init__()
         self.index = index
         self._fn, self._rt, self._scale = fn, rt, grad_scale
         self._precision = precision or Precision()
+        self._rows = rows  # stages of their own degrees: the rows its boundaries move (planlang.runtime.stage_rows)
         for fqn, p in params.items():
             _register(self, fqn, p)
 
@@ -82,8 +84,11 @@ class ProgramStage(nn.Module):
                 for n, p in self.named_parameters(remove_duplicate=False)}
 
     def forward(self, *xs: torch.Tensor):
+        if self._rows is not None:
+            xs = self._rows.convert_inputs(xs)
         with autocast(self._precision, self._rt.device.type):  # the plan's compute dtype
-            return self._fn(self._rt, self.local_parameters(), *xs)
+            out = self._fn(self._rt, self.local_parameters(), *xs)
+        return self._rows.convert_outputs(out) if self._rows is not None else out
 
 
 def _register(root: nn.Module, fqn: str, p: nn.Parameter) -> None:
@@ -281,9 +286,10 @@ class Relower:
 
 def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
                            layouts: dict[str, ParamLayout], groups: MeshGroups, device: torch.device,
-                           recorder=None) -> ProgramPipelinedModel:
+                           recorder=None, rows: StageRows | None = None) -> ProgramPipelinedModel:
     """This rank's stages of `prog` (lowered for one microbatch; parameters of `model` already replaced
-    by their local pieces) under the plan's schedule, as a ProgramPipelinedModel."""
+    by their local pieces) under the plan's schedule, as a ProgramPipelinedModel. `rows`: a stage of its
+    own degrees, what its boundaries move (planlang.runtime.heterogeneous; `plan` is then the stage's)."""
     p = plan.pipeline
     assert p is not None
     layout = pipeline_layout(plan)
@@ -304,7 +310,7 @@ def build_program_pipeline(model: nn.Module, plan: CompletePlan, prog: Program,
     refuse_sharded_shared(plan, layout, {s: list(cut.stages[s].params) for s in mine}, {f: id(q) for f, q in params.items()})
     prec = plan.precision
     stages = {s: ProgramStage(s, scope[f"stage_{s}"], {f: params[f] for f in cut.stages[s].params}, rt, grad_scale,
-                              prec) for s in mine}
+                              prec, rows) for s in mine}
     _free_others(model, {f for s in mine for f in cut.stages[s].params})
     last = stages.get(len(cut.stages) - 1)
     loss_axes = tuple(prog.layouts[prog.loss].partial)

@@ -113,6 +113,15 @@ class MeshGroups:
     def group(self, axis: str) -> dist.ProcessGroup:
         return self._groups[axis]
 
+    def share_group(self, axis: str, other: "MeshGroups") -> None:
+        """Use `other`'s process group for `axis` (the same ranks in both meshes: a stage of its own degrees
+        talks to the others over one pipeline-axis group, planlang.runtime.stage_rows)."""
+        me = dist.get_rank()
+        g = other.group(axis)
+        if dist.get_group_rank(g, me) != self.coords[axis] or other.size(axis) != self.size(axis):
+            raise RuntimeError(f"axis {axis!r} holds other ranks in {other} than in {self}")
+        self._groups[axis] = g
+
     def size(self, axis: str) -> int:
         return self._sizes[axis]
 

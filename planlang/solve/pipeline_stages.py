@@ -10,7 +10,7 @@ per-stage degrees where the kernel chooses them, and a note with the figure it o
 * `capture_partition` CAPTURE's layer groups on the mesh's own degrees (least predicted peak);
 * `alpa_partition`   Alpa's DP on the one sub-mesh shape every stage has: the fastest cut that fits;
 * `throughput_stages_for_plan`  Alpa-style DP minimising Σ t_i + (m − 1) · max t_i within the budget
-  over sub-meshes of their own sizes (per-stage degrees, not run yet: PL418);
+  over sub-meshes of their own sizes (per-stage device counts, not run: PL418);
 * `tree_stages`      SageMaker's tree partition over the module hierarchy.
 
 `solve_stages(plan, method)` picks one by name.
@@ -305,8 +305,8 @@ def uniform_stages(plan: T.Plan, stages: int, parts: ModelParts | None = None, m
 def capture_partition(plan: T.Plan, stages: int | None = None, parts: ModelParts | None = None,
                       **candidate) -> list[StageChoice]:
     """CAPTURE's memory-centric search (capture §III-C, Algorithm 4) for the layer groups alone: every
-    stage on its pipeline slice with the mesh's own degrees (a stage's own degrees are not run yet,
-    PL418), the groups that minimise the predicted peak over the stages, each holding its schedule's
+    stage on its pipeline slice with the mesh's own degrees (`stage ... with` degree holes are the
+    solver's, space._degree_options), the groups that minimise the predicted peak over the stages, each holding its schedule's
     microbatches in flight (§III-B3's predictor: states W·(1 + grad + optimizer) / tp and activations
     / (dp·tp) per device, `uniform_stages`; `candidate`: its microbatches, degrees, schedule)."""
     k = stages if stages is not None else stage_count(plan)

@@ -56,6 +56,10 @@ class Axes(tuple[str, ...]):
         return axes_text(self)
 
 
+#: the most combinations of per-stage degrees the solver prices jointly; past it, one stage at a time
+DEGREE_COMBINATIONS = 64
+
+
 class Degrees(tuple[int, ...]):
     """The degrees chosen for the `with AXIS = ?` holes, in their order: a tuple that prints comma-joined
     (`2,1`)."""
@@ -269,9 +273,41 @@ class Space:
         return out
 
     def _degree_options(self, assign: dict) -> list[Degrees]:
-        """Per-stage degrees for the `with AXIS = ?` holes (in their order): the axis's size, the only
-        degree the estimate and the runtime run (PL418: stages of their own degrees are not run yet)."""
-        return [Degrees(tuple(self.size_of(assign, ax) for _, ax, _ in self.holes.degrees))]
+        """Per-stage degrees for the `with AXIS = ?` holes (in their order): the axes' sizes first, then the
+        ways of laying each stage with holes over its pipeline rank's devices (the product of its sizes of
+        the other axes equal to theirs, planlang.plan.stage_meshes): every combination of the stages' ways
+        while there are at most DEGREE_COMBINATIONS, else one stage changed at a time from the mesh's sizes.
+        The checker refuses, and the pricing skips, those a stage cannot run (PL305, PL418)."""
+        holes = self.holes.degrees
+        same = tuple(self.size_of(assign, ax) for _, ax, _ in holes)
+        p = self.plan.pipeline
+        pp = self.pp_axis(assign)
+        if p is None or not isinstance(p.stages, tuple) or pp is None:
+            return [Degrees(same)]
+        others = [a for a in self.mesh.names if a != pp]
+        devices = math.prod(self.size_of(assign, a) for a in others)
+        divisors = [d for d in range(1, devices + 1) if devices % d == 0]
+        ways: list[tuple[list[int], list[tuple[int, ...]]]] = []  # per stage: its holes' indices, their values
+        for stage in sorted({s for s, _, _ in holes}):
+            fixed = {ax: v for ax, v in p.stages[stage].degrees if isinstance(v, int)}
+            mine = [i for i, (s, _, _) in enumerate(holes) if s == stage]
+            named = {holes[i][1] for i in mine}
+            rest = math.prod(fixed.get(a, self.size_of(assign, a)) for a in others if a not in named)
+            ways.append((mine, [v for v in itertools.product(divisors, repeat=len(mine))
+                                if rest * math.prod(v) == devices]))
+        if math.prod(len(w) for _, w in ways) <= DEGREE_COMBINATIONS:
+            combos = [tuple(zip((m for m, _ in ways), pick)) for pick in itertools.product(*(w for _, w in ways))]
+        else:
+            combos = [((mine, v),) for mine, w in ways for v in w]
+        out = [Degrees(same)]
+        for combo in combos:
+            option = list(same)
+            for mine, values in combo:
+                for i, v in zip(mine, values):
+                    option[i] = v
+            if Degrees(tuple(option)) not in out:
+                out.append(Degrees(tuple(option)))
+        return out
 
     def _argument_options(self, i: int, assign: dict) -> list[str]:
         """A template's `?` argument: the mesh's axes but the pipeline's, those that are not data axes

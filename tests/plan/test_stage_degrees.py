@@ -133,3 +133,26 @@ def test_a_batch_a_stages_data_degree_does_not_divide_is_pl305_in_that_stage():
 def test_pl305_is_reported_once_per_distinct_stage_shape():
     res = check([" with dp = 4, tp = 1"] * 2, batch=12, microbatches=2)
     assert [d.message.split(":")[0] for d in res.diagnostics if d.code == "PL305"] == ["in stage 0 (dp = 4, tp = 1)"]
+
+
+def test_a_batch_that_does_not_share_out_at_a_boundary_is_pl305():
+    """A boundary between stages of different degrees passes on an equal share of each microbatch's rows
+    per device of the pipeline rank: batch 8 in 4 microbatches leaves 2 rows for 4 devices. The same batch
+    with the stages' degrees equal moves nothing and checks."""
+    res = check([" with dp = 1, tp = 4", ""], batch=8, microbatches=4)
+    d = only(res, "PL305")
+    assert "not divisible by the 4 devices of a pipeline rank * microbatches(4) = 16" in d.message
+    assert errors(check(["", ""], batch=8, microbatches=4)) == []
+
+
+def test_data_parallelism_a_stage_cannot_run_on_its_sizes_is_reported_in_that_stage():
+    """ZeRO-3 in a pipeline shards each stage over its ZeRO axis alone (PL415): a stage whose own sizes
+    split the batch over a second axis is refused there, though the mesh's sizes (cp = 1) run."""
+    text = ("device gpu { memory = 80 GiB }\nlink nv { bandwidth = 300 GB/s }\n"
+            "mesh m of 8 x gpu {\n    pp = 2 over nv\n    dp = 4 over nv\n    cp = 1 over nv\n}\n"
+            "input idx : i64[batch = 32, seq = 128]\ndata idx : [(dp, cp), _]\n"
+            "optimizer adamw(lr = 0.001) { zero = 3 over dp }\n"
+            "pipeline over pp schedule 1f1b microbatches 2 {\n    stage h[0:6]\n    stage h[6:12] with dp = 2, cp = 2\n}\n")
+    d = only(check_text(text, path="t.plan"), "PL415")
+    assert d.message.startswith("in stage 1 (dp = 2, cp = 2): ")
+    assert errors(check_text(text.replace(" with dp = 2, cp = 2", ""), path="t.plan")) == []

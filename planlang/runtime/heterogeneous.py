@@ -1,0 +1,86 @@
+"""`planlang.apply` of a pipeline whose stages run on their own degrees (`stage ... with dp = 4, tp = 1`;
+planlang.plan.stage_meshes): each rank lowers, places and runs its stage as the plan of the stage's sizes
+says, on the DeviceMesh of those sizes, and its stage boundaries move rows (planlang.runtime.stage_rows).
+
+Every rank takes part in what is collective over the world, in the same order: the DeviceMesh of each
+distinct stage shape, and the program of each (rank 0 lowers it, every rank receives it: `lower_once`),
+so that every rank checks every boundary and tied parameter alike and raises the same PlanError.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from planlang.cost.layout import local_shape
+from planlang.model.program.lowering import LoweringError, Program
+from planlang.model.program.pipeline_program import ProgramCut, cut_program, microbatch_plan
+from planlang.plan.complete import CompletePlan, plan_mesh
+from planlang.plan.stage_meshes import stage_plan
+from planlang.plan.placement import stage_ranks
+
+from .pipeline import PipelineError
+from .placement import shard_parameters
+from .plan_lowering import lower_once, report_fallbacks
+from .precision import cast_buffers, storage_dtype
+from .program_pipeline import ProgramPipelinedModel, build_program_pipeline
+from .programs import PlanError
+from .stage_rows import boundary_rows, shares, stage_groups, with_axes
+
+
+def apply_heterogeneous(model: nn.Module, plan: CompletePlan, loss_fn, targets, device: torch.device, recorder,
+                        strict: bool) -> ProgramPipelinedModel:
+    """This rank's stage of `plan` (a validated heterogeneous pipeline plan), as a ProgramPipelinedModel
+    over the stage's own plan and mesh. The stages run the plan's batch and the model's mode only."""
+    p = plan.pipeline
+    assert p is not None
+    mine, meshes = stage_groups(plan, device.type)
+    plans = [stage_plan(plan, s) for s in range(len(p.stages))]
+    m = p.microbatches
+    if targets is not None:  # examples for the global batch: one microbatch's
+        targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
+    lowered: dict[tuple[int, ...], Program] = {}
+    try:
+        for pl in plans:  # one program per distinct shape, in stage order on every rank
+            if plan_mesh(pl).shape not in lowered:
+                lowered[plan_mesh(pl).shape] = report_fallbacks(lower_once(model, microbatch_plan(pl), loss_fn, targets),
+                                                          strict)
+        progs = [lowered[plan_mesh(pl).shape] for pl in plans]
+        cuts = [cut_program(prog, pl) for prog, pl in zip(progs, plans)]
+        rows = boundary_rows(plans, progs, cuts)
+        _same_tied_pieces(plans, progs, cuts)
+    except (PipelineError, LoweringError) as e:
+        raise PlanError(str(e)) from e
+    own, prog = plans[mine], progs[mine]
+    groups = meshes[plan_mesh(own).shape]
+    prec = own.precision
+    layouts = shard_parameters(model, prog, groups.coords, device,
+                               storage_dtype(prec, bool(own.dims.fsdp)) if prec.mixed else None)
+    cast_buffers(model, prec)
+    try:
+        pm = build_program_pipeline(model, own, prog, layouts, groups, device, recorder,
+                                    rows=with_axes(rows[mine], own, groups))
+    except (PipelineError, LoweringError) as e:
+        raise PlanError(str(e)) from e
+    pm.shares = (shares(plans[0]), shares(plans[-1]))
+    return pm
+
+
+def _same_tied_pieces(plans: list[CompletePlan], progs: list[Program], cuts: list[ProgramCut]) -> None:
+    """A parameter read by stages on different pipeline ranks (GPT-2's `wte`, also the head's weight) has
+    its gradients summed over the pipeline axis, piece by piece: each stage must hold the same piece of it."""
+    p = plans[0].pipeline
+    assert p is not None
+    ranks = stage_ranks(p.schedule.kind, plans[0].dims.pipeline_size, 1)
+    held: dict[str, list[tuple[int, tuple[int, ...], str]]] = {}
+    for s, (prog, cut) in enumerate(zip(progs, cuts)):
+        shapes = {v.ref: tuple(v.shape) for v in prog.graph.values.values() if v.kind == "param"}
+        for f in cut.stages[s].params:
+            spec = prog.param_specs[f]
+            held.setdefault(f, []).append((s, local_shape(shapes[f], spec, prog.mesh), str(spec)))
+    for f, where in held.items():
+        if len({ranks[s] for s, _, _ in where}) > 1 and len({(sh, sp) for _, sh, sp in where}) > 1:
+            desc = ", ".join(f"{sp} in stage {s}" for s, _, sp in where)
+            raise PipelineError(f"`{f}` is read by stages of different degrees that hold different pieces of it "
+                                f"({desc}); its gradient is summed over the pipeline axis piece by piece",
+                                f"shard `{f}` alike in both stages (replicate it, or split it over an axis both "
+                                "stages give the same size)")
