@@ -1,6 +1,6 @@
 """Pipeline memory: the estimate of every rank of pp x dp (x tp) plans under ZeRO-1 and ZeRO-2, in f32 and bf16
-(and pp x tp, interleaved, ZeRO-3), against torch's MemTracker on the planlang runtime (gloo), then the same
-estimator at the scale people train.
+(and pp x tp, interleaved, ZeRO-3, stages of their own degrees: dp4 -> dp2 x tp2 and back), against torch's
+MemTracker on the planlang runtime (gloo), then the same estimator at the scale people train.
 
 Run: .venv/bin/python bench/pipeline_memory.py [--out bench/results/pipeline_memory.txt] [--no-measure]
 
@@ -50,7 +50,8 @@ PLANS = ROOT / "tests" / "runtime" / "plans"
 CASES = ("gpt2_pp2_dp2_zero1", "gpt2_pp2_dp2_zero1_bf16", "gpt2_pp2_dp2_zero2", "gpt2_pp2_dp2_zero2_bf16",
          "gpt2_3d_cpu", "gpt2_3d_cpu_bf16", "gpt2_pp2_tp2", "gpt2_pp2_tp2_bf16", "gpt2_pp2_tp2_interleaved",
          "gpt2_pp2_dp2_tp2_zero3", "gpt2_pp2_dp2_tp2_zero3_bf16", "gpt2_pp2_dp2_looped_bfs", "gpt2_pp2_tp2_looped_bfs",
-         "gpt2_pp2_dp2_zero_bubble", "gpt2_pp2_tp2_zero_bubble", "gpt2_pp2_dp2_zbv", "gpt2_pp2_dp2_dualpipev")
+         "gpt2_pp2_dp2_zero_bubble", "gpt2_pp2_tp2_zero_bubble", "gpt2_pp2_dp2_zbv", "gpt2_pp2_dp2_dualpipev",
+         "gpt2_pp2_hetero", "gpt2_pp2_hetero_reverse")
 MEASURED_STEPS = 5
 
 
