@@ -196,8 +196,9 @@ class PipelinedModel:
         if self.shares != (1, 1):  # stages of their own degrees: each microbatch as the boundaries move it
             m = self.runner.layout.microbatches
             split = [bool(self._spec(i).dims and self._spec(i).dims[0]) for i in self.plan.inputs]
-            inputs = tuple(microbatch_major(x, self.shares[0], m) if sp else x for x, sp in zip(inputs, split))
-            if target is not None and split and split[0]:
+            if self.runner.has_first:  # (the other ranks' pieces are not read)
+                inputs = tuple(microbatch_major(x, self.shares[0], m) if sp else x for x, sp in zip(inputs, split))
+            if target is not None and self.runner.has_last and split and split[0]:
                 target = microbatch_major(target, self.shares[1], m)
         return inputs, target
 

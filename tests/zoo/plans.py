@@ -162,7 +162,8 @@ LAYOUTS = ("dp4", "dp2tp2", "zero3", "pp2dp2", "pp2tp2")
 # measured by bench/zoo_memory.py only: interleaved 1F1B, pp2 x dp2, two chunks per rank; pp2dp2bfs: the same
 # stages under looped BFS, pp2dp2zb under zero bubble, pp2dp2zbv and pp2dp2dpv under ZB-V and DualPipeV (V
 # placement) (all also verified on gloo by tests/zoo/test_zoo_gloo.py)
-EXTRA_LAYOUTS = ("pp2dp2i", "pp2dp2bfs", "pp2dp2zb", "pp2dp2zbv", "pp2dp2dpv", "bf16")
+EXTRA_LAYOUTS = ("pp2dp2i", "pp2dp2bfs", "pp2dp2zb", "pp2dp2zbv", "pp2dp2dpv", "bf16", "pp2het")
+# pp2het (8 devices): stages of their own degrees, stage 0 on dp4 and stage 1 on dp2 x tp2 (issue #31)
 #: the layouts of four stages on pp2 x dp2, by schedule
 FOUR_STAGES = {"pp2dp2i": "interleaved", "pp2dp2bfs": "looped_bfs", "pp2dp2zb": "zero_bubble", "pp2dp2zbv": "zbv",
                "pp2dp2dpv": "dualpipev"}  # bf16: dp4 under `precision = bf16` (bench/model_zoo.py)
@@ -210,6 +211,13 @@ def plan_text(model: str, layout: str = "dp4", dropout: float = 0.0) -> str:
         schedule = "gpipe microbatches 1" if model in BATCH_NORM else "1f1b microbatches 2"
         rest = (f"pipeline over pp schedule {schedule} {{\n    stage {first}\n    stage {second}\n}}\n"
                 + TENSOR_PARALLEL[model] + "\n")
+    elif layout == "pp2het":  # 8 devices: stage 0 data parallel over its 4, stage 1 dp2 x tp2
+        uses += "\nuse patterns.megatron" if "megatron." in TENSOR_PARALLEL[model] else ""
+        first, second = STAGES[model]
+        mesh = ("    pp = 2 over hardware.loopback\n    dp = 2 over hardware.loopback\n"
+                "    tp = 2 over hardware.loopback")
+        rest = (f"pipeline over pp schedule 1f1b microbatches 2 {{\n    stage {first} with dp = 4, tp = 1\n"
+                f"    stage {second}\n}}\n" + TENSOR_PARALLEL[model] + "\n")
     elif layout in FOUR_STAGES:
         mesh = "    pp = 2 over hardware.loopback\n    dp = 2 over hardware.loopback"
         stages = "".join(f"    stage {s}\n" for s in STAGES4[model])
@@ -218,7 +226,7 @@ def plan_text(model: str, layout: str = "dp4", dropout: float = 0.0) -> str:
     return f"""{uses}
 model {model} = "{factory}"({args})
 input {inp}
-mesh cluster of 4 x hardware.cpu {{
+mesh cluster of {8 if layout == "pp2het" else 4} x hardware.cpu {{
 {mesh}
 }}
 budget 2 GiB per device
