@@ -85,8 +85,10 @@ def pipeline_schedule(ctx) -> Diags:
             yield diag("PL416", f"1f1b needs at least as many microbatches as stages ({m} < {size})", p.span,
                        help=f"use `microbatches {size}` or more, or `schedule gpipe`")
         elif m < size:
-            yield diag("PL403", f"{m} microbatch{'' if m == 1 else 'es'} for {size} stages: every step idles "
-                       f"{size - 1}/{m + size - 1} of the time", p.span,
+            # GPipe's bubble (p − 1)/(m + p − 1); the chunked and V schedules' is their simulation's (estimate)
+            idle = (f"every step idles {size - 1}/{m + size - 1} of the time" if sched.kind == "gpipe" else
+                    "each rank idles while the pipeline fills and drains (`planlang estimate` gives the bubble)")
+            yield diag("PL403", f"{m} microbatch{'' if m == 1 else 'es'} for {size} stages: {idle}", p.span,
                        help=f"use at least {size} microbatches")
     if sched is not None and sched.kind in T.SPLIT_BACKWARD and ctx.plan.checkpoints:
         group = ctx.plan.checkpoints[0]
