@@ -1,4 +1,5 @@
-"""How a planlang `Spec` maps to DTensor placements, and the layout record of one parameter.
+"""How a planlang `Spec` maps to DTensor placements, the layout record of one parameter, and `shard_parameters`
+(every parameter of a model replaced by its local piece under a lowered program).
 
 The runtime keeps every parameter as a plain local tensor (this device's piece under its Spec); these
 helpers give the DTensor view of it for torch's own tools (DCP, FSDP2 interop, tests with DTensor as the
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
+from torch.distributed.tensor import Partial, Replicate, Shard
 
 from planlang.model.capture.opgraph import dtype_name
 from planlang.model.program.head_blocks import block_factor, blocked_order
@@ -43,9 +45,6 @@ class PlacementError(ValueError):
 
 def to_placements(spec: Spec, mesh: Mesh) -> tuple:
     """DTensor placements (one per mesh axis, in mesh order) for `spec`."""
-    # lazy: torch loads only when this runs
-    from torch.distributed.tensor import Partial, Replicate, Shard
-
     by_axis: dict[str, object] = {}
     for d in range(spec.rank):
         axes = spec.axes_of(d)
@@ -61,9 +60,6 @@ def to_placements(spec: Spec, mesh: Mesh) -> tuple:
 
 def from_placements(placements, mesh: Mesh, rank: int) -> Spec:
     """The Spec of a DTensor with `placements` on a mesh with axes `mesh.names` (inverse of to_placements)."""
-    # lazy: torch loads only when this runs
-    from torch.distributed.tensor import Partial, Shard
-
     dims: list[list[str]] = [[] for _ in range(rank)]
     partial: list[str] = []
     for a, p in zip(mesh.names, placements):
