@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from planlang.plan.complete import CompleteMesh, CompletePlan, plan_mesh, plan_model, world_size
+from planlang.plan.stage_meshes import heterogeneous, stage_plan
 
 
 def mesh_words(plan: CompletePlan) -> str:
@@ -254,6 +255,9 @@ def lower_source(plan: CompletePlan, rank: int, strict: bool = False) -> str:
     if not 0 <= rank < n:
         raise ValueError(f"rank {rank} is outside the plan's {n} devices (0..{n - 1})")
     model = build_model(plan_model(plan), plan.path)
+    if heterogeneous(plan):  # stages of their own degrees: the rank's stage's plan, on its sizes, as apply runs it
+        own = stage_plan(plan, coords_of(rank, plan_mesh(plan))[plan.dims.pipeline or ""])
+        return program_pipeline_source(model, own, rank, coords_of(rank, plan_mesh(own)), strict)
     coords = coords_of(rank, plan_mesh(plan))
     if plan.pipeline is not None and not plan.dims.tensor:
         return pipeline_source(model, plan, rank, coords)

@@ -19,6 +19,7 @@ from planlang.model.capture.load import build_model
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.model.price.accumulation import step_traffic
 from planlang.plan.microbatches import accumulation_microbatch
+from planlang.plan.stage_meshes import heterogeneous, stage_plan
 from planlang.model.price.traffic import (PHASES, Traffic, Transfer, stage_traffic, transfer,  # noqa: F401 - API
                                     multi_axis_sums, predict_step_traffic, program_zero_units, unsupported)
 from planlang.plan.complete import CompleteMesh
@@ -203,12 +204,26 @@ def traffic_table(plan_path: str) -> str:
     if unsupported(plan):
         raise ValueError(f"{plan_path}: {unsupported(plan)}")
     title = os.path.relpath(plan.path) if plan.path else str(plan_path)
-    if plan.pipeline is not None:  # pipeline x tensor parallelism: each stage's collectives
-
-        prog = lower_plan(build_model(plan_model(plan), plan.path), microbatch_plan(plan))
-        mesh, m = plan_mesh(plan), plan.pipeline.microbatches
-        return "".join(render_traffic(t, mesh, f"{title}, stage {s} ({m} microbatches)")
-                       for s, t in enumerate(stage_traffic(plan, prog)))
+    if plan.pipeline is not None:  # pipeline x tensor parallelism: each stage's collectives, on its own sizes
+        model, m = build_model(plan_model(plan), plan.path), plan.pipeline.microbatches
+        lowered: dict[tuple[int, ...], list[Traffic]] = {}
+        parts: list[str] = []
+        for s in range(len(plan.pipeline.stages)):
+            own = stage_plan(plan, s)  # the plan itself unless stages have degrees of their own
+            mesh = plan_mesh(own)
+            sizes = "" if own is plan else " (" + ", ".join(f"{a} = {n}" for a, n in zip(mesh.names, mesh.shape)
+                                                            if a != plan.pipeline.axis) + ")"
+            if unsupported(own):  # a stage of its own degrees without tensor parallelism: its sums only
+                parts.append(f"# {title}, stage {s}{sizes}: no tensor parallelism; its gradient sums over the data "
+                           "axes are priced by `planlang estimate` (not listed here)\n")
+                continue
+            if mesh.shape not in lowered:
+                lowered[mesh.shape] = stage_traffic(own, lower_plan(model, microbatch_plan(own)))
+            parts.append(render_traffic(lowered[mesh.shape][s], mesh, f"{title}, stage {s}{sizes} ({m} microbatches)"))
+        if heterogeneous(plan):
+            parts.append("note: at a boundary between stages of different degrees each stage also gathers its "
+                       "inputs' rows over its non-data axes (forward) and its outputs' gradients (backward)\n")
+        return "".join(parts)
     model = build_model(plan_model(plan), plan.path)
     # with `microbatches N` the program is one microbatch's, its collectives issued N times (step_traffic)
     prog = lower_plan(model, accumulation_microbatch(plan))
