@@ -48,3 +48,17 @@ def test_lower_prints_the_stages_a_pipeline_rank_holds():
     assert "self.lm_head(" in last and "self.wte(" not in last
     first = lower_source(plan, 0)
     assert "holds stages [0]" in first and "self.wte(" in first and "self.lm_head(" not in first
+
+
+def test_lower_prints_a_stage_of_its_own_degrees_on_its_sizes():
+    """`planlang lower --rank R` on stages of their own degrees: rank R's stage's program, lowered on the
+    stage's sizes with R's coordinates in them (stage 0 dp4, stage 1 dp2 x tp2), as apply runs it."""
+    from planlang.runtime.apply import load_plan
+    from planlang.runtime.launch import lower_source
+
+    plan = load_plan(PLANS / "gpt2_pp2_hetero.plan")
+    first, second = lower_source(plan, 3), lower_source(plan, 5)
+    assert "rank 3 (pp=0, dp=3, tp=0)" in first and "cluster[pp=1, dp=4, tp=1]" in first
+    assert "def stage_0(" in first and "def stage_1(" not in first
+    assert "rank 5 (pp=1, dp=0, tp=1)" in second and "cluster[pp=1, dp=2, tp=2]" in second
+    assert "def stage_1(" in second and "partial(tp)" in second  # its tensor-parallel boundary as received
