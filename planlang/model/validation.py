@@ -306,6 +306,29 @@ def _stage_cuts(model: nn.Module, plan: CompletePlan, shapes: dict) -> StageCut:
                                    f"({describe(plan, sizes)}): {message}", help))
         if cut.failure is not None or cut.inlined_norms:
             return cut
+    return _boundary_names(model, plan, shapes)
+
+
+def _boundary_names(model: nn.Module, plan: CompletePlan, shapes: dict) -> StageCut:
+    """Between two stages of different degrees the runtime pairs what one stage's program sends with what
+    the next one's receives, value by value (planlang.runtime.stage_rows): both programs must cut the same
+    values there (a value the receiving program converts early, in the sending stage, does not)."""
+    p = plan.pipeline
+    assert p is not None
+    per_stage = stage_shapes(plan)
+    # the runtime lowers every shape's program, one without tensor parallelism too (its module cut is priced)
+    cuts = {sizes: cut_program(micro if micro is not None else _lowered(model, microbatch_plan(sp)), sp)
+            for sizes, (sp, micro) in shapes.items()}
+    for s in range(len(per_stage) - 1):
+        a, b = per_stage[s], per_stage[s + 1]
+        if a == b:
+            continue
+        sent, got = cuts[a].stages[s].outputs, cuts[b].stages[s + 1].inputs
+        if tuple(sent) != tuple(got):
+            return StageCut(("PL467", f"stage {s} ({describe(plan, a)}) sends ({', '.join(sent)}) but stage {s + 1} "
+                             f"({describe(plan, b)}) receives ({', '.join(got)}): under the second's sizes a value is "
+                             "converted before the boundary", "move the boundary to where both stages' programs pass "
+                             "the same values (between blocks), or give the two stages the same degrees"))
     return StageCut()
 
 

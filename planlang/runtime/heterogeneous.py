@@ -62,6 +62,8 @@ def apply_heterogeneous(model: nn.Module, plan: CompletePlan, loss_fn, targets, 
     except (PipelineError, LoweringError) as e:
         raise PlanError(str(e)) from e
     pm.shares = (shares(plans[0]), shares(plans[-1]))
+    pm.own_degrees, pm.needs_target = True, bool(cuts[-1].targets)
+    pm.runner.user_loss = loss_fn  # its parameters name the targets of `pm(...)` (call_outputs.bind_call)
     return pm
 
 
@@ -71,16 +73,27 @@ def _same_tied_pieces(plans: list[CompletePlan], progs: list[Program], cuts: lis
     p = plans[0].pipeline
     assert p is not None
     ranks = stage_ranks(p.schedule.kind, plans[0].dims.pipeline_size, 1)
-    held: dict[str, list[tuple[int, tuple[int, ...], str]]] = {}
-    for s, (prog, cut) in enumerate(zip(progs, cuts)):
-        shapes = {v.ref: tuple(v.shape) for v in prog.graph.values.values() if v.kind == "param"}
+    holders: dict[str, set[int]] = {}
+    for s, cut in enumerate(cuts):
         for f in cut.stages[s].params:
+            holders.setdefault(f, set()).add(s)
+    for f, stages in holders.items():
+        if len({ranks[s] for s in stages}) < 2:
+            continue
+        # every pipeline rank joins the sum (those without a copy with zeros of their own piece's shape), and
+        # ZeRO-2/3 sums FSDP2's shard of it: each stage's piece, sharded over its own ZeRO axis, must agree
+        where = []
+        for s, (pl, prog) in enumerate(zip(plans, progs)):
+            shape = next(tuple(v.shape) for v in prog.graph.values.values() if v.kind == "param" and v.ref == f)
             spec = prog.param_specs[f]
-            held.setdefault(f, []).append((s, local_shape(shapes[f], spec, prog.mesh), str(spec)))
-    for f, where in held.items():
-        if len({ranks[s] for s, _, _ in where}) > 1 and len({(sh, sp) for _, sh, sp in where}) > 1:
+            fsdp = pl.dims.fsdp[0] if pl.dims.fsdp else None
+            shards = pl.dims.size(fsdp) if fsdp else 1
+            where.append((s, (local_shape(shape, spec, prog.mesh), shards), str(spec) + (
+                f" sharded over {fsdp}({shards}) by ZeRO-{pl.dims.zero_stage}" if fsdp else "")))
+        if len({piece for _, piece, _ in where}) > 1:
             desc = ", ".join(f"{sp} in stage {s}" for s, _, sp in where)
             raise PipelineError(f"`{f}` is read by stages of different degrees that hold different pieces of it "
                                 f"({desc}); its gradient is summed over the pipeline axis piece by piece",
-                                f"shard `{f}` alike in both stages (replicate it, or split it over an axis both "
-                                "stages give the same size)")
+                                f"shard `{f}` alike in every stage (replicate it, or split it over an axis every "
+                                "stage gives the same size; with ZeRO-2/3 give the ZeRO axis one size in every "
+                                "stage, or use ZeRO-1)")

@@ -188,6 +188,8 @@ class PipelinedModel:
             names = ", ".join(i.name for i in self.plan.inputs)
             raise PipelineError(f"expected the {k} inputs ({names}) and at most one target, got {len(args)} tensors",
                                 "call pm.step(*inputs, target)")
+        if self.own_degrees:
+            self._whole_batch(args, k)
         dev = self.runner.device
         first = self.plan.inputs[0]
         n = None if tuple(args[0].shape) == tuple(self._local_shape(first)) else int(args[0].shape[0])
@@ -205,6 +207,20 @@ class PipelinedModel:
     # stages of their own degrees: how many devices of a replica share its rows at a boundary, in the first
     # stage and in the last (planlang.runtime.stage_rows.microbatch_major)
     shares: tuple[int, int] = (1, 1)
+    own_degrees = False  # stages of their own degrees (planlang.runtime.heterogeneous)
+    needs_target = False  # the loss reads a target (stages of their own degrees refuse a call without one)
+
+    def _whole_batch(self, args, k: int) -> None:
+        """Stages of their own degrees take a piece of each argument under their own sizes, so only the plan's
+        global batch means the same on every rank: anything else is refused on every rank alike, before the
+        schedule starts (a piece one stage took and another refused would leave the first waiting)."""
+        for inp, t in zip(self.plan.inputs, args[:k]):
+            if tuple(t.shape) != tuple(inp.shape):
+                raise PlanError(f"input `{inp.name}` has shape {list(t.shape)}; a pipeline whose stages run on their "
+                                f"own degrees runs the plan's global batch {list(inp.shape)} only")
+        if self.needs_target and len(args) == k:
+            raise PlanError("the loss reads a target, and none was given: pass it after the inputs "
+                            "(pm.step(*inputs, target))")
 
     def _prepared(self, args: tuple, outputs: bool = False) -> None:
         """Ready the stages for these arguments (pp x tp: the program for their batch and the mode)."""

@@ -214,8 +214,10 @@ def boundary_rows(plans: list[CompletePlan], progs: list[Program], cuts: list[Pr
             batched = any(lay.dims and any(a in b and sz.get(a, 1) > 1 for a in lay.axes_of(0))
                           for lay, b, sz in zip(layouts, batches, sizes))
             shape = tuple(progs[s].graph.values[v].shape)
-            for k, lay, b, side in zip(sides, layouts, batches, (1, 0)):
-                moves[k][side].append(Move(v, shape, lay, _crossing(shape, batched, b), batched))
+            for k, lay, b, sz, side in zip(sides, layouts, batches, sizes, (1, 0)):
+                # a data axis of one device splits nothing: a layout never names it (conversion_path's specs)
+                split = tuple(a for a in b if sz.get(a, 1) > 1)
+                moves[k][side].append(Move(v, shape, lay, _crossing(shape, batched, split), batched))
     return [StageRows(tuple(ins), tuple(outs)) if any(ins) or any(outs) else None for ins, outs in moves]
 
 
