@@ -150,7 +150,8 @@ class ProgramPipelinedModel(PipelinedModel):
         """The mode of the next step or evaluation: the program's ops were lowered in one mode (dropout,
         BatchNorm baked in), so another mode runs a program lowered again for it (`relower`)."""
         if mode != self.lowered_training and self.relower is None:
-            raise PlanError(f"pipeline x tensor parallelism runs the program lowered with the model in "
+            raise PlanError(f"{'stages of their own degrees run' if self.own_degrees else 'pipeline x tensor parallelism runs'} "
+                            f"the program lowered with the model in "
                             f"{'training' if self.lowered_training else 'eval'} mode; pm.train({mode}) would "
                             "need another program: apply a model in that mode (pm.evaluate runs forward only "
                             "in this one)")
