@@ -20,7 +20,7 @@ TP_DP = ["mlp_dp4", "mlp_tp4", "mlp_dp2_tp2", "gpt2_tp4", "gpt2_dp2_tp2_ckpt", "
 ZERO = ["gpt2_dp2_tp2_zero1", "gpt2_dp2_tp2_zero2", "gpt2_dp4_zero3", "gpt2_dp2_fs2_hsdp"]
 PIPELINE = ["gpt2_pp4_1f1b", "gpt2_pp4_gpipe", "gpt2_pp2_dp2_zero1", "gpt2_pp2_dp2_zero2", "gpt2_pp4_1f1b_ckpt"]
 # pipeline x tensor parallelism: the lowered program cut into stages (planlang.runtime.program_pipeline)
-PIPELINE_TP = ["gpt2_pp2_tp2", "gpt2_pp2_tp2_interleaved", "gpt2_pp2_tp2_dualpipev"]
+PIPELINE_TP = ["gpt2_pp2_tp2", "gpt2_pp2_tp2_interleaved", "gpt2_pp2_tp2_dualpipev", "gpt2_pp2_hetero_dp1"]
 # the same on 8 ranks (a launch of their own): the README's 3-D plan scaled to CPU (ZeRO-1), and ZeRO-3;
 # stages of their own degrees (dp4 -> dp2 x tp2, and the reverse; planlang.runtime.heterogeneous)
 PIPELINE_3D = ["gpt2_3d_cpu", "gpt2_pp2_dp2_tp2_zero3", "gpt2_pp2_hetero", "gpt2_pp2_hetero_reverse"]
