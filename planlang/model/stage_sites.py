@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 from planlang.plan import types as T
-from planlang.plan.selection import covered_modules, stage_targets
-from planlang.plan.stage_meshes import heterogeneous, stage_sizes, with_sizes
+from planlang.plan.selection import stage_targets
+from planlang.plan.stage_meshes import describe, heterogeneous, stage_sizes, with_sizes
+
+from .price.local_model import stage_of_modules
 
 
 @dataclass(frozen=True)
@@ -30,17 +32,12 @@ def stage_sites(plan: T.Plan, facts) -> Callable[[str], Site]:
     p = plan.pipeline
     if not heterogeneous(plan) or p is None or not isinstance(p.stages, tuple):
         return lambda name: whole
-    names = stage_targets(facts.all_modules, facts.params)
-    stage_of: dict[str, int] = {}
-    for st in p.stages:
-        for m in covered_modules(st.modules, names):
-            stage_of.setdefault(m, st.index)
+    stage_of = stage_of_modules(plan, stage_targets(facts.all_modules, facts.params))  # type: ignore[arg-type]
     sites: dict[int, Site] = {}
     for s in range(len(p.stages)):
         sizes = stage_sizes(plan, s)
         if sizes is not None:
-            wrote = ", ".join(f"{a} = {n}" for a, n in sizes if a != p.axis)
-            sites[s] = Site(with_sizes(plan, sizes), f"in stage {s} ({wrote}): ")
+            sites[s] = Site(with_sizes(plan, sizes), f"in stage {s} ({describe(plan, sizes)}): ")
 
     def site(name: str) -> Site:
         parts = name.split(".")

@@ -34,7 +34,7 @@ from planlang.plan.checker import CheckResult
 from planlang.plan.complete import CompletePlan, complete
 from planlang.plan.microbatches import accumulation_microbatch
 from planlang.plan.resolve import Resolution, Resolver
-from planlang.plan.stage_meshes import heterogeneous, stage_shapes
+from planlang.plan.stage_meshes import describe, heterogeneous, shape_plans, stage_shapes
 
 # torch's import and this layer's (~1.5 CPU-s, most of any model command's imports but the model's own) make
 # some million objects and almost no garbage: the cycle collector walked them again and again as they came
@@ -48,7 +48,6 @@ with no_cycle_collection():
     from .checks import PHASES, validate
     from .facts import LoweringFailure, ModelFacts, NoTargets, build_for_check, probe_facts
     from .price.estimate import estimate_plan
-    from .price.stage_meshes import describe, shape_plans
     from .price.accumulation import step_traffic
     from .price.traffic import Traffic, program_zero_units, stage_traffic
     from .price.weight_gathers import WeightGather, weight_gathers

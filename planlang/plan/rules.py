@@ -22,7 +22,7 @@ from .data import batch_dim
 from .resolve import diag
 from .selection import Selection
 from .shard_overlaps import plan_name, shard_overlaps
-from .stage_meshes import heterogeneous, stage_shapes, with_sizes
+from .stage_meshes import describe, heterogeneous, stage_shapes, with_sizes
 from .rule_sites import site_and_labels, spec_sites, statement_kind, entry_span, axis_refs, ref_span, writes_any
 from .stage_rules import pipeline_schedule, stage_ranges, empty_selections, stage_degrees, checkpoint_statements
 from .accumulation_rules import accumulation_statement, step_microbatches
@@ -252,7 +252,7 @@ def stage_data_specs(ctx) -> Diags:
         if sizes in seen:
             continue
         seen.add(sizes)
-        wrote = ", ".join(f"{a} = {n}" for a, n in sizes if a != p.axis)
+        wrote = describe(plan, sizes)
         sub = dataclasses.replace(ctx, plan=with_sizes(plan, sizes))
         for d in (*data_specs(sub), *data_parallel_support(sub)):
             split = split or d.code == "PL305"

@@ -24,6 +24,7 @@ import functools
 import math
 
 from . import types as T
+from .data import batch_axes
 from .complete import CompleteMesh, CompletePipeline, CompletePlan, CompleteStage
 
 
@@ -50,6 +51,12 @@ def stage_shapes(plan: T.Plan) -> tuple[tuple[tuple[str, int], ...], ...]:
         return ()
     shapes = [stage_sizes(plan, s) for s in range(len(p.stages))]
     return () if any(sh is None for sh in shapes) else tuple(sh for sh in shapes if sh is not None)
+
+
+def describe(plan: T.Plan, sizes: tuple[tuple[str, int], ...]) -> str:
+    """`dp = 4, tp = 1`: a stage's sizes of the axes other than the pipeline's, as diagnostics say them."""
+    axis = plan.pipeline.axis if plan.pipeline is not None else None
+    return ", ".join(f"{a} = {n}" for a, n in sizes if a != axis)
 
 
 def heterogeneous(plan: T.Plan) -> bool:
@@ -87,6 +94,34 @@ def stage_plan(plan: CompletePlan, index: int) -> CompletePlan:
     assert isinstance(out, CompletePlan) and isinstance(out.mesh, CompleteMesh) \
         and isinstance(out.pipeline, CompletePipeline) and all(isinstance(st, CompleteStage) for st in out.pipeline.stages)
     return out
+
+
+def shape_plans(plan: CompletePlan) -> dict[tuple[tuple[str, int], ...], CompletePlan]:
+    """Each distinct stage shape's plan (`stage_plan` of its first stage), by the stage's sizes, in stage
+    order: what the estimate prices, validation lowers and every rank of the runtime builds, once a shape."""
+    out: dict[tuple[tuple[str, int], ...], CompletePlan] = {}
+    for s, sizes in enumerate(stage_shapes(plan)):
+        if sizes not in out:
+            out[sizes] = stage_plan(plan, s)
+    return out
+
+
+def share_axes(plan: T.Plan) -> tuple[str, ...]:
+    """The axes a replica's rows are shared out over at a boundary, under `plan`'s sizes (a stage's plan):
+    those of more than one device other than the pipeline axis and the batch's data axes, in mesh order
+    (`position_chunks` cuts a replica's rows over them)."""
+    mesh, p = plan.mesh, plan.pipeline
+    batch = {a for axes in batch_axes(plan).values() for a in axes}
+    if mesh is None:
+        return ()
+    return tuple(a.name for a in mesh.axes if (p is None or a.name != p.axis) and a.name not in batch
+                 and isinstance(a.size, int) and a.size > 1)
+
+
+def shares(plan: T.Plan) -> int:
+    """How many devices of a replica share its rows at a boundary under `plan`'s sizes (`share_axes`)."""
+    assert plan.mesh is not None
+    return math.prod(plan.mesh.axis_size(a) or 1 for a in share_axes(plan))
 
 
 def position_chunks(sizes: tuple[tuple[str, int], ...], pipeline: str, batch: tuple[str, ...]) -> tuple[int, ...]:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from planlang.cost.comm import collective_time, group
 from planlang.lang.fmt import FormatError, format_text
-from planlang.plan.stage_meshes import heterogeneous, stage_shapes
+from planlang.plan.stage_meshes import heterogeneous, shape_plans, stage_shapes
 from planlang.plan.units import format_bytes
 
 MEMORY = ("parameters", "gradients", "optimizer", "buffers", "activations", "transient", "peak")
@@ -260,7 +260,6 @@ def step_collectives(plan, lowered=None) -> tuple[dict[tuple[str, str], Collecti
     ZeRO's; a pipeline's busiest stage, each stage on its own sizes when it has degrees of its own), or
     (None, why). `lowered`: those collectives when validation computed them (lowered here otherwise)."""
     # lazy: torch loads only when this runs
-    from planlang.model.price.stage_meshes import shape_plans
     from planlang.model.price.step_time import lowered_traffic
     from planlang.model.price.traffic import unsupported
 

@@ -15,7 +15,7 @@ from planlang.cost.layout import local_shape
 from planlang.model.program.lowering import LoweringError, Program
 from planlang.model.program.pipeline_program import ProgramCut, cut_program, microbatch_plan
 from planlang.plan.complete import CompletePlan, plan_mesh
-from planlang.plan.stage_meshes import stage_plan
+from planlang.plan.stage_meshes import shape_plans, shares, stage_plan, stage_shapes
 from planlang.plan.placement import stage_ranks
 
 from .pipeline import PipelineError
@@ -24,7 +24,7 @@ from .plan_lowering import lower_once, report_fallbacks
 from .precision import cast_buffers, storage_dtype
 from .program_pipeline import ProgramPipelinedModel, build_program_pipeline
 from .programs import PlanError
-from .stage_rows import boundary_rows, shares, stage_groups, with_axes
+from .stage_rows import boundary_rows, stage_groups, with_axes
 
 
 def apply_heterogeneous(model: nn.Module, plan: CompletePlan, loss_fn, targets, device: torch.device, recorder,
@@ -38,13 +38,10 @@ def apply_heterogeneous(model: nn.Module, plan: CompletePlan, loss_fn, targets, 
     m = p.microbatches
     if targets is not None:  # examples for the global batch: one microbatch's
         targets = tuple(t[: max(1, t.shape[0] // m)] if t.dim() else t for t in targets)
-    lowered: dict[tuple[int, ...], Program] = {}
-    try:
-        for pl in plans:  # one program per distinct shape, in stage order on every rank
-            if plan_mesh(pl).shape not in lowered:
-                lowered[plan_mesh(pl).shape] = report_fallbacks(lower_once(model, microbatch_plan(pl), loss_fn, targets),
-                                                          strict)
-        progs = [lowered[plan_mesh(pl).shape] for pl in plans]
+    try:  # one program per distinct shape, in stage order on every rank
+        lowered = {sizes: report_fallbacks(lower_once(model, microbatch_plan(sp), loss_fn, targets), strict)
+                   for sizes, sp in shape_plans(plan).items()}
+        progs = [lowered[sizes] for sizes in stage_shapes(plan)]
         cuts = [cut_program(prog, pl) for prog, pl in zip(progs, plans)]
         rows = boundary_rows(plans, progs, cuts)
         _same_tied_pieces(plans, progs, cuts)

@@ -20,7 +20,6 @@ the schedule cuts them into microbatches.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
@@ -30,7 +29,7 @@ from planlang.model.program.lowering import Program
 from planlang.model.program.pipeline_program import ProgramCut
 from planlang.plan.complete import CompleteMesh, CompletePlan, plan_mesh
 from planlang.plan.data import batch_axes
-from planlang.plan.stage_meshes import stage_plan, stage_shapes
+from planlang.plan.stage_meshes import shape_plans, share_axes
 from planlang.plan.types import Spec
 
 from .pipeline import PipelineError
@@ -41,10 +40,9 @@ def stage_groups(plan: CompletePlan, device_type: str) -> tuple[int, dict[tuple[
     """(this rank's stage, the MeshGroups of every distinct stage shape, by its mesh's sizes). Every rank builds every shape's
     DeviceMesh, in stage order: creating a process group is collective over the world."""
     out: dict[tuple[int, ...], MeshGroups] = {}
-    for s in range(len(stage_shapes(plan))):
-        mesh = plan_mesh(stage_plan(plan, s))
-        if mesh.shape not in out:
-            out[mesh.shape] = MeshGroups(mesh, device_type)
+    for sp in shape_plans(plan).values():
+        mesh = plan_mesh(sp)
+        out[mesh.shape] = MeshGroups(mesh, device_type)
     p = plan.pipeline
     assert p is not None
     # one pipeline-axis process group for all: stages of different shapes talk over it (the same ranks in
@@ -65,14 +63,10 @@ class ShareAxis:
     coord: int
 
 
-def share_axes(plan: CompletePlan, groups: MeshGroups) -> tuple[ShareAxis, ...]:
-    """The axes of more than one device, other than the pipeline axis and the batch's, in mesh order: those a
-    replica's rows are shared out over at a boundary (planlang.plan.stage_meshes.position_chunks)."""
-    p = plan.pipeline
-    assert p is not None and plan.mesh is not None
-    batch = set(plan.dims.data)
-    return tuple(ShareAxis(a.name, groups.group(a.name), a.size, groups.coords[a.name]) for a in plan.mesh.axes
-                 if a.name != p.axis and a.name not in batch and a.size > 1)
+def share_axes_of(plan: CompletePlan, groups: MeshGroups) -> tuple[ShareAxis, ...]:
+    """This device's axes of planlang.plan.stage_meshes.share_axes under its stage's plan: those a replica's
+    rows are shared out over at a boundary, in mesh order."""
+    return tuple(ShareAxis(a, groups.group(a), groups.size(a), groups.coords[a]) for a in share_axes(plan))
 
 
 class _Gather(torch.autograd.Function):
@@ -225,12 +219,4 @@ def with_axes(rows: StageRows | None, plan: CompletePlan, groups: MeshGroups) ->
     """`rows` of this rank's stage with its share axes, mesh and groups."""
     if rows is None:
         return None
-    return StageRows(rows.inputs, rows.outputs, share_axes(plan, groups), plan.mesh, groups)
-
-
-def shares(plan: CompletePlan) -> int:
-    """How many devices of a replica share its rows at a boundary under `plan`'s sizes (its stage's plan)."""
-    p = plan.pipeline
-    assert p is not None and plan.mesh is not None
-    batch = set(plan.dims.data)
-    return math.prod(a.size for a in plan.mesh.axes if a.name != p.axis and a.name not in batch)
+    return StageRows(rows.inputs, rows.outputs, share_axes_of(plan, groups), plan.mesh, groups)

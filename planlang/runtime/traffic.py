@@ -19,13 +19,13 @@ from planlang.model.capture.load import build_model
 from planlang.model.program.pipeline_program import microbatch_plan
 from planlang.model.price.accumulation import step_traffic
 from planlang.plan.microbatches import accumulation_microbatch
-from planlang.plan.stage_meshes import heterogeneous, stage_plan
+from planlang.plan.stage_meshes import describe, heterogeneous, shape_plans, stage_shapes
 from planlang.model.price.traffic import (PHASES, Traffic, Transfer, stage_traffic, transfer,  # noqa: F401 - API
                                     multi_axis_sums, predict_step_traffic, program_zero_units, unsupported)
 from planlang.plan.complete import CompleteMesh
 from planlang.plan.types import Mesh
 from planlang.runtime.apply import load_plan, lower_plan
-from planlang.plan.complete import plan_mesh, plan_model
+from planlang.plan.complete import CompletePlan, plan_mesh, plan_model
 from planlang.runtime.launch import coords_of
 
 
@@ -206,23 +206,21 @@ def traffic_table(plan_path: str) -> str:
     title = os.path.relpath(plan.path) if plan.path else str(plan_path)
     if plan.pipeline is not None:  # pipeline x tensor parallelism: each stage's collectives, on its own sizes
         model, m = build_model(plan_model(plan), plan.path), plan.pipeline.microbatches
-        lowered: dict[tuple[int, ...], list[Traffic]] = {}
+        own = heterogeneous(plan)  # stages of their own degrees: each on the plan of its sizes
+        shapes: dict[tuple[tuple[str, int], ...], CompletePlan] = shape_plans(plan) if own else {(): plan}
+        lowered = {sizes: None if unsupported(sp) else stage_traffic(sp, lower_plan(model, microbatch_plan(sp)))
+                   for sizes, sp in shapes.items()}
         parts: list[str] = []
-        for s in range(len(plan.pipeline.stages)):
-            own = stage_plan(plan, s)  # the plan itself unless stages have degrees of their own
-            mesh = plan_mesh(own)
-            sizes = "" if own is plan else " (" + ", ".join(f"{a} = {n}" for a, n in zip(mesh.names, mesh.shape)
-                                                            if a != plan.pipeline.axis) + ")"
-            if unsupported(own):  # a stage of its own degrees without tensor parallelism: its sums only
-                parts.append(f"# {title}, stage {s}{sizes}: no tensor parallelism; its gradient sums over the data "
-                           "axes are priced by `planlang estimate` (not listed here)\n")
+        for s, sizes in enumerate(stage_shapes(plan) if own else [()] * len(plan.pipeline.stages)):
+            said, got = f" ({describe(plan, sizes)})" if own else "", lowered[sizes]
+            if got is None:  # a stage of its own degrees without tensor parallelism: its sums only
+                parts.append(f"# {title}, stage {s}{said}: no tensor parallelism; its gradient sums over the data "
+                             "axes are priced by `planlang estimate` (not listed here)\n")
                 continue
-            if mesh.shape not in lowered:
-                lowered[mesh.shape] = stage_traffic(own, lower_plan(model, microbatch_plan(own)))
-            parts.append(render_traffic(lowered[mesh.shape][s], mesh, f"{title}, stage {s}{sizes} ({m} microbatches)"))
-        if heterogeneous(plan):
+            parts.append(render_traffic(got[s], plan_mesh(shapes[sizes]), f"{title}, stage {s}{said} ({m} microbatches)"))
+        if own:
             parts.append("note: at a boundary between stages of different degrees each stage also gathers its "
-                       "inputs' rows over its non-data axes (forward) and its outputs' gradients (backward)\n")
+                         "inputs' rows over its non-data axes (forward) and its outputs' gradients (backward)\n")
         return "".join(parts)
     model = build_model(plan_model(plan), plan.path)
     # with `microbatches N` the program is one microbatch's, its collectives issued N times (step_traffic)

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from planlang.model.program.shared_lowering import shared_lowerings
 from planlang.plan.complete import CompletePlan, CompleteSchedule
-from planlang.plan.stage_meshes import heterogeneous, stage_plan, stage_shapes
+from planlang.plan.stage_meshes import heterogeneous, shape_plans, stage_plan, stage_shapes
 from planlang.plan import types as T
 
 from .facts import SolveFacts
@@ -61,7 +61,6 @@ def lowered(plan: CompletePlan, facts: SolveFacts) -> CandidateTraffic:
     plan value (`_same_program`) in a solve."""
     # lazy: torch loads only when this runs
     from planlang.model.price.step_time import lowered_traffic
-    from planlang.model.price.stage_meshes import shape_plans
 
     key = _same_program(plan)
     if key is not None and key in facts.lowered:

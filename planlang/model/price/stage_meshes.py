@@ -29,7 +29,7 @@ from typing import Any, Callable
 from planlang.cost.comm import Collective
 from planlang.plan.complete import CompletePlan
 from planlang.plan.selection import stage_targets
-from planlang.plan.stage_meshes import stage_plan, stage_shapes
+from planlang.plan.stage_meshes import describe, shape_plans, share_axes, stage_plan, stage_shapes
 
 from planlang.model.price.local_model import stage_of_modules
 from planlang.model.price.pipeline_bytes import boundary_bytes
@@ -37,21 +37,6 @@ from planlang.model.price.step_time import StageTraffic, lowered_traffic, plan_t
 from planlang.model.price.traffic import Traffic, Transfer, transfer
 
 Sizes = tuple[tuple[str, int], ...]
-
-
-def shape_plans(plan: CompletePlan) -> dict[Sizes, CompletePlan]:
-    """Each distinct stage shape's plan (`stage_plan` of its first stage), in stage order."""
-    out: dict[Sizes, CompletePlan] = {}
-    for s, sizes in enumerate(stage_shapes(plan)):
-        if sizes not in out:
-            out[sizes] = stage_plan(plan, s)
-    return out
-
-
-def describe(plan: CompletePlan, sizes: Sizes) -> str:
-    """`dp = 4, tp = 1`: a stage's sizes of the axes other than the pipeline's."""
-    axis = plan.pipeline.axis if plan.pipeline is not None else None
-    return ", ".join(f"{a} = {n}" for a, n in sizes if a != axis)
 
 
 def estimate_stages(plan: CompletePlan, rows_of: Callable[[CompletePlan], tuple[list, Any]], facts,
@@ -161,8 +146,7 @@ def conversions(plan: CompletePlan, facts) -> tuple[tuple[Transfer, ...], ...]:
         for k, side in ((s + 1, "in"), (s, "out")):
             sp = plans[k]
             assert sp.mesh is not None
-            data = set(sp.dims.data)
-            axes = tuple(a.name for a in sp.mesh.axes if a.name != p.axis and a.name not in data and a.size > 1)
+            axes = share_axes(sp)
             nbytes = boundary_bytes(facts, stage_of, k, sp.dims.data_degree * m, side, last=last, itemsize=itemsize)
             if not axes or not nbytes:
                 continue
